@@ -1,0 +1,38 @@
+# heterps — make run (train on this machine), make test (what CI runs).
+SHELL := /bin/bash
+GO ?= go
+export CGO_ENABLED := 1
+BIN := bin
+
+.PHONY: all setup build test run bench fmt lint clean
+
+all: build
+
+# Installs what is missing, quietly when everything is there: OpenBLAS and a C
+# compiler from Debian, and the Go modules.
+setup:
+	@./scripts/setup.sh
+
+build: setup
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./tools/heterps ./daemon/cmd/heterpsd 2>/dev/null || $(GO) build -o $(BIN)/ ./tools/heterps
+
+test: setup
+	$(GO) vet ./...
+	GODEBUG=cgocheck=1 $(GO) test -race -count=1 ./...
+
+run: build
+	./$(BIN)/heterps selfcheck
+
+bench: setup
+	@./bench/run.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,171 @@
+/*
+ * heterps_kernels.h — the C API of heterps' native kernels.
+ *
+ * Conventions (all ops):
+ *   - float32 tensors, row-major, lengths and dimensions as int64_t.
+ *   - Every op that has vector variants takes an hps_isa as its first argument
+ *     and runs the scalar reference, the AVX2 or the AVX-512 variant. The
+ *     variants are compiled with per-function target attributes, so one binary
+ *     runs on any x86-64; the caller (native/, Go) picks the ISA once at
+ *     start-up from what the CPU supports.
+ *   - Ops work on the range they are given; callers split large tensors into
+ *     chunks (by rows) and run chunks on several threads. Reductions that span
+ *     chunks (column sums, loss sums) return per-chunk partials that the
+ *     caller adds in a fixed order, so results do not depend on thread count.
+ *   - Functions that can fail on caller data return an int status: HPS_OK or a
+ *     negative HPS_E* code; they validate before writing any output.
+ *   - In-place use is allowed only where a comment says so.
+ */
+#ifndef HETERPS_KERNELS_H
+#define HETERPS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { HPS_ISA_SCALAR = 0, HPS_ISA_AVX2 = 1, HPS_ISA_AVX512 = 2 } hps_isa;
+
+typedef enum {
+  HPS_ACT_IDENTITY = 0,
+  HPS_ACT_RELU = 1,
+  HPS_ACT_SIGMOID = 2,
+  HPS_ACT_TANH = 3
+} hps_act;
+
+typedef enum { HPS_POOL_SUM = 0, HPS_POOL_MEAN = 1 } hps_pool;
+
+#define HPS_OK 0
+#define HPS_EINVAL (-1)  /* bad argument (negative size, null pointer, bad enum) */
+#define HPS_ERANGE (-2)  /* an id or row index outside the table */
+#define HPS_EORDER (-3)  /* CSR offsets not starting at 0 / not non-decreasing / past the id count */
+
+/* ---- 1. GEMM (OpenBLAS) ---------------------------------------------------
+ * C[m x n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T.
+ * lda/ldb/ldc are the row strides of A, B, C as stored (row-major). */
+int hps_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+              float *c, int64_t ldc);
+/* Sets OpenBLAS' thread count (0 leaves it as is); returns the count in force. */
+int hps_blas_threads(int n);
+
+/* ---- 2. Fused bias + activation -------------------------------------------
+ * Forward: y[r][c] = act(x[r][c] + bias[c]); bias may be NULL (no bias).
+ * In place (y == x) allowed. */
+void hps_bias_act_fwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
+                      const float *x, const float *bias, float *y);
+/* Backward from the output y (not x): dx = dy * act'(y) elementwise, and, when
+ * dbias is not NULL, dbias[c] = sum_r dx[r][c] (overwritten: the column sum of
+ * the pre-activation gradient over these rows). In place (dx == dy) allowed. */
+void hps_bias_act_bwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
+                      const float *y, const float *dy, float *dx, float *dbias);
+
+/* ---- 3. Embedding bag ------------------------------------------------------
+ * A bag is a variable-length list of ids; bag j holds ids[offsets[j] ..
+ * offsets[j+1]), with offsets[0] == 0 and offsets non-decreasing, nbags+1
+ * offsets in all. With batch samples of slots slots each, bag j = sample*slots
+ * + slot, and out [nbags x dim] is exactly [batch x slots*dim].
+ * Forward: out[j] = sum (or mean) of table[id] over the bag; an empty bag gives
+ * zeros. Validates offsets and ids (0 <= id < table_rows) before writing;
+ * *bad receives the index of the first offending offset or id. */
+int hps_embbag_fwd(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,
+                   const float *table, int64_t nbags, const int64_t *offsets,
+                   const int64_t *ids, float *out, int64_t *bad);
+
+/* Unique ids in order of first occurrence: uniq receives them (capacity n),
+ * index[i] = position of ids[i] in uniq. scratch must hold
+ * hps_unique_scratch_len(n) int64s. Returns the number of unique ids. */
+int64_t hps_unique_scratch_len(int64_t n);
+int64_t hps_unique(int64_t n, const int64_t *ids, int64_t *uniq, int64_t *index,
+                   int64_t *scratch);
+
+/* Backward: grad [nuniq x dim] is zeroed, then grad[index[i]] += s * dout[j]
+ * for every id i of bag j (s = 1, or 1/len for mean). Each unique row is
+ * written once per occurrence into its own accumulator: duplicates are merged,
+ * never written to the table twice. Validates offsets and 0 <= index < nuniq. */
+int hps_embbag_bwd(hps_isa isa, hps_pool pool, int64_t dim, int64_t nbags,
+                   const int64_t *offsets, const int64_t *index, const float *dout,
+                   int64_t nuniq, float *grad, int64_t *bad);
+
+/* ---- 4. Weighted sum of K buffers ------------------------------------------
+ * out[i] = sum_k w[k] * g[k][i], one pass over memory. g is an array of k
+ * pointers; out may alias none of them. */
+void hps_weighted_sum(hps_isa isa, int64_t n, int64_t k, const float *const *g,
+                      const float *w, float *out);
+
+/* ---- 5. Optimisers ---------------------------------------------------------
+ * Dense updates over n parameters; sparse-row updates over the rows listed in
+ * rows[0..nrows) of a [table_rows x dim] table, with g [nrows x dim] and state
+ * tables shaped like the parameter table. rows must be unique (hps_unique).
+ * step is the 1-based step number (Adam's bias correction). weight_decay adds
+ * weight_decay * w to the gradient (L2). */
+typedef struct {
+  float lr;
+  float momentum;     /* SGD: 0 disables the velocity buffer */
+  float beta1, beta2; /* Adam */
+  float eps;          /* Adagrad, Adam */
+  float weight_decay;
+  int64_t step;
+} hps_opt;
+
+/* SGD: v = momentum*v + g; w -= lr*v (v may be NULL when momentum == 0, then w -= lr*g). */
+void hps_sgd(hps_isa isa, int64_t n, float *w, const float *g, float *v, const hps_opt *o);
+/* Adagrad: a += g*g; w -= lr * g / (sqrt(a) + eps). */
+void hps_adagrad(hps_isa isa, int64_t n, float *w, const float *g, float *a, const hps_opt *o);
+/* Adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). */
+void hps_adam(hps_isa isa, int64_t n, float *w, const float *g, float *m, float *v,
+              const hps_opt *o);
+
+int hps_sgd_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
+                 const int64_t *rows, const float *g, float *v, const hps_opt *o, int64_t *bad);
+int hps_adagrad_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
+                     const int64_t *rows, const float *g, float *a, const hps_opt *o,
+                     int64_t *bad);
+int hps_adam_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
+                  const int64_t *rows, const float *g, float *m, float *v, const hps_opt *o,
+                  int64_t *bad);
+
+/* ---- 6. LSTM cell (pointwise part) -----------------------------------------
+ * The gate pre-activations z [batch x 4*hidden] come from one GEMM on [x, h];
+ * gate order i, f, g, o. Forward, with bias [4*hidden] (may be NULL):
+ *   i = sig(z_i+b_i), f = sig(z_f+b_f), g = tanh(z_g+b_g), o = sig(z_o+b_o)
+ *   c = f*c_prev + i*g;  h = o*tanh(c)
+ * gates [batch x 4*hidden] receives the activated i, f, g, o (saved for backward). */
+void hps_lstm_fwd(hps_isa isa, int64_t batch, int64_t hidden, const float *z,
+                  const float *bias, const float *c_prev, float *gates, float *c, float *h);
+/* Backward: given dh and dc (gradient flowing into c from the next step; may be
+ * NULL = zero), writes dz [batch x 4*hidden] (gradient of the pre-activations)
+ * and dc_prev [batch x hidden]. */
+void hps_lstm_bwd(hps_isa isa, int64_t batch, int64_t hidden, const float *gates,
+                  const float *c_prev, const float *c, const float *dh, const float *dc,
+                  float *dz, float *dc_prev);
+
+/* ---- 7. Softmax and losses -------------------------------------------------
+ * Row softmax (log_softmax when log != 0), numerically stable (max-shifted).
+ * In place (y == x) allowed. */
+void hps_softmax_rows(hps_isa isa, int64_t rows, int64_t cols, const float *x, float *y, int log);
+
+/* Binary cross-entropy with logits: returns sum_i [max(x,0) - x*y + log1p(exp(-|x|))],
+ * accumulated in double. Backward: dx[i] = scale * (sigmoid(x[i]) - y[i]). */
+double hps_bce_logits_fwd(hps_isa isa, int64_t n, const float *logits, const float *labels);
+void hps_bce_logits_bwd(hps_isa isa, int64_t n, const float *logits, const float *labels,
+                        float scale, float *dx);
+
+/* Softmax cross-entropy over rows with integer class labels: returns the sum of
+ * -log softmax(x)[label] over rows (double), and, when dx is not NULL, writes
+ * dx = scale * (softmax(x) - onehot(label)). Validates 0 <= label < cols. */
+int hps_softmax_xent(hps_isa isa, int64_t rows, int64_t cols, const float *logits,
+                     const int64_t *labels, float scale, float *dx, double *loss,
+                     int64_t *bad);
+
+/* ---- Helpers for benchmarks and tests --------------------------------------*/
+/* dst = src, n floats (memcpy): the bandwidth reference. */
+void hps_copy(int64_t n, const float *src, float *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

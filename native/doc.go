@@ -1,0 +1,11 @@
+// Package native is heterps' only door to native code: it exposes the C
+// kernels of kernels/ (and, with the cuda build tag, the CUDA kernels) as a Go
+// Backend over device buffers. Nothing outside this package calls C.
+//
+// The CPU backend is the default. It picks the widest instruction set the CPU
+// and OS support (AVX-512, AVX2, or the scalar reference) once at start-up;
+// HETERPS_ISA=scalar|avx2|avx512 forces one. Memory-bound ops are split by rows
+// into fixed-size chunks that run on several goroutines, each chunk one cgo
+// call; reductions add per-chunk partials in chunk order, so results do not
+// depend on the thread count. GEMM threads inside OpenBLAS.
+package native

@@ -1,0 +1,80 @@
+package native
+
+// #include "heterps_kernels.h"
+import "C"
+
+import "fmt"
+
+// Gemm computes C[m x n] = alpha*op(A)*op(B) + beta*C through OpenBLAS
+// cblas_sgemm, after checking that every operand holds the rows its stride
+// implies.
+func (b *CPU) Gemm(transA, transB bool, m, n, k int, alpha float32, a Buffer, lda int,
+	bb Buffer, ldb int, beta float32, c Buffer, ldc int) error {
+	if m < 0 || n < 0 || k < 0 {
+		return fmt.Errorf("gemm: negative size m=%d n=%d k=%d: %w", m, n, k, ErrArg)
+	}
+	aRows, aCols := m, k
+	if transA {
+		aRows, aCols = k, m
+	}
+	bRows, bCols := k, n
+	if transB {
+		bRows, bCols = n, k
+	}
+	ah, err := gemmOperand("A", a, aRows, aCols, lda)
+	if err != nil {
+		return err
+	}
+	bh, err := gemmOperand("B", bb, bRows, bCols, ldb)
+	if err != nil {
+		return err
+	}
+	ch, err := gemmOperand("C", c, m, n, ldc)
+	if err != nil {
+		return err
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		scaleMatrix(ch, m, n, ldc, beta)
+		return nil
+	}
+	C.hps_sgemm(cbool(transA), cbool(transB), C.int64_t(m), C.int64_t(n), C.int64_t(k),
+		C.float(alpha), fptr(ah), C.int64_t(lda), fptr(bh), C.int64_t(ldb),
+		C.float(beta), fptr(ch), C.int64_t(ldc))
+	return nil
+}
+
+// gemmOperand checks a [rows x cols] operand stored with row stride ld.
+func gemmOperand(name string, buf Buffer, rows, cols, ld int) (HostBuffer, error) {
+	if ld < max(1, cols) {
+		return nil, fmt.Errorf("gemm: ld%s=%d is less than its %d columns: %w", name, ld, cols, ErrShape)
+	}
+	need := 0
+	if rows > 0 && cols > 0 {
+		need = (rows-1)*ld + cols
+	}
+	return hostAtLeast("gemm: "+name, buf, need)
+}
+
+// scaleMatrix computes C = beta*C, which is what GEMM means when k == 0.
+func scaleMatrix(c []float32, m, n, ldc int, beta float32) {
+	for r := range m {
+		row := c[r*ldc : r*ldc+n]
+		for i := range row {
+			if beta == 0 {
+				row[i] = 0
+			} else {
+				row[i] *= beta
+			}
+		}
+	}
+}
+
+func cbool(v bool) C.int {
+	if v {
+		return 1
+	}
+	return 0
+}
