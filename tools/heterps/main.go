@@ -1,0 +1,81 @@
+// Command heterps is the heterps CLI: plan a model onto heterogeneous
+// resources, profile layers, train on this machine, and run or submit
+// distributed jobs. Each subcommand lives in its own file and registers
+// itself in commands.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// command is one subcommand. run gets the arguments after the subcommand's
+// name and returns the process exit status.
+type command struct {
+	summary string
+	run     func(args []string) int
+}
+
+// commands is filled by each subcommand file's init.
+var commands = map[string]command{}
+
+func register(name, summary string, run func(args []string) int) {
+	if _, dup := commands[name]; dup {
+		panic("heterps: command registered twice: " + name)
+	}
+	commands[name] = command{summary: summary, run: run}
+}
+
+// Exit statuses shared by subcommands.
+const (
+	exitOK         = 0
+	exitFailure    = 1 // the job itself failed
+	exitUsage      = 2 // bad flags, config or input data
+	exitInfeasible = 3 // a plan cannot meet its constraints
+)
+
+func main() {
+	os.Exit(dispatch(os.Args[1:]))
+}
+
+func dispatch(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage()
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "heterps: unknown command %q\n\n", args[0])
+		usage()
+		return exitUsage
+	}
+	return cmd.run(args[1:])
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: heterps <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nRun 'heterps <command> -h' for a command's flags.")
+}
+
+// fail prints err for the user and returns status.
+func fail(status int, err error) int {
+	var code interface{ ExitStatus() int }
+	if errors.As(err, &code) {
+		status = code.ExitStatus()
+	}
+	fmt.Fprintln(os.Stderr, "heterps:", err)
+	return status
+}
