@@ -1,0 +1,142 @@
+package native
+
+import (
+	"errors"
+	"testing"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+func gonumTrans(t bool) blas.Transpose {
+	if t {
+		return blas.Trans
+	}
+	return blas.NoTrans
+}
+
+// TestGemmMatchesGonum checks the OpenBLAS path against gonum's pure-Go
+// BLAS on odd shapes, all transpose combinations, padded strides, and
+// alpha/beta values, with guard padding around C.
+func TestGemmMatchesGonum(t *testing.T) {
+	b := MustCPU()
+	rng := newRNG(1)
+	dims := []int{1, 2, 3, 7, 16, 17, 33, 64, 65}
+	for _, m := range dims {
+		for _, n := range dims {
+			for _, k := range []int{1, 5, 31, 64} {
+				for _, ta := range []bool{false, true} {
+					for _, tb := range []bool{false, true} {
+						checkGemm(t, b, rng.IntN(3), m, n, k, ta, tb, 1.5, 0.25)
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkGemm(t *testing.T, b *CPU, pad, m, n, k int, ta, tb bool, alpha, beta float32) {
+	t.Helper()
+	rng := newRNG(uint64(m*10007 + n*101 + k))
+	ar, ac := m, k
+	if ta {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tb {
+		br, bc = n, k
+	}
+	lda, ldb, ldc := ac+pad, bc+pad, n+pad
+	a := randFloats(rng, ar*lda, -1, 1)
+	bm := randFloats(rng, br*ldb, -1, 1)
+	c0 := randFloats(rng, m*ldc, -1, 1)
+	c, full := guarded(len(c0), c0)
+	if err := b.Gemm(ta, tb, m, n, k, alpha, HostBuffer(a), lda, HostBuffer(bm), ldb, beta, c, ldc); err != nil {
+		t.Fatal(err)
+	}
+	checkGuards(t, "gemm C", full)
+	want := append([]float32(nil), c0...)
+	blas32.Gemm(gonumTrans(ta), gonumTrans(tb), alpha,
+		blas32.General{Rows: ar, Cols: ac, Stride: lda, Data: a},
+		blas32.General{Rows: br, Cols: bc, Stride: ldb, Data: bm},
+		beta, blas32.General{Rows: m, Cols: n, Stride: ldc, Data: want})
+	assertClose(t, "gemm", c, want, 1e-4, 1e-4)
+}
+
+func TestGemmZeroK(t *testing.T) {
+	b := MustCPU()
+	c := HostBuffer{1, 2, 3, 4}
+	if err := b.Gemm(false, false, 2, 2, 0, 1, HostBuffer{}, 1, HostBuffer{}, 2, 0.5, c, 2); err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "beta*C", c, []float32{0.5, 1, 1.5, 2}, 0, 0)
+	if err := b.Gemm(false, false, 2, 2, 0, 1, HostBuffer{}, 1, HostBuffer{}, 2, 0, c, 2); err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "beta=0 clears C", c, []float32{0, 0, 0, 0}, 0, 0)
+}
+
+func TestGemmRejectsShortOrMisStridedOperands(t *testing.T) {
+	b := MustCPU()
+	a := make(HostBuffer, 6) // 2x3
+	bm := make(HostBuffer, 12)
+	c := make(HostBuffer, 8)
+	cases := []struct {
+		name string
+		err  error
+		call func() error
+	}{
+		{"negative m", ErrArg, func() error { return b.Gemm(false, false, -1, 4, 3, 1, a, 3, bm, 4, 0, c, 4) }},
+		{"short A", ErrShape, func() error { return b.Gemm(false, false, 3, 4, 3, 1, a, 3, bm, 4, 0, c, 4) }},
+		{"lda < cols", ErrShape, func() error { return b.Gemm(false, false, 2, 4, 3, 1, a, 2, bm, 4, 0, c, 4) }},
+		{"short C", ErrShape, func() error { return b.Gemm(false, false, 2, 4, 3, 1, a, 3, bm, 4, 0, c[:7], 4) }},
+		{"transposed B too short", ErrShape, func() error { return b.Gemm(false, true, 2, 5, 3, 1, a, 3, bm, 3, 0, c, 4) }},
+		{"nil C", ErrArg, func() error { return b.Gemm(false, false, 2, 4, 3, 1, a, 3, bm, 4, 0, nil, 4) }},
+	}
+	for _, tc := range cases {
+		if err := tc.call(); !errors.Is(err, tc.err) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.err)
+		}
+	}
+}
+
+func TestBestISAHonoursEnvironment(t *testing.T) {
+	t.Setenv("HETERPS_ISA", "scalar")
+	if isa, err := BestISA(); err != nil || isa != Scalar {
+		t.Fatalf("HETERPS_ISA=scalar: got %v, %v", isa, err)
+	}
+	t.Setenv("HETERPS_ISA", "sse9")
+	if _, err := BestISA(); err == nil {
+		t.Fatal("unknown ISA accepted")
+	}
+	t.Setenv("HETERPS_ISA", "")
+	all := SupportedISAs()
+	if isa, _ := BestISA(); isa != all[len(all)-1] {
+		t.Fatalf("default ISA %v, want widest %v", isa, all[len(all)-1])
+	}
+}
+
+func TestChunksCoverEachItemOnce(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 100, 1001} {
+		for _, threads := range []int{1, 2, 5} {
+			seen := make([]int32, n)
+			pieces := make([]bool, pieceCount(n, 64))
+			chunks(n, 64, threads, func(p, lo, hi int) {
+				pieces[p] = true
+				for i := lo; i < hi; i++ {
+					seen[i]++
+				}
+			})
+			for i, s := range seen {
+				if s != 1 {
+					t.Fatalf("n=%d threads=%d: item %d seen %d times", n, threads, i, s)
+				}
+			}
+			for p, ok := range pieces {
+				if !ok {
+					t.Fatalf("piece %d not run", p)
+				}
+			}
+		}
+	}
+}
