@@ -1,0 +1,70 @@
+package ckpt
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// testHookWrap, when set by a test, wraps the temporary file's writer (to
+// inject a failure midway through a write).
+var testHookWrap func(io.Writer) io.Writer
+
+// filePerm is the mode of written files: readable by other tools of the user's group.
+const filePerm = 0o644
+
+// writeAtomic creates path with the bytes fill writes: into a temporary file
+// in the same directory, synced, renamed over path, and the directory synced.
+// On error the temporary file is removed and path is untouched.
+func writeAtomic(path string, fill func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("ckpt: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+			err = fmt.Errorf("ckpt: write %s: %w", path, err)
+		}
+	}()
+	if err = f.Chmod(filePerm); err != nil {
+		return err
+	}
+	var w io.Writer = f
+	if testHookWrap != nil {
+		w = testHookWrap(w)
+	}
+	if err = fill(w); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename or a new file in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
