@@ -1,0 +1,37 @@
+// Package data turns training data into mini-batches for the model layers:
+// streaming readers for Criteo (raw TSV and CSV with a header), Avazu CSV,
+// libsvm and the digits CSV; a synthetic click-through generator whose
+// logistic ground truth is known, so trained models can be compared with the
+// Bayes-optimal AUC; AUC and accuracy; and the record-selection rules every
+// source shares (sharding across workers, a train/eval hold-out split).
+//
+// # Records and selection
+//
+// Every source numbers its records 0, 1, 2, ... in stream order: for a file,
+// its data lines (header and empty lines excluded, malformed lines included),
+// for the generator, the samples it would draw. A source emits record i when
+// all of these hold:
+//
+//   - sharding: i mod Shards == Shard (worker k of K sees every K-th record,
+//     so the K workers' streams are disjoint and together cover the data);
+//   - hold-out: the split rule in [IsEval] puts i in the requested split;
+//   - limit: i < Limit, when a limit is set.
+//
+// Lines that a worker does not own are not parsed, so a malformed line is
+// reported by the worker that owns it.
+//
+// # Features
+//
+// Categorical values are hashed per slot with [HashID] (FNV-1a 64 over the
+// slot number and the value's bytes, modulo the vocabulary). An empty
+// categorical value is hashed like any other, as the empty string, so each
+// slot has its own "missing" id and every Criteo or Avazu bag holds exactly
+// one id. Integer features become log(1+x); negative integers are clamped to
+// 0 first (as DLRM does), and an empty integer is 0.
+//
+// # Bad input
+//
+// A malformed line is a *[LineError] naming the file, the 1-based line and
+// the field. With Options.SkipBadLines such lines are skipped and counted
+// instead ([Source.BadLines]).
+package data

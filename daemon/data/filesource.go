@@ -1,0 +1,131 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// format decodes the lines of one kind of text file.
+type format interface {
+	// begin sees the file's first non-empty line and reports whether it is
+	// a header rather than a record. An error here is fatal even when bad
+	// lines are skipped: the file is not of this format.
+	begin(first []byte) (header bool, err *fieldError)
+	// parse decodes one record's line into rec, which has been reset.
+	parse(line []byte, rec *record) *fieldError
+}
+
+// fileSource drives a format over a file: line numbers, header, record
+// selection, bad-line policy and batching.
+type fileSource struct {
+	name    string
+	lines   *lineReader
+	format  format
+	schema  Schema
+	opts    Options
+	rec     *record
+	line    int64 // lines read so far, i.e. the current line's number
+	next    int64 // index of the next record
+	started bool  // the first non-empty line has been seen
+	bad     int64
+	err     error // sticky: io.EOF or the error that stopped the stream
+}
+
+func openFile(path string, f format, schema Schema, opts Options) (*fileSource, error) {
+	lines, err := openLines(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	return &fileSource{name: path, lines: lines, format: f, schema: schema, opts: opts, rec: newRecord(schema)}, nil
+}
+
+func (s *fileSource) Schema() Schema  { return s.schema }
+func (s *fileSource) BadLines() int64 { return s.bad }
+func (s *fileSource) Close() error    { return s.lines.Close() }
+
+// ctxCheckEvery is how many lines Next reads between cancellation checks.
+const ctxCheckEvery = 1024
+
+func (s *fileSource) Next(ctx context.Context, size int) (*Batch, error) {
+	if err := checkSize(size); err != nil {
+		return nil, err
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	b := newBatch(s.schema, size, false)
+	for n := 0; b.Size < size; n++ {
+		if n%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		if err := s.readLine(b); err != nil {
+			s.err = err
+			break
+		}
+	}
+	if s.err != nil && (s.err != io.EOF || b.Size == 0) {
+		return nil, s.err
+	}
+	return b, nil
+}
+
+// readLine reads one line and adds it to b when it is a record this worker
+// keeps. It returns io.EOF at the end of the stream.
+func (s *fileSource) readLine(b *Batch) error {
+	line, err := s.lines.next()
+	if err == io.EOF {
+		return io.EOF
+	}
+	s.line++
+	tooLong := errors.Is(err, errLineTooLong)
+	if err != nil && !tooLong {
+		return fmt.Errorf("data: %s: line %d: %w", s.name, s.line, err)
+	}
+	if len(line) == 0 && !tooLong {
+		return nil
+	}
+	if !s.started && !tooLong {
+		s.started = true
+		header, ferr := s.format.begin(line)
+		if ferr != nil {
+			return s.lineError(ferr)
+		}
+		if header {
+			return nil
+		}
+	}
+	i := s.next
+	s.next++
+	if s.opts.past(i) {
+		return io.EOF
+	}
+	if !s.opts.keeps(i) {
+		return nil
+	}
+	if tooLong {
+		return s.reject(&fieldError{reason: errLineTooLong.Error()})
+	}
+	s.rec.reset()
+	if ferr := s.format.parse(line, s.rec); ferr != nil {
+		return s.reject(ferr)
+	}
+	b.add(s.rec)
+	return nil
+}
+
+// reject skips and counts a malformed line, or stops the stream with it.
+func (s *fileSource) reject(ferr *fieldError) error {
+	if s.opts.SkipBadLines {
+		s.bad++
+		return nil
+	}
+	return s.lineError(ferr)
+}
+
+func (s *fileSource) lineError(ferr *fieldError) error {
+	return &LineError{File: s.name, Line: s.line, Field: ferr.field, Reason: ferr.reason}
+}

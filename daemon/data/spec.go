@@ -1,0 +1,145 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Spec is a parsed data spec, as the CLI's --data flag takes it:
+//
+//	synthetic[:SEED]   the generator with DefaultSynthetic(SEED); SEED defaults to 1
+//	criteo:PATH        Criteo TSV or CSV, told apart by content
+//	avazu:PATH         Avazu CSV
+//	libsvm:PATH        libsvm
+//	digits:PATH        digits CSV
+//
+// Files may be gzip-compressed. PATH is everything after the first colon,
+// so it may hold colons itself.
+type Spec struct {
+	Kind string // synthetic, criteo, avazu, libsvm or digits
+	Path string // the file; empty for synthetic
+	Seed uint64 // synthetic only
+}
+
+// DefaultSeed is the generator's seed when a synthetic spec names none.
+const DefaultSeed = 1
+
+var fileOpeners = map[string]func(string, Options) (Source, error){
+	"criteo": OpenCriteo,
+	"avazu":  OpenAvazu,
+	"libsvm": OpenLibsvm,
+	"digits": OpenDigits,
+}
+
+// ParseSpec parses a data spec. Errors are *SpecError.
+func ParseSpec(spec string) (Spec, error) {
+	kind, arg, hasArg := strings.Cut(spec, ":")
+	if kind == "synthetic" {
+		if !hasArg {
+			return Spec{Kind: kind, Seed: DefaultSeed}, nil
+		}
+		seed, err := strconv.ParseUint(arg, 10, 64)
+		if err != nil {
+			return Spec{}, &SpecError{Spec: spec, Reason: "the seed must be an unsigned decimal integer"}
+		}
+		return Spec{Kind: kind, Seed: seed}, nil
+	}
+	if _, ok := fileOpeners[kind]; !ok {
+		return Spec{}, &SpecError{Spec: spec, Reason: "unknown kind " + strconv.Quote(kind) +
+			" (want synthetic[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
+	}
+	if arg == "" {
+		return Spec{}, &SpecError{Spec: spec, Reason: "missing path (want " + kind + ":PATH)"}
+	}
+	return Spec{Kind: kind, Path: arg}, nil
+}
+
+// String returns the spec in the form ParseSpec reads.
+func (s Spec) String() string {
+	if s.Kind == "synthetic" {
+		return "synthetic:" + strconv.FormatUint(s.Seed, 10)
+	}
+	return s.Kind + ":" + s.Path
+}
+
+// Open opens a source for the spec; call it again for each pass or worker.
+func (s Spec) Open(opts Options) (Source, error) {
+	if s.Kind == "synthetic" {
+		return NewSynthetic(DefaultSynthetic(s.Seed), opts)
+	}
+	open, ok := fileOpeners[s.Kind]
+	if !ok {
+		return nil, &SpecError{Spec: s.String(), Reason: "unknown kind"}
+	}
+	return open(s.Path, opts)
+}
+
+// Open parses spec and opens it.
+func Open(spec string, opts Options) (Source, error) {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.Open(opts)
+}
+
+// Repeat returns a source that reopens its data whenever a pass ends, for
+// training over more samples than a file holds. A pass's last batch may be
+// short; the next call starts a new pass. The stream ends (io.EOF) only when
+// a fresh pass has nothing in it. BadLines is the largest count of any one
+// pass: every pass skips the same lines, so it counts distinct bad lines.
+func Repeat(open func() (Source, error)) (Source, error) {
+	src, err := open()
+	if err != nil {
+		return nil, err
+	}
+	return &repeating{open: open, cur: src, schema: src.Schema()}, nil
+}
+
+type repeating struct {
+	open   func() (Source, error)
+	cur    Source // nil once a reopen has failed
+	schema Schema
+	bad    int64 // largest count of a finished pass
+}
+
+func (r *repeating) Schema() Schema { return r.schema }
+
+func (r *repeating) BadLines() int64 {
+	if r.cur == nil {
+		return r.bad
+	}
+	return max(r.bad, r.cur.BadLines())
+}
+
+func (r *repeating) Close() error {
+	if r.cur == nil {
+		return nil
+	}
+	return r.cur.Close()
+}
+
+func (r *repeating) Next(ctx context.Context, size int) (*Batch, error) {
+	if r.cur == nil {
+		return nil, errors.New("data: repeat: the source could not be reopened")
+	}
+	b, err := r.cur.Next(ctx, size)
+	if !errors.Is(err, io.EOF) {
+		return b, err
+	}
+	r.bad = max(r.bad, r.cur.BadLines())
+	err = r.cur.Close()
+	r.cur = nil
+	if err != nil {
+		return nil, fmt.Errorf("data: repeat: %w", err)
+	}
+	if r.cur, err = r.open(); err != nil {
+		r.cur = nil
+		return nil, fmt.Errorf("data: repeat: reopen: %w", err)
+	}
+	return r.cur.Next(ctx, size)
+}
