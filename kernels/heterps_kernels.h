@@ -149,14 +149,17 @@ void hps_lstm_bwd(hps_isa isa, int64_t batch, int64_t hidden, const float *gates
 void hps_softmax_rows(hps_isa isa, int64_t rows, int64_t cols, const float *x, float *y, int log);
 
 /* Binary cross-entropy with logits: returns sum_i [max(x,0) - x*y + log1p(exp(-|x|))],
- * accumulated in double. Backward: dx[i] = scale * (sigmoid(x[i]) - y[i]). */
+ * accumulated in double. Backward: dx[i] = scale * (sigmoid(x[i]) - y[i]), computed
+ * as scale * ((1 - y[i]) - sigmoid(-x[i])) for x[i] >= 0 so that small gradients of
+ * confident predictions survive. */
 double hps_bce_logits_fwd(hps_isa isa, int64_t n, const float *logits, const float *labels);
 void hps_bce_logits_bwd(hps_isa isa, int64_t n, const float *logits, const float *labels,
                         float scale, float *dx);
 
 /* Softmax cross-entropy over rows with integer class labels: returns the sum of
  * -log softmax(x)[label] over rows (double), and, when dx is not NULL, writes
- * dx = scale * (softmax(x) - onehot(label)). Validates 0 <= label < cols. */
+ * dx = scale * (softmax(x) - onehot(label)). Validates 0 <= label < cols before
+ * writing (HPS_ERANGE, *bad = row); loss must not be NULL (HPS_EINVAL). */
 int hps_softmax_xent(hps_isa isa, int64_t rows, int64_t cols, const float *logits,
                      const int64_t *labels, float scale, float *dx, double *loss,
                      int64_t *bad);
