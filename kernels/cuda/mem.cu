@@ -1,0 +1,81 @@
+// Copy, fill and status names (heterps_cuda.h helpers).
+#include <cublas_v2.h>
+
+#include "common.cuh"
+
+namespace hps {
+namespace {
+
+__global__ void fill_k(int64_t n, bool vec, float *dst, float v) {
+  int64_t done = 0;
+  if (vec) {
+    const int64_t n4 = n / 4;
+    float4 *d4 = reinterpret_cast<float4 *>(dst);
+    for (int64_t i = gtid(); i < n4; i += gstride()) d4[i] = make_float4(v, v, v, v);
+    done = n4 * 4;
+  }
+  for (int64_t i = done + gtid(); i < n; i += gstride()) dst[i] = v;
+}
+
+const char *blas_name(int s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+}  // namespace
+}  // namespace hps
+
+using namespace hps;
+
+extern "C" int hps_cuda_copy(cudaStream_t s, int64_t n, const float *src, float *dst) {
+  if (n < 0) return HPS_EINVAL;
+  if (n == 0 || src == dst) return HPS_OK;
+  if (!src || !dst) return HPS_EINVAL;
+  return status(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+
+extern "C" int hps_cuda_fill(cudaStream_t s, int64_t n, float *dst, float v) {
+  if (n < 0) return HPS_EINVAL;
+  if (n == 0) return HPS_OK;
+  if (!dst) return HPS_EINVAL;
+  const bool vec = aligned16(dst);
+  fill_k<<<blocks_for(vec ? n / 4 : n), kBlock, 0, s>>>(n, vec, dst, v);
+  return launched();
+}
+
+extern "C" const char *hps_cuda_strerror(int st) {
+  switch (st) {
+    case HPS_OK:
+      return "HPS_OK";
+    case HPS_EINVAL:
+      return "HPS_EINVAL";
+    case HPS_ERANGE:
+      return "HPS_ERANGE";
+    case HPS_EORDER:
+      return "HPS_EORDER";
+    case HPS_CUDA_ENOBLAS:
+      return "HPS_CUDA_ENOBLAS (libcublas could not be loaded)";
+  }
+  if (st >= HPS_CUDA_EBLAS) return blas_name(st - HPS_CUDA_EBLAS);
+  if (st > 0) return cudaGetErrorName((cudaError_t)st);
+  return "HPS_E_UNKNOWN";
+}
