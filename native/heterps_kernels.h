@@ -1,0 +1,1 @@
+../kernels/heterps_kernels.h
