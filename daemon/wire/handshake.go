@@ -1,0 +1,313 @@
+package wire
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Handshake, run on every new connection before any other frame is parsed.
+// D is the dialer, L the listener; all frames are on stream 0.
+//
+//	D -> L  MsgHello  {role D, mode, id_D, nonce_D}
+//	L -> D  MsgHello  {role L, mode, id_L, nonce_L}
+//	D -> L  MsgProof  HMAC-SHA256(secret, transcript(role D))   HMAC mode only
+//	L -> D  MsgProof  HMAC-SHA256(secret, transcript(role L))   after D's checks out
+//
+//	transcript(role) = "heterps/wire/v1 handshake" || role || mode ||
+//	                   len(id_D) || id_D || len(id_L) || id_L || nonce_D || nonce_L
+//
+// Each side proves it holds the secret over both fresh nonces, both node ids
+// and its own role, so a proof can be neither replayed on another connection
+// nor reflected back. L proves itself only after D has, so a peer without the
+// secret gets no proof out of L at all. Handshake frames may carry at most
+// maxHandshakePayload bytes and the whole exchange has HandshakeTimeout.
+//
+// Hello payload:
+//
+//	offset  size  field
+//	     0     1  role: 1 = dialer, 2 = listener
+//	     1     1  mode: 1 = HMAC-SHA256, 2 = plain
+//	     2     1  node id length n, 1..64
+//	     3     1  reserved, 0
+//	     4    32  nonce
+//	    36     n  node id
+//
+// Proof payload: the 32-byte HMAC.
+
+const (
+	roleDialer   byte = 1
+	roleListener byte = 2
+	modeHMAC     byte = 1
+	modePlain    byte = 2
+
+	nonceSize           = 32
+	helloFixed          = 4 + nonceSize
+	maxHandshakePayload = helloFixed + maxNodeID
+	macDomain           = "heterps/wire/v1 handshake"
+)
+
+type hello struct {
+	role, mode byte
+	node       string
+	nonce      [nonceSize]byte
+}
+
+func (h *hello) marshal() []byte {
+	b := make([]byte, 0, helloFixed+len(h.node))
+	b = append(b, h.role, h.mode, byte(len(h.node)), 0)
+	b = append(b, h.nonce[:]...)
+	return append(b, h.node...)
+}
+
+func parseHello(b []byte) (hello, error) {
+	const part = "handshake hello"
+	if len(b) < helloFixed {
+		return hello{}, decodeErr(part, ErrTruncated, "got %d bytes, need at least %d", len(b), helloFixed)
+	}
+	h := hello{role: b[0], mode: b[1]}
+	if h.role != roleDialer && h.role != roleListener {
+		return hello{}, decodeErr(part, ErrMalformed, "unknown role %d", h.role)
+	}
+	if h.mode != modeHMAC && h.mode != modePlain {
+		return hello{}, decodeErr(part, ErrMalformed, "unknown mode %d", h.mode)
+	}
+	if b[3] != 0 {
+		return hello{}, decodeErr(part, ErrMalformed, "reserved byte is %d", b[3])
+	}
+	if n := int(b[2]); len(b) != helloFixed+n {
+		return hello{}, decodeErr(part, ErrMalformed, "node id length %d but %d bytes follow the nonce", n, len(b)-helloFixed)
+	}
+	copy(h.nonce[:], b[4:helloFixed])
+	h.node = string(b[helloFixed:])
+	if err := checkNodeID(h.node); err != nil {
+		return hello{}, decodeErr(part, ErrMalformed, "%v", err)
+	}
+	return h, nil
+}
+
+func modeName(m byte) string {
+	if m == modePlain {
+		return "plain"
+	}
+	return "HMAC"
+}
+
+// proof is one side's HMAC over the handshake transcript.
+func proof(secret []byte, role byte, d, l *hello) []byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(macDomain))
+	mac.Write([]byte{role, d.mode, byte(len(d.node))})
+	mac.Write([]byte(d.node))
+	mac.Write([]byte{byte(len(l.node))})
+	mac.Write([]byte(l.node))
+	mac.Write(d.nonce[:])
+	mac.Write(l.nonce[:])
+	return mac.Sum(nil)
+}
+
+// framer reads and writes whole frames on a connection and numbers them.
+// It reads from r: the bare connection during the handshake, so that no byte
+// past it is consumed, and a buffered reader afterwards.
+type framer struct {
+	nc               net.Conn
+	r                io.Reader
+	sendSeq, recvSeq uint64
+}
+
+// writeSmall writes a small frame in one write. The caller owns writing.
+func (f *framer) writeSmall(typ MsgType, payload []byte) error {
+	f.sendSeq++
+	frame := AppendFrame(make([]byte, 0, HeaderSize+len(payload)), Header{Type: typ, Seq: f.sendSeq}, payload)
+	if _, err := f.nc.Write(frame); err != nil {
+		return fmt.Errorf("write %s: %w", typ, err)
+	}
+	return nil
+}
+
+// readHeader reads the next frame header and checks its sequence number.
+func (f *framer) readHeader(maxPayload int) (Header, error) {
+	h, err := ReadHeader(f.r, maxPayload)
+	if err != nil {
+		return Header{}, err
+	}
+	if h.Seq != f.recvSeq+1 {
+		return Header{}, decodeErr("frame header", ErrMalformed, "sequence number %d, want %d", h.Seq, f.recvSeq+1)
+	}
+	f.recvSeq = h.Seq
+	return h, nil
+}
+
+// readHandshake reads one handshake frame of type want.
+func (f *framer) readHandshake(want MsgType) ([]byte, error) {
+	h, err := f.readHeader(maxHandshakePayload)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", want, err)
+	}
+	if h.Type != want || h.Stream != 0 {
+		return nil, decodeErr("handshake", ErrMalformed, "got type %d on stream %d, want %s on stream 0", h.Type, h.Stream, want)
+	}
+	payload, err := ReadPayload(f.r, h)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", want, err)
+	}
+	return payload, nil
+}
+
+// handshake authenticates nc as role (roleDialer or roleListener). A dialer
+// may insist on the peer's node id (wantPeer != ""). It returns the peer's
+// node id and the framer to continue with.
+func handshake(ctx context.Context, nc net.Conn, cfg *Config, role byte, wantPeer string) (string, *framer, error) {
+	if cfg.Plain {
+		if err := checkLoopback(nc.LocalAddr(), nc.RemoteAddr()); err != nil {
+			return "", nil, err
+		}
+	}
+	deadline := time.Now().Add(cfg.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := nc.SetDeadline(deadline); err != nil {
+		return "", nil, fmt.Errorf("wire: handshake: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	f := &framer{nc: nc, r: nc}
+	var peer string
+	var err error
+	if role == roleDialer {
+		peer, err = dialerHandshake(f, cfg, wantPeer)
+	} else {
+		peer, err = listenerHandshake(f, cfg)
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("wire: handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return "", nil, fmt.Errorf("wire: handshake: %w", err)
+	}
+	return peer, f, nil
+}
+
+func newHello(cfg *Config, role byte) hello {
+	h := hello{role: role, mode: modeHMAC, node: cfg.NodeID}
+	if cfg.Plain {
+		h.mode = modePlain
+	}
+	rand.Read(h.nonce[:])
+	return h
+}
+
+func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
+	d := newHello(cfg, roleDialer)
+	if err := f.writeSmall(MsgHello, d.marshal()); err != nil {
+		return "", err
+	}
+	l, err := readHello(f, roleListener)
+	if err != nil {
+		return "", err
+	}
+	if l.mode != d.mode {
+		return "", fmt.Errorf("%w: listener %q uses %s mode, this node %s", ErrAuth, l.node, modeName(l.mode), modeName(d.mode))
+	}
+	if wantPeer != "" && l.node != wantPeer {
+		return "", fmt.Errorf("%w: dialled %q but the listener is %q", ErrAuth, wantPeer, l.node)
+	}
+	if d.mode == modePlain {
+		return l.node, nil
+	}
+	if err := f.writeSmall(MsgProof, proof(cfg.Secret, roleDialer, &d, &l)); err != nil {
+		return "", err
+	}
+	got, err := f.readHandshake(MsgProof)
+	if errors.Is(err, io.EOF) || errors.Is(err, ErrTruncated) {
+		return "", fmt.Errorf("%w: listener %q hung up after our proof (different cluster secret?): %w", ErrAuth, l.node, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	if !hmac.Equal(got, proof(cfg.Secret, roleListener, &d, &l)) {
+		return "", fmt.Errorf("%w: listener %q's proof is wrong (different cluster secret?)", ErrAuth, l.node)
+	}
+	return l.node, nil
+}
+
+func listenerHandshake(f *framer, cfg *Config) (string, error) {
+	d, err := readHello(f, roleDialer)
+	if err != nil {
+		return "", err
+	}
+	l := newHello(cfg, roleListener)
+	if err := f.writeSmall(MsgHello, l.marshal()); err != nil {
+		return "", err
+	}
+	if d.mode != l.mode {
+		return "", fmt.Errorf("%w: dialer %q uses %s mode, this node %s", ErrAuth, d.node, modeName(d.mode), modeName(l.mode))
+	}
+	if l.mode == modePlain {
+		return d.node, nil
+	}
+	got, err := f.readHandshake(MsgProof)
+	if err != nil {
+		return "", err
+	}
+	if !hmac.Equal(got, proof(cfg.Secret, roleDialer, &d, &l)) {
+		return "", fmt.Errorf("%w: dialer %q's proof is wrong (different cluster secret?)", ErrAuth, d.node)
+	}
+	if err := f.writeSmall(MsgProof, proof(cfg.Secret, roleListener, &d, &l)); err != nil {
+		return "", err
+	}
+	return d.node, nil
+}
+
+func readHello(f *framer, wantRole byte) (hello, error) {
+	b, err := f.readHandshake(MsgHello)
+	if err != nil {
+		return hello{}, err
+	}
+	h, err := parseHello(b)
+	if err != nil {
+		return hello{}, err
+	}
+	if h.role != wantRole {
+		return hello{}, decodeErr("handshake hello", ErrMalformed, "peer claims role %d, want %d", h.role, wantRole)
+	}
+	return h, nil
+}
+
+// checkLoopback refuses plain mode unless every address is loopback.
+func checkLoopback(addrs ...net.Addr) error {
+	for _, a := range addrs {
+		tcp, ok := a.(*net.TCPAddr)
+		if !ok || !tcp.IP.IsLoopback() {
+			return fmt.Errorf("%w: %v is not loopback", ErrPlainNotLoopback, a)
+		}
+	}
+	return nil
+}
+
+// checkLoopbackHost refuses plain mode for a host:port whose host is not a
+// loopback IP or "localhost", before anything is dialled or bound.
+func checkLoopbackHost(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("wire: address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%w: %q is not a loopback address", ErrPlainNotLoopback, addr)
+	}
+	return nil
+}

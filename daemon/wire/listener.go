@@ -1,0 +1,181 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// Dial connects to addr and runs the handshake as the dialer. With wantPeer
+// set, a listener with another node id is refused. In plain mode addr must be
+// a loopback address.
+func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Plain {
+		if err := checkLoopbackHost(addr); err != nil {
+			return nil, err
+		}
+	}
+	d := net.Dialer{Timeout: cfg.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
+	}
+	peer, fr, err := handshake(ctx, nc, &cfg, roleDialer, wantPeer)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return newConn(nc, fr, peer, cfg), nil
+}
+
+// maxPendingHandshakes bounds the handshakes a Listener runs at once, so a
+// crowd of silent peers can hold at most this many goroutines and sockets
+// for HandshakeTimeout.
+const maxPendingHandshakes = 64
+
+// Listener accepts TCP connections and authenticates each in its own
+// goroutine. A peer that fails the handshake is disconnected and logged;
+// the others are served regardless.
+type Listener struct {
+	ln     net.Listener
+	cfg    Config
+	ready  chan *Conn // authenticated, waiting for Accept
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// Listen listens on addr (host:port; port 0 picks one). In plain mode the
+// address must be loopback.
+func Listen(addr string, cfg Config) (*Listener, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Plain {
+		if err := checkLoopbackHost(addr); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("wire: listen: %w", err)
+	}
+	if cfg.Plain {
+		if err := checkLoopback(ln.Addr()); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	l := &Listener{ln: ln, cfg: cfg, ready: make(chan *Conn)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// Addr is the address the listener is bound to.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Accept returns the next authenticated connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.ctx.Done():
+		return nil, fmt.Errorf("wire: accept: %w", net.ErrClosed)
+	}
+}
+
+// Close stops listening, abandons handshakes in progress and waits for the
+// listener's goroutines. Connections already accepted stay open.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.cancel()
+		err = l.ln.Close()
+		l.wg.Wait()
+	})
+	return err
+}
+
+func (l *Listener) acceptLoop() {
+	defer l.wg.Done()
+	slots := make(chan struct{}, maxPendingHandshakes)
+	backoff := backoff{min: 5 * time.Millisecond, max: time.Second}
+	for {
+		nc, err := l.ln.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil { // e.g. out of file descriptors: wait and retry
+			l.cfg.Logger.Error("wire: accept", "addr", l.ln.Addr().String(), "err", err)
+			if !backoff.wait(l.ctx) {
+				return
+			}
+			continue
+		}
+		backoff.reset()
+		select {
+		case slots <- struct{}{}:
+		case <-l.ctx.Done():
+			nc.Close()
+			return
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-slots }()
+			l.authenticate(nc)
+		}()
+	}
+}
+
+// authenticate runs the listener's side of the handshake on nc and hands
+// the connection to Accept.
+func (l *Listener) authenticate(nc net.Conn) {
+	peer, fr, err := handshake(l.ctx, nc, &l.cfg, roleListener, "")
+	if err != nil {
+		nc.Close()
+		if l.ctx.Err() == nil {
+			l.cfg.Logger.Warn("wire: rejected peer", "remote", nc.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	c := newConn(nc, fr, peer, l.cfg)
+	select {
+	case l.ready <- c:
+	case <-l.ctx.Done():
+		c.Close()
+	}
+}
+
+// backoff is an exponential wait between retries.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+// wait sleeps for the next interval; false means ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	b.cur = min(max(2*b.cur, b.min), b.max)
+	t := time.NewTimer(b.cur)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (b *backoff) reset() { b.cur = 0 }

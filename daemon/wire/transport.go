@@ -1,0 +1,313 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// Transport moves messages between this node and its peers. TCPTransport is
+// the real one; package wiretest wraps any Transport with faults for tests.
+type Transport interface {
+	// AddPeer makes node id a peer reachable at addr (host:port).
+	AddPeer(id, addr string) error
+	// RemovePeer forgets a peer and closes its connection.
+	RemovePeer(id string) error
+	// Send sends m to peer to on stream (> 0).
+	Send(ctx context.Context, to string, stream uint32, m *Message) error
+	// Recv returns the next message from peer from on stream (> 0).
+	Recv(ctx context.Context, from string, stream uint32) (*MessageView, error)
+	// Close closes every connection and stops the transport; idempotent.
+	Close() error
+}
+
+// TCPTransport keeps one authenticated TCP connection per peer. Of each pair
+// of nodes the one with the smaller node id (byte order) dials, and redials
+// with backoff whenever the connection drops; the other waits for it. A
+// connection only counts for a peer added with AddPeer; others are refused
+// and logged. Messages queued on a connection that drops are lost: callers
+// that need them again resend (pushes carry what makes a resend idempotent).
+type TCPTransport struct {
+	cfg    Config
+	ln     *Listener
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	peers  map[string]*peer
+	closed bool
+}
+
+type peer struct {
+	id, addr string
+	conn     *Conn         // the current connection; nil before the first
+	changed  chan struct{} // closed (and replaced) when conn changes or the peer goes
+	stopDial context.CancelFunc
+}
+
+func (p *peer) signal() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+var _ Transport = (*TCPTransport)(nil)
+
+// NewTCPTransport listens on listenAddr and starts serving peers.
+func NewTCPTransport(listenAddr string, cfg Config) (*TCPTransport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := Listen(listenAddr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := &TCPTransport{cfg: cfg, ln: ln, peers: make(map[string]*peer)}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.wg.Add(1)
+	go t.serve()
+	return t, nil
+}
+
+// Addr is the address peers dial to reach this node.
+func (t *TCPTransport) Addr() net.Addr { return t.ln.Addr() }
+
+// AddPeer registers peer id. If this node's id is the smaller of the two it
+// dials addr now and keeps the connection up; otherwise addr may be empty
+// and the peer is expected to dial in.
+func (t *TCPTransport) AddPeer(id, addr string) error {
+	if err := checkNodeID(id); err != nil {
+		return err
+	}
+	if id == t.cfg.NodeID {
+		return fmt.Errorf("wire: add peer %q: that is this node", id)
+	}
+	dials := t.cfg.NodeID < id
+	if dials && addr == "" {
+		return fmt.Errorf("wire: add peer %q: this node dials it (smaller id) but has no address", id)
+	}
+	if dials && t.cfg.Plain {
+		if err := checkLoopbackHost(addr); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return fmt.Errorf("wire: add peer %q: %w: transport closed", id, ErrClosed)
+	}
+	if _, ok := t.peers[id]; ok {
+		return fmt.Errorf("wire: add peer %q: already a peer", id)
+	}
+	p := &peer{id: id, addr: addr, changed: make(chan struct{})}
+	if dials {
+		ctx, cancel := context.WithCancel(t.ctx)
+		p.stopDial = cancel
+		t.wg.Add(1)
+		go t.dialLoop(ctx, p)
+	}
+	t.peers[id] = p
+	return nil
+}
+
+// RemovePeer forgets peer id and closes its connection.
+func (t *TCPTransport) RemovePeer(id string) error {
+	t.mu.Lock()
+	p, ok := t.peers[id]
+	var c *Conn
+	if ok {
+		delete(t.peers, id)
+		p.signal()
+		c = p.conn
+	}
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("wire: remove peer %q: %w", id, ErrUnknownPeer)
+	}
+	if p.stopDial != nil {
+		p.stopDial()
+	}
+	if c != nil {
+		c.Close()
+	}
+	return nil
+}
+
+// Send sends m to peer to on stream. Before the first connection to the
+// peer is up it waits up to DialTimeout; while the connection is down it
+// fails at once with the reason.
+func (t *TCPTransport) Send(ctx context.Context, to string, stream uint32, m *Message) error {
+	c, err := t.PeerConn(ctx, to)
+	if err != nil {
+		return err
+	}
+	return c.Send(ctx, stream, m)
+}
+
+// Recv returns the next message from peer from on stream, with the same
+// connection rules as Send.
+func (t *TCPTransport) Recv(ctx context.Context, from string, stream uint32) (*MessageView, error) {
+	c, err := t.PeerConn(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	return c.Recv(ctx, stream)
+}
+
+// PeerConn returns the connection to peer id, waiting up to DialTimeout for
+// a first one. If the current connection has dropped and no new one is up,
+// it returns the drop's error.
+func (t *TCPTransport) PeerConn(ctx context.Context, id string) (*Conn, error) {
+	var timeout <-chan time.Time // started only if we have to wait
+	for {
+		c, changed, err := t.current(id)
+		if err != nil || c != nil {
+			return c, err
+		}
+		if timeout == nil {
+			wait := time.NewTimer(t.cfg.DialTimeout)
+			defer wait.Stop()
+			timeout = wait.C
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wire: waiting for a connection to %q: %w", id, ctx.Err())
+		case <-timeout:
+			return nil, fmt.Errorf("wire: no connection to peer %q within %v", id, t.cfg.DialTimeout)
+		}
+	}
+}
+
+// current returns peer id's connection, or nil and a channel that is closed
+// when that may have changed.
+func (t *TCPTransport) current(id string) (*Conn, <-chan struct{}, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, nil, fmt.Errorf("%w: transport closed", ErrClosed)
+	}
+	p := t.peers[id]
+	if p == nil {
+		return nil, nil, fmt.Errorf("%w %q", ErrUnknownPeer, id)
+	}
+	if p.conn == nil {
+		return nil, p.changed, nil
+	}
+	if err := p.conn.Err(); err != nil {
+		return nil, nil, err
+	}
+	return p.conn, nil, nil
+}
+
+// Close closes every connection, stops listening and dialling, and waits for
+// the transport's goroutines. It is idempotent.
+func (t *TCPTransport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	var conns []*Conn
+	for _, p := range t.peers {
+		p.signal()
+		if p.conn != nil {
+			conns = append(conns, p.conn)
+		}
+	}
+	t.mu.Unlock()
+	t.cancel()
+	err := t.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	t.wg.Wait()
+	return err
+}
+
+// serve adopts connections that peers dial in.
+func (t *TCPTransport) serve() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept(t.ctx)
+		if err != nil {
+			return
+		}
+		t.mu.Lock()
+		p := t.peers[c.Peer()]
+		t.mu.Unlock()
+		switch {
+		case p == nil:
+			t.cfg.Logger.Warn("wire: refused connection from a node that is not a peer", "peer", c.Peer(), "remote", c.RemoteAddr().String())
+			c.Close()
+			continue
+		case p.stopDial != nil:
+			t.cfg.Logger.Warn("wire: refused connection from a peer with a larger node id: this node dials it", "peer", c.Peer(), "remote", c.RemoteAddr().String())
+			c.Close()
+			continue
+		}
+		if !t.install(p, c) {
+			c.Close()
+		}
+	}
+}
+
+// dialLoop keeps a connection to p up until ctx ends.
+func (t *TCPTransport) dialLoop(ctx context.Context, p *peer) {
+	defer t.wg.Done()
+	retry := backoff{min: 20 * time.Millisecond, max: 2 * time.Second}
+	for {
+		c, err := Dial(ctx, p.addr, t.cfg, p.id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			level := slog.LevelInfo // the peer may not be up yet
+			if errors.Is(err, ErrAuth) {
+				level = slog.LevelWarn
+			}
+			t.cfg.Logger.Log(ctx, level, "wire: dial peer", "peer", p.id, "addr", p.addr, "err", err)
+			if !retry.wait(ctx) {
+				return
+			}
+			continue
+		}
+		retry.reset()
+		if !t.install(p, c) {
+			c.Close()
+			return
+		}
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			return
+		}
+		if !retry.wait(ctx) {
+			return
+		}
+	}
+}
+
+// install makes c p's connection, closing the one it replaces. It is false
+// when p is no longer a peer or the transport has closed.
+func (t *TCPTransport) install(p *peer, c *Conn) bool {
+	t.mu.Lock()
+	if t.closed || t.peers[p.id] != p {
+		t.mu.Unlock()
+		return false
+	}
+	old := p.conn
+	p.conn = c
+	p.signal()
+	t.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return true
+}
