@@ -63,44 +63,60 @@ void hps_bias_act_bwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
                       const float *y, const float *dy, float *dx, float *dbias);
 
 /* ---- 3. Embedding bag ------------------------------------------------------
- * A bag is a variable-length list of ids; bag j holds ids[offsets[j] ..
- * offsets[j+1]), with offsets[0] == 0 and offsets non-decreasing, nbags+1
- * offsets in all. With batch samples of slots slots each, bag j = sample*slots
- * + slot, and out [nbags x dim] is exactly [batch x slots*dim].
+ * A bag is a variable-length list of ids given in CSR form by nbags+1
+ * non-decreasing offsets: bag j holds ids[offsets[j] - offsets[0] ..
+ * offsets[j+1] - offsets[0]), and offsets[nbags] - offsets[0] <= nids. A whole
+ * batch has offsets[0] == 0; a caller that splits the bags into chunks passes
+ * offsets + lo and ids + (offsets[lo] - offsets[0]) for the chunk starting at
+ * bag lo. With batch samples of slots slots each, bag j = sample*slots + slot,
+ * and out [nbags x dim] is exactly [batch x slots*dim].
  * Forward: out[j] = sum (or mean) of table[id] over the bag; an empty bag gives
- * zeros. Validates offsets and ids (0 <= id < table_rows) before writing;
- * *bad receives the index of the first offending offset or id. */
+ * zeros. Validates offsets (HPS_EORDER, *bad = offset index) and ids
+ * (0 <= id < table_rows, HPS_ERANGE, *bad = id index) before writing.
+ * Reference loop (scale = 1, or 1/len for mean; lo/hi relative as above):
+ *   for j: out[j][:] = 0; for i in lo..hi: out[j][c] += table[ids[i]][c];
+ *          out[j][c] *= scale (mean, non-empty bags only) */
 int hps_embbag_fwd(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,
-                   const float *table, int64_t nbags, const int64_t *offsets,
+                   const float *table, int64_t nbags, const int64_t *offsets, int64_t nids,
                    const int64_t *ids, float *out, int64_t *bad);
 
 /* Unique ids in order of first occurrence: uniq receives them (capacity n),
  * index[i] = position of ids[i] in uniq. scratch must hold
- * hps_unique_scratch_len(n) int64s. Returns the number of unique ids. */
+ * hps_unique_scratch_len(n) int64s (an open-addressing hash table, load <= 1/2).
+ * Any int64 is an id. Returns the number of unique ids, or HPS_EINVAL. */
 int64_t hps_unique_scratch_len(int64_t n);
 int64_t hps_unique(int64_t n, const int64_t *ids, int64_t *uniq, int64_t *index,
                    int64_t *scratch);
+/* Index of the first id equal to an earlier one, or n when all n are distinct
+ * (HPS_EINVAL on bad arguments); scratch as for hps_unique. */
+int64_t hps_first_duplicate(int64_t n, const int64_t *ids, int64_t *scratch);
 
-/* Backward: grad [nuniq x dim] is zeroed, then grad[index[i]] += s * dout[j]
- * for every id i of bag j (s = 1, or 1/len for mean). Each unique row is
- * written once per occurrence into its own accumulator: duplicates are merged,
- * never written to the table twice. Validates offsets and 0 <= index < nuniq. */
+/* Backward: grad [nuniq x dim] is zeroed, then grad[index[i]] += scale * dout[j]
+ * for every id i of bag j, in bag order then id order (scale = 1, or 1/len for
+ * mean). Duplicates are merged into one row: the caller applies each unique
+ * row to the table once. Offsets as for the forward (HPS_EORDER); validates
+ * 0 <= index[i] < nuniq (HPS_ERANGE, *bad = i) before writing. */
 int hps_embbag_bwd(hps_isa isa, hps_pool pool, int64_t dim, int64_t nbags,
-                   const int64_t *offsets, const int64_t *index, const float *dout,
-                   int64_t nuniq, float *grad, int64_t *bad);
+                   const int64_t *offsets, int64_t nids, const int64_t *index,
+                   const float *dout, int64_t nuniq, float *grad, int64_t *bad);
 
 /* ---- 4. Weighted sum of K buffers ------------------------------------------
- * out[i] = sum_k w[k] * g[k][i], one pass over memory. g is an array of k
- * pointers; out may alias none of them. */
+ * out[i] = sum_k w[k] * g[k][i], one pass over memory: each block of elements
+ * accumulates all k inputs in registers and is stored once. g is an array of k
+ * pointers. out may be one of the g[k] (the same start: each block is read
+ * before it is written) but must not partially overlap any. Reference loop:
+ *   for i: s = 0; for k: s += w[k] * g[k][i]; out[i] = s */
 void hps_weighted_sum(hps_isa isa, int64_t n, int64_t k, const float *const *g,
                       const float *w, float *out);
 
 /* ---- 5. Optimisers ---------------------------------------------------------
  * Dense updates over n parameters; sparse-row updates over the rows listed in
  * rows[0..nrows) of a [table_rows x dim] table, with g [nrows x dim] and state
- * tables shaped like the parameter table. rows must be unique (hps_unique).
- * step is the 1-based step number (Adam's bias correction). weight_decay adds
- * weight_decay * w to the gradient (L2). */
+ * tables shaped like the parameter table. rows must be unique (hps_unique,
+ * hps_first_duplicate); the _rows functions validate 0 <= rows[r] < table_rows
+ * (HPS_ERANGE, *bad = r) before writing. step is the 1-based step number
+ * (Adam's bias correction). weight_decay adds weight_decay * w to the gradient
+ * (L2): in the formulas below g stands for g + weight_decay * w. */
 typedef struct {
   float lr;
   float momentum;     /* SGD: 0 disables the velocity buffer */
@@ -110,12 +126,13 @@ typedef struct {
   int64_t step;
 } hps_opt;
 
-/* SGD: v = momentum*v + g; w -= lr*v (v may be NULL when momentum == 0, then w -= lr*g). */
+/* SGD: v = momentum*v + g; w -= lr*v (v NULL: no velocity buffer, w -= lr*g). */
 void hps_sgd(hps_isa isa, int64_t n, float *w, const float *g, float *v, const hps_opt *o);
 /* Adagrad: a += g*g; w -= lr * g / (sqrt(a) + eps). */
 void hps_adagrad(hps_isa isa, int64_t n, float *w, const float *g, float *a, const hps_opt *o);
 /* Adam: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). */
+ * w -= lr * (m * c1) / (sqrt(v * c2) + eps), c1 = 1/(1-b1^t), c2 = 1/(1-b2^t)
+ * computed once per call in double and rounded to float. */
 void hps_adam(hps_isa isa, int64_t n, float *w, const float *g, float *m, float *v,
               const hps_opt *o);
 

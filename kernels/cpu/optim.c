@@ -1,0 +1,290 @@
+/* Optimiser updates, dense and sparse-row (scalar reference, AVX2, AVX-512).
+ * Contracts: heterps_kernels.h, section 5.
+ *
+ * Each optimiser is one element kernel per ISA over a contiguous run of
+ * parameters; the dense op runs it over the whole range, the _rows op once
+ * per listed row. The scalar kernels are the reference loops; the vector ones
+ * compute the same formulas lane by lane (with FMA where the compiler or the
+ * code fuses a multiply and an add, hence tolerances, not equality, between
+ * ISAs). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "heterps_kernels.h"
+
+#define AVX2_FN __attribute__((target("avx2,fma")))
+#define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* params holds the hyper-parameters as the kernels use them, derived once per call. */
+typedef struct {
+  float lr, mom, wd, eps;
+  float b1, omb1, b2, omb2; /* beta and 1 - beta */
+  float c1, c2;             /* Adam's bias corrections 1/(1-b1^t), 1/(1-b2^t) */
+} params;
+
+static params make_params(const hps_opt *o) {
+  params p = {o->lr, o->momentum, o->weight_decay, o->eps,
+              o->beta1, 1.0f - o->beta1, o->beta2, 1.0f - o->beta2, 1.0f, 1.0f};
+  if (o->step >= 1) {
+    p.c1 = (float)(1.0 / (1.0 - pow((double)o->beta1, (double)o->step)));
+    p.c2 = (float)(1.0 / (1.0 - pow((double)o->beta2, (double)o->step)));
+  }
+  return p;
+}
+
+/* ---- scalar reference ------------------------------------------------------*/
+
+static void sgd_scalar(int64_t n, float *w, const float *g, float *v, float *unused,
+                       const params *p) {
+  (void)unused;
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i] + p->wd * w[i];
+    if (v) {
+      v[i] = p->mom * v[i] + gi;
+      gi = v[i];
+    }
+    w[i] -= p->lr * gi;
+  }
+}
+
+static void adagrad_scalar(int64_t n, float *w, const float *g, float *a, float *unused,
+                           const params *p) {
+  (void)unused;
+  for (int64_t i = 0; i < n; i++) {
+    const float gi = g[i] + p->wd * w[i];
+    a[i] += gi * gi;
+    w[i] -= p->lr * gi / (sqrtf(a[i]) + p->eps);
+  }
+}
+
+static void adam_scalar(int64_t n, float *w, const float *g, float *m, float *v,
+                        const params *p) {
+  for (int64_t i = 0; i < n; i++) {
+    const float gi = g[i] + p->wd * w[i];
+    m[i] = p->b1 * m[i] + p->omb1 * gi;
+    v[i] = p->b2 * v[i] + p->omb2 * gi * gi;
+    w[i] -= p->lr * (m[i] * p->c1) / (sqrtf(v[i] * p->c2) + p->eps);
+  }
+}
+
+/* ---- AVX2 ------------------------------------------------------------------
+ * Full vectors in the loop, the last 1..7 elements through maskload/maskstore. */
+
+static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+AVX2_FN INLINE __m256 ld8(const float *x, int64_t r, __m256i m) {
+  return r >= 8 ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, m);
+}
+
+AVX2_FN INLINE void st8(float *x, int64_t r, __m256i m, __m256 v) {
+  if (r >= 8)
+    _mm256_storeu_ps(x, v);
+  else
+    _mm256_maskstore_ps(x, m, v);
+}
+
+AVX2_FN static void sgd_avx2(int64_t n, float *w, const float *g, float *v, float *unused,
+                             const params *p) {
+  (void)unused;
+  const __m256 lr = _mm256_set1_ps(p->lr), wd = _mm256_set1_ps(p->wd),
+               mom = _mm256_set1_ps(p->mom);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t r = n - i;
+    const __m256i m = _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (r < 8 ? r : 8)));
+    const __m256 wi = ld8(w + i, r, m);
+    __m256 gi = _mm256_fmadd_ps(wd, wi, ld8(g + i, r, m));
+    if (v) {
+      gi = _mm256_fmadd_ps(mom, ld8(v + i, r, m), gi);
+      st8(v + i, r, m, gi);
+    }
+    st8(w + i, r, m, _mm256_fnmadd_ps(lr, gi, wi));
+  }
+}
+
+AVX2_FN static void adagrad_avx2(int64_t n, float *w, const float *g, float *a,
+                                 float *unused, const params *p) {
+  (void)unused;
+  const __m256 lr = _mm256_set1_ps(p->lr), wd = _mm256_set1_ps(p->wd),
+               eps = _mm256_set1_ps(p->eps);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t r = n - i;
+    const __m256i m = _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (r < 8 ? r : 8)));
+    const __m256 wi = ld8(w + i, r, m);
+    const __m256 gi = _mm256_fmadd_ps(wd, wi, ld8(g + i, r, m));
+    const __m256 ai = _mm256_fmadd_ps(gi, gi, ld8(a + i, r, m));
+    st8(a + i, r, m, ai);
+    const __m256 step = _mm256_div_ps(_mm256_mul_ps(lr, gi), _mm256_add_ps(_mm256_sqrt_ps(ai), eps));
+    st8(w + i, r, m, _mm256_sub_ps(wi, step));
+  }
+}
+
+AVX2_FN static void adam_avx2(int64_t n, float *w, const float *g, float *mm, float *vv,
+                              const params *p) {
+  const __m256 lr = _mm256_set1_ps(p->lr), wd = _mm256_set1_ps(p->wd),
+               eps = _mm256_set1_ps(p->eps), b1 = _mm256_set1_ps(p->b1),
+               omb1 = _mm256_set1_ps(p->omb1), b2 = _mm256_set1_ps(p->b2),
+               omb2 = _mm256_set1_ps(p->omb2), c1 = _mm256_set1_ps(p->c1),
+               c2 = _mm256_set1_ps(p->c2);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t r = n - i;
+    const __m256i m = _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (r < 8 ? r : 8)));
+    const __m256 wi = ld8(w + i, r, m);
+    const __m256 gi = _mm256_fmadd_ps(wd, wi, ld8(g + i, r, m));
+    const __m256 mi = _mm256_fmadd_ps(b1, ld8(mm + i, r, m), _mm256_mul_ps(omb1, gi));
+    const __m256 vi =
+        _mm256_fmadd_ps(b2, ld8(vv + i, r, m), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+    st8(mm + i, r, m, mi);
+    st8(vv + i, r, m, vi);
+    const __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, c2)), eps);
+    const __m256 step = _mm256_div_ps(_mm256_mul_ps(lr, _mm256_mul_ps(mi, c1)), den);
+    st8(w + i, r, m, _mm256_sub_ps(wi, step));
+  }
+}
+
+/* ---- AVX-512 ---------------------------------------------------------------
+ * Every iteration masked: the mask is all ones except on the last one. */
+
+AVX512_FN INLINE __mmask16 mask16(int64_t r) {
+  return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1);
+}
+
+AVX512_FN static void sgd_avx512(int64_t n, float *w, const float *g, float *v,
+                                 float *unused, const params *p) {
+  (void)unused;
+  const __m512 lr = _mm512_set1_ps(p->lr), wd = _mm512_set1_ps(p->wd),
+               mom = _mm512_set1_ps(p->mom);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    const __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
+    __m512 gi = _mm512_fmadd_ps(wd, wi, _mm512_maskz_loadu_ps(m, g + i));
+    if (v) {
+      gi = _mm512_fmadd_ps(mom, _mm512_maskz_loadu_ps(m, v + i), gi);
+      _mm512_mask_storeu_ps(v + i, m, gi);
+    }
+    _mm512_mask_storeu_ps(w + i, m, _mm512_fnmadd_ps(lr, gi, wi));
+  }
+}
+
+AVX512_FN static void adagrad_avx512(int64_t n, float *w, const float *g, float *a,
+                                     float *unused, const params *p) {
+  (void)unused;
+  const __m512 lr = _mm512_set1_ps(p->lr), wd = _mm512_set1_ps(p->wd),
+               eps = _mm512_set1_ps(p->eps);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    const __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
+    const __m512 gi = _mm512_fmadd_ps(wd, wi, _mm512_maskz_loadu_ps(m, g + i));
+    const __m512 ai = _mm512_fmadd_ps(gi, gi, _mm512_maskz_loadu_ps(m, a + i));
+    _mm512_mask_storeu_ps(a + i, m, ai);
+    const __m512 step = _mm512_div_ps(_mm512_mul_ps(lr, gi), _mm512_add_ps(_mm512_sqrt_ps(ai), eps));
+    _mm512_mask_storeu_ps(w + i, m, _mm512_sub_ps(wi, step));
+  }
+}
+
+AVX512_FN static void adam_avx512(int64_t n, float *w, const float *g, float *mm, float *vv,
+                                  const params *p) {
+  const __m512 lr = _mm512_set1_ps(p->lr), wd = _mm512_set1_ps(p->wd),
+               eps = _mm512_set1_ps(p->eps), b1 = _mm512_set1_ps(p->b1),
+               omb1 = _mm512_set1_ps(p->omb1), b2 = _mm512_set1_ps(p->b2),
+               omb2 = _mm512_set1_ps(p->omb2), c1 = _mm512_set1_ps(p->c1),
+               c2 = _mm512_set1_ps(p->c2);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    const __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
+    const __m512 gi = _mm512_fmadd_ps(wd, wi, _mm512_maskz_loadu_ps(m, g + i));
+    const __m512 mi = _mm512_fmadd_ps(b1, _mm512_maskz_loadu_ps(m, mm + i), _mm512_mul_ps(omb1, gi));
+    const __m512 vi = _mm512_fmadd_ps(b2, _mm512_maskz_loadu_ps(m, vv + i),
+                                      _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+    _mm512_mask_storeu_ps(mm + i, m, mi);
+    _mm512_mask_storeu_ps(vv + i, m, vi);
+    const __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(vi, c2)), eps);
+    const __m512 step = _mm512_div_ps(_mm512_mul_ps(lr, _mm512_mul_ps(mi, c1)), den);
+    _mm512_mask_storeu_ps(w + i, m, _mm512_sub_ps(wi, step));
+  }
+}
+
+/* ---- dispatch ----------------------------------------------------------------
+ * Every element kernel has the shape of Adam's, with up to two state arrays
+ * (the second unused by SGD and Adagrad), so dense and row ops share one driver. */
+
+typedef void (*kernel)(int64_t n, float *w, const float *g, float *s1, float *s2,
+                       const params *p);
+
+typedef struct {
+  kernel scalar, avx2, avx512;
+} variants;
+
+static const variants sgd_k = {sgd_scalar, sgd_avx2, sgd_avx512};
+static const variants adagrad_k = {adagrad_scalar, adagrad_avx2, adagrad_avx512};
+static const variants adam_k = {adam_scalar, adam_avx2, adam_avx512};
+
+static kernel pick(hps_isa isa, const variants *v) {
+  switch (isa) {
+    case HPS_ISA_AVX512: return v->avx512;
+    case HPS_ISA_AVX2: return v->avx2;
+    default: return v->scalar;
+  }
+}
+
+static void dense(hps_isa isa, const variants *v, int64_t n, float *w, const float *g, float *s1,
+                  float *s2, const hps_opt *o) {
+  if (n <= 0 || !w || !g || !o) return;
+  const params p = make_params(o);
+  pick(isa, v)(n, w, g, s1, s2, &p);
+}
+
+/* rows_update validates the rows, then runs the kernel on each; nstate is
+ * how many of s1, s2 the optimiser needs (SGD's velocity is optional). */
+static int rows_update(hps_isa isa, const variants *v, int nstate, int64_t table_rows, int64_t dim,
+                       float *w, int64_t nrows, const int64_t *rows, const float *g, float *s1,
+                       float *s2, const hps_opt *o, int64_t *bad) {
+  if (table_rows < 0 || dim < 0 || nrows < 0 || !o || (nrows > 0 && !rows)) return HPS_EINVAL;
+  for (int64_t r = 0; r < nrows; r++) {
+    if (rows[r] < 0 || rows[r] >= table_rows) {
+      if (bad) *bad = r;
+      return HPS_ERANGE;
+    }
+  }
+  if (nrows == 0 || dim == 0) return HPS_OK;
+  if (!w || !g || (nstate >= 1 && !s1) || (nstate >= 2 && !s2)) return HPS_EINVAL;
+  const params p = make_params(o);
+  const kernel k = pick(isa, v);
+  for (int64_t r = 0; r < nrows; r++) {
+    const int64_t at = rows[r] * dim;
+    k(dim, w + at, g + r * dim, s1 ? s1 + at : NULL, s2 ? s2 + at : NULL, &p);
+  }
+  return HPS_OK;
+}
+
+void hps_sgd(hps_isa isa, int64_t n, float *w, const float *g, float *v, const hps_opt *o) {
+  dense(isa, &sgd_k, n, w, g, v, NULL, o);
+}
+
+void hps_adagrad(hps_isa isa, int64_t n, float *w, const float *g, float *a, const hps_opt *o) {
+  if (!a) return;
+  dense(isa, &adagrad_k, n, w, g, a, NULL, o);
+}
+
+void hps_adam(hps_isa isa, int64_t n, float *w, const float *g, float *m, float *v,
+              const hps_opt *o) {
+  if (!m || !v) return;
+  dense(isa, &adam_k, n, w, g, m, v, o);
+}
+
+int hps_sgd_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
+                 const int64_t *rows, const float *g, float *v, const hps_opt *o, int64_t *bad) {
+  return rows_update(isa, &sgd_k, 0, table_rows, dim, w, nrows, rows, g, v, NULL, o, bad);
+}
+
+int hps_adagrad_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
+                     const int64_t *rows, const float *g, float *a, const hps_opt *o,
+                     int64_t *bad) {
+  return rows_update(isa, &adagrad_k, 1, table_rows, dim, w, nrows, rows, g, a, NULL, o, bad);
+}
+
+int hps_adam_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
+                  const int64_t *rows, const float *g, float *m, float *v, const hps_opt *o,
+                  int64_t *bad) {
+  return rows_update(isa, &adam_k, 2, table_rows, dim, w, nrows, rows, g, m, v, o, bad);
+}
