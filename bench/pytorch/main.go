@@ -1,0 +1,156 @@
+// Command pytorch compares heterps' single-machine CTR-DNN training with
+// PyTorch's on the same batches, with the same thread counts, in one run.
+// It also reports the GEMM-bound limit: the FC FLOPs per sample against
+// OpenBLAS sgemm's rate on the layer shapes, measured in the same run.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/native"
+)
+
+var (
+	python  = flag.String("python", "python3", "Python interpreter with torch installed")
+	steps   = flag.Int("steps", 300, "timed training steps per run")
+	warmup  = flag.Int("warmup", 20, "untimed steps before timing")
+	batch   = flag.Int("batch", 512, "samples per step")
+	nbatch  = flag.Int("batches", 64, "distinct batches held in memory and cycled")
+	threads = flag.String("threads", "1,2", "thread counts to compare")
+)
+
+func main() {
+	flag.Parse()
+	cfg, err := config.LoadModel("ctrdnn")
+	check(err)
+	batches := makeBatches(cfg)
+	dir, err := os.MkdirTemp("", "heterps-ctr-bench")
+	check(err)
+	defer os.RemoveAll(dir)
+	check(writeBatches(dir, cfg, batches))
+
+	fmt.Printf("CTR-DNN training, heterps vs PyTorch — batch %d, %d timed steps after %d warm-up, %d CPUs\n",
+		*batch, *steps, *warmup, runtime.NumCPU())
+	fmt.Println("same model (26x9 embedding of a 1,000,001-row table, FC 512-256-128-32-1), same synthetic batches,")
+	fmt.Println("Adam on dense parameters, sparse-row Adam on the embedding (PyTorch: SparseAdam), lr 1e-3")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "threads\theterps samples/s\tPyTorch samples/s\theterps/PyTorch\tsgemm GFLOP/s\tGEMM-bound limit\tof limit\theterps loss\tPyTorch loss\t")
+	var torchVersion string
+	for _, f := range strings.Split(*threads, ",") {
+		t, err := strconv.Atoi(strings.TrimSpace(f))
+		check(err)
+		ours, ourLoss := runOurs(cfg, batches, t)
+		theirs := runTorch(dir, t)
+		torchVersion = theirs.Torch
+		limit, gflops := gemmLimit(cfg, t)
+		fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.2fx\t%.1f\t%.0f\t%.0f%%\t%.4f\t%.4f\t\n", t, ours, theirs.SamplesPerS,
+			ours/theirs.SamplesPerS, gflops, limit, 100*ours/limit, ourLoss, theirs.Loss)
+	}
+	w.Flush()
+	fmt.Printf("PyTorch %s (PyPI wheel, MKL/oneDNN CPU kernels); heterps %s with OpenBLAS sgemm\n", torchVersion, backendName())
+	fmt.Println("targets: heterps/PyTorch >= 2.5x at 1 and 2 threads; GEMM-bound limit = FC FLOPs per sample / sgemm FLOP/s on the same shapes")
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmark:", err)
+		os.Exit(1)
+	}
+}
+
+func backendName() string { return native.MustCPU().Name() }
+
+func makeBatches(cfg *config.Model) []*data.Batch {
+	src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	check(err)
+	defer src.Close()
+	out := make([]*data.Batch, *nbatch)
+	for i := range out {
+		out[i], err = src.Next(context.Background(), *batch)
+		check(err)
+	}
+	return out
+}
+
+// runOurs trains on the batches with t kernel threads (and GOMAXPROCS t,
+// so that Go's own work gets no extra core) and returns samples/s and the
+// mean loss of the last 50 steps.
+func runOurs(cfg *config.Model, batches []*data.Batch, t int) (float64, float64) {
+	old := runtime.GOMAXPROCS(t)
+	defer runtime.GOMAXPROCS(old)
+	b, err := native.NewCPU(native.CPUOptions{Threads: t})
+	check(err)
+	tr, err := nn.NewTrainer(b, cfg, 1, int64(*warmup+*steps))
+	check(err)
+	for i := range *warmup {
+		_, err := tr.Step(batches[i%len(batches)])
+		check(err)
+	}
+	runtime.GC()
+	start := time.Now()
+	var tail []float64
+	for i := range *steps {
+		loss, err := tr.Step(batches[(*warmup+i)%len(batches)])
+		check(err)
+		tail = append(tail, loss)
+	}
+	secs := time.Since(start).Seconds()
+	return float64(*steps**batch) / secs, mean(tail[max(0, len(tail)-50):])
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(max(len(v), 1))
+}
+
+type torchResult struct {
+	Torch       string  `json:"torch"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	Loss        float64 `json:"loss_last50"`
+}
+
+func runTorch(dir string, t int) torchResult {
+	script := filepath.Join(sourceDir(), "ctrdnn.py")
+	cmd := exec.Command(*python, script, "--data", dir, "--threads", strconv.Itoa(t),
+		"--steps", strconv.Itoa(*steps), "--warmup", strconv.Itoa(*warmup))
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(t), "MKL_NUM_THREADS="+strconv.Itoa(t))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		check(fmt.Errorf("pytorch: %v\n%s", err, stderr.String()))
+	}
+	var r torchResult
+	check(json.Unmarshal(bytes.TrimSpace(out[bytes.LastIndexByte(bytes.TrimSpace(out), '\n')+1:]), &r))
+	return r
+}
+
+// sourceDir finds bench/pytorch from the working directory (make bench runs
+// from the repository root).
+func sourceDir() string {
+	for _, d := range []string{"bench/pytorch", "."} {
+		if _, err := os.Stat(filepath.Join(d, "ctrdnn.py")); err == nil {
+			return d
+		}
+	}
+	check(fmt.Errorf("cannot find ctrdnn.py; run from the repository root"))
+	return ""
+}

@@ -1,0 +1,33 @@
+package nn
+
+import (
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/native"
+)
+
+// Step is what every layer sees of the current training or evaluation step.
+type Step struct {
+	Backend native.Backend
+	Batch   *data.Batch
+	Train   bool // false: forward only, layers may skip saving for backward
+}
+
+// Layer is one model layer. Forward consumes the previous layer's
+// activation (input layers may ignore it and read the batch); Backward gets
+// the gradient of the loss with respect to the layer's output and returns
+// the gradient with respect to its input — only for parts that NeedGrad —
+// having written its parameters' gradients.
+type Layer interface {
+	Shape() config.LayerShape
+	Forward(s *Step, in Activation) (Activation, error)
+	Backward(s *Step, dout Activation) (Activation, error)
+	Params() []*Param
+}
+
+// Joiner is a layer that joins two towers (cosine, dot).
+type Joiner interface {
+	Shape() config.LayerShape
+	ForwardJoin(s *Step, a, b Activation) (Activation, error)
+	BackwardJoin(s *Step, dout Activation) (da, db Activation, err error)
+}

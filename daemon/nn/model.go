@@ -1,0 +1,182 @@
+package nn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/native"
+)
+
+// errNotBuilt marks model features that this version does not implement.
+var errNotBuilt = errors.New("not implemented in this version of heterps")
+
+// DefaultEmbeddingScale bounds the uniform initialisation of embedding rows.
+const DefaultEmbeddingScale = 0.05
+
+// Model is a built model: its layers in order, grouped into towers where
+// the model file says so, and its loss.
+type Model struct {
+	Config  *config.Model
+	Seed    uint64
+	entries []entry
+	towers  []string
+	Loss    Loss
+}
+
+type entry struct {
+	layer Layer  // every layer but joins
+	join  Joiner // cosine/dot
+	tower string
+}
+
+// Build creates the layers of cfg on backend b, initialised from seed.
+func Build(b native.Backend, cfg *config.Model, seed uint64) (*Model, error) {
+	if cfg.Init != nil && cfg.Init.Seed != 0 && seed == 0 {
+		seed = cfg.Init.Seed
+	}
+	scale := DefaultEmbeddingScale
+	if cfg.Init != nil && cfg.Init.EmbeddingScale > 0 {
+		scale = cfg.Init.EmbeddingScale
+	}
+	m := &Model{Config: cfg, Seed: seed}
+	for i, sh := range cfg.Shapes() {
+		e, err := buildLayer(b, cfg, i, sh, seed, scale)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: layer %d (%s): %w", cfg.Name, i, sh.Name, err)
+		}
+		if sh.Tower != "" && !contains(m.towers, sh.Tower) {
+			m.towers = append(m.towers, sh.Tower)
+		}
+		m.entries = append(m.entries, e)
+	}
+	loss, err := NewLoss(cfg.Loss)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", cfg.Name, err)
+	}
+	m.Loss = loss
+	return m, nil
+}
+
+func buildLayer(b native.Backend, cfg *config.Model, i int, sh config.LayerShape, seed uint64, scale float64) (entry, error) {
+	lc := cfg.Layers[i]
+	e := entry{tower: sh.Tower}
+	switch sh.Kind {
+	case "embedding":
+		first, end := 0, cfg.Input.Slots
+		if len(lc.Slots) == 2 {
+			first, end = lc.Slots[0], lc.Slots[1]
+		}
+		l, err := NewEmbedding(b, sh, cfg.Input.Vocab, lc.Dim, lc.Pool, first, end, seed, scale)
+		e.layer = l
+		return e, err
+	case "concat", "dense":
+		e.layer = NewDenseInput(sh, sh.Kind == "concat")
+		return e, nil
+	case "fc":
+		l, err := NewFC(b, sh, lc.Act, seed)
+		e.layer = l
+		return e, err
+	case "cosine", "dot":
+		j, err := NewSimilarity(sh, sh.Kind)
+		e.join = j
+		return e, err
+	case "nce":
+		l, err := NewNCE(b, sh, lc.Classes, lc.Negatives, seed, scale)
+		e.layer = l
+		return e, err
+	}
+	return e, fmt.Errorf("layer kind %q: %w", sh.Kind, errNotBuilt)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Params lists every trainable parameter in layer order.
+func (m *Model) Params() []*Param {
+	var ps []*Param
+	for _, e := range m.entries {
+		if e.layer != nil {
+			ps = append(ps, e.layer.Params()...)
+		}
+		if p, ok := e.join.(interface{ Params() []*Param }); ok {
+			ps = append(ps, p.Params()...)
+		}
+	}
+	return ps
+}
+
+// Layers returns the layers' shapes in order.
+func (m *Model) Layers() []config.LayerShape {
+	out := make([]config.LayerShape, len(m.entries))
+	for i, e := range m.entries {
+		if e.layer != nil {
+			out[i] = e.layer.Shape()
+		} else {
+			out[i] = e.join.Shape()
+		}
+	}
+	return out
+}
+
+// Forward runs every layer on s.Batch and returns the model's output.
+func (m *Model) Forward(s *Step) (Activation, error) {
+	acts := map[string]Activation{}
+	for _, e := range m.entries {
+		if e.join != nil {
+			out, err := e.join.ForwardJoin(s, acts[m.towers[0]], acts[m.towers[1]])
+			if err != nil {
+				return Activation{}, err
+			}
+			acts[""] = out
+			continue
+		}
+		in := acts[e.tower]
+		if in.Rows == 0 {
+			in.Rows = s.Batch.Size
+		}
+		out, err := e.layer.Forward(s, in)
+		if err != nil {
+			return Activation{}, err
+		}
+		acts[e.tower] = out
+	}
+	return acts[lastTower(m)], nil
+}
+
+// lastTower is the tower of the final layer ("" after a join).
+func lastTower(m *Model) string {
+	if len(m.entries) == 0 {
+		return ""
+	}
+	return m.entries[len(m.entries)-1].tower
+}
+
+// Backward propagates dout, the gradient of the loss with respect to the
+// output of Forward, through every layer, filling parameter gradients.
+func (m *Model) Backward(s *Step, dout Activation) error {
+	grads := map[string]Activation{lastTower(m): dout}
+	for i := len(m.entries) - 1; i >= 0; i-- {
+		e := m.entries[i]
+		if e.join != nil {
+			da, db, err := e.join.BackwardJoin(s, grads[""])
+			if err != nil {
+				return err
+			}
+			grads[m.towers[0]], grads[m.towers[1]] = da, db
+			continue
+		}
+		din, err := e.layer.Backward(s, grads[e.tower])
+		if err != nil {
+			return err
+		}
+		grads[e.tower] = din
+	}
+	return nil
+}

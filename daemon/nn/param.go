@@ -1,0 +1,85 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/heterps/heterps/native"
+)
+
+// Param is a trainable tensor [Rows x Cols]. Dense parameters get a dense
+// gradient in Grad; sparse ones (embedding tables) get merged row gradients
+// in SparseGrad, and only those rows are updated.
+type Param struct {
+	Name       string
+	Rows, Cols int
+	Value      native.Buffer
+	Grad       native.Buffer // dense parameters only
+	Sparse     bool
+	SparseGrad native.SparseRows
+	State      []native.Buffer // optimiser state, each shaped like Value
+}
+
+// Len is the number of floats in the parameter.
+func (p *Param) Len() int { return p.Rows * p.Cols }
+
+func newDense(b native.Backend, name string, rows, cols int) *Param {
+	return &Param{Name: name, Rows: rows, Cols: cols, Value: b.Alloc(rows * cols), Grad: b.Alloc(rows * cols)}
+}
+
+func newSparse(b native.Backend, name string, rows, cols int) *Param {
+	return &Param{Name: name, Rows: rows, Cols: cols, Value: b.Alloc(rows * cols), Sparse: true}
+}
+
+// initUniform fills p with values uniform in [-limit, limit) from a stream
+// seeded by (seed, p.Name).
+func initUniform(b native.Backend, p *Param, seed uint64, limit float64) error {
+	rng := rand.New(rand.NewPCG(seed, nameHash(p.Name)))
+	vals := make([]float32, p.Len())
+	for i := range vals {
+		vals[i] = float32((2*rng.Float64() - 1) * limit)
+	}
+	return b.Upload(p.Value, vals)
+}
+
+// InitRow fills one embedding row deterministically from (seed, table, row),
+// so that a parameter server creating rows lazily on first pull produces
+// exactly what single-process training starts from.
+func InitRow(dst []float32, seed uint64, table string, row int64, limit float64) {
+	rng := rand.New(rand.NewPCG(seed^uint64(row)*0x9e3779b97f4a7c15, nameHash(table)))
+	for i := range dst {
+		dst[i] = float32((2*rng.Float64() - 1) * limit)
+	}
+}
+
+// initRows fills a whole embedding table with InitRow.
+func initRows(b native.Backend, p *Param, seed uint64, limit float64) error {
+	vals := make([]float32, p.Len())
+	for r := range p.Rows {
+		InitRow(vals[r*p.Cols:(r+1)*p.Cols], seed, p.Name, int64(r), limit)
+	}
+	return b.Upload(p.Value, vals)
+}
+
+// nameHash is a stable (not per-process) hash of a parameter name.
+func nameHash(s string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * prime
+	}
+	return h
+}
+
+// glorotLimit is the Glorot/Xavier uniform bound for a fan-in x fan-out matrix.
+func glorotLimit(fanIn, fanOut int) float64 {
+	return math.Sqrt(6 / float64(fanIn+fanOut))
+}
+
+func checkRows(layer string, a Activation, rows int) error {
+	if a.Rows != rows {
+		return fmt.Errorf("%s: gradient has %d rows, forward had %d", layer, a.Rows, rows)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package nn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/native"
+)
+
+// Trainer runs training steps of one model on one backend.
+type Trainer struct {
+	Backend native.Backend
+	Model   *Model
+	Opt     *Optimizer
+}
+
+// NewTrainer builds the model of cfg and its optimiser.
+func NewTrainer(b native.Backend, cfg *config.Model, seed uint64, totalSteps int64) (*Trainer, error) {
+	m, err := Build(b, cfg, seed)
+	if err != nil {
+		return nil, err
+	}
+	return &Trainer{Backend: b, Model: m, Opt: NewOptimizer(cfg, totalSteps)}, nil
+}
+
+// Step runs forward, loss, backward and one optimiser update on batch and
+// returns the batch's mean loss.
+func (t *Trainer) Step(batch *data.Batch) (float64, error) {
+	s := &Step{Backend: t.Backend, Batch: batch, Train: true}
+	loss, err := t.Gradients(s)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.Opt.Apply(t.Backend, t.Model.Params()); err != nil {
+		return 0, err
+	}
+	return loss, nil
+}
+
+// Gradients runs forward, loss and backward, leaving the gradients in the
+// parameters without updating them (data-parallel workers push these).
+func (t *Trainer) Gradients(s *Step) (float64, error) {
+	if s.Batch == nil || s.Batch.Size == 0 {
+		return 0, errors.New("train step: empty batch")
+	}
+	out, err := t.Model.Forward(s)
+	if err != nil {
+		return 0, err
+	}
+	sum, dout, err := t.Model.Loss.Forward(s, out)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return 0, fmt.Errorf("train step %d: loss is %v (diverged; lower the learning rate)", t.Opt.Step+1, sum)
+	}
+	if err := t.Model.Backward(s, dout); err != nil {
+		return 0, err
+	}
+	return sum / float64(s.Batch.Size), nil
+}
+
+// Metrics summarise a model on held-out data. AUC applies to CTR models,
+// Accuracy to classifiers and matching models (share of samples whose own
+// document scores above the in-batch negative).
+type Metrics struct {
+	Samples  int
+	Loss     float64 // mean
+	AUC      float64
+	Accuracy float64
+}
+
+// Evaluate runs the model forward over up to maxSamples samples of src.
+func (t *Trainer) Evaluate(ctx context.Context, src data.Source, batchSize, maxSamples int) (Metrics, error) {
+	var (
+		m       Metrics
+		lossSum float64
+		scores  []float32
+		labels  []float32
+		correct int
+	)
+	for m.Samples < maxSamples {
+		batch, err := src.Next(ctx, min(batchSize, maxSamples-m.Samples))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return m, err
+		}
+		s := &Step{Backend: t.Backend, Batch: batch}
+		out, err := t.Model.Forward(s)
+		if err != nil {
+			return m, err
+		}
+		sum, _, err := t.Model.Loss.Forward(s, out)
+		if err != nil {
+			return m, err
+		}
+		sc, err := t.Model.Loss.Scores(s, out)
+		if err != nil {
+			return m, err
+		}
+		lossSum += sum
+		m.Samples += batch.Size
+		correct += countCorrect(t.Model.Loss, sc, batch)
+		scores = append(scores, sc...)
+		labels = append(labels, batch.Labels...)
+	}
+	if m.Samples == 0 {
+		return m, errors.New("evaluate: no held-out samples")
+	}
+	m.Loss = lossSum / float64(m.Samples)
+	m.Accuracy = float64(correct) / float64(m.Samples)
+	if _, ok := t.Model.Loss.(*BCE); ok {
+		auc, err := data.AUC(scores, labels)
+		if err != nil {
+			return m, fmt.Errorf("evaluate: %w", err)
+		}
+		m.AUC = auc
+	}
+	return m, nil
+}
+
+// countCorrect counts right predictions: the class for classifiers, a
+// positive margin for matching, a 0.5-thresholded probability for CTR.
+func countCorrect(l Loss, scores []float32, b *data.Batch) int {
+	n := 0
+	for i, s := range scores {
+		switch l.(type) {
+		case *SoftmaxXent:
+			if int64(s) == b.Classes[i] {
+				n++
+			}
+		case *BCE:
+			if (s >= 0.5) == (b.Labels[i] >= 0.5) {
+				n++
+			}
+		default:
+			if s > 0 {
+				n++
+			}
+		}
+	}
+	return n
+}

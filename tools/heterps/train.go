@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/native"
+)
+
+func init() {
+	register("train", "train a model on this machine (one process)", runTrain)
+}
+
+// trainFlags are the options of `heterps train`.
+type trainFlags struct {
+	model, data, checkpoint, isa string
+	cpuProfile                   string
+	steps, batch, threads        int
+	evalSamples, checkpointEvery int
+	seed                         uint64
+	json, skipBad                bool
+}
+
+// trainResult is what `heterps train --json` prints.
+type trainResult struct {
+	Model       string  `json:"model"`
+	Data        string  `json:"data"`
+	Backend     string  `json:"backend"`
+	Steps       int64   `json:"steps"`
+	Batch       int     `json:"batch"`
+	Threads     int     `json:"threads"`
+	Samples     int64   `json:"samples"`
+	Loss        float64 `json:"loss"`
+	EvalLoss    float64 `json:"eval_loss"`
+	EvalSamples int     `json:"eval_samples"`
+	AUC         float64 `json:"auc,omitempty"`
+	BayesAUC    float64 `json:"bayes_auc,omitempty"`
+	Accuracy    float64 `json:"accuracy,omitempty"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	Seconds     float64 `json:"seconds"`
+	BadLines    int64   `json:"bad_lines"`
+	Checkpoint  string  `json:"checkpoint,omitempty"`
+	ResumedFrom int64   `json:"resumed_from,omitempty"`
+}
+
+func parseTrainFlags(args []string) (*trainFlags, error) {
+	f := &trainFlags{}
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name ("+fmt.Sprint(config.ZooNames())+") or TOML file")
+	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], criteo:PATH, avazu:PATH, libsvm:PATH, digits:PATH")
+	fs.IntVar(&f.steps, "steps", 1000, "training steps")
+	fs.IntVar(&f.batch, "batch", 512, "samples per step")
+	fs.IntVar(&f.threads, "threads", runtime.NumCPU(), "threads for the kernels")
+	fs.IntVar(&f.evalSamples, "eval-samples", 20000, "held-out samples to evaluate at the end")
+	fs.StringVar(&f.checkpoint, "checkpoint", "", "checkpoint file: resumed from when it exists, written at the end")
+	fs.IntVar(&f.checkpointEvery, "checkpoint-every", 0, "also write the checkpoint every N steps")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed for initialisation")
+	fs.StringVar(&f.isa, "isa", "", "force the kernel ISA: scalar, avx2 or avx512")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object at the end")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	fs.BoolVar(&f.skipBad, "skip-bad-lines", false, "skip malformed input lines (counted) instead of stopping")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("train: unexpected argument %q", fs.Arg(0))
+	}
+	if f.steps < 0 || f.batch <= 0 || f.threads <= 0 || f.evalSamples < 0 || f.checkpointEvery < 0 {
+		return nil, errors.New("train: --steps, --eval-samples and --checkpoint-every must be >= 0; --batch and --threads > 0")
+	}
+	return f, nil
+}
+
+func runTrain(args []string) int {
+	f, err := parseTrainFlags(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return fail(exitUsage, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if f.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+		defer stopProfile()
+	}
+	res, err := train(ctx, f, os.Stderr)
+	if err != nil {
+		return fail(exitFailure, err)
+	}
+	if f.json {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+		return exitOK
+	}
+	printTrainSummary(os.Stdout, res)
+	return exitOK
+}
+
+func startCPUProfile(path string) (func(), error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); out.Close() }, nil
+}
+
+func newBackend(isaName string, threads int) (*native.CPU, error) {
+	opts := native.CPUOptions{Threads: threads}
+	if isaName != "" {
+		isa, err := native.ParseISA(isaName)
+		if err != nil {
+			return nil, err
+		}
+		opts.ISA = &isa
+	}
+	return native.NewCPU(opts)
+}
+
+// train runs the whole job: build, optionally resume, train with a
+// prefetching reader, checkpoint, evaluate.
+func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainResult, error) {
+	cfg, err := config.LoadModel(f.model)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	backend, err := newBackend(f.isa, f.threads)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	tr, err := nn.NewTrainer(backend, cfg, f.seed, int64(f.steps))
+	if err != nil {
+		return nil, err
+	}
+	res := &trainResult{Model: cfg.Name, Data: f.data, Backend: backend.Name(), Batch: f.batch, Threads: f.threads}
+	if f.checkpoint != "" {
+		if res.ResumedFrom, err = resumeIfPresent(tr, f.checkpoint); err != nil {
+			return nil, err
+		}
+	}
+	opts := data.Options{Vocab: cfg.Input.Vocab, SkipBadLines: f.skipBad, Split: data.SplitTrain}
+	src, err := data.Open(f.data, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	if err := skipBatches(ctx, src, f.batch, res.ResumedFrom); err != nil {
+		return nil, err
+	}
+	if err := trainLoop(ctx, f, tr, src, res, newProgress(progressOut, f.steps)); err != nil {
+		return nil, err
+	}
+	res.BadLines = src.BadLines()
+	if f.checkpoint != "" {
+		if err := saveCheckpoint(tr, f.checkpoint); err != nil {
+			return nil, err
+		}
+		res.Checkpoint = f.checkpoint
+	}
+	return res, evaluate(ctx, f, tr, opts, res)
+}
+
+// trainLoop runs steps until --steps or the end of the data, reading the
+// next batch on another goroutine while the current one trains.
+func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, res *trainResult, prog *progress) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches, wait := prefetch(ctx, src, f.batch, f.steps-int(tr.Opt.Step))
+	defer wait()
+	start := time.Now()
+	var lossEMA float64
+	for next := range batches {
+		if next.err != nil {
+			return next.err
+		}
+		loss, err := tr.Step(next.batch)
+		if err != nil {
+			return err
+		}
+		lossEMA = ema(lossEMA, loss, tr.Opt.Step == res.ResumedFrom+1)
+		res.Steps, res.Samples = tr.Opt.Step, res.Samples+int64(next.batch.Size)
+		res.Loss = lossEMA
+		elapsed := time.Since(start).Seconds()
+		prog.update(tr.Opt.Step, lossEMA, float64(res.Samples)/elapsed)
+		if f.checkpointEvery > 0 && f.checkpoint != "" && tr.Opt.Step%int64(f.checkpointEvery) == 0 {
+			if err := saveCheckpoint(tr, f.checkpoint); err != nil {
+				return err
+			}
+		}
+	}
+	prog.done()
+	res.Seconds = time.Since(start).Seconds()
+	if res.Seconds > 0 {
+		res.SamplesPerS = float64(res.Samples) / res.Seconds
+	}
+	return ctx.Err()
+}
+
+// skipBatches reads and drops the batches a resumed run already trained on,
+// so that it sees the data in the same order as an uninterrupted run.
+func skipBatches(ctx context.Context, src data.Source, size int, n int64) error {
+	for range n {
+		if _, err := src.Next(ctx, size); err != nil {
+			return fmt.Errorf("resume: skipping trained batches: %w", err)
+		}
+	}
+	return nil
+}
+
+func ema(prev, v float64, first bool) float64 {
+	if first {
+		return v
+	}
+	return 0.98*prev + 0.02*v
+}
+
+type batchOrErr struct {
+	batch *data.Batch
+	err   error
+}
+
+// prefetch reads up to steps batches of size into a channel of depth 2. The
+// returned wait blocks until the reader goroutine has exited.
+func prefetch(ctx context.Context, src data.Source, size, steps int) (<-chan batchOrErr, func()) {
+	out := make(chan batchOrErr, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(out)
+		for range max(steps, 0) {
+			b, err := src.Next(ctx, size)
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			select {
+			case out <- batchOrErr{b, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	return out, wg.Wait
+}
+
+// evaluate scores the model on the held-out split.
+func evaluate(ctx context.Context, f *trainFlags, tr *nn.Trainer, opts data.Options, res *trainResult) error {
+	if f.evalSamples == 0 {
+		return nil
+	}
+	opts.Split = data.SplitEval
+	src, err := data.Open(f.data, opts)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	m, err := tr.Evaluate(ctx, src, f.batch, f.evalSamples)
+	if err != nil {
+		return fmt.Errorf("evaluate: %w", err)
+	}
+	res.EvalLoss, res.EvalSamples, res.AUC, res.Accuracy = m.Loss, m.Samples, m.AUC, m.Accuracy
+	if bayes, ok := src.(interface{ BayesAUC(n int) (float64, error) }); ok && m.AUC > 0 {
+		if res.BayesAUC, err = bayes.BayesAUC(m.Samples); err != nil {
+			return fmt.Errorf("evaluate: %w", err)
+		}
+	}
+	return nil
+}
+
+func printTrainSummary(w io.Writer, r *trainResult) {
+	fmt.Fprintf(w, "model %s on %s, %s, %d threads, batch %d\n", r.Model, r.Data, r.Backend, r.Threads, r.Batch)
+	fmt.Fprintf(w, "steps %d  samples %d  train loss %.4f  %.0f samples/s  (%.1f s)\n", r.Steps, r.Samples, r.Loss, r.SamplesPerS, r.Seconds)
+	fmt.Fprintf(w, "held-out: %d samples  loss %.4f", r.EvalSamples, r.EvalLoss)
+	if r.AUC > 0 {
+		fmt.Fprintf(w, "  AUC %.4f", r.AUC)
+		if r.BayesAUC > 0 {
+			fmt.Fprintf(w, " (Bayes-optimal %.4f)", r.BayesAUC)
+		}
+	}
+	if r.Accuracy > 0 {
+		fmt.Fprintf(w, "  accuracy %.4f", r.Accuracy)
+	}
+	fmt.Fprintln(w)
+	if r.BadLines > 0 {
+		fmt.Fprintf(w, "skipped %d malformed lines\n", r.BadLines)
+	}
+	if r.Checkpoint != "" {
+		fmt.Fprintf(w, "checkpoint %s\n", r.Checkpoint)
+	}
+}
+
+// usageError marks errors in what the user gave us (exit status 2).
+type usageError struct{ error }
+
+func (usageError) ExitStatus() int { return exitUsage }
+func (u usageError) Unwrap() error { return u.error }
+
+// progress shows training progress: a redrawn bar on a terminal, a plain
+// line every few seconds otherwise.
+type progress struct {
+	w        io.Writer
+	total    int
+	terminal bool
+	last     time.Time
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w, total: total}
+	if f, ok := w.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		p.terminal = err == nil
+	}
+	return p
+}
+
+func (p *progress) update(step int64, loss, rate float64) {
+	every := 5 * time.Second
+	if p.terminal {
+		every = 100 * time.Millisecond
+	}
+	if time.Since(p.last) < every && int(step) != p.total {
+		return
+	}
+	p.last = time.Now()
+	if !p.terminal {
+		fmt.Fprintf(p.w, "step %d/%d  loss %.4f  %.0f samples/s\n", step, p.total, loss, rate)
+		return
+	}
+	const width = 30
+	filled := width * int(step) / max(p.total, 1)
+	bar := make([]byte, width)
+	for i := range bar {
+		bar[i] = '.'
+		if i < filled {
+			bar[i] = '#'
+		}
+	}
+	fmt.Fprintf(p.w, "\r[%s] %d/%d  loss %.4f  %.0f samples/s ", bar, step, p.total, loss, rate)
+}
+
+func (p *progress) done() {
+	if p.terminal {
+		fmt.Fprintln(p.w)
+	}
+}
