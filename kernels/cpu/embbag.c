@@ -88,23 +88,39 @@ AVX2_FN INLINE __m256i mask8(int64_t r) {
   return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - r));
 }
 
+/* Plain loads and stores for full vectors (full = the block has 8 lanes
+ * left), masked ones only at the tail: vmaskmovps stores are microcoded and
+ * slow on AMD CPUs. */
+AVX2_FN INLINE __m256 ld8(const float *x, __m256i m, int full) {
+  return full ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, m);
+}
+
+AVX2_FN INLINE void st8(float *x, __m256i m, int full, __m256 v) {
+  if (full)
+    _mm256_storeu_ps(x, v);
+  else
+    _mm256_maskstore_ps(x, m, v);
+}
+
 /* fwd_block8 sums columns [c, c+width) of the bag's rows, width <= 8*nv. */
 AVX2_FN INLINE void fwd_block8(int nv, const float *table, int64_t dim, const int64_t *ids,
                                int64_t lo, int64_t hi, int64_t pf_end, int64_t c, int64_t width,
                                float scale, float *o) {
   __m256 acc[4];
   __m256i m[4];
+  int full[4];
   for (int q = 0; q < nv; q++) {
     m[q] = mask8(width - 8 * q);
+    full[q] = width - 8 * q >= 8;
     acc[q] = _mm256_setzero_ps();
   }
   for (int64_t i = lo; i < hi; i++) {
     if (c == 0 && i + PREFETCH_IDS < pf_end) prefetch_row(table + ids[i + PREFETCH_IDS] * dim, dim);
     const float *r = table + ids[i] * dim + c;
-    for (int q = 0; q < nv; q++) acc[q] = _mm256_add_ps(acc[q], _mm256_maskload_ps(r + 8 * q, m[q]));
+    for (int q = 0; q < nv; q++) acc[q] = _mm256_add_ps(acc[q], ld8(r + 8 * q, m[q], full[q]));
   }
   const __m256 s = _mm256_set1_ps(scale);
-  for (int q = 0; q < nv; q++) _mm256_maskstore_ps(o + c + 8 * q, m[q], _mm256_mul_ps(acc[q], s));
+  for (int q = 0; q < nv; q++) st8(o + c + 8 * q, m[q], full[q], _mm256_mul_ps(acc[q], s));
 }
 
 AVX2_FN static void fwd_avx2(hps_pool pool, int64_t dim, const float *table, int64_t nbags,
@@ -132,6 +148,19 @@ AVX512_FN INLINE __mmask16 mask16(int64_t r) {
   return (__mmask16)((1u << r) - 1);
 }
 
+/* Plain loads and stores for full vectors, masked ones only at the tail:
+ * masked stores are slow on some CPUs (AMD Zen 4 among them). */
+AVX512_FN INLINE __m512 ld16(const float *x, __mmask16 m) {
+  return m == 0xFFFF ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(m, x);
+}
+
+AVX512_FN INLINE void st16(float *x, __mmask16 m, __m512 v) {
+  if (m == 0xFFFF)
+    _mm512_storeu_ps(x, v);
+  else
+    _mm512_mask_storeu_ps(x, m, v);
+}
+
 /* fwd_block16 sums columns [c, c+width) of the bag's rows, width <= 16*nv. */
 AVX512_FN INLINE void fwd_block16(int nv, const float *table, int64_t dim, const int64_t *ids,
                                   int64_t lo, int64_t hi, int64_t pf_end, int64_t c,
@@ -146,10 +175,10 @@ AVX512_FN INLINE void fwd_block16(int nv, const float *table, int64_t dim, const
     if (c == 0 && i + PREFETCH_IDS < pf_end) prefetch_row(table + ids[i + PREFETCH_IDS] * dim, dim);
     const float *r = table + ids[i] * dim + c;
     for (int q = 0; q < nv; q++)
-      acc[q] = _mm512_add_ps(acc[q], _mm512_maskz_loadu_ps(m[q], r + 16 * q));
+      acc[q] = _mm512_add_ps(acc[q], ld16(r + 16 * q, m[q]));
   }
   const __m512 s = _mm512_set1_ps(scale);
-  for (int q = 0; q < nv; q++) _mm512_mask_storeu_ps(o + c + 16 * q, m[q], _mm512_mul_ps(acc[q], s));
+  for (int q = 0; q < nv; q++) st16(o + c + 16 * q, m[q], _mm512_mul_ps(acc[q], s));
 }
 
 AVX512_FN static void fwd_avx512(hps_pool pool, int64_t dim, const float *table, int64_t nbags,
@@ -290,15 +319,17 @@ AVX2_FN INLINE void bwd_block8(int nv, int64_t dim, const int64_t *index, int64_
                                float *grad) {
   __m256 dv[4];
   __m256i m[4];
+  int full[4];
   const __m256 s = _mm256_set1_ps(scale);
   for (int q = 0; q < nv; q++) {
     m[q] = mask8(width - 8 * q);
-    dv[q] = _mm256_mul_ps(s, _mm256_maskload_ps(d + c + 8 * q, m[q]));
+    full[q] = width - 8 * q >= 8;
+    dv[q] = _mm256_mul_ps(s, ld8(d + c + 8 * q, m[q], full[q]));
   }
   for (int64_t i = lo; i < hi; i++) {
     float *g = grad + index[i] * dim + c;
     for (int q = 0; q < nv; q++)
-      _mm256_maskstore_ps(g + 8 * q, m[q], _mm256_add_ps(_mm256_maskload_ps(g + 8 * q, m[q]), dv[q]));
+      st8(g + 8 * q, m[q], full[q], _mm256_add_ps(ld8(g + 8 * q, m[q], full[q]), dv[q]));
   }
 }
 
@@ -332,13 +363,11 @@ AVX512_FN INLINE void bwd_block16(int nv, int64_t dim, const int64_t *index, int
   const __m512 s = _mm512_set1_ps(scale);
   for (int q = 0; q < nv; q++) {
     m[q] = mask16(width - 16 * q);
-    dv[q] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m[q], d + c + 16 * q));
+    dv[q] = _mm512_mul_ps(s, ld16(d + c + 16 * q, m[q]));
   }
   for (int64_t i = lo; i < hi; i++) {
     float *g = grad + index[i] * dim + c;
-    for (int q = 0; q < nv; q++)
-      _mm512_mask_storeu_ps(g + 16 * q, m[q],
-                            _mm512_add_ps(_mm512_maskz_loadu_ps(m[q], g + 16 * q), dv[q]));
+    for (int q = 0; q < nv; q++) st16(g + 16 * q, m[q], _mm512_add_ps(ld16(g + 16 * q, m[q]), dv[q]));
   }
 }
 

@@ -69,7 +69,8 @@ static void adam_scalar(int64_t n, float *w, const float *g, float *m, float *v,
 }
 
 /* ---- AVX2 ------------------------------------------------------------------
- * Full vectors in the loop, the last 1..7 elements through maskload/maskstore. */
+ * Full vectors in the loop, the last 1..7 elements through maskload/maskstore
+ * (slow on AMD, so only there). */
 
 static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
@@ -143,10 +144,23 @@ AVX2_FN static void adam_avx2(int64_t n, float *w, const float *g, float *mm, fl
 }
 
 /* ---- AVX-512 ---------------------------------------------------------------
- * Every iteration masked: the mask is all ones except on the last one. */
+ * One loop; the mask is all ones except on the last iteration. */
 
 AVX512_FN INLINE __mmask16 mask16(int64_t r) {
   return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1);
+}
+
+/* Plain loads and stores for full vectors, masked ones only at the tail:
+ * masked stores are slow on some CPUs (AMD Zen 4 among them). */
+AVX512_FN INLINE __m512 ld16(const float *x, __mmask16 m) {
+  return m == 0xFFFF ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(m, x);
+}
+
+AVX512_FN INLINE void st16(float *x, __mmask16 m, __m512 v) {
+  if (m == 0xFFFF)
+    _mm512_storeu_ps(x, v);
+  else
+    _mm512_mask_storeu_ps(x, m, v);
 }
 
 AVX512_FN static void sgd_avx512(int64_t n, float *w, const float *g, float *v,
@@ -156,13 +170,13 @@ AVX512_FN static void sgd_avx512(int64_t n, float *w, const float *g, float *v,
                mom = _mm512_set1_ps(p->mom);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = mask16(n - i);
-    const __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
-    __m512 gi = _mm512_fmadd_ps(wd, wi, _mm512_maskz_loadu_ps(m, g + i));
+    const __m512 wi = ld16(w + i, m);
+    __m512 gi = _mm512_fmadd_ps(wd, wi, ld16(g + i, m));
     if (v) {
-      gi = _mm512_fmadd_ps(mom, _mm512_maskz_loadu_ps(m, v + i), gi);
-      _mm512_mask_storeu_ps(v + i, m, gi);
+      gi = _mm512_fmadd_ps(mom, ld16(v + i, m), gi);
+      st16(v + i, m, gi);
     }
-    _mm512_mask_storeu_ps(w + i, m, _mm512_fnmadd_ps(lr, gi, wi));
+    st16(w + i, m, _mm512_fnmadd_ps(lr, gi, wi));
   }
 }
 
@@ -173,12 +187,12 @@ AVX512_FN static void adagrad_avx512(int64_t n, float *w, const float *g, float 
                eps = _mm512_set1_ps(p->eps);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = mask16(n - i);
-    const __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
-    const __m512 gi = _mm512_fmadd_ps(wd, wi, _mm512_maskz_loadu_ps(m, g + i));
-    const __m512 ai = _mm512_fmadd_ps(gi, gi, _mm512_maskz_loadu_ps(m, a + i));
-    _mm512_mask_storeu_ps(a + i, m, ai);
+    const __m512 wi = ld16(w + i, m);
+    const __m512 gi = _mm512_fmadd_ps(wd, wi, ld16(g + i, m));
+    const __m512 ai = _mm512_fmadd_ps(gi, gi, ld16(a + i, m));
+    st16(a + i, m, ai);
     const __m512 step = _mm512_div_ps(_mm512_mul_ps(lr, gi), _mm512_add_ps(_mm512_sqrt_ps(ai), eps));
-    _mm512_mask_storeu_ps(w + i, m, _mm512_sub_ps(wi, step));
+    st16(w + i, m, _mm512_sub_ps(wi, step));
   }
 }
 
@@ -191,16 +205,16 @@ AVX512_FN static void adam_avx512(int64_t n, float *w, const float *g, float *mm
                c2 = _mm512_set1_ps(p->c2);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = mask16(n - i);
-    const __m512 wi = _mm512_maskz_loadu_ps(m, w + i);
-    const __m512 gi = _mm512_fmadd_ps(wd, wi, _mm512_maskz_loadu_ps(m, g + i));
-    const __m512 mi = _mm512_fmadd_ps(b1, _mm512_maskz_loadu_ps(m, mm + i), _mm512_mul_ps(omb1, gi));
-    const __m512 vi = _mm512_fmadd_ps(b2, _mm512_maskz_loadu_ps(m, vv + i),
+    const __m512 wi = ld16(w + i, m);
+    const __m512 gi = _mm512_fmadd_ps(wd, wi, ld16(g + i, m));
+    const __m512 mi = _mm512_fmadd_ps(b1, ld16(mm + i, m), _mm512_mul_ps(omb1, gi));
+    const __m512 vi = _mm512_fmadd_ps(b2, ld16(vv + i, m),
                                       _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
-    _mm512_mask_storeu_ps(mm + i, m, mi);
-    _mm512_mask_storeu_ps(vv + i, m, vi);
+    st16(mm + i, m, mi);
+    st16(vv + i, m, vi);
     const __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(vi, c2)), eps);
     const __m512 step = _mm512_div_ps(_mm512_mul_ps(lr, _mm512_mul_ps(mi, c1)), den);
-    _mm512_mask_storeu_ps(w + i, m, _mm512_sub_ps(wi, step));
+    st16(w + i, m, _mm512_sub_ps(wi, step));
   }
 }
 

@@ -39,9 +39,14 @@ AVX2_FN static void wsum_avx2(int64_t n, int64_t k, const float *const *g, const
     _mm256_storeu_ps(out + i + 16, a2);
     _mm256_storeu_ps(out + i + 24, a3);
   }
-  for (; i < n; i += 8) {
-    const int64_t r = n - i < 8 ? n - i : 8;
-    const __m256i m = _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - r));
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t q = 0; q < k; q++)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[q]), _mm256_loadu_ps(g[q] + i), a);
+    _mm256_storeu_ps(out + i, a);
+  }
+  if (i < n) { /* masked only here: vmaskmovps stores are slow on AMD CPUs */
+    const __m256i m = _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (n - i)));
     __m256 a = _mm256_setzero_ps();
     for (int64_t q = 0; q < k; q++)
       a = _mm256_fmadd_ps(_mm256_set1_ps(w[q]), _mm256_maskload_ps(g[q] + i, m), a);
@@ -67,9 +72,14 @@ AVX512_FN static void wsum_avx512(int64_t n, int64_t k, const float *const *g, c
     _mm512_storeu_ps(out + i + 32, a2);
     _mm512_storeu_ps(out + i + 48, a3);
   }
-  for (; i < n; i += 16) {
-    const int64_t r = n - i;
-    const __mmask16 m = r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1);
+  for (; i + 16 <= n; i += 16) {
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t q = 0; q < k; q++)
+      a = _mm512_fmadd_ps(_mm512_set1_ps(w[q]), _mm512_loadu_ps(g[q] + i), a);
+    _mm512_storeu_ps(out + i, a);
+  }
+  if (i < n) { /* masked only here: masked stores are slow on some CPUs (AMD Zen 4) */
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
     __m512 a = _mm512_setzero_ps();
     for (int64_t q = 0; q < k; q++)
       a = _mm512_fmadd_ps(_mm512_set1_ps(w[q]), _mm512_maskz_loadu_ps(m, g[q] + i), a);
