@@ -1,0 +1,231 @@
+// Command sched benchmarks the scheduling methods on synthetic problems:
+// ctrdnn-like models (8 to 20 layers) on catalogs of 1 to 64 resource types,
+// CPU cores plus one reference GPU at different speeds and prices, with
+// layer times estimated from the device descriptors (roofline).
+//
+// Table 1 gives each method's cost relative to exact and its scheduling
+// time; Table 2 sets brute force against exact on the sizes brute force can
+// finish, as in Table 2 of the HeterPS paper; Table 3 compares the
+// provisioning rules on the exact plan's assignment. Nothing is asserted:
+// the numbers are measured in this run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+var (
+	typeCounts  = []int{1, 2, 4, 8, 16, 32, 64}
+	layerCounts = []int{8, 12, 16, 20}
+	// methodsCompared are the Table 1 columns besides exact; learned methods
+	// join when registered.
+	methodsCompared = []string{"rl", "rl-rnn", "bo", "genetic", "greedy", "heuristic", "gpu", "cpu"}
+)
+
+func main() {
+	seed := flag.Uint64("seed", 1, "seed of the catalogs and of the randomised methods")
+	psRatio := flag.Float64("ps-ratio", 0.1, "parameter-server cores per unit (priced as CPU cores)")
+	flag.Parse()
+	start := time.Now()
+	fmt.Printf("heterps scheduling benchmark: Go %s, %d CPUs, seed %d, ps_ratio %g\n", runtime.Version(), runtime.NumCPU(), *seed, *psRatio)
+	fmt.Println("Problems: ctrdnn-like models on synthetic catalogs (`heterps catalog synth --types N --seed S --problem --layers L`),")
+	fmt.Println("layer times estimated from device descriptors, not measured. Costs are relative to exact (1.000 = optimal).")
+	b := bench{seed: *seed, psRatio: *psRatio}
+	if err := b.table1(); err != nil {
+		fail(err)
+	}
+	if err := b.table2(); err != nil {
+		fail(err)
+	}
+	if err := b.table3(); err != nil {
+		fail(err)
+	}
+	fmt.Printf("\ntotal %.1f s\n", time.Since(start).Seconds())
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench/sched:", err)
+	os.Exit(1)
+}
+
+type bench struct {
+	seed    uint64
+	psRatio float64
+}
+
+func (b bench) problem(types, layers int) (*sched.Problem, error) {
+	cat, err := sched.SynthCatalog(types, b.seed)
+	if err != nil {
+		return nil, err
+	}
+	shapes, err := sched.CTRDNNShapes(layers)
+	if err != nil {
+		return nil, err
+	}
+	spec := sched.DefaultEstimateSpec()
+	spec.PSType, spec.PSRatio = "cpu", b.psRatio
+	c, err := sched.EstimateProblem(shapes, cat, spec)
+	if err != nil {
+		return nil, err
+	}
+	return sched.NewProblem(c)
+}
+
+func (b bench) run(method string, p *sched.Problem) (*sched.Plan, error) {
+	return sched.Run(context.Background(), method, p, sched.Options{Seed: b.seed})
+}
+
+func registered() []string {
+	var ms []string
+	for _, m := range methodsCompared {
+		if slices.Contains(sched.Methods(), m) {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// table1: every method against exact, per number of types and layers.
+func (b bench) table1() error {
+	methods := registered()
+	fmt.Printf("\nTable 1: cost relative to exact / scheduling time, per method (inf: no feasible plan)\n\n")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "types\tlayers\texact cost\texact time\t")
+	for _, m := range methods {
+		fmt.Fprintf(w, "%s\t\t", m)
+	}
+	fmt.Fprintln(w)
+	rows := [][2]int{}
+	for _, t := range typeCounts {
+		for _, l := range layerCounts {
+			rows = append(rows, [2]int{t, l})
+		}
+	}
+	rows = append(rows, [2]int{64, 64})
+	for _, row := range rows {
+		p, err := b.problem(row[0], row[1])
+		if err != nil {
+			return err
+		}
+		ex, err := b.run("exact", p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t", row[0], row[1], cost(ex), seconds(ex.SchedSeconds))
+		for _, m := range methods {
+			pl, err := b.run(m, p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "%s\t%s\t", relative(pl, ex), seconds(pl.SchedSeconds))
+		}
+		fmt.Fprintln(w)
+	}
+	return w.Flush()
+}
+
+// table2: brute force against exact where brute force finishes.
+func (b bench) table2() error {
+	fmt.Printf("\nTable 2: brute force vs exact on ctrdnn-like models. bf enumerates every assignment and provisions it by the\n")
+	fmt.Printf("breakpoint rule, cutting an assignment's unit walk short once a lower bound shows it cannot beat the best so far.\n\n")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "types\tlayers\tassignments\tbf time\tbf cost\texact time\texact cost\texact/bf cost\tbf/exact time\t")
+	for _, row := range [][2]int{{2, 8}, {2, 12}, {2, 16}, {2, 20}, {3, 8}, {3, 12}, {4, 8}, {4, 12}} {
+		p, err := b.problem(row[0], row[1])
+		if err != nil {
+			return err
+		}
+		bf, err := sched.Run(context.Background(), "bf", p, sched.Options{MaxPlans: 1 << 25})
+		if errors.Is(err, sched.ErrRefused) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ex, err := b.run("exact", p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.0fx\t\n", row[0], row[1], bf.Evaluations,
+			seconds(bf.SchedSeconds), cost(bf), seconds(ex.SchedSeconds), cost(ex), relative(ex, bf), bf.SchedSeconds/ex.SchedSeconds)
+	}
+	return w.Flush()
+}
+
+// table3: the provisioning rules on the exact plan's assignment.
+func (b bench) table3() error {
+	fmt.Printf("\nTable 3: provisioning rules on exact's assignment, cost relative to the breakpoint rule (optimal for it)\n\n")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "types\tlayers\tstages\t")
+	for _, r := range sched.Rules() {
+		fmt.Fprintf(w, "%s\t", r)
+	}
+	fmt.Fprintln(w)
+	for _, t := range []int{2, 8, 64} {
+		for _, l := range []int{8, 20} {
+			p, err := b.problem(t, l)
+			if err != nil {
+				return err
+			}
+			ex, err := b.run("exact", p)
+			if err != nil || !ex.Feasible {
+				return fmt.Errorf("exact on %d types x %d layers: %v %s", t, l, err, ex.Reason)
+			}
+			assign := make([]int, len(ex.Assign))
+			for i, name := range ex.Assign {
+				assign[i], _ = p.TypeIndex(name)
+			}
+			all, err := p.ProvisionAll(assign)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "%d\t%d\t%d\t", t, l, len(ex.Stages))
+			for _, pr := range all {
+				if pr.Feasible {
+					fmt.Fprintf(w, "%.3f\t", pr.Cost/all[0].Cost)
+				} else {
+					fmt.Fprint(w, "inf\t")
+				}
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	return w.Flush()
+}
+
+func cost(p *sched.Plan) string {
+	if !p.Feasible {
+		return "inf"
+	}
+	return fmt.Sprintf("%.4g", p.Cost)
+}
+
+func relative(p, ref *sched.Plan) string {
+	switch {
+	case !p.Feasible:
+		return "inf"
+	case !ref.Feasible:
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", p.Cost/ref.Cost)
+}
+
+func seconds(s float64) string {
+	switch {
+	case s < 1e-3:
+		return fmt.Sprintf("%.0fus", s*1e6)
+	case s < 1:
+		return fmt.Sprintf("%.1fms", s*1e3)
+	}
+	return fmt.Sprintf("%.2fs", s)
+}

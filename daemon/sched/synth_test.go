@@ -1,0 +1,114 @@
+package sched
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+)
+
+func TestSynthCatalogIsValidAndReproducible(t *testing.T) {
+	for _, n := range []int{1, 2, 16, 64} {
+		a, err := SynthCatalog(n, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Types) != n || a.Types[0].Kind != config.KindCPU {
+			t.Fatalf("%d types: got %d, first %s", n, len(a.Types), a.Types[0].Kind)
+		}
+		b, _ := SynthCatalog(n, 7)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%d types: same seed, different catalogs", n)
+		}
+		out, err := a.MarshalTOML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.ParseCatalog("synth.toml", out); err != nil {
+			t.Fatalf("printed catalog does not parse: %v\n%s", err, out)
+		}
+	}
+	c, _ := SynthCatalog(8, 1)
+	d, _ := SynthCatalog(8, 2)
+	if reflect.DeepEqual(c, d) {
+		t.Error("different seeds, same catalog")
+	}
+	speeds := map[float64]bool{}
+	for _, ty := range c.Types[1:] {
+		speeds[ty.PeakFLOPS] = true
+	}
+	if len(speeds) < 5 {
+		t.Errorf("GPU types should vary in speed, got %d distinct", len(speeds))
+	}
+	for _, n := range []int{0, 65} {
+		if _, err := SynthCatalog(n, 1); err == nil {
+			t.Errorf("%d types accepted", n)
+		}
+	}
+}
+
+func TestSynthProblemParsesBack(t *testing.T) {
+	c, err := SynthProblem(8, 12, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Types) != 8 || len(c.Layers) != 12 || c.ThroughputLimit <= 0 {
+		t.Fatalf("types %d layers %d limit %g", len(c.Types), len(c.Layers), c.ThroughputLimit)
+	}
+	out, err := c.MarshalTOML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := config.ParseProblem("synth.toml", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Fatal("printed problem reparses differently")
+	}
+}
+
+func TestCTRDNNShapesMatchTheZoo(t *testing.T) {
+	for _, n := range []int{8, 12, 16, 20} {
+		shapes, err := CTRDNNShapes(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(shapes) != n || shapes[0].Kind != "embedding" || shapes[n-1].Out != 1 {
+			t.Fatalf("ctrdnn-%d: %+v", n, shapes)
+		}
+		for i := 1; i < n; i++ {
+			if shapes[i].In != shapes[i-1].Out {
+				t.Fatalf("ctrdnn-%d: layer %d takes %d, previous gives %d", n, i, shapes[i].In, shapes[i-1].Out)
+			}
+		}
+	}
+	if _, err := CTRDNNShapes(2); err == nil {
+		t.Error("2 layers accepted")
+	}
+}
+
+func TestEstimatesFollowTheDevices(t *testing.T) {
+	cat, _ := SynthCatalog(4, 1)
+	shapes, _ := CTRDNNShapes(8)
+	c, err := EstimateProblem(shapes, cat, DefaultEstimateSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := c.Layers[2] // fc1: compute-bound
+	fastest, slowest := 1, 1
+	for i := 1; i < len(cat.Types); i++ {
+		if cat.Types[i].PeakFLOPS > cat.Types[fastest].PeakFLOPS {
+			fastest = i
+		}
+		if cat.Types[i].PeakFLOPS < cat.Types[slowest].PeakFLOPS {
+			slowest = i
+		}
+	}
+	if fc.OCT[fastest] > fc.OCT[slowest] {
+		t.Errorf("fc1 takes %g on the fastest GPU and %g on the slowest", fc.OCT[fastest], fc.OCT[slowest])
+	}
+	if fc.OCT[0] < fc.OCT[fastest] {
+		t.Errorf("fc1 is faster on a CPU core (%g) than on a GPU (%g)", fc.OCT[0], fc.OCT[fastest])
+	}
+}

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+func init() {
+	register("plan", "schedule a model's layers onto resource types at the lowest cost", func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return runPlan(ctx, args, os.Stdout, os.Stderr)
+	})
+}
+
+// planFlags are the options of `heterps plan`.
+type planFlags struct {
+	problem, model, catalog, profile, saveProblem string
+	method, provision, plot                       string
+	json, compare                                 bool
+	opts                                          sched.Options
+	spec                                          sched.EstimateSpec
+}
+
+func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
+	f := &planFlags{spec: sched.DefaultEstimateSpec()}
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.problem, "problem", "", "problem file (TOML: types, prices, per-layer profiles)")
+	fs.StringVar(&f.model, "model", "", "instead of --problem: model, zoo name ("+strings.Join(config.ZooNames(), ", ")+") or file")
+	fs.StringVar(&f.catalog, "catalog", "", "with --model: resource catalog; layer times are estimated from its device descriptors")
+	fs.StringVar(&f.profile, "profile", "", "with --model: measured layer profiles (not yet available)")
+	fs.StringVar(&f.saveProblem, "save-problem", "", "with --model: also write the estimated problem to this file")
+	fs.IntVar(&f.spec.Batch, "batch", f.spec.Batch, "with --model: batch size B")
+	fs.IntVar(&f.spec.ProfileBatch, "profile-batch", f.spec.ProfileBatch, "with --model: batch size B_o of the estimates")
+	fs.Float64Var(&f.spec.Limit, "limit", 0, "with --model: throughput limit in samples/s (0: derived from the catalog)")
+	fs.Float64Var(&f.spec.Epochs, "epochs", f.spec.Epochs, "with --model: epochs")
+	fs.Int64Var(&f.spec.Samples, "samples", f.spec.Samples, "with --model: samples per epoch")
+	fs.StringVar(&f.spec.PSType, "ps-type", "", "with --model: type whose price pays parameter-server cores")
+	fs.Float64Var(&f.spec.PSRatio, "ps-ratio", 0, "with --model: ps_cores = ceil(ratio * units)")
+	fs.StringVar(&f.method, "method", "exact", "scheduling method: "+strings.Join(sched.Methods(), ", "))
+	fs.StringVar(&f.provision, "provision", sched.RuleBreakpoints, "provisioning rule: "+strings.Join(sched.Rules(), ", "))
+	fs.BoolVar(&f.json, "json", false, "print the plan as JSON (with --compare, an array of plans)")
+	fs.BoolVar(&f.compare, "compare", false, "run every method and compare them")
+	fs.StringVar(&f.plot, "plot", "", "draw the comparison of every method into this PNG file")
+	fs.Uint64Var(&f.opts.Seed, "seed", 1, "seed of the randomised methods")
+	fs.IntVar(&f.opts.Budget, "budget", 0, "cost evaluations of bo and genetic (0: their defaults)")
+	fs.Int64Var(&f.opts.MaxPlans, "max-plans", sched.DefaultMaxPlans, "bf refuses problems with more assignments")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if (f.problem == "") == (f.model == "") {
+		return nil, errors.New("give either --problem FILE or --model M with --catalog C")
+	}
+	if !slices.Contains(sched.Rules(), f.provision) {
+		return nil, fmt.Errorf("unknown provisioning rule %q (want one of %s)", f.provision, strings.Join(sched.Rules(), ", "))
+	}
+	f.opts.Provision = f.provision
+	return f, nil
+}
+
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parsePlanFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "heterps plan:", err)
+		return exitUsage
+	}
+	p, err := f.load(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterps plan:", err)
+		return exitUsage
+	}
+	if f.compare || f.plot != "" {
+		return comparePlans(ctx, f, p, stdout, stderr)
+	}
+	plan, err := sched.Run(ctx, f.method, p, f.opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterps plan:", err)
+		if errors.Is(err, sched.ErrUnknownMethod) || errors.Is(err, sched.ErrRefused) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	if f.json {
+		writeJSON(stdout, plan)
+	} else {
+		printPlan(stdout, p, plan)
+	}
+	if !plan.Feasible {
+		fmt.Fprintln(stderr, "heterps plan: infeasible:", plan.Reason)
+		return exitInfeasible
+	}
+	return exitOK
+}
+
+// load reads the problem file, or estimates a problem from a model and a
+// catalog.
+func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
+	if f.problem != "" {
+		c, err := config.LoadProblem(f.problem)
+		if err != nil {
+			return nil, err
+		}
+		return sched.NewProblem(c)
+	}
+	if f.profile != "" {
+		return nil, errors.New("--profile: not yet: measured profiles come with `heterps profile`; without --profile the layer times are estimated from the catalog")
+	}
+	if f.catalog == "" {
+		return nil, errors.New("--model needs --catalog")
+	}
+	m, err := config.LoadModel(f.model)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := config.LoadCatalog(f.catalog)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sched.EstimateProblem(m.Shapes(), cat, f.spec)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "heterps plan: layer times of %s are roofline estimates from the device descriptors of %s, not measurements\n", m.Name, f.catalog)
+	if f.saveProblem != "" {
+		out, err := c.MarshalTOML()
+		if err == nil {
+			err = os.WriteFile(f.saveProblem, out, 0o644)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--save-problem: %w", err)
+		}
+	}
+	return sched.NewProblem(c)
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // plans hold only finite numbers and strings
+}
+
+// printPlan prints a plan as a table of stages, then how the other
+// provisioning rules would equip the same assignment.
+func printPlan(w io.Writer, p *sched.Problem, plan *sched.Plan) {
+	fmt.Fprintf(w, "method %s: ", plan.Method)
+	if !plan.Feasible {
+		fmt.Fprintf(w, "infeasible: %s\n", plan.Reason)
+		return
+	}
+	fmt.Fprintf(w, "cost %.6g, throughput %.6g samples/s (limit %.6g), time %.6g s, scheduled in %.3g s\n\n",
+		plan.Cost, plan.Throughput, p.ThroughputLimit, plan.TimeS, plan.SchedSeconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\tlayers\ttype\tunits\tthroughput\tcost share\t")
+	hourly, units := hourlyPrice(p, plan), 0
+	for i, s := range plan.Stages {
+		share := price(p, s.Type) * float64(s.Units) / hourly
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.6g\t%.1f%%\t\n", i, layerRange(p, s), s.Type, s.Units, s.Throughput, 100*share)
+		units += s.Units
+	}
+	if plan.PSCores > 0 {
+		share := price(p, plan.PSType) * float64(plan.PSCores) / hourly
+		fmt.Fprintf(tw, "ps\t\t%s\t%d\t\t%.1f%%\t\n", plan.PSType, plan.PSCores, 100*share)
+	}
+	fmt.Fprintf(tw, "total\t\t\t%d\t%.6g\t100%%\t\n", units+plan.PSCores, plan.Throughput)
+	tw.Flush()
+	printProvisionings(w, p, plan)
+}
+
+// printProvisionings compares the provisioning rules on the plan's assignment.
+func printProvisionings(w io.Writer, p *sched.Problem, plan *sched.Plan) {
+	assign := make([]int, len(plan.Assign))
+	for l, name := range plan.Assign {
+		assign[l], _ = p.TypeIndex(name)
+	}
+	all, err := p.ProvisionAll(assign)
+	if err != nil {
+		return
+	}
+	fmt.Fprintln(w, "\nprovisioning rules on this assignment:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rule\tcost\tvs plan\tthroughput\tunits per stage\tps cores")
+	for _, pr := range all {
+		if !pr.Feasible {
+			fmt.Fprintf(tw, "%s\tinfeasible: %s\n", pr.Rule, pr.Reason)
+			continue
+		}
+		units := make([]string, len(pr.Segments))
+		for i, s := range pr.Segments {
+			units[i] = fmt.Sprint(s.Units)
+		}
+		fmt.Fprintf(tw, "%s\t%.6g\t%.4f\t%.6g\t%s\t%d\n", pr.Rule, pr.Cost, pr.Cost/plan.Cost, pr.Throughput, strings.Join(units, ","), pr.PSCores)
+	}
+	tw.Flush()
+}
+
+func layerRange(p *sched.Problem, s sched.Stage) string {
+	if s.First == s.Last {
+		return fmt.Sprintf("%d %s", s.First, p.Layers[s.First].Name)
+	}
+	return fmt.Sprintf("%d-%d %s..%s", s.First, s.Last, p.Layers[s.First].Name, p.Layers[s.Last].Name)
+}
+
+func price(p *sched.Problem, typ string) float64 {
+	t, _ := p.TypeIndex(typ)
+	return p.Types[t].Price
+}
+
+func hourlyPrice(p *sched.Problem, plan *sched.Plan) float64 {
+	h := 0.0
+	for _, s := range plan.Stages {
+		h += price(p, s.Type) * float64(s.Units)
+	}
+	if plan.PSCores > 0 {
+		h += price(p, plan.PSType) * float64(plan.PSCores)
+	}
+	return h
+}
+
+// methodOrder lists the methods in the order comparisons show them; methods
+// registered later (rl, rl-rnn) follow.
+var methodOrder = []string{"exact", "bf", "rl", "rl-rnn", "bo", "genetic", "greedy", "heuristic", "gpu", "cpu"}
+
+func comparedMethods() []string {
+	var names []string
+	for _, m := range methodOrder {
+		if slices.Contains(sched.Methods(), m) {
+			names = append(names, m)
+		}
+	}
+	for _, m := range sched.Methods() {
+		if !slices.Contains(names, m) {
+			names = append(names, m)
+		}
+	}
+	return names
+}
+
+// comparePlans runs every method, prints one row each and draws them.
+func comparePlans(ctx context.Context, f *planFlags, p *sched.Problem, stdout, stderr io.Writer) int {
+	var plans []*sched.Plan
+	for _, m := range comparedMethods() {
+		plan, err := sched.Run(ctx, m, p, f.opts)
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "heterps plan:", ctx.Err())
+			return exitFailure
+		}
+		if err != nil {
+			plan = &sched.Plan{Method: m, Reason: err.Error(), Assign: []string{}, Stages: []sched.Stage{}}
+		}
+		plans = append(plans, plan)
+	}
+	best := math.Inf(1)
+	for _, pl := range plans {
+		if pl.Feasible {
+			best = math.Min(best, pl.Cost)
+		}
+	}
+	if f.json {
+		writeJSON(stdout, plans)
+	} else {
+		printComparison(stdout, p, plans, best)
+	}
+	if f.plot != "" {
+		if err := plotComparison(f.plot, f.problemName(), plans, best); err != nil {
+			fmt.Fprintln(stderr, "heterps plan: --plot:", err)
+			return exitFailure
+		}
+	}
+	if math.IsInf(best, 1) {
+		fmt.Fprintln(stderr, "heterps plan: infeasible: no method found a feasible plan")
+		return exitInfeasible
+	}
+	return exitOK
+}
+
+func (f *planFlags) problemName() string {
+	if f.problem != "" {
+		return f.problem
+	}
+	return f.model + " on " + f.catalog
+}
+
+func printComparison(w io.Writer, p *sched.Problem, plans []*sched.Plan, best float64) {
+	fmt.Fprintf(w, "%d layers, %d types, throughput limit %.6g samples/s\n\n", len(p.Layers), len(p.Types), p.ThroughputLimit)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "method\tcost\tvs best\tthroughput\tstages\tsched s\tnote")
+	for _, pl := range plans {
+		if !pl.Feasible {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%.3g\t%s\n", pl.Method, pl.SchedSeconds, pl.Reason)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.6g\t%.4f\t%.6g\t%d\t%.3g\t\n", pl.Method, pl.Cost, pl.Cost/best, pl.Throughput, len(pl.Stages), pl.SchedSeconds)
+	}
+	tw.Flush()
+}
+
+// plotComparison draws two bar charts into a PNG: each feasible method's
+// cost relative to the best, and its scheduling time.
+func plotComparison(path, title string, plans []*sched.Plan, best float64) error {
+	var names []string
+	var rel, secs plotter.Values
+	for _, pl := range plans {
+		if pl.Feasible {
+			names = append(names, pl.Method)
+			rel = append(rel, pl.Cost/best)
+			secs = append(secs, math.Max(pl.SchedSeconds, 1e-6))
+		}
+	}
+	if len(names) == 0 {
+		return errors.New("no feasible plan to draw")
+	}
+	costPlot, err := barChart(title, "cost / best", names, rel, false)
+	if err != nil {
+		return err
+	}
+	timePlot, err := barChart("", "scheduling time (s)", names, secs, true)
+	if err != nil {
+		return err
+	}
+	const width, height = 8 * vg.Inch, 7 * vg.Inch
+	img := vgimg.New(width, height)
+	dc := draw.New(img)
+	plots := [][]*plot.Plot{{costPlot}, {timePlot}}
+	canvases := plot.Align(plots, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Centimeter}, dc)
+	for row := range plots {
+		plots[row][0].Draw(canvases[row][0])
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	png := vgimg.PngCanvas{Canvas: img}
+	if _, err := png.WriteTo(out); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func barChart(title, ylabel string, names []string, values plotter.Values, logScale bool) (*plot.Plot, error) {
+	pl := plot.New()
+	pl.Title.Text = title
+	pl.Y.Label.Text = ylabel
+	var floor *plotter.BarChart
+	if logScale { // bars must start above zero: stack them on an unseen floor
+		lowest := slices.Min(values) / 2
+		floorValues := make(plotter.Values, len(values))
+		shifted := make(plotter.Values, len(values))
+		for i, v := range values {
+			floorValues[i], shifted[i] = lowest, v-lowest
+		}
+		f, err := plotter.NewBarChart(floorValues, vg.Points(18))
+		if err != nil {
+			return nil, err
+		}
+		floor, values = f, shifted
+	}
+	bars, err := plotter.NewBarChart(values, vg.Points(18))
+	if err != nil {
+		return nil, err
+	}
+	if floor != nil {
+		bars.StackOn(floor)
+	}
+	bars.Color = plotter.DefaultLineStyle.Color
+	pl.Add(bars)
+	pl.NominalX(names...)
+	if logScale {
+		pl.Y.Scale = plot.LogScale{}
+		pl.Y.Tick.Marker = plot.LogTicks{Prec: 1}
+	} else {
+		pl.Y.Min = 0
+	}
+	return pl, nil
+}

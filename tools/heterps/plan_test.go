@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+const exampleProblem = "../../config/examples/problems/two-types.toml"
+
+func plan(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runPlan(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// writeProblem writes the example problem with one line replaced.
+func writeProblem(t *testing.T, old, new string) string {
+	t.Helper()
+	src, err := os.ReadFile(exampleProblem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(src, []byte(old)) {
+		t.Fatalf("example problem lacks %q", old)
+	}
+	path := filepath.Join(t.TempDir(), "p.toml")
+	if err := os.WriteFile(path, bytes.Replace(src, []byte(old), []byte(new), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestPlanJSONRecosts(t *testing.T) {
+	code, out, errs := plan(t, "--problem", exampleProblem, "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got sched.Plan
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got.Method != "exact" || !got.Feasible || got.PSType != "cpu" || len(got.Assign) != 2 || len(got.Stages) == 0 {
+		t.Fatalf("%+v", got)
+	}
+	c, _ := config.LoadProblem(exampleProblem)
+	p, _ := sched.NewProblem(c)
+	cost, err := sched.Recost(&got, p)
+	if err != nil || cost.Cost != got.Cost {
+		t.Fatalf("recost %v (%v), printed %v", cost.Cost, err, got.Cost)
+	}
+}
+
+func TestPlanTableShowsStagesAndRules(t *testing.T) {
+	code, out, errs := plan(t, "--problem", exampleProblem, "--method", "heuristic")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"method heuristic", "stage", "cost share", "total", "100%", "breakpoints", "newton", "sta-ratio", "sta-ps-ratio"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPlanInfeasibleExitsThree(t *testing.T) {
+	path := writeProblem(t, "throughput_limit = 50000", "throughput_limit = 5e9")
+	code, out, errs := plan(t, "--problem", path, "--json")
+	if code != exitInfeasible {
+		t.Fatalf("exit %d, want %d: %s", code, exitInfeasible, errs)
+	}
+	var got sched.Plan
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Feasible || got.Reason == "" {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(errs, "infeasible") || !strings.Contains(errs, "limit") {
+		t.Fatalf("stderr: %s", errs)
+	}
+}
+
+func TestPlanBadFileExitsTwoWithLine(t *testing.T) {
+	path := writeProblem(t, "alpha = [0.95, 0.9]", "alpha = [1.5, 0.9]")
+	code, _, errs := plan(t, "--problem", path)
+	if code != exitUsage || !strings.Contains(errs, "p.toml:29:1: layer[0].alpha") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	code, _, errs = plan(t, "--problem", filepath.Join(t.TempDir(), "missing.toml"))
+	if code != exitUsage || !strings.Contains(errs, "missing.toml") {
+		t.Fatalf("missing file: exit %d: %s", code, errs)
+	}
+}
+
+func TestPlanUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--problem", exampleProblem, "--method", "nope"},
+		{"--problem", exampleProblem, "--provision", "nope"},
+		{"--problem", exampleProblem, "--method", "bf", "--max-plans", "1"},
+		{"--model", "ctrdnn"},
+		{"--model", "ctrdnn", "--catalog", "../../config/examples/catalogs/grid5000.toml", "--profile", "p.toml"},
+	} {
+		if code, _, errs := plan(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d: %s", args, code, errs)
+		}
+	}
+}
+
+func TestPlanCompareAndPlot(t *testing.T) {
+	png := filepath.Join(t.TempDir(), "cmp.png")
+	code, out, errs := plan(t, "--problem", exampleProblem, "--compare", "--plot", png, "--budget", "40")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, m := range sched.Methods() {
+		if !strings.Contains(out, "\n"+m+" ") {
+			t.Errorf("no row for %s:\n%s", m, out)
+		}
+	}
+	if !strings.Contains(out, "vs best") || !strings.Contains(out, "1.0000") {
+		t.Errorf("no relative costs:\n%s", out)
+	}
+	img, err := os.ReadFile(png)
+	if err != nil || !bytes.HasPrefix(img, []byte("\x89PNG")) {
+		t.Fatalf("plot: %v", err)
+	}
+	code, out, _ = plan(t, "--problem", exampleProblem, "--compare", "--json", "--budget", "40")
+	var plans []sched.Plan
+	if err := json.Unmarshal([]byte(out), &plans); err != nil || code != exitOK || len(plans) != len(sched.Methods()) {
+		t.Fatalf("exit %d, %v: %s", code, err, out)
+	}
+}
+
+func TestPlanFromModelAndCatalog(t *testing.T) {
+	saved := filepath.Join(t.TempDir(), "estimated.toml")
+	code, out, errs := plan(t, "--model", "ctrdnn", "--catalog", "../../config/examples/catalogs/grid5000.toml", "--save-problem", saved)
+	if code != exitOK || !strings.Contains(errs, "roofline estimates") || !strings.Contains(out, "method exact") {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	if _, err := config.LoadProblem(saved); err != nil {
+		t.Fatalf("saved problem: %v", err)
+	}
+}
+
+func TestDispatchRunsPlan(t *testing.T) {
+	if code := dispatch([]string{"plan", "--problem", filepath.Join(t.TempDir(), "none.toml")}); code != exitUsage {
+		t.Fatalf("exit %d", code)
+	}
+}
