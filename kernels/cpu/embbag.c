@@ -15,11 +15,6 @@
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
 #define INLINE static inline __attribute__((always_inline))
 
-/* How many ids ahead the forward prefetches table rows: random rows of a
- * large table come from DRAM, and one bag's work is much shorter than the
- * latency. */
-#define PREFETCH_IDS 8
-
 static void set_bad(int64_t *bad, int64_t v) {
   if (bad) *bad = v;
 }
@@ -52,11 +47,6 @@ static int check_ids(int64_t n, const int64_t *ids, int64_t limit, int64_t *bad)
 
 static float bag_scale(hps_pool pool, int64_t len) {
   return (pool == HPS_POOL_MEAN && len > 0) ? 1.0f / (float)len : 1.0f;
-}
-
-/* prefetch_row asks for up to the first 256 bytes of a row. */
-static inline void prefetch_row(const float *row, int64_t dim) {
-  for (int64_t c = 0; c < dim && c < 64; c += 16) __builtin_prefetch(row + c, 0, 3);
 }
 
 /* ---- forward ---------------------------------------------------------------*/
@@ -104,7 +94,7 @@ AVX2_FN INLINE void st8(float *x, __m256i m, int full, __m256 v) {
 
 /* fwd_block8 sums columns [c, c+width) of the bag's rows, width <= 8*nv. */
 AVX2_FN INLINE void fwd_block8(int nv, const float *table, int64_t dim, const int64_t *ids,
-                               int64_t lo, int64_t hi, int64_t pf_end, int64_t c, int64_t width,
+                               int64_t lo, int64_t hi, int64_t c, int64_t width,
                                float scale, float *o) {
   __m256 acc[4];
   __m256i m[4];
@@ -115,7 +105,6 @@ AVX2_FN INLINE void fwd_block8(int nv, const float *table, int64_t dim, const in
     acc[q] = _mm256_setzero_ps();
   }
   for (int64_t i = lo; i < hi; i++) {
-    if (c == 0 && i + PREFETCH_IDS < pf_end) prefetch_row(table + ids[i + PREFETCH_IDS] * dim, dim);
     const float *r = table + ids[i] * dim + c;
     for (int q = 0; q < nv; q++) acc[q] = _mm256_add_ps(acc[q], ld8(r + 8 * q, m[q], full[q]));
   }
@@ -125,7 +114,7 @@ AVX2_FN INLINE void fwd_block8(int nv, const float *table, int64_t dim, const in
 
 AVX2_FN static void fwd_avx2(hps_pool pool, int64_t dim, const float *table, int64_t nbags,
                              const int64_t *offsets, const int64_t *ids, float *out) {
-  const int64_t base = offsets[0], pf_end = offsets[nbags] - base;
+  const int64_t base = offsets[0];
   for (int64_t j = 0; j < nbags; j++) {
     const int64_t lo = offsets[j] - base, hi = offsets[j + 1] - base;
     const float s = bag_scale(pool, hi - lo);
@@ -133,10 +122,10 @@ AVX2_FN static void fwd_avx2(hps_pool pool, int64_t dim, const float *table, int
     for (int64_t c = 0; c < dim; c += 32) {
       const int64_t w = dim - c < 32 ? dim - c : 32;
       switch ((w + 7) / 8) {
-        case 1: fwd_block8(1, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
-        case 2: fwd_block8(2, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
-        case 3: fwd_block8(3, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
-        default: fwd_block8(4, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
+        case 1: fwd_block8(1, table, dim, ids, lo, hi, c, w, s, o); break;
+        case 2: fwd_block8(2, table, dim, ids, lo, hi, c, w, s, o); break;
+        case 3: fwd_block8(3, table, dim, ids, lo, hi, c, w, s, o); break;
+        default: fwd_block8(4, table, dim, ids, lo, hi, c, w, s, o); break;
       }
     }
   }
@@ -163,8 +152,8 @@ AVX512_FN INLINE void st16(float *x, __mmask16 m, __m512 v) {
 
 /* fwd_block16 sums columns [c, c+width) of the bag's rows, width <= 16*nv. */
 AVX512_FN INLINE void fwd_block16(int nv, const float *table, int64_t dim, const int64_t *ids,
-                                  int64_t lo, int64_t hi, int64_t pf_end, int64_t c,
-                                  int64_t width, float scale, float *o) {
+                                  int64_t lo, int64_t hi, int64_t c, int64_t width, float scale,
+                                  float *o) {
   __m512 acc[4];
   __mmask16 m[4];
   for (int q = 0; q < nv; q++) {
@@ -172,10 +161,8 @@ AVX512_FN INLINE void fwd_block16(int nv, const float *table, int64_t dim, const
     acc[q] = _mm512_setzero_ps();
   }
   for (int64_t i = lo; i < hi; i++) {
-    if (c == 0 && i + PREFETCH_IDS < pf_end) prefetch_row(table + ids[i + PREFETCH_IDS] * dim, dim);
     const float *r = table + ids[i] * dim + c;
-    for (int q = 0; q < nv; q++)
-      acc[q] = _mm512_add_ps(acc[q], ld16(r + 16 * q, m[q]));
+    for (int q = 0; q < nv; q++) acc[q] = _mm512_add_ps(acc[q], ld16(r + 16 * q, m[q]));
   }
   const __m512 s = _mm512_set1_ps(scale);
   for (int q = 0; q < nv; q++) st16(o + c + 16 * q, m[q], _mm512_mul_ps(acc[q], s));
@@ -183,7 +170,7 @@ AVX512_FN INLINE void fwd_block16(int nv, const float *table, int64_t dim, const
 
 AVX512_FN static void fwd_avx512(hps_pool pool, int64_t dim, const float *table, int64_t nbags,
                                  const int64_t *offsets, const int64_t *ids, float *out) {
-  const int64_t base = offsets[0], pf_end = offsets[nbags] - base;
+  const int64_t base = offsets[0];
   for (int64_t j = 0; j < nbags; j++) {
     const int64_t lo = offsets[j] - base, hi = offsets[j + 1] - base;
     const float s = bag_scale(pool, hi - lo);
@@ -191,10 +178,10 @@ AVX512_FN static void fwd_avx512(hps_pool pool, int64_t dim, const float *table,
     for (int64_t c = 0; c < dim; c += 64) {
       const int64_t w = dim - c < 64 ? dim - c : 64;
       switch ((w + 15) / 16) {
-        case 1: fwd_block16(1, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
-        case 2: fwd_block16(2, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
-        case 3: fwd_block16(3, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
-        default: fwd_block16(4, table, dim, ids, lo, hi, pf_end, c, w, s, o); break;
+        case 1: fwd_block16(1, table, dim, ids, lo, hi, c, w, s, o); break;
+        case 2: fwd_block16(2, table, dim, ids, lo, hi, c, w, s, o); break;
+        case 3: fwd_block16(3, table, dim, ids, lo, hi, c, w, s, o); break;
+        default: fwd_block16(4, table, dim, ids, lo, hi, c, w, s, o); break;
       }
     }
   }
