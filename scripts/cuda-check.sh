@@ -95,7 +95,7 @@ nsrc=$(ls kernels/cuda/*.cu | wc -l)
 incs="-I$INC"
 [[ -d $INC/cccl ]] && incs+=" -isystem $INC/cccl"
 out=$(make -s -C kernels/cuda -j"$(nproc)" CUDA_HOME="$ROOT" NVCC="$NVCC" BUILD=build \
-  CUDA_INCLUDES="$incs" 2>&1) ||
+  CUDA_INCLUDES="$incs" WERROR="-Werror all-warnings" 2>&1) ||
   {
     echo "$out" >&2
     fail kernels "nvcc failed"

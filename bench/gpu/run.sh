@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh OUTDIR — the GPU check of heterps, in one go (about 5
+# minutes on an H200): builds the cuda-tagged test binaries, runs the GPU
+# parity tests, then the per-op GPU benchmarks, and writes to OUTDIR:
+#   device.txt   nvidia-smi, driver and toolkit versions
+#   build.txt    how the binaries were built
+#   tests.txt    go test -v output of the CUDA tests (native, native/cudadrv)
+#   bench.txt    raw benchmark output
+#   summary.txt  one line per op: GB/s and the fraction of this run's
+#                device-to-device copy, or TFLOP/s and the fraction of this
+#                run's cuBLAS SGEMM 4096^3
+#
+# The machine needs an NVIDIA driver, a CUDA toolkit (CUDA_HOME, nvcc on
+# PATH, or /usr/local/cuda) and cuBLAS. Go is used when present; a machine
+# without Go runs the binaries that `bench/gpu/run.sh --prepare` built
+# beforehand into bench/gpu/prebuilt/ (ignored by git; carry it there).
+#
+#   bench/gpu/run.sh --prepare   build bench/gpu/prebuilt/*.test here
+#                                (OpenBLAS linked statically, for machines
+#                                that lack it)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+PREBUILT=bench/gpu/prebuilt
+
+die() {
+  echo "run.sh: $*" >&2
+  exit 1
+}
+
+find_toolkit() {
+  if [[ -n ${CUDA_HOME:-} && -x $CUDA_HOME/bin/nvcc ]]; then
+    echo "$CUDA_HOME"
+  elif command -v nvcc >/dev/null; then
+    dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"
+  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    echo /usr/local/cuda
+  fi
+}
+
+# build_tests DIR EXTRA_LDFLAGS: the kernels library, then the two test
+# binaries, into DIR.
+build_tests() {
+  local dir=$1 extra=$2 cuda lib
+  cuda=$(find_toolkit)
+  [[ -n $cuda ]] || {
+    echo "no CUDA toolkit (set CUDA_HOME)"
+    return 1
+  }
+  lib=$cuda/lib64
+  [[ -d $lib ]] || lib=$cuda/lib
+  local incs="-I$cuda/include"
+  [[ -d $cuda/include/cccl ]] && incs+=" -isystem $cuda/include/cccl"
+  make -s -C kernels/cuda -j"$(nproc)" CUDA_HOME="$cuda" NVCC="$cuda/bin/nvcc" CUDA_INCLUDES="$incs" ||
+    return 1
+  local sum
+  sum=$(sha256sum kernels/cuda/build/libheterps_cuda.a | cut -c1-16)
+  mkdir -p "$dir"
+  export CGO_ENABLED=1 CGO_CFLAGS="-I$cuda/include"
+  export CGO_LDFLAGS="$extra -L$lib -L$ROOT/kernels/cuda/build/.lib-$sum"
+  go test -tags cuda -c -o "$dir/native.test" ./native/ || return 1
+  go test -tags cuda -c -o "$dir/cudadrv.test" ./native/cudadrv/ || return 1
+  echo "built with $("$cuda/bin/nvcc" --version | tail -n1), $(go version), CGO_LDFLAGS=$CGO_LDFLAGS"
+}
+
+if [[ ${1:-} == --prepare ]]; then
+  # The wheel toolkit that cuda-check installs, unless a real one is here.
+  if [[ -z $(find_toolkit) ]]; then
+    ./scripts/cuda-check.sh >/dev/null || die "cuda-check failed"
+    export CUDA_HOME=${HETERPS_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/heterps/cuda-13.0}/nvidia/cu13
+  fi
+  static=$(mktemp -d)
+  trap 'rm -rf "$static"' EXIT
+  blas=$(find /usr/lib /usr/lib64 -name libopenblas.a 2>/dev/null | head -n1)
+  extra=""
+  if [[ -n $blas ]]; then
+    ln -s "$blas" "$static/libopenblas.a" # first on the search path: the static one wins
+    extra="-L$static -static-libgcc"
+  fi
+  mkdir -p "$PREBUILT"
+  build_tests "$PREBUILT" "$extra" >"$PREBUILT/build.txt" 2>&1 || {
+    cat "$PREBUILT/build.txt"
+    die "build failed"
+  }
+  ls -la "$PREBUILT"
+  exit 0
+fi
+
+OUT=${1:-}
+[[ -n $OUT ]] || die "usage: bench/gpu/run.sh OUTDIR | --prepare"
+mkdir -p "$OUT"
+t0=$SECONDS
+step() { echo "run.sh: [$((SECONDS - t0))s] $*"; }
+
+# ---- device -------------------------------------------------------------------
+{
+  nvidia-smi 2>&1 || echo "nvidia-smi failed"
+  echo
+  cuda=$(find_toolkit)
+  [[ -n $cuda ]] && "$cuda/bin/nvcc" --version | tail -n2
+} >"$OUT/device.txt"
+step "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n1)"
+
+# ---- build ----------------------------------------------------------------------
+BIN=$ROOT/bench/gpu/.bin
+if command -v go >/dev/null && [[ -n $(find_toolkit) ]]; then
+  step "building with Go and nvcc"
+  build_tests "$BIN" "" >"$OUT/build.txt" 2>&1 || {
+    tail -n 30 "$OUT/build.txt"
+    die "build failed (see $OUT/build.txt)"
+  }
+elif [[ -x $PREBUILT/native.test ]]; then
+  step "no Go here: using $PREBUILT (built by run.sh --prepare)"
+  BIN=$ROOT/$PREBUILT
+  cp "$PREBUILT/build.txt" "$OUT/build.txt" 2>/dev/null || echo "prebuilt" >"$OUT/build.txt"
+else
+  die "neither Go and a CUDA toolkit nor $PREBUILT/native.test: run bench/gpu/run.sh --prepare first"
+fi
+
+# cuBLAS is opened at run time: point at the one that matches the toolkit.
+if [[ -z ${HETERPS_CUBLAS:-} ]]; then
+  for d in "$(find_toolkit)/lib64" "$(find_toolkit)/lib" /usr/local/cuda/lib64 \
+    $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    f=$(find "$d" -maxdepth 4 -name 'libcublas.so.1[0-9]' 2>/dev/null | sort -r | head -n1)
+    if [[ -n $f ]]; then
+      export HETERPS_CUBLAS=$f
+      export LD_LIBRARY_PATH="$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      break
+    fi
+  done
+fi
+step "cuBLAS: ${HETERPS_CUBLAS:-default search path}"
+echo "HETERPS_CUBLAS=${HETERPS_CUBLAS:-}" >>"$OUT/build.txt"
+
+# ---- GPU parity tests --------------------------------------------------------------
+step "GPU tests"
+status=0
+{
+  (cd native && timeout 180 "$BIN/native.test" -test.run 'CUDA' -test.v -test.count=1) || status=1
+  (cd native/cudadrv && timeout 30 "$BIN/cudadrv.test" -test.v -test.count=1) || status=1
+} >"$OUT/tests.txt" 2>&1
+grep -E '^(--- (PASS|FAIL|SKIP)|ok|FAIL|PASS)' "$OUT/tests.txt" | grep -v -- '--- PASS' | head -n 40
+step "tests: $(grep -c -- '--- PASS' "$OUT/tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/tests.txt") failed, $(grep -c -- '--- SKIP' "$OUT/tests.txt") skipped"
+
+# ---- per-op benchmarks -------------------------------------------------------------------
+step "benchmarks"
+(cd native && timeout 240 "$BIN/native.test" -test.run '^$' -test.bench 'CUDA' -test.benchtime 200x \
+  -test.count=1) >"$OUT/bench.txt" 2>&1 || status=1
+awk '
+  /^Benchmark/ {
+    name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkCUDA/, "", name)
+    for (i = 3; i < NF; i++) {
+      if ($(i+1) == "GB/s") gbs[name] = $i
+      if ($(i+1) == "TFLOP/s") tf[name] = $i
+    }
+    order[++n] = name
+  }
+  END {
+    copy = gbs["Copy"]; gemm = tf["Gemm/4096x4096x4096/tf32=false"]
+    printf "%-44s %12s %10s\n", "op", "figure", "of ceiling"
+    for (i = 1; i <= n; i++) {
+      k = order[i]
+      if (k in tf)
+        printf "%-44s %8.1f TF/s %9.2fx (cuBLAS SGEMM 4096^3: %.1f TF/s)\n", k, tf[k], gemm ? tf[k]/gemm : 0, gemm
+      else if (k in gbs)
+        printf "%-44s %7.0f GB/s %9.2fx (device-to-device copy: %.0f GB/s)\n", k, gbs[k], copy ? gbs[k]/copy : 0, copy
+    }
+  }' "$OUT/bench.txt" >"$OUT/summary.txt"
+cat "$OUT/summary.txt"
+
+# ---- ctrdnn training against PyTorch: TODO --------------------------------------------------
+# TODO(issue 6): ctrdnn training samples/s on this GPU against PyTorch on the
+# same GPU (same model, batch), target >= 1.5x. It needs the ctrdnn model on
+# the CUDA backend (daemon/nn) and a PyTorch twin of it; neither exists yet.
+step "SKIPPED: ctrdnn GPU training vs PyTorch (TODO: needs the ctrdnn model on the CUDA backend and its PyTorch twin)"
+echo "ctrdnn vs PyTorch: SKIPPED (not implemented yet)" >>"$OUT/summary.txt"
+
+step "done; results in $OUT"
+exit $status
