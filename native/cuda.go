@@ -283,7 +283,7 @@ func (a *deviceAlloc) free() {
 			if st.closed {
 				C.cudaFree(a.base)
 			} else {
-				C.cudaFreeAsync(a.base, st.s)
+				C.hps_cuda_free(st.s, a.base)
 			}
 			return nil
 		})
@@ -346,11 +346,11 @@ func allocZeroed(s C.cudaStream_t, n int) (unsafe.Pointer, C.int) {
 	}
 	var base unsafe.Pointer
 	bytes := C.size_t(n) * 4
-	if st := C.cudaMallocAsync(&base, bytes, s); st != C.cudaSuccess {
-		return nil, C.int(st)
+	if st := C.hps_cuda_malloc(s, bytes, &base); st != C.HPS_OK {
+		return nil, st
 	}
 	if st := C.cudaMemsetAsync(base, 0, bytes, s); st != C.cudaSuccess {
-		C.cudaFreeAsync(base, s)
+		C.hps_cuda_free(s, base)
 		return nil, C.int(st)
 	}
 	return base, C.HPS_OK
@@ -456,10 +456,10 @@ func (b *CUDA) uploadInts(s C.cudaStream_t, v []int64) (p *C.int64_t, free func(
 	}
 	var mem unsafe.Pointer
 	bytes := C.size_t(8 * len(v))
-	if e := C.cudaMallocAsync(&mem, bytes, s); e != C.cudaSuccess {
-		return nil, func() {}, C.int(e)
+	if st := C.hps_cuda_malloc(s, bytes, &mem); st != C.HPS_OK {
+		return nil, func() {}, st
 	}
-	free = func() { C.cudaFreeAsync(mem, s) }
+	free = func() { C.hps_cuda_free(s, mem) }
 	if e := C.cudaMemcpyAsync(mem, unsafe.Pointer(&v[0]), bytes, C.cudaMemcpyHostToDevice, s); e != C.cudaSuccess {
 		free()
 		return nil, func() {}, C.int(e)

@@ -234,10 +234,10 @@ func (b *CUDA) EmbeddingBagBackward(pool Pool, dim int, offsets, ids []int64, do
 		}
 		defer freeOff()
 		var dev unsafe.Pointer // the distinct ids, then each position's row
-		if e := C.cudaMallocAsync(&dev, C.size_t(16*len(used)), s); e != C.cudaSuccess {
-			return C.int(e)
+		if st := C.hps_cuda_malloc(s, C.size_t(16*len(used)), &dev); st != C.HPS_OK {
+			return st
 		}
-		defer C.cudaFreeAsync(dev, s)
+		defer C.hps_cuda_free(s, dev)
 		uniqDev := (*C.int64_t)(dev)
 		index := (*C.int64_t)(unsafe.Add(dev, 8*len(used)))
 		keyBits := C.int(max(1, bits.Len64(uint64(top))))
@@ -255,7 +255,7 @@ func (b *CUDA) EmbeddingBagBackward(pool Pool, dim int, offsets, ids []int64, do
 			C.int64_t(len(used)), index, dd.ptr(), nuniq, (*C.float)(gradMem))
 		if st != C.HPS_OK {
 			if gradMem != nil {
-				C.cudaFreeAsync(gradMem, s)
+				C.hps_cuda_free(s, gradMem)
 			}
 			return st
 		}
@@ -522,10 +522,10 @@ func (b *CUDA) lossSum(op string, f func(s C.cudaStream_t, loss *C.double) C.int
 	var out C.double
 	err := b.run(op, func(s C.cudaStream_t) C.int {
 		var dev unsafe.Pointer
-		if e := C.cudaMallocAsync(&dev, 8, s); e != C.cudaSuccess {
-			return C.int(e)
+		if st := C.hps_cuda_malloc(s, 8, &dev); st != C.HPS_OK {
+			return st
 		}
-		defer C.cudaFreeAsync(dev, s)
+		defer C.hps_cuda_free(s, dev)
 		if st := f(s, (*C.double)(dev)); st != C.HPS_OK {
 			return st
 		}

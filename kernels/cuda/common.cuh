@@ -43,14 +43,14 @@ struct Scratch {
   Scratch &operator=(const Scratch &) = delete;
   int alloc(size_t bytes) {
     if (bytes == 0) bytes = 16;
-    return status(cudaMallocAsync(&p, bytes, s));
+    return hps_cuda_malloc(s, bytes, &p);
   }
   template <class T>
   T *as() const {
     return static_cast<T *>(p);
   }
   ~Scratch() {
-    if (p) cudaFreeAsync(p, s);
+    if (p) hps_cuda_free(s, p);
   }
 };
 

@@ -7,8 +7,8 @@
  *     "host". float32 tensors, row-major, sizes as int64_t, as on the CPU.
  *   - Work is queued on the given stream and the wrapper returns without
  *     waiting, except where a comment says it synchronises. Temporary device
- *     memory comes from the stream-ordered allocator (cudaMallocAsync) and is
- *     freed in stream order.
+ *     memory comes from hps_cuda_malloc (the stream-ordered allocator where
+ *     the device has memory pools) and is freed in stream order.
  *   - Return value: HPS_OK (0); a negative HPS_E* code for a bad argument,
  *     detected before anything is queued; a positive cudaError_t from the
  *     runtime; or HPS_CUDA_EBLAS + cublasStatus_t from cuBLAS. hps_cuda_strerror
@@ -151,6 +151,12 @@ int hps_cuda_softmax_xent(cudaStream_t s, int64_t rows, int64_t cols, const floa
                           const int64_t *labels, float scale, float *dx, double *loss);
 
 /* ---- Helpers ---------------------------------------------------------------------*/
+/* Stream-ordered device memory: cudaMallocAsync / cudaFreeAsync where the
+ * device supports memory pools, else cudaMalloc / cudaFree (which
+ * synchronise). Every temporary of these wrappers comes from here. */
+int hps_cuda_malloc(cudaStream_t s, size_t bytes, void **p);
+int hps_cuda_free(cudaStream_t s, void *p);
+
 /* dst = src, n floats, device to device: the bandwidth reference. */
 int hps_cuda_copy(cudaStream_t s, int64_t n, const float *src, float *dst);
 /* dst[i] = v for n floats. */

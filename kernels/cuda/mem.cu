@@ -17,6 +17,24 @@ __global__ void fill_k(int64_t n, bool vec, float *dst, float v) {
   for (int64_t i = done + gtid(); i < n; i += gstride()) dst[i] = v;
 }
 
+// pools[d]: 0 unknown, 1 device d has memory pools, 2 it has not (some
+// virtualised GPUs). Racing first calls store the same value.
+constexpr int kMaxDevices = 64;
+int pools[kMaxDevices];
+
+bool has_pools() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  int known = __atomic_load_n(&pools[dev], __ATOMIC_RELAXED);
+  if (known == 0) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) v = 0;
+    known = v ? 1 : 2;
+    __atomic_store_n(&pools[dev], known, __ATOMIC_RELAXED);
+  }
+  return known == 1;
+}
+
 const char *blas_name(int s) {
   switch (s) {
     case CUBLAS_STATUS_NOT_INITIALIZED:
@@ -45,6 +63,19 @@ const char *blas_name(int s) {
 }  // namespace hps
 
 using namespace hps;
+
+extern "C" int hps_cuda_malloc(cudaStream_t s, size_t bytes, void **p) {
+  if (!p) return HPS_EINVAL;
+  *p = nullptr;
+  if (has_pools()) return status(cudaMallocAsync(p, bytes, s));
+  return status(cudaMalloc(p, bytes));
+}
+
+extern "C" int hps_cuda_free(cudaStream_t s, void *p) {
+  if (!p) return HPS_OK;
+  if (has_pools()) return status(cudaFreeAsync(p, s));
+  return status(cudaFree(p));  // synchronises: no queued kernel still uses p
+}
 
 extern "C" int hps_cuda_copy(cudaStream_t s, int64_t n, const float *src, float *dst) {
   if (n < 0) return HPS_EINVAL;
