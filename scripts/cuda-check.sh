@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.."
 WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85)
 CUBLAS_WHEEL=nvidia-cublas==13.0.2.14 # 420 MB: only its headers are kept
-CU12_WHEELS=(nvidia-cuda-runtime-cu12==12.8.90 nvidia-cuda-nvcc-cu12==12.8.93) # headers only
+CU12_WHEELS=(nvidia-cuda-runtime-cu12==12.8.90 nvidia-cuda-nvcc-cu12==12.8.93
+  nvidia-cuda-cccl-cu12==12.8.90) # headers only
 
 CACHE=${HETERPS_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/heterps/cuda-13.0}
 BUILD=kernels/cuda/build
@@ -101,7 +102,19 @@ out=$(make -s -C kernels/cuda -j"$(nproc)" CUDA_HOME="$ROOT" NVCC="$NVCC" BUILD=
     fail kernels "nvcc failed"
   }
 [[ -z $out ]] || echo "$out"
-say kernels "$nsrc .cu files for sm_80+sm_90 -> $BUILD/libheterps_cuda.a ($(elapsed))"
+cub_note=""
+if [[ -n $CU12_INC ]]; then
+  # CUB is the one library whose API moved between CUDA 12 and 13: compile its
+  # user against CUDA 12.8's CCCL (2.7) as well (when embbag.cu changed).
+  obj=$BUILD/embbag-cccl2.o
+  if [[ ! $obj -nt kernels/cuda/embbag.cu || ! $obj -nt kernels/cuda/common.cuh ]]; then
+    "$NVCC" -O3 -std=c++17 -I kernels -isystem "$CACHE/cu12/nvidia/cuda_cccl/include" -I"$INC" \
+      -gencode arch=compute_90,code=sm_90 -Werror all-warnings -c kernels/cuda/embbag.cu -o "$obj" ||
+      fail kernels "embbag.cu does not compile against CUDA 12.8's CUB"
+  fi
+  cub_note=", embbag.cu also against CUDA 12.8's CUB"
+fi
+say kernels "$nsrc .cu files for sm_80+sm_90 -> $BUILD/libheterps_cuda.a$cub_note ($(elapsed))"
 
 # ---- 3. go vet ----------------------------------------------------------------------
 t0=$SECONDS
