@@ -12,6 +12,8 @@ import (
 // Spec is a parsed data spec, as the CLI's --data flag takes it:
 //
 //	synthetic[:SEED]   the generator with DefaultSynthetic(SEED); SEED defaults to 1
+//	pairs[:SEED]       query-document pairs, DefaultPairs(SEED) (matching models)
+//	words[:SEED]       context words and centre word, DefaultWords(SEED) (nce)
 //	criteo:PATH        Criteo TSV or CSV, told apart by content
 //	avazu:PATH         Avazu CSV
 //	libsvm:PATH        libsvm
@@ -20,13 +22,30 @@ import (
 // Files may be gzip-compressed. PATH is everything after the first colon,
 // so it may hold colons itself.
 type Spec struct {
-	Kind string // synthetic, criteo, avazu, libsvm or digits
-	Path string // the file; empty for synthetic
-	Seed uint64 // synthetic only
+	Kind string // synthetic, pairs, words, criteo, avazu, libsvm or digits
+	Path string // the file; empty for generators
+	Seed uint64 // generators only
 }
 
-// DefaultSeed is the generator's seed when a synthetic spec names none.
+// DefaultSeed is the generator's seed when a generator's spec names none.
 const DefaultSeed = 1
+
+// generators are the spec kinds that take a seed instead of a path.
+var generators = map[string]func(uint64, Options) (Source, error){
+	"synthetic": func(seed uint64, opts Options) (Source, error) {
+		return asSource(NewSynthetic(DefaultSynthetic(seed), opts))
+	},
+	"pairs": func(seed uint64, opts Options) (Source, error) { return asSource(NewPairs(DefaultPairs(seed), opts)) },
+	"words": func(seed uint64, opts Options) (Source, error) { return asSource(NewWords(DefaultWords(seed), opts)) },
+}
+
+// asSource keeps a failed constructor's nil pointer out of the interface.
+func asSource[S Source](src S, err error) (Source, error) {
+	if err != nil {
+		return nil, err
+	}
+	return src, nil
+}
 
 var fileOpeners = map[string]func(string, Options) (Source, error){
 	"criteo": OpenCriteo,
@@ -38,7 +57,7 @@ var fileOpeners = map[string]func(string, Options) (Source, error){
 // ParseSpec parses a data spec. Errors are *SpecError.
 func ParseSpec(spec string) (Spec, error) {
 	kind, arg, hasArg := strings.Cut(spec, ":")
-	if kind == "synthetic" {
+	if _, ok := generators[kind]; ok {
 		if !hasArg {
 			return Spec{Kind: kind, Seed: DefaultSeed}, nil
 		}
@@ -50,7 +69,7 @@ func ParseSpec(spec string) (Spec, error) {
 	}
 	if _, ok := fileOpeners[kind]; !ok {
 		return Spec{}, &SpecError{Spec: spec, Reason: "unknown kind " + strconv.Quote(kind) +
-			" (want synthetic[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
+			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
 	}
 	if arg == "" {
 		return Spec{}, &SpecError{Spec: spec, Reason: "missing path (want " + kind + ":PATH)"}
@@ -60,16 +79,16 @@ func ParseSpec(spec string) (Spec, error) {
 
 // String returns the spec in the form ParseSpec reads.
 func (s Spec) String() string {
-	if s.Kind == "synthetic" {
-		return "synthetic:" + strconv.FormatUint(s.Seed, 10)
+	if _, ok := generators[s.Kind]; ok {
+		return s.Kind + ":" + strconv.FormatUint(s.Seed, 10)
 	}
 	return s.Kind + ":" + s.Path
 }
 
 // Open opens a source for the spec; call it again for each pass or worker.
 func (s Spec) Open(opts Options) (Source, error) {
-	if s.Kind == "synthetic" {
-		return NewSynthetic(DefaultSynthetic(s.Seed), opts)
+	if gen, ok := generators[s.Kind]; ok {
+		return gen(s.Seed, opts)
 	}
 	open, ok := fileOpeners[s.Kind]
 	if !ok {
