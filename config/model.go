@@ -351,7 +351,9 @@ func fcShape(loc *Locator, at string, l Layer, s *LayerShape) error {
 }
 
 // joinShape checks a cosine/dot layer: it joins exactly two towers of equal
-// width into one similarity per sample.
+// width. Its output is two similarities per sample: query i against its own
+// document i (the positive pair) and against document (i+1) mod rows of the
+// same batch (an in-batch negative), the input of the pairwise hinge loss.
 func joinShape(loc *Locator, at string, l Layer, towers []string, width map[string]int, s *LayerShape) error {
 	if l.Tower != "" {
 		return loc.Errorf(at+".tower", "%s joins the towers and belongs to none", l.Kind)
@@ -364,7 +366,7 @@ func joinShape(loc *Locator, at string, l Layer, towers []string, width map[stri
 		return loc.Errorf(at+".kind", "towers %q and %q end with widths %d and %d; they must be equal and > 0", towers[0], towers[1], a, b)
 	}
 	s.In = a
-	s.Out = 1
+	s.Out = 2
 	return nil
 }
 

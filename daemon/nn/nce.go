@@ -54,11 +54,22 @@ const maskedLogit = -1e4
 // Each step draws K negatives from the log-uniform sampler, shared by the
 // whole batch (as TensorFlow's sampled losses do), with replacement. The
 // output is [rows x (1+K)] logits: column 0 for the sample's target class t
-// (Batch.Classes), column 1+k for negative n_k, each
+// (Batch.Classes), column 1+k for negative n_k, each the log-odds that c
+// came from the data rather than from the noise:
 //
-//	logit(c) = h·w_c + b_c - log(K Q(c))
+//	logit(c) = s(c) - log(K Q(c)),   s(c) = h·w_c + b_c
 //
-// the log-odds that c came from the data rather than from the noise.
+// The table stores the bias relative to the log noise probability,
+// b_c = β_c + log Q(c), so the layer computes logit(c) = h·w_c + β_c - log K.
+// This is the usual parametrisation with the bias started at log Q(c): the
+// untrained model is the noise distribution itself (self-normalised), rare
+// classes do not start with the large logits -log(K Q(c)) that only their
+// rare draws as negatives could bring down (measured on the words data with
+// the nce zoo model, 1000 steps: held-out loss 49.9 -> 38.1 with β started
+// at 0, against 3.1 -> 0.82 this way), and the rows still start as InitRow
+// makes them, so a parameter server can create them lazily. The model's
+// score of class c for ranking the whole vocabulary is s(c) = h·w_c + β_c +
+// log Q(c) (Score).
 //
 // The negatives of a step are a function of the model seed and of the
 // batch's content (its targets and ids), not of a counter: a step draws the
@@ -200,8 +211,8 @@ func (l *NCE) negativeDots(be native.Backend, in Activation, g, logits native.Bu
 	return nil
 }
 
-// finishLogits adds the target's dot products, the biases and the
-// sampler's correction -log(K Q(c)), and masks accidental hits.
+// finishLogits adds the target's dot products and the stored biases β,
+// subtracts log K (see NCE) and masks accidental hits.
 func (l *NCE) finishLogits(be native.Backend, in Activation, g, logits native.Buffer) error {
 	rows, k, w := in.Rows, l.negatives, l.shape.In+1
 	out, err := hostFloats(be, logits)
@@ -218,25 +229,34 @@ func (l *NCE) finishLogits(be native.Backend, in Activation, g, logits native.Bu
 		return err
 	}
 	l.masked = grow(l.masked, rows*k)
+	logK := float32(math.Log(float64(k)))
 	for i, t := range targets {
 		row := out[i*(1+k) : (i+1)*(1+k)]
-		row[0] = float32(dots[i] + float64(gh[i*w+w-1]) - l.correction(t))
+		row[0] = float32(dots[i]+float64(gh[i*w+w-1])) - logK
 		for j, c := range negs {
 			l.masked[i*k+j] = c == t
 			if c == t {
 				row[1+j] = maskedLogit
 				continue
 			}
-			row[1+j] += gh[(rows+j)*w+w-1] - float32(l.correction(c))
+			row[1+j] += gh[(rows+j)*w+w-1] - logK
 		}
 	}
 	return putBack(be, logits, out)
 }
 
-// correction is log(K Q(c)), the log of the expected count of c among the
-// K negatives.
-func (l *NCE) correction(c int64) float64 {
-	return math.Log(float64(l.negatives) * l.sampler.Prob(c))
+// Score is the model's score s(c) = h·w_c + β_c + log Q(c) of class c for
+// input h, an estimate of log p(c | h) under NCE's self-normalisation.
+func (l *NCE) Score(be native.Backend, h []float32, c int64) (float64, error) {
+	w := l.shape.In + 1
+	if len(h) != w-1 || c < 0 || c >= l.classes {
+		return 0, fmt.Errorf("%s: score of class %d for an input of %d values: %w", l.shape.Name, c, len(h), native.ErrArg)
+	}
+	table, err := hostFloats(be, l.Table.Value.Slice(int(c)*w, int(c+1)*w))
+	if err != nil {
+		return 0, err
+	}
+	return dot64(h, table[:w-1]) + float64(table[w-1]) + math.Log(l.sampler.Prob(c)), nil
 }
 
 // targetDots returns h_i·w_{t_i} for each row, w_{t_i} being row i of the
