@@ -2,7 +2,9 @@
 // streaming readers for Criteo (raw TSV and CSV with a header), Avazu CSV,
 // libsvm and the digits CSV; a synthetic click-through generator whose
 // logistic ground truth is known, so trained models can be compared with the
-// Bayes-optimal AUC; AUC and accuracy; and the record-selection rules every
+// Bayes-optimal AUC; generators of query/document pairs ("pairs", for
+// two-tower matching models) and of a Zipfian word corpus with planted
+// structure ("words", for NCE word-embedding models); AUC and accuracy; and the record-selection rules every
 // source shares (sharding across workers, a train/eval hold-out split).
 //
 // # Records and selection
