@@ -673,3 +673,97 @@ func TestCUDAClosedBackendRefuses(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestCUDADeviceBufferViews runs everywhere: views share the allocation, keep
+// their offset, and refuse bounds outside the view as slicing does.
+func TestCUDADeviceBufferViews(t *testing.T) {
+	base := DeviceBuffer{mem: &deviceMem{alloc: &deviceAlloc{}}, n: 10}
+	v := base.Slice(2, 9).(DeviceBuffer)
+	w := v.Slice(1, 4).(DeviceBuffer)
+	if v.Len() != 7 || w.Len() != 3 || w.off != 3 || w.mem != base.mem {
+		t.Fatalf("views: v=%+v w=%+v", v, w)
+	}
+	if e := base.Slice(10, 10).Len(); e != 0 {
+		t.Fatalf("empty view at the end has %d floats", e)
+	}
+	for _, b := range [][2]int{{-1, 2}, {3, 2}, {0, 11}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Slice(%d, %d) of 10 floats did not panic", b[0], b[1])
+				}
+			}()
+			base.Slice(b[0], b[1])
+		}()
+	}
+	var b CUDA
+	bad := b.Alloc(-1).(DeviceBuffer)
+	if !errors.Is(bad.Err(), ErrArg) {
+		t.Fatalf("Alloc(-1).Err() = %v, want ErrArg", bad.Err())
+	}
+	if _, err := b.dev("op", bad, -1); !errors.Is(err, ErrArg) {
+		t.Fatalf("using a failed allocation: %v, want its error", err)
+	}
+	if _, err := b.dev("op", HostBuffer{1}, 1); !errors.Is(err, ErrArg) {
+		t.Fatalf("a CPU buffer given to the CUDA backend: %v, want ErrArg", err)
+	}
+}
+
+// TestCUDAStatusErrors runs everywhere: kernel statuses map to the Backend's
+// sentinel errors, and runtime codes to CUDAError with their names.
+func TestCUDAStatusErrors(t *testing.T) {
+	if err := cudaStatus("op", 0); err != nil {
+		t.Fatalf("HPS_OK gave %v", err)
+	}
+	if err := cudaStatus("op", -1); !errors.Is(err, ErrArg) {
+		t.Fatalf("HPS_EINVAL gave %v", err)
+	}
+	if err := cudaStatus("op", -2); !errors.Is(err, ErrRange) {
+		t.Fatalf("HPS_ERANGE gave %v", err)
+	}
+	oom := cudaStatus("alloc", 2) // cudaErrorMemoryAllocation
+	var ce *CUDAError
+	if !errors.As(oom, &ce) || !errors.Is(oom, ErrDeviceMemory) || ce.Name != "cudaErrorMemoryAllocation" {
+		t.Fatalf("cudaErrorMemoryAllocation gave %#v", oom)
+	}
+	if err := cudaStatus("init", 100); !errors.Is(err, ErrNoGPU) { // cudaErrorNoDevice
+		t.Fatalf("cudaErrorNoDevice gave %v", err)
+	}
+	blas := cudaStatus("gemm", 100000+13) // CUBLAS_STATUS_EXECUTION_FAILED
+	if !errors.As(blas, &ce) || ce.Name != "CUBLAS_STATUS_EXECUTION_FAILED" {
+		t.Fatalf("cuBLAS status gave %v", blas)
+	}
+	if err := cudaStatus("gemm", -10); !strings.Contains(err.Error(), "libcublas") {
+		t.Fatalf("HPS_CUDA_ENOBLAS gave %v", err)
+	}
+}
+
+// TestCUDAReductionsAreDeterministic: the column sums of dbias and the loss
+// sums come out bit-identical run after run.
+func TestCUDAReductionsAreDeterministic(t *testing.T) {
+	e := newCUDAEnv(t, 18)
+	const rows, cols = 5000, 37
+	y, _ := e.rand(rows*cols, 0, 1, 0)
+	dy, _ := e.rand(rows*cols, -1, 1, 0)
+	dx, db := e.gpu.Alloc(rows*cols), e.gpu.Alloc(cols)
+	var first []float32
+	for range 3 {
+		e.ok("bwd", e.gpu.BiasActBackward(Sigmoid, rows, cols, y, dy, dx, db))
+		got := e.get(db)
+		if first == nil {
+			first = got
+		} else if !slices.Equal(got, first) {
+			t.Fatalf("dbias changed between runs: %v then %v", first[:4], got[:4])
+		}
+	}
+	labels := make([]int64, rows)
+	var loss float64
+	for i := range 3 {
+		l, err := e.gpu.SoftmaxCrossEntropy(rows, cols, dy, labels, 1, nil)
+		e.ok("xent", err)
+		if i > 0 && math.Float64bits(l) != math.Float64bits(loss) {
+			t.Fatalf("loss changed between runs: %v then %v", loss, l)
+		}
+		loss = l
+	}
+}
