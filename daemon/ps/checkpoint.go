@@ -1,0 +1,282 @@
+package ps
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/heterps/heterps/daemon/ckpt"
+)
+
+// Metadata keys of a shard file, beside ckpt's model, step and format.
+const (
+	keyJob    = "heterps.ps.job"
+	keyShard  = "heterps.ps.shard"
+	keyShards = "heterps.ps.shards"
+	keyMode   = "heterps.ps.mode"
+	// keyParam + name holds a paramMeta in JSON.
+	keyParam = "heterps.ps.param."
+)
+
+// idsSuffix names a table's ids tensor: "<table>.ids".
+const idsSuffix = ".ids"
+
+// paramMeta describes one table or block in a shard file.
+type paramMeta struct {
+	Kind      string `json:"kind"` // "table" or "block"
+	Dim       int    `json:"dim"`  // table row width, or block length
+	Rows      int    `json:"rows,omitempty"`
+	Stage     int    `json:"stage"`
+	Optimizer string `json:"optimizer"`
+	States    int    `json:"state_buffers"`
+	Version   int64  `json:"version"`
+}
+
+// FileName is the name of shard's file, of shards, in a checkpoint directory.
+func FileName(shard, shards int) string {
+	return fmt.Sprintf("shard-%05d-of-%05d.safetensors", shard, shards)
+}
+
+// stateName names a parameter's value (i < 0) or its i-th optimiser state,
+// as daemon/nn's checkpoints do.
+func stateName(param string, i int) string {
+	if i < 0 {
+		return param
+	}
+	return fmt.Sprintf("%s.opt%d", param, i)
+}
+
+// Checkpoint writes the shard's state after step into dir, which must
+// exist, as FileName(shard, shards), and returns the file's manifest entry.
+// In BSP it first fences the shard at step (it fails with ErrStepPassed if a
+// table or block is already past it), waits until every table and block
+// has applied step, and holds later steps until the file is written; in
+// ASP it writes the state as it is, step naming it only. Every table and
+// block is read-locked while the file is written: pushes and row creation
+// wait for it, and so do pulls queued behind them.
+func (s *Shard) Checkpoint(ctx context.Context, dir string, step int64) (ckpt.FileEntry, error) {
+	if err := s.hold(step); err != nil {
+		return ckpt.FileEntry{}, err
+	}
+	entry, err := s.writeAt(ctx, dir, step)
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	return entry, err
+}
+
+// hold fences the shard at step for one checkpoint.
+func (s *Shard) hold(step int64) error {
+	if step < 0 {
+		return fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, ErrArg)
+	}
+	if !s.ckptMu.TryLock() {
+		return fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, ErrCheckpointBusy)
+	}
+	if s.cfg.Mode == ASP {
+		return nil
+	}
+	s.fence.Store(step)
+	for _, st := range s.all() {
+		st.mu.RLock()
+		v := st.version
+		st.mu.RUnlock()
+		if v > step {
+			err := fmt.Errorf("ps shard %d: checkpoint at step %d: a table or block is at step %d: %w",
+				s.cfg.Shard, step, v, ErrStepPassed)
+			return errors.Join(err, s.release())
+		}
+	}
+	return nil
+}
+
+// release lifts the fence and applies the steps it held.
+func (s *Shard) release() error {
+	defer s.ckptMu.Unlock()
+	if s.cfg.Mode == ASP {
+		return nil
+	}
+	s.fence.Store(-1)
+	return s.releaseHeld()
+}
+
+// writeAt waits for step (BSP) and writes the shard file under read locks
+// on every table and block.
+func (s *Shard) writeAt(ctx context.Context, dir string, step int64) (ckpt.FileEntry, error) {
+	all := s.all()
+	if s.cfg.Mode == BSP {
+		ctx, cancel := s.waitCtx(ctx)
+		defer cancel()
+		for _, st := range all {
+			if err := st.waitVersion(ctx, step); err != nil {
+				return ckpt.FileEntry{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
+			}
+		}
+	}
+	for _, st := range all {
+		st.mu.RLock()
+		defer st.mu.RUnlock()
+	}
+	meta, err := s.metadata(step)
+	if err != nil {
+		return ckpt.FileEntry{}, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
+	}
+	var tensors []ckpt.Tensor
+	for _, t := range sortedValues(s.tables) {
+		tensors = append(tensors, t.tensors()...)
+	}
+	for _, b := range sortedValues(s.blocks) {
+		tensors = append(tensors, b.tensors()...)
+	}
+	path := filepath.Join(dir, FileName(s.cfg.Shard, s.cfg.Shards))
+	entry, err := ckpt.WriteFile(path, meta, tensors)
+	if err != nil {
+		return entry, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
+	}
+	return entry, nil
+}
+
+// metadata describes the shard and every table and block. Under the read
+// locks.
+func (s *Shard) metadata(step int64) (map[string]string, error) {
+	meta := ckpt.NewMetadata(s.cfg.Model, step)
+	meta[keyJob] = s.cfg.Job
+	meta[keyShard] = fmt.Sprint(s.cfg.Shard)
+	meta[keyShards] = fmt.Sprint(s.cfg.Shards)
+	meta[keyMode] = s.cfg.Mode.String()
+	describe := func(name string, m paramMeta) error {
+		js, err := json.Marshal(m)
+		meta[keyParam+name] = string(js)
+		return err
+	}
+	for _, t := range s.tables {
+		err := describe(t.spec.Name, paramMeta{Kind: "table", Dim: t.spec.Dim, Rows: len(t.ids), Stage: t.spec.Stage,
+			Optimizer: optimName(t.spec.Optim.Hyper.Kind), States: t.nstate, Version: t.version})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range s.blocks {
+		err := describe(b.spec.Name, paramMeta{Kind: "block", Dim: len(b.value), Stage: b.spec.Stage,
+			Optimizer: optimName(b.spec.Optim.Hyper.Kind), States: len(b.state), Version: b.version})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return meta, nil
+}
+
+// tensors streams the table's ids, values and state from its slabs.
+func (t *table) tensors() []ckpt.Tensor {
+	n, d := int64(len(t.ids)), int64(t.spec.Dim)
+	out := []ckpt.Tensor{
+		ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, t.ids),
+		ckpt.Stream(t.spec.Name, ckpt.F32, []int64{n, d}, t.streamRows(func(sl *slab) []float32 { return sl.value })),
+	}
+	for i := range t.nstate {
+		out = append(out, ckpt.Stream(stateName(t.spec.Name, i), ckpt.F32, []int64{n, d},
+			t.streamRows(func(sl *slab) []float32 { return sl.state[i] })))
+	}
+	return out
+}
+
+// streamRows writes the first len(ids) rows of the chosen buffer, slab by slab.
+func (t *table) streamRows(buf func(*slab) []float32) func(io.Writer) error {
+	return func(w io.Writer) error {
+		left := len(t.ids) * t.spec.Dim
+		for _, sl := range t.slabs {
+			b := buf(sl)
+			n := min(left, len(b))
+			if err := ckpt.WriteFloat32(w, b[:n]); err != nil {
+				return err
+			}
+			left -= n
+		}
+		return nil
+	}
+}
+
+func (b *block) tensors() []ckpt.Tensor {
+	shape := []int64{int64(len(b.value))}
+	out := []ckpt.Tensor{ckpt.Float32(b.spec.Name, shape, b.value)}
+	for i, st := range b.state {
+		out = append(out, ckpt.Float32(stateName(b.spec.Name, i), shape, st))
+	}
+	return out
+}
+
+// CheckpointAll writes a consistent checkpoint of every shard of a job, in
+// index order, at step: it fences all of them first (so none passes the
+// step while another is written), writes each shard's file into
+// ckpt.StepDir(root, step), and writes the manifest last. It returns the
+// step directory.
+func CheckpointAll(ctx context.Context, root string, step int64, shards []*Shard) (string, error) {
+	if err := checkGroup(shards); err != nil {
+		return "", err
+	}
+	dir := ckpt.StepDir(root, step)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("ps checkpoint: %w", err)
+	}
+	var held []*Shard
+	defer func() {
+		// Only on failure: the error already returned is the one to report.
+		for _, s := range held {
+			_ = s.release()
+		}
+	}()
+	for _, s := range shards {
+		if err := s.hold(step); err != nil {
+			return "", err
+		}
+		held = append(held, s)
+	}
+	files := make([]ckpt.FileEntry, len(shards))
+	for i, s := range shards {
+		entry, err := s.writeAt(ctx, dir, step)
+		if err != nil {
+			return "", err
+		}
+		files[i] = entry
+		held = held[1:]
+		if err := s.release(); err != nil {
+			return "", err
+		}
+	}
+	cfg := shards[0].cfg
+	if err := WriteManifest(dir, cfg.Job, step, cfg.Shards, files); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// WriteManifest marks a step directory complete once every shard's file is
+// in it: the coordinator's last act when shards run in several processes.
+func WriteManifest(dir, job string, step int64, shards int, files []ckpt.FileEntry) error {
+	if len(files) != shards {
+		return fmt.Errorf("ps checkpoint %s: %d files for %d shards: %w", dir, len(files), shards, ErrArg)
+	}
+	return ckpt.WriteManifest(dir, ckpt.Manifest{JobID: job, Step: step, Shards: shards, Files: files})
+}
+
+// checkGroup checks shards are every shard of one job, in index order.
+func checkGroup(shards []*Shard) error {
+	if len(shards) == 0 {
+		return fmt.Errorf("ps checkpoint: no shards: %w", ErrArg)
+	}
+	job, n := shards[0].cfg.Job, shards[0].cfg.Shards
+	if len(shards) != n {
+		return fmt.Errorf("ps checkpoint: job %s has %d shards, %d given: %w", job, n, len(shards), ErrArg)
+	}
+	for i, s := range shards {
+		if s.cfg.Job != job || s.cfg.Shards != n || s.cfg.Shard != i {
+			return fmt.Errorf("ps checkpoint: shards[%d] is shard %d of %d of job %s, want shard %d of %d of job %s: %w",
+				i, s.cfg.Shard, s.cfg.Shards, s.cfg.Job, i, n, job, ErrArg)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,330 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/ckpt"
+)
+
+// job is an in-process job: shards and the ids each replica touches.
+type job struct {
+	cfgs   []Config
+	shards []*Shard
+}
+
+func newJob(t *testing.T, mode Mode, nshards, replicas int) *job {
+	t.Helper()
+	j := &job{}
+	for i := range nshards {
+		cfg := testConfig(t, mode, i, nshards, replicas, adam)
+		s, err := NewShard(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.cfgs = append(j.cfgs, cfg)
+		j.shards = append(j.shards, s)
+	}
+	return j
+}
+
+// step pushes one step from every replica to every table and block, the
+// gradients drawn from seed so that two jobs can be fed the same step.
+func (j *job) step(t *testing.T, step int64, replicas int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, uint64(step)))
+	for r := range replicas {
+		pid := id(r, step)
+		for i, s := range j.shards {
+			ids := idsOn(i, len(j.shards), 12)
+			rng.Shuffle(len(ids), func(a, b int) { ids[a], ids[b] = ids[b], ids[a] })
+			ids = ids[:3+rng.IntN(9)]
+			mustPushRows(t, s, pid, float64(1+r), ids, randFloats(rng, len(ids)*testDim))
+		}
+		mustPushBlock(t, j.shards[0], pid, float64(1+r), randFloats(rng, testLen))
+	}
+}
+
+// state pulls every row id < 40 of every shard and the block.
+func (j *job) state(t *testing.T) [][]float32 {
+	t.Helper()
+	var out [][]float32
+	for i, s := range j.shards {
+		out = append(out, pullRows(t, s, idsOn(i, len(j.shards), 15), 0))
+	}
+	return append(out, pullBlock(t, j.shards[0], 0))
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	for _, mode := range []Mode{BSP, ASP} {
+		t.Run(mode.String(), func(t *testing.T) {
+			const nshards, replicas = 2, 2
+			orig := newJob(t, mode, nshards, replicas)
+			for step := int64(1); step <= 3; step++ {
+				orig.step(t, step, replicas, 1)
+			}
+			ckStep := int64(3)
+			root := t.TempDir()
+			dir, err := CheckpointAll(context.Background(), root, ckStep, orig.shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			latest, err := ckpt.LatestComplete(root)
+			if err != nil || latest.Dir != dir || latest.Manifest.JobID != "j" || latest.Manifest.Shards != nshards {
+				t.Fatalf("latest complete checkpoint %+v, %v; want %s of job j", latest, err, dir)
+			}
+			checkShardFile(t, dir, orig.shards[0])
+
+			restored, err := RestoreAll(orig.cfgs, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back := &job{cfgs: orig.cfgs, shards: restored}
+			for i, s := range orig.shards {
+				if restored[i].Rows() != s.Rows() {
+					t.Errorf("shard %d: %d rows restored, %d saved", i, restored[i].Rows(), s.Rows())
+				}
+				for _, name := range []string{testTable, testBlock} {
+					v1, err1 := s.Version(name)
+					v2, err2 := restored[i].Version(name)
+					if v1 != v2 || (err1 == nil) != (err2 == nil) {
+						t.Errorf("shard %d %s: version %d restored, %d saved", i, name, v2, v1)
+					}
+				}
+			}
+			assertSameState(t, "restored", back.state(t), orig.state(t))
+			// The next updates use the restored optimiser state and step.
+			orig.step(t, 4, replicas, 2)
+			back.step(t, 4, replicas, 2)
+			assertSameState(t, "after the next step", back.state(t), orig.state(t))
+		})
+	}
+}
+
+func checkShardFile(t *testing.T, dir string, s *Shard) {
+	t.Helper()
+	f, err := ckpt.Open(filepath.Join(dir, FileName(0, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := int64(s.Rows())
+	want := map[string][]int64{
+		testTable + ".ids": {n}, testTable: {n, testDim}, testTable + ".opt0": {n, testDim},
+		testTable + ".opt1": {n, testDim}, testBlock: {testLen}, testBlock + ".opt0": {testLen}, testBlock + ".opt1": {testLen},
+	}
+	for _, ti := range f.Tensors() {
+		if shape, ok := want[ti.Name]; !ok || !slices.Equal(shape, ti.Shape) {
+			t.Errorf("tensor %s %v in the shard file; want shape %v", ti.Name, ti.Shape, shape)
+		}
+		delete(want, ti.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("shard file lacks %v", want)
+	}
+}
+
+func assertSameState(t *testing.T, what string, got, want [][]float32) {
+	t.Helper()
+	for i := range want {
+		if !bitsEqual(got[i], want[i]) {
+			t.Fatalf("%s: part %d differs:\n got %v\nwant %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func TestRestoreRefuses(t *testing.T) {
+	j := newJob(t, BSP, 2, 1)
+	j.step(t, 1, 1, 1)
+	root := t.TempDir()
+	dir, err := CheckpointAll(context.Background(), root, 1, j.shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, FileName(1, 2))
+	refuse := func(what string, cfg Config, dir string, wantIn ...string) {
+		t.Helper()
+		_, err := Restore(cfg, dir)
+		if err == nil {
+			t.Fatalf("%s: restored", what)
+		}
+		for _, w := range wantIn {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not say %q", what, err, w)
+			}
+		}
+	}
+
+	other := j.cfgs[1]
+	other.Job = "k"
+	refuse("another job", other, dir, `job "j", not "k"`)
+	three := testConfig(t, BSP, 1, 3, 1, adam)
+	refuse("another shard count", three, dir, "2 shards", "now has 3")
+	wide := j.cfgs[1]
+	wide.Tables = slices.Clone(wide.Tables)
+	wide.Tables[0].Dim = testDim + 1
+	refuse("another row width", wide, dir, testTable, "dim")
+	sgd := j.cfgs[1]
+	sgd.Tables = []TableSpec{{Name: testTable, Dim: testDim, Optim: sgdMom, InitLimit: 0.1}}
+	refuse("another optimiser", sgd, dir, testTable, "sgd")
+
+	// An unfinished checkpoint: shard files without a manifest.
+	unfinished := ckpt.StepDir(root, 2)
+	if err := os.MkdirAll(unfinished, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j.step(t, 2, 1, 1)
+	if _, err := j.shards[1].Checkpoint(context.Background(), unfinished, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Restore(j.cfgs[1], unfinished)
+	if !errors.Is(err, ckpt.ErrNoManifest) || !strings.Contains(err.Error(), unfinished) {
+		t.Errorf("restore without a manifest: %v, want ErrNoManifest naming %s", err, unfinished)
+	}
+
+	// One flipped byte in shard 1's data.
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-3] ^= 0x40
+	if err := os.WriteFile(file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refuse("a corrupt shard file", j.cfgs[1], dir, file, "corrupt")
+	if _, err := Restore(j.cfgs[0], dir); err != nil {
+		t.Errorf("shard 0, whose file is intact: %v", err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	refuse("a missing shard file", j.cfgs[1], dir, file)
+}
+
+// TestCheckpointFenceHoldsLaterSteps: while a checkpoint of step 2 holds
+// the shard, step 2 still applies, step 3 is accepted but held, and is
+// applied when the fence lifts.
+func TestCheckpointFenceHoldsLaterSteps(t *testing.T) {
+	s := newTestShard(t, BSP, 1, adam)
+	mustPushRows(t, s, id(0, 1), 1, nil, nil)
+	mustPushBlock(t, s, id(0, 1), 1, make([]float32, testLen))
+	if err := s.hold(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Checkpoint(context.Background(), t.TempDir(), 2); !errors.Is(err, ErrCheckpointBusy) {
+		t.Errorf("second checkpoint while one runs: %v, want ErrCheckpointBusy", err)
+	}
+	g := randFloats(rand.New(rand.NewPCG(1, 1)), testLen)
+	if ack := mustPushBlock(t, s, id(0, 2), 1, g); !ack.Applied || ack.Version != 2 {
+		t.Errorf("step 2 under a fence at 2: %+v, want applied", ack)
+	}
+	at2 := pullBlock(t, s, 2)
+	for step := int64(2); step <= 3; step++ {
+		mustPushRows(t, s, id(0, step), 1, nil, nil) // the table keeps up; the checks are on the block
+	}
+	if ack := mustPushBlock(t, s, id(0, 3), 1, g); ack.Applied || ack.Version != 2 {
+		t.Errorf("step 3 under a fence at 2: %+v, want held at version 2", ack)
+	}
+	if ack := mustPushBlock(t, s, id(0, 3), 1, g); !ack.Duplicate {
+		t.Errorf("retry of the held step 3: %+v, want a duplicate", ack)
+	}
+	if !bitsEqual(pullBlock(t, s, 2), at2) {
+		t.Error("the block changed while step 3 was held")
+	}
+	if err := s.release(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s.Version(testBlock); v != 3 {
+		t.Errorf("version %d after the fence lifted, want 3", v)
+	}
+	if _, err := s.Checkpoint(context.Background(), t.TempDir(), 2); !errors.Is(err, ErrStepPassed) {
+		t.Errorf("checkpoint of step 2 at version 3: %v, want ErrStepPassed", err)
+	}
+	if _, err := s.Checkpoint(context.Background(), t.TempDir(), 3); err != nil {
+		t.Errorf("checkpoint after a refused one: %v", err)
+	}
+}
+
+// TestCheckpointWaitsForItsStep: a checkpoint asked for a step ahead
+// waits for it while the replicas push, and captures exactly that step.
+func TestCheckpointWaitsForItsStep(t *testing.T) {
+	j := newJob(t, BSP, 2, 1)
+	root := t.TempDir()
+	type result struct {
+		dir string
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		dir, err := CheckpointAll(context.Background(), root, 2, j.shards)
+		done <- result{dir, err}
+	}()
+	j.step(t, 1, 1, 1)
+	waitFenced(t, j.shards, 2)
+	j.step(t, 2, 1, 1)
+	at2 := j.state(t)
+	j.step(t, 3, 1, 1) // held until the checkpoint is written, or applied after
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	restored, err := RestoreAll(j.cfgs, r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameState(t, "checkpoint of step 2", (&job{shards: restored}).state(t), at2)
+	for i, s := range j.shards {
+		if _, _, err := s.PullBlock(context.Background(), testTable, 0); i > 0 && err == nil {
+			t.Errorf("shard %d serves a block it does not hold", i)
+		}
+		if v, _ := s.Version(testTable); v != 3 {
+			t.Errorf("shard %d at version %d after the checkpoint, want 3", i, v)
+		}
+	}
+}
+
+func TestFailedCheckpointWritesNoManifestAndReleases(t *testing.T) {
+	j := newJob(t, BSP, 2, 1)
+	root := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := CheckpointAll(ctx, root, 5, j.shards); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("checkpoint of a step never reached: %v", err)
+	}
+	if _, err := ckpt.ReadManifest(ckpt.StepDir(root, 5)); !errors.Is(err, ckpt.ErrNoManifest) {
+		t.Errorf("manifest after a failed checkpoint: %v", err)
+	}
+	if _, err := ckpt.LatestComplete(root); !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		t.Errorf("a failed checkpoint counts as complete: %v", err)
+	}
+	for step := int64(1); step <= 6; step++ {
+		j.step(t, step, 1, 1)
+	}
+	if v, _ := j.shards[1].Version(testTable); v != 6 {
+		t.Errorf("version %d after 6 steps: the failed checkpoint's fence still holds", v)
+	}
+	if _, err := CheckpointAll(context.Background(), root, 6, j.shards); err != nil {
+		t.Errorf("checkpoint after a failed one: %v", err)
+	}
+}
+
+// waitFenced waits until a checkpoint has fenced every shard at step.
+func waitFenced(t *testing.T, shards []*Shard, step int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range shards {
+		for s.fence.Load() != step {
+			if time.Now().After(deadline) {
+				t.Fatalf("shard %d not fenced at step %d", s.cfg.Shard, step)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+// Package ps is heterps' parameter server: shards that hold a job's sparse
+// embedding tables and dense parameter blocks, combine the gradients the
+// replicas of a pipeline stage push, apply the optimiser, and write
+// consistent checkpoints. It is transport-agnostic: a network service wraps
+// a Shard's methods.
+//
+// # Placement
+//
+// Row id lives on shard ShardOf(id, shards): the splitmix64 finaliser of the
+// id, modulo the shard count. Partition splits a batch of ids by shard.
+// Dense blocks are placed by the caller (each block is declared on one
+// shard). Tables and blocks are declared up front (Config): name, shape,
+// the stage whose replicas push to them, optimiser and schedule, and for
+// tables the initialisation seed and limit.
+//
+// # Rows
+//
+// A table row is created the first time it is pulled or pushed, with the
+// values daemon/initrow computes from (seed, table, id): what single-process
+// training starts from. Rows live in slabs of Config.SlabRows rows (one
+// allocation per slab and per optimiser state buffer, not per row) found
+// through an id -> slot map; Config.MaxRows caps the rows of all tables of a
+// shard together, and a pull or push that would exceed it fails with
+// ErrRowCap, creating nothing.
+//
+// # Versions, pulls and pushes
+//
+// Every table and block has a version: in BSP the last step applied (0
+// before the first; a restored shard starts at the checkpoint's step), in
+// ASP the number of pushes applied. PullRows and PullBlock take the version
+// the caller needs ("after") and wait, bounded by the context and by
+// Config.WaitTimeout, until the table or block has reached it; they return
+// the values and the version they were read at. In BSP a replica that is
+// about to compute step s pulls with after = s-1. PullRows answers per id,
+// in the order given, repeats included.
+//
+// A push carries its identity PushID{Job, Stage, Replica, Step}, which names
+// one push per table or block, and a weight. PushRows sends a sparse
+// gradient (distinct ids and their rows), PushBlock a dense one. Pushes copy
+// their inputs and never wait for other replicas.
+//
+// BSP: a step's update of a table or block is applied once every replica of
+// its stage (Config.Replicas, as it was when the step's first push arrived)
+// has pushed it — by the push that completes the step, before it returns.
+// The weight is the replica's batch size b_k; the gradients are averaged
+// with w_k = b_k / sum(b), summed in replica order (native WeightedSum), so
+// the result does not depend on arrival order. Sparse pushes are merged by
+// id: a row absent from a replica's push contributes zero. The optimiser
+// then runs once, at step s (learning-rate schedule and Adam's bias
+// correction both use s). Every replica must push every table and block of
+// its stage every step, with no rows if it touched none, or the step never
+// completes. Steps go one at a time: a push for a step already applied is
+// ErrStale, for a step beyond the open one ErrAhead.
+//
+// ASP: each push is applied on arrival, its gradient multiplied by its
+// weight (1 for plain asynchronous SGD; b_k / mean(b) makes every sample
+// count alike), at step version+1.
+//
+// Exactly once: for each replica a shard remembers which of its last
+// ReplayWindow steps it has accepted (the anti-replay window of IPsec). A
+// push whose identity is pending in the open BSP step or already applied is
+// acknowledged with Ack.Duplicate and changes nothing; an identity older
+// than the window, or (BSP) any push for an applied step the shard has no
+// record of, is ErrStale, so a retry is never applied twice.
+//
+// # Checkpoints
+//
+// Checkpoint writes one safetensors file per shard (FileName) into a step
+// directory: for each table, "<name>.ids" (I64 [n]), "<name>" (F32 [n, dim])
+// and "<name>.opt0", "<name>.opt1" (its optimiser state, as daemon/nn names
+// it); for each block "<name>" and its state; metadata with the job, shard,
+// mode and every table's and block's shape, optimiser and version. Tables
+// stream from their slabs, never copied whole. In BSP the shard is fenced at
+// the step first: later steps are held (their pushes are accepted, but not
+// applied) until the file is written, so the file is exactly the state
+// after the step. While the file itself is written every table and block
+// is read-locked: pushes and row creation wait, and so do pulls queued
+// behind them. CheckpointAll fences every shard, writes them, then writes the
+// manifest last (ckpt.WriteManifest) into ckpt.StepDir(root, step). Restore
+// reads the manifest first, refuses another job or shard count, checks its
+// file's size and SHA-256 against it, and only then loads it.
+//
+// # Concurrency
+//
+// A Shard is safe for concurrent use. Each table and each block has its own
+// lock (read-locked by pulls of existing rows); the shard starts no
+// goroutines.
+package ps

@@ -1,0 +1,71 @@
+package ps
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// PullRows returns the rows of ids, len(ids) x dim, one row per id in the
+// order given (repeats included), once the table's version is at least
+// after, and the version they were read at. Rows that do not exist yet are
+// created with their initial values. The wait ends with ctx, or after
+// Config.WaitTimeout when ctx has no deadline.
+func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after int64) ([]float32, int64, error) {
+	t, err := s.table(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.checkOwned(ids); err != nil {
+		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
+	if err := s.await(ctx, &t.stepped, after); err != nil {
+		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
+	out := make([]float32, len(ids)*t.spec.Dim)
+	t.mu.RLock()
+	if t.read(ids, out) {
+		defer t.mu.RUnlock()
+		return out, t.version, nil
+	}
+	t.mu.RUnlock()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := t.ensure(s, ids); err != nil {
+		return nil, 0, fmt.Errorf("pull: %w", err)
+	}
+	t.read(ids, out)
+	return out, t.version, nil
+}
+
+// PullBlock returns a copy of a dense block once its version is at least
+// after, and the version it was read at.
+func (s *Shard) PullBlock(ctx context.Context, name string, after int64) ([]float32, int64, error) {
+	b, err := s.block(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.await(ctx, &b.stepped, after); err != nil {
+		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return slices.Clone(b.value), b.version, nil
+}
+
+func (s *Shard) await(ctx context.Context, st *stepped, after int64) error {
+	ctx, cancel := s.waitCtx(ctx)
+	defer cancel()
+	return st.waitVersion(ctx, after)
+}
+
+// checkOwned refuses ids that ShardOf places on another shard.
+func (s *Shard) checkOwned(ids []int64) error {
+	for i, id := range ids {
+		if got := ShardOf(id, s.cfg.Shards); got != s.cfg.Shard {
+			return fmt.Errorf("ids[%d] = %d lives on shard %d: %w", i, id, got, ErrWrongShard)
+		}
+	}
+	return nil
+}

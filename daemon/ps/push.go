@@ -1,0 +1,273 @@
+package ps
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/heterps/heterps/native"
+)
+
+// PushRows pushes a sparse gradient of a table: distinct ids and their rows
+// (grad is len(ids) x dim). In BSP weight is the replica's batch size for
+// the step; in ASP it multiplies the gradient. Rows not yet created are
+// created (a push can reach the row cap). See the package comment for the
+// BSP barrier and the exactly-once rule.
+func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, grad []float32) (Ack, error) {
+	t, err := s.table(name)
+	if err != nil {
+		return Ack{}, err
+	}
+	fail := func(err error) (Ack, error) {
+		return Ack{}, fmt.Errorf("ps shard %d: push %q (%v): %w", s.cfg.Shard, name, id, err)
+	}
+	if err := s.checkPush(id, t.spec.Stage, weight); err != nil {
+		return fail(err)
+	}
+	if len(grad) != len(ids)*t.spec.Dim {
+		return fail(fmt.Errorf("%d gradient floats for %d rows of %d: %w", len(grad), len(ids), t.spec.Dim, ErrArg))
+	}
+	if i := firstDuplicate(ids); i >= 0 {
+		return fail(fmt.Errorf("ids[%d] = %d is listed twice: %w", i, ids[i], ErrArg))
+	}
+	if err := s.checkOwned(ids); err != nil {
+		return fail(err)
+	}
+	c := &contribution{weight: weight, grad: slices.Clone(grad)}
+	replicas := s.replicaCount(id.Stage)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dup, err := t.admit(s.cfg.Mode, id, replicas)
+	if err != nil {
+		return fail(err)
+	}
+	if dup {
+		return Ack{Duplicate: true, Version: t.version}, nil
+	}
+	if c.slots, err = t.ensure(s, ids); err != nil {
+		return fail(err)
+	}
+	ack, err := s.accept(&t.stepped, id, c, t.applyStep, t.applyOne)
+	if err != nil {
+		return fail(err)
+	}
+	return ack, nil
+}
+
+// PushBlock pushes the gradient of a dense block (its length). The weight
+// is as for PushRows.
+func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32) (Ack, error) {
+	b, err := s.block(name)
+	if err != nil {
+		return Ack{}, err
+	}
+	fail := func(err error) (Ack, error) {
+		return Ack{}, fmt.Errorf("ps shard %d: push %q (%v): %w", s.cfg.Shard, name, id, err)
+	}
+	if err := s.checkPush(id, b.spec.Stage, weight); err != nil {
+		return fail(err)
+	}
+	if len(grad) != len(b.value) {
+		return fail(fmt.Errorf("%d gradient floats for a block of %d: %w", len(grad), len(b.value), ErrArg))
+	}
+	c := &contribution{weight: weight, grad: slices.Clone(grad)}
+	replicas := s.replicaCount(id.Stage)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dup, err := b.admit(s.cfg.Mode, id, replicas)
+	if err != nil {
+		return fail(err)
+	}
+	if dup {
+		return Ack{Duplicate: true, Version: b.version}, nil
+	}
+	ack, err := s.accept(&b.stepped, id, c, b.applyStep, b.applyOne)
+	if err != nil {
+		return fail(err)
+	}
+	return ack, nil
+}
+
+// accept applies an admitted push (ASP) or adds it to the open step and
+// applies the step if it is complete and not held by a checkpoint (BSP).
+// Under the write lock. A failed apply leaves the version where it was.
+func (s *Shard) accept(st *stepped, id PushID, c *contribution,
+	applyStep func(*Shard) error, applyOne func(*Shard, *contribution) error) (Ack, error) {
+	if s.cfg.Mode == ASP {
+		if err := applyOne(s, c); err != nil {
+			return Ack{Version: st.version}, err
+		}
+		st.window(id.Replica).mark(id.Step)
+		st.advance(st.version + 1)
+		return Ack{Applied: true, Version: st.version}, nil
+	}
+	st.add(id.Replica, c)
+	if !st.open.full() || s.held(st.open.step) {
+		return Ack{Version: st.version}, nil
+	}
+	if err := applyStep(s); err != nil {
+		return Ack{Version: st.version}, err
+	}
+	return Ack{Applied: true, Version: st.version}, nil
+}
+
+func (s *Shard) checkPush(id PushID, stage int, weight float64) error {
+	switch {
+	case id.Job != s.cfg.Job:
+		return fmt.Errorf("this shard serves job %q: %w", s.cfg.Job, ErrWrongJob)
+	case id.Stage != stage:
+		return fmt.Errorf("pushed by stage %d, owned by stage %d: %w", id.Stage, stage, ErrArg)
+	case id.Step < 1:
+		return fmt.Errorf("step %d, want >= 1: %w", id.Step, ErrArg)
+	case !(weight > 0) || math.IsInf(weight, 1):
+		return fmt.Errorf("weight %g, want a positive number: %w", weight, ErrArg)
+	}
+	return nil
+}
+
+// held reports whether a checkpoint fence keeps step from being applied.
+func (s *Shard) held(step int64) bool {
+	f := s.fence.Load()
+	return f >= 0 && step > f
+}
+
+// stepWeights returns w_k = b_k / sum(b) for the pushes of a full step.
+func stepWeights(pushes []*contribution) []float32 {
+	sum := 0.0
+	for _, c := range pushes {
+		sum += c.weight
+	}
+	w := make([]float32, len(pushes))
+	for k, c := range pushes {
+		w[k] = float32(c.weight / sum)
+	}
+	return w
+}
+
+// applyStep applies the open, full BSP step: the rows of every push merged
+// by id (absent rows count zero) and weighted, then one optimiser update.
+func (t *table) applyStep(s *Shard) error {
+	b := t.open
+	slots := unionSorted(b.pushes)
+	d := t.spec.Dim
+	grads := make([]native.Buffer, len(b.pushes))
+	for r, c := range b.pushes {
+		g := make([]float32, len(slots)*d)
+		for j, k := range c.slots {
+			at, _ := slices.BinarySearch(slots, k)
+			copy(g[at*d:(at+1)*d], c.grad[j*d:(j+1)*d])
+		}
+		grads[r] = native.HostBuffer(g)
+	}
+	sum := make([]float32, len(slots)*d)
+	if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(b.pushes), grads); err != nil {
+		return fmt.Errorf("table %q: step %d: %w", t.spec.Name, b.step, err)
+	}
+	if err := t.update(s.backend, t.spec.Optim.At(b.step), slots, sum); err != nil {
+		return fmt.Errorf("step %d: %w", b.step, err)
+	}
+	t.finishStep()
+	return nil
+}
+
+// applyOne applies one ASP push, its gradient times its weight.
+func (t *table) applyOne(s *Shard, c *contribution) error {
+	d := t.spec.Dim
+	order := make([]int, len(c.slots))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(c.slots[a], c.slots[b]) })
+	slots := make([]int, len(order))
+	g := make([]float32, len(c.grad))
+	for i, j := range order {
+		slots[i] = c.slots[j]
+		copy(g[i*d:(i+1)*d], c.grad[j*d:(j+1)*d])
+	}
+	gb := native.HostBuffer(g)
+	if err := s.backend.WeightedSum(gb, []float32{float32(c.weight)}, []native.Buffer{gb}); err != nil {
+		return fmt.Errorf("table %q: %w", t.spec.Name, err)
+	}
+	return t.update(s.backend, t.spec.Optim.At(t.version+1), slots, g)
+}
+
+// applyStep applies the open, full BSP step of a block.
+func (b *block) applyStep(s *Shard) error {
+	st := b.open
+	grads := make([]native.Buffer, len(st.pushes))
+	for r, c := range st.pushes {
+		grads[r] = native.HostBuffer(c.grad)
+	}
+	sum := make([]float32, len(b.value))
+	if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(st.pushes), grads); err != nil {
+		return fmt.Errorf("block %q: step %d: %w", b.spec.Name, st.step, err)
+	}
+	if err := b.update(s.backend, b.spec.Optim.At(st.step), sum); err != nil {
+		return fmt.Errorf("block %q: step %d: %w", b.spec.Name, st.step, err)
+	}
+	b.finishStep()
+	return nil
+}
+
+// applyOne applies one ASP push of a block.
+func (b *block) applyOne(s *Shard, c *contribution) error {
+	g := native.HostBuffer(c.grad)
+	if err := s.backend.WeightedSum(g, []float32{float32(c.weight)}, []native.Buffer{g}); err != nil {
+		return fmt.Errorf("block %q: %w", b.spec.Name, err)
+	}
+	if err := b.update(s.backend, b.spec.Optim.At(b.version+1), g); err != nil {
+		return fmt.Errorf("block %q: %w", b.spec.Name, err)
+	}
+	return nil
+}
+
+// unionSorted returns every slot any push touches, ascending, once.
+func unionSorted(pushes []*contribution) []int {
+	var out []int
+	for _, c := range pushes {
+		out = append(out, c.slots...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// firstDuplicate returns the index of the first id listed earlier too, or -1.
+func firstDuplicate(ids []int64) int {
+	seen := make(map[int64]struct{}, len(ids))
+	for i, id := range ids {
+		if _, ok := seen[id]; ok {
+			return i
+		}
+		seen[id] = struct{}{}
+	}
+	return -1
+}
+
+// releaseHeld applies every step a checkpoint fence held back.
+func (s *Shard) releaseHeld() error {
+	var errs []error
+	for _, t := range s.tables {
+		errs = append(errs, applyIfFull(s, &t.stepped, t.applyStep))
+	}
+	for _, b := range s.blocks {
+		errs = append(errs, applyIfFull(s, &b.stepped, b.applyStep))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("ps shard %d: apply held step: %w", s.cfg.Shard, err)
+		}
+	}
+	return nil
+}
+
+func applyIfFull(s *Shard, st *stepped, apply func(*Shard) error) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.open == nil || !st.open.full() || s.held(st.open.step) {
+		return nil
+	}
+	return apply(s)
+}

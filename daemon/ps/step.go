@@ -1,0 +1,194 @@
+package ps
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// ReplayWindow is how many of each replica's latest steps a table or block
+// remembers having accepted, to acknowledge retried pushes without applying
+// them twice.
+const ReplayWindow = 64
+
+// PushID identifies one push of one table or block: a retry carries the
+// same identity.
+type PushID struct {
+	Job     string
+	Stage   int
+	Replica int   // in [0, replicas of the stage)
+	Step    int64 // 1-based
+}
+
+func (id PushID) String() string {
+	return fmt.Sprintf("job %s stage %d replica %d step %d", id.Job, id.Stage, id.Replica, id.Step)
+}
+
+// Ack answers an accepted push.
+type Ack struct {
+	// Duplicate: the identity was already pending or applied; the push
+	// changed nothing.
+	Duplicate bool
+	// Applied: the update holding this push has been applied (BSP: this
+	// push completed its step and no checkpoint fence held it).
+	Applied bool
+	// Version is the table's or block's version after the call.
+	Version int64
+}
+
+// stepped is what tables and blocks share: the lock, the version, BSP's
+// open step, the replay windows, and a channel closed whenever the version
+// advances.
+type stepped struct {
+	mu       sync.RWMutex
+	version  int64
+	open     *barrier
+	windows  map[int]*replayWindow
+	advanced chan struct{}
+}
+
+// barrier collects the pushes of one BSP step, indexed by replica.
+type barrier struct {
+	step   int64
+	pushes []*contribution
+	got    int
+}
+
+func (b *barrier) full() bool { return b.got == len(b.pushes) }
+
+// contribution is one accepted push: its weight and gradient (sparse pushes
+// also give the table slots of their rows).
+type contribution struct {
+	weight float64
+	slots  []int
+	grad   []float32
+}
+
+func newStepped() stepped {
+	return stepped{windows: make(map[int]*replayWindow), advanced: make(chan struct{})}
+}
+
+// admit decides, under the write lock, what to do with a push: report a
+// duplicate, refuse it, or let it in (opening the BSP step with the stage's
+// current replica count if it is the step's first push).
+func (st *stepped) admit(mode Mode, id PushID, replicas int) (dup bool, err error) {
+	if st.pending(id) || st.window(id.Replica).has(id.Step) {
+		return true, nil
+	}
+	if mode == ASP {
+		if st.window(id.Replica).tooOld(id.Step) {
+			return false, fmt.Errorf("%v is older than the last %d steps of that replica: %w", id, ReplayWindow, ErrStale)
+		}
+		return false, checkReplica(id, replicas)
+	}
+	switch {
+	case id.Step <= st.version:
+		return false, fmt.Errorf("%v: step %d is already applied: %w", id, st.version, ErrStale)
+	case id.Step > st.version+1:
+		return false, fmt.Errorf("%v: step %d is the next to apply: %w", id, st.version+1, ErrAhead)
+	}
+	if st.open == nil {
+		if err := checkReplica(id, replicas); err != nil {
+			return false, err
+		}
+		st.open = &barrier{step: id.Step, pushes: make([]*contribution, replicas)}
+	}
+	return false, checkReplica(id, len(st.open.pushes))
+}
+
+func checkReplica(id PushID, replicas int) error {
+	if id.Replica < 0 || id.Replica >= replicas {
+		return fmt.Errorf("%v: the stage has %d replicas: %w", id, replicas, ErrArg)
+	}
+	return nil
+}
+
+func (st *stepped) pending(id PushID) bool {
+	return st.open != nil && st.open.step == id.Step && st.open.pushes[id.Replica] != nil
+}
+
+// add puts an admitted push into the open BSP step.
+func (st *stepped) add(replica int, c *contribution) {
+	st.open.pushes[replica] = c
+	st.open.got++
+}
+
+func (st *stepped) window(replica int) *replayWindow {
+	w, ok := st.windows[replica]
+	if !ok {
+		w = &replayWindow{}
+		st.windows[replica] = w
+	}
+	return w
+}
+
+// advance records an applied update: the version moves to v and waiting
+// pulls wake.
+func (st *stepped) advance(v int64) {
+	st.version = v
+	close(st.advanced)
+	st.advanced = make(chan struct{})
+}
+
+// finishStep records the open BSP step as applied.
+func (st *stepped) finishStep() {
+	b := st.open
+	for r := range b.pushes {
+		st.window(r).mark(b.step)
+	}
+	st.open = nil
+	st.advance(b.step)
+}
+
+// waitVersion waits until the version is at least after, or ctx ends.
+func (st *stepped) waitVersion(ctx context.Context, after int64) error {
+	for {
+		st.mu.RLock()
+		v, ch := st.version, st.advanced
+		st.mu.RUnlock()
+		if v >= after {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for version %d (at %d): %w", after, v, ctx.Err())
+		}
+	}
+}
+
+// replayWindow remembers which of a replica's latest ReplayWindow steps were
+// accepted: bit i of seen stands for step top-i (the anti-replay window of
+// IPsec, RFC 4303 section 3.4.3). Steps are 1-based, so top 0 means none.
+type replayWindow struct {
+	top  int64
+	seen uint64
+}
+
+func (w *replayWindow) has(step int64) bool {
+	if step > w.top || step <= w.top-ReplayWindow {
+		return false
+	}
+	return w.seen>>(w.top-step)&1 == 1
+}
+
+// tooOld reports whether step fell out of the window: it may have been
+// applied, and there is no record left to tell.
+func (w *replayWindow) tooOld(step int64) bool {
+	return w.top > 0 && step <= w.top-ReplayWindow
+}
+
+func (w *replayWindow) mark(step int64) {
+	switch {
+	case step > w.top:
+		if shift := step - w.top; shift >= ReplayWindow {
+			w.seen = 0
+		} else {
+			w.seen <<= shift
+		}
+		w.seen |= 1
+		w.top = step
+	case step > w.top-ReplayWindow:
+		w.seen |= 1 << (w.top - step)
+	}
+}
