@@ -7,6 +7,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/initrow"
 	"github.com/heterps/heterps/native"
 )
 
@@ -120,7 +121,7 @@ func (l *NCE) Params() []*Param         { return []*Param{l.Table} }
 // Negatives returns the negatives drawn for batch: K classes from the
 // log-uniform sampler, seeded by the layer's seed and the batch's content.
 func (l *NCE) Negatives(batch *data.Batch) []int64 {
-	rng := rand.New(rand.NewPCG(l.seed^nameHash(l.Table.Name), batchDigest(batch)))
+	rng := rand.New(rand.NewPCG(l.seed^initrow.NameHash(l.Table.Name), batchDigest(batch)))
 	neg := make([]int64, l.negatives)
 	for k := range neg {
 		neg[k] = l.sampler.Sample(rng)

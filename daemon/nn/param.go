@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/heterps/heterps/daemon/initrow"
 	"github.com/heterps/heterps/native"
 )
 
@@ -35,7 +36,7 @@ func newSparse(b native.Backend, name string, rows, cols int) *Param {
 // initUniform fills p with values uniform in [-limit, limit) from a stream
 // seeded by (seed, p.Name).
 func initUniform(b native.Backend, p *Param, seed uint64, limit float64) error {
-	rng := rand.New(rand.NewPCG(seed, nameHash(p.Name)))
+	rng := rand.New(rand.NewPCG(seed, initrow.NameHash(p.Name)))
 	vals := make([]float32, p.Len())
 	for i := range vals {
 		vals[i] = float32((2*rng.Float64() - 1) * limit)
@@ -47,10 +48,7 @@ func initUniform(b native.Backend, p *Param, seed uint64, limit float64) error {
 // so that a parameter server creating rows lazily on first pull produces
 // exactly what single-process training starts from.
 func InitRow(dst []float32, seed uint64, table string, row int64, limit float64) {
-	rng := rand.New(rand.NewPCG(seed^uint64(row)*0x9e3779b97f4a7c15, nameHash(table)))
-	for i := range dst {
-		dst[i] = float32((2*rng.Float64() - 1) * limit)
-	}
+	initrow.Fill(dst, seed, table, row, limit)
 }
 
 // initRows fills a whole embedding table with InitRow.
@@ -60,16 +58,6 @@ func initRows(b native.Backend, p *Param, seed uint64, limit float64) error {
 		InitRow(vals[r*p.Cols:(r+1)*p.Cols], seed, p.Name, int64(r), limit)
 	}
 	return b.Upload(p.Value, vals)
-}
-
-// nameHash is a stable (not per-process) hash of a parameter name.
-func nameHash(s string) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint64(s[i])) * prime
-	}
-	return h
 }
 
 // glorotLimit is the Glorot/Xavier uniform bound for a fan-in x fan-out matrix.
