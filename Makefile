@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test run bench fmt lint clean
+.PHONY: all setup build test cuda-check run bench fmt lint clean
 
 all: build
 
@@ -17,9 +17,14 @@ build: setup
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./tools/heterps
 
-test: setup
+test: setup cuda-check
 	$(GO) vet ./...
 	GODEBUG=cgocheck=1 $(GO) test -race -count=1 ./...
+
+# Compiles every CUDA kernel for sm_80/sm_90 and the cuda-tagged Go code
+# without a GPU (installs the CUDA 13.0 toolkit wheels into ~/.cache once).
+cuda-check:
+	@./scripts/cuda-check.sh
 
 # The main job on one machine: train CTR-DNN on synthetic data, then report
 # held-out loss and AUC (against the generator's Bayes-optimal AUC) and samples/s.
