@@ -7,6 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 )
@@ -70,12 +71,15 @@ func usage() {
 	fmt.Fprintln(os.Stderr, "\nRun 'heterps <command> -h' for a command's flags.")
 }
 
-// fail prints err for the user and returns status.
-func fail(status int, err error) int {
+// fail prints err for the user and returns status, or the status the error
+// itself carries (bad input data says 2).
+func fail(status int, err error) int { return failTo(os.Stderr, status, err) }
+
+func failTo(w io.Writer, status int, err error) int {
 	var code interface{ ExitStatus() int }
 	if errors.As(err, &code) {
 		status = code.ExitStatus()
 	}
-	fmt.Fprintln(os.Stderr, "heterps:", err)
+	fmt.Fprintln(w, "heterps:", err)
 	return status
 }

@@ -59,9 +59,10 @@ type trainResult struct {
 	ResumedFrom int64   `json:"resumed_from,omitempty"`
 }
 
-func parseTrainFlags(args []string) (*trainFlags, error) {
+func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	f := &trainFlags{}
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name ("+fmt.Sprint(config.ZooNames())+") or TOML file")
 	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], criteo:PATH, avazu:PATH, libsvm:PATH, digits:PATH")
 	fs.IntVar(&f.steps, "steps", 1000, "training steps")
@@ -88,33 +89,39 @@ func parseTrainFlags(args []string) (*trainFlags, error) {
 }
 
 func runTrain(args []string) int {
-	f, err := parseTrainFlags(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return trainCommand(ctx, args, os.Stdout, os.Stderr)
+}
+
+// trainCommand is `heterps train` with its output streams and context
+// given, so tests can run it in-process.
+func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseTrainFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
-		return fail(exitUsage, err)
+		return failTo(stderr, exitUsage, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if f.cpuProfile != "" {
 		stopProfile, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
-			return fail(exitUsage, err)
+			return failTo(stderr, exitUsage, err)
 		}
 		defer stopProfile()
 	}
-	res, err := train(ctx, f, os.Stderr)
+	res, err := train(ctx, f, stderr)
 	if err != nil {
-		return fail(exitFailure, err)
+		return failTo(stderr, exitFailure, err)
 	}
 	if f.json {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(res)
 		return exitOK
 	}
-	printTrainSummary(os.Stdout, res)
+	printTrainSummary(stdout, res)
 	return exitOK
 }
 

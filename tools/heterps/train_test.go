@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func trainCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := trainCommand(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const criteoSample = "../../daemon/data/testdata/criteo_sample.csv"
+
+func TestTrainJSONReportsTheRun(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "digits.safetensors")
+	digits := "digits:../../daemon/data/testdata/digits.csv.gz"
+	code, out, errs := trainCLI(t, "--model", "mlp-digits", "--data", digits, "--steps", "20",
+		"--batch", "32", "--threads", "1", "--json", "--checkpoint", ck)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r trainResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Model != "mlp-digits" || r.Steps != 20 || r.Batch != 32 || r.Threads != 1 || r.Samples != 640 ||
+		r.SamplesPerS <= 0 || r.Accuracy <= 0 || r.EvalSamples == 0 || r.Checkpoint != ck {
+		t.Fatalf("unexpected result %+v", r)
+	}
+	if !strings.Contains(errs, "step 20/20") {
+		t.Fatalf("no progress lines on a non-terminal: %q", errs)
+	}
+	// A second run resumes from the checkpoint and stops at the same total.
+	code, out, errs = trainCLI(t, "--model", "mlp-digits", "--data", digits, "--steps", "30",
+		"--batch", "32", "--threads", "1", "--json", "--checkpoint", ck)
+	if code != exitOK {
+		t.Fatalf("resume: exit %d: %s", code, errs)
+	}
+	var r2 trainResult
+	if err := json.Unmarshal([]byte(out), &r2); err != nil || r2.ResumedFrom != 20 || r2.Steps != 30 || r2.Samples != 320 {
+		t.Fatalf("resume: %+v (%v)", r2, err)
+	}
+}
+
+func TestTrainStopsAtMalformedLineWithStatus2(t *testing.T) {
+	src, err := os.ReadFile(criteoSample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	lines[5] = strings.Replace(lines[5], "05db9164", "zz", 1) + ",extra"
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := trainCLI(t, "--data", "criteo:"+bad, "--steps", "5", "--batch", "16", "--threads", "1", "--eval-samples", "0")
+	if code != exitUsage || !strings.Contains(errs, "bad.csv:6") {
+		t.Fatalf("exit %d, stderr %q; want 2 and the file:line", code, errs)
+	}
+	code, out, errs := trainCLI(t, "--data", "criteo:"+bad, "--steps", "5", "--batch", "16", "--threads", "1",
+		"--eval-samples", "0", "--skip-bad-lines", "--json")
+	var r trainResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.BadLines != 1 {
+		t.Fatalf("skip mode: exit %d, %+v, %s", code, r, errs)
+	}
+}
+
+func TestTrainRejectsBadFlagsAndModels(t *testing.T) {
+	for _, args := range [][]string{
+		{"--batch", "0"},
+		{"--model", "resnet"},
+		{"--data", "parquet:/x"},
+		{"--isa", "sse9"},
+		{"stray"},
+	} {
+		if code, _, errs := trainCLI(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errs)
+		}
+	}
+}
