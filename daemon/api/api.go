@@ -1,0 +1,209 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Transport limits and media types.
+const (
+	// MaxBodyBytes caps every request body the coordinator reads.
+	MaxBodyBytes = 1 << 20
+	// ContentTypeTOML is the media type of a submitted job file.
+	ContentTypeTOML = "application/toml"
+	// ContentTypeJSON is the media type of every other body.
+	ContentTypeJSON = "application/json"
+)
+
+// GPU is one accelerator in a node's inventory.
+type GPU struct {
+	Name            string `json:"name"`
+	MemoryBytes     int64  `json:"memory_bytes"`
+	Multiprocessors int    `json:"multiprocessors"`
+}
+
+// RegisterRequest is the body of POST /v1/nodes/register.
+type RegisterRequest struct {
+	Name        string `json:"name"`
+	DataAddr    string `json:"data_addr"` // host:port of the node's wire listener
+	Type        string `json:"type"`      // catalog type name the node offers
+	Units       int    `json:"units"`     // units of Type the node offers
+	Cores       int    `json:"cores"`
+	MemoryBytes int64  `json:"memory_bytes"`
+	GPUs        []GPU  `json:"gpus"`
+}
+
+// RegisterResponse answers a registration.
+type RegisterResponse struct {
+	NodeID              string `json:"node_id"`
+	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
+}
+
+// TaskState is what a node reports of a task.
+type TaskState string
+
+// Task states a node reports.
+const (
+	TaskRunning TaskState = "running"
+	TaskDone    TaskState = "done"
+	TaskFailed  TaskState = "failed"
+)
+
+// TaskReport is a node's report on one of its tasks.
+type TaskReport struct {
+	TaskID      string    `json:"task_id"`
+	State       TaskState `json:"state"`
+	Step        int64     `json:"step"` // steps completed
+	Loss        float64   `json:"loss"` // training loss of the last step (stages with the loss layer)
+	SamplesPerS float64   `json:"samples_per_s"`
+	Error       string    `json:"error,omitempty"` // why, when State is failed
+}
+
+// Heartbeat is the body of POST /v1/nodes/{id}/heartbeat.
+type Heartbeat struct {
+	Tasks []TaskReport `json:"tasks"`
+}
+
+// HeartbeatResponse lists every task the node should be running now.
+type HeartbeatResponse struct {
+	Tasks []Task `json:"tasks"`
+}
+
+// Task roles.
+const (
+	RoleStage = "stage" // runs layers FirstLayer..LastLayer of one replica of a stage
+	RolePS    = "ps"    // holds one parameter-server shard
+)
+
+// Synchronisation modes of a job.
+const (
+	ModeBSP = "bsp" // bulk synchronous: a step's update waits for every replica
+	ModeASP = "asp" // asynchronous
+)
+
+// Task is one assignment of a job to a node. Everything a node needs is in
+// it: the model file's text, the data spec, and the data-plane addresses of
+// its peers.
+type Task struct {
+	TaskID string `json:"task_id"`
+	JobID  string `json:"job_id"`
+	Role   string `json:"role"` // RoleStage or RolePS
+
+	// Stage replicas: stage index, replica index among Replicas, the units
+	// (threads or GPUs) this replica uses and its layers (0-based, inclusive).
+	Stage      int `json:"stage"`
+	Replica    int `json:"replica"`
+	Replicas   int `json:"replicas"`
+	Units      int `json:"units"`
+	FirstLayer int `json:"first_layer"`
+	LastLayer  int `json:"last_layer"`
+
+	// PS shards: this shard's index among len(PS).
+	Shard int `json:"shard"`
+
+	Model     string `json:"model"`      // the model file's TOML text
+	Data      string `json:"data"`       // data spec (daemon/data.ParseSpec)
+	DataShard int    `json:"data_shard"` // this replica reads records i with i mod DataShards == DataShard
+	// DataShards is the number of data shards of the stage.
+	DataShards int    `json:"data_shards"`
+	Batch      int    `json:"batch"` // this replica's batch size
+	Steps      int64  `json:"steps"`
+	Seed       uint64 `json:"seed"`
+	Mode       string `json:"mode"` // ModeBSP or ModeASP
+
+	PS   []string `json:"ps"`   // data_addr of every PS shard, in shard order
+	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order
+	Prev []string `json:"prev"` // data_addr of the replicas of stage-1, in replica order
+
+	// SecretFile is the cluster secret's path on the node (wire.LoadSecret);
+	// empty with Plain, which only loopback peers may use.
+	SecretFile string `json:"secret_file,omitempty"`
+	Plain      bool   `json:"plain,omitempty"`
+
+	CheckpointDir   string `json:"checkpoint_dir,omitempty"`
+	CheckpointEvery int64  `json:"checkpoint_every,omitempty"` // steps; 0 = never
+}
+
+// JobState is a job's place in its lifecycle.
+type JobState string
+
+// Job states. Done, failed and cancelled are final.
+const (
+	JobPending   JobState = "pending"
+	JobPlanning  JobState = "planning"
+	JobRunning   JobState = "running"
+	JobDone      JobState = "done"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+)
+
+// Final reports whether s is a final state.
+func (s JobState) Final() bool { return s == JobDone || s == JobFailed || s == JobCancelled }
+
+// SubmitResponse answers POST /v1/jobs.
+type SubmitResponse struct {
+	JobID string `json:"job_id"`
+}
+
+// JobStatus is a job as GET /v1/jobs/{id} shows it.
+type JobStatus struct {
+	ID     string   `json:"id"`
+	Name   string   `json:"name"`
+	State  JobState `json:"state"`
+	Reason string   `json:"reason,omitempty"` // why it failed or was cancelled
+	// Plan is the scheduler's plan, in the JSON of `heterps plan --json`.
+	Plan        json.RawMessage `json:"plan,omitempty"`
+	Step        int64           `json:"step"` // steps every stage replica has completed
+	Steps       int64           `json:"steps"`
+	Loss        float64         `json:"loss"`          // mean last reported loss of the last stage's replicas
+	SamplesPerS float64         `json:"samples_per_s"` // the slowest stage's measured throughput
+	CostSoFar   float64         `json:"cost_so_far"`   // catalog prices x units placed x hours running
+	Stages      []StageStatus   `json:"stages"`
+	PS          []string        `json:"ps"` // node name of each PS shard
+	Submitted   time.Time       `json:"submitted"`
+	Started     *time.Time      `json:"started,omitempty"`
+	Finished    *time.Time      `json:"finished,omitempty"`
+}
+
+// StageStatus is one stage of a running job.
+type StageStatus struct {
+	Stage               int      `json:"stage"`
+	Type                string   `json:"type"`
+	Units               int      `json:"units"`
+	FirstLayer          int      `json:"first_layer"`
+	LastLayer           int      `json:"last_layer"`
+	Nodes               []string `json:"nodes"` // node name of each replica
+	PredictedThroughput float64  `json:"predicted_throughput"`
+	MeasuredThroughput  float64  `json:"measured_throughput"` // sum of the replicas' samples/s
+}
+
+// NodeState is a node's liveness.
+type NodeState string
+
+// Node states.
+const (
+	NodeAlive NodeState = "alive"
+	NodeDead  NodeState = "dead"
+)
+
+// NodeStatus is a node as GET /v1/nodes shows it.
+type NodeStatus struct {
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	DataAddr      string    `json:"data_addr"`
+	Type          string    `json:"type"`
+	Units         int       `json:"units"`
+	Cores         int       `json:"cores"`
+	MemoryBytes   int64     `json:"memory_bytes"`
+	GPUs          []GPU     `json:"gpus"`
+	State         NodeState `json:"state"`
+	Reason        string    `json:"reason,omitempty"` // why it is dead
+	Registered    time.Time `json:"registered"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	Tasks         []string  `json:"tasks"` // ids of the tasks assigned to it
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+}

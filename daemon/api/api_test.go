@@ -1,0 +1,150 @@
+package api
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func validRegister() RegisterRequest {
+	return RegisterRequest{Name: "n-1", DataAddr: "127.0.0.1:7071", Type: "cpu-1t", Units: 2, Cores: 2,
+		MemoryBytes: 1 << 30, GPUs: []GPU{{Name: "V100", MemoryBytes: 16 << 30, Multiprocessors: 80}}}
+}
+
+func TestRegisterValidate(t *testing.T) {
+	ok := validRegister()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid registration: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*RegisterRequest)
+		want   string
+	}{
+		{"empty name", func(r *RegisterRequest) { r.Name = "" }, "name"},
+		{"name with slash", func(r *RegisterRequest) { r.Name = "a/b" }, "name"},
+		{"long name", func(r *RegisterRequest) { r.Name = strings.Repeat("a", MaxNameLen+1) }, "name"},
+		{"no port", func(r *RegisterRequest) { r.DataAddr = "127.0.0.1" }, "data_addr"},
+		{"port 0", func(r *RegisterRequest) { r.DataAddr = "127.0.0.1:0" }, "data_addr"},
+		{"port too big", func(r *RegisterRequest) { r.DataAddr = "127.0.0.1:70000" }, "data_addr"},
+		{"no host", func(r *RegisterRequest) { r.DataAddr = ":7071" }, "data_addr"},
+		{"zero units", func(r *RegisterRequest) { r.Units = 0 }, "units"},
+		{"huge units", func(r *RegisterRequest) { r.Units = MaxUnits + 1 }, "units"},
+		{"negative cores", func(r *RegisterRequest) { r.Cores = -1 }, "cores"},
+		{"negative memory", func(r *RegisterRequest) { r.MemoryBytes = -1 }, "memory_bytes"},
+		{"negative gpu memory", func(r *RegisterRequest) { r.GPUs[0].MemoryBytes = -1 }, "gpus[0]"},
+		{"too many gpus", func(r *RegisterRequest) { r.GPUs = make([]GPU, MaxGPUs+1) }, "gpus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := validRegister()
+			tc.mutate(&r)
+			err := r.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHeartbeatValidate(t *testing.T) {
+	good := Heartbeat{Tasks: []TaskReport{{TaskID: "j1-s0-r0", State: TaskRunning, Step: 3, Loss: 0.5, SamplesPerS: 100}}}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid heartbeat: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		r    TaskReport
+		want string
+	}{
+		{"no id", TaskReport{State: TaskRunning}, "task_id"},
+		{"bad state", TaskReport{TaskID: "a", State: "sleeping"}, "state"},
+		{"negative step", TaskReport{TaskID: "a", State: TaskDone, Step: -1}, "step"},
+		{"negative throughput", TaskReport{TaskID: "a", State: TaskDone, SamplesPerS: -1}, "samples_per_s"},
+		{"long error", TaskReport{TaskID: "a", State: TaskFailed, Error: strings.Repeat("x", MaxErrorLen+1)}, "error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := Heartbeat{Tasks: []TaskReport{tc.r}}
+			if err := h.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+	dup := Heartbeat{Tasks: []TaskReport{good.Tasks[0], good.Tasks[0]}}
+	if err := dup.Validate(); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("duplicate report: got %v", err)
+	}
+	many := Heartbeat{Tasks: make([]TaskReport, MaxTasksPerNode+1)}
+	if err := many.Validate(); err == nil {
+		t.Fatal("too many reports accepted")
+	}
+}
+
+func validTask() Task {
+	return Task{TaskID: "j1-s0-r0", JobID: "j1", Role: RoleStage, Stage: 0, Replica: 1, Replicas: 2, Units: 1,
+		FirstLayer: 0, LastLayer: 2, Model: "name = 'm'", Data: "synthetic:1", DataShard: 1, DataShards: 2,
+		Batch: 64, Steps: 10, Mode: ModeBSP, PS: []string{"127.0.0.1:7001"}, Next: []string{"127.0.0.1:7002"}, Plain: true}
+}
+
+func TestTaskValidate(t *testing.T) {
+	ok := validTask()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid task: %v", err)
+	}
+	ps := Task{TaskID: "j1-ps1", JobID: "j1", Role: RolePS, Shard: 1, Model: "m", Data: "synthetic", Steps: 1,
+		Mode: ModeASP, PS: []string{"127.0.0.1:7001", "127.0.0.1:7003"}, SecretFile: "/etc/heterps/secret"}
+	if err := ps.Validate(); err != nil {
+		t.Fatalf("valid ps task: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Task)
+		want   string
+	}{
+		{"no job", func(t *Task) { t.JobID = "" }, "job_id"},
+		{"bad role", func(t *Task) { t.Role = "boss" }, "role"},
+		{"replica out of range", func(t *Task) { t.Replica = 2 }, "replica"},
+		{"no units", func(t *Task) { t.Units = 0 }, "units"},
+		{"reversed layers", func(t *Task) { t.FirstLayer = 3 }, "layers"},
+		{"data shard out of range", func(t *Task) { t.DataShard = 2 }, "data shard"},
+		{"zero batch", func(t *Task) { t.Batch = 0 }, "batch"},
+		{"no model", func(t *Task) { t.Model = "" }, "model"},
+		{"no steps", func(t *Task) { t.Steps = 0 }, "steps"},
+		{"bad mode", func(t *Task) { t.Mode = "ssp" }, "mode"},
+		{"no ps", func(t *Task) { t.PS = nil }, "ps"},
+		{"bad next", func(t *Task) { t.Next = []string{"nowhere"} }, "next[0]"},
+		{"secret and plain", func(t *Task) { t.SecretFile = "/s" }, "secret_file"},
+		{"neither secret nor plain", func(t *Task) { t.Plain = false }, "secret_file"},
+		{"checkpoint without dir", func(t *Task) { t.CheckpointEvery = 5 }, "checkpoint_every"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := validTask()
+			tc.mutate(&task)
+			if err := task.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTaskJSONNames pins the wire names the node daemon and the CLI rely on.
+func TestTaskJSONNames(t *testing.T) {
+	b, err := json.Marshal(validTask())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"task_id"`, `"job_id"`, `"role"`, `"first_layer"`, `"last_layer"`, `"data_shard"`,
+		`"data_shards"`, `"batch"`, `"steps"`, `"seed"`, `"mode"`, `"ps"`, `"next"`, `"prev"`, `"plain"`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("task JSON lacks %s: %s", key, b)
+		}
+	}
+}
+
+func TestJobStateFinal(t *testing.T) {
+	for s, want := range map[JobState]bool{JobPending: false, JobPlanning: false, JobRunning: false,
+		JobDone: true, JobFailed: true, JobCancelled: true} {
+		if s.Final() != want {
+			t.Errorf("%s.Final() = %v, want %v", s, !want, want)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+// Package api holds the JSON types of heterps' HTTP control plane, shared by
+// the coordinator (daemon/coord), the node daemons and the CLI. It has no
+// logic beyond validating what arrives from the network.
+//
+// # Endpoints
+//
+// The control plane is HTTP/JSON served by the coordinator. Nodes pull their
+// work; the coordinator never calls a node.
+//
+//	POST   /v1/nodes/register        RegisterRequest  -> RegisterResponse
+//	POST   /v1/nodes/{id}/heartbeat  Heartbeat        -> HeartbeatResponse
+//	GET    /v1/nodes                                  -> []NodeStatus
+//	POST   /v1/jobs                  job file (TOML)  -> SubmitResponse
+//	GET    /v1/jobs                                   -> []JobStatus
+//	GET    /v1/jobs/{id}                              -> JobStatus
+//	DELETE /v1/jobs/{id}                              -> JobStatus (cancelled)
+//
+// A job is submitted as the job file's TOML text with Content-Type
+// application/toml (see config.ParseJob); errors in it come back with the
+// file's line and column. Every other request body is JSON, decoded strictly:
+// unknown fields, trailing data and bodies over MaxBodyBytes are rejected.
+// Errors are reported as an Error object with a 4xx or 5xx status.
+//
+// # Nodes
+//
+// A node registers with its name, the host:port of its data-plane (wire)
+// listener, the catalog type it offers and how many units of it, and its
+// inventory. It then heartbeats every HeartbeatIntervalMS, reporting the state
+// of each task it runs; the reply lists every task the node should be
+// running. A task that disappears from the reply is to be stopped: its job
+// finished, failed or was cancelled. A node that misses heartbeats for the
+// coordinator's timeout (three intervals by default) is declared dead and
+// every running job with a task on it fails with the reason; a dead node's
+// heartbeats are answered 410 Gone and it must register again. Registering a
+// name that is already registered replaces the old entry (a restarted
+// daemon), which counts as that node dying.
+//
+// # Tasks and placement
+//
+// A job's plan has stages; stage i needs Units units of one type. Each stage
+// is placed on live nodes of that type that host nothing else, largest offer
+// first: a node's units all go to one replica, so a stage has as many
+// replicas as nodes assigned, and a replica uses min(node units, units still
+// needed). The job's batch is split over a stage's replicas in proportion to
+// their units (the remainder to the first replicas). Replica r of a stage
+// reads data shard r of Replicas. Parameter-server shards (the plan's
+// ps_cores, at least one) are placed round-robin on live CPU-type nodes, the
+// least loaded first; they do not take a node's offered units.
+package api

@@ -1,0 +1,179 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"strconv"
+)
+
+// Bounds on what a request may hold.
+const (
+	MaxNameLen      = 128
+	MaxUnits        = 1 << 16
+	MaxGPUs         = 256
+	MaxTasksPerNode = 1024
+	MaxErrorLen     = 4096
+)
+
+var name = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._\-]*$`)
+
+func checkName(field, v string) error {
+	if len(v) > MaxNameLen || !name.MatchString(v) {
+		return fmt.Errorf("%s: %.40q is not a name (up to %d letters, digits, '.', '_' and '-')", field, v, MaxNameLen)
+	}
+	return nil
+}
+
+// CheckAddr checks that v is host:port with a non-empty host and a port in
+// 1..65535.
+func CheckAddr(field, v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err == nil {
+		var p uint64
+		p, err = strconv.ParseUint(port, 10, 16)
+		if err == nil && p == 0 {
+			err = errors.New("port 0")
+		}
+	}
+	if err != nil || host == "" || len(v) > 2*MaxNameLen {
+		return fmt.Errorf("%s: want host:port, got %.80q", field, v)
+	}
+	return nil
+}
+
+// Validate checks a registration.
+func (r *RegisterRequest) Validate() error {
+	errs := []error{checkName("name", r.Name), CheckAddr("data_addr", r.DataAddr), checkName("type", r.Type)}
+	if r.Units < 1 || r.Units > MaxUnits {
+		errs = append(errs, fmt.Errorf("units: must be in 1..%d, got %d", MaxUnits, r.Units))
+	}
+	if r.Cores < 0 || r.Cores > MaxUnits {
+		errs = append(errs, fmt.Errorf("cores: must be in 0..%d, got %d", MaxUnits, r.Cores))
+	}
+	if r.MemoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("memory_bytes: must be >= 0, got %d", r.MemoryBytes))
+	}
+	if len(r.GPUs) > MaxGPUs {
+		errs = append(errs, fmt.Errorf("gpus: at most %d, got %d", MaxGPUs, len(r.GPUs)))
+	}
+	for i, g := range r.GPUs {
+		if len(g.Name) > MaxNameLen || g.MemoryBytes < 0 || g.Multiprocessors < 0 {
+			errs = append(errs, fmt.Errorf("gpus[%d]: want a name of at most %d bytes and sizes >= 0", i, MaxNameLen))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks a heartbeat's task reports.
+func (h *Heartbeat) Validate() error {
+	if len(h.Tasks) > MaxTasksPerNode {
+		return fmt.Errorf("tasks: at most %d, got %d", MaxTasksPerNode, len(h.Tasks))
+	}
+	seen := make(map[string]bool, len(h.Tasks))
+	for i, t := range h.Tasks {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("tasks[%d]: %w", i, err)
+		}
+		if seen[t.TaskID] {
+			return fmt.Errorf("tasks[%d]: task %q reported twice", i, t.TaskID)
+		}
+		seen[t.TaskID] = true
+	}
+	return nil
+}
+
+func (t *TaskReport) validate() error {
+	switch {
+	case t.TaskID == "" || len(t.TaskID) > MaxNameLen:
+		return fmt.Errorf("task_id: want 1..%d bytes", MaxNameLen)
+	case t.State != TaskRunning && t.State != TaskDone && t.State != TaskFailed:
+		return fmt.Errorf("state: %.20q is not running, done or failed", t.State)
+	case t.Step < 0:
+		return fmt.Errorf("step: must be >= 0, got %d", t.Step)
+	case !finite(t.Loss):
+		return fmt.Errorf("loss: must be finite")
+	case !finite(t.SamplesPerS) || t.SamplesPerS < 0:
+		return fmt.Errorf("samples_per_s: must be finite and >= 0, got %g", t.SamplesPerS)
+	case len(t.Error) > MaxErrorLen:
+		return fmt.Errorf("error: at most %d bytes, got %d", MaxErrorLen, len(t.Error))
+	}
+	return nil
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// Validate checks an assignment, as a node should before acting on it.
+func (t *Task) Validate() error {
+	if t.TaskID == "" || t.JobID == "" {
+		return errors.New("task: task_id and job_id are required")
+	}
+	errs := []error{t.validateRole(), t.validateRun(), t.validatePeers()}
+	if t.Plain == (t.SecretFile != "") {
+		errs = append(errs, errors.New("exactly one of secret_file and plain must be set"))
+	}
+	if t.CheckpointEvery < 0 || (t.CheckpointEvery > 0 && t.CheckpointDir == "") {
+		errs = append(errs, fmt.Errorf("checkpoint_every: %d needs a checkpoint_dir and must be >= 0", t.CheckpointEvery))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("task %s: %w", t.TaskID, err)
+	}
+	return nil
+}
+
+func (t *Task) validateRole() error {
+	switch t.Role {
+	case RoleStage:
+		switch {
+		case t.Stage < 0 || t.Replicas < 1 || t.Replica < 0 || t.Replica >= t.Replicas:
+			return fmt.Errorf("stage %d replica %d of %d: out of range", t.Stage, t.Replica, t.Replicas)
+		case t.Units < 1:
+			return fmt.Errorf("units: must be >= 1, got %d", t.Units)
+		case t.FirstLayer < 0 || t.LastLayer < t.FirstLayer:
+			return fmt.Errorf("layers %d..%d: not a range", t.FirstLayer, t.LastLayer)
+		case t.DataShards < 1 || t.DataShard < 0 || t.DataShard >= t.DataShards:
+			return fmt.Errorf("data shard %d of %d: out of range", t.DataShard, t.DataShards)
+		case t.Batch < 1:
+			return fmt.Errorf("batch: must be >= 1, got %d", t.Batch)
+		}
+	case RolePS:
+		if t.Shard < 0 || t.Shard >= len(t.PS) {
+			return fmt.Errorf("ps shard %d of %d: out of range", t.Shard, len(t.PS))
+		}
+	default:
+		return fmt.Errorf("role: %.20q is not stage or ps", t.Role)
+	}
+	return nil
+}
+
+func (t *Task) validateRun() error {
+	switch {
+	case t.Model == "":
+		return errors.New("model: empty")
+	case t.Data == "":
+		return errors.New("data: empty")
+	case t.Steps < 1:
+		return fmt.Errorf("steps: must be >= 1, got %d", t.Steps)
+	case t.Mode != ModeBSP && t.Mode != ModeASP:
+		return fmt.Errorf("mode: %.20q is not bsp or asp", t.Mode)
+	}
+	return nil
+}
+
+func (t *Task) validatePeers() error {
+	if len(t.PS) == 0 {
+		return errors.New("ps: a job has at least one parameter-server shard")
+	}
+	var errs []error
+	for _, list := range []struct {
+		field string
+		addrs []string
+	}{{"ps", t.PS}, {"next", t.Next}, {"prev", t.Prev}} {
+		for i, a := range list.addrs {
+			errs = append(errs, CheckAddr(fmt.Sprintf("%s[%d]", list.field, i), a))
+		}
+	}
+	return errors.Join(errs...)
+}
