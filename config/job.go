@@ -1,0 +1,216 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// Job is a job file: what to train (a model and its data), how much
+// (steps, or epochs of a given number of samples), and how the scheduler
+// should run it (throughput floor, method, BSP or ASP, checkpoints).
+//
+//	version = 1
+//	name = "ctr"
+//	model = "ctrdnn"           # zoo name or path of a model file
+//	data = "synthetic:1"       # data spec, as `heterps train --data`
+//	batch = 512
+//	steps = 200                # or: epochs = 2 with samples = 100000
+//	throughput_limit = 0       # samples/s; 0 lets the scheduler pick
+//	method = "exact"           # a scheduling method of `heterps plan`
+//	mode = "bsp"               # or "asp"
+//	seed = 1
+//	[optimizer]                # optional: replaces the model's optimizer
+//	kind = "adam"
+//	lr = 0.001
+//	[checkpoint]
+//	dir = "/var/lib/heterps/ctr"
+//	every = 100                # steps
+type Job struct {
+	Version         int           `toml:"version"`
+	Name            string        `toml:"name"`
+	Model           string        `toml:"model"`
+	Data            string        `toml:"data"`
+	Batch           int           `toml:"batch"`
+	Steps           int64         `toml:"steps"`
+	Epochs          float64       `toml:"epochs"`
+	Samples         int64         `toml:"samples"` // samples per epoch, with epochs
+	Optimizer       *Optimizer    `toml:"optimizer"`
+	ThroughputLimit float64       `toml:"throughput_limit"`
+	Method          string        `toml:"method"`
+	Mode            string        `toml:"mode"`
+	Seed            uint64        `toml:"seed"`
+	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
+	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
+	Checkpoint      JobCheckpoint `toml:"checkpoint"`
+
+	loc *Locator
+}
+
+// JobCheckpoint says where and how often a job checkpoints.
+type JobCheckpoint struct {
+	Dir   string `toml:"dir"`
+	Every int64  `toml:"every"` // steps between checkpoints; 0 = never
+}
+
+// Job defaults and limits.
+const (
+	DefaultJobMethod = "exact"
+	maxJobBatch      = 1 << 24
+	maxJobSteps      = 1 << 40
+)
+
+// LoadJob reads, decodes and validates a job file.
+func LoadJob(path string) (*Job, error) {
+	var j Job
+	src, err := DecodeFile(path, &j)
+	if err != nil {
+		return nil, err
+	}
+	return j.finish(NewLocator(path, src))
+}
+
+// ParseJob decodes and validates a job file's contents, named name in
+// errors.
+func ParseJob(name string, src []byte) (*Job, error) {
+	var j Job
+	if err := Decode(name, src, &j); err != nil {
+		return nil, err
+	}
+	return j.finish(NewLocator(name, src))
+}
+
+func (j *Job) finish(loc *Locator) (*Job, error) {
+	j.loc = loc
+	j.applyDefaults()
+	if err := j.validate(loc); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// Errorf returns an error located at field in the job's file, for checks
+// made by the job's users (the coordinator checks the method and the data
+// spec against what it knows).
+func (j *Job) Errorf(field, format string, args ...any) *Error {
+	loc := j.loc
+	if loc == nil {
+		loc = NewLocator("job", nil)
+	}
+	return loc.Errorf(field, format, args...)
+}
+
+// TotalSteps is the number of training steps: Steps, or enough batches to
+// cover Epochs x Samples.
+func (j *Job) TotalSteps() int64 {
+	if j.Steps > 0 {
+		return j.Steps
+	}
+	return int64(math.Ceil(j.Epochs * float64(j.Samples) / float64(j.Batch)))
+}
+
+func (j *Job) applyDefaults() {
+	if j.Version == 0 {
+		j.Version = 1
+	}
+	if j.Name == "" {
+		j.Name = strings.TrimSuffix(filepath.Base(j.Model), ".toml")
+	}
+	if j.Method == "" {
+		j.Method = DefaultJobMethod
+	}
+	if j.Mode == "" {
+		j.Mode = "bsp"
+	}
+	if j.Optimizer != nil {
+		j.Optimizer.defaults()
+	}
+}
+
+func (j *Job) validate(loc *Locator) error {
+	var errs errorList
+	if j.Version != 1 {
+		errs.add(loc.Errorf("version", "unsupported version %d (this heterps reads version 1)", j.Version))
+	}
+	if j.Model == "" {
+		errs.add(loc.Errorf("model", "missing: a zoo name (%s) or a model file", strings.Join(ZooNames(), ", ")))
+	}
+	if !identifier.MatchString(j.Name) {
+		errs.add(loc.Errorf("name", "%q is not a job name (letters, digits, '.', '_' and '-')", j.Name))
+	}
+	if j.Data == "" {
+		errs.add(loc.Errorf("data", "missing: a data spec such as synthetic:1 or criteo:PATH"))
+	}
+	if j.Batch < 1 || j.Batch > maxJobBatch {
+		errs.add(loc.Errorf("batch", "must be in 1..%d, got %d", maxJobBatch, j.Batch))
+	}
+	j.validateLength(loc, &errs)
+	if j.Optimizer != nil {
+		if err := j.Optimizer.validate(loc, "optimizer"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !finite(j.ThroughputLimit) || j.ThroughputLimit < 0 {
+		errs.add(loc.Errorf("throughput_limit", "must be a finite number >= 0, got %g", j.ThroughputLimit))
+	}
+	if !identifier.MatchString(j.Method) {
+		errs.add(loc.Errorf("method", "%q is not a method name", j.Method))
+	}
+	if j.Mode != "bsp" && j.Mode != "asp" {
+		errs.add(loc.Errorf("mode", "unknown mode %q (want bsp or asp)", j.Mode))
+	}
+	if j.PSType != "" && !identifier.MatchString(j.PSType) {
+		errs.add(loc.Errorf("ps_type", "%q is not a type name", j.PSType))
+	}
+	if !finite(j.PSRatio) || j.PSRatio < 0 {
+		errs.add(loc.Errorf("ps_ratio", "must be a finite number >= 0, got %g", j.PSRatio))
+	}
+	switch {
+	case j.Checkpoint.Every < 0:
+		errs.add(loc.Errorf("checkpoint.every", "must be >= 0, got %d", j.Checkpoint.Every))
+	case j.Checkpoint.Every > 0 && j.Checkpoint.Dir == "":
+		errs.add(loc.Errorf("checkpoint.dir", "missing: checkpoint.every needs a directory"))
+	}
+	return errs.err()
+}
+
+// validateLength checks that exactly one of steps and epochs says how long
+// to train, and that the run is not absurdly long.
+func (j *Job) validateLength(loc *Locator, errs *errorList) {
+	switch {
+	case j.Steps < 0:
+		errs.add(loc.Errorf("steps", "must be > 0, got %d", j.Steps))
+	case !finite(j.Epochs) || j.Epochs < 0:
+		errs.add(loc.Errorf("epochs", "must be a finite number > 0, got %g", j.Epochs))
+	case j.Steps > 0 && j.Epochs > 0:
+		errs.add(loc.Errorf("epochs", "give steps or epochs, not both"))
+	case j.Steps == 0 && j.Epochs == 0:
+		errs.add(loc.Errorf("steps", "missing: give steps, or epochs with samples"))
+	case j.Epochs > 0 && j.Samples <= 0:
+		errs.add(loc.Errorf("samples", "epochs needs samples per epoch > 0, got %d", j.Samples))
+	case j.Batch > 0 && (j.Steps > maxJobSteps || j.Epochs*float64(j.Samples)/float64(j.Batch) > maxJobSteps):
+		errs.add(loc.Errorf("steps", "more than %d steps", int64(maxJobSteps)))
+	}
+}
+
+// ModelFile returns the text of m's model file as the job trains it: with
+// the job's optimizer in place of the model's when the job overrides it.
+// Nodes receive this text, so they need no files. The text is checked to
+// parse back into the same model.
+func (j *Job) ModelFile(m *Model) ([]byte, error) {
+	eff := *m
+	if j.Optimizer != nil {
+		eff.Optimizer = *j.Optimizer
+	}
+	src, err := toml.Marshal(&eff)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: model %s: %w", j.Name, m.Name, err)
+	}
+	if _, err := ParseModel(m.Name, src); err != nil {
+		return nil, fmt.Errorf("job %s: model %s does not survive re-encoding: %w", j.Name, m.Name, err)
+	}
+	return src, nil
+}

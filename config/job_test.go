@@ -1,0 +1,145 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExampleJobsParse(t *testing.T) {
+	files, err := filepath.Glob("examples/jobs/*.toml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("want at least two example jobs, got %v (%v)", files, err)
+	}
+	for _, f := range files {
+		j, err := LoadJob(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if _, err := LoadModel(j.Model); err != nil {
+			t.Errorf("%s: model %q: %v", f, j.Model, err)
+		}
+		if j.TotalSteps() < 1 {
+			t.Errorf("%s: %d steps", f, j.TotalSteps())
+		}
+	}
+}
+
+func TestJobDefaults(t *testing.T) {
+	j, err := ParseJob("job.toml", []byte("model = \"models/ctrdnn.toml\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Version != 1 || j.Name != "ctrdnn" || j.Method != DefaultJobMethod || j.Mode != "bsp" || j.Optimizer != nil {
+		t.Errorf("defaults: got version %d name %q method %q mode %q optimizer %v", j.Version, j.Name, j.Method, j.Mode, j.Optimizer)
+	}
+}
+
+func TestJobTotalSteps(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want int64
+	}{
+		{"steps = 7", 7},
+		{"epochs = 2\nsamples = 1000", 16}, // 2000 / 128 = 15.6 -> 16
+		{"epochs = 0.5\nsamples = 256", 1}, // 128 / 128
+	} {
+		j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 128\n"+tc.src+"\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		if got := j.TotalSteps(); got != tc.want {
+			t.Errorf("%q: %d steps, want %d", tc.src, got, tc.want)
+		}
+	}
+}
+
+// TestBadJobsNameTheLine checks that every mistake is reported at the line
+// of the offending field.
+func TestBadJobsNameTheLine(t *testing.T) {
+	const head = "version = 1\nmodel = \"ctrdnn\"\ndata = \"synthetic\"\n" // lines 1-3
+	for _, tc := range []struct {
+		name, body, field string
+		line              int
+	}{
+		{"unknown key", "batch = 8\nsteps = 1\nbatchsize = 8\n", "batchsize", 6},
+		{"wrong type", "batch = \"big\"\nsteps = 1\n", "batch", 4},
+		{"zero batch", "steps = 1\nbatch = 0\n", "batch", 5},
+		{"steps and epochs", "batch = 8\nsteps = 5\nepochs = 1\nsamples = 10\n", "epochs", 6},
+		{"no length", "batch = 8\n", "steps", 0},
+		{"epochs without samples", "batch = 8\nepochs = 1\n", "samples", 0},
+		{"negative steps", "batch = 8\nsteps = -3\n", "steps", 5},
+		{"bad mode", "batch = 8\nsteps = 1\nmode = \"ssp\"\n", "mode", 6},
+		{"bad method", "batch = 8\nsteps = 1\nmethod = \"no way\"\n", "method", 6},
+		{"negative limit", "batch = 8\nsteps = 1\nthroughput_limit = -1.0\n", "throughput_limit", 6},
+		{"bad optimiser", "batch = 8\nsteps = 1\n[optimizer]\nkind = \"lbfgs\"\n", "optimizer.kind", 7},
+		{"checkpoint without dir", "batch = 8\nsteps = 1\n[checkpoint]\nevery = 10\n", "checkpoint.dir", 6},
+		{"unknown checkpoint key", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevry = 10\n", "checkpoint.evry", 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseJob("job.toml", []byte(head+tc.body))
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("got %v, want a *config.Error", err)
+			}
+			if cerr.Field != tc.field || cerr.Line != tc.line || cerr.File != "job.toml" {
+				t.Errorf("got %s:%d field %q (%v), want line %d field %q", cerr.File, cerr.Line, cerr.Field, err, tc.line, tc.field)
+			}
+		})
+	}
+}
+
+func TestJobMissingModelAndData(t *testing.T) {
+	_, err := ParseJob("job.toml", []byte("batch = 8\nsteps = 1\n"))
+	if err == nil || !strings.Contains(err.Error(), "model") || !strings.Contains(err.Error(), "data") {
+		t.Fatalf("got %v, want errors naming model and data", err)
+	}
+}
+
+func TestJobErrorfLocatesFields(t *testing.T) {
+	j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\n\ndata = \"nonsense\"\nbatch = 8\nsteps = 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := j.Errorf("data", "unknown kind")
+	if e.Line != 3 || e.File != "job.toml" || !strings.Contains(e.Error(), "job.toml:3:1: data: unknown kind") {
+		t.Errorf("got %v (line %d)", e, e.Line)
+	}
+}
+
+func TestJobModelFileCarriesTheOptimizerOverride(t *testing.T) {
+	m, err := LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, job string
+		want      Optimizer
+	}{
+		{"model's own", "", m.Optimizer},
+		{"override", "[optimizer]\nkind = \"sgd\"\nlr = 0.5\n", Optimizer{Kind: "sgd", LR: 0.5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: "constant"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n"+tc.job))
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, err := j.ModelFile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseModel("sent", src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Optimizer != tc.want {
+				t.Errorf("optimizer %+v, want %+v", back.Optimizer, tc.want)
+			}
+			if len(back.Layers) != len(m.Layers) || back.Name != m.Name || back.Input != m.Input {
+				t.Errorf("model changed on the way: %+v", back)
+			}
+		})
+	}
+}
