@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+func init() {
+	register("profile", "measure per-layer oct/odt/alpha/beta on this machine and write a problem file", runProfile)
+}
+
+type profileFlags struct {
+	model, catalog, typ, out string
+	batch, unitThreads, reps int
+	units                    []int
+}
+
+func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
+	f := &profileFlags{}
+	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name or TOML file")
+	fs.StringVar(&f.catalog, "catalog", "config/examples/catalogs/local.toml", "resource catalog")
+	fs.StringVar(&f.typ, "type", "", "catalog type this machine's CPU measures (default: the first cpu type)")
+	fs.IntVar(&f.unitThreads, "unit-threads", 1, "threads of one unit of the measured type")
+	fs.IntVar(&f.batch, "batch", 256, "profiling batch size B_o")
+	fs.IntVar(&f.reps, "reps", 5, "repetitions; the fastest is kept")
+	units := fs.String("units", "1,2", "unit counts to time, for fitting alpha (Amdahl)")
+	fs.StringVar(&f.out, "out", "", "write the problem file here (default: standard output)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("profile: unexpected argument %q", fs.Arg(0))
+	}
+	for _, s := range strings.Split(*units, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || k < 1 {
+			return nil, fmt.Errorf("profile: --units: %q is not a unit count", s)
+		}
+		f.units = append(f.units, k)
+	}
+	slices.Sort(f.units)
+	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 {
+		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads and --reps must be > 0")
+	}
+	return f, nil
+}
+
+func runProfile(args []string) int {
+	f, err := parseProfileFlags(args, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return fail(exitUsage, err)
+	}
+	if err := profile(context.Background(), f, os.Stdout, os.Stderr); err != nil {
+		return fail(exitFailure, err)
+	}
+	return exitOK
+}
+
+// profile estimates every catalog type from its device descriptor, then
+// replaces the measured type's columns with measurements on this machine.
+func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) error {
+	cfg, err := config.LoadModel(f.model)
+	if err != nil {
+		return usageError{err}
+	}
+	cat, err := config.LoadCatalog(f.catalog)
+	if err != nil {
+		return usageError{err}
+	}
+	col, err := measuredColumn(cat, f.typ)
+	if err != nil {
+		return usageError{err}
+	}
+	spec := sched.DefaultEstimateSpec()
+	spec.ProfileBatch = f.batch
+	prob, err := sched.EstimateProblem(cfg.Shapes(), cat, spec)
+	if err != nil {
+		return err
+	}
+	estimate := cloneColumn(prob, col)
+	if err := measureCompute(cfg, f, prob, col); err != nil {
+		return err
+	}
+	if err := measureTransfer(ctx, f, prob, col); err != nil {
+		return err
+	}
+	if err := prob.Validate(); err != nil {
+		return fmt.Errorf("profile: measured problem: %w", err)
+	}
+	printProfile(stderr, prob, col, estimate)
+	return writeProfile(f, cat, col, prob, stdout)
+}
+
+func measuredColumn(cat *config.Catalog, name string) (int, error) {
+	for i, t := range cat.Types {
+		if (name == "" && t.Kind == config.KindCPU) || t.Name == name {
+			return i, nil
+		}
+	}
+	if name == "" {
+		return 0, errors.New("profile: the catalog has no cpu type to measure")
+	}
+	return 0, fmt.Errorf("profile: the catalog has no type %q", name)
+}
+
+// cloneColumn keeps the roofline estimate of one type for comparison.
+func cloneColumn(p *config.Problem, col int) []config.ProblemLayer {
+	out := make([]config.ProblemLayer, len(p.Layers))
+	for i, l := range p.Layers {
+		out[i] = config.ProblemLayer{Name: l.Name, OCT: []float64{l.OCT[col]}, ODT: []float64{l.ODT[col]},
+			Alpha: []float64{l.Alpha[col]}, Beta: []float64{l.Beta[col]}}
+	}
+	return out
+}
+
+// measureCompute times every layer's forward+backward at B_o with k units'
+// threads for each k, sets oct from k = 1 and fits alpha to the rest:
+// t_k = t_1 ((1-alpha) + alpha/k).
+func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, col int) error {
+	batch := randomBatch(cfg, f.batch)
+	var model *nn.Model
+	var t1 []float64
+	fits := make([][]float64, len(prob.Layers))
+	for _, k := range f.units {
+		threads := k * f.unitThreads
+		if threads > runtime.NumCPU() {
+			fmt.Fprintf(os.Stderr, "profile: skipping %d units: %d threads exceed this machine's %d CPUs\n", k, threads, runtime.NumCPU())
+			continue
+		}
+		b, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		if err != nil {
+			return err
+		}
+		if model == nil {
+			if model, err = nn.Build(b, cfg, 1); err != nil {
+				return err
+			}
+		}
+		times, err := model.ProfileLayers(&nn.Step{Backend: b, Batch: batch, Train: true}, f.reps)
+		if err != nil {
+			return err
+		}
+		for i, lt := range times {
+			t := (lt.Forward + lt.Backward).Seconds()
+			if k == 1 {
+				t1 = append(t1, t)
+				continue
+			}
+			fits[i] = append(fits[i], amdahlAlpha(t1[i], t, k))
+		}
+	}
+	for i := range prob.Layers {
+		prob.Layers[i].OCT[col] = round4(t1[i])
+		if len(fits[i]) > 0 {
+			prob.Layers[i].Alpha[col] = round4(mean(fits[i]))
+		}
+	}
+	return nil
+}
+
+// amdahlAlpha solves t_k = t_1 ((1-a) + a/k) for a, clamped to [0, 1].
+func amdahlAlpha(t1, tk float64, k int) float64 {
+	a := (1 - tk/t1) / (1 - 1/float64(k))
+	return math.Min(1, math.Max(0, a))
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func round4(v float64) float64 {
+	if v == 0 {
+		return 0
+	}
+	scale := math.Pow(10, 4-math.Ceil(math.Log10(math.Abs(v))))
+	return math.Round(v*scale) / scale
+}
+
+// randomBatch makes a batch shaped like the model's input.
+func randomBatch(cfg *config.Model, size int) *data.Batch {
+	rng := rand.New(rand.NewPCG(1, 2))
+	in := cfg.Input
+	b := &data.Batch{Size: size, NumDense: in.Dense, Slots: in.Slots, Offsets: make([]int64, 1, size*in.Slots+1)}
+	for range size {
+		for range in.Slots {
+			b.IDs = append(b.IDs, rng.Int64N(max(in.Vocab, 1)))
+			b.Offsets = append(b.Offsets, int64(len(b.IDs)))
+		}
+		for range in.Dense {
+			b.Dense = append(b.Dense, rng.Float32())
+		}
+		b.Labels = append(b.Labels, float32(rng.IntN(2)))
+		if in.Classes > 0 {
+			b.Classes = append(b.Classes, rng.Int64N(int64(in.Classes)))
+		}
+	}
+	return b
+}
+
+// measureTransfer times, over an authenticated loopback wire connection, a
+// round trip of each layer's output activations and their gradients (odt),
+// and of a one-float message (the latency that more units do not shrink:
+// beta = 1 - latency/odt).
+func measureTransfer(ctx context.Context, f *profileFlags, prob *config.Problem, col int) error {
+	pair, err := newLoopbackPair()
+	if err != nil {
+		return fmt.Errorf("profile: transfer: %w", err)
+	}
+	defer pair.close()
+	latency, err := pair.bestRoundTrip(ctx, 1, f.reps)
+	if err != nil {
+		return err
+	}
+	for i := range prob.Layers {
+		width := outWidth(prob, i)
+		rt, err := pair.bestRoundTrip(ctx, f.batch*width, f.reps)
+		if err != nil {
+			return err
+		}
+		prob.Layers[i].ODT[col] = round4(rt)
+		prob.Layers[i].Beta[col] = round4(math.Max(0, 1-latency/rt))
+	}
+	return nil
+}
+
+// outWidth is the floats per sample layer i sends on: the next layer's
+// input size (the last layer sends its output, one value per class).
+func outWidth(prob *config.Problem, i int) int {
+	if i+1 < len(prob.Layers) && prob.Layers[i+1].InputSize > 0 {
+		return int(prob.Layers[i+1].InputSize)
+	}
+	return 1
+}
+
+type loopbackPair struct{ a, b *wire.TCPTransport }
+
+func newLoopbackPair() (*loopbackPair, error) {
+	secret := make([]byte, 32)
+	for i := range secret {
+		secret[i] = byte(rand.Uint32())
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := wire.NewTCPTransport("127.0.0.1:0", wire.Config{NodeID: "b", Secret: secret, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	a, err := wire.NewTCPTransport("127.0.0.1:0", wire.Config{NodeID: "a", Secret: secret, Logger: quiet})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	p := &loopbackPair{a: a, b: b}
+	if err := b.AddPeer("a", ""); err != nil {
+		p.close()
+		return nil, err
+	}
+	if err := a.AddPeer("b", b.Addr().String()); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *loopbackPair) close() {
+	p.a.Close()
+	p.b.Close()
+}
+
+// bestRoundTrip sends n floats a -> b and n floats back, reps times, and
+// returns the fastest round trip in seconds.
+func (p *loopbackPair) bestRoundTrip(ctx context.Context, n, reps int) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msg := &wire.Message{Type: wire.MsgActivation, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, n), 1, n)}}
+	best := math.Inf(1)
+	for range reps + 1 { // the first trip warms up the connection
+		start := time.Now()
+		if err := p.a.Send(ctx, "b", 1, msg); err != nil {
+			return 0, err
+		}
+		in, err := p.b.Recv(ctx, "a", 1)
+		if err != nil {
+			return 0, err
+		}
+		in.Release()
+		if err := p.b.Send(ctx, "a", 2, msg); err != nil {
+			return 0, err
+		}
+		back, err := p.a.Recv(ctx, "b", 2)
+		if err != nil {
+			return 0, err
+		}
+		back.Release()
+		best = math.Min(best, time.Since(start).Seconds())
+	}
+	return best, nil
+}
+
+func printProfile(w io.Writer, p *config.Problem, col int, estimate []config.ProblemLayer) {
+	fmt.Fprintf(w, "measured type %s at B_o = %d (roofline estimate in brackets)\n", p.Types[col].Name, p.ProfileBatch)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "layer\tkind\toct s\t[est]\talpha\t[est]\todt s\t[est]\tbeta\t[est]\t")
+	for i, l := range p.Layers {
+		e := estimate[i]
+		fmt.Fprintf(tw, "%s\t%s\t%.3g\t%.3g\t%.3f\t%.3f\t%.3g\t%.3g\t%.3f\t%.3f\t\n", l.Name, l.Kind,
+			l.OCT[col], e.OCT[0], l.Alpha[col], e.Alpha[0], l.ODT[col], e.ODT[0], l.Beta[col], e.Beta[0])
+	}
+	tw.Flush()
+}
+
+// writeProfile writes the problem file with a header that says which type
+// was measured and which are estimated.
+func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Problem, stdout io.Writer) error {
+	body, err := toml.Marshal(p)
+	if err != nil {
+		return err
+	}
+	var estimated []string
+	for i, t := range cat.Types {
+		if i != col {
+			estimated = append(estimated, t.Name)
+		}
+	}
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "# heterps profile --model %s --catalog %s, B_o = %d, %s\n", f.model, f.catalog, f.batch, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
+	fmt.Fprintf(&out, "# estimated from device descriptors (roofline), not measured: %s\n", strings.Join(estimated, ", "))
+	out.Write(body)
+	if f.out == "" {
+		_, err = stdout.Write(out.Bytes())
+		return err
+	}
+	return os.WriteFile(f.out, out.Bytes(), 0o644)
+}

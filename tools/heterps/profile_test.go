@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+)
+
+func TestProfileWritesAMeasuredProblemFile(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "p.toml")
+	f, err := parseProfileFlags([]string{"--model", "mlp-digits", "--catalog", "../../config/examples/catalogs/local.toml",
+		"--batch", "64", "--reps", "2", "--units", "1", "--out", out}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if err := profile(context.Background(), f, &bytes.Buffer{}, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	p, err := config.LoadProblem(out)
+	if err != nil {
+		t.Fatalf("profile output does not load as a problem: %v", err)
+	}
+	if len(p.Layers) != 4 || p.ProfileBatch != 64 || p.Types[0].Name != "cpu-1t" {
+		t.Fatalf("unexpected problem %+v", p)
+	}
+	for _, l := range p.Layers {
+		if l.OCT[0] <= 0 || l.ODT[0] <= 0 || l.Beta[0] < 0 || l.Beta[0] > 1 {
+			t.Errorf("layer %s: measured oct %g odt %g beta %g", l.Name, l.OCT[0], l.ODT[0], l.Beta[0])
+		}
+	}
+	if !strings.Contains(stderr.String(), "measured type cpu-1t") {
+		t.Errorf("no measurement table: %q", stderr.String())
+	}
+	if src := mustRead(t, out); !strings.Contains(src, "not measured: cpu-2t") {
+		t.Errorf("estimated types are not marked:\n%s", src)
+	}
+}
+
+func TestProfileRejectsUnknownTypeAndBadUnits(t *testing.T) {
+	if _, err := parseProfileFlags([]string{"--units", "2,3"}, &bytes.Buffer{}); err == nil {
+		t.Error("--units without 1 accepted")
+	}
+	f, _ := parseProfileFlags([]string{"--type", "tpu", "--catalog", "../../config/examples/catalogs/local.toml"}, &bytes.Buffer{})
+	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `no type "tpu"`) {
+		t.Errorf("unknown type: %v", err)
+	}
+}
+
+func TestAmdahlAlphaFit(t *testing.T) {
+	for _, c := range []struct {
+		t1, tk float64
+		k      int
+		want   float64
+	}{{1, 0.5, 2, 1}, {1, 1, 2, 0}, {1, 0.75, 2, 0.5}, {1, 1.2, 2, 0}, {1, 0.25, 4, 1}} {
+		if got := amdahlAlpha(c.t1, c.tk, c.k); got != c.want {
+			t.Errorf("amdahlAlpha(%g, %g, %d) = %g, want %g", c.t1, c.tk, c.k, got, c.want)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
