@@ -1,0 +1,114 @@
+package nn
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/heterps/heterps/native"
+)
+
+// paramGrads returns a copy of every parameter's gradient (dense, or the
+// sparse rows with their ids folded in as floats).
+func paramGrads(t *testing.T, m *Model) [][]float32 {
+	t.Helper()
+	var out [][]float32
+	for _, p := range m.Params() {
+		g := p.Grad
+		var ids []float32
+		if p.Sparse {
+			g = p.SparseGrad.Rows
+			for _, id := range p.SparseGrad.IDs {
+				ids = append(ids, float32(id))
+			}
+		}
+		h, ok := native.Host(g)
+		if !ok {
+			t.Fatalf("%s: gradient not in host memory", p.Name)
+		}
+		out = append(out, append(ids, h...))
+	}
+	return out
+}
+
+func TestRangesEqualWholeModel(t *testing.T) {
+	b := native.MustCPU()
+	cfg := mustModel(t, smallCTR)
+	whole, err := Build(b, cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := Build(b, cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := testBatch(rand.New(rand.NewPCG(4, 5)), 7, 4, 3, 40, 0)
+	s := &Step{Backend: b, Batch: batch, Train: true}
+
+	tr := &Trainer{Backend: b, Model: whole}
+	if _, err := tr.Gradients(s); err != nil {
+		t.Fatal(err)
+	}
+
+	cut := 2 // layers [0, 2] (embeddings, concat) and [3, 5] (FCs)
+	mid, err := split.ForwardRange(s, 0, cut, Activation{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := split.ForwardRange(s, cut+1, split.NumLayers()-1, mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dout, err := split.Loss.Forward(s, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmid, err := split.BackwardRange(s, cut+1, split.NumLayers()-1, dout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dmid.Parts) != len(mid.Parts) {
+		t.Fatalf("input gradient has %d parts, activation %d", len(dmid.Parts), len(mid.Parts))
+	}
+	for i, p := range mid.Parts {
+		if (dmid.Parts[i].Buf != nil) != p.NeedGrad {
+			t.Fatalf("part %d: gradient present %v, NeedGrad %v", i, dmid.Parts[i].Buf != nil, p.NeedGrad)
+		}
+	}
+	if _, err := split.BackwardRange(s, 0, cut, dmid); err != nil {
+		t.Fatal(err)
+	}
+
+	want, got := paramGrads(t, whole), paramGrads(t, split)
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("param %d: %d gradient values, want %d", i, len(got[i]), len(want[i]))
+		}
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("param %d [%d]: split %v, whole %v", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
+func TestRangeRefusesTowerSplitsAndBadBounds(t *testing.T) {
+	b := native.MustCPU()
+	m, err := Build(b, mustModel(t, smallMatch), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Step{Backend: b, Train: true}
+	if _, err := m.ForwardRange(s, 0, 1, Activation{}); !errors.Is(err, ErrTowerRange) {
+		t.Fatalf("tower model range: err %v, want ErrTowerRange", err)
+	}
+	if _, err := m.BackwardRange(s, 1, 2, Activation{}); !errors.Is(err, ErrTowerRange) {
+		t.Fatalf("tower model backward range: err %v, want ErrTowerRange", err)
+	}
+	for _, r := range [][2]int{{-1, 0}, {2, 1}, {0, m.NumLayers()}} {
+		if _, err := m.ForwardRange(s, r[0], r[1], Activation{}); err == nil {
+			t.Fatalf("range %v accepted", r)
+		}
+	}
+}

@@ -1,0 +1,303 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/heterps/heterps/daemon/initrow"
+	"github.com/heterps/heterps/daemon/wire"
+)
+
+// BlockShard is the shard, of nshards, that dense block name is declared
+// on: the FNV-1a hash of the name modulo nshards. Jobs place blocks by it
+// so that clients find them without a table of placements.
+func BlockShard(name string, nshards int) int {
+	return int(initrow.NameHash(name) % uint64(nshards))
+}
+
+// ErrRemote wraps the reason a service answered a request with MsgError.
+var ErrRemote = errors.New("parameter server refused the request")
+
+// ClientConfig configures a Client: whose pushes it makes and how it
+// reaches each shard.
+type ClientConfig struct {
+	Job     string
+	Stage   int
+	Replica int
+	Shards  int
+	// Dial returns a connection that reaches shard i's service. The client
+	// owns it (one request per shard in flight on it) and closes it; it
+	// dials again after a connection drops.
+	Dial func(ctx context.Context, shard int) (*wire.Conn, error)
+	// Timeout bounds each request, a BSP pull's wait included; 0 = 60s.
+	Timeout time.Duration
+	// Retries is how often a request is resent on a fresh connection after
+	// the old one dropped; 0 = 3. Resent pushes are safe: a shard applies a
+	// push identity at most once.
+	Retries int
+}
+
+// Client pulls and pushes a job's parameters over the shards' services:
+// row ids spread over shards by ShardOf, blocks found by BlockShard. Its
+// methods are safe for concurrent use; requests to one shard go one at a
+// time, requests to different shards in parallel.
+type Client struct {
+	cfg   ClientConfig
+	job   uint64
+	links []*shardLink
+}
+
+// shardLink is the client's connection to one shard; mu serialises its
+// requests.
+type shardLink struct {
+	mu    sync.Mutex
+	index int
+	conn  *wire.Conn
+}
+
+// NewClient returns a client; it dials lazily, on each shard's first request.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	switch {
+	case cfg.Job == "":
+		return nil, fmt.Errorf("ps client: no job: %w", ErrArg)
+	case cfg.Shards < 1:
+		return nil, fmt.Errorf("ps client: %d shards: %w", cfg.Shards, ErrArg)
+	case cfg.Dial == nil:
+		return nil, fmt.Errorf("ps client: no Dial: %w", ErrArg)
+	case cfg.Stage < 0 || cfg.Replica < 0:
+		return nil, fmt.Errorf("ps client: stage %d replica %d: %w", cfg.Stage, cfg.Replica, ErrArg)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.Retries <= 0 {
+		cfg.Retries = 3
+	}
+	c := &Client{cfg: cfg, job: JobKey(cfg.Job), links: make([]*shardLink, cfg.Shards)}
+	for i := range c.links {
+		c.links[i] = &shardLink{index: i}
+	}
+	return c, nil
+}
+
+// Close closes the client's connections.
+func (c *Client) Close() error {
+	for _, l := range c.links {
+		l.mu.Lock()
+		l.drop()
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// Pull returns the rows of ids of table (len(ids) x dim, in the order
+// given, repeats included) once every shard's copy of the table has
+// reached version after, and the smallest version they were read at.
+func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int64) ([]float32, int64, error) {
+	byShard, at := Partition(ids, c.cfg.Shards)
+	replies := make([][]float32, c.cfg.Shards)
+	versions := make([]int64, c.cfg.Shards)
+	err := c.eachShard(func(i int) error {
+		if len(byShard[i]) == 0 {
+			versions[i] = -1
+			return nil
+		}
+		m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(table, after, 0),
+			Tensors: []wire.Tensor{wire.I64Tensor(byShard[i], len(byShard[i]))}}
+		rows, v, err := c.pullFrom(ctx, i, m, len(byShard[i]))
+		replies[i], versions[i] = rows, v
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("ps client: pull %q: %w", table, err)
+	}
+	if len(ids) == 0 {
+		return nil, after, nil
+	}
+	dim := 0
+	version := int64(-1)
+	for i, rows := range replies {
+		if len(byShard[i]) > 0 {
+			dim = len(rows) / len(byShard[i])
+			if version < 0 || versions[i] < version {
+				version = versions[i]
+			}
+		}
+	}
+	out := make([]float32, len(ids)*dim)
+	for i, rows := range replies {
+		for j, pos := range at[i] {
+			copy(out[pos*dim:(pos+1)*dim], rows[j*dim:(j+1)*dim])
+		}
+	}
+	return out, version, nil
+}
+
+// PullBlock returns dense block name once its version is at least after,
+// and the version it was read at.
+func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]float32, int64, error) {
+	m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(name, after, 0)}
+	v, version, err := c.pullFrom(ctx, BlockShard(name, c.cfg.Shards), m, -1)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ps client: pull %q: %w", name, err)
+	}
+	return v, version, nil
+}
+
+// PushRows pushes the sparse gradient of table for step: distinct ids and
+// their rows (grad is len(ids) x dim), weight the replica's batch size.
+// Every shard gets a push, with no rows if it holds none of the ids, as the
+// BSP barrier needs.
+func (c *Client) PushRows(ctx context.Context, table string, step int64, weight int, ids []int64, grad []float32, dim int) error {
+	if len(grad) != len(ids)*dim {
+		return fmt.Errorf("ps client: push %q: %d gradient floats for %d rows of %d: %w", table, len(grad), len(ids), dim, ErrArg)
+	}
+	byShard, at := Partition(ids, c.cfg.Shards)
+	err := c.eachShard(func(i int) error {
+		g := make([]float32, len(at[i])*dim)
+		for j, pos := range at[i] {
+			copy(g[j*dim:(j+1)*dim], grad[pos*dim:(pos+1)*dim])
+		}
+		m := &wire.Message{Type: wire.MsgPushSparse, Meta: c.meta(table, step, weight),
+			Tensors: []wire.Tensor{wire.I64Tensor(byShard[i], len(byShard[i])), wire.F32Tensor(g, len(byShard[i]), dim)}}
+		return c.push(ctx, i, m)
+	})
+	if err != nil {
+		return fmt.Errorf("ps client: push %q step %d: %w", table, step, err)
+	}
+	return nil
+}
+
+// PushBlock pushes the gradient of dense block name for step.
+func (c *Client) PushBlock(ctx context.Context, name string, step int64, weight int, grad []float32) error {
+	m := &wire.Message{Type: wire.MsgPushDense, Meta: c.meta(name, step, weight),
+		Tensors: []wire.Tensor{wire.F32Tensor(grad, len(grad))}}
+	if err := c.push(ctx, BlockShard(name, c.cfg.Shards), m); err != nil {
+		return fmt.Errorf("ps client: push %q step %d: %w", name, step, err)
+	}
+	return nil
+}
+
+func (c *Client) meta(name string, step int64, weight int) wire.Meta {
+	return wire.Meta{Job: c.job, Stage: uint64(c.cfg.Stage), Replica: uint64(c.cfg.Replica),
+		Step: uint64(step), Key: ParamKey(name), Batch: uint64(weight)}
+}
+
+// eachShard runs f for every shard in parallel and returns the first error.
+func (c *Client) eachShard(f func(i int) error) error {
+	if c.cfg.Shards == 1 {
+		return f(0)
+	}
+	errs := make([]error, c.cfg.Shards)
+	var wg sync.WaitGroup
+	for i := range c.cfg.Shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pullFrom sends a pull to shard i and decodes the reply's float32 tensor;
+// rows >= 0 checks it holds that many rows.
+func (c *Client) pullFrom(ctx context.Context, i int, m *wire.Message, rows int) ([]float32, int64, error) {
+	reply, err := c.call(ctx, i, m, wire.MsgPullReply)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer reply.Release()
+	if err := reply.Want(wire.Float32); err != nil {
+		return nil, 0, fmt.Errorf("shard %d: %w", i, err)
+	}
+	t := &reply.Tensors[0]
+	if rows >= 0 && (len(t.Shape) != 2 || t.Shape[0] != rows) {
+		return nil, 0, fmt.Errorf("shard %d: reply shape %v for %d ids", i, t.Shape, rows)
+	}
+	v, err := t.Float32s(nil)
+	return v, int64(reply.Meta.Step), err
+}
+
+func (c *Client) push(ctx context.Context, i int, m *wire.Message) error {
+	reply, err := c.call(ctx, i, m, wire.MsgAck)
+	if err != nil {
+		return err
+	}
+	reply.Release()
+	return nil
+}
+
+// call sends m to shard i and returns the reply of type want, resending on
+// a fresh connection when the connection drops. A MsgError reply is
+// returned as an error wrapping ErrRemote, and not retried.
+func (c *Client) call(ctx context.Context, i int, m *wire.Message, want wire.MsgType) (*wire.MessageView, error) {
+	l := c.links[i]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var lastErr error
+	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
+		reply, err := c.roundTrip(ctx, l, m)
+		if err == nil {
+			reply, err = checkReply(reply, m, want, i)
+			if err != nil && !errors.Is(err, ErrRemote) {
+				l.drop() // out of step with the service: start afresh
+			}
+			return reply, err
+		}
+		lastErr = err
+		if ctx.Err() != nil || !errors.Is(err, wire.ErrClosed) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("shard %d: %w", i, lastErr)
+}
+
+// roundTrip sends m and waits for the reply on l's connection, dialling
+// first if needed. Any failure drops the connection: a reply still on its
+// way must not answer the next request.
+func (c *Client) roundTrip(ctx context.Context, l *shardLink, m *wire.Message) (*wire.MessageView, error) {
+	if l.conn == nil {
+		conn, err := c.cfg.Dial(ctx, l.index)
+		if err != nil {
+			return nil, fmt.Errorf("dial: %w", err)
+		}
+		l.conn = conn
+	}
+	stream := ShardStream(l.index)
+	err := l.conn.Send(ctx, stream, m)
+	var reply *wire.MessageView
+	if err == nil {
+		reply, err = l.conn.Recv(ctx, stream)
+	}
+	if err != nil {
+		l.drop()
+		return nil, err
+	}
+	return reply, nil
+}
+
+func (l *shardLink) drop() {
+	if l.conn != nil {
+		l.conn.Close()
+		l.conn = nil
+	}
+}
+
+func checkReply(reply *wire.MessageView, req *wire.Message, want wire.MsgType, i int) (*wire.MessageView, error) {
+	if reply.Type == wire.MsgError {
+		defer reply.Release()
+		return nil, fmt.Errorf("shard %d: %w: %s", i, ErrRemote, reply.Text)
+	}
+	if reply.Type != want || reply.Meta.Key != req.Meta.Key || reply.Meta.Job != req.Meta.Job {
+		defer reply.Release()
+		return nil, fmt.Errorf("shard %d: got %v for key %#x, want %v for key %#x", i, reply.Type, reply.Meta.Key, want, req.Meta.Key)
+	}
+	return reply, nil
+}

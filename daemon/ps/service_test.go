@@ -1,0 +1,273 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/daemon/wire/wiretest"
+	"go.uber.org/goleak"
+)
+
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func wireConfig(node string) wire.Config {
+	return wire.Config{NodeID: node, Plain: true, Logger: quiet}
+}
+
+// served starts a service for shards on a loopback listener and returns
+// its address; the cleanup stops it and waits for it.
+func served(t *testing.T, opts ServiceOptions, shards ...*Shard) string {
+	t.Helper()
+	opts.Logger = quiet
+	svc, err := NewService(opts, shards...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := wire.Listen("127.0.0.1:0", wireConfig("ps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := svc.Serve(ctx, ln); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		ln.Close()
+	})
+	return ln.Addr().String()
+}
+
+func dialer(addr string) func(context.Context, int) (*wire.Conn, error) {
+	return func(ctx context.Context, _ int) (*wire.Conn, error) {
+		return wire.Dial(ctx, addr, wireConfig("worker"), "ps")
+	}
+}
+
+func newClient(t *testing.T, addr string, shards, replica int) *Client {
+	t.Helper()
+	c, err := NewClient(ClientConfig{Job: "j", Stage: 0, Replica: replica, Shards: shards,
+		Dial: dialer(addr), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// twoShards returns shards 0 and 1 of job "j" with the block placed by
+// BlockShard.
+func twoShards(t *testing.T, replicas int) []*Shard {
+	t.Helper()
+	var out []*Shard
+	for i := range 2 {
+		cfg := testConfig(t, BSP, i, 2, replicas, adam)
+		cfg.Blocks = nil
+		if BlockShard(testBlock, 2) == i {
+			cfg.Blocks = testConfig(t, BSP, 0, 2, replicas, adam).Blocks
+		}
+		s, err := NewShard(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// The client over two served shards computes exactly what the same calls
+// on two in-process shards compute.
+func TestClientMatchesShardsInProcess(t *testing.T) {
+	checkLeaks(t)
+	remote, local := twoShards(t, 1), twoShards(t, 1)
+	c := newClient(t, served(t, ServiceOptions{}, remote...), 2, 0)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids := []int64{7, 3, 7, 100, 12, 5, 3} // repeats, over both shards
+	distinct := []int64{3, 5, 7, 12, 100}
+
+	for step := int64(1); step <= 3; step++ {
+		got, v, err := c.Pull(ctx, testTable, ids, step-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != step-1 {
+			t.Fatalf("step %d: pulled at version %d", step, v)
+		}
+		want := make([]float32, 0, len(got))
+		for _, id := range ids {
+			s := local[ShardOf(id, 2)]
+			want = append(want, pullRows(t, s, []int64{id}, step-1)...)
+		}
+		if !bitsEqual(got, want) {
+			t.Fatalf("step %d: pulled rows differ from the in-process shards", step)
+		}
+		g := randFloats(rng, len(distinct)*testDim)
+		if err := c.PushRows(ctx, testTable, step, 4, distinct, g, testDim); err != nil {
+			t.Fatal(err)
+		}
+		byShard, at := Partition(distinct, 2)
+		for i, s := range local {
+			var gi []float32
+			for _, pos := range at[i] {
+				gi = append(gi, g[pos*testDim:(pos+1)*testDim]...)
+			}
+			mustPushRows(t, s, id(0, step), 4, byShard[i], gi)
+		}
+		gb := randFloats(rng, testLen)
+		if err := c.PushBlock(ctx, testBlock, step, 4, gb); err != nil {
+			t.Fatal(err)
+		}
+		mustPushBlock(t, local[BlockShard(testBlock, 2)], id(0, step), 4, gb)
+		block, v, err := c.PullBlock(ctx, testBlock, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != step || !bitsEqual(block, pullBlock(t, local[BlockShard(testBlock, 2)], step)) {
+			t.Fatalf("step %d: block at version %d differs from the in-process shard", step, v)
+		}
+	}
+}
+
+// request sends one raw request on shard 0's stream and returns the reply.
+func request(t *testing.T, conn *wire.Conn, m *wire.Message) *wire.MessageView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := conn.Send(ctx, ShardStream(0), m); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := conn.Recv(ctx, ShardStream(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply
+}
+
+func TestServiceRejectsMalformedRequestsAndKeepsServing(t *testing.T) {
+	checkLeaks(t)
+	shard := newTestShard(t, BSP, 1, adam)
+	addr := served(t, ServiceOptions{MaxIDs: 8}, shard)
+	conn, err := dialer(addr)(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	job, table, block := JobKey("j"), ParamKey(testTable), ParamKey(testBlock)
+	push := wire.Meta{Job: job, Key: table, Step: 1, Batch: 2}
+	ids2 := wire.I64Tensor([]int64{1, 2}, 2)
+	cases := []struct {
+		name, reason string
+		m            wire.Message
+	}{
+		{"unknown job", "no shard 0", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("other"), Key: table}, Tensors: []wire.Tensor{ids2}}},
+		{"unknown table", "no table or block", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: ParamKey("nope")}, Tensors: []wire.Tensor{ids2}}},
+		{"table pulled as a block", "it is a table", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: table}}},
+		{"block pulled with ids", "it is a block", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: block}, Tensors: []wire.Tensor{ids2}}},
+		{"float ids", "int64 [n] ids", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: table}, Tensors: []wire.Tensor{wire.F32Tensor([]float32{1}, 1)}}},
+		{"too many ids", "limit 8", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: table}, Tensors: []wire.Tensor{wire.I64Tensor(make([]int64, 9), 9)}}},
+		{"gradient rows short", "gradient shape", wire.Message{Type: wire.MsgPushSparse, Meta: push, Tensors: []wire.Tensor{ids2, wire.F32Tensor(make([]float32, testDim), 1, testDim)}}},
+		{"gradient width wrong", "gradient shape", wire.Message{Type: wire.MsgPushSparse, Meta: push, Tensors: []wire.Tensor{ids2, wire.F32Tensor(make([]float32, 2*(testDim+1)), 2, testDim+1)}}},
+		{"sparse push without gradient", "tensors", wire.Message{Type: wire.MsgPushSparse, Meta: push, Tensors: []wire.Tensor{ids2}}},
+		{"duplicate ids", "listed twice", wire.Message{Type: wire.MsgPushSparse, Meta: push, Tensors: []wire.Tensor{wire.I64Tensor([]int64{4, 4}, 2), wire.F32Tensor(make([]float32, 2*testDim), 2, testDim)}}},
+		{"zero weight", "weight", wire.Message{Type: wire.MsgPushSparse, Meta: wire.Meta{Job: job, Key: table, Step: 1}, Tensors: []wire.Tensor{ids2, wire.F32Tensor(make([]float32, 2*testDim), 2, testDim)}}},
+		{"block gradient short", "gradient floats", wire.Message{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Step: 1, Batch: 2}, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen-1), testLen-1)}}},
+		{"dense push to a table", "not a block", wire.Message{Type: wire.MsgPushDense, Meta: push, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}}},
+		{"step zero", "step 0", wire.Message{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Batch: 2}, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}}},
+		{"huge replica", "out of range", wire.Message{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Step: 1, Batch: 2, Replica: 1 << 40}, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}}},
+		{"a reply type as request", "not a request", wire.Message{Type: wire.MsgAck, Meta: wire.Meta{Job: job, Key: table}}},
+	}
+	for _, tc := range cases {
+		reply := request(t, conn, &tc.m)
+		if reply.Type != wire.MsgError || !strings.Contains(reply.Text, tc.reason) {
+			t.Fatalf("%s: got %v %q, want an error saying %q", tc.name, reply.Type, reply.Text, tc.reason)
+		}
+		reply.Release()
+	}
+	if shard.Rows() != 0 {
+		t.Fatalf("rejected requests created %d rows", shard.Rows())
+	}
+	if v, _ := shard.Version(testBlock); v != 0 {
+		t.Fatalf("rejected pushes moved the block to version %d", v)
+	}
+	// Still serving, on the same connection.
+	reply := request(t, conn, &wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: table}, Tensors: []wire.Tensor{ids2}})
+	defer reply.Release()
+	if reply.Type != wire.MsgPullReply || reply.Want(wire.Float32) != nil || reply.Tensors[0].Len() != 2*testDim {
+		t.Fatalf("valid pull after the rejections: got %v %q", reply.Type, reply.Text)
+	}
+}
+
+// A dropped connection is redialled, and a push resent after its ack was
+// lost is acknowledged as a duplicate and applied once.
+func TestClientRedialsAndResentPushAppliesOnce(t *testing.T) {
+	checkLeaks(t)
+	shard := newTestShard(t, ASP, 1, sgdMom)
+	bridge, err := wiretest.NewBridge(served(t, ServiceOptions{}, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bridge.Close()
+	var dials atomic.Int32
+	c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
+		Dial: func(ctx context.Context, i int) (*wire.Conn, error) {
+			dials.Add(1)
+			return dialer(bridge.Addr())(ctx, i)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	g := randFloats(rand.New(rand.NewPCG(5, 6)), testLen)
+	if err := c.PushBlock(ctx, testBlock, 1, 1, g); err != nil {
+		t.Fatal(err)
+	}
+	bridge.Cut() // as if the ack had been lost with the connection
+	if err := c.PushBlock(ctx, testBlock, 1, 1, g); err != nil {
+		t.Fatalf("resent push after a cut: %v", err)
+	}
+	if v, _ := shard.Version(testBlock); v != 1 {
+		t.Fatalf("block at version %d after one push sent twice, want 1", v)
+	}
+	if _, v, err := c.PullBlock(ctx, testBlock, 1); err != nil || v != 1 {
+		t.Fatalf("pull after the redial: version %d, %v", v, err)
+	}
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("%d dials, want 2 (one redial after the cut)", n)
+	}
+}
+
+func TestClientReportsRemoteErrors(t *testing.T) {
+	checkLeaks(t)
+	c := newClient(t, served(t, ServiceOptions{}, newTestShard(t, BSP, 1, adam)), 1, 0)
+	err := c.PushBlock(context.Background(), testBlock, 1, 1, make([]float32, 3))
+	if !errors.Is(err, ErrRemote) || !strings.Contains(err.Error(), "gradient floats") {
+		t.Fatalf("short block push: %v, want ErrRemote saying why", err)
+	}
+	if _, _, err := c.Pull(context.Background(), "missing", []int64{1}, 0); !errors.Is(err, ErrRemote) {
+		t.Fatalf("pull of an unknown table: %v, want ErrRemote", err)
+	}
+}
