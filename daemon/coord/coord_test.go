@@ -1,0 +1,417 @@
+package coord
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+// ctrJob is planned on the test catalog with the scheduler's own
+// throughput floor: a GPU stage and a CPU stage, several units each.
+const ctrJob = `version = 1
+name = "ctr"
+model = "ctrdnn"
+data = "synthetic:1"
+batch = 512
+steps = 12
+seed = 3
+`
+
+func TestRegisterHeartbeatAndReRegister(t *testing.T) {
+	tc := startCluster(t, nil)
+	n := newFakeNode("cpu-a", "cpu", 2, 7001)
+	n.req.GPUs = []api.GPU{{Name: "none", MemoryBytes: 0}}
+	var r api.RegisterResponse
+	tc.call("POST", "/v1/nodes/register", n.req, http.StatusOK, &r)
+	if r.NodeID == "" {
+		t.Fatal("no node id")
+	}
+	var hr api.HeartbeatResponse
+	tc.call("POST", "/v1/nodes/"+r.NodeID+"/heartbeat", api.Heartbeat{}, http.StatusOK, &hr)
+	if hr.Tasks == nil || len(hr.Tasks) != 0 {
+		t.Errorf("idle node got tasks %v, want an empty list", hr.Tasks)
+	}
+	var nodes []api.NodeStatus
+	tc.call("GET", "/v1/nodes", nil, http.StatusOK, &nodes)
+	if len(nodes) != 1 || nodes[0].State != api.NodeAlive || nodes[0].Name != "cpu-a" || nodes[0].Units != 2 ||
+		nodes[0].DataAddr != n.req.DataAddr || nodes[0].LastHeartbeat.Before(nodes[0].Registered) || len(nodes[0].GPUs) != 1 {
+		t.Errorf("nodes: %+v", nodes)
+	}
+	tc.call("POST", "/v1/nodes/n999/heartbeat", api.Heartbeat{}, http.StatusNotFound, nil)
+
+	// The daemon restarts and registers again: the old entry is dead.
+	var again api.RegisterResponse
+	tc.call("POST", "/v1/nodes/register", n.req, http.StatusOK, &again)
+	if again.NodeID == r.NodeID {
+		t.Fatalf("re-registration kept id %s", r.NodeID)
+	}
+	var e api.Error
+	tc.call("POST", "/v1/nodes/"+r.NodeID+"/heartbeat", api.Heartbeat{}, http.StatusGone, &e)
+	if !strings.Contains(e.Error, "registered again") {
+		t.Errorf("old id: %q", e.Error)
+	}
+	tc.call("GET", "/v1/nodes", nil, http.StatusOK, &nodes)
+	if len(nodes) != 2 || nodes[0].State != api.NodeDead || nodes[1].State != api.NodeAlive {
+		t.Errorf("after re-registration: %+v", nodes)
+	}
+}
+
+func TestRegisterRejectsUnknownType(t *testing.T) {
+	tc := startCluster(t, nil)
+	n := newFakeNode("tpu-a", "tpu", 1, 7001)
+	var e api.Error
+	tc.call("POST", "/v1/nodes/register", n.req, http.StatusBadRequest, &e)
+	if !strings.Contains(e.Error, `type "tpu" is not in the catalog (have cpu, gpu)`) {
+		t.Errorf("got %q", e.Error)
+	}
+}
+
+// TestJobRunsToDone plans a job, places it on fake nodes and follows it to
+// done: the tasks the nodes get must describe the plan, and the status must
+// fold the nodes' reports.
+func TestJobRunsToDone(t *testing.T) {
+	tc := startCluster(t, nil)
+	plan := tc.expectedPlan(ctrJob)
+	nodes := tc.nodesFor(plan)
+	id := tc.submit(ctrJob)
+	s := tc.waitJob(id)
+	if s.State != api.JobDone {
+		t.Fatalf("job %s: %s (%s)", id, s.State, s.Reason)
+	}
+	var got sched.Plan
+	if err := json.Unmarshal(s.Plan, &got); err != nil || got.Method != "exact" || len(got.Stages) != len(plan.Stages) {
+		t.Fatalf("status plan %s (%v), want %d stages", s.Plan, err, len(plan.Stages))
+	}
+	var all []api.Task
+	byNode := map[string]string{}
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for _, task := range received {
+			all = append(all, task)
+			byNode[task.TaskID] = n.req.Name
+		}
+	}
+	checkTasks(t, plan, all, 512)
+	if s.Step != 12 || s.Steps != 12 {
+		t.Errorf("step %d of %d, want 12 of 12", s.Step, s.Steps)
+	}
+	if want := 1 / (1 + 12.0); math.Abs(s.Loss-want) > 1e-12 {
+		t.Errorf("loss %g, want the last stage's %g", s.Loss, want)
+	}
+	checkStages(t, plan, s, all, byNode)
+	if s.Started == nil || s.Finished == nil || s.Finished.Before(*s.Started) {
+		t.Fatalf("started %v finished %v", s.Started, s.Finished)
+	}
+	hourly := 0.0
+	for _, st := range plan.Stages {
+		hourly += price(tc.cat, st.Type) * float64(st.Units)
+	}
+	hourly += price(tc.cat, plan.PSType) * float64(max(1, plan.PSCores))
+	// The coordinator measures the duration on the monotonic clock, the
+	// status carries wall-clock times: allow a microsecond's worth.
+	if want := hourly * s.Finished.Sub(*s.Started).Hours(); s.CostSoFar <= 0 || math.Abs(s.CostSoFar-want) > hourly*time.Microsecond.Hours() {
+		t.Errorf("cost so far %g, want %g", s.CostSoFar, want)
+	}
+	// Done: the tasks disappear from the nodes' replies.
+	waitFor(t, "tasks stopped", func() bool {
+		for _, n := range nodes {
+			if _, current, _ := n.snapshot(); len(current) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	var jobs []api.JobStatus
+	tc.call("GET", "/v1/jobs", nil, http.StatusOK, &jobs)
+	if len(jobs) != 1 || jobs[0].ID != id || jobs[0].State != api.JobDone {
+		t.Errorf("jobs: %+v", jobs)
+	}
+}
+
+func price(cat *config.Catalog, typ string) float64 {
+	ty, _ := cat.Type(typ)
+	return ty.Price
+}
+
+// checkTasks checks the tasks of a job against its plan: one task per
+// replica covering the stage's layers and units, the batch split over the
+// replicas, peers wired stage to stage, and the same PS shards everywhere.
+func checkTasks(t *testing.T, plan *sched.Plan, tasks []api.Task, batch int) {
+	t.Helper()
+	stages := make([][]api.Task, len(plan.Stages))
+	var ps []api.Task
+	for _, task := range tasks {
+		if err := task.Validate(); err != nil {
+			t.Errorf("invalid task: %v", err)
+		}
+		if _, err := config.ParseModel("sent", []byte(task.Model)); err != nil {
+			t.Errorf("task %s: model text: %v", task.TaskID, err)
+		}
+		if task.Role == api.RolePS {
+			ps = append(ps, task)
+			continue
+		}
+		stages[task.Stage] = append(stages[task.Stage], task)
+	}
+	if want := max(1, plan.PSCores); len(ps) != want {
+		t.Errorf("%d PS tasks, want %d", len(ps), want)
+	}
+	for i, reps := range stages {
+		s := plan.Stages[i]
+		slices.SortFunc(reps, func(a, b api.Task) int { return a.Replica - b.Replica })
+		units, samples := 0, 0
+		for k, task := range reps {
+			if task.Replica != k || task.Replicas != len(reps) || task.DataShard != k || task.DataShards != len(reps) ||
+				task.FirstLayer != s.First || task.LastLayer != s.Last || task.Steps != 12 || task.Mode != api.ModeBSP || task.Seed != 3 {
+				t.Errorf("stage %d replica %d: %+v", i, k, task)
+			}
+			if !slices.Equal(task.PS, reps[0].PS) || len(task.PS) != len(ps) {
+				t.Errorf("task %s: ps %v, want %d shards like %v", task.TaskID, task.PS, len(ps), reps[0].PS)
+			}
+			units += task.Units
+			samples += task.Batch
+		}
+		if units != s.Units || samples != batch {
+			t.Errorf("stage %d: %d units and batch %d over %d replicas, want %d and %d", i, units, samples, len(reps), s.Units, batch)
+		}
+		for _, task := range reps {
+			if i+1 < len(stages) && len(task.Next) != len(stages[i+1]) || i+1 == len(stages) && len(task.Next) != 0 {
+				t.Errorf("task %s: next %v, stage %d has %d replicas", task.TaskID, task.Next, i+1, len(stagesAt(stages, i+1)))
+			}
+			if i > 0 && len(task.Prev) != len(stages[i-1]) || i == 0 && len(task.Prev) != 0 {
+				t.Errorf("task %s: prev %v", task.TaskID, task.Prev)
+			}
+		}
+	}
+}
+
+func stagesAt(stages [][]api.Task, i int) []api.Task {
+	if i < len(stages) {
+		return stages[i]
+	}
+	return nil
+}
+
+// checkStages checks the status's stages against the plan and the fake
+// nodes' last reports (Batch*10 samples/s per replica).
+func checkStages(t *testing.T, plan *sched.Plan, s api.JobStatus, tasks []api.Task, byNode map[string]string) {
+	t.Helper()
+	if len(s.Stages) != len(plan.Stages) {
+		t.Fatalf("%d stages, want %d", len(s.Stages), len(plan.Stages))
+	}
+	slowest := math.Inf(1)
+	for i, st := range s.Stages {
+		ps := plan.Stages[i]
+		if st.Type != ps.Type || st.Units != ps.Units || st.FirstLayer != ps.First || st.LastLayer != ps.Last ||
+			st.PredictedThroughput != ps.Throughput {
+			t.Errorf("stage %d: %+v, plan %+v", i, st, ps)
+		}
+		measured := 0.0
+		var nodes []string
+		for _, task := range tasks {
+			if task.Role == api.RoleStage && task.Stage == i {
+				measured += float64(task.Batch) * 10
+				nodes = append(nodes, byNode[task.TaskID])
+			}
+		}
+		if st.MeasuredThroughput != measured || !sameSet(st.Nodes, nodes) {
+			t.Errorf("stage %d: measured %g on %v, want %g on %v", i, st.MeasuredThroughput, st.Nodes, measured, nodes)
+		}
+		slowest = math.Min(slowest, measured)
+	}
+	if s.SamplesPerS != slowest {
+		t.Errorf("job samples/s %g, want the slowest stage's %g", s.SamplesPerS, slowest)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func TestUnhostablePlanFails(t *testing.T) {
+	tc := startCluster(t, nil)
+	plan := tc.expectedPlan(ctrJob)
+	first := plan.Stages[0]
+	offered := first.Units - 1
+	if offered > 0 {
+		tc.start(newFakeNode("short", first.Type, offered, 7001))
+	}
+	s := tc.waitJob(tc.submit(ctrJob))
+	want := fmt.Sprintf("the cluster cannot host the plan: stage 0 (%s) needs %d units of type %s; free live nodes offer %d",
+		layerRange(first), first.Units, first.Type, offered)
+	if s.State != api.JobFailed || s.Reason != want {
+		t.Errorf("got %s: %q, want failed: %q", s.State, s.Reason, want)
+	}
+	if s.Plan == nil {
+		t.Error("a failed placement should still show the plan")
+	}
+}
+
+func TestInfeasiblePlanFails(t *testing.T) {
+	tc := startCluster(t, nil)
+	s := tc.waitJob(tc.submit(ctrJob + "throughput_limit = 1e12\n"))
+	if s.State != api.JobFailed || !strings.HasPrefix(s.Reason, "no feasible plan (method exact): ") {
+		t.Errorf("got %s: %q", s.State, s.Reason)
+	}
+}
+
+// TestDeadNodeFailsJob stops one node's heartbeats while its job runs: the
+// job fails with the node's name, address and the timeout, and the other
+// nodes' tasks disappear.
+func TestDeadNodeFailsJob(t *testing.T) {
+	tc := startCluster(t, nil)
+	long := strings.Replace(ctrJob, "steps = 12", "steps = 1000000", 1)
+	nodes := tc.nodesFor(tc.expectedPlan(long))
+	id := tc.submit(long)
+	victim := nodes[0]
+	waitFor(t, "victim has a task", func() bool { _, current, _ := victim.snapshot(); return len(current) > 0 })
+	waitFor(t, "job running", func() bool { return tc.job(id).Step > 0 })
+	close(victim.stall)
+	s := tc.waitJob(id)
+	want := fmt.Sprintf("node %s (%s) missed heartbeats for %s", victim.req.Name, victim.req.DataAddr, timeout)
+	if s.State != api.JobFailed || s.Reason != want {
+		t.Fatalf("got %s: %q, want failed: %q", s.State, s.Reason, want)
+	}
+	victim.mu.Lock()
+	silent := time.Since(victim.lastBeat)
+	victim.mu.Unlock()
+	if silent < timeout {
+		t.Errorf("declared dead %s after the last heartbeat, before the %s timeout", silent, timeout)
+	}
+	var all []api.NodeStatus
+	tc.call("GET", "/v1/nodes", nil, http.StatusOK, &all)
+	for _, n := range all {
+		if dead := n.Name == victim.req.Name; dead != (n.State == api.NodeDead) || dead && n.Reason != want {
+			t.Errorf("node %s: %s %q", n.Name, n.State, n.Reason)
+		}
+	}
+	waitFor(t, "survivors' tasks stopped", func() bool {
+		for _, n := range nodes[1:] {
+			if _, current, _ := n.snapshot(); len(current) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestTaskFailureFailsJob(t *testing.T) {
+	tc := startCluster(t, nil)
+	long := strings.Replace(ctrJob, "steps = 12", "steps = 1000000", 1)
+	nodes := tc.nodesFor(tc.expectedPlan(long))
+	nodes[0].failAt = 3 // set before any task arrives
+	s := tc.waitJob(tc.submit(long))
+	if s.State != api.JobFailed || !strings.Contains(s.Reason, "failed: out of memory") ||
+		!strings.Contains(s.Reason, "on node "+nodes[0].req.Name+" ("+nodes[0].req.DataAddr+")") {
+		t.Errorf("got %s: %q", s.State, s.Reason)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	tc := startCluster(t, nil)
+	long := strings.Replace(ctrJob, "steps = 12", "steps = 1000000", 1)
+	nodes := tc.nodesFor(tc.expectedPlan(long))
+	id := tc.submit(long)
+	waitFor(t, "job running", func() bool { return tc.job(id).Step > 0 })
+	var s api.JobStatus
+	tc.call("DELETE", "/v1/jobs/"+id, nil, http.StatusOK, &s)
+	if s.State != api.JobCancelled || s.Reason != "cancelled by the user" || s.Finished == nil {
+		t.Errorf("after DELETE: %+v", s)
+	}
+	waitFor(t, "tasks stopped", func() bool {
+		for _, n := range nodes {
+			received, current, stopped := n.snapshot()
+			if len(current) > 0 || len(stopped) != len(received) {
+				return false
+			}
+		}
+		return true
+	})
+	if got := tc.job(id); got.State != api.JobCancelled {
+		t.Errorf("later: %s", got.State)
+	}
+	tc.call("DELETE", "/v1/jobs/"+id, nil, http.StatusConflict, nil)
+	tc.call("DELETE", "/v1/jobs/j999", nil, http.StatusNotFound, nil)
+	tc.call("GET", "/v1/jobs/j999", nil, http.StatusNotFound, nil)
+}
+
+// TestNodesFreedAfterJob runs two jobs one after the other on the same
+// nodes: a finished job's nodes are free again.
+func TestNodesFreedAfterJob(t *testing.T) {
+	tc := startCluster(t, nil)
+	tc.nodesFor(tc.expectedPlan(ctrJob))
+	for range 2 {
+		if s := tc.waitJob(tc.submit(ctrJob)); s.State != api.JobDone {
+			t.Fatalf("%s: %s", s.State, s.Reason)
+		}
+	}
+}
+
+// TestBusyNodesAreNotShared submits a second job while the first holds
+// every node: the second cannot be hosted.
+func TestBusyNodesAreNotShared(t *testing.T) {
+	tc := startCluster(t, nil)
+	long := strings.Replace(ctrJob, "steps = 12", "steps = 1000000", 1)
+	tc.nodesFor(tc.expectedPlan(long))
+	first := tc.submit(long)
+	waitFor(t, "first running", func() bool { return tc.job(first).State == api.JobRunning })
+	s := tc.waitJob(tc.submit(long))
+	if s.State != api.JobFailed || !strings.Contains(s.Reason, "free live nodes offer 0") {
+		t.Errorf("second job: %s %q", s.State, s.Reason)
+	}
+}
+
+// TestPlainNeedsLoopbackNodes: without a cluster secret the data plane is
+// plain, which only loopback nodes may use.
+func TestPlainNeedsLoopbackNodes(t *testing.T) {
+	tc := startCluster(t, nil)
+	plan := tc.expectedPlan(ctrJob)
+	for i, s := range plan.Stages {
+		n := newFakeNode(fmt.Sprintf("r%d", i), s.Type, s.Units, 7000+i)
+		n.req.DataAddr = fmt.Sprintf("10.1.2.3:%d", 7000+i)
+		tc.start(n)
+	}
+	tc.start(newFakeNode("ps", firstCPUType(tc.cat), 1, 7100))
+	s := tc.waitJob(tc.submit(ctrJob))
+	if s.State != api.JobFailed || !strings.Contains(s.Reason, "(10.1.2.3:7000) is not on loopback") {
+		t.Errorf("plain job on remote nodes: %s %q", s.State, s.Reason)
+	}
+}
+
+// TestSecretGoesToTasks: with a cluster secret, remote nodes are fine and
+// every task names the secret file.
+func TestSecretGoesToTasks(t *testing.T) {
+	tc := startCluster(t, func(c *Config) { c.SecretFile = "/etc/heterps/secret" })
+	plan := tc.expectedPlan(ctrJob)
+	var nodes []*fakeNode
+	for i, s := range plan.Stages {
+		n := newFakeNode(fmt.Sprintf("r%d", i), s.Type, s.Units, 7000+i)
+		n.req.DataAddr = fmt.Sprintf("10.1.2.3:%d", 7000+i)
+		tc.start(n)
+		nodes = append(nodes, n)
+	}
+	tc.start(newFakeNode("ps", firstCPUType(tc.cat), 1, 7100))
+	if s := tc.waitJob(tc.submit(ctrJob)); s.State != api.JobDone {
+		t.Fatalf("%s: %s", s.State, s.Reason)
+	}
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for _, task := range received {
+			if task.SecretFile != "/etc/heterps/secret" || task.Plain {
+				t.Errorf("task %s: secret %q plain %v", task.TaskID, task.SecretFile, task.Plain)
+			}
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package coord
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// httpError is an error with the HTTP status it is answered with.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func httpErrorf(status int, format string, args ...any) error {
+	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) error {
+	return httpErrorf(http.StatusBadRequest, format, args...)
+}
+
+// Handler is the coordinator's HTTP API (package api documents it).
+func (c *Coordinator) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/nodes/register", c.handleRegister)
+	mux.HandleFunc("POST /v1/nodes/{id}/heartbeat", c.handleHeartbeat)
+	mux.HandleFunc("GET /v1/nodes", c.handleNodes)
+	mux.HandleFunc("POST /v1/jobs", c.handleSubmit)
+	mux.HandleFunc("GET /v1/jobs", c.handleJobs)
+	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
+	mux.HandleFunc("DELETE /v1/jobs/{id}", c.handleCancel)
+	return mux
+}
+
+func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
+	var req api.RegisterRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	resp, err := c.register(req)
+	reply(w, http.StatusOK, resp, err)
+}
+
+func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	var hb api.Heartbeat
+	if err := decodeJSON(w, r, &hb); err != nil {
+		writeError(w, err)
+		return
+	}
+	resp, err := c.heartbeat(r.PathValue("id"), hb)
+	reply(w, http.StatusOK, resp, err)
+}
+
+func (c *Coordinator) handleNodes(w http.ResponseWriter, _ *http.Request) {
+	c.mu.Lock()
+	nodes := c.nodeStatuses()
+	c.mu.Unlock()
+	reply(w, http.StatusOK, nodes, nil)
+}
+
+func (c *Coordinator) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	if err := wantContentType(r, api.ContentTypeTOML); err != nil {
+		writeError(w, err)
+		return
+	}
+	src, err := readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	j, err := c.submit(src)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	reply(w, http.StatusCreated, api.SubmitResponse{JobID: j.id}, nil)
+}
+
+func (c *Coordinator) handleJobs(w http.ResponseWriter, _ *http.Request) {
+	now := time.Now()
+	c.mu.Lock()
+	jobs := make([]api.JobStatus, 0, len(c.jobs))
+	for _, j := range c.jobs {
+		jobs = append(jobs, c.status(j, now))
+	}
+	c.mu.Unlock()
+	reply(w, http.StatusOK, jobs, nil)
+}
+
+func (c *Coordinator) handleJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	c.mu.Lock()
+	j := c.job(id)
+	var s api.JobStatus
+	if j != nil {
+		s = c.status(j, time.Now())
+	}
+	c.mu.Unlock()
+	if j == nil {
+		writeError(w, httpErrorf(http.StatusNotFound, "no job %q", id))
+		return
+	}
+	reply(w, http.StatusOK, s, nil)
+}
+
+func (c *Coordinator) handleCancel(w http.ResponseWriter, r *http.Request) {
+	s, err := c.cancel(r.PathValue("id"))
+	reply(w, http.StatusOK, s, err)
+}
+
+// wantContentType checks the request's media type.
+func wantContentType(r *http.Request, want string) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" && want == api.ContentTypeJSON {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != want {
+		return httpErrorf(http.StatusUnsupportedMediaType, "Content-Type %q: want %s", ct, want)
+	}
+	return nil
+}
+
+// readBody reads a body of at most api.MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, httpErrorf(http.StatusRequestEntityTooLarge, "body over %d bytes", api.MaxBodyBytes)
+	}
+	if err != nil {
+		return nil, badRequest("reading the body: %v", err)
+	}
+	return b, nil
+}
+
+// decodeJSON decodes a JSON body strictly: one value, no unknown fields.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := wantContentType(r, api.ContentTypeJSON); err != nil {
+		return err
+	}
+	b, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("bad JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("bad JSON body: data after the value")
+	}
+	return nil
+}
+
+func reply(w http.ResponseWriter, status int, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	var he *httpError
+	if errors.As(err, &he) {
+		status = he.status
+	}
+	writeJSON(w, status, api.Error{Error: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.Error{Error: "encoding the reply: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", api.ContentTypeJSON)
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,152 @@
+package coord
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// TestBadJobFilesNameTheLine submits broken job files: each is refused with
+// 400 and an error at the file's line of the offending field, including
+// the checks only the coordinator can make (model, data kind, method).
+func TestBadJobFilesNameTheLine(t *testing.T) {
+	tc := startCluster(t, nil)
+	for _, tc2 := range []struct {
+		name, src, want string
+	}{
+		{"syntax", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = = 8\n", "job.toml:3:"},
+		{"unknown key", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nepoch = 2\n", "job.toml:5:1: epoch: unknown key"},
+		{"bad batch", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 0\nsteps = 1\n", "job.toml:3:1: batch: must be in"},
+		{"unknown model", "data = \"synthetic\"\nbatch = 8\nsteps = 1\nmodel = \"resnet\"\n", "job.toml:4:1: model: model \"resnet\": not a file and not in the zoo"},
+		{"unknown data kind", "model = \"ctrdnn\"\n\ndata = \"parquet:/x\"\nbatch = 8\nsteps = 1\n", "job.toml:3:1: data: data spec \"parquet:/x\": unknown kind"},
+		{"unknown method", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nmethod = \"magic\"\n", "job.toml:5:1: method: unknown method \"magic\" (want one of"},
+		{"unknown ps type", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nps_type = \"tpu\"\n", "job.toml:5:1: ps_type: type \"tpu\" is not in the catalog"},
+	} {
+		t.Run(tc2.name, func(t *testing.T) {
+			status, b := tc.do("POST", "/v1/jobs", api.ContentTypeTOML, []byte(tc2.src))
+			var e api.Error
+			if err := json.Unmarshal(b, &e); err != nil || status != http.StatusBadRequest || !strings.Contains(e.Error, tc2.want) {
+				t.Errorf("status %d, error %q (%v), want 400 with %q", status, e.Error, err, tc2.want)
+			}
+		})
+	}
+	var jobs []api.JobStatus
+	tc.call("GET", "/v1/jobs", nil, http.StatusOK, &jobs)
+	if len(jobs) != 0 {
+		t.Errorf("refused jobs were kept: %+v", jobs)
+	}
+}
+
+// TestHTTPInputLimits: bodies are size-capped, JSON is strict, media types
+// are checked, and each refusal is a 4xx with a message.
+func TestHTTPInputLimits(t *testing.T) {
+	tc := startCluster(t, nil)
+	var reg api.RegisterResponse
+	tc.call("POST", "/v1/nodes/register", newFakeNode("a", "cpu", 1, 7001).req, http.StatusOK, &reg)
+	hb := "/v1/nodes/" + reg.NodeID + "/heartbeat"
+	huge := bytes.Repeat([]byte(" "), api.MaxBodyBytes+1)
+	for _, c := range []struct {
+		name, method, path, ctype, body string
+		status                          int
+		want                            string
+	}{
+		{"unknown field", "POST", "/v1/nodes/register", api.ContentTypeJSON, `{"name":"b","data_addr":"127.0.0.1:1","type":"cpu","units":1,"colour":"red"}`, 400, "unknown field \"colour\""},
+		{"trailing data", "POST", hb, api.ContentTypeJSON, `{"tasks":[]} {}`, 400, "data after the value"},
+		{"not json", "POST", hb, api.ContentTypeJSON, `tasks: []`, 400, "bad JSON body"},
+		{"wrong json type", "POST", hb, api.ContentTypeJSON, `{"tasks":{}}`, 400, "bad JSON body"},
+		{"empty body", "POST", "/v1/nodes/register", api.ContentTypeJSON, ``, 400, "bad JSON body"},
+		{"invalid registration", "POST", "/v1/nodes/register", api.ContentTypeJSON, `{"name":"b","data_addr":"nowhere","type":"cpu","units":1}`, 400, "data_addr: want host:port"},
+		{"invalid report", "POST", hb, api.ContentTypeJSON, `{"tasks":[{"task_id":"x","state":"asleep"}]}`, 400, "state"},
+		{"json media type for a job", "POST", "/v1/jobs", api.ContentTypeJSON, `{}`, 415, "want application/toml"},
+		{"no media type for a job", "POST", "/v1/jobs", "", `model = "ctrdnn"`, 415, "want application/toml"},
+		{"toml media type for a heartbeat", "POST", hb, api.ContentTypeTOML, `{"tasks":[]}`, 415, "want application/json"},
+		{"huge heartbeat", "POST", hb, api.ContentTypeJSON, "{\"tasks\":[]}" + string(huge), 413, "body over"},
+		{"huge job", "POST", "/v1/jobs", api.ContentTypeTOML, "# " + string(huge), 413, "body over"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, b := tc.do(c.method, c.path, c.ctype, []byte(c.body))
+			var e api.Error
+			if err := json.Unmarshal(b, &e); err != nil || status != c.status || !strings.Contains(e.Error, c.want) {
+				t.Errorf("status %d, body %.200s, want %d with %q", status, b, c.status, c.want)
+			}
+		})
+	}
+	if status, _ := tc.do("PUT", "/v1/jobs/j1", "", nil); status != http.StatusMethodNotAllowed {
+		t.Errorf("PUT: status %d, want 405", status)
+	}
+	// The node survived all of it.
+	tc.call("POST", hb, api.Heartbeat{}, http.StatusOK, nil)
+}
+
+// TestGarbageNeverCrashes throws random and mangled bodies at every
+// endpoint: every answer is a 4xx or a success, never a 5xx or a panic.
+func TestGarbageNeverCrashes(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), QueueLength: 10000, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handler()
+	valid := []string{
+		`{"name":"a","data_addr":"127.0.0.1:7001","type":"cpu","units":1,"gpus":[{"name":"g","memory_bytes":1}]}`,
+		`{"tasks":[{"task_id":"j1.s0.r0","state":"done","step":3,"loss":0.5,"samples_per_s":10}]}`,
+		ctrJob,
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 3000 {
+		body := []byte(valid[r.IntN(len(valid))])
+		for range r.IntN(4) {
+			switch k := r.IntN(3); {
+			case k == 0 && len(body) > 0:
+				body[r.IntN(len(body))] = byte(r.IntN(256))
+			case k == 1 && len(body) > 0:
+				body = body[:r.IntN(len(body))]
+			default:
+				body = append(body, byte(r.IntN(256)))
+			}
+		}
+		path, ctype := "/v1/nodes/register", api.ContentTypeJSON
+		switch i % 3 {
+		case 1:
+			path = "/v1/nodes/n1/heartbeat"
+		case 2:
+			path, ctype = "/v1/jobs", api.ContentTypeTOML
+		}
+		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestQueueFull: with the planner not running, submissions beyond the
+// queue's length are refused with 503 rather than piling up.
+func TestQueueFull(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), QueueLength: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handler()
+	post := func() int {
+		req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(ctrJob))
+		req.Header.Set("Content-Type", api.ContentTypeTOML)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if got := post(); got != http.StatusCreated {
+		t.Fatalf("first: %d", got)
+	}
+	if got := post(); got != http.StatusServiceUnavailable {
+		t.Fatalf("second: %d, want 503", got)
+	}
+}

@@ -1,0 +1,400 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+// job is a submitted job and everything the coordinator knows of it.
+type job struct {
+	id        string
+	file      *config.Job
+	model     *config.Model
+	modelText string
+	state     api.JobState
+	reason    string
+	plan      *sched.Plan
+	planJSON  json.RawMessage
+	place     *placement
+	tasks     []*taskRun // stage replicas in stage order, then PS shards
+	hourly    float64    // price of everything placed, per hour
+	submitted time.Time
+	started   time.Time
+	finished  time.Time
+}
+
+// taskRun is a task, the node it is on and the node's last report of it.
+type taskRun struct {
+	job    *job
+	task   api.Task
+	node   *node
+	report api.TaskReport
+}
+
+// jobFileName names submitted job files in errors.
+const jobFileName = "job.toml"
+
+// submit parses and checks a job file and queues the job for planning.
+func (c *Coordinator) submit(src []byte) (*job, error) {
+	jf, err := config.ParseJob(jobFileName, src)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	j := &job{file: jf, state: api.JobPending, submitted: time.Now()}
+	if err := c.check(j); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case c.queue <- j:
+	default:
+		return nil, httpErrorf(http.StatusServiceUnavailable, "%d jobs are waiting to be planned; try later", cap(c.queue))
+	}
+	c.lastJob++
+	j.id = fmt.Sprintf("j%d", c.lastJob)
+	c.jobs = append(c.jobs, j)
+	c.log.Info("job submitted", "id", j.id, "name", jf.Name, "model", jf.Model, "method", jf.Method)
+	return j, nil
+}
+
+// check resolves what the job file names against what the coordinator
+// knows: the model, the data spec's kind, the method and the PS type. Its
+// errors point at the job file's lines.
+func (c *Coordinator) check(j *job) error {
+	jf := j.file
+	m, err := config.LoadModel(jf.Model)
+	if err != nil {
+		return jf.Errorf("model", "%v", err)
+	}
+	if _, err := data.ParseSpec(jf.Data); err != nil {
+		return jf.Errorf("data", "%v", err)
+	}
+	if !slices.Contains(sched.Methods(), jf.Method) {
+		return jf.Errorf("method", "unknown method %q (want one of %s)", jf.Method, strings.Join(sched.Methods(), ", "))
+	}
+	if jf.PSType != "" {
+		if _, ok := c.cfg.Catalog.Type(jf.PSType); !ok {
+			return jf.Errorf("ps_type", "type %q is not in the catalog (have %s)", jf.PSType, c.typeNames())
+		}
+	}
+	text, err := jf.ModelFile(m)
+	if err != nil {
+		return err
+	}
+	j.model, j.modelText = m, string(text)
+	return nil
+}
+
+// planLoop plans and places queued jobs one at a time.
+func (c *Coordinator) planLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-c.queue:
+			c.planAndPlace(ctx, j)
+		}
+	}
+}
+
+func (c *Coordinator) planAndPlace(ctx context.Context, j *job) {
+	c.mu.Lock()
+	if j.state != api.JobPending { // cancelled while queued
+		c.mu.Unlock()
+		return
+	}
+	j.state = api.JobPlanning
+	c.mu.Unlock()
+
+	plan, err := c.plan(ctx, j)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if j.state != api.JobPlanning { // cancelled while planning
+		return
+	}
+	if err != nil {
+		c.finish(j, api.JobFailed, fmt.Sprintf("planning: %v", err), now)
+		return
+	}
+	j.plan = plan
+	j.planJSON, _ = json.Marshal(plan) // plans hold finite numbers and strings
+	if !plan.Feasible {
+		c.finish(j, api.JobFailed, fmt.Sprintf("no feasible plan (method %s): %s", plan.Method, plan.Reason), now)
+		return
+	}
+	pl, err := place(plan, j.file.Batch, c.cluster(), c.cfg.SecretFile == "")
+	if err != nil {
+		c.finish(j, api.JobFailed, fmt.Sprintf("the cluster cannot host the plan: %v", err), now)
+		return
+	}
+	c.start(j, pl, now)
+}
+
+// Problem builds the scheduling problem of a job file's model on the
+// catalog, as `heterps plan --model --catalog` does: layer times are
+// roofline estimates from the catalog's device descriptors.
+func Problem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Problem, error) {
+	spec := sched.DefaultEstimateSpec()
+	spec.Batch = jf.Batch
+	spec.Epochs, spec.Samples = 1, jf.TotalSteps()*int64(jf.Batch)
+	if jf.Epochs > 0 {
+		spec.Epochs, spec.Samples = jf.Epochs, jf.Samples
+	}
+	spec.Limit = jf.ThroughputLimit
+	spec.PSType, spec.PSRatio = jf.PSType, jf.PSRatio
+	if spec.PSType == "" {
+		spec.PSType = firstCPUType(cat)
+	}
+	pc, err := sched.EstimateProblem(m.Shapes(), cat, spec)
+	if err != nil {
+		return nil, err
+	}
+	return sched.NewProblem(pc)
+}
+
+func firstCPUType(cat *config.Catalog) string {
+	for _, t := range cat.Types {
+		if t.Kind == config.KindCPU {
+			return t.Name
+		}
+	}
+	return ""
+}
+
+func (c *Coordinator) plan(ctx context.Context, j *job) (*sched.Plan, error) {
+	p, err := Problem(j.file, j.model, c.cfg.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	return sched.Run(ctx, j.file.Method, p, sched.Options{Seed: j.file.Seed})
+}
+
+// cluster is the registry as placement sees it. c.mu is held.
+func (c *Coordinator) cluster() cluster {
+	cl := cluster{busy: map[*node]bool{}, load: map[*node]int{}}
+	for _, n := range c.nodes {
+		if n.alive() {
+			cl.live = append(cl.live, n)
+		}
+	}
+	for _, j := range c.jobs {
+		if j.state != api.JobRunning {
+			continue
+		}
+		for _, t := range j.tasks {
+			cl.load[t.node]++
+			if t.task.Role == api.RoleStage {
+				cl.busy[t.node] = true
+			}
+		}
+	}
+	return cl
+}
+
+// start turns a placement into tasks and sets the job running. c.mu is held.
+func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
+	j.place, j.state, j.started = pl, api.JobRunning, now
+	jf := j.file
+	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode,
+		SecretFile: c.cfg.SecretFile, Plain: c.cfg.SecretFile == "",
+		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every}
+	for _, n := range pl.ps {
+		base.PS = append(base.PS, n.req.DataAddr)
+	}
+	addrs := make([][]string, len(pl.stages))
+	for i, reps := range pl.stages {
+		for _, r := range reps {
+			addrs[i] = append(addrs[i], r.node.req.DataAddr)
+		}
+	}
+	for i, reps := range pl.stages {
+		s := j.plan.Stages[i]
+		for k, r := range reps {
+			t := base
+			t.TaskID, t.Role = fmt.Sprintf("%s.s%d.r%d", j.id, i, k), api.RoleStage
+			t.Stage, t.Replica, t.Replicas, t.Units = i, k, len(reps), r.units
+			t.FirstLayer, t.LastLayer = s.First, s.Last
+			t.DataShard, t.DataShards, t.Batch = k, len(reps), r.batch
+			if i > 0 {
+				t.Prev = addrs[i-1]
+			}
+			if i+1 < len(addrs) {
+				t.Next = addrs[i+1]
+			}
+			j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: r.node})
+			j.hourly += c.price(s.Type) * float64(r.units)
+		}
+	}
+	for k, n := range pl.ps {
+		t := base
+		t.TaskID, t.Role, t.Shard = fmt.Sprintf("%s.ps%d", j.id, k), api.RolePS, k
+		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n})
+		j.hourly += c.price(j.plan.PSType)
+	}
+	c.log.Info("job running", "id", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
+}
+
+func (c *Coordinator) price(typ string) float64 {
+	t, _ := c.cfg.Catalog.Type(typ)
+	return t.Price
+}
+
+// finish puts j in a final state. c.mu is held.
+func (c *Coordinator) finish(j *job, state api.JobState, reason string, now time.Time) {
+	j.state, j.reason, j.finished = state, reason, now
+	c.log.Info("job "+string(state), "id", j.id, "reason", reason)
+}
+
+// cancel cancels a job that has not finished.
+func (c *Coordinator) cancel(id string) (api.JobStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.job(id)
+	switch {
+	case j == nil:
+		return api.JobStatus{}, httpErrorf(http.StatusNotFound, "no job %q", id)
+	case j.state.Final():
+		return api.JobStatus{}, httpErrorf(http.StatusConflict, "job %s is already %s", id, j.state)
+	}
+	c.finish(j, api.JobCancelled, "cancelled by the user", time.Now())
+	return c.status(j, time.Now()), nil
+}
+
+func (c *Coordinator) job(id string) *job {
+	for _, j := range c.jobs {
+		if j.id == id {
+			return j
+		}
+	}
+	return nil
+}
+
+// applyReport records a node's report on one of its tasks; reports on tasks
+// the node does not hold (any more) are ignored. c.mu is held.
+func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
+	t := c.taskOn(n, r.TaskID)
+	if t == nil {
+		return
+	}
+	t.report = r
+	j := t.job
+	if r.State == api.TaskFailed {
+		c.finish(j, api.JobFailed, fmt.Sprintf("task %s on %s failed: %s", r.TaskID, n.describe(), r.Error), now)
+		return
+	}
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage && t.report.State != api.TaskDone {
+			return
+		}
+	}
+	c.finish(j, api.JobDone, "", now)
+}
+
+// taskOn finds a task of a running job on n. c.mu is held.
+func (c *Coordinator) taskOn(n *node, id string) *taskRun {
+	for _, j := range c.jobs {
+		if j.state != api.JobRunning {
+			continue
+		}
+		for _, t := range j.tasks {
+			if t.task.TaskID == id && t.node == n {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// tasksOf lists the tasks of running jobs placed on n. c.mu is held.
+func (c *Coordinator) tasksOf(n *node) []api.Task {
+	tasks := []api.Task{}
+	if !n.alive() {
+		return tasks
+	}
+	for _, j := range c.jobs {
+		if j.state != api.JobRunning {
+			continue
+		}
+		for _, t := range j.tasks {
+			if t.node == n {
+				tasks = append(tasks, t.task)
+			}
+		}
+	}
+	return tasks
+}
+
+// status is j as the API shows it, its progress folded from the task
+// reports. c.mu is held.
+func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
+	s := api.JobStatus{ID: j.id, Name: j.file.Name, State: j.state, Reason: j.reason, Plan: j.planJSON,
+		Steps: j.file.TotalSteps(), Stages: []api.StageStatus{}, PS: []string{}, Submitted: j.submitted}
+	if !j.started.IsZero() {
+		started := j.started
+		s.Started = &started
+		end := now
+		if !j.finished.IsZero() {
+			end = j.finished
+		}
+		s.CostSoFar = j.hourly * end.Sub(j.started).Hours()
+	}
+	if !j.finished.IsZero() {
+		finished := j.finished
+		s.Finished = &finished
+	}
+	if j.place == nil {
+		return s
+	}
+	for _, n := range j.place.ps {
+		s.PS = append(s.PS, n.req.Name)
+	}
+	c.fold(j, &s)
+	return s
+}
+
+// fold aggregates the task reports: the job's step is the fewest steps any
+// stage replica completed, its throughput the slowest stage's (a stage's
+// being the sum of its replicas'), its loss the mean over the last stage's
+// replicas that reported.
+func (c *Coordinator) fold(j *job, s *api.JobStatus) {
+	s.Step = s.Steps
+	var loss float64
+	losses := 0
+	last := len(j.plan.Stages) - 1
+	for i, ps := range j.plan.Stages {
+		st := api.StageStatus{Stage: i, Type: ps.Type, Units: ps.Units, FirstLayer: ps.First, LastLayer: ps.Last,
+			PredictedThroughput: ps.Throughput, Nodes: []string{}}
+		for _, t := range j.tasks {
+			if t.task.Role != api.RoleStage || t.task.Stage != i {
+				continue
+			}
+			st.Nodes = append(st.Nodes, t.node.req.Name)
+			st.MeasuredThroughput += t.report.SamplesPerS
+			s.Step = min(s.Step, t.report.Step)
+			if i == last && t.report.TaskID != "" {
+				loss += t.report.Loss
+				losses++
+			}
+		}
+		if i == 0 || st.MeasuredThroughput < s.SamplesPerS {
+			s.SamplesPerS = st.MeasuredThroughput
+		}
+		s.Stages = append(s.Stages, st)
+	}
+	if losses > 0 {
+		s.Loss = loss / float64(losses)
+	}
+}
