@@ -1,0 +1,53 @@
+// Package pipeline is heterps' stage runtime: a Worker runs one replica of
+// one pipeline stage — a range of a model's layers — step by step, passing
+// activations forward and gradients backward over daemon/wire, and keeping
+// its parameters on the parameter servers (daemon/ps).
+//
+// # A step
+//
+// Stage 0 reads its batch (the next one is read in the background while
+// the step runs); later stages receive activations, with the rows of the
+// batch they belong to, from their upstream partners. The worker pulls its
+// parameters as of the previous step, runs forward over its layers, gets
+// the gradient of its output — from the loss on the last stage, else by
+// sending the output downstream and waiting for the gradient to come back
+// — runs backward, and then, in parallel, sends the input's gradient
+// upstream and pushes its parameters' gradients. Every exchange is bounded
+// by the step timeout; a dropped connection or a silent peer ends the step
+// with an error, never a hang.
+//
+// # Which replicas exchange
+//
+// Replica j of stage i (R_i replicas) exchanges with every replica k of
+// stage i+1 (R_{i+1} replicas) with k ≡ j (mod min(R_i, R_{i+1})), see
+// Partners. With equal counts that is j with j. When stage i has more
+// replicas, several send to one (j mod R_{i+1}), which stacks their rows in
+// replica order and returns each its rows' gradient; when stage i+1 has
+// more, replica j splits its rows into near-equal contiguous pieces, one
+// per partner in replica order. Every replica of every stage thus gets
+// rows every step, which the parameter servers' BSP barrier needs. The
+// pair talks on stream EdgeStream(i, j, k).
+//
+// # Parameters
+//
+// PSParams declares a table on the parameter servers for each embedding
+// layer and a block for each dense parameter (FC weights and biases),
+// owned by the stage that runs the layer, with the model's optimisers.
+// Before forward, a worker pulls (with after = step-1) its dense blocks
+// and, for each embedding layer, only the rows of the ids its slots use in
+// this batch, into a small local table indexed by the batch's distinct ids;
+// the batch's ids are renumbered into it. After backward it pushes every
+// block's gradient and each table's sparse gradient (ids mapped back),
+// weighted by its row count b_k. In BSP a shard applies the step once every
+// replica of the stage has pushed, averaging with w_k = b_k / sum(b), so
+// data-parallel replicas stay in sync through the servers: each pulls the
+// new values at the start of the next step. With one replica per stage the
+// weight is 1 and the servers run the same optimiser kernels as nn's
+// single-process Trainer, so training is bit-identical to it.
+//
+// Limits of this version: one micro-batch per step (the layers keep one
+// forward pass for backward, so micro-batches of a step cannot be in
+// flight together); models with towers run only as a single stage; global
+// gradient-norm clipping is refused; host-memory activations are exchanged
+// (GPU buffers are copied through the host).
+package pipeline

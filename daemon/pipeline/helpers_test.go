@@ -1,0 +1,358 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+	"go.uber.org/goleak"
+)
+
+const (
+	testJob   = "job1"
+	testSeed  = 7
+	testVocab = 40
+	testSlots = 4
+	testDense = 3
+	psShards  = 2
+)
+
+// ctrModel: two embedding layers over slot ranges, concat, three FC layers
+// (6 layers). The optimisers are filled in per test.
+const ctrModel = `
+version = 1
+name = "pipe"
+task = "ctr"
+[input]
+dense = 3
+slots = 4
+vocab = 40
+[init]
+embedding_scale = 0.5
+[[layer]]
+kind = "embedding"
+dim = 3
+slots = [0, 2]
+pool = "mean"
+[[layer]]
+kind = "embedding"
+dim = 2
+slots = [2, 4]
+[[layer]]
+kind = "concat"
+[[layer]]
+kind = "fc"
+out = 6
+act = "tanh"
+[[layer]]
+kind = "fc"
+out = 5
+act = "relu"
+[[layer]]
+kind = "fc"
+out = 1
+[loss]
+kind = "bce"
+%s
+`
+
+const adamAdagrad = `
+[optimizer]
+kind = "adam"
+lr = 0.02
+[sparse_optimizer]
+kind = "adagrad"
+lr = 0.1
+eps = 1e-6
+`
+
+const sgdMomentum = `
+[optimizer]
+kind = "sgd"
+lr = 0.1
+momentum = 0.9
+`
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+func modelConfig(t *testing.T, optim string) *config.Model {
+	t.Helper()
+	m, err := config.ParseModel("pipe.toml", fmt.Appendf(nil, ctrModel, optim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func buildModel(t *testing.T, cfg *config.Model) *nn.Model {
+	t.Helper()
+	m, err := nn.Build(native.MustCPU(), cfg, testSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// testBatch is batch number i of a stream: n samples of 1..3 ids per slot
+// (repeats included), dense features and 0/1 labels.
+func testBatch(stream, i uint64, n int) *data.Batch {
+	rng := rand.New(rand.NewPCG(stream, i))
+	b := &data.Batch{Size: n, Slots: testSlots, NumDense: testDense, Offsets: []int64{0}}
+	for range n {
+		for range testSlots {
+			for range 1 + rng.IntN(3) {
+				b.IDs = append(b.IDs, rng.Int64N(testVocab))
+			}
+			b.Offsets = append(b.Offsets, int64(len(b.IDs)))
+		}
+		for range testDense {
+			b.Dense = append(b.Dense, rng.Float32()*2-1)
+		}
+		b.Labels = append(b.Labels, float32(rng.IntN(2)))
+	}
+	return b
+}
+
+// job is an in-process distributed job: parameter-server shards behind a
+// loopback service, and one wire transport per worker.
+type job struct {
+	t        *testing.T
+	cfg      *config.Model
+	stages   []Range
+	replicas []int
+	steps    int64
+	psAddr   string
+}
+
+func newJob(t *testing.T, cfg *config.Model, stages []Range, replicas []int, steps int64) *job {
+	t.Helper()
+	j := &job{t: t, cfg: cfg, stages: stages, replicas: replicas, steps: steps}
+	tables, blocks, err := PSParams(buildModel(t, cfg), stages, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := ShardSpec{Job: testJob, Model: cfg.Name, Shards: psShards, Mode: ps.BSP, Replicas: replicas,
+		WaitTimeout: 20 * time.Second, Backend: native.MustCPU()}
+	var shards []*ps.Shard
+	for _, c := range ShardConfigs(spec, tables, blocks) {
+		s, err := ps.NewShard(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards = append(shards, s)
+	}
+	svc, err := ps.NewService(ps.ServiceOptions{Logger: quiet}, shards...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := wire.Listen("127.0.0.1:0", wireConfig("ps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		svc.Serve(ctx, ln)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		ln.Close()
+	})
+	j.psAddr = ln.Addr().String()
+	return j
+}
+
+func wireConfig(node string) wire.Config {
+	return wire.Config{NodeID: node, Plain: true, Logger: quiet, DialTimeout: 5 * time.Second}
+}
+
+func nodeID(stage, replica int) string { return fmt.Sprintf("s%d-r%d", stage, replica) }
+
+func (j *job) client(stage, replica int) *ps.Client {
+	j.t.Helper()
+	c, err := ps.NewClient(ps.ClientConfig{Job: testJob, Stage: stage, Replica: replica, Shards: psShards,
+		Timeout: 20 * time.Second,
+		Dial: func(ctx context.Context, _ int) (*wire.Conn, error) {
+			return wire.Dial(ctx, j.psAddr, wireConfig(nodeID(stage, replica)), "ps")
+		}})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// transports starts one transport per stage replica, each knowing the
+// partners it exchanges with.
+func (j *job) transports() map[string]*wire.TCPTransport {
+	j.t.Helper()
+	out := map[string]*wire.TCPTransport{}
+	for st, n := range j.replicas {
+		for r := range n {
+			tr, err := wire.NewTCPTransport("127.0.0.1:0", wireConfig(nodeID(st, r)))
+			if err != nil {
+				j.t.Fatal(err)
+			}
+			j.t.Cleanup(func() { tr.Close() })
+			out[nodeID(st, r)] = tr
+		}
+	}
+	for st := 0; st+1 < len(j.replicas); st++ {
+		for up := range j.replicas[st] {
+			for _, down := range Partners(up, j.replicas[st], j.replicas[st+1]) {
+				a, b := nodeID(st, up), nodeID(st+1, down)
+				if err := out[a].AddPeer(b, out[b].Addr().String()); err != nil {
+					j.t.Fatal(err)
+				}
+				if err := out[b].AddPeer(a, out[a].Addr().String()); err != nil {
+					j.t.Fatal(err)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// worker builds the worker of (stage, replica); batches feeds stage 0.
+func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
+	batches func(context.Context, int64) (*data.Batch, error), timeout time.Duration) *Worker {
+	j.t.Helper()
+	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
+		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica),
+		StepTimeout: timeout}
+	self := nodeID(stage, replica)
+	if stage > 0 {
+		for _, up := range Partners(replica, j.replicas[stage], j.replicas[stage-1]) {
+			cfg.Prev = append(cfg.Prev, Link{Transport: trs[self], Peer: nodeID(stage-1, up), Stream: EdgeStream(stage-1, up, replica)})
+		}
+	} else {
+		cfg.Batches = batches
+	}
+	if stage+1 < len(j.stages) {
+		for _, down := range Partners(replica, j.replicas[stage], j.replicas[stage+1]) {
+			cfg.Next = append(cfg.Next, Link{Transport: trs[self], Peer: nodeID(stage+1, down), Stream: EdgeStream(stage, replica, down)})
+		}
+	}
+	w, err := NewWorker(cfg)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// run trains every replica of every stage for j.steps steps, each in its
+// own goroutine, and returns the last stage's losses per replica and step.
+func (j *job) run(batches func(replica int) func(context.Context, int64) (*data.Batch, error)) [][]float64 {
+	j.t.Helper()
+	trs := j.transports()
+	last := len(j.stages) - 1
+	losses := make([][]float64, j.replicas[last])
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for st, n := range j.replicas {
+		for r := range n {
+			w := j.worker(trs, st, r, batches(r), 30*time.Second)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for step := int64(1); step <= j.steps; step++ {
+					res, err := w.Step(context.Background(), step)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if st == last {
+						losses[r] = append(losses[r], res.Loss)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		j.t.Fatal(err)
+	}
+	return losses
+}
+
+// maxDiff compares the servers' parameters after the job with a
+// single-process model's: every dense block, and every row of every table.
+func (j *job) maxDiff(ref *nn.Model) float64 {
+	j.t.Helper()
+	c := j.client(0, 0)
+	ctx := context.Background()
+	all := make([]int64, testVocab)
+	for i := range all {
+		all[i] = int64(i)
+	}
+	worst := 0.0
+	for _, p := range ref.Params() {
+		var got []float32
+		var err error
+		if p.Sparse {
+			got, _, err = c.Pull(ctx, p.Name, all, j.steps)
+		} else {
+			got, _, err = c.PullBlock(ctx, p.Name, j.steps)
+		}
+		if err != nil {
+			j.t.Fatal(err)
+		}
+		want, _ := native.Host(p.Value)
+		if len(got) != len(want) {
+			j.t.Fatalf("%s: %d values on the servers, %d in the model", p.Name, len(got), len(want))
+		}
+		for i := range got {
+			d := math.Abs(float64(got[i]) - float64(want[i]))
+			if math.IsNaN(d) {
+				d = math.Inf(1)
+			}
+			worst = max(worst, d)
+		}
+	}
+	return worst
+}
+
+func fixedBatches(f func(step int64) *data.Batch) func(context.Context, int64) (*data.Batch, error) {
+	return func(_ context.Context, step int64) (*data.Batch, error) { return f(step), nil }
+}
+
+// reference trains the model single-process on batch(step) for steps.
+func reference(t *testing.T, cfg *config.Model, steps int64, batch func(step int64) *data.Batch) (*nn.Model, []float64) {
+	t.Helper()
+	tr, err := nn.NewTrainer(native.MustCPU(), cfg, testSeed, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for step := int64(1); step <= steps; step++ {
+		loss, err := tr.Step(batch(step))
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, loss)
+	}
+	return tr.Model, losses
+}

@@ -1,0 +1,135 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/native"
+)
+
+// Range is a stage's layers, [First, Last], 0-based as in a plan.
+type Range struct{ First, Last int }
+
+// ErrUnsupported marks model features the distributed runtime does not run.
+var ErrUnsupported = errors.New("not supported in distributed training yet")
+
+// PSParams declares a model's parameters for the parameter servers: a
+// table for each embedding layer and a block for each dense parameter,
+// each owned by the stage whose range holds its layer, with the optimiser
+// and schedule single-process training uses (nn.NewOptimizer). Tables
+// start from the model's seed and embedding scale, blocks from m's values.
+func PSParams(m *nn.Model, stages []Range, totalSteps int64) ([]ps.TableSpec, []ps.BlockSpec, error) {
+	cfg := m.Config
+	if cfg.Optimizer.ClipNorm > 0 {
+		return nil, nil, fmt.Errorf("pipeline: clip_norm (a global gradient norm across stages): %w", ErrUnsupported)
+	}
+	dense, sparse := psOptim(cfg.Optimizer, totalSteps), psOptim(cfg.Optimizer, totalSteps)
+	if cfg.SparseOptimizer != nil {
+		sparse = psOptim(*cfg.SparseOptimizer, totalSteps)
+	}
+	scale := nn.DefaultEmbeddingScale
+	if cfg.Init != nil && cfg.Init.EmbeddingScale > 0 {
+		scale = cfg.Init.EmbeddingScale
+	}
+	var (
+		tables []ps.TableSpec
+		blocks []ps.BlockSpec
+	)
+	for st, r := range stages {
+		for i := r.First; i <= r.Last; i++ {
+			for _, p := range m.LayerParams(i) {
+				if p.Sparse {
+					if _, ok := m.Layer(i).(*nn.Embedding); !ok {
+						return nil, nil, fmt.Errorf("pipeline: sparse parameter %s of layer %d: %w", p.Name, i, ErrUnsupported)
+					}
+					tables = append(tables, ps.TableSpec{Name: p.Name, Dim: p.Cols, Stage: st, Optim: sparse,
+						InitSeed: m.Seed, InitLimit: scale})
+					continue
+				}
+				h, ok := native.Host(p.Value)
+				if !ok {
+					return nil, nil, fmt.Errorf("pipeline: %s: build the model on the CPU backend to declare it", p.Name)
+				}
+				blocks = append(blocks, ps.BlockSpec{Name: p.Name, Stage: st, Init: slices.Clone(h), Optim: dense})
+			}
+		}
+	}
+	return tables, blocks, nil
+}
+
+func psOptim(o config.Optimizer, total int64) ps.OptimConfig {
+	h := nn.NativeOptim(o, 1, total)
+	h.LR, h.Step = 0, 0
+	return ps.OptimConfig{Hyper: h, LR: o.LR, Warmup: int64(o.Warmup),
+		Cosine: o.Schedule == "cosine", TotalSteps: total}
+}
+
+// ShardSpec is what ShardConfigs needs besides the parameters.
+type ShardSpec struct {
+	Job, Model  string
+	Shards      int
+	Mode        ps.Mode
+	Replicas    []int // per stage
+	WaitTimeout time.Duration
+	Backend     native.Backend // the CPU backend
+}
+
+// ShardConfigs returns the configuration of every shard: every table on
+// every shard (rows spread by ps.ShardOf), each block on ps.BlockShard.
+func ShardConfigs(spec ShardSpec, tables []ps.TableSpec, blocks []ps.BlockSpec) []ps.Config {
+	replicas := map[int]int{}
+	for st, n := range spec.Replicas {
+		replicas[st] = n
+	}
+	out := make([]ps.Config, spec.Shards)
+	for i := range out {
+		out[i] = ps.Config{Job: spec.Job, Model: spec.Model, Shard: i, Shards: spec.Shards, Mode: spec.Mode,
+			Replicas: replicas, Tables: tables, WaitTimeout: spec.WaitTimeout, Backend: spec.Backend}
+	}
+	for _, b := range blocks {
+		i := ps.BlockShard(b.Name, spec.Shards)
+		out[i].Blocks = append(out[i].Blocks, b)
+	}
+	return out
+}
+
+// embedding is an embedding layer of the stage with its table, which holds
+// only the rows of the current batch: row k is the batch's k-th distinct
+// id (ascending), filled where the layer's slots use it.
+type embedding struct {
+	layer *nn.Embedding
+	table *nn.Param
+}
+
+// localIDs maps the batch's ids to compact rows: uniq holds the distinct
+// ids ascending, and the returned ids index into it.
+func localIDs(ids []int64) (uniq, local []int64) {
+	uniq = slices.Clone(ids)
+	slices.Sort(uniq)
+	uniq = slices.Compact(uniq)
+	local = make([]int64, len(ids))
+	for i, id := range ids {
+		k, _ := slices.BinarySearch(uniq, id)
+		local[i] = int64(k)
+	}
+	return uniq, local
+}
+
+// slotIDs returns the distinct ids (as compact rows, ascending) that
+// slots [first, end) of a batch with the given offsets use.
+func slotIDs(offsets, local []int64, slots, first, end int) []int64 {
+	var out []int64
+	for j := 0; j+1 < len(offsets); j++ {
+		if slot := j % slots; slot < first || slot >= end {
+			continue
+		}
+		out = append(out, local[offsets[j]:offsets[j+1]]...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,162 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/wire"
+)
+
+// Two stages over loopback TCP, one replica each, parameters on two BSP
+// parameter-server shards: the parameters and every step's loss are
+// bit-identical to single-process training on the same batches (tolerance
+// 0). Same kernels, same summation order: the activation's parts cross the
+// wire as separate tensors so that the FC layer multiplies them as it does
+// in one process, and a single replica's weight is exactly 1.
+func TestTwoStagesEqualSingleProcessBitForBit(t *testing.T) {
+	checkLeaks(t)
+	const steps, size = 5, 6
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), size) }
+
+	j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, steps)
+	losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+	ref, refLosses := reference(t, cfg, steps, batch)
+
+	if !slices.Equal(losses[0], refLosses) {
+		t.Fatalf("losses %v, single-process %v", losses[0], refLosses)
+	}
+	if d := j.maxDiff(ref); d != 0 {
+		t.Fatalf("parameters differ from single-process training by up to %g, want bit-identical", d)
+	}
+}
+
+// Data-parallel replicas with different batch sizes: BSP with weights
+// b_k / sum(b) equals single-process training on the stacked batch. The
+// pipeline also crosses replica counts both ways (2 -> 1 stacks rows, 1 ->
+// 2 splits them). Tolerance 2e-6 absolute after 4 SGD-momentum steps:
+// the per-replica mean losses (1/3, 1/5) and the float32 weights 3/8, 5/8
+// round differently from the one mean over 8 rows, so the gradients agree
+// to float32 rounding, not bit for bit.
+func TestReplicasWithUnequalBatchesEqualStackedBatch(t *testing.T) {
+	checkLeaks(t)
+	const steps, tolerance = 4, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	cases := []struct {
+		name     string
+		stages   []Range
+		replicas []int
+		sizes    []int // stage 0 replicas' batch sizes
+	}{
+		{"one stage, 2 replicas", []Range{{0, 5}}, []int{2}, []int{3, 5}},
+		{"2 replicas stacked into 1", []Range{{0, 3}, {4, 5}}, []int{2, 1}, []int{3, 5}},
+		{"1 replica split into 2", []Range{{0, 2}, {3, 5}}, []int{1, 2}, []int{8}},
+	}
+	stacked := func(step int64) *data.Batch {
+		b, err := concatBatches([]*data.Batch{testBatch(10, uint64(step), 3), testBatch(11, uint64(step), 5)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ref, _ := reference(t, cfg, steps, stacked)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, cfg, tc.stages, tc.replicas, steps)
+			j.run(func(r int) func(context.Context, int64) (*data.Batch, error) {
+				if len(tc.sizes) == 1 {
+					return fixedBatches(stacked)
+				}
+				return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), tc.sizes[r]) })
+			})
+			d := j.maxDiff(ref)
+			t.Logf("largest difference from single-process training: %g", d)
+			if d > tolerance || math.IsNaN(d) {
+				t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+			}
+		})
+	}
+}
+
+// A downstream peer that dies mid-step ends the upstream worker's step with
+// an error at once; one that goes silent ends it at the step timeout. No
+// goroutine outlives the test.
+func TestPeerFailureEndsTheStep(t *testing.T) {
+	checkLeaks(t)
+	cfg := modelConfig(t, adamAdagrad)
+	batches := fixedBatches(func(step int64) *data.Batch { return testBatch(1, uint64(step), 4) })
+	for _, tc := range []struct {
+		name    string
+		kill    bool
+		timeout time.Duration
+		want    error
+	}{
+		{"killed", true, 20 * time.Second, wire.ErrClosed},
+		{"silent", false, 3 * time.Second, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, 1)
+			trs := j.transports()
+			w := j.worker(trs, 0, 0, batches, tc.timeout)
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := w.Step(context.Background(), 1)
+				done <- err
+			}()
+			// Stand in for stage 1: take the activation, then die or stay silent.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			m, err := trs[nodeID(1, 0)].Recv(ctx, nodeID(0, 0), EdgeStream(0, 0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Type != wire.MsgActivation || m.Meta.Step != 1 {
+				t.Fatalf("stage 1 got %v for step %d", m.Type, m.Meta.Step)
+			}
+			m.Release()
+			if tc.kill {
+				trs[nodeID(1, 0)].Close()
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("step error %v, want one wrapping %v", err, tc.want)
+				}
+				t.Logf("step failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			case <-time.After(tc.timeout + 5*time.Second):
+				t.Fatal("the step hangs after its peer failed")
+			}
+		})
+	}
+}
+
+func TestPartnersCoverBothStagesEvenly(t *testing.T) {
+	for r := 1; r <= 5; r++ {
+		for n := 1; n <= 5; n++ {
+			down := map[int][]int{}
+			for j := range r {
+				ks := Partners(j, r, n)
+				if len(ks) == 0 {
+					t.Fatalf("r=%d n=%d: replica %d has no partner", r, n, j)
+				}
+				for _, k := range ks {
+					down[k] = append(down[k], j)
+				}
+			}
+			for k := range n {
+				if !slices.Equal(down[k], Partners(k, n, r)) {
+					t.Fatalf("r=%d n=%d: replica %d of the next stage hears from %v, its Partners say %v", r, n, k, down[k], Partners(k, n, r))
+				}
+				if len(down[k]) > 1 && len(Partners(down[k][0], r, n)) > 1 {
+					t.Fatalf("r=%d n=%d: an edge both stacks and splits rows", r, n)
+				}
+			}
+		}
+	}
+}
