@@ -143,3 +143,20 @@ func TestJobModelFileCarriesTheOptimizerOverride(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseJob: any input either parses into a job that trains for at
+// least one step or fails with an error; nothing panics.
+func FuzzParseJob(f *testing.F) {
+	f.Add([]byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n"))
+	f.Add([]byte("model = \"m\"\ndata = \"d\"\nbatch = 3\nepochs = 0.001\nsamples = 1\n[optimizer]\nkind = \"sgd\"\n"))
+	f.Add([]byte("[checkpoint]\nevery = -1\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		j, err := ParseJob("fuzz.toml", src)
+		if err != nil {
+			return
+		}
+		if n := j.TotalSteps(); n < 1 || n > maxJobSteps {
+			t.Fatalf("%d steps from %q", n, src)
+		}
+	})
+}

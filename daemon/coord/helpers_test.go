@@ -40,7 +40,7 @@ type testCluster struct {
 	nodes  sync.WaitGroup  // fake node goroutines
 }
 
-func loadTestCatalog(t *testing.T) *config.Catalog {
+func loadTestCatalog(t testing.TB) *config.Catalog {
 	t.Helper()
 	cat, err := config.LoadCatalog("testdata/catalog.toml")
 	if err != nil {
@@ -179,7 +179,7 @@ func (tc *testCluster) expectedPlan(jobTOML string) *sched.Plan {
 	if err != nil {
 		tc.t.Fatal(err)
 	}
-	p, err := Problem(jf, m, tc.cat)
+	p, err := JobProblem(jf, m, tc.cat)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -150,3 +150,34 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("second: %d, want 503", got)
 	}
 }
+
+// FuzzControlPlane feeds arbitrary bodies to the endpoints that decode
+// untrusted input: nothing may panic or answer with a server error other
+// than a full planning queue.
+func FuzzControlPlane(f *testing.F) {
+	f.Add(uint8(0), []byte(`{"name":"a","data_addr":"127.0.0.1:7001","type":"cpu","units":1}`))
+	f.Add(uint8(1), []byte(`{"tasks":[{"task_id":"j1.s0.r0","state":"running","step":1,"loss":0.5,"samples_per_s":3}]}`))
+	f.Add(uint8(2), []byte(ctrJob))
+	f.Add(uint8(2), []byte("model = \"ctrdnn\"\n[optimizer]\nkind = \"sgd\"\n"))
+	c, err := New(Config{Catalog: loadTestCatalog(f), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := c.Handler()
+	f.Fuzz(func(t *testing.T, endpoint uint8, body []byte) {
+		path, ctype := "/v1/nodes/register", api.ContentTypeJSON
+		switch endpoint % 3 {
+		case 1:
+			path = "/v1/nodes/n1/heartbeat"
+		case 2:
+			path, ctype = "/v1/jobs", api.ContentTypeTOML
+		}
+		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body)
+		}
+	})
+}

@@ -143,10 +143,10 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) {
 	c.start(j, pl, now)
 }
 
-// Problem builds the scheduling problem of a job file's model on the
+// JobProblem builds the scheduling problem of a job file's model on the
 // catalog, as `heterps plan --model --catalog` does: layer times are
 // roofline estimates from the catalog's device descriptors.
-func Problem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Problem, error) {
+func JobProblem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Problem, error) {
 	spec := sched.DefaultEstimateSpec()
 	spec.Batch = jf.Batch
 	spec.Epochs, spec.Samples = 1, jf.TotalSteps()*int64(jf.Batch)
@@ -175,7 +175,7 @@ func firstCPUType(cat *config.Catalog) string {
 }
 
 func (c *Coordinator) plan(ctx context.Context, j *job) (*sched.Plan, error) {
-	p, err := Problem(j.file, j.model, c.cfg.Catalog)
+	p, err := JobProblem(j.file, j.model, c.cfg.Catalog)
 	if err != nil {
 		return nil, err
 	}
