@@ -25,7 +25,10 @@
 //
 // A node registers with its name, the host:port of its data-plane (wire)
 // listener, the catalog type it offers and how many units of it, and its
-// inventory. It then heartbeats every HeartbeatIntervalMS, reporting the state
+// inventory. A machine offering several types (a GPU server's GPUs and its
+// CPU cores, as a catalog's [[node]] may list) registers once per type,
+// under distinct names such as "<machine>.<type>", with the same data
+// address. It then heartbeats every HeartbeatIntervalMS, reporting the state
 // of each task it runs; the reply lists every task the node should be
 // running. A task that disappears from the reply is to be stopped: its job
 // finished, failed or was cancelled. A node that misses heartbeats for the
@@ -45,5 +48,7 @@
 // their units (the remainder to the first replicas). Replica r of a stage
 // reads data shard r of Replicas. Parameter-server shards (the plan's
 // ps_cores, at least one) are placed round-robin on live CPU-type nodes, the
-// least loaded first; they do not take a node's offered units.
+// least loaded first; they do not take a node's offered units. Tasks on
+// one node share its data address (several PS shards may, too) and are told
+// apart by task id and shard index.
 package api

@@ -192,12 +192,14 @@ func (tc *testCluster) expectedPlan(jobTOML string) *sched.Plan {
 
 // fakeNode is a node daemon stand-in: it registers, heartbeats, and makes
 // up progress on the tasks it is given: each heartbeat advances a stage
-// task by one step, with loss 1/(1+step) and Batch*10 samples/s.
+// task by stride steps, with loss 1/(1+step) and Batch*10 samples/s.
 type fakeNode struct {
 	req api.RegisterRequest
 	id  string
 	// failAt, when > 0, makes stage tasks report failure at that step.
 	failAt int64
+	// stride is how many steps a heartbeat advances a task (default 1).
+	stride int64
 	// stall, when closed, stops the heartbeats (the node "dies").
 	stall chan struct{}
 
@@ -268,7 +270,7 @@ func (n *fakeNode) progress() []api.TaskReport {
 		r := n.reports[id]
 		r.TaskID = id
 		if t.Role == api.RoleStage && r.State != api.TaskDone {
-			r.Step++
+			r.Step = min(t.Steps, r.Step+max(1, n.stride))
 			r.Loss = 1 / (1 + float64(r.Step))
 			r.SamplesPerS = float64(t.Batch) * 10
 			r.State = api.TaskRunning
