@@ -1,14 +1,19 @@
 package coord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
@@ -391,10 +396,12 @@ func TestPlainNeedsLoopbackNodes(t *testing.T) {
 }
 
 // TestSecretGoesToTasks: with a cluster secret, remote nodes are fine and
-// every task names the secret file.
+// every task names the secret file; the job's mode and checkpoint settings
+// reach every task too.
 func TestSecretGoesToTasks(t *testing.T) {
 	tc := startCluster(t, func(c *Config) { c.SecretFile = "/etc/heterps/secret" })
-	plan := tc.expectedPlan(ctrJob)
+	job := ctrJob + "mode = \"asp\"\n[checkpoint]\ndir = \"/var/ckpt\"\nevery = 5\n"
+	plan := tc.expectedPlan(job)
 	var nodes []*fakeNode
 	for i, s := range plan.Stages {
 		n := newFakeNode(fmt.Sprintf("r%d", i), s.Type, s.Units, 7000+i)
@@ -403,15 +410,56 @@ func TestSecretGoesToTasks(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	tc.start(newFakeNode("ps", firstCPUType(tc.cat), 1, 7100))
-	if s := tc.waitJob(tc.submit(ctrJob)); s.State != api.JobDone {
+	if s := tc.waitJob(tc.submit(job)); s.State != api.JobDone {
 		t.Fatalf("%s: %s", s.State, s.Reason)
 	}
+	seen := 0
 	for _, n := range nodes {
 		received, _, _ := n.snapshot()
 		for _, task := range received {
-			if task.SecretFile != "/etc/heterps/secret" || task.Plain {
-				t.Errorf("task %s: secret %q plain %v", task.TaskID, task.SecretFile, task.Plain)
+			seen++
+			if task.SecretFile != "/etc/heterps/secret" || task.Plain || task.Mode != api.ModeASP ||
+				task.CheckpointDir != "/var/ckpt" || task.CheckpointEvery != 5 {
+				t.Errorf("task %s: secret %q plain %v mode %s checkpoint %q every %d", task.TaskID,
+					task.SecretFile, task.Plain, task.Mode, task.CheckpointDir, task.CheckpointEvery)
 			}
 		}
+	}
+	if seen == 0 {
+		t.Error("the stage nodes received no tasks")
+	}
+}
+
+// TestServeReturnsWhenTheListenerFails: Serve gives up, and stops its
+// goroutines, when its listener cannot accept.
+func TestServeReturnsWhenTheListenerFails(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c, err := New(Config{Catalog: loadTestCatalog(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(context.Background(), ln) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Serve on a closed listener returned nil")
+		}
+	case <-time.After(patience):
+		t.Fatal("Serve did not return")
+	}
+}
+
+func TestNewNeedsAValidCatalog(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("no catalog accepted")
+	}
+	if _, err := New(Config{Catalog: &config.Catalog{}}); err == nil {
+		t.Error("empty catalog accepted")
 	}
 }
