@@ -1,0 +1,29 @@
+//go:build cuda
+
+package node
+
+import (
+	"errors"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/native"
+)
+
+// With the cuda build, the inventory lists the GPUs the driver sees; a
+// machine without a GPU or driver simply has none.
+func init() {
+	gpuInventory = func() ([]api.GPU, error) {
+		devs, err := native.CUDADevices()
+		if errors.Is(err, native.ErrNoGPU) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]api.GPU, len(devs))
+		for i, d := range devs {
+			out[i] = api.GPU{Name: d.Name, MemoryBytes: d.TotalMem, Multiprocessors: d.Multiprocessors}
+		}
+		return out, nil
+	}
+}
