@@ -26,8 +26,9 @@ type job struct {
 	plan      *sched.Plan
 	planJSON  json.RawMessage
 	place     *placement
-	tasks     []*taskRun // stage replicas in stage order, then PS shards
-	hourly    float64    // price of everything placed, per hour
+	tasks     []*taskRun         // stage replicas in stage order, then PS shards
+	hourly    float64            // price of everything placed, per hour
+	stopPlan  context.CancelFunc // ends the scheduler's run while planning
 	submitted time.Time
 	started   time.Time
 	finished  time.Time
@@ -114,13 +115,16 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) {
 		c.mu.Unlock()
 		return
 	}
-	j.state = api.JobPlanning
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	j.state, j.stopPlan = api.JobPlanning, stop
 	c.mu.Unlock()
 
 	plan, err := c.plan(ctx, j)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	j.stopPlan = nil
 	now := time.Now()
 	if j.state != api.JobPlanning { // cancelled while planning
 		return
@@ -268,6 +272,9 @@ func (c *Coordinator) cancel(id string) (api.JobStatus, error) {
 		return api.JobStatus{}, httpErrorf(http.StatusNotFound, "no job %q", id)
 	case j.state.Final():
 		return api.JobStatus{}, httpErrorf(http.StatusConflict, "job %s is already %s", id, j.state)
+	}
+	if j.stopPlan != nil {
+		j.stopPlan()
 	}
 	c.finish(j, api.JobCancelled, "cancelled by the user", time.Now())
 	return c.status(j, time.Now()), nil
