@@ -43,7 +43,9 @@
 // data-parallel replicas stay in sync through the servers: each pulls the
 // new values at the start of the next step. With one replica per stage the
 // weight is 1 and the servers run the same optimiser kernels as nn's
-// single-process Trainer, so training is bit-identical to it.
+// single-process Trainer, so training is bit-identical to it. In ASP
+// (Config.Mode) pulls take what the servers hold and every push, weight 1,
+// is applied on arrival: plain asynchronous SGD.
 //
 // Limits of this version: one micro-batch per step (the layers keep one
 // forward pass for backward, so micro-batches of a step cannot be in

@@ -139,17 +139,19 @@ type job struct {
 	stages   []Range
 	replicas []int
 	steps    int64
+	mode     ps.Mode
 	psAddr   string
+	shards   []*ps.Shard
 }
 
-func newJob(t *testing.T, cfg *config.Model, stages []Range, replicas []int, steps int64) *job {
+func newJob(t *testing.T, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
 	t.Helper()
-	j := &job{t: t, cfg: cfg, stages: stages, replicas: replicas, steps: steps}
+	j := &job{t: t, cfg: cfg, stages: stages, replicas: replicas, steps: steps, mode: mode}
 	tables, blocks, err := PSParams(buildModel(t, cfg), stages, steps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := ShardSpec{Job: testJob, Model: cfg.Name, Shards: psShards, Mode: ps.BSP, Replicas: replicas,
+	spec := ShardSpec{Job: testJob, Model: cfg.Name, Shards: psShards, Mode: mode, Replicas: replicas,
 		WaitTimeout: 20 * time.Second, Backend: native.MustCPU()}
 	var shards []*ps.Shard
 	for _, c := range ShardConfigs(spec, tables, blocks) {
@@ -159,6 +161,7 @@ func newJob(t *testing.T, cfg *config.Model, stages []Range, replicas []int, ste
 		}
 		shards = append(shards, s)
 	}
+	j.shards = shards
 	svc, err := ps.NewService(ps.ServiceOptions{Logger: quiet}, shards...)
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +224,12 @@ func (j *job) transports() map[string]*wire.TCPTransport {
 	for st := 0; st+1 < len(j.replicas); st++ {
 		for up := range j.replicas[st] {
 			for _, down := range Partners(up, j.replicas[st], j.replicas[st+1]) {
+				// The larger id waits to be dialled: it learns of its
+				// peer first, or it would turn the first dial away.
 				a, b := nodeID(st, up), nodeID(st+1, down)
+				if a < b {
+					a, b = b, a
+				}
 				if err := out[a].AddPeer(b, out[b].Addr().String()); err != nil {
 					j.t.Fatal(err)
 				}
@@ -239,7 +247,7 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	batches func(context.Context, int64) (*data.Batch, error), timeout time.Duration) *Worker {
 	j.t.Helper()
 	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
-		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica),
+		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
 		StepTimeout: timeout}
 	self := nodeID(stage, replica)
 	if stage > 0 {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
 )
 
 // Two stages over loopback TCP, one replica each, parameters on two BSP
@@ -24,7 +26,7 @@ func TestTwoStagesEqualSingleProcessBitForBit(t *testing.T) {
 	cfg := modelConfig(t, adamAdagrad)
 	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), size) }
 
-	j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, steps)
+	j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, steps, ps.BSP)
 	losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
 	ref, refLosses := reference(t, cfg, steps, batch)
 
@@ -67,7 +69,7 @@ func TestReplicasWithUnequalBatchesEqualStackedBatch(t *testing.T) {
 	ref, _ := reference(t, cfg, steps, stacked)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			j := newJob(t, cfg, tc.stages, tc.replicas, steps)
+			j := newJob(t, cfg, tc.stages, tc.replicas, steps, ps.BSP)
 			j.run(func(r int) func(context.Context, int64) (*data.Batch, error) {
 				if len(tc.sizes) == 1 {
 					return fixedBatches(stacked)
@@ -100,7 +102,7 @@ func TestPeerFailureEndsTheStep(t *testing.T) {
 		{"silent", false, 3 * time.Second, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, 1)
+			j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, 1, ps.BSP)
 			trs := j.transports()
 			w := j.worker(trs, 0, 0, batches, tc.timeout)
 			done := make(chan error, 1)
@@ -159,4 +161,61 @@ func TestPartnersCoverBothStagesEvenly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// In ASP the replicas never wait for each other: every push is applied on
+// arrival, so after the run each block has taken one update per replica
+// and step, and training still lowers the loss on the last stage.
+func TestASPAppliesEveryPush(t *testing.T) {
+	checkLeaks(t)
+	const steps = 6
+	cfg := modelConfig(t, adamAdagrad)
+	j := newJob(t, cfg, []Range{{0, 3}, {4, 5}}, []int{2, 1}, steps, ps.ASP)
+	losses := j.run(func(r int) func(context.Context, int64) (*data.Batch, error) {
+		return fixedBatches(func(int64) *data.Batch { return testBatch(20+uint64(r), 1, 4+r) })
+	})
+	for _, name := range []string{"fc3.weight", "fc5.bias"} {
+		want := int64(2 * steps) // stage 0: two replicas
+		if name == "fc5.bias" {
+			want = steps
+		}
+		s := j.shards[ps.BlockShard(name, psShards)]
+		if v, err := s.Version(name); err != nil || v != want {
+			t.Fatalf("%s at version %d (%v), want %d pushes applied", name, v, err, want)
+		}
+	}
+	if l := losses[0]; l[len(l)-1] >= l[0] {
+		t.Fatalf("loss on a repeated batch went from %v to %v", l[0], l[len(l)-1])
+	}
+}
+
+func TestNewWorkerRefusesBadConfigs(t *testing.T) {
+	cfg := modelConfig(t, adamAdagrad)
+	link := []Link{{Peer: "x", Stream: 1}}
+	batches := fixedBatches(func(int64) *data.Batch { return nil })
+	base := func() Config {
+		return Config{Job: testJob, Stages: 2, Layers: Range{0, 2}, Model: buildModel(t, cfg),
+			Backend: native.MustCPU(), PS: &ps.Client{}, Next: link, Batches: batches}
+	}
+	for name, change := range map[string]func(*Config){
+		"no model":               func(c *Config) { c.Model = nil },
+		"range past the model":   func(c *Config) { c.Layers = Range{3, 6} },
+		"reversed range":         func(c *Config) { c.Layers = Range{2, 1} },
+		"stage 0 with upstream":  func(c *Config) { c.Prev = link },
+		"middle stage, no next":  func(c *Config) { c.Next = nil },
+		"stage 0 without data":   func(c *Config) { c.Batches = nil },
+		"parameters without PS":  func(c *Config) { c.PS = nil },
+		"stage beyond the count": func(c *Config) { c.Stage = 2 },
+	} {
+		c := base()
+		change(&c)
+		if _, err := NewWorker(c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	w, err := NewWorker(base())
+	if err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	w.Close()
 }

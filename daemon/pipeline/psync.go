@@ -5,7 +5,17 @@ import (
 	"fmt"
 
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/ps"
 )
+
+// after is the version a pull of step's parameters waits for: step-1 in
+// BSP, none in ASP (whatever the servers hold).
+func (w *Worker) after(step int64) int64 {
+	if w.cfg.Mode == ps.ASP {
+		return 0
+	}
+	return step - 1
+}
 
 // pull brings the stage's parameters to the state after step-1: the dense
 // blocks whole, and for each embedding table the rows of the batch's ids
@@ -29,7 +39,7 @@ func (w *Worker) pull(ctx context.Context, step int64, b *data.Batch) (*data.Bat
 
 func (w *Worker) pullBlock(ctx context.Context, step int64, i int) error {
 	p := w.dense[i]
-	v, _, err := w.cfg.PS.PullBlock(ctx, p.Name, step-1)
+	v, _, err := w.cfg.PS.PullBlock(ctx, p.Name, w.after(step))
 	if err != nil {
 		return err
 	}
@@ -49,7 +59,7 @@ func (w *Worker) pullRows(ctx context.Context, step int64, e embedding, local *d
 	for j, k := range rows {
 		ids[j] = w.uniq[k]
 	}
-	v, _, err := w.cfg.PS.Pull(ctx, e.table.Name, ids, step-1)
+	v, _, err := w.cfg.PS.Pull(ctx, e.table.Name, ids, w.after(step))
 	if err != nil {
 		return err
 	}

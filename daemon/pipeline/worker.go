@@ -59,8 +59,11 @@ type Config struct {
 	// its embedding tables.
 	Model   *nn.Model
 	Backend native.Backend
-	// PS holds the stage's parameters; required if Layers have any.
-	PS *ps.Client
+	// PS holds the stage's parameters; required if Layers have any. Mode
+	// is the servers' mode: BSP pulls wait for the previous step's update,
+	// ASP pulls take what is there.
+	PS   *ps.Client
+	Mode ps.Mode
 	// Prev and Next are the partners (Partners) in the previous and next
 	// stage, ascending by replica; Prev is empty for stage 0, Next for the
 	// last stage.
@@ -75,6 +78,10 @@ type Config struct {
 type Result struct {
 	Samples int     // rows this replica processed
 	Loss    float64 // mean loss of those rows; last stage only
+	// Where the step's time went: waiting for the input, pulling
+	// parameters, forward and backward (with the loss), waiting for the
+	// output's gradient, and sending gradients and pushing them.
+	Input, Pull, Compute, Downstream, Push time.Duration
 }
 
 // Worker runs one replica of one stage, a step at a time. It is owned by
@@ -170,35 +177,62 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %s: %w",
 			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, what, err)
 	}
+	var res Result
+	clock := time.Now()
+	lap := func(d *time.Duration) {
+		now := time.Now()
+		*d += now.Sub(clock)
+		clock = now
+	}
 	in, err := w.input(ctx, step)
 	if err != nil {
 		return fail("input", err)
 	}
+	lap(&res.Input)
 	local, err := w.pull(ctx, step, in.batch)
 	if err != nil {
 		return fail("pull parameters", err)
 	}
+	lap(&res.Pull)
 	s := &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true}
 	r := w.cfg.Layers
 	out, err := w.cfg.Model.ForwardRange(s, r.First, r.Last, in.act)
 	if err != nil {
 		return fail("forward", err)
 	}
-	dout, loss, err := w.outputGradient(ctx, step, s, out, in.batch)
+	lap(&res.Compute)
+	dout, err := w.outputGradient(ctx, step, s, out, in.batch, &res)
 	if err != nil {
 		return fail("output gradient", err)
+	}
+	if w.last {
+		lap(&res.Compute) // the loss
+	} else {
+		lap(&res.Downstream)
 	}
 	din, err := w.cfg.Model.BackwardRange(s, r.First, r.Last, dout)
 	if err != nil {
 		return fail("backward", err)
 	}
+	lap(&res.Compute)
 	err = together(
 		func() error { return w.sendGradients(ctx, step, din, in.rows) },
-		func() error { return w.push(ctx, step, in.batch.Size) })
+		func() error { return w.push(ctx, step, w.weight(in.batch.Size)) })
 	if err != nil {
 		return fail("send gradients", err)
 	}
-	return Result{Samples: in.batch.Size, Loss: loss}, nil
+	lap(&res.Push)
+	res.Samples = in.batch.Size
+	return res, nil
+}
+
+// weight is the push weight of a step of rows rows: b_k in BSP, 1 in ASP
+// (where the servers multiply the gradient by it).
+func (w *Worker) weight(rows int) int {
+	if w.cfg.Mode == ps.ASP {
+		return 1
+	}
+	return rows
 }
 
 // input returns the step's batch (stage 0) or the activations and batches
@@ -266,37 +300,37 @@ func (w *Worker) startPrefetch(step int64) {
 }
 
 // outputGradient returns the gradient of the loss with respect to out: from
-// the loss on the last stage (with the batch's mean loss), else from the
-// next stage after sending it out.
-func (w *Worker) outputGradient(ctx context.Context, step int64, s *nn.Step, out nn.Activation, b *data.Batch) (nn.Activation, float64, error) {
+// the loss on the last stage (setting res.Loss to the batch's mean loss),
+// else from the next stage after sending it out.
+func (w *Worker) outputGradient(ctx context.Context, step int64, s *nn.Step, out nn.Activation, b *data.Batch, res *Result) (nn.Activation, error) {
 	if w.last {
 		sum, dout, err := w.cfg.Model.Loss.Forward(s, out)
 		if err != nil {
-			return nn.Activation{}, 0, err
+			return nn.Activation{}, err
 		}
 		if math.IsNaN(sum) || math.IsInf(sum, 0) {
-			return nn.Activation{}, 0, fmt.Errorf("loss is %v (diverged; lower the learning rate)", sum)
+			return nn.Activation{}, fmt.Errorf("loss is %v (diverged; lower the learning rate)", sum)
 		}
-		return dout, sum / float64(b.Size), nil
+		res.Loss = sum / float64(b.Size)
+		return dout, nil
 	}
 	if err := w.sendActivations(ctx, step, out, b); err != nil {
-		return nn.Activation{}, 0, err
+		return nn.Activation{}, err
 	}
 	bounds := chunks(out.Rows, len(w.cfg.Next))
 	grads := make([]nn.Activation, len(w.cfg.Next))
 	for i, l := range w.cfg.Next {
 		m, err := l.recv(ctx, wire.MsgGradient, step)
 		if err != nil {
-			return nn.Activation{}, 0, err
+			return nn.Activation{}, err
 		}
 		grads[i], err = decodeGradient(w.cfg.Backend, m, out.Parts, bounds[i+1]-bounds[i], out.Rows)
 		m.Release()
 		if err != nil {
-			return nn.Activation{}, 0, fmt.Errorf("from %s: %w", l.Peer, err)
+			return nn.Activation{}, fmt.Errorf("from %s: %w", l.Peer, err)
 		}
 	}
-	dout, err := concatGradients(w.cfg.Backend, grads, out.Parts)
-	return dout, 0, err
+	return concatGradients(w.cfg.Backend, grads, out.Parts)
 }
 
 func (w *Worker) meta(step int64) wire.Meta {

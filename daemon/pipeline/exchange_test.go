@@ -1,0 +1,155 @@
+package pipeline
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+const maxTestPayload = 1 << 20
+
+// testActivation is 5 rows of two parts, widths 2 (needs a gradient) and 1.
+func testActivation() nn.Activation {
+	a := make([]float32, 10)
+	b := make([]float32, 5)
+	for i := range a {
+		a[i] = float32(i) + 0.5
+	}
+	for i := range b {
+		b[i] = -float32(i)
+	}
+	return nn.Activation{Rows: 5, Parts: []nn.Part{
+		{Buf: native.HostBuffer(a), Width: 2, NeedGrad: true},
+		{Buf: native.HostBuffer(b), Width: 1},
+	}}
+}
+
+func encode(t testing.TB, m *wire.Message) []byte {
+	t.Helper()
+	p, err := wire.AppendMessage(nil, m, maxTestPayload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Rows [1, 4) of an activation and its batch arrive as they left, the
+// batch's offsets rebased.
+func TestActivationRoundTripOfARowRange(t *testing.T) {
+	be := native.MustCPU()
+	act, batch := testActivation(), testBatch(3, 1, 5)
+	m, err := activationMessage(be, wire.Meta{Step: 2}, act, batch, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := wire.DecodeMessage(m.Type, encode(t, m), maxTestPayload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotBatch, err := decodeActivation(be, view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rows != 3 || len(got.Parts) != 2 || !got.Parts[0].NeedGrad || got.Parts[1].NeedGrad {
+		t.Fatalf("activation %+v", got)
+	}
+	for j, p := range act.Parts {
+		h, _ := native.Host(p.Buf)
+		g, _ := native.Host(got.Parts[j].Buf)
+		if !slices.Equal(g, h[1*p.Width:4*p.Width]) {
+			t.Fatalf("part %d: %v, want rows 1..3 of %v", j, g, h)
+		}
+	}
+	want := sliceBatch(batch, 1, 4)
+	if !reflect.DeepEqual(gotBatch, want) {
+		t.Fatalf("batch %+v, want %+v", gotBatch, want)
+	}
+	for i := range 3 {
+		for s := range testSlots {
+			if !slices.Equal(gotBatch.Bag(i, s), batch.Bag(i+1, s)) {
+				t.Fatalf("sample %d slot %d: bag %v, want %v", i, s, gotBatch.Bag(i, s), batch.Bag(i+1, s))
+			}
+		}
+	}
+}
+
+// A gradient from a sender with n rows is scaled to the receiver's own
+// mean; a part that needs no gradient may come empty.
+func TestGradientScaledToOwnRows(t *testing.T) {
+	be := native.MustCPU()
+	g := testActivation()
+	g.Parts[1].Buf = nil
+	m, err := gradientMessage(be, wire.Meta{Step: 1}, g, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := wire.DecodeMessage(m.Type, encode(t, m), maxTestPayload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeGradient(be, view, testActivation().Parts, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := native.Host(got.Parts[0].Buf)
+	want, _ := native.Host(g.Parts[0].Buf)
+	for i, v := range h {
+		if v != want[i]*5/2 { // mean over the sender's 5 rows -> over own 2
+			t.Fatalf("gradient[%d] = %v, want %v", i, v, want[i]*5/2)
+		}
+	}
+	if got.Parts[1].Buf != nil {
+		t.Fatal("the part without a gradient got one")
+	}
+}
+
+func TestStackAndSplitBatches(t *testing.T) {
+	a, b := testBatch(1, 1, 3), testBatch(1, 2, 4)
+	s, err := concatBatches([]*data.Batch{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*sliceBatch(s, 0, 3), *a) {
+		t.Fatalf("first rows of the stack differ from batch a")
+	}
+	if !reflect.DeepEqual(*sliceBatch(s, 3, 7), *b) {
+		t.Fatalf("last rows of the stack differ from batch b")
+	}
+	if got := chunks(8, 3); !slices.Equal(got, []int{0, 3, 6, 8}) {
+		t.Fatalf("chunks(8, 3) = %v", got)
+	}
+}
+
+// Whatever arrives, decoding returns an error or a checked value; it
+// never panics.
+func FuzzDecodeExchange(f *testing.F) {
+	be := native.MustCPU()
+	act, batch := testActivation(), testBatch(3, 1, 5)
+	m, err := activationMessage(be, wire.Meta{Step: 1}, act, batch, 0, 5)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(encode(f, m))
+	g, err := gradientMessage(be, wire.Meta{Step: 1}, act, 0, 5)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(encode(f, g))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		view, err := wire.DecodeMessage(wire.MsgActivation, payload, maxTestPayload)
+		if err != nil {
+			return
+		}
+		if a, b, err := decodeActivation(be, view); err == nil {
+			if b.Size != a.Rows || len(b.Offsets) != b.Size*b.Slots+1 {
+				t.Fatalf("accepted an inconsistent batch: %d rows, %d offsets, %d slots", b.Size, len(b.Offsets), b.Slots)
+			}
+		}
+		decodeGradient(be, view, act.Parts, 5, 5)
+	})
+}
