@@ -15,12 +15,15 @@ import (
 // can catch a job while it is planning.
 type blockingMethod struct{}
 
-// planCancelled is closed by blockingMethod when its context ends.
-var planCancelled = make(chan struct{})
+// planCancelled hears from blockingMethod when its context ends.
+var planCancelled = make(chan struct{}, 1)
 
 func (blockingMethod) Schedule(ctx context.Context, _ *sched.Problem) (*sched.Plan, error) {
 	<-ctx.Done()
-	close(planCancelled)
+	select {
+	case planCancelled <- struct{}{}:
+	default:
+	}
 	return nil, ctx.Err()
 }
 

@@ -32,7 +32,8 @@ seed = 3
 `
 
 func TestRegisterHeartbeatAndReRegister(t *testing.T) {
-	tc := startCluster(t, nil)
+	// The nodes below heartbeat by hand: keep them alive throughout.
+	tc := startCluster(t, func(c *Config) { c.HeartbeatTimeout = patience })
 	n := newFakeNode("cpu-a", "cpu", 2, 7001)
 	n.req.GPUs = []api.GPU{{Name: "none", MemoryBytes: 0}}
 	var r api.RegisterResponse

@@ -47,7 +47,8 @@ func TestBadJobFilesNameTheLine(t *testing.T) {
 // TestHTTPInputLimits: bodies are size-capped, JSON is strict, media types
 // are checked, and each refusal is a 4xx with a message.
 func TestHTTPInputLimits(t *testing.T) {
-	tc := startCluster(t, nil)
+	// The node below never heartbeats on its own: keep it alive throughout.
+	tc := startCluster(t, func(c *Config) { c.HeartbeatTimeout = patience })
 	var reg api.RegisterResponse
 	tc.call("POST", "/v1/nodes/register", newFakeNode("a", "cpu", 1, 7001).req, http.StatusOK, &reg)
 	hb := "/v1/nodes/" + reg.NodeID + "/heartbeat"
