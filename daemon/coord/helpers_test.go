@@ -24,7 +24,7 @@ import (
 // give up after patience (generous: the race detector on two shared cores).
 const (
 	interval = 20 * time.Millisecond
-	timeout  = 400 * time.Millisecond
+	timeout  = time.Second
 	patience = 15 * time.Second
 )
 
