@@ -6,15 +6,22 @@
 // # A step
 //
 // Stage 0 reads its batch (the next one is read in the background while
-// the step runs); later stages receive activations, with the rows of the
-// batch they belong to, from their upstream partners. The worker pulls its
-// parameters as of the previous step, runs forward over its layers, gets
-// the gradient of its output — from the loss on the last stage, else by
-// sending the output downstream and waiting for the gradient to come back
-// — runs backward, and then, in parallel, sends the input's gradient
-// upstream and pushes its parameters' gradients. Every exchange is bounded
-// by the step timeout; a dropped connection or a silent peer ends the step
-// with an error, never a hang.
+// the step runs) and splits it into Config.MicroBatches micro-batches;
+// later stages receive each micro-batch's activations, with the rows of the
+// batch they belong to, from their upstream partners. A worker pulls its
+// dense parameters as of the previous step, then for each micro-batch pulls
+// the rows its embedding layers need and runs forward, sending the output
+// downstream in the background, so that stage i+1 works on micro-batch m
+// while stage i computes m+1. The last stage runs the loss and backward of
+// each micro-batch as soon as its forward is done; the others, once all
+// forwards are out, take the gradients back in order and run backward,
+// sending each input gradient upstream in the background. Each micro-batch
+// has its own copy of the stage's layers (layers keep their forward state
+// for backward) sharing the dense values. Finally the worker pushes the
+// step's gradients — the micro-batches' weighted by their rows n_m/n — while
+// the last sends finish. Every exchange is bounded by the step timeout; a
+// dropped connection or a silent peer ends the step with an error, never a
+// hang.
 //
 // # Which replicas exchange
 //
@@ -47,9 +54,8 @@
 // (Config.Mode) pulls take what the servers hold and every push, weight 1,
 // is applied on arrival: plain asynchronous SGD.
 //
-// Limits of this version: one micro-batch per step (the layers keep one
-// forward pass for backward, so micro-batches of a step cannot be in
-// flight together); models with towers run only as a single stage; global
-// gradient-norm clipping is refused; host-memory activations are exchanged
-// (GPU buffers are copied through the host).
+// Limits of this version: models with towers run only as a single stage;
+// global gradient-norm clipping is refused; activations are exchanged from
+// host memory (GPU buffers are copied through it); a step that fails is
+// not retried (its pushes are exactly-once, so a caller may rerun it).
 package pipeline

@@ -140,6 +140,7 @@ type job struct {
 	replicas []int
 	steps    int64
 	mode     ps.Mode
+	micro    int // micro-batches per step
 	psAddr   string
 	shards   []*ps.Shard
 }
@@ -248,7 +249,8 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	j.t.Helper()
 	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
 		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
-		StepTimeout: timeout}
+		MicroBatches: j.micro,
+		StepTimeout:  timeout}
 	self := nodeID(stage, replica)
 	if stage > 0 {
 		for _, up := range Partners(replica, j.replicas[stage], j.replicas[stage-1]) {

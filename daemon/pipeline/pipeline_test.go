@@ -85,6 +85,45 @@ func TestReplicasWithUnequalBatchesEqualStackedBatch(t *testing.T) {
 	}
 }
 
+// Micro-batches flow through the stages one after another and their
+// gradients are combined weighted by rows: the result equals
+// single-process training on the whole batch to float32 rounding
+// (tolerance 2e-6 absolute after 4 steps; the sums of micro-batch means
+// round differently from one mean).
+func TestMicroBatchesEqualWholeBatch(t *testing.T) {
+	checkLeaks(t)
+	const steps, tolerance = 4, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	batch := func(step int64) *data.Batch { return testBatch(30, uint64(step), 8) }
+	ref, refLosses := reference(t, cfg, steps, batch)
+	for _, tc := range []struct {
+		name     string
+		replicas []int
+		micro    int
+	}{
+		{"3 micro-batches", []int{1, 1}, 3},
+		{"2 micro-batches split over 2 replicas", []int{1, 2}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, tc.replicas, steps, ps.BSP)
+			j.micro = tc.micro
+			losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+			d := j.maxDiff(ref)
+			t.Logf("largest difference from single-process training: %g", d)
+			if d > tolerance || math.IsNaN(d) {
+				t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+			}
+			if len(tc.replicas) == 2 && tc.replicas[1] == 1 {
+				for i, l := range losses[0] {
+					if math.Abs(l-refLosses[i]) > 1e-6 {
+						t.Fatalf("step %d: loss %v, single-process %v", i+1, l, refLosses[i])
+					}
+				}
+			}
+		})
+	}
+}
+
 // A downstream peer that dies mid-step ends the upstream worker's step with
 // an error at once; one that goes silent ends it at the step timeout. No
 // goroutine outlives the test.

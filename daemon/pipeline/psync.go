@@ -17,39 +17,39 @@ func (w *Worker) after(step int64) int64 {
 	return step - 1
 }
 
-// pull brings the stage's parameters to the state after step-1: the dense
-// blocks whole, and for each embedding table the rows of the batch's ids
-// its slots use, into a table of the batch's distinct ids. It returns the
-// batch with its ids renumbered into that table.
-func (w *Worker) pull(ctx context.Context, step int64, b *data.Batch) (*data.Batch, error) {
-	if len(w.dense)+len(w.embeddings) == 0 {
+// pullDense brings the dense parameters, which the model copies share, to
+// the state after step-1.
+func (w *Worker) pullDense(ctx context.Context, step int64) error {
+	dense := w.copies[0].dense
+	return each(len(dense), func(i int) error {
+		p := dense[i]
+		v, _, err := w.cfg.PS.PullBlock(ctx, p.Name, w.after(step))
+		if err != nil {
+			return err
+		}
+		if len(v) != p.Len() {
+			return fmt.Errorf("%s: pulled %d floats, want %d", p.Name, len(v), p.Len())
+		}
+		return w.cfg.Backend.Upload(p.Value, v)
+	})
+}
+
+// pullRows fills c's embedding tables for micro-batch b: for each layer the
+// rows of the ids its slots use, in a table of b's distinct ids. It returns
+// b with its ids renumbered into those tables.
+func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, b *data.Batch) (*data.Batch, error) {
+	if len(c.embeddings) == 0 {
 		return b, nil
 	}
 	local := *b
-	w.uniq, local.IDs = localIDs(b.IDs)
-	n := len(w.dense)
-	err := each(n+len(w.embeddings), func(i int) error {
-		if i < n {
-			return w.pullBlock(ctx, step, i)
-		}
-		return w.pullRows(ctx, step, w.embeddings[i-n], &local)
+	c.uniq, local.IDs = localIDs(b.IDs)
+	err := each(len(c.embeddings), func(i int) error {
+		return w.pullTable(ctx, step, c, c.embeddings[i], &local)
 	})
 	return &local, err
 }
 
-func (w *Worker) pullBlock(ctx context.Context, step int64, i int) error {
-	p := w.dense[i]
-	v, _, err := w.cfg.PS.PullBlock(ctx, p.Name, w.after(step))
-	if err != nil {
-		return err
-	}
-	if len(v) != p.Len() {
-		return fmt.Errorf("%s: pulled %d floats, want %d", p.Name, len(v), p.Len())
-	}
-	return w.cfg.Backend.Upload(p.Value, v)
-}
-
-func (w *Worker) pullRows(ctx context.Context, step int64, e embedding, local *data.Batch) error {
+func (w *Worker) pullTable(ctx context.Context, step int64, c *modelCopy, e embedding, local *data.Batch) error {
 	first, end := e.layer.SlotRange()
 	if local.Slots < end {
 		return fmt.Errorf("%s: batch has %d slots, the layer reads [%d, %d)", e.table.Name, local.Slots, first, end)
@@ -57,7 +57,7 @@ func (w *Worker) pullRows(ctx context.Context, step int64, e embedding, local *d
 	rows := slotIDs(local.Offsets, local.IDs, local.Slots, first, end)
 	ids := make([]int64, len(rows))
 	for j, k := range rows {
-		ids[j] = w.uniq[k]
+		ids[j] = c.uniq[k]
 	}
 	v, _, err := w.cfg.PS.Pull(ctx, e.table.Name, ids, w.after(step))
 	if err != nil {
@@ -67,7 +67,7 @@ func (w *Worker) pullRows(ctx context.Context, step int64, e embedding, local *d
 	if len(v) != len(ids)*dim {
 		return fmt.Errorf("%s: pulled %d floats for %d rows of %d", e.table.Name, len(v), len(ids), dim)
 	}
-	table := make([]float32, len(w.uniq)*dim)
+	table := make([]float32, len(c.uniq)*dim)
 	for j, k := range rows {
 		copy(table[int(k)*dim:int(k+1)*dim], v[j*dim:(j+1)*dim])
 	}
@@ -75,44 +75,29 @@ func (w *Worker) pullRows(ctx context.Context, step int64, e embedding, local *d
 	if err != nil {
 		return err
 	}
-	e.table.Value, e.table.Rows = buf, len(w.uniq)
+	e.table.Value, e.table.Rows = buf, len(c.uniq)
 	return nil
 }
 
 // push sends every parameter's gradient of step to the parameter servers,
-// weighted by the replica's rows, in parallel.
+// in parallel.
 func (w *Worker) push(ctx context.Context, step int64, weight int) error {
-	n := len(w.dense)
-	return each(n+len(w.embeddings), func(i int) error {
+	first := w.copies[0]
+	n := len(first.dense)
+	return each(n+len(first.embeddings), func(i int) error {
 		if i < n {
-			p := w.dense[i]
-			g, err := hostFloats(w.cfg.Backend, p.Grad)
+			g, err := w.denseGradient(i)
 			if err != nil {
 				return err
 			}
+			p := first.dense[i]
 			return w.cfg.PS.PushBlock(ctx, p.Name, step, weight, g[:p.Len()])
 		}
-		return w.pushRows(ctx, step, weight, w.embeddings[i-n])
-	})
-}
-
-func (w *Worker) pushRows(ctx context.Context, step int64, weight int, e embedding) error {
-	g := e.table.SparseGrad
-	dim := e.table.Cols
-	ids := make([]int64, len(g.IDs))
-	for j, k := range g.IDs {
-		if k < 0 || k >= int64(len(w.uniq)) {
-			return fmt.Errorf("%s: gradient row %d outside the batch's %d ids", e.table.Name, k, len(w.uniq))
-		}
-		ids[j] = w.uniq[k]
-	}
-	var rows []float32
-	if len(ids) > 0 {
-		h, err := hostFloats(w.cfg.Backend, g.Rows)
+		e := first.embeddings[i-n]
+		ids, rows, err := w.sparseGradient(i - n)
 		if err != nil {
 			return err
 		}
-		rows = h[:len(ids)*dim]
-	}
-	return w.cfg.PS.PushRows(ctx, e.table.Name, step, weight, ids, rows, dim)
+		return w.cfg.PS.PushRows(ctx, e.table.Name, step, weight, ids, rows, e.table.Cols)
+	})
 }

@@ -21,32 +21,6 @@ const DefaultStepTimeout = 5 * time.Minute
 // maxReplicas bounds stages and replicas so that EdgeStream is one-to-one.
 const maxReplicas = 1 << 10
 
-// Link reaches one partner replica of a neighbouring stage.
-type Link struct {
-	Transport wire.Transport
-	Peer      string // the partner's node id
-	Stream    uint32 // EdgeStream of the pair
-}
-
-// Partners returns the replicas of a neighbouring stage with n replicas
-// that replica j of a stage with r replicas exchanges with: every k in
-// [0, n) with k ≡ j (mod min(r, n)), ascending.
-func Partners(j, r, n int) []int {
-	m := min(r, n)
-	var out []int
-	for k := j % m; k < n; k += m {
-		out = append(out, k)
-	}
-	return out
-}
-
-// EdgeStream is the stream replica up of stage and replica down of stage+1
-// exchange activations and gradients on (each direction has its own
-// queue). Stages and replicas are below 1024.
-func EdgeStream(stage, up, down int) uint32 {
-	return 1<<30 | uint32(stage)<<20 | uint32(up)<<10 | uint32(down)
-}
-
 // Config describes one replica of one stage.
 type Config struct {
 	Job     string
@@ -59,6 +33,10 @@ type Config struct {
 	// its embedding tables.
 	Model   *nn.Model
 	Backend native.Backend
+	// MicroBatches splits each step's batch (at stage 0) into this many
+	// micro-batches that flow through the stages one after another; every
+	// stage of a job must use the same number. 0 means 1.
+	MicroBatches int
 	// PS holds the stage's parameters; required if Layers have any. Mode
 	// is the servers' mode: BSP pulls wait for the previous step's update,
 	// ASP pulls take what is there.
@@ -78,21 +56,19 @@ type Config struct {
 type Result struct {
 	Samples int     // rows this replica processed
 	Loss    float64 // mean loss of those rows; last stage only
-	// Where the step's time went: waiting for the input, pulling
-	// parameters, forward and backward (with the loss), waiting for the
-	// output's gradient, and sending gradients and pushing them.
+	// Where the step's time went: waiting for input, pulling parameters,
+	// forward and backward (with the loss), waiting for the output's
+	// gradients, and pushing gradients (with the last sends).
 	Input, Pull, Compute, Downstream, Push time.Duration
 }
 
 // Worker runs one replica of one stage, a step at a time. It is owned by
 // one goroutine.
 type Worker struct {
-	cfg        Config
-	job        uint64
-	last       bool
-	embeddings []embedding
-	dense      []*nn.Param
-	uniq       []int64 // the current batch's distinct ids, ascending
+	cfg    Config
+	job    uint64
+	last   bool
+	copies []*modelCopy // one per micro-batch
 
 	ctx      context.Context // ends at Close; bounds prefetches
 	cancel   context.CancelFunc
@@ -106,32 +82,38 @@ type prefetched struct {
 	err   error
 }
 
-// NewWorker checks cfg and prepares the stage's parameters.
+// NewWorker checks cfg and prepares the stage's layers, a copy of them for
+// each micro-batch (rebuilt from cfg.Model's config and seed).
 func NewWorker(cfg Config) (*Worker, error) {
-	if err := cfg.check(); err != nil {
+	fail := func(err error) (*Worker, error) {
 		return nil, fmt.Errorf("pipeline: job %s stage %d replica %d: %w", cfg.Job, cfg.Stage, cfg.Replica, err)
+	}
+	if err := cfg.check(); err != nil {
+		return fail(err)
 	}
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = DefaultStepTimeout
 	}
+	cfg.MicroBatches = max(cfg.MicroBatches, 1)
 	w := &Worker{cfg: cfg, job: ps.JobKey(cfg.Job), last: cfg.Stage == cfg.Stages-1, prefetch: make(chan prefetched, 1)}
-	for i := cfg.Layers.First; i <= cfg.Layers.Last; i++ {
-		for _, p := range cfg.Model.LayerParams(i) {
-			if !p.Sparse {
-				w.dense = append(w.dense, p)
-				continue
+	for m := range cfg.MicroBatches {
+		model := cfg.Model
+		var shared []*nn.Param
+		if m > 0 {
+			var err error
+			if model, err = nn.Build(cfg.Backend, cfg.Model.Config, cfg.Model.Seed); err != nil {
+				return fail(err)
 			}
-			e, ok := cfg.Model.Layer(i).(*nn.Embedding)
-			if !ok {
-				return nil, fmt.Errorf("pipeline: sparse parameter %s: %w", p.Name, ErrUnsupported)
-			}
-			// The parameter server holds the table; drop the local copy.
-			p.Value, p.Rows = cfg.Backend.Alloc(0), 0
-			w.embeddings = append(w.embeddings, embedding{layer: e, table: p})
+			shared = w.copies[0].dense
 		}
+		c, err := newCopy(model, cfg.Layers, &cfg, shared)
+		if err != nil {
+			return fail(err)
+		}
+		w.copies = append(w.copies, c)
 	}
-	if cfg.PS == nil && len(w.dense)+len(w.embeddings) > 0 {
-		return nil, fmt.Errorf("pipeline: stage %d has parameters and no parameter-server client", cfg.Stage)
+	if cfg.PS == nil && len(w.copies[0].dense)+len(w.copies[0].embeddings) > 0 {
+		return fail(errors.New("the stage has parameters and no parameter-server client"))
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w, nil
@@ -155,6 +137,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("stage %d of %d with %d downstream partners", c.Stage, c.Stages, len(c.Next))
 	case c.Stage == 0 && c.Batches == nil:
 		return errors.New("stage 0 needs Batches")
+	case c.MicroBatches < 0 || c.MicroBatches > 1024:
+		return fmt.Errorf("%d micro-batches", c.MicroBatches)
 	}
 	return nil
 }
@@ -166,64 +150,123 @@ func (w *Worker) Close() error {
 	return nil
 }
 
-// Step runs step (1-based; steps go in order): input, parameter pulls,
-// forward, the output's gradient (the loss, or from the next stage),
-// backward, then the input's gradient upstream and the parameters'
-// gradients to the parameter servers, together.
+// Step runs step (1-based; steps go in order). It pulls the dense
+// parameters, then for each micro-batch takes its input, pulls its rows and
+// runs forward, sending the output downstream in the background; then for
+// each micro-batch gets the output's gradient (the loss on the last stage,
+// else from downstream), runs backward and sends the input's gradient
+// upstream in the background; finally it pushes the step's gradients,
+// micro-batches weighted by their rows, while the last sends finish.
 func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
-	fail := func(what string, err error) (Result, error) {
-		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %s: %w",
-			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, what, err)
+	snd := startSender(ctx, cancel)
+	res, err := w.step(ctx, step, snd)
+	if serr := snd.wait(); serr != nil {
+		err = errors.Join(fmt.Errorf("send: %w", serr), err)
 	}
+	if err != nil {
+		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %w",
+			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, err)
+	}
+	return res, nil
+}
+
+// clock charges the time since its last lap to a Result field.
+type clock struct{ at time.Time }
+
+func (c *clock) lap(d *time.Duration) {
+	now := time.Now()
+	*d += now.Sub(c.at)
+	c.at = now
+}
+
+func (w *Worker) step(ctx context.Context, step int64, snd *sender) (Result, error) {
 	var res Result
-	clock := time.Now()
-	lap := func(d *time.Duration) {
-		now := time.Now()
-		*d += now.Sub(clock)
-		clock = now
+	clk := clock{time.Now()}
+	if err := w.pullDense(ctx, step); err != nil {
+		return res, fmt.Errorf("pull dense parameters: %w", err)
 	}
-	in, err := w.input(ctx, step)
+	clk.lap(&res.Pull)
+	stacked, err := w.stage0Input(ctx, step)
 	if err != nil {
-		return fail("input", err)
+		return res, fmt.Errorf("input: %w", err)
 	}
-	lap(&res.Input)
-	local, err := w.pull(ctx, step, in.batch)
-	if err != nil {
-		return fail("pull parameters", err)
-	}
-	lap(&res.Pull)
-	s := &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true}
-	r := w.cfg.Layers
-	out, err := w.cfg.Model.ForwardRange(s, r.First, r.Last, in.act)
-	if err != nil {
-		return fail("forward", err)
-	}
-	lap(&res.Compute)
-	dout, err := w.outputGradient(ctx, step, s, out, in.batch, &res)
-	if err != nil {
-		return fail("output gradient", err)
+	lossSum := 0.0
+	outs := make([]nn.Activation, len(w.copies))
+	ins := make([]input, len(w.copies))
+	for m, c := range w.copies {
+		if ins[m], err = w.input(ctx, step, m, stacked); err != nil {
+			return res, fmt.Errorf("input of micro-batch %d: %w", m, err)
+		}
+		c.rows = ins[m].batch.Size
+		res.Samples += c.rows
+		clk.lap(&res.Input)
+		local, err := w.pullRows(ctx, step, c, ins[m].batch)
+		if err != nil {
+			return res, fmt.Errorf("pull rows of micro-batch %d: %w", m, err)
+		}
+		clk.lap(&res.Pull)
+		c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true}
+		r := w.cfg.Layers
+		if outs[m], err = c.model.ForwardRange(c.step, r.First, r.Last, ins[m].act); err != nil {
+			return res, fmt.Errorf("forward of micro-batch %d: %w", m, err)
+		}
+		if w.last {
+			sum, err := w.lossAndBackward(c, outs[m], ins[m], snd, step, m)
+			if err != nil {
+				return res, fmt.Errorf("micro-batch %d: %w", m, err)
+			}
+			lossSum += sum
+		} else {
+			w.sendActivations(snd, step, m, outs[m], ins[m].batch)
+		}
+		clk.lap(&res.Compute)
 	}
 	if w.last {
-		lap(&res.Compute) // the loss
-	} else {
-		lap(&res.Downstream)
+		res.Loss = lossSum / float64(res.Samples)
 	}
-	din, err := w.cfg.Model.BackwardRange(s, r.First, r.Last, dout)
-	if err != nil {
-		return fail("backward", err)
+	for m, c := range w.copies {
+		if w.last {
+			break
+		}
+		dout, err := w.recvGradients(ctx, step, m, outs[m])
+		if err != nil {
+			return res, fmt.Errorf("gradient of micro-batch %d: %w", m, err)
+		}
+		clk.lap(&res.Downstream)
+		r := w.cfg.Layers
+		din, err := c.model.BackwardRange(c.step, r.First, r.Last, dout)
+		if err != nil {
+			return res, fmt.Errorf("backward of micro-batch %d: %w", m, err)
+		}
+		w.sendGradients(snd, step, m, din, ins[m].rows)
+		clk.lap(&res.Compute)
 	}
-	lap(&res.Compute)
-	err = together(
-		func() error { return w.sendGradients(ctx, step, din, in.rows) },
-		func() error { return w.push(ctx, step, w.weight(in.batch.Size)) })
-	if err != nil {
-		return fail("send gradients", err)
+	if err := w.push(ctx, step, w.weight(res.Samples)); err != nil {
+		return res, fmt.Errorf("push: %w", err)
 	}
-	lap(&res.Push)
-	res.Samples = in.batch.Size
+	clk.lap(&res.Push)
 	return res, nil
+}
+
+// lossAndBackward runs the loss and backward of a micro-batch on the last
+// stage and queues the input's gradient; it returns the summed loss.
+func (w *Worker) lossAndBackward(c *modelCopy, out nn.Activation, in input, snd *sender, step int64, m int) (float64, error) {
+	sum, dout, err := c.model.Loss.Forward(c.step, out)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return 0, fmt.Errorf("loss is %v (diverged; lower the learning rate)", sum)
+	}
+	r := w.cfg.Layers
+	din, err := c.model.BackwardRange(c.step, r.First, r.Last, dout)
+	if err != nil {
+		return 0, fmt.Errorf("backward: %w", err)
+	}
+	w.sendGradients(snd, step, m, din, in.rows)
+	return sum, nil
 }
 
 // weight is the push weight of a step of rows rows: b_k in BSP, 1 in ASP
@@ -235,30 +278,44 @@ func (w *Worker) weight(rows int) int {
 	return rows
 }
 
-// input returns the step's batch (stage 0) or the activations and batches
-// of the upstream partners, stacked in replica order.
-func (w *Worker) input(ctx context.Context, step int64) (input, error) {
-	if w.cfg.Stage == 0 {
-		b, err := w.batch(ctx, step)
+// stage0Input returns stage 0's batch for the step (nil elsewhere) and
+// starts reading the next one.
+func (w *Worker) stage0Input(ctx context.Context, step int64) (*data.Batch, error) {
+	if w.cfg.Stage != 0 {
+		return nil, nil
+	}
+	b, err := w.batch(ctx, step)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil || b.Size < 1 {
+		return nil, errors.New("empty batch")
+	}
+	w.startPrefetch(step + 1)
+	return b, nil
+}
+
+// input returns micro-batch m: stage 0's rows of it, or the activations and
+// batches of the upstream partners, stacked in replica order.
+func (w *Worker) input(ctx context.Context, step int64, m int, stacked *data.Batch) (input, error) {
+	if stacked != nil {
+		bounds, err := microBounds(stacked.Size, len(w.copies))
 		if err != nil {
 			return input{}, err
 		}
-		if b == nil || b.Size < 1 {
-			return input{}, errors.New("empty batch")
-		}
-		w.startPrefetch(step + 1)
+		b := sliceBatch(stacked, bounds[m], bounds[m+1])
 		return input{batch: b, rows: []int{b.Size}}, nil
 	}
 	acts := make([]nn.Activation, len(w.cfg.Prev))
 	batches := make([]*data.Batch, len(w.cfg.Prev))
 	in := input{rows: make([]int, len(w.cfg.Prev))}
 	for i, l := range w.cfg.Prev {
-		m, err := l.recv(ctx, wire.MsgActivation, step)
+		msg, err := l.recv(ctx, wire.MsgActivation, step, m)
 		if err != nil {
 			return input{}, err
 		}
-		acts[i], batches[i], err = decodeActivation(w.cfg.Backend, m)
-		m.Release()
+		acts[i], batches[i], err = decodeActivation(w.cfg.Backend, msg)
+		msg.Release()
 		if err != nil {
 			return input{}, fmt.Errorf("from %s: %w", l.Peer, err)
 		}
@@ -299,33 +356,41 @@ func (w *Worker) startPrefetch(step int64) {
 	}()
 }
 
-// outputGradient returns the gradient of the loss with respect to out: from
-// the loss on the last stage (setting res.Loss to the batch's mean loss),
-// else from the next stage after sending it out.
-func (w *Worker) outputGradient(ctx context.Context, step int64, s *nn.Step, out nn.Activation, b *data.Batch, res *Result) (nn.Activation, error) {
-	if w.last {
-		sum, dout, err := w.cfg.Model.Loss.Forward(s, out)
-		if err != nil {
-			return nn.Activation{}, err
+func (w *Worker) meta(step int64, m int) wire.Meta {
+	return wire.Meta{Job: w.job, Stage: uint64(w.cfg.Stage), Replica: uint64(w.cfg.Replica),
+		Step: uint64(step), Micro: uint64(m)}
+}
+
+// sendActivations queues, for each downstream partner, its rows of
+// micro-batch m's output and batch.
+func (w *Worker) sendActivations(snd *sender, step int64, m int, out nn.Activation, b *data.Batch) {
+	bounds := chunks(out.Rows, len(w.cfg.Next))
+	snd.send(func() error {
+		if bounds[1] == 0 {
+			return fmt.Errorf("%d rows for %d downstream replicas", out.Rows, len(w.cfg.Next))
 		}
-		if math.IsNaN(sum) || math.IsInf(sum, 0) {
-			return nn.Activation{}, fmt.Errorf("loss is %v (diverged; lower the learning rate)", sum)
-		}
-		res.Loss = sum / float64(b.Size)
-		return dout, nil
-	}
-	if err := w.sendActivations(ctx, step, out, b); err != nil {
-		return nn.Activation{}, err
-	}
+		return each(len(w.cfg.Next), func(i int) error {
+			msg, err := activationMessage(w.cfg.Backend, w.meta(step, m), out, b, bounds[i], bounds[i+1])
+			if err != nil {
+				return err
+			}
+			return w.cfg.Next[i].send(snd.ctx, msg)
+		})
+	})
+}
+
+// recvGradients returns the gradient of micro-batch m's output, stacked
+// from the downstream partners' pieces.
+func (w *Worker) recvGradients(ctx context.Context, step int64, m int, out nn.Activation) (nn.Activation, error) {
 	bounds := chunks(out.Rows, len(w.cfg.Next))
 	grads := make([]nn.Activation, len(w.cfg.Next))
 	for i, l := range w.cfg.Next {
-		m, err := l.recv(ctx, wire.MsgGradient, step)
+		msg, err := l.recv(ctx, wire.MsgGradient, step, m)
 		if err != nil {
 			return nn.Activation{}, err
 		}
-		grads[i], err = decodeGradient(w.cfg.Backend, m, out.Parts, bounds[i+1]-bounds[i], out.Rows)
-		m.Release()
+		grads[i], err = decodeGradient(w.cfg.Backend, msg, out.Parts, bounds[i+1]-bounds[i], out.Rows)
+		msg.Release()
 		if err != nil {
 			return nn.Activation{}, fmt.Errorf("from %s: %w", l.Peer, err)
 		}
@@ -333,63 +398,25 @@ func (w *Worker) outputGradient(ctx context.Context, step int64, s *nn.Step, out
 	return concatGradients(w.cfg.Backend, grads, out.Parts)
 }
 
-func (w *Worker) meta(step int64) wire.Meta {
-	return wire.Meta{Job: w.job, Stage: uint64(w.cfg.Stage), Replica: uint64(w.cfg.Replica), Step: uint64(step)}
-}
-
-// sendActivations sends each downstream partner its rows of out and b, in
-// parallel.
-func (w *Worker) sendActivations(ctx context.Context, step int64, out nn.Activation, b *data.Batch) error {
-	bounds := chunks(out.Rows, len(w.cfg.Next))
-	if bounds[1] == 0 {
-		return fmt.Errorf("%d rows for %d downstream replicas", out.Rows, len(w.cfg.Next))
-	}
-	return each(len(w.cfg.Next), func(i int) error {
-		m, err := activationMessage(w.cfg.Backend, w.meta(step), out, b, bounds[i], bounds[i+1])
-		if err != nil {
-			return err
-		}
-		return w.cfg.Next[i].send(ctx, m)
-	})
-}
-
-// sendGradients sends each upstream partner the gradient of the rows it
-// sent.
-func (w *Worker) sendGradients(ctx context.Context, step int64, din nn.Activation, rows []int) error {
+// sendGradients queues, for each upstream partner, the gradient of the rows
+// of micro-batch m it sent.
+func (w *Worker) sendGradients(snd *sender, step int64, m int, din nn.Activation, rows []int) {
 	if w.cfg.Stage == 0 {
-		return nil
+		return
 	}
 	bounds := []int{0}
 	for i, n := range rows {
 		bounds = append(bounds, bounds[i]+n)
 	}
-	return each(len(w.cfg.Prev), func(i int) error {
-		m, err := gradientMessage(w.cfg.Backend, w.meta(step), din, bounds[i], bounds[i+1])
-		if err != nil {
-			return err
-		}
-		return w.cfg.Prev[i].send(ctx, m)
+	snd.send(func() error {
+		return each(len(w.cfg.Prev), func(i int) error {
+			msg, err := gradientMessage(w.cfg.Backend, w.meta(step, m), din, bounds[i], bounds[i+1])
+			if err != nil {
+				return err
+			}
+			return w.cfg.Prev[i].send(snd.ctx, msg)
+		})
 	})
-}
-
-func (l Link) send(ctx context.Context, m *wire.Message) error {
-	if err := l.Transport.Send(ctx, l.Peer, l.Stream, m); err != nil {
-		return fmt.Errorf("send %v to %s: %w", m.Type, l.Peer, err)
-	}
-	return nil
-}
-
-// recv returns the next message from l, which must be of type want for step.
-func (l Link) recv(ctx context.Context, want wire.MsgType, step int64) (*wire.MessageView, error) {
-	m, err := l.Transport.Recv(ctx, l.Peer, l.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("receive %v from %s: %w", want, l.Peer, err)
-	}
-	if m.Type != want || m.Meta.Step != uint64(step) {
-		m.Release()
-		return nil, fmt.Errorf("from %s: got %v for step %d, want %v for step %d", l.Peer, m.Type, m.Meta.Step, want, step)
-	}
-	return m, nil
 }
 
 // concatGradients stacks the downstream partners' gradients row-wise.
@@ -424,27 +451,4 @@ func concatGradients(be native.Backend, grads []nn.Activation, parts []nn.Part) 
 		out.Parts = append(out.Parts, part)
 	}
 	return out, nil
-}
-
-// together runs fs in parallel and joins their errors.
-func together(fs ...func() error) error {
-	return each(len(fs), func(i int) error { return fs[i]() })
-}
-
-// each runs f(0..n-1) in parallel (inline when n is 1) and joins the errors.
-func each(n int, f func(i int) error) error {
-	if n == 1 {
-		return f(0)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(i)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
