@@ -49,7 +49,7 @@ func measure(fn func()) float64 {
 	best := 1e300
 	reps := 1
 	var total time.Duration
-	for total < *minTime || reps < 4 {
+	for runs := 0; total < *minTime || runs < 4; runs++ {
 		start := time.Now()
 		for range reps {
 			fn()
