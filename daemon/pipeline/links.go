@@ -96,11 +96,6 @@ func (s *sender) wait() error {
 	return s.err
 }
 
-// together runs fs in parallel and joins their errors.
-func together(fs ...func() error) error {
-	return each(len(fs), func(i int) error { return fs[i]() })
-}
-
 // each runs f(0..n-1) in parallel (inline when n is 1) and joins the errors.
 func each(n int, f func(i int) error) error {
 	if n == 1 {

@@ -226,28 +226,36 @@ func (w *Worker) step(ctx context.Context, step int64, snd *sender) (Result, err
 	if w.last {
 		res.Loss = lossSum / float64(res.Samples)
 	}
-	for m, c := range w.copies {
-		if w.last {
-			break
+	if !w.last {
+		if err := w.backwards(ctx, step, snd, outs, ins, &clk, &res); err != nil {
+			return res, err
 		}
-		dout, err := w.recvGradients(ctx, step, m, outs[m])
-		if err != nil {
-			return res, fmt.Errorf("gradient of micro-batch %d: %w", m, err)
-		}
-		clk.lap(&res.Downstream)
-		r := w.cfg.Layers
-		din, err := c.model.BackwardRange(c.step, r.First, r.Last, dout)
-		if err != nil {
-			return res, fmt.Errorf("backward of micro-batch %d: %w", m, err)
-		}
-		w.sendGradients(snd, step, m, din, ins[m].rows)
-		clk.lap(&res.Compute)
 	}
 	if err := w.push(ctx, step, w.weight(res.Samples)); err != nil {
 		return res, fmt.Errorf("push: %w", err)
 	}
 	clk.lap(&res.Push)
 	return res, nil
+}
+
+// backwards takes each micro-batch's output gradient from downstream, in
+// order, runs backward and queues the input's gradient.
+func (w *Worker) backwards(ctx context.Context, step int64, snd *sender, outs []nn.Activation, ins []input, clk *clock, res *Result) error {
+	r := w.cfg.Layers
+	for m, c := range w.copies {
+		dout, err := w.recvGradients(ctx, step, m, outs[m])
+		if err != nil {
+			return fmt.Errorf("gradient of micro-batch %d: %w", m, err)
+		}
+		clk.lap(&res.Downstream)
+		din, err := c.model.BackwardRange(c.step, r.First, r.Last, dout)
+		if err != nil {
+			return fmt.Errorf("backward of micro-batch %d: %w", m, err)
+		}
+		w.sendGradients(snd, step, m, din, ins[m].rows)
+		clk.lap(&res.Compute)
+	}
+	return nil
 }
 
 // lossAndBackward runs the loss and backward of a micro-batch on the last
