@@ -54,8 +54,20 @@
 // (Config.Mode) pulls take what the servers hold and every push, weight 1,
 // is applied on arrival: plain asynchronous SGD.
 //
+// # Wiring a job
+//
+// Build the model once with the job's seed on the CPU backend; PSParams and
+// ShardConfigs give each parameter-server shard's ps.Config; ps.NewShard
+// and ps.NewService serve them (Service.Serve on a wire.Listener). Each
+// replica gets a ps.Client whose Dial reaches the shards' services, a
+// wire.Transport with its partners added as peers (the node with the
+// larger id adds its peer before the smaller one dials), its links from
+// PartnerLinks, and a Worker; it then calls Step for steps 1, 2, ... .
+//
 // Limits of this version: models with towers run only as a single stage;
 // global gradient-norm clipping is refused; activations are exchanged from
 // host memory (GPU buffers are copied through it); a step that fails is
-// not retried (its pushes are exactly-once, so a caller may rerun it).
+// not retried (its pushes are exactly-once, so a caller may rerun it); a
+// step's activations in flight on one connection should stay under the
+// wire's QueueBytes (64 MiB by default), or a stalled reader closes it.
 package pipeline

@@ -251,18 +251,9 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
 		MicroBatches: j.micro,
 		StepTimeout:  timeout}
-	self := nodeID(stage, replica)
-	if stage > 0 {
-		for _, up := range Partners(replica, j.replicas[stage], j.replicas[stage-1]) {
-			cfg.Prev = append(cfg.Prev, Link{Transport: trs[self], Peer: nodeID(stage-1, up), Stream: EdgeStream(stage-1, up, replica)})
-		}
-	} else {
+	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)
+	if stage == 0 {
 		cfg.Batches = batches
-	}
-	if stage+1 < len(j.stages) {
-		for _, down := range Partners(replica, j.replicas[stage], j.replicas[stage+1]) {
-			cfg.Next = append(cfg.Next, Link{Transport: trs[self], Peer: nodeID(stage+1, down), Stream: EdgeStream(stage, replica, down)})
-		}
 	}
 	w, err := NewWorker(cfg)
 	if err != nil {

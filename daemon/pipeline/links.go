@@ -35,6 +35,24 @@ func EdgeStream(stage, up, down int) uint32 {
 	return 1<<30 | uint32(stage)<<20 | uint32(up)<<10 | uint32(down)
 }
 
+// PartnerLinks returns the Prev and Next links of replica r of stage in a
+// job whose stages have replicas[i] replicas each: its partners by
+// Partners, each named by node(stage, replica) and reached through t on
+// the pair's EdgeStream.
+func PartnerLinks(t wire.Transport, stage, r int, replicas []int, node func(stage, replica int) string) (prev, next []Link) {
+	if stage > 0 {
+		for _, up := range Partners(r, replicas[stage], replicas[stage-1]) {
+			prev = append(prev, Link{Transport: t, Peer: node(stage-1, up), Stream: EdgeStream(stage-1, up, r)})
+		}
+	}
+	if stage+1 < len(replicas) {
+		for _, down := range Partners(r, replicas[stage], replicas[stage+1]) {
+			next = append(next, Link{Transport: t, Peer: node(stage+1, down), Stream: EdgeStream(stage, r, down)})
+		}
+	}
+	return prev, next
+}
+
 func (l Link) send(ctx context.Context, m *wire.Message) error {
 	if err := l.Transport.Send(ctx, l.Peer, l.Stream, m); err != nil {
 		return fmt.Errorf("send %v to %s: %w", m.Type, l.Peer, err)
