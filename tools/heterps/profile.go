@@ -271,26 +271,11 @@ func newLoopbackPair() (*loopbackPair, error) {
 	for i := range secret {
 		secret[i] = byte(rand.Uint32())
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := wire.NewTCPTransport("127.0.0.1:0", wire.Config{NodeID: "b", Secret: secret, Logger: quiet})
+	a, b, err := wire.LoopbackPair(secret, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err
 	}
-	a, err := wire.NewTCPTransport("127.0.0.1:0", wire.Config{NodeID: "a", Secret: secret, Logger: quiet})
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	p := &loopbackPair{a: a, b: b}
-	if err := b.AddPeer("a", ""); err != nil {
-		p.close()
-		return nil, err
-	}
-	if err := a.AddPeer("b", b.Addr().String()); err != nil {
-		p.close()
-		return nil, err
-	}
-	return p, nil
+	return &loopbackPair{a: a, b: b}, nil
 }
 
 func (p *loopbackPair) close() {

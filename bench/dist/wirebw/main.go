@@ -192,26 +192,11 @@ func newWirePair() (*wirePair, error) {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := func(id string) wire.Config { return wire.Config{NodeID: id, Secret: secret, Logger: quiet} }
-	b, err := wire.NewTCPTransport("127.0.0.1:0", cfg("b"))
+	a, b, err := wire.LoopbackPair(secret, quiet)
 	if err != nil {
 		return nil, err
 	}
-	a, err := wire.NewTCPTransport("127.0.0.1:0", cfg("a"))
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	p := &wirePair{a: a, b: b}
-	if err := b.AddPeer("a", ""); err != nil {
-		p.close()
-		return nil, err
-	}
-	if err := a.AddPeer("b", b.Addr().String()); err != nil {
-		p.close()
-		return nil, err
-	}
-	return p, nil
+	return &wirePair{a: a, b: b}, nil
 }
 
 func (p *wirePair) close() {
