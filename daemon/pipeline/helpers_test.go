@@ -300,14 +300,17 @@ func (j *job) run(batches func(replica int) func(context.Context, int64) (*data.
 }
 
 // maxDiff compares the servers' parameters after the job with a
-// single-process model's: every dense block, and every row of every table.
-func (j *job) maxDiff(ref *nn.Model) float64 {
+// single-process model's: every dense block, and every row of every table
+// (or the rows of ids, if given).
+func (j *job) maxDiff(ref *nn.Model, ids ...int64) float64 {
 	j.t.Helper()
 	c := j.client(0, 0)
 	ctx := context.Background()
-	all := make([]int64, testVocab)
-	for i := range all {
-		all[i] = int64(i)
+	all := ids
+	if all == nil {
+		for i := range int64(testVocab) {
+			all = append(all, i)
+		}
 	}
 	worst := 0.0
 	for _, p := range ref.Params() {
@@ -322,6 +325,9 @@ func (j *job) maxDiff(ref *nn.Model) float64 {
 			j.t.Fatal(err)
 		}
 		want, _ := native.Host(p.Value)
+		if p.Sparse {
+			want = tableRows(want, p.Cols, all)
+		}
 		if len(got) != len(want) {
 			j.t.Fatalf("%s: %d values on the servers, %d in the model", p.Name, len(got), len(want))
 		}
@@ -356,4 +362,13 @@ func reference(t *testing.T, cfg *config.Model, steps int64, batch func(step int
 		losses = append(losses, loss)
 	}
 	return tr.Model, losses
+}
+
+// tableRows gathers the rows of ids from a [vocab x dim] table.
+func tableRows(table []float32, dim int, ids []int64) []float32 {
+	out := make([]float32, 0, len(ids)*dim)
+	for _, id := range ids {
+		out = append(out, table[int(id)*dim:int(id+1)*dim]...)
+	}
+	return out
 }
