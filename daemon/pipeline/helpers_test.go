@@ -87,13 +87,13 @@ momentum = 0.9
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func checkLeaks(t *testing.T) {
+func checkLeaks(t testing.TB) {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
-func modelConfig(t *testing.T, optim string) *config.Model {
+func modelConfig(t testing.TB, optim string) *config.Model {
 	t.Helper()
 	m, err := config.ParseModel("pipe.toml", fmt.Appendf(nil, ctrModel, optim))
 	if err != nil {
@@ -102,7 +102,7 @@ func modelConfig(t *testing.T, optim string) *config.Model {
 	return m
 }
 
-func buildModel(t *testing.T, cfg *config.Model) *nn.Model {
+func buildModel(t testing.TB, cfg *config.Model) *nn.Model {
 	t.Helper()
 	m, err := nn.Build(native.MustCPU(), cfg, testSeed)
 	if err != nil {
@@ -134,7 +134,7 @@ func testBatch(stream, i uint64, n int) *data.Batch {
 // job is an in-process distributed job: parameter-server shards behind a
 // loopback service, and one wire transport per worker.
 type job struct {
-	t        *testing.T
+	t        testing.TB
 	cfg      *config.Model
 	stages   []Range
 	replicas []int
@@ -145,7 +145,7 @@ type job struct {
 	shards   []*ps.Shard
 }
 
-func newJob(t *testing.T, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
+func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
 	t.Helper()
 	j := &job{t: t, cfg: cfg, stages: stages, replicas: replicas, steps: steps, mode: mode}
 	tables, blocks, err := PSParams(buildModel(t, cfg), stages, steps)
@@ -267,24 +267,41 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 // own goroutine, and returns the last stage's losses per replica and step.
 func (j *job) run(batches func(replica int) func(context.Context, int64) (*data.Batch, error)) [][]float64 {
 	j.t.Helper()
+	return j.train(j.workers(batches), 1, j.steps)
+}
+
+// workers builds every replica's worker; ws[stage][replica].
+func (j *job) workers(batches func(replica int) func(context.Context, int64) (*data.Batch, error)) [][]*Worker {
+	j.t.Helper()
 	trs := j.transports()
-	last := len(j.stages) - 1
-	losses := make([][]float64, j.replicas[last])
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
+	ws := make([][]*Worker, len(j.replicas))
 	for st, n := range j.replicas {
 		for r := range n {
-			w := j.worker(trs, st, r, batches(r), 30*time.Second)
+			ws[st] = append(ws[st], j.worker(trs, st, r, batches(r), 30*time.Second))
+		}
+	}
+	return ws
+}
+
+// train runs steps [first, last] on every worker at once.
+func (j *job) train(ws [][]*Worker, first, last int64) [][]float64 {
+	j.t.Helper()
+	final := len(ws) - 1
+	losses := make([][]float64, len(ws[final]))
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for st := range ws {
+		for r, w := range ws[st] {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for step := int64(1); step <= j.steps; step++ {
+				for step := first; step <= last; step++ {
 					res, err := w.Step(context.Background(), step)
 					if err != nil {
 						errs <- err
 						return
 					}
-					if st == last {
+					if st == final {
 						losses[r] = append(losses[r], res.Loss)
 					}
 				}
@@ -347,7 +364,7 @@ func fixedBatches(f func(step int64) *data.Batch) func(context.Context, int64) (
 }
 
 // reference trains the model single-process on batch(step) for steps.
-func reference(t *testing.T, cfg *config.Model, steps int64, batch func(step int64) *data.Batch) (*nn.Model, []float64) {
+func reference(t testing.TB, cfg *config.Model, steps int64, batch func(step int64) *data.Batch) (*nn.Model, []float64) {
 	t.Helper()
 	tr, err := nn.NewTrainer(native.MustCPU(), cfg, testSeed, steps)
 	if err != nil {
