@@ -38,22 +38,29 @@ type ClientConfig struct {
 	// the old one dropped; 0 = 3. Resent pushes are safe: a shard applies a
 	// push identity at most once.
 	Retries int
+	// Lanes is how many requests to one shard may be in flight at once,
+	// each on its own connection; 0 = DefaultLanes.
+	Lanes int
 }
+
+// DefaultLanes is the default of ClientConfig.Lanes.
+const DefaultLanes = 4
 
 // Client pulls and pushes a job's parameters over the shards' services:
 // row ids spread over shards by ShardOf, blocks found by BlockShard. Its
-// methods are safe for concurrent use; requests to one shard go one at a
-// time, requests to different shards in parallel.
+// methods are safe for concurrent use; up to Lanes requests per shard are
+// in flight at once (a BSP pull waiting for a step does not hold up the
+// pushes that complete it), requests to different shards in parallel.
 type Client struct {
 	cfg   ClientConfig
 	job   uint64
-	links []*shardLink
+	lanes []chan *shardLink // per shard: the idle lanes
+	all   []*shardLink
 }
 
-// shardLink is the client's connection to one shard; mu serialises its
-// requests.
+// shardLink is one lane to one shard: a connection that carries one
+// request at a time. Whoever took it from its shard's idle channel owns it.
 type shardLink struct {
-	mu    sync.Mutex
 	index int
 	conn  *wire.Conn
 }
@@ -76,19 +83,26 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Retries <= 0 {
 		cfg.Retries = 3
 	}
-	c := &Client{cfg: cfg, job: JobKey(cfg.Job), links: make([]*shardLink, cfg.Shards)}
-	for i := range c.links {
-		c.links[i] = &shardLink{index: i}
+	if cfg.Lanes <= 0 {
+		cfg.Lanes = DefaultLanes
+	}
+	c := &Client{cfg: cfg, job: JobKey(cfg.Job), lanes: make([]chan *shardLink, cfg.Shards)}
+	for i := range c.lanes {
+		c.lanes[i] = make(chan *shardLink, cfg.Lanes)
+		for range cfg.Lanes {
+			l := &shardLink{index: i}
+			c.lanes[i] <- l
+			c.all = append(c.all, l)
+		}
 	}
 	return c, nil
 }
 
-// Close closes the client's connections.
+// Close closes the client's connections. Call it when no request is in
+// flight.
 func (c *Client) Close() error {
-	for _, l := range c.links {
-		l.mu.Lock()
+	for _, l := range c.all {
 		l.drop()
-		l.mu.Unlock()
 	}
 	return nil
 }
@@ -236,11 +250,15 @@ func (c *Client) push(ctx context.Context, i int, m *wire.Message) error {
 // a fresh connection when the connection drops. A MsgError reply is
 // returned as an error wrapping ErrRemote, and not retried.
 func (c *Client) call(ctx context.Context, i int, m *wire.Message, want wire.MsgType) (*wire.MessageView, error) {
-	l := c.links[i]
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	var l *shardLink
+	select {
+	case l = <-c.lanes[i]:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("shard %d: waiting for a free lane: %w", i, ctx.Err())
+	}
+	defer func() { c.lanes[i] <- l }()
 	var lastErr error
 	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
 		reply, err := c.roundTrip(ctx, l, m)

@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -231,7 +232,7 @@ func TestClientRedialsAndResentPushAppliesOnce(t *testing.T) {
 	}
 	defer bridge.Close()
 	var dials atomic.Int32
-	c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
+	c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second, Lanes: 1,
 		Dial: func(ctx context.Context, i int) (*wire.Conn, error) {
 			dials.Add(1)
 			return dialer(bridge.Addr())(ctx, i)
@@ -257,6 +258,34 @@ func TestClientRedialsAndResentPushAppliesOnce(t *testing.T) {
 	}
 	if n := dials.Load(); n != 2 {
 		t.Fatalf("%d dials, want 2 (one redial after the cut)", n)
+	}
+}
+
+// A BSP pull that waits for a step holds one lane; the push that completes
+// the step goes on another.
+func TestClientPullWaitsWhilePushGoesThrough(t *testing.T) {
+	checkLeaks(t)
+	c := newClient(t, served(t, ServiceOptions{}, newTestShard(t, BSP, 1, adam)), 1, 0)
+	ctx := context.Background()
+	pulled := make(chan error, 1)
+	go func() {
+		_, v, err := c.PullBlock(ctx, testBlock, 1)
+		if err == nil && v != 1 {
+			err = fmt.Errorf("version %d, want 1", v)
+		}
+		pulled <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let the pull take its lane and wait
+	if err := c.PushBlock(ctx, testBlock, 1, 2, make([]float32, testLen)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-pulled:
+		if err != nil {
+			t.Fatalf("waiting pull: %v", err)
+		}
+	case <-time.After(4 * time.Second):
+		t.Fatal("the pull still waits after the push completed the step")
 	}
 }
 
