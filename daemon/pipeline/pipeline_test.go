@@ -41,20 +41,62 @@ func TestTwoStagesEqualSingleProcessBitForBit(t *testing.T) {
 	}
 }
 
-// The zoo's ctrdnn (26 slots, a 1M-row table, FC 512-256-128-32-1, Adam)
-// on synthetic Criteo-like data, split after the concat layer: bit-identical
-// to single-process training, as for the small model.
-func TestCTRDNNTwoStagesBitForBit(t *testing.T) {
+// Models from the zoo on their kind of data, bit-identical to
+// single-process training: ctrdnn (26 slots, a 1M-row table, FC
+// 512-256-128-32-1, Adam) on synthetic Criteo-like data split after the
+// concat layer; the digits MLP (dense input, softmax over classes, which
+// travel with the activations) split after its first FC; and the two-tower
+// matchnet, which runs only as a single stage.
+func TestZooModelsBitForBit(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds ctrdnn's 1M-row table several times; skipped with -short")
+		t.Skip("builds 1M-row tables several times; skipped with -short")
 	}
 	checkLeaks(t)
-	const steps, size = 3, 32
-	cfg, err := config.LoadModel("ctrdnn")
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		model, data string
+		stages      []Range
+	}{
+		{"ctrdnn", "synthetic:5", []Range{{0, 1}, {2, 6}}},
+		{"mlp-digits", "digits:../data/testdata/digits.csv.gz", []Range{{0, 1}, {2, 3}}},
+		{"matchnet", "pairs:3", []Range{{0, 6}}},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			const steps, size = 3, 32
+			cfg, err := config.LoadModel(tc.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches, ids := readBatches(t, cfg, tc.data, steps, size)
+			batch := func(step int64) *data.Batch { return batches[step-1] }
+			replicas := make([]int, len(tc.stages))
+			for i := range replicas {
+				replicas[i] = 1
+			}
+			j := newJob(t, cfg, tc.stages, replicas, steps, ps.BSP)
+			losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) {
+				return func(_ context.Context, step int64) (*data.Batch, error) {
+					if step > steps { // the prefetch past the end
+						return nil, io.EOF
+					}
+					return batch(step), nil
+				}
+			})
+			ref, refLosses := reference(t, cfg, steps, batch)
+			if !slices.Equal(losses[0], refLosses) {
+				t.Fatalf("losses %v, single-process %v", losses[0], refLosses)
+			}
+			if d := j.maxDiff(ref, ids...); d != 0 {
+				t.Fatalf("parameters differ from single-process training by up to %g, want bit-identical", d)
+			}
+		})
 	}
-	src, err := data.Open("synthetic:5", data.Options{Vocab: cfg.Input.Vocab})
+}
+
+// readBatches reads steps batches from a data spec and returns them with
+// the distinct ids they hold, ascending.
+func readBatches(t *testing.T, cfg *config.Model, spec string, steps, size int) ([]*data.Batch, []int64) {
+	t.Helper()
+	src, err := data.Open(spec, data.Options{Vocab: cfg.Input.Vocab})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,24 +113,7 @@ func TestCTRDNNTwoStagesBitForBit(t *testing.T) {
 			seen[id] = true
 		}
 	}
-	batch := func(step int64) *data.Batch { return batches[step-1] }
-	j := newJob(t, cfg, []Range{{0, 1}, {2, 6}}, []int{1, 1}, steps, ps.BSP)
-	losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) {
-		return func(_ context.Context, step int64) (*data.Batch, error) {
-			if step > steps { // the prefetch past the end
-				return nil, io.EOF
-			}
-			return batch(step), nil
-		}
-	})
-	ref, refLosses := reference(t, cfg, steps, batch)
-	if !slices.Equal(losses[0], refLosses) {
-		t.Fatalf("losses %v, single-process %v", losses[0], refLosses)
-	}
-	ids := slices.Sorted(maps.Keys(seen))
-	if d := j.maxDiff(ref, ids...); d != 0 {
-		t.Fatalf("parameters differ from single-process training by up to %g, want bit-identical", d)
-	}
+	return batches, slices.Sorted(maps.Keys(seen))
 }
 
 // Data-parallel replicas with different batch sizes: BSP with weights
