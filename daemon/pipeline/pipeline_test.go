@@ -323,6 +323,7 @@ func TestNewWorkerRefusesBadConfigs(t *testing.T) {
 		"stage 0 without data":   func(c *Config) { c.Batches = nil },
 		"parameters without PS":  func(c *Config) { c.PS = nil },
 		"stage beyond the count": func(c *Config) { c.Stage = 2 },
+		"too many micro-batches": func(c *Config) { c.MicroBatches = MaxMicroBatches + 1 },
 	} {
 		c := base()
 		change(&c)

@@ -21,6 +21,9 @@ const DefaultStepTimeout = 5 * time.Minute
 // maxReplicas bounds stages and replicas so that EdgeStream is one-to-one.
 const maxReplicas = 1 << 10
 
+// MaxMicroBatches bounds Config.MicroBatches.
+const MaxMicroBatches = 32
+
 // Config describes one replica of one stage.
 type Config struct {
 	Job     string
@@ -35,7 +38,9 @@ type Config struct {
 	Backend native.Backend
 	// MicroBatches splits each step's batch (at stage 0) into this many
 	// micro-batches that flow through the stages one after another; every
-	// stage of a job must use the same number. 0 means 1.
+	// stage of a job must use the same number. 0 means 1; at most
+	// MaxMicroBatches, so that a step's messages fit the wire's per-stream
+	// queues (a stage reads its gradients only after all its forwards).
 	MicroBatches int
 	// PS holds the stage's parameters; required if Layers have any. Mode
 	// is the servers' mode: BSP pulls wait for the previous step's update,
@@ -137,8 +142,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("stage %d of %d with %d downstream partners", c.Stage, c.Stages, len(c.Next))
 	case c.Stage == 0 && c.Batches == nil:
 		return errors.New("stage 0 needs Batches")
-	case c.MicroBatches < 0 || c.MicroBatches > 1024:
-		return fmt.Errorf("%d micro-batches", c.MicroBatches)
+	case c.MicroBatches < 0 || c.MicroBatches > MaxMicroBatches:
+		return fmt.Errorf("%d micro-batches, want at most %d", c.MicroBatches, MaxMicroBatches)
 	}
 	return nil
 }
