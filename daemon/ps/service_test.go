@@ -300,3 +300,42 @@ func TestClientReportsRemoteErrors(t *testing.T) {
 		t.Fatalf("pull of an unknown table: %v, want ErrRemote", err)
 	}
 }
+
+// Whatever a request holds, the service answers it without panicking, and
+// only with a reply type the protocol allows.
+func FuzzServiceRequest(f *testing.F) {
+	shard := newTestShard(f, ASP, 1, adam)
+	svc, err := NewService(ServiceOptions{MaxIDs: 64, Logger: quiet}, shard)
+	if err != nil {
+		f.Fatal(err)
+	}
+	job, table, block := JobKey("j"), ParamKey(testTable), ParamKey(testBlock)
+	seeds := []wire.Message{
+		{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: table}, Tensors: []wire.Tensor{wire.I64Tensor([]int64{1, 2}, 2)}},
+		{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: block}},
+		{Type: wire.MsgPushSparse, Meta: wire.Meta{Job: job, Key: table, Step: 1, Batch: 1},
+			Tensors: []wire.Tensor{wire.I64Tensor([]int64{3}, 1), wire.F32Tensor(make([]float32, testDim), 1, testDim)}},
+		{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Step: 1, Batch: 1},
+			Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}},
+	}
+	for _, m := range seeds {
+		p, err := wire.AppendMessage(nil, &m, 1<<20)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(m.Type), p)
+	}
+	f.Fuzz(func(t *testing.T, typ uint8, payload []byte) {
+		req, err := wire.DecodeMessage(wire.MsgType(typ), payload, 1<<20)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		switch reply := svc.handle(ctx, 0, req); reply.Type {
+		case wire.MsgPullReply, wire.MsgAck, wire.MsgError:
+		default:
+			t.Fatalf("reply type %v", reply.Type)
+		}
+	})
+}
