@@ -24,10 +24,14 @@ type GPU struct {
 
 // RegisterRequest is the body of POST /v1/nodes/register.
 type RegisterRequest struct {
-	Name        string `json:"name"`
-	DataAddr    string `json:"data_addr"` // host:port of the node's wire listener
-	Type        string `json:"type"`      // catalog type name the node offers
-	Units       int    `json:"units"`     // units of Type the node offers
+	Name     string `json:"name"`
+	DataAddr string `json:"data_addr"` // host:port of the node's wire listener
+	// PSAddr is the host:port of the node's parameter-server listener when
+	// it is not DataAddr (a node daemon serves stage links and PS shards on
+	// separate listeners); empty means DataAddr.
+	PSAddr      string `json:"ps_addr,omitempty"`
+	Type        string `json:"type"`  // catalog type name the node offers
+	Units       int    `json:"units"` // units of Type the node offers
 	Cores       int    `json:"cores"`
 	MemoryBytes int64  `json:"memory_bytes"`
 	GPUs        []GPU  `json:"gpus"`
@@ -101,6 +105,11 @@ type Task struct {
 	// PS shards: this shard's index among len(PS).
 	Shard int `json:"shard"`
 
+	// Layout is every stage of the job in order: its layers and replica
+	// count. PS shards declare the stages' parameters from it; stage
+	// replicas find their partners (pipeline.Partners) with it.
+	Layout []StageLayout `json:"layout"`
+
 	Model     string `json:"model"`      // the model file's TOML text
 	Data      string `json:"data"`       // data spec (daemon/data.ParseSpec)
 	DataShard int    `json:"data_shard"` // this replica reads records i with i mod DataShards == DataShard
@@ -111,7 +120,7 @@ type Task struct {
 	Seed       uint64 `json:"seed"`
 	Mode       string `json:"mode"` // ModeBSP or ModeASP
 
-	PS   []string `json:"ps"`   // data_addr of every PS shard, in shard order
+	PS   []string `json:"ps"`   // ps_addr (else data_addr) of every PS shard, in shard order
 	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order
 	Prev []string `json:"prev"` // data_addr of the replicas of stage-1, in replica order
 
@@ -122,6 +131,13 @@ type Task struct {
 
 	CheckpointDir   string `json:"checkpoint_dir,omitempty"`
 	CheckpointEvery int64  `json:"checkpoint_every,omitempty"` // steps; 0 = never
+}
+
+// StageLayout is one stage of a job as its tasks see it.
+type StageLayout struct {
+	FirstLayer int `json:"first_layer"`
+	LastLayer  int `json:"last_layer"`
+	Replicas   int `json:"replicas"`
 }
 
 // JobState is a job's place in its lifecycle.
@@ -191,6 +207,7 @@ type NodeStatus struct {
 	ID            string    `json:"id"`
 	Name          string    `json:"name"`
 	DataAddr      string    `json:"data_addr"`
+	PSAddr        string    `json:"ps_addr,omitempty"`
 	Type          string    `json:"type"`
 	Units         int       `json:"units"`
 	Cores         int       `json:"cores"`

@@ -24,8 +24,9 @@
 // # Nodes
 //
 // A node registers with its name, the host:port of its data-plane (wire)
-// listener, the catalog type it offers and how many units of it, and its
-// inventory. A machine offering several types (a GPU server's GPUs and its
+// listener (and, if it serves parameter-server shards on a listener of
+// their own, that one's as ps_addr), the catalog type it offers and how
+// many units of it, and its inventory. A machine offering several types (a GPU server's GPUs and its
 // CPU cores, as a catalog's [[node]] may list) registers once per type,
 // under distinct names such as "<machine>.<type>", with the same data
 // address. It then heartbeats every HeartbeatIntervalMS, reporting the state
@@ -48,7 +49,8 @@
 // their units (the remainder to the first replicas). Replica r of a stage
 // reads data shard r of Replicas. Parameter-server shards (the plan's
 // ps_cores, at least one) are placed round-robin on live CPU-type nodes, the
-// least loaded first; they do not take a node's offered units. Tasks on
+// least loaded first; they do not take a node's offered units. Every task
+// carries the job's layout: each stage's layers and replica count. Tasks on
 // one node share its data address (several PS shards may, too) and are told
 // apart by task id and shard index.
 package api

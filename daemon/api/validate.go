@@ -47,6 +47,9 @@ func CheckAddr(field, v string) error {
 // Validate checks a registration.
 func (r *RegisterRequest) Validate() error {
 	errs := []error{checkName("name", r.Name), CheckAddr("data_addr", r.DataAddr), checkName("type", r.Type)}
+	if r.PSAddr != "" {
+		errs = append(errs, CheckAddr("ps_addr", r.PSAddr))
+	}
 	if r.Units < 1 || r.Units > MaxUnits {
 		errs = append(errs, fmt.Errorf("units: must be in 1..%d, got %d", MaxUnits, r.Units))
 	}

@@ -216,13 +216,17 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		SecretFile: c.cfg.SecretFile, Plain: c.cfg.SecretFile == "",
 		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every}
 	for _, n := range pl.ps {
-		base.PS = append(base.PS, n.req.DataAddr)
+		base.PS = append(base.PS, n.psAddr())
 	}
 	addrs := make([][]string, len(pl.stages))
 	for i, reps := range pl.stages {
 		for _, r := range reps {
 			addrs[i] = append(addrs[i], r.node.req.DataAddr)
 		}
+	}
+	for i, reps := range pl.stages {
+		s := j.plan.Stages[i]
+		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps)})
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]

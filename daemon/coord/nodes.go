@@ -24,6 +24,14 @@ type node struct {
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }
 
+// psAddr is where the node serves parameter-server shards.
+func (n *node) psAddr() string {
+	if n.req.PSAddr != "" {
+		return n.req.PSAddr
+	}
+	return n.req.DataAddr
+}
+
 // describe names a node for messages: "node gpu-3 (10.0.0.3:7070)".
 func (n *node) describe() string { return fmt.Sprintf("node %s (%s)", n.req.Name, n.req.DataAddr) }
 
@@ -139,7 +147,7 @@ func (c *Coordinator) nodeStatuses() []api.NodeStatus {
 		if gpus == nil {
 			gpus = []api.GPU{}
 		}
-		out = append(out, api.NodeStatus{ID: n.id, Name: n.req.Name, DataAddr: n.req.DataAddr, Type: n.req.Type,
+		out = append(out, api.NodeStatus{ID: n.id, Name: n.req.Name, DataAddr: n.req.DataAddr, PSAddr: n.req.PSAddr, Type: n.req.Type,
 			Units: n.req.Units, Cores: n.req.Cores, MemoryBytes: n.req.MemoryBytes, GPUs: gpus, State: n.state,
 			Reason: n.reason, Registered: n.registered, LastHeartbeat: n.lastSeen, Tasks: tasks})
 	}

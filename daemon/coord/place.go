@@ -151,10 +151,12 @@ func placePS(shards int, cl cluster, used map[*node]bool) ([]*node, error) {
 
 func (pl *placement) checkLoopback() error {
 	check := func(n *node) error {
-		host, _, _ := net.SplitHostPort(n.req.DataAddr)
-		ip := net.ParseIP(host)
-		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("%s is not on loopback: the plain data plane is for loopback only; configure a cluster secret", n.describe())
+		for _, addr := range []string{n.req.DataAddr, n.psAddr()} {
+			host, _, _ := net.SplitHostPort(addr)
+			ip := net.ParseIP(host)
+			if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+				return fmt.Errorf("%s is not on loopback: the plain data plane is for loopback only; configure a cluster secret", n.describe())
+			}
 		}
 		return nil
 	}

@@ -1,0 +1,118 @@
+package config
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+)
+
+// Node is a node daemon's file (`heterpsd --role=node --config node.toml`):
+// who it is, where its coordinator is, where it listens, and what it offers.
+//
+//	version = 1
+//	name = "gpu-3"
+//	coordinator = "http://10.0.0.1:7070"
+//	listen = "10.0.0.3:7071"     # stage links (the wire transport)
+//	ps_listen = "10.0.0.3:7171"  # parameter-server shards
+//	type = "cpu-1t"              # a catalog type
+//	units = 1
+//	threads = 1                  # CPU threads per unit
+//	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
+//
+// Port 0 in listen or ps_listen picks a free port, which the node registers.
+type Node struct {
+	Version     int    `toml:"version"`
+	Name        string `toml:"name"`
+	Coordinator string `toml:"coordinator"`
+	Listen      string `toml:"listen"`
+	PSListen    string `toml:"ps_listen"`
+	Type        string `toml:"type"`
+	Units       int    `toml:"units"`
+	Threads     int    `toml:"threads"`
+	SecretFile  string `toml:"secret_file"`
+	Plain       bool   `toml:"plain"`
+}
+
+// maxNodeUnits bounds units and threads (the control plane's own bound).
+const maxNodeUnits = 1 << 16
+
+// LoadNode reads, decodes and validates a node file.
+func LoadNode(path string) (*Node, error) {
+	var n Node
+	src, err := DecodeFile(path, &n)
+	if err != nil {
+		return nil, err
+	}
+	return n.finish(NewLocator(path, src))
+}
+
+// ParseNode decodes and validates a node file's contents, named name in
+// errors.
+func ParseNode(name string, src []byte) (*Node, error) {
+	var n Node
+	if err := Decode(name, src, &n); err != nil {
+		return nil, err
+	}
+	return n.finish(NewLocator(name, src))
+}
+
+func (n *Node) finish(loc *Locator) (*Node, error) {
+	if n.Version == 0 {
+		n.Version = 1
+	}
+	if n.Threads == 0 {
+		n.Threads = 1
+	}
+	if err := n.validate(loc); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) validate(loc *Locator) error {
+	var errs errorList
+	if n.Version != 1 {
+		errs.add(loc.Errorf("version", "unsupported version %d (this heterps reads version 1)", n.Version))
+	}
+	if !identifier.MatchString(n.Name) {
+		errs.add(loc.Errorf("name", "%q is not a node name (letters, digits, '.', '_' and '-')", n.Name))
+	}
+	if u, err := url.Parse(n.Coordinator); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs.add(loc.Errorf("coordinator", "%q is not an http(s) URL", n.Coordinator))
+	}
+	for _, f := range []struct{ field, addr string }{{"listen", n.Listen}, {"ps_listen", n.PSListen}} {
+		if !isHostPort(f.addr) {
+			errs.add(loc.Errorf(f.field, "%q is not host:port (port 0 picks a free one)", f.addr))
+		} else if n.Plain && !isLoopback(f.addr) {
+			errs.add(loc.Errorf(f.field, "%q is not a loopback address: plain mode is for loopback only; set secret_file", f.addr))
+		}
+	}
+	if !identifier.MatchString(n.Type) {
+		errs.add(loc.Errorf("type", "%q is not a type name", n.Type))
+	}
+	if n.Units < 1 || n.Units > maxNodeUnits {
+		errs.add(loc.Errorf("units", "must be in 1..%d, got %d", maxNodeUnits, n.Units))
+	}
+	if n.Threads < 1 || n.Threads > maxNodeUnits {
+		errs.add(loc.Errorf("threads", "must be in 1..%d, got %d", maxNodeUnits, n.Threads))
+	}
+	if n.Plain == (n.SecretFile != "") {
+		errs.add(loc.Errorf("secret_file", "set exactly one of secret_file and plain = true"))
+	}
+	return errs.err()
+}
+
+func isHostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, _ := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}

@@ -1,0 +1,54 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const goodNode = `version = 1
+name = "local-0"
+coordinator = "http://127.0.0.1:7070"
+listen = "127.0.0.1:0"
+ps_listen = "127.0.0.1:0"
+type = "cpu-1t"
+units = 1
+plain = true
+`
+
+func TestParseNode(t *testing.T) {
+	n, err := ParseNode("node.toml", []byte(goodNode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Name != "local-0" || n.Threads != 1 || n.Units != 1 || !n.Plain || n.Listen != "127.0.0.1:0" {
+		t.Errorf("parsed %+v", n)
+	}
+}
+
+func TestNodeErrorsNameTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, old, new string
+		line           int
+		field          string
+	}{
+		{"bad coordinator", `"http://127.0.0.1:7070"`, `"127.0.0.1:7070"`, 3, "coordinator"},
+		{"bad listen", `listen = "127.0.0.1:0"`, `listen = "nowhere"`, 4, "listen"},
+		{"plain off loopback", `ps_listen = "127.0.0.1:0"`, `ps_listen = "10.1.2.3:7171"`, 5, "ps_listen"},
+		{"no units", `units = 1`, `units = 0`, 7, "units"},
+		{"no secret", `plain = true`, `plain = false`, 0, "secret_file"},
+		{"unknown key", `units = 1`, `unit = 1`, 7, "unit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(goodNode, tc.old, tc.new, 1)
+			_, err := ParseNode("node.toml", []byte(src))
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a *config.Error", err)
+			}
+			if ce.Line != tc.line || ce.Field != tc.field || ce.File != "node.toml" {
+				t.Errorf("error at %s:%d field %q (%v), want line %d field %q", ce.File, ce.Line, ce.Field, err, tc.line, tc.field)
+			}
+		})
+	}
+}

@@ -1,0 +1,261 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/wire"
+)
+
+// Config configures a node daemon.
+type Config struct {
+	Name        string
+	Coordinator string // the coordinator's URL
+	// Listen is where stage links are served (the wire transport) and
+	// PSListen where parameter-server shards are; port 0 picks a free port.
+	// The node registers the addresses it is bound to.
+	Listen, PSListen string
+	Type             string // the catalog type it offers
+	Units            int
+	Threads          int // CPU threads per unit; 0 = 1
+	Secret           []byte
+	Plain            bool // no secret: loopback only
+
+	// ReadyTimeout bounds how long a stage waits for its partners and
+	// parameter servers to come up; 0 = DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+	// StepTimeout bounds one training step; 0 = the pipeline's default.
+	StepTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// DefaultReadyTimeout is Config.ReadyTimeout's default.
+const DefaultReadyTimeout = time.Minute
+
+// ConfigFromFile turns a node file into a Config, reading its secret.
+func ConfigFromFile(n *config.Node) (Config, error) {
+	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
+		Units: n.Units, Threads: n.Threads, Plain: n.Plain}
+	if n.SecretFile != "" {
+		secret, err := wire.LoadSecret(n.SecretFile)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.Secret = secret
+	}
+	return cfg, nil
+}
+
+// Agent is a running node daemon: its listeners, its registration with the
+// coordinator and the tasks the coordinator gave it.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	ctl       control
+	http      *http.Transport
+	transport *wire.TCPTransport
+	peers     *peerSet
+	ps        *psHost
+	dataAddr  string
+	psAddr    string
+
+	mu    sync.Mutex
+	tasks map[string]*task
+	wg    sync.WaitGroup // task goroutines
+}
+
+// New opens the node's listeners. Run then registers and serves; it closes
+// them when it returns.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Threads <= 0 {
+		cfg.Threads = 1
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{},
+		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}}
+	a.ctl = control{base: cfg.Coordinator, client: &http.Client{Transport: a.http, Timeout: 30 * time.Second}}
+	if err := a.listen(); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	return a, nil
+}
+
+// listen starts the wire transport, whose node id is its own address (what
+// the coordinator gives partners to reach it), and the PS listener.
+func (a *Agent) listen() error {
+	addr, err := concreteAddr(a.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	a.transport, err = wire.NewTCPTransport(addr, a.wireConfig(addr))
+	if err != nil {
+		return err
+	}
+	a.dataAddr = a.transport.Addr().String()
+	ln, err := wire.Listen(a.cfg.PSListen, a.wireConfig("ps@"+a.dataAddr))
+	if err != nil {
+		a.transport.Close()
+		return err
+	}
+	a.psAddr = ln.Addr().String()
+	a.peers = newPeerSet(a.transport)
+	a.ps = newPSHost(ln, a.cfg.ReadyTimeout, a.log)
+	return nil
+}
+
+// concreteAddr returns addr with port 0 replaced by a port free now: the
+// transport's node id is its address, which must be known before it
+// listens.
+func concreteAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("listen %q: %w", addr, err)
+	}
+	if port != "0" {
+		return addr, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", fmt.Errorf("listen %q: %w", addr, err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func (a *Agent) wireConfig(id string) wire.Config {
+	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, Logger: a.log}
+}
+
+// DataAddr is the address of the node's stage links; PSAddr that of its
+// parameter-server shards.
+func (a *Agent) DataAddr() string { return a.dataAddr }
+
+// PSAddr is the address of the node's parameter-server listener.
+func (a *Agent) PSAddr() string { return a.psAddr }
+
+// Run registers with the coordinator and heartbeats, running the tasks of
+// each reply, until ctx ends. It then cancels the tasks, waits for them,
+// sends a last heartbeat that reports them abandoned, closes the listeners
+// and returns nil. A coordinator that forgets the node (410 or 404) gets a
+// new registration; one that cannot be reached is retried.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { a.ps.serve(ctx) })
+	defer func() {
+		wg.Wait()
+		a.ps.close()
+		a.transport.Close()
+		a.log.Info("stopped")
+	}()
+
+	inv, err := TakeInventory()
+	if err != nil {
+		a.log.Warn("inventory", "err", err)
+	}
+	req := api.RegisterRequest{Name: a.cfg.Name, DataAddr: a.dataAddr, PSAddr: a.psAddr, Type: a.cfg.Type,
+		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs}
+	id := ""
+	for ctx.Err() == nil {
+		var interval time.Duration
+		id, interval = a.register(ctx, req)
+		if id == "" {
+			break
+		}
+		err := a.heartbeatLoop(ctx, id, interval)
+		if ctx.Err() != nil {
+			break
+		}
+		a.log.Warn("registering again", "err", err)
+		a.stopTasks("the coordinator forgot this node")
+		id = ""
+	}
+	a.shutdown(id)
+	return nil
+}
+
+// register registers, retrying with backoff until it succeeds or ctx ends
+// (then the id is empty).
+func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, time.Duration) {
+	wait := 100 * time.Millisecond
+	for {
+		resp, err := a.ctl.register(ctx, req)
+		if err == nil {
+			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr)
+			return resp.NodeID, max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond)
+		}
+		a.log.Warn("register", "err", err)
+		if !sleep(ctx, wait) {
+			return "", 0
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// heartbeatLoop heartbeats every interval until ctx ends or the
+// coordinator forgets the node.
+func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		resp, err := a.ctl.heartbeat(ctx, id, api.Heartbeat{Tasks: a.reports()})
+		switch {
+		case errors.Is(err, errGone):
+			return err
+		case err != nil && ctx.Err() == nil:
+			a.log.Warn("heartbeat", "err", err)
+		case err == nil:
+			a.reconcile(ctx, resp.Tasks)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// shutdown cancels every task, waits for them and tells the coordinator
+// (if registered) which were abandoned.
+func (a *Agent) shutdown(id string) {
+	a.stopTasks("")
+	a.wg.Wait()
+	if id != "" {
+		reports := a.reports()
+		for i := range reports {
+			if reports[i].State == api.TaskRunning {
+				reports[i].State = api.TaskFailed
+				reports[i].Error = fmt.Sprintf("node %s shut down at step %d", a.cfg.Name, reports[i].Step)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := a.ctl.heartbeat(ctx, id, api.Heartbeat{Tasks: reports}); err != nil {
+			a.log.Warn("last heartbeat", "err", err)
+		}
+		cancel()
+	}
+	a.http.CloseIdleConnections()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

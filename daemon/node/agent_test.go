@@ -1,0 +1,239 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/coord"
+)
+
+// Test timing: heartbeats every interval; a silent node is dead after
+// hbTimeout; waits give up after patience (the race detector on two shared
+// cores is slow).
+const (
+	interval  = 50 * time.Millisecond
+	hbTimeout = 2 * time.Second
+	patience  = 90 * time.Second
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// cluster is a coordinator and node daemons in this process, on loopback.
+type cluster struct {
+	t      *testing.T
+	base   string
+	client *http.Client
+	ctx    context.Context
+	wg     sync.WaitGroup
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	cat, err := config.LoadCatalog("testdata/catalog.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: interval, HeartbeatTimeout: hbTimeout, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl := &cluster{t: t, base: "http://" + ln.Addr().String(), ctx: ctx,
+		client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
+	cl.wg.Go(func() { c.Serve(ctx, ln) })
+	t.Cleanup(func() {
+		cancel()
+		cl.wg.Wait()
+		cl.client.CloseIdleConnections()
+	})
+	return cl
+}
+
+// startNode runs a node daemon offering one unit of typ until the test
+// ends or the returned function stops it.
+func (cl *cluster) startNode(name, typ string) (stop func()) {
+	cl.t.Helper()
+	a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: typ, Units: 1, Plain: true, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(cl.ctx)
+	done := make(chan struct{})
+	cl.wg.Go(func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			cl.t.Errorf("node %s: %v", name, err)
+		}
+	})
+	return func() { cancel(); <-done }
+}
+
+func (cl *cluster) do(method, path, contentType string, body []byte, out any) {
+	cl.t.Helper()
+	req, err := http.NewRequest(method, cl.base+path, bytes.NewReader(body))
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := cl.client.Do(req)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		cl.t.Fatalf("%s %s: %s: %s", method, path, resp.Status, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		cl.t.Fatal(err)
+	}
+}
+
+func (cl *cluster) submit(path string) string {
+	cl.t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	var resp api.SubmitResponse
+	cl.do(http.MethodPost, "/v1/jobs", api.ContentTypeTOML, src, &resp)
+	return resp.JobID
+}
+
+func (cl *cluster) job(id string) api.JobStatus {
+	cl.t.Helper()
+	var s api.JobStatus
+	cl.do(http.MethodGet, "/v1/jobs/"+id, "", nil, &s)
+	return s
+}
+
+// waitJob polls job id until until(status) or patience runs out.
+func (cl *cluster) waitJob(id string, until func(api.JobStatus) bool) api.JobStatus {
+	cl.t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		s := cl.job(id)
+		if until(s) || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitNodes waits until n nodes are alive.
+func (cl *cluster) waitNodes(n int) {
+	cl.t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		var nodes []api.NodeStatus
+		cl.do(http.MethodGet, "/v1/nodes", "", nil, &nodes)
+		alive := 0
+		for _, nd := range nodes {
+			if nd.State == api.NodeAlive {
+				alive++
+			}
+		}
+		if alive >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			cl.t.Fatalf("%d of %d nodes alive after %v", alive, n, patience)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func final(s api.JobStatus) bool { return s.State.Final() }
+
+// TestJobRunsToDone trains the tiny model for 20 steps on two node daemons
+// (embedding stage and PS on the cpu node, FC stage on the gpu node): the
+// job ends done with every step taken, a finite loss and a measured
+// throughput for each stage.
+func TestJobRunsToDone(t *testing.T) {
+	cl := startCluster(t)
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "gpu")
+	cl.waitNodes(2)
+	s := cl.waitJob(cl.submit("testdata/job.toml"), final)
+	if s.State != api.JobDone {
+		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	if s.Step != 20 || len(s.Stages) != 2 || !(s.Loss > 0) || math.IsInf(s.Loss, 0) {
+		t.Errorf("step %d of %d, %d stages, loss %g", s.Step, s.Steps, len(s.Stages), s.Loss)
+	}
+	for _, st := range s.Stages {
+		if !(st.MeasuredThroughput > 0) || len(st.Nodes) != 1 {
+			t.Errorf("stage %d: measured %g samples/s on %v", st.Stage, st.MeasuredThroughput, st.Nodes)
+		}
+	}
+}
+
+// TestKilledNodeFailsJob stops the FC stage's node mid-job: the
+// coordinator reports the job failed, naming the node, within the
+// heartbeat timeout, and the other node's tasks stop (no goroutine leaks:
+// startCluster checks).
+func TestKilledNodeFailsJob(t *testing.T) {
+	cl := startCluster(t)
+	cl.startNode("a", "cpu")
+	stopB := cl.startNode("b", "gpu")
+	cl.waitNodes(2)
+	src, err := os.ReadFile("testdata/job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Replace(string(src), "steps = 20", "steps = 100000", 1)
+	path := t.TempDir() + "/job.toml"
+	long = strings.Replace(long, `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
+	if err := os.WriteFile(path, []byte(long), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
+	if s.State != api.JobRunning {
+		t.Fatalf("before the kill: job %s (%s), step %d", s.State, s.Reason, s.Step)
+	}
+	stopB()
+	killed := time.Now()
+	s = cl.waitJob(id, final)
+	took := time.Since(killed)
+	if s.State != api.JobFailed || !strings.Contains(s.Reason, "node b") {
+		t.Fatalf("after the kill: job %s (%q)", s.State, s.Reason)
+	}
+	if took > hbTimeout+time.Second {
+		t.Errorf("the job failed %v after the kill; the heartbeat timeout is %v", took, hbTimeout)
+	}
+	t.Logf("failed %v after the kill: %s", took.Round(time.Millisecond), s.Reason)
+}
+
+func mustAbs(t *testing.T, path string) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd + "/" + path
+}

@@ -1,0 +1,193 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/pipeline"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+// runStage runs one stage replica to the job's last step, reporting its
+// progress, or until ctx ends (the task was cancelled).
+func (a *Agent) runStage(ctx context.Context, t *task) {
+	err := a.trainStage(ctx, t)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		a.fail(ctx, t, err)
+	default:
+		a.setReport(ctx, t, func(r *api.TaskReport) { r.State = api.TaskDone })
+		a.log.Info("task done", "task", t.spec.TaskID)
+	}
+}
+
+func (a *Agent) trainStage(ctx context.Context, t *task) error {
+	s := t.spec
+	w, cleanup, err := a.stageWorker(ctx, s)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	meter := newMeter()
+	for step := int64(1); step <= s.Steps; step++ {
+		res, err := w.Step(ctx, step)
+		if err != nil {
+			return err
+		}
+		if !finite(res.Loss) {
+			return fmt.Errorf("step %d: the loss is %g: training diverged", step, res.Loss)
+		}
+		rate := meter.add(res.Samples)
+		a.setReport(ctx, t, func(r *api.TaskReport) { r.Step, r.Loss, r.SamplesPerS = step, res.Loss, rate })
+	}
+	return nil
+}
+
+// stageWorker builds the replica's model, parameter-server client, links
+// and data, and greets its partners. cleanup releases what it built, also
+// after an error.
+func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker, cleanup func(), err error) {
+	var undo []func()
+	cleanup = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	fail := func(err error) (*pipeline.Worker, func(), error) {
+		return nil, cleanup, fmt.Errorf("stage %d replica %d: %w", s.Stage, s.Replica, err)
+	}
+	ranges, replicas := layout(s)
+	if err := checkLayout(s, replicas); err != nil {
+		return fail(err)
+	}
+	cfg, err := config.ParseModel("job "+s.JobID+" model", []byte(s.Model))
+	if err != nil {
+		return fail(err)
+	}
+	backend, err := native.NewCPU(native.CPUOptions{Threads: s.Units * a.cfg.Threads})
+	if err != nil {
+		return fail(err)
+	}
+	model, err := nn.Build(backend, cfg, s.Seed)
+	if err != nil {
+		return fail(err)
+	}
+	client, err := a.psClient(s)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { client.Close() })
+
+	prev, next := pipeline.PartnerLinks(a.transport, s.Stage, s.Replica, replicas, func(stage, replica int) string {
+		if stage < s.Stage {
+			return s.Prev[replica]
+		}
+		return s.Next[replica]
+	})
+	links := append(append([]pipeline.Link{}, prev...), next...)
+	peers := make([]string, len(links))
+	for i, l := range links {
+		peers[i] = l.Peer
+	}
+	if err := a.peers.acquire(peers); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { a.peers.release(peers) })
+
+	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
+		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout}
+	if s.Stage == 0 {
+		src, err := openData(s, cfg)
+		if err != nil {
+			return fail(err)
+		}
+		undo = append(undo, func() { src.Close() })
+		wc.Batches = func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, s.Batch) }
+	}
+	if err := greet(ctx, links, s.JobID, a.cfg.ReadyTimeout); err != nil {
+		return fail(err)
+	}
+	if w, err = pipeline.NewWorker(wc); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { w.Close() })
+	return w, cleanup, nil
+}
+
+// checkLayout checks that the task's own fields agree with its layout.
+func checkLayout(s api.Task, replicas []int) error {
+	n := len(replicas)
+	switch {
+	case s.Stage >= n:
+		return fmt.Errorf("stage %d of a %d-stage layout", s.Stage, n)
+	case replicas[s.Stage] != s.Replicas:
+		return fmt.Errorf("%d replicas, the layout says %d", s.Replicas, replicas[s.Stage])
+	case s.Stage > 0 && len(s.Prev) != replicas[s.Stage-1]:
+		return fmt.Errorf("%d previous partners for %d replicas", len(s.Prev), replicas[s.Stage-1])
+	case s.Stage+1 < n && len(s.Next) != replicas[s.Stage+1]:
+		return fmt.Errorf("%d next partners for %d replicas", len(s.Next), replicas[s.Stage+1])
+	}
+	return nil
+}
+
+// psClient reaches the job's shards; its node id names the job, by which
+// the serving node routes it (psHost).
+func (a *Agent) psClient(s api.Task) (*ps.Client, error) {
+	wc := a.wireConfig(psClientID(s))
+	return ps.NewClient(ps.ClientConfig{Job: s.JobID, Stage: s.Stage, Replica: s.Replica, Shards: len(s.PS),
+		Timeout: a.cfg.StepTimeout,
+		Dial: func(ctx context.Context, shard int) (*wire.Conn, error) {
+			return wire.Dial(ctx, s.PS[shard], wc, "")
+		}})
+}
+
+// openData opens the replica's shard of the job's training split, read
+// again from the start whenever it ends.
+func openData(s api.Task, cfg *config.Model) (data.Source, error) {
+	opts := data.Options{Vocab: cfg.Input.Vocab, Shard: s.DataShard, Shards: s.DataShards, Split: data.SplitTrain}
+	src, err := data.Repeat(func() (data.Source, error) { return data.Open(s.Data, opts) })
+	if err != nil {
+		return nil, fmt.Errorf("data %q: %w", s.Data, err)
+	}
+	return src, nil
+}
+
+// meter measures a replica's throughput: samples per second since the end
+// of its first step (which includes connecting), or over the first step
+// until there is a second.
+type meter struct {
+	start, first time.Time
+	samples      int64
+	steps        int
+}
+
+func newMeter() *meter { return &meter{start: time.Now()} }
+
+func (m *meter) add(samples int) float64 {
+	now := time.Now()
+	m.steps++
+	if m.steps == 1 {
+		m.first = now
+		return rate(samples, now.Sub(m.start))
+	}
+	m.samples += int64(samples)
+	return rate(int(m.samples), now.Sub(m.first))
+}
+
+func rate(samples int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(samples) / d.Seconds()
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

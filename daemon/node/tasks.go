@@ -1,0 +1,131 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// task is one assignment the node holds: its spec, how to stop it and its
+// latest report. Stage tasks run on a goroutine each; the PS tasks of a
+// job share one (runPS).
+type task struct {
+	spec   api.Task
+	cancel context.CancelFunc
+
+	report api.TaskReport // guarded by Agent.mu
+}
+
+// reports lists the report of every task the node holds, in task id order.
+func (a *Agent) reports() []api.TaskReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]api.TaskReport, 0, len(a.tasks))
+	for _, id := range slices.Sorted(maps.Keys(a.tasks)) {
+		out = append(out, a.tasks[id].report)
+	}
+	return out
+}
+
+// setReport updates a task's report with f, unless the task was cancelled:
+// a cancelled task is gone from the coordinator's view and reports nothing
+// more.
+func (a *Agent) setReport(ctx context.Context, t *task, f func(r *api.TaskReport)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ctx.Err() == nil {
+		f(&t.report)
+	}
+}
+
+// fail marks t failed with err.
+func (a *Agent) fail(ctx context.Context, t *task, err error) {
+	a.log.Warn("task failed", "task", t.spec.TaskID, "err", err)
+	msg := err.Error()
+	if len(msg) > api.MaxErrorLen {
+		msg = msg[:api.MaxErrorLen]
+	}
+	a.setReport(ctx, t, func(r *api.TaskReport) { r.State, r.Error = api.TaskFailed, msg })
+}
+
+// reconcile makes the node run exactly the tasks of a heartbeat reply:
+// tasks that left the reply are cancelled and forgotten, new ones started.
+func (a *Agent) reconcile(ctx context.Context, specs []api.Task) {
+	want := map[string]api.Task{}
+	for _, s := range specs {
+		want[s.TaskID] = s
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, t := range a.tasks {
+		if _, ok := want[id]; !ok {
+			a.log.Info("task stopped", "task", id)
+			t.cancel()
+			delete(a.tasks, id)
+		}
+	}
+	newPS := map[string][]*task{}
+	for _, s := range specs {
+		if _, ok := a.tasks[s.TaskID]; ok {
+			continue
+		}
+		t := &task{spec: s, cancel: func() {}, report: api.TaskReport{TaskID: s.TaskID, State: api.TaskRunning}}
+		a.tasks[s.TaskID] = t
+		if err := a.check(s); err != nil {
+			t.report.State, t.report.Error = api.TaskFailed, err.Error()
+			continue
+		}
+		a.log.Info("task assigned", "task", s.TaskID, "role", s.Role)
+		if s.Role == api.RolePS {
+			newPS[s.JobID] = append(newPS[s.JobID], t)
+			continue
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		t.cancel = cancel
+		a.wg.Go(func() { a.runStage(tctx, t) })
+	}
+	for _, job := range slices.Sorted(maps.Keys(newPS)) {
+		tasks := newPS[job]
+		jctx, cancel := context.WithCancel(ctx)
+		shareCancel(tasks, cancel)
+		a.wg.Go(func() { a.runPS(jctx, tasks) })
+	}
+}
+
+// shareCancel gives the PS tasks of a job the one cancel of their runPS.
+func shareCancel(tasks []*task, cancel context.CancelFunc) {
+	for _, t := range tasks {
+		t.cancel = cancel
+	}
+}
+
+// check refuses tasks this node cannot run as given.
+func (a *Agent) check(s api.Task) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if s.Plain != a.cfg.Plain {
+		return fmt.Errorf("task %s: the job's data plane is plain=%t, node %s is plain=%t", s.TaskID, s.Plain, a.cfg.Name, a.cfg.Plain)
+	}
+	if len(s.Layout) == 0 {
+		return fmt.Errorf("task %s: no stage layout (a coordinator that predates it?)", s.TaskID)
+	}
+	return nil
+}
+
+// stopTasks cancels every task; with a reason it also forgets them (the
+// coordinator no longer knows them), else they stay to be reported.
+func (a *Agent) stopTasks(reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, t := range a.tasks {
+		t.cancel()
+		if reason != "" {
+			a.log.Info("task stopped", "task", id, "reason", reason)
+			delete(a.tasks, id)
+		}
+	}
+}
