@@ -47,11 +47,14 @@ const (
 	// MsgData is the first data type.
 	MsgData MsgType = 16
 
-	// MsgActivation: stage i -> stage i+1. T0 float32 [rows, width], the
-	// micro-batch's output activations. Micro = micro-batch, Batch = rows.
+	// MsgActivation: stage i -> stage i+1. The micro-batch's output
+	// activations as one float32 [rows, width] tensor per part, with the
+	// parts' flags and the batch's rows; the exact layout is the pipeline's
+	// (daemon/pipeline/exchange.go). Micro = micro-batch, Batch = rows.
 	MsgActivation MsgType = 16
-	// MsgGradient: stage i+1 -> stage i. T0 float32, the loss gradient with
-	// respect to the activations of micro-batch Micro, shaped like them.
+	// MsgGradient: stage i+1 -> stage i. The loss gradient with respect to
+	// the activations of micro-batch Micro, part by part, shaped like them
+	// (layout in daemon/pipeline/exchange.go).
 	MsgGradient MsgType = 17
 	// MsgPull: worker -> PS shard. T0 int64 [n], row ids of table Key.
 	MsgPull MsgType = 18
