@@ -1,0 +1,150 @@
+// Command heterpsd is heterps' daemon. With --role=coordinator it serves
+// the control plane (package daemon/coord) for a catalog; with --role=node
+// it runs a node (package daemon/node) as its node file says. It stops
+// cleanly on SIGTERM or SIGINT and then exits 0.
+//
+//	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--secret-file F]
+//	heterpsd --role=node --config node.toml
+//
+// Once serving it prints one line to standard output, the coordinator's
+// URL ("coordinator http://127.0.0.1:7070") or the node's addresses ("node
+// <name> data 127.0.0.1:7071 ps 127.0.0.1:7171"), so that a parent process
+// that asked for port 0 learns the ports. Logs go to standard error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/node"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // could not serve
+	exitUsage   = 2 // bad flags or config
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type flags struct {
+	role, config, catalog, listen, secretFile, logLevel string
+	heartbeat, timeout                                  time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("heterpsd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.role, "role", "", "coordinator or node")
+	fs.StringVar(&f.config, "config", "", "node: the node file (TOML)")
+	fs.StringVar(&f.catalog, "catalog", "", "coordinator: the catalog file (TOML)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "coordinator: HTTP listen address (port 0 picks one)")
+	fs.StringVar(&f.secretFile, "secret-file", "", "coordinator: the cluster secret's path on the nodes; empty = plain data plane (loopback only)")
+	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
+	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case f.role == "coordinator" && f.catalog == "":
+		return nil, errors.New("--role=coordinator needs --catalog")
+	case f.role == "node" && f.config == "":
+		return nil, errors.New("--role=node needs --config")
+	case f.role != "coordinator" && f.role != "node":
+		return nil, fmt.Errorf("--role %q: want coordinator or node", f.role)
+	}
+	return &f, nil
+}
+
+// run runs the daemon until ctx ends and returns its exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintln(stderr, "heterpsd: --log-level:", err)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if f.role == "coordinator" {
+		return runCoordinator(ctx, f, log, stdout, stderr)
+	}
+	return runNode(ctx, f, log, stdout, stderr)
+}
+
+func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.Writer) int {
+	cat, err := config.LoadCatalog(f.catalog)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
+	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
+		SecretFile: f.secretFile, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "coordinator http://%s\n", ln.Addr())
+	if err := c.Serve(ctx, ln); err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.Writer) int {
+	nf, err := config.LoadNode(f.config)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
+	cfg, err := node.ConfigFromFile(nf)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
+	cfg.Logger = log
+	a, err := node.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "node %s data %s ps %s\n", nf.Name, a.DataAddr(), a.PSAddr())
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitFailure
+	}
+	return exitOK
+}

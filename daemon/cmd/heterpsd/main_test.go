@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// syncBuffer is a bytes.Buffer safe for a daemon writing while the test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitLine waits for the daemon's first output line.
+func waitLine(t *testing.T, out *syncBuffer) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if line, _, ok := strings.Cut(out.String(), "\n"); ok {
+			return line
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the daemon printed nothing")
+	return ""
+}
+
+func TestBadNodeConfigNamesTheLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.toml")
+	src := "name = \"n\"\ncoordinator = \"http://127.0.0.1:1\"\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = \"cpu\"\nunits = -1\nplain = true\n"
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	status := run(context.Background(), []string{"--role=node", "--config", path}, &bytes.Buffer{}, &stderr)
+	if status != exitUsage || !strings.Contains(stderr.String(), path+":6:") || !strings.Contains(stderr.String(), "units") {
+		t.Errorf("status %d, stderr %q; want %d and the file's line 6", status, stderr.String(), exitUsage)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{{}, {"--role=boss"}, {"--role=node"}, {"--role=coordinator"}, {"--role=node", "--config", "x", "extra"}} {
+		var stderr bytes.Buffer
+		if status := run(context.Background(), args, &bytes.Buffer{}, &stderr); status != exitUsage {
+			t.Errorf("%q: status %d (%s), want %d", args, status, stderr.String(), exitUsage)
+		}
+	}
+}
+
+// TestCoordinatorAndNode runs both roles until cancelled: the node
+// registers with the coordinator, and both exit 0.
+func TestCoordinatorAndNode(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	statuses := make([]int, 2)
+	var coordOut, nodeOut, logs syncBuffer
+	wg.Go(func() {
+		statuses[0] = run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
+			"--listen", "127.0.0.1:0", "--heartbeat", "50ms"}, &coordOut, &logs)
+	})
+	url, ok := strings.CutPrefix(waitLine(t, &coordOut), "coordinator ")
+	if !ok {
+		t.Fatalf("coordinator printed %q", coordOut.String())
+	}
+	path := filepath.Join(t.TempDir(), "node.toml")
+	src := fmt.Sprintf("name = \"n0\"\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = \"cpu-1t\"\nunits = 1\nplain = true\n", url)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { statuses[1] = run(ctx, []string{"--role=node", "--config", path}, &nodeOut, &logs) })
+	if line := waitLine(t, &nodeOut); !strings.HasPrefix(line, "node n0 data 127.0.0.1:") {
+		t.Errorf("node printed %q", line)
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var nodes []api.NodeStatus
+		if resp, err := client.Get(url + "/v1/nodes"); err == nil {
+			json.NewDecoder(resp.Body).Decode(&nodes)
+			resp.Body.Close()
+		}
+		if len(nodes) == 1 && nodes[0].Name == "n0" && nodes[0].State == api.NodeAlive && nodes[0].PSAddr != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %+v; logs:\n%s", nodes, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if statuses[0] != exitOK || statuses[1] != exitOK {
+		t.Errorf("exit statuses %v, want 0 0; logs:\n%s", statuses, logs.String())
+	}
+}
