@@ -20,7 +20,8 @@ const (
 	boInitial     = 12  // random block assignments besides the single-type ones
 	boCandidates  = 256 // acquisition candidates per step
 	boNugget      = 1e-6
-	boRefit       = 10 // observations between length-scale selections
+	boRefit       = 10  // observations between length-scale selections
+	boMaxBudget   = 400 // the GP's cost grows with the cube of the evaluations
 )
 
 // boLengths are the kernel length scales tried, as fractions of the layers.
@@ -32,6 +33,7 @@ func newBO(o Options) Method {
 		if budget <= 0 {
 			budget = boEvaluations
 		}
+		budget = min(budget, boMaxBudget)
 		b := &bayesOpt{p: p, e: newEvaluator(p, o.Provision), r: rand.New(rand.NewPCG(o.Seed, 0xb0b0b0b0))}
 		b.initial()
 		for b.e.count < budget {

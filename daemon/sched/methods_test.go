@@ -46,7 +46,7 @@ func testProblems(t *testing.T) []*Problem {
 }
 
 func TestMethodsRegistered(t *testing.T) {
-	for _, m := range []string{"exact", "bf", "bo", "genetic", "greedy", "heuristic", "cpu", "gpu"} {
+	for _, m := range []string{"exact", "bf", "rl", "rl-rnn", "bo", "genetic", "greedy", "heuristic", "cpu", "gpu"} {
 		if !slices.Contains(Methods(), m) || Summary(m) == "" {
 			t.Errorf("method %s missing or without a summary", m)
 		}
@@ -230,7 +230,7 @@ func TestExactSolvesSixtyFourBySixtyFour(t *testing.T) {
 func TestContextCancelStopsMethods(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, m := range []string{"exact", "bf", "genetic", "bo", "greedy"} {
+	for _, m := range []string{"exact", "bf", "genetic", "bo", "greedy", "rl", "rl-rnn"} {
 		if _, err := Run(ctx, m, synth(t, 4, 8, 1), Options{}); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: got %v", m, err)
 		}

@@ -21,9 +21,13 @@ type Method interface {
 type Options struct {
 	Seed      uint64 // randomised methods
 	MaxPlans  int64  // bf: refuse problems with more assignments than this
-	Budget    int    // bo, genetic: cost-model evaluations
+	Budget    int    // bo (at most 400), genetic: cost-model evaluations; rl, rl-rnn: sampled plans
 	Provision string // provisioning rule of the methods that pick an assignment
 	MaxLabels int    // exact: label-search budget per target level
+	// Policy, for rl and rl-rnn, receives the trained policy; unless it is
+	// the zero Policy it is also the policy to start from (same cell and
+	// number of types).
+	Policy *Policy
 }
 
 // Defaults.

@@ -36,6 +36,7 @@ func init() {
 type planFlags struct {
 	problem, model, catalog, profile, saveProblem string
 	method, provision, plot                       string
+	loadPolicy, savePolicy                        string
 	json, compare                                 bool
 	opts                                          sched.Options
 	spec                                          sched.EstimateSpec
@@ -63,8 +64,10 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	fs.BoolVar(&f.compare, "compare", false, "run every method and compare them")
 	fs.StringVar(&f.plot, "plot", "", "draw the comparison of every method into this PNG file")
 	fs.Uint64Var(&f.opts.Seed, "seed", 1, "seed of the randomised methods")
-	fs.IntVar(&f.opts.Budget, "budget", 0, "cost evaluations of bo and genetic (0: their defaults)")
+	fs.IntVar(&f.opts.Budget, "budget", 0, "cost evaluations of bo (at most 400) and genetic, plans sampled by rl (0: their defaults)")
 	fs.Int64Var(&f.opts.MaxPlans, "max-plans", sched.DefaultMaxPlans, "bf refuses problems with more assignments")
+	fs.StringVar(&f.loadPolicy, "load-policy", "", "rl, rl-rnn: start from the policy in this file (same number of types)")
+	fs.StringVar(&f.savePolicy, "save-policy", "", "rl, rl-rnn: write the trained policy to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,12 +101,20 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.compare || f.plot != "" {
 		return comparePlans(ctx, f, p, stdout, stderr)
 	}
+	if err := f.attachPolicy(); err != nil {
+		fmt.Fprintln(stderr, "heterps plan:", err)
+		return exitUsage
+	}
 	plan, err := sched.Run(ctx, f.method, p, f.opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "heterps plan:", err)
 		if errors.Is(err, sched.ErrUnknownMethod) || errors.Is(err, sched.ErrRefused) {
 			return exitUsage
 		}
+		return exitFailure
+	}
+	if err := f.writePolicy(); err != nil {
+		fmt.Fprintln(stderr, "heterps plan:", err)
 		return exitFailure
 	}
 	if f.json {
@@ -157,6 +168,47 @@ func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 		}
 	}
 	return sched.NewProblem(c)
+}
+
+// attachPolicy gives rl a policy to start from and to leave its trained
+// policy in, as the flags ask.
+func (f *planFlags) attachPolicy() error {
+	if f.loadPolicy == "" && f.savePolicy == "" {
+		return nil
+	}
+	if f.compare || !strings.HasPrefix(f.method, "rl") {
+		return errors.New("--load-policy and --save-policy apply to a single rl or rl-rnn run")
+	}
+	f.opts.Policy = &sched.Policy{}
+	if f.loadPolicy == "" {
+		return nil
+	}
+	in, err := os.Open(f.loadPolicy)
+	if err != nil {
+		return fmt.Errorf("--load-policy: %w", err)
+	}
+	defer in.Close()
+	pol, err := sched.LoadPolicy(in)
+	if err != nil {
+		return fmt.Errorf("--load-policy %s: %w", f.loadPolicy, err)
+	}
+	f.opts.Policy = pol
+	return nil
+}
+
+func (f *planFlags) writePolicy() error {
+	if f.savePolicy == "" {
+		return nil
+	}
+	out, err := os.Create(f.savePolicy)
+	if err != nil {
+		return fmt.Errorf("--save-policy: %w", err)
+	}
+	if err := f.opts.Policy.Save(out); err != nil {
+		out.Close()
+		return fmt.Errorf("--save-policy: %w", err)
+	}
+	return out.Close()
 }
 
 func writeJSON(w io.Writer, v any) {

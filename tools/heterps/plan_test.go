@@ -154,3 +154,23 @@ func TestDispatchRunsPlan(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+func TestPlanSavesAndReusesRLPolicies(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.json")
+	code, _, errs := plan(t, "--problem", exampleProblem, "--method", "rl", "--budget", "256", "--save-policy", pol)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	code, out, errs := plan(t, "--problem", exampleProblem, "--method", "rl-rnn", "--load-policy", pol)
+	if code != exitFailure || !strings.Contains(errs, "policy") {
+		t.Fatalf("LSTM policy into rl-rnn: exit %d: %s %s", code, out, errs)
+	}
+	code, _, errs = plan(t, "--problem", exampleProblem, "--method", "rl", "--budget", "256", "--load-policy", pol, "--json")
+	if code != exitOK {
+		t.Fatalf("reuse: exit %d: %s", code, errs)
+	}
+	if code, _, _ := plan(t, "--problem", exampleProblem, "--method", "exact", "--save-policy", pol); code != exitUsage {
+		t.Fatalf("--save-policy with exact: exit %d", code)
+	}
+}

@@ -1,0 +1,160 @@
+package sched
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/heterps/heterps/native"
+)
+
+// surrogate is the loss whose gradient backward computes, evaluated by a
+// forward pass with the actions fixed.
+func surrogate(t *testing.T, pol *Policy, feats [][]float32, actions [][]int, adv []float64, entropy float64) float64 {
+	t.Helper()
+	be, err := backend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := pol.forward(be, feats, len(actions), func(i, l int, _ []float32) int { return actions[i][l] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loss float64
+	for l, probs := range ro.probs {
+		T := pol.Types
+		for i := range actions {
+			q := probs[i*T : (i+1)*T]
+			loss += (-adv[i]*math.Log(float64(q[actions[i][l]])) - entropy*entropyOf(q)) / float64(len(actions))
+		}
+	}
+	return loss
+}
+
+func TestPolicyGradientMatchesFiniteDifferences(t *testing.T) {
+	for _, cell := range []string{CellLSTM, CellElman} {
+		t.Run(cell, func(t *testing.T) {
+			r := newRand(21)
+			p := randomProblem(r, 4, 3)
+			pol := newPolicy(cell, 3, 5, r)
+			for i := range pol.W { // larger weights: probabilities far from uniform
+				pol.W[i] *= 3
+			}
+			feats := layerFeatures(p)
+			actions := [][]int{{0, 2, 2, 1}, {1, 1, 0, 2}, {2, 0, 1, 1}}
+			adv := []float64{0.7, -1.3, 0.4}
+			const entropy = 0.05
+			be, _ := backend()
+			ro, err := pol.forward(be, feats, len(actions), func(i, l int, _ []float32) int { return actions[i][l] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := pol.backward(be, ro, adv, entropy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params := map[string][2][]float32{"W": {pol.W, g.w}, "B": {pol.B, g.b}, "V": {pol.V, g.v}, "C": {pol.C, g.c}, "Stay": {pol.Stay, g.stay}}
+			for name, pg := range params {
+				w, grad := pg[0], pg[1]
+				for k := 0; k < len(w); k += 1 + len(w)/300 {
+					const eps = 1e-2
+					orig := w[k]
+					w[k] = orig + eps
+					up := surrogate(t, pol, feats, actions, adv, entropy)
+					w[k] = orig - eps
+					down := surrogate(t, pol, feats, actions, adv, entropy)
+					w[k] = orig
+					num := (up - down) / (2 * eps)
+					if math.Abs(num-float64(grad[k])) > 2e-3+3e-2*math.Abs(num) {
+						t.Errorf("%s[%d]: backward %.6g, finite differences %.6g", name, k, grad[k], num)
+					}
+				}
+			}
+		})
+	}
+}
+
+func tinyProblem(t *testing.T) *Problem {
+	r := newRand(31)
+	for {
+		p := randomProblem(r, 4, 2)
+		if mustRun(t, "exact", p, Options{}).Feasible {
+			return p
+		}
+	}
+}
+
+func TestRLFindsTheOptimumOfATinyProblem(t *testing.T) {
+	p := tinyProblem(t)
+	opt := mustRun(t, "exact", p, Options{})
+	for _, m := range []string{"rl", "rl-rnn"} {
+		plan := mustRun(t, m, p, Options{Seed: 3, Budget: 640})
+		if !plan.Feasible || !relClose(plan.Cost, opt.Cost, 1e-12) {
+			t.Errorf("%s: %v %v, exact %v %v", m, plan.Cost, plan.Assign, opt.Cost, opt.Assign)
+		}
+		if c, err := Recost(plan, p); err != nil || c.Cost != plan.Cost {
+			t.Errorf("%s: recost %v %v", m, c.Cost, err)
+		}
+	}
+}
+
+func TestRLIsReproducible(t *testing.T) {
+	p := synth(t, 4, 8, 2)
+	a := mustRun(t, "rl", p, Options{Seed: 9, Budget: 1280})
+	b := mustRun(t, "rl", p, Options{Seed: 9, Budget: 1280})
+	if !reflect.DeepEqual(a.Assign, b.Assign) || a.Cost != b.Cost || a.Evaluations != b.Evaluations {
+		t.Fatalf("same seed: %v %v vs %v %v", a.Assign, a.Cost, b.Assign, b.Cost)
+	}
+}
+
+func TestPolicySavedAndReused(t *testing.T) {
+	p := synth(t, 4, 8, 2)
+	var pol Policy
+	mustRun(t, "rl", p, Options{Seed: 1, Budget: 640, Policy: &pol})
+	if pol.Types != 4 || pol.Cell != CellLSTM || pol.check() != nil {
+		t.Fatalf("trained policy not returned: %+v", pol.Types)
+	}
+	var buf bytes.Buffer
+	if err := pol.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadPolicy(&buf)
+	if err != nil || !reflect.DeepEqual(*back, pol) {
+		t.Fatalf("round trip: %v", err)
+	}
+	// Reuse on a new input with the same types: another depth of model.
+	q := synth(t, 4, 12, 2)
+	if plan := mustRun(t, "rl", q, Options{Seed: 1, Budget: 640, Policy: back}); !plan.Feasible {
+		t.Fatalf("reused policy: %s", plan.Reason)
+	}
+	if _, err := Run(t.Context(), "rl", synth(t, 8, 8, 2), Options{Policy: back}); !errors.Is(err, errPolicyShape) {
+		t.Fatalf("policy over 4 types used on 8: %v", err)
+	}
+	if _, err := Run(t.Context(), "rl-rnn", p, Options{Policy: back}); !errors.Is(err, errPolicyShape) {
+		t.Fatalf("LSTM policy used as an Elman RNN: %v", err)
+	}
+	if _, err := LoadPolicy(bytes.NewReader([]byte(`{"cell":"lstm","types":2,"inputs":3,"hidden":1}`))); err == nil {
+		t.Fatal("bad shapes loaded")
+	}
+}
+
+func TestSamplerFollowsTheProbabilities(t *testing.T) {
+	pick := sampler(rand.New(rand.NewPCG(1, 1)))
+	probs := []float32{0.1, 0.6, 0.3}
+	counts := make([]int, 3)
+	for range 20000 {
+		counts[pick(0, 0, probs)]++
+	}
+	for i, q := range probs {
+		if got := float64(counts[i]) / 20000; math.Abs(got-float64(q)) > 0.02 {
+			t.Errorf("type %d drawn %.3f of the time, want %.1f", i, got, q)
+		}
+	}
+	if mostLikely(0, 0, probs) != 1 {
+		t.Error("mostLikely")
+	}
+	_ = native.Adam
+}
