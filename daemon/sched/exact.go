@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // The exact method.
@@ -96,7 +97,7 @@ func newExactSolver(p *Problem, o exactOptions) *exactSolver {
 type solution struct {
 	assign []int
 	segs   []Segment
-	psCost Costing
+	cost   Costing
 	ps     int
 }
 
@@ -116,19 +117,12 @@ func (s *exactSolver) solve(ctx context.Context) (*solution, string, error) {
 			}
 			return best, "", nil
 		}
-		if best != nil && lb >= best.psCost.Cost {
+		if best != nil && lb >= best.cost.Cost {
 			return best, "", nil
 		}
-		// Every plan reaching x' >= x pays at least price per hour, so it
-		// costs at least costFactor*price/x', which beats the best found only
-		// for x' beyond skip: jump there.
-		skip := 0.0
-		if best != nil {
-			skip = p.costFactor() * price / best.psCost.Cost * (1 - 1e-12)
-			if skip > x {
-				x = skip
-				continue
-			}
+		if best != nil && s.skip(price, best) > x {
+			x = s.skip(price, best)
+			continue
 		}
 		exact, err := s.exactLevel(ctx, x, segs)
 		if err != nil {
@@ -142,14 +136,19 @@ func (s *exactSolver) solve(ctx context.Context) (*solution, string, error) {
 		}
 		ps := p.PSCores(totalUnits(exact))
 		c := p.Cost(exact, ps)
-		if best == nil || c.Cost < best.psCost.Cost {
-			best = &solution{assign: assignOf(exact, s.n), segs: exact, psCost: c, ps: ps}
+		if best == nil || c.Cost < best.cost.Cost {
+			best = &solution{assign: assignOf(exact, s.n), segs: exact, cost: c, ps: ps}
 		}
-		x = math.Nextafter(c.Throughput, math.Inf(1))
-		if best != nil {
-			x = math.Max(x, p.costFactor()*price/best.psCost.Cost*(1-1e-12))
-		}
+		x = math.Max(math.Nextafter(c.Throughput, math.Inf(1)), s.skip(price, best))
 	}
+}
+
+// skip is where the walk may jump after a target whose relaxation pays
+// price per hour: every plan reaching a throughput x' at or above that
+// target pays at least price, so it costs at least costFactor*price/x',
+// and beats best only for x' beyond costFactor*price/best.
+func (s *exactSolver) skip(price float64, best *solution) float64 {
+	return s.p.costFactor() * price / best.cost.Cost * (1 - 1e-12)
 }
 
 // level solves the relaxation at target x: the cheapest assignment (PS cores
@@ -367,22 +366,33 @@ func (s *exactSolver) psRounds(total int) bool {
 func (s *exactSolver) explainInfeasible(x float64) string {
 	p := s.p
 	for l := range s.n {
-		var reasons []string
+		var why []string
 		for t := range s.nt {
-			seg := Segment{First: l, Last: l, Type: t}
 			sh := p.shape(l, l, t)
 			sh.ds, sh.dp = 0, 0
 			need := p.stageUnits(sh, x, p.Types[t].MaxUnits)
 			if need.why == reached {
-				reasons = nil
+				why = nil
 				break
 			}
-			reasons = append(reasons, p.reason(0, seg, sh, need, x))
+			why = append(why, p.shortReason(t, sh, need))
 		}
-		if reasons != nil {
-			return fmt.Sprintf("layer %d (%s) cannot reach %.6g samples/s on any type, even alone in its stage; e.g. %s",
-				l, p.Layers[l].Name, x, reasons[0])
+		if why != nil {
+			if len(why) > 3 {
+				why = append(why[:3], fmt.Sprintf("and %d more types", len(why)-3))
+			}
+			return fmt.Sprintf("layer %d (%s) cannot reach %.6g samples/s on any type, even alone in its stage: %s",
+				l, p.Layers[l].Name, x, strings.Join(why, "; "))
 		}
 	}
 	return fmt.Sprintf("no assignment reaches %.6g samples/s: every split leaves a stage whose activation transfer is too slow within max_units", x)
+}
+
+// shortReason says why a stage of shape sh on type t misses a throughput.
+func (p *Problem) shortReason(t int, sh shape, need stageNeed) string {
+	ty := p.Types[t]
+	if need.why == amdahlLimit {
+		return fmt.Sprintf("on %s at most %.6g samples/s (Amdahl limit)", ty.Name, p.Batch/sh.cs)
+	}
+	return fmt.Sprintf("on %s it needs %d units, max_units is %d (unit limit)", ty.Name, need.units, ty.MaxUnits)
 }

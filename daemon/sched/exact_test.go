@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -110,16 +111,16 @@ func withinLimits(p *Problem, segs []Segment) bool {
 
 func TestExactMatchesExhaustiveUnits(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	cases := 200
+	cases := 300
 	if testing.Short() {
 		cases = 50
 	}
 	feasible := 0
 	defer func() { t.Logf("%d of %d feasible", feasible, cases) }()
 	for c := range cases {
-		p := randomProblem(r, 1+r.IntN(4), 1+r.IntN(3))
+		p := randomProblem(r, 2+r.IntN(3), 2+r.IntN(2))
 		for i := range p.Types {
-			p.Types[i].MaxUnits = 1 + r.IntN(6)
+			p.Types[i].MaxUnits = 1 + r.IntN(7)
 		}
 		want, ok := exhaustive(p)
 		if ok {
@@ -138,6 +139,22 @@ func TestExactMatchesExhaustiveUnits(t *testing.T) {
 			if pr.Feasible != !math.IsInf(sub, 1) || (pr.Feasible && !relClose(pr.Cost, sub, 1e-9)) {
 				t.Fatalf("case %d, assignment %v: breakpoints %v %.12g (%s), exhaustive %.12g", c, a, pr.Feasible, pr.Cost, pr.Reason, sub)
 			}
+		}
+	}
+}
+
+func TestExactExplainsInfeasibility(t *testing.T) {
+	p := handProblem()
+	p.Layers[1].Alpha[1] = 0.5
+	p.Layers[1].ODT = []float64{0.001, 0.001}
+	p.Types[1].MaxUnits = 1
+	// Layer 1: on cpu at most 512/(0.1*2*0.05) = 51200 samples/s; on the
+	// GPU 0.004 + 0.004/k <= 512/90000 needs k = 3 > 1.
+	p.ThroughputLimit = 90000
+	plan := mustRun(t, "exact", p, Options{})
+	for _, want := range []string{"layer 1 (fc) cannot reach 90000", "on cpu at most 51200 samples/s (Amdahl limit)", "on gpu it needs 3 units, max_units is 1 (unit limit)"} {
+		if plan.Feasible || !strings.Contains(plan.Reason, want) {
+			t.Errorf("reason %q lacks %q", plan.Reason, want)
 		}
 	}
 }

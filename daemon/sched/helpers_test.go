@@ -38,6 +38,9 @@ func randomProblem(r *rand.Rand, layers, types int) *Problem {
 	// A limit somewhere between trivial and impossible.
 	single := p.Batch / p.shape(0, layers-1, 0).et(1)
 	p.ThroughputLimit = single * (0.2 + r.Float64()*6)
+	if r.IntN(10) == 0 {
+		p.ThroughputLimit = 0 // no floor
+	}
 	return p
 }
 

@@ -82,6 +82,12 @@ func uniformInit(r *rand.Rand, n int, scale float64) []float32 {
 	return w
 }
 
+func (pol *Policy) clone() *Policy {
+	c := *pol
+	c.W, c.B, c.V, c.C, c.Stay = slices.Clone(pol.W), slices.Clone(pol.B), slices.Clone(pol.V), slices.Clone(pol.C), slices.Clone(pol.Stay)
+	return &c
+}
+
 // Save writes the policy as JSON.
 func (pol *Policy) Save(w io.Writer) error {
 	return json.NewEncoder(w).Encode(pol)

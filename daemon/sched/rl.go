@@ -71,7 +71,7 @@ func (m reinforce) Schedule(ctx context.Context, p *Problem) (*Plan, error) {
 		if err := m.o.Policy.check(); err != nil {
 			return nil, err
 		}
-		*pol = *m.o.Policy
+		pol = m.o.Policy.clone()
 	}
 	t := &trainer{p: p, be: be, pol: pol, r: r, e: newEvaluator(p, m.o.Provision), feats: layerFeatures(p)}
 	if err := t.train(ctx, m.budget()); err != nil {
