@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+)
+
+func init() {
+	register("run", "run a job on this machine: a coordinator and node daemons on loopback", func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runRun(ctx, args, os.Stdout, os.Stderr)
+	})
+}
+
+type runFlags struct {
+	job, catalog, heterpsd, logDir string
+	nodes                          int
+	json                           bool
+	heartbeat, timeout             time.Duration
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.catalog, "catalog", "config/examples/catalogs/local.toml", "resource catalog; its [[node]] offers say which node daemons to start")
+	fs.IntVar(&f.nodes, "nodes", 0, "start this many node daemons, cycling through the catalog's offers (0: one per offer)")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object with the outcome")
+	fs.StringVar(&f.heterpsd, "heterpsd", "", "the daemon binary (default: heterpsd beside this binary, else on PATH)")
+	fs.StringVar(&f.logDir, "log-dir", "", "write the daemons' logs here (default: a temporary directory, removed unless the job fails)")
+	fs.DurationVar(&f.heartbeat, "heartbeat", 200*time.Millisecond, "node heartbeat interval")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up (and cancel the job) after this long; 0 = never")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 1 {
+		return nil, errors.New("usage: heterps run job.toml [--catalog C] [--nodes N] [--json]")
+	}
+	if f.nodes < 0 {
+		return nil, fmt.Errorf("--nodes %d: want >= 0", f.nodes)
+	}
+	f.job = rest[0]
+	return &f, nil
+}
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseRunFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	src, err := os.ReadFile(f.job)
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	if _, err := config.ParseJob(f.job, src); err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	cat, err := config.LoadCatalog(f.catalog)
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	bin, err := findHeterpsd(f.heterpsd)
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+	}
+	s, err := runLocal(ctx, f, bin, src, nodeOffers(cat, f.nodes), stderr)
+	if err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
+	return reportJob(stdout, stderr, s, f.json)
+}
+
+// findHeterpsd returns the daemon binary: the flag's, else heterpsd beside
+// this executable, else on PATH.
+func findHeterpsd(flagPath string) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "heterpsd")
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+	}
+	if p, err := exec.LookPath("heterpsd"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no heterpsd beside heterps or on PATH: build it (go build -o bin/ ./daemon/cmd/heterpsd ./tools/heterps) or pass --heterpsd")
+}
+
+// offer is one node daemon to start: the type it offers and its units.
+type offer struct {
+	name, typ      string
+	units, threads int
+}
+
+// threadsSuffix reads the threads of a CPU unit from a type name such as
+// "cpu-2t" (the local catalog's convention: a unit is a worker with that
+// many threads); other types get one thread per unit.
+var threadsSuffix = regexp.MustCompile(`-(\d+)t$`)
+
+// nodeOffers lists the daemons to start: one per type of each catalog
+// [[node]] (a daemon offers one type), or one per type with one unit when
+// the catalog lists no nodes; with n > 0, n daemons cycling through those.
+func nodeOffers(cat *config.Catalog, n int) []offer {
+	var base []offer
+	for _, nd := range cat.Nodes {
+		for _, typ := range slices.Sorted(maps.Keys(nd.Units)) {
+			base = append(base, offer{name: nd.Name + "." + typ, typ: typ, units: nd.Units[typ]})
+		}
+	}
+	if len(base) == 0 {
+		for _, t := range cat.Types {
+			base = append(base, offer{name: "local." + t.Name, typ: t.Name, units: 1})
+		}
+	}
+	out := base
+	if n > 0 {
+		out = nil
+		for i := range n {
+			o := base[i%len(base)]
+			o.name = fmt.Sprintf("node%d.%s", i, o.typ)
+			out = append(out, o)
+		}
+	}
+	for i := range out {
+		out[i].threads = 1
+		if m := threadsSuffix.FindStringSubmatch(out[i].typ); m != nil {
+			out[i].threads, _ = strconv.Atoi(m[1])
+		}
+	}
+	return out
+}
+
+// runLocal starts a coordinator and the node daemons as child processes,
+// submits the job and waits for it; the children are stopped before it
+// returns, whatever happens.
+func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offers []offer, stderr io.Writer) (api.JobStatus, error) {
+	var none api.JobStatus
+	dir, keep := f.logDir, f.logDir != ""
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "heterps-run-"); err != nil {
+			return none, err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return none, err
+	}
+	var kids children
+	failed := true
+	defer func() {
+		kids.stop()
+		if !keep && !failed {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(stderr, "heterps run: daemon logs in %s\n", dir)
+		}
+	}()
+	line, err := kids.start(ctx, bin, filepath.Join(dir, "coordinator.log"), "--role=coordinator", "--catalog", f.catalog,
+		"--listen", "127.0.0.1:0", "--heartbeat", f.heartbeat.String())
+	if err != nil {
+		return none, err
+	}
+	url, ok := strings.CutPrefix(line, "coordinator ")
+	if !ok {
+		return none, fmt.Errorf("heterpsd coordinator said %q", line)
+	}
+	for _, o := range offers {
+		path := filepath.Join(dir, o.name+".toml")
+		if err := os.WriteFile(path, nodeFile(o, url), 0o600); err != nil {
+			return none, err
+		}
+		if _, err := kids.start(ctx, bin, filepath.Join(dir, o.name+".log"), "--role=node", "--config", path); err != nil {
+			return none, err
+		}
+	}
+	c := newCoordClient(url)
+	defer c.close()
+	if err := waitNodes(ctx, c, len(offers)); err != nil {
+		return none, err
+	}
+	id, err := c.submit(ctx, jobTOML)
+	if err != nil {
+		return none, err
+	}
+	fmt.Fprintf(stderr, "heterps run: job %s on %d node daemon(s) and a coordinator at %s\n", id, len(offers), url)
+	s, err := c.waitJob(ctx, id, func(s api.JobStatus) { progressLine(stderr, s) })
+	fmt.Fprintln(stderr)
+	if err != nil {
+		return none, err
+	}
+	failed = s.State != api.JobDone
+	return s, nil
+}
+
+// nodeFile is a node daemon's file for an offer.
+func nodeFile(o offer, coordinator string) []byte {
+	return fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = %d\nthreads = %d\nplain = true\n",
+		o.name, coordinator, o.typ, o.units, o.threads)
+}
+
+// waitNodes waits until n nodes are alive.
+func waitNodes(ctx context.Context, c *coordClient, n int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nodes, err := c.nodes(ctx)
+		alive := 0
+		for _, nd := range nodes {
+			if nd.State == api.NodeAlive {
+				alive++
+			}
+		}
+		switch {
+		case err == nil && alive >= n:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case time.Now().After(deadline):
+			return fmt.Errorf("%d of %d node daemons registered within 30 s (last error: %v)", alive, n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// children are the daemons runLocal started.
+type children struct {
+	procs   []*exec.Cmd
+	logs    []*os.File
+	readers sync.WaitGroup // of the children's standard outputs
+}
+
+// start runs the daemon with args, its standard error into logPath, and
+// returns the first line it prints (its addresses) once it has.
+func (k *children) start(ctx context.Context, bin, logPath string, args ...string) (string, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return "", err
+	}
+	k.logs = append(k.logs, logf)
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdout = pw
+	err = cmd.Start()
+	pw.Close() // the child holds its own copy
+	if err != nil {
+		pr.Close()
+		return "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	k.procs = append(k.procs, cmd)
+	lines := make(chan string, 1)
+	k.readers.Go(func() { // ends when the child exits and its standard output closes
+		defer pr.Close()
+		sc := bufio.NewScanner(pr)
+		if sc.Scan() {
+			lines <- sc.Text()
+		} else {
+			close(lines)
+		}
+		io.Copy(io.Discard, pr)
+	})
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			return "", fmt.Errorf("%s %s exited before serving; see %s", bin, strings.Join(args, " "), logPath)
+		}
+		return line, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(30 * time.Second):
+		return "", fmt.Errorf("%s %s printed nothing in 30 s; see %s", bin, strings.Join(args, " "), logPath)
+	}
+}
+
+// stop sends SIGTERM to every child, nodes first, and kills those still
+// running after a grace period.
+func (k *children) stop() {
+	for i := len(k.procs) - 1; i >= 0; i-- {
+		k.procs[i].Process.Signal(syscall.SIGTERM)
+	}
+	for i := len(k.procs) - 1; i >= 0; i-- {
+		done := make(chan struct{})
+		cmd := k.procs[i]
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	k.readers.Wait()
+	for _, f := range k.logs {
+		f.Close()
+	}
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+func TestParseInterspersed(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	n := fs.Int("nodes", 0, "")
+	j := fs.Bool("json", false, "")
+	rest, err := parseInterspersed(fs, []string{"--json", "job.toml", "--nodes", "4", "more"})
+	if err != nil || *n != 4 || !*j || strings.Join(rest, " ") != "job.toml more" {
+		t.Fatalf("rest %q nodes %d json %t err %v", rest, *n, *j, err)
+	}
+}
+
+func TestNodeOffers(t *testing.T) {
+	cat, err := config.LoadCatalog("../../config/examples/catalogs/local.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := nodeOffers(cat, 0)
+	want := []offer{{"local-0.cpu-1t", "cpu-1t", 1, 1}, {"local-0.cpu-2t", "cpu-2t", 1, 2}, {"local-1.cpu-1t", "cpu-1t", 1, 1}}
+	if len(got) != len(want) {
+		t.Fatalf("offers %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("offer %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	four := nodeOffers(cat, 4)
+	if len(four) != 4 || four[3].typ != "cpu-1t" || four[3].name != "node3.cpu-1t" || four[1].threads != 2 {
+		t.Errorf("--nodes 4: %+v", four)
+	}
+	cat.Nodes = nil
+	if bare := nodeOffers(cat, 0); len(bare) != 2 || bare[0].units != 1 || bare[1].typ != "cpu-2t" {
+		t.Errorf("no [[node]]: %+v", bare)
+	}
+}
+
+// finishedStatus is a done two-stage job as the coordinator reports it.
+func finishedStatus(t *testing.T) api.JobStatus {
+	t.Helper()
+	plan := sched.Plan{Method: "heuristic", Feasible: true, Cost: 0.5, Throughput: 1000,
+		Stages: []sched.Stage{{First: 0, Last: 0, Type: "cpu", Units: 1, Throughput: 1000}, {First: 1, Last: 3, Type: "gpu", Units: 2, Throughput: 4000}}}
+	raw, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := start.Add(90 * time.Second)
+	return api.JobStatus{ID: "j7", Name: "tiny", State: api.JobDone, Plan: raw, Step: 20, Steps: 20, Loss: 0.5,
+		SamplesPerS: 800, CostSoFar: 0.01, PS: []string{"a"}, Started: &start, Finished: &end,
+		Stages: []api.StageStatus{
+			{Stage: 0, Type: "cpu", Units: 1, FirstLayer: 0, LastLayer: 0, Nodes: []string{"a"}, PredictedThroughput: 1000, MeasuredThroughput: 800},
+			{Stage: 1, Type: "gpu", Units: 2, FirstLayer: 1, LastLayer: 3, Nodes: []string{"b", "c"}, PredictedThroughput: 4000, MeasuredThroughput: 900},
+		}}
+}
+
+func TestRunJSONFromStatus(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := reportJob(&out, &errb, finishedStatus(t), true); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var r map[string]any
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"job", "steps", "loss", "samples_per_s", "cost", "stages"} {
+		if _, ok := r[key]; !ok {
+			t.Errorf("no %q in %s", key, out.String())
+		}
+	}
+	var res runResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Job != "j7" || res.Steps != 20 || res.Seconds != 90 || res.Predicted != 1000 || res.PlanCost != 0.5 || len(res.Stages) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	st := res.Stages[1]
+	if st.Type != "gpu" || st.Units != 2 || len(st.Nodes) != 2 || st.PredictedThroughput != 4000 || st.MeasuredThroughput != 900 {
+		t.Errorf("stage 1: %+v", st)
+	}
+}
+
+func TestReportJobExitStatus(t *testing.T) {
+	s := finishedStatus(t)
+	var out bytes.Buffer
+	if code := reportJob(&out, &out, s, false); code != exitOK || !strings.Contains(out.String(), "0.225") {
+		t.Errorf("done: exit %d, output lacks stage 1's ratio 900/4000:\n%s", code, out.String())
+	}
+	s.State, s.Reason = api.JobFailed, "no feasible plan (method exact): too slow"
+	if code := reportJob(&out, &out, s, false); code != exitInfeasible {
+		t.Errorf("infeasible: exit %d", code)
+	}
+	s.Reason = "task j7.s0.r0 failed"
+	if code := reportJob(&out, &out, s, true); code != exitFailure {
+		t.Errorf("failed: exit %d", code)
+	}
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	for _, args := range [][]string{{}, {"a.toml", "b.toml"}, {"--nodes", "-1", "job.toml"}, {"no-such-job.toml"}} {
+		var out, errb bytes.Buffer
+		if code := runRun(context.Background(), args, &out, &errb); code != exitUsage {
+			t.Errorf("%q: exit %d (%s), want %d", args, code, errb.String(), exitUsage)
+		}
+	}
+}
+
+// TestRunTinyJobJSON runs `heterps run --json` for real: a coordinator and
+// two node daemons as child processes (heterpsd, built here), the tiny
+// two-stage job of daemon/node's tests.
+func TestRunTinyJobJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds heterpsd and runs daemons")
+	}
+	bin := filepath.Join(t.TempDir(), "heterpsd")
+	build := exec.Command("go", "build", "-o", bin, "../../daemon/cmd/heterpsd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build heterpsd: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	job, err := os.ReadFile("../../daemon/node/testdata/job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := filepath.Abs("../../daemon/node/testdata/tiny.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobPath := filepath.Join(dir, "job.toml")
+	src := strings.Replace(string(job), `"testdata/tiny.toml"`, `"`+model+`"`, 1)
+	if err := os.WriteFile(jobPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := runRun(context.Background(), []string{jobPath, "--catalog", "../../daemon/node/testdata/catalog.toml",
+		"--heterpsd", bin, "--json", "--timeout", "2m", "--heartbeat", "50ms"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+	var r runResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if r.State != api.JobDone || r.Steps != 20 || !(r.Loss > 0) || !(r.SamplesPerS > 0) || !(r.Cost > 0) || len(r.Stages) != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	for _, st := range r.Stages {
+		if len(st.Nodes) != 1 || !(st.MeasuredThroughput > 0) || !(st.PredictedThroughput > 0) {
+			t.Errorf("stage %+v", st)
+		}
+	}
+}

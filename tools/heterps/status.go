@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+func init() {
+	register("status", "show a job (or every job) of a running coordinator", func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return runStatus(ctx, args, os.Stdout, os.Stderr)
+	})
+}
+
+type statusFlags struct {
+	job, coordinator string
+	json             bool
+}
+
+func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
+	var f statusFlags
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.coordinator, "coordinator", defaultCoordinator, "the coordinator's URL")
+	fs.BoolVar(&f.json, "json", false, "print JSON")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	switch len(rest) {
+	case 0:
+	case 1:
+		f.job = rest[0]
+	default:
+		return nil, errors.New("usage: heterps status [job-id] [--coordinator URL] [--json]")
+	}
+	return &f, nil
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseStatusFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	c := newCoordClient(f.coordinator)
+	defer c.close()
+	if f.job == "" {
+		jobs, err := c.jobs(ctx)
+		if err != nil {
+			return failTo(stderr, exitFailure, err)
+		}
+		if f.json {
+			return printJSON(stdout, stderr, jobs)
+		}
+		printJobList(stdout, jobs)
+		return exitOK
+	}
+	s, err := c.job(ctx, f.job)
+	if err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
+	if f.json {
+		return printJSON(stdout, stderr, s)
+	}
+	printJob(stdout, s)
+	return exitOK
+}
+
+func printJobList(w io.Writer, jobs []api.JobStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "job\tname\tstate\tstep\tloss\tsamples/s\tcost")
+	for _, s := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%.4g\t%.4g\t%.4g\n", s.ID, s.Name, s.State, s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
+	}
+	tw.Flush()
+}
+
+// runResult is a job's outcome as `heterps run --json` and `submit --wait
+// --json` print it: the measured figures beside the plan's predictions.
+type runResult struct {
+	Job         string       `json:"job"`
+	Name        string       `json:"name"`
+	State       api.JobState `json:"state"`
+	Reason      string       `json:"reason,omitempty"`
+	Steps       int64        `json:"steps"`
+	Loss        float64      `json:"loss"`
+	SamplesPerS float64      `json:"samples_per_s"`        // the slowest stage's measured throughput
+	Predicted   float64      `json:"predicted_throughput"` // the plan's
+	Cost        float64      `json:"cost"`                 // catalog prices x units placed x time running
+	PlanCost    float64      `json:"plan_cost"`            // the cost model's for the whole run
+	Seconds     float64      `json:"seconds"`              // from start to finish
+	Method      string       `json:"method,omitempty"`     // the scheduling method
+	PSShards    []string     `json:"ps_shards"`            // node of each parameter-server shard
+	Stages      []runStage   `json:"stages"`
+	Plan        *sched.Plan  `json:"plan,omitempty"`
+}
+
+type runStage struct {
+	Stage               int      `json:"stage"`
+	Type                string   `json:"type"`
+	Units               int      `json:"units"`
+	FirstLayer          int      `json:"first_layer"`
+	LastLayer           int      `json:"last_layer"`
+	Nodes               []string `json:"nodes"`
+	PredictedThroughput float64  `json:"predicted_throughput"`
+	MeasuredThroughput  float64  `json:"measured_throughput"`
+}
+
+// resultOf assembles a job's result from its status.
+func resultOf(s api.JobStatus) (runResult, error) {
+	r := runResult{Job: s.ID, Name: s.Name, State: s.State, Reason: s.Reason, Steps: s.Step, Loss: s.Loss,
+		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{}}
+	if r.PSShards == nil {
+		r.PSShards = []string{}
+	}
+	if s.Started != nil && s.Finished != nil {
+		r.Seconds = s.Finished.Sub(*s.Started).Seconds()
+	}
+	if len(s.Plan) > 0 {
+		r.Plan = &sched.Plan{}
+		if err := json.Unmarshal(s.Plan, r.Plan); err != nil {
+			return r, fmt.Errorf("job %s: plan: %w", s.ID, err)
+		}
+		r.Method, r.Predicted, r.PlanCost = r.Plan.Method, r.Plan.Throughput, r.Plan.Cost
+	}
+	for _, st := range s.Stages {
+		r.Stages = append(r.Stages, runStage{Stage: st.Stage, Type: st.Type, Units: st.Units, FirstLayer: st.FirstLayer,
+			LastLayer: st.LastLayer, Nodes: st.Nodes, PredictedThroughput: st.PredictedThroughput,
+			MeasuredThroughput: st.MeasuredThroughput})
+	}
+	return r, nil
+}
+
+// reportJob prints a final job status and returns the exit status: 0 if
+// done, 3 if no plan was feasible, else 1.
+func reportJob(stdout, stderr io.Writer, s api.JobStatus, asJSON bool) int {
+	status := exitOK
+	switch {
+	case s.State == api.JobDone:
+	case strings.HasPrefix(s.Reason, "no feasible plan"):
+		status = exitInfeasible
+	default:
+		status = exitFailure
+	}
+	if asJSON {
+		r, err := resultOf(s)
+		if err != nil {
+			return failTo(stderr, exitFailure, err)
+		}
+		if code := printJSON(stdout, stderr, r); code != exitOK {
+			return code
+		}
+		return status
+	}
+	printJob(stdout, s)
+	return status
+}
+
+// printJob prints a job's plan, outcome and stages: the measured
+// throughput of each beside the cost model's prediction.
+func printJob(w io.Writer, s api.JobStatus) {
+	r, err := resultOf(s)
+	if err != nil {
+		fmt.Fprintln(w, err)
+	}
+	if p := r.Plan; p != nil && p.Feasible {
+		fmt.Fprintf(w, "plan (%s): %d stage(s), %d parameter-server shard(s), predicted %.4g samples/s, run cost %.4g\n",
+			p.Method, len(p.Stages), len(r.PSShards), p.Throughput, p.Cost)
+	}
+	fmt.Fprintf(w, "job %s (%s): %s", r.Job, r.Name, r.State)
+	if r.Reason != "" {
+		fmt.Fprintf(w, ": %s", r.Reason)
+	}
+	fmt.Fprintf(w, "\n  steps %d/%d, loss %.4f, %.4g samples/s, %.1f s, cost %.4g\n", s.Step, s.Steps, r.Loss, r.SamplesPerS, r.Seconds, r.Cost)
+	if len(r.Stages) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\tlayers\ttype\tunits\tpredicted/s\tmeasured/s\tratio\tnodes\t")
+	for _, st := range r.Stages {
+		ratio := "-"
+		if st.PredictedThroughput > 0 {
+			ratio = fmt.Sprintf("%.3f", st.MeasuredThroughput/st.PredictedThroughput)
+		}
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%d\t%.4g\t%.4g\t%s\t%s\t\n", st.Stage, st.FirstLayer, st.LastLayer, st.Type, st.Units,
+			st.PredictedThroughput, st.MeasuredThroughput, ratio, strings.Join(st.Nodes, ","))
+	}
+	tw.Flush()
+	if len(r.PSShards) > 0 {
+		fmt.Fprintf(w, "  parameter servers on %s\n", strings.Join(r.PSShards, ", "))
+	}
+}
+
+// progressLine shows a running job's progress on one terminal line.
+func progressLine(w io.Writer, s api.JobStatus) {
+	fmt.Fprintf(w, "\r%s %s: step %d/%d, loss %.4f, %.4g samples/s, cost %.3g   ", s.ID, s.State, s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
+}

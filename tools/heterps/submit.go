@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+)
+
+func init() {
+	register("submit", "submit a job file to a running coordinator", func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return runSubmit(ctx, args, os.Stdout, os.Stderr)
+	})
+}
+
+// defaultCoordinator is where submit and status look without --coordinator.
+const defaultCoordinator = "http://127.0.0.1:7070"
+
+// parseInterspersed parses fs's flags wherever they stand among args, so
+// that `heterps run job.toml --nodes 2` works, and returns the other
+// arguments in order.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return rest, nil
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
+	}
+}
+
+type submitFlags struct {
+	job, coordinator string
+	wait, json       bool
+}
+
+func parseSubmitFlags(args []string, stderr io.Writer) (*submitFlags, error) {
+	var f submitFlags
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.coordinator, "coordinator", defaultCoordinator, "the coordinator's URL")
+	fs.BoolVar(&f.wait, "wait", false, "wait for the job to finish and print its status")
+	fs.BoolVar(&f.json, "json", false, "print JSON: the job id, or with --wait the final status")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 1 {
+		return nil, errors.New("usage: heterps submit job.toml [--coordinator URL] [--wait] [--json]")
+	}
+	f.job = rest[0]
+	return &f, nil
+}
+
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseSubmitFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	src, err := os.ReadFile(f.job)
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	if _, err := config.ParseJob(f.job, src); err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	c := newCoordClient(f.coordinator)
+	defer c.close()
+	id, err := c.submit(ctx, src)
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	if !f.wait {
+		if f.json {
+			return printJSON(stdout, stderr, api.SubmitResponse{JobID: id})
+		}
+		fmt.Fprintln(stdout, id)
+		return exitOK
+	}
+	s, err := c.waitJob(ctx, id, func(s api.JobStatus) { progressLine(stderr, s) })
+	if err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
+	return reportJob(stdout, stderr, s, f.json)
+}
+
+// coordClient calls the coordinator's HTTP API (package api).
+type coordClient struct {
+	base string
+	http *http.Client
+}
+
+func newCoordClient(base string) *coordClient {
+	return &coordClient{base: strings.TrimSuffix(base, "/"),
+		http: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
+}
+
+func (c *coordClient) close() { c.http.CloseIdleConnections() }
+
+// do sends a request and decodes the JSON reply into out; a non-2xx
+// status becomes an error with the coordinator's message.
+func (c *coordClient) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("coordinator: %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e api.Error
+		msg := strings.TrimSpace(string(raw))
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return fmt.Errorf("coordinator: %s %s: %s: %s", method, path, resp.Status, msg)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("coordinator: %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *coordClient) submit(ctx context.Context, jobTOML []byte) (string, error) {
+	var r api.SubmitResponse
+	err := c.do(ctx, http.MethodPost, "/v1/jobs", api.ContentTypeTOML, jobTOML, &r)
+	return r.JobID, err
+}
+
+func (c *coordClient) job(ctx context.Context, id string) (api.JobStatus, error) {
+	var s api.JobStatus
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+id, "", nil, &s)
+	return s, err
+}
+
+func (c *coordClient) jobs(ctx context.Context) ([]api.JobStatus, error) {
+	var s []api.JobStatus
+	err := c.do(ctx, http.MethodGet, "/v1/jobs", "", nil, &s)
+	return s, err
+}
+
+func (c *coordClient) nodes(ctx context.Context) ([]api.NodeStatus, error) {
+	var s []api.NodeStatus
+	err := c.do(ctx, http.MethodGet, "/v1/nodes", "", nil, &s)
+	return s, err
+}
+
+func (c *coordClient) cancel(ctx context.Context, id string) error {
+	var s api.JobStatus
+	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+id, "", nil, &s)
+}
+
+// pollEvery is how often waitJob asks for the job's status.
+const pollEvery = 250 * time.Millisecond
+
+// waitJob polls job id until it is final, calling progress with each
+// status; if ctx ends first it cancels the job.
+func (c *coordClient) waitJob(ctx context.Context, id string, progress func(api.JobStatus)) (api.JobStatus, error) {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		s, err := c.job(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				cancelCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				c.cancel(cancelCtx, id)
+				cancel()
+				return s, fmt.Errorf("job %s: %w (cancelled it)", id, ctx.Err())
+			}
+			return s, err
+		}
+		if s.State.Final() {
+			return s, nil
+		}
+		progress(s)
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+}
+
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
+	return exitOK
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/coord"
+)
+
+// startCoordinator serves a coordinator with no nodes until the test ends.
+func startCoordinator(t *testing.T) string {
+	t.Helper()
+	cat, err := config.LoadCatalog("../../config/examples/catalogs/local.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coord.New(coord.Config{Catalog: cat, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Serve(ctx, ln) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return "http://" + ln.Addr().String()
+}
+
+// TestSubmitAndStatus submits the example job to a coordinator without
+// nodes: it is accepted, then fails (nothing can host it), which submit
+// --wait and status both show.
+func TestSubmitAndStatus(t *testing.T) {
+	url := startCoordinator(t)
+	job := "../../config/examples/jobs/ctrdnn-local.toml"
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	if code := runSubmit(ctx, []string{job, "--coordinator", url}, &out, &errb); code != exitOK || strings.TrimSpace(out.String()) != "j1" {
+		t.Fatalf("submit: exit %d, stdout %q, stderr %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := runSubmit(ctx, []string{job, "--coordinator", url, "--wait", "--json"}, &out, &errb); code != exitFailure {
+		t.Fatalf("submit --wait: exit %d, stdout %s, stderr %s", code, out.String(), errb.String())
+	}
+	var r runResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Job != "j2" || r.State != api.JobFailed || !strings.Contains(r.Reason, "cannot host") {
+		t.Fatalf("submit --wait --json: %+v (%v)", r, err)
+	}
+	out.Reset()
+	if code := runStatus(ctx, []string{"j2", "--coordinator", url}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "job j2 (ctrdnn-local): failed") {
+		t.Errorf("status j2: exit %d:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := runStatus(ctx, []string{"--coordinator", url, "--json"}, &out, &errb); code != exitOK {
+		t.Fatalf("status: exit %d: %s", code, errb.String())
+	}
+	var jobs []api.JobStatus
+	if err := json.Unmarshal(out.Bytes(), &jobs); err != nil || len(jobs) != 2 {
+		t.Errorf("status --json: %d jobs (%v):\n%s", len(jobs), err, out.String())
+	}
+	if code := runStatus(ctx, []string{"j9", "--coordinator", url}, &out, &errb); code != exitFailure || !strings.Contains(errb.String(), "404") {
+		t.Errorf("status of an unknown job: exit %d, stderr %s", code, errb.String())
+	}
+}
+
+func TestSubmitRejectsBadJobFile(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := runSubmit(context.Background(), []string{"../../config/examples/catalogs/local.toml"}, &out, &errb); code != exitUsage {
+		t.Errorf("a catalog as a job: exit %d (%s)", code, errb.String())
+	}
+}
