@@ -10,9 +10,13 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +78,13 @@ func startCluster(t *testing.T) *cluster {
 // ends or the returned function stops it.
 func (cl *cluster) startNode(name, typ string) (stop func()) {
 	cl.t.Helper()
-	a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+	return cl.startNodeVia(name, typ, cl.base)
+}
+
+// startNodeVia starts a node that reaches the coordinator at url.
+func (cl *cluster) startNodeVia(name, typ, url string) (stop func()) {
+	cl.t.Helper()
+	a, err := New(Config{Name: name, Coordinator: url, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
 		Type: typ, Units: 1, Plain: true, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
 	if err != nil {
 		cl.t.Fatal(err)
@@ -201,17 +211,7 @@ func TestKilledNodeFailsJob(t *testing.T) {
 	cl.startNode("a", "cpu")
 	stopB := cl.startNode("b", "gpu")
 	cl.waitNodes(2)
-	src, err := os.ReadFile("testdata/job.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	long := strings.Replace(string(src), "steps = 20", "steps = 100000", 1)
-	path := t.TempDir() + "/job.toml"
-	long = strings.Replace(long, `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
-	if err := os.WriteFile(path, []byte(long), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	id := cl.submit(path)
+	id := cl.submit(longJob(t))
 	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
 	if s.State != api.JobRunning {
 		t.Fatalf("before the kill: job %s (%s), step %d", s.State, s.Reason, s.Step)
@@ -236,4 +236,65 @@ func mustAbs(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return wd + "/" + path
+}
+
+// TestSilentNodeFailsJob cuts a node off from the coordinator mid-job (a
+// proxy between them starts refusing its heartbeats, as if it had crashed
+// without a word): the coordinator declares it dead once the heartbeat
+// timeout has passed and fails the job with that reason.
+func TestSilentNodeFailsJob(t *testing.T) {
+	cl := startCluster(t)
+	var cut atomic.Bool
+	target, err := neturl.Parse(cl.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cut.Load() {
+			http.Error(w, "partitioned", http.StatusServiceUnavailable)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { // runs before the cluster stops; node b tolerates a vanished coordinator
+		srv.Close()
+		proxy.Transport.(*http.Transport).CloseIdleConnections()
+	})
+	cl.startNode("a", "cpu")
+	cl.startNodeVia("b", "gpu", srv.URL)
+	cl.waitNodes(2)
+	id := cl.submit(longJob(t))
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
+	if s.State != api.JobRunning {
+		t.Fatalf("before the cut: job %s (%s), step %d", s.State, s.Reason, s.Step)
+	}
+	cut.Store(true)
+	cutAt := time.Now()
+	s = cl.waitJob(id, final)
+	took := time.Since(cutAt)
+	if s.State != api.JobFailed || !strings.Contains(s.Reason, "node b") || !strings.Contains(s.Reason, "missed heartbeats") {
+		t.Fatalf("after the cut: job %s (%q)", s.State, s.Reason)
+	}
+	if took > hbTimeout+time.Second {
+		t.Errorf("the job failed %v after the cut; the heartbeat timeout is %v", took, hbTimeout)
+	}
+	t.Logf("failed %v after the cut: %s", took.Round(time.Millisecond), s.Reason)
+}
+
+// longJob writes the test job with 100000 steps (it runs until stopped).
+func longJob(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("testdata/job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Replace(string(src), "steps = 20", "steps = 100000", 1)
+	long = strings.Replace(long, `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
+	path := t.TempDir() + "/job.toml"
+	if err := os.WriteFile(path, []byte(long), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
