@@ -47,10 +47,12 @@ type cluster struct {
 	wg     sync.WaitGroup
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T) *cluster { return startClusterOn(t, "testdata/catalog.toml") }
+
+func startClusterOn(t *testing.T, catalog string) *cluster {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	cat, err := config.LoadCatalog("testdata/catalog.toml")
+	cat, err := config.LoadCatalog(catalog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +201,22 @@ func TestJobRunsToDone(t *testing.T) {
 		if !(st.MeasuredThroughput > 0) || len(st.Nodes) != 1 {
 			t.Errorf("stage %d: measured %g samples/s on %v", st.Stage, st.MeasuredThroughput, st.Nodes)
 		}
+	}
+}
+
+// TestDataParallelJob trains one stage as two replicas on two nodes, each
+// reading its half of the data and pushing half the batch to the PS.
+func TestDataParallelJob(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	s := cl.waitJob(cl.submit("testdata/dp-job.toml"), final)
+	if s.State != api.JobDone {
+		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	if s.Step != 20 || len(s.Stages) != 1 || len(s.Stages[0].Nodes) != 2 || !(s.Loss > 0) || math.IsInf(s.Loss, 0) {
+		t.Errorf("step %d, stages %+v, loss %g", s.Step, s.Stages, s.Loss)
 	}
 }
 
