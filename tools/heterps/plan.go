@@ -49,7 +49,7 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	fs.StringVar(&f.problem, "problem", "", "problem file (TOML: types, prices, per-layer profiles)")
 	fs.StringVar(&f.model, "model", "", "instead of --problem: model, zoo name ("+strings.Join(config.ZooNames(), ", ")+") or file")
 	fs.StringVar(&f.catalog, "catalog", "", "with --model: resource catalog; layer times are estimated from its device descriptors")
-	fs.StringVar(&f.profile, "profile", "", "with --model: measured layer profiles (not yet available)")
+	fs.StringVar(&f.profile, "profile", "", "with --model: a problem file written by `heterps profile` (measured layer times)")
 	fs.StringVar(&f.saveProblem, "save-problem", "", "with --model: also write the estimated problem to this file")
 	fs.IntVar(&f.spec.Batch, "batch", f.spec.Batch, "with --model: batch size B")
 	fs.IntVar(&f.spec.ProfileBatch, "profile-batch", f.spec.ProfileBatch, "with --model: batch size B_o of the estimates")
@@ -140,7 +140,7 @@ func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 		return sched.NewProblem(c)
 	}
 	if f.profile != "" {
-		return nil, errors.New("--profile: not yet: measured profiles come with `heterps profile`; without --profile the layer times are estimated from the catalog")
+		return f.loadProfile()
 	}
 	if f.catalog == "" {
 		return nil, errors.New("--model needs --catalog")
@@ -165,6 +165,31 @@ func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("--save-problem: %w", err)
+		}
+	}
+	return sched.NewProblem(c)
+}
+
+// loadProfile reads a problem file written by `heterps profile` and checks
+// that it profiles the model's layers.
+func (f *planFlags) loadProfile() (*sched.Problem, error) {
+	c, err := config.LoadProblem(f.profile)
+	if err != nil {
+		return nil, err
+	}
+	if f.model != "" {
+		m, err := config.LoadModel(f.model)
+		if err != nil {
+			return nil, err
+		}
+		shapes := m.Shapes()
+		if len(shapes) != len(c.Layers) {
+			return nil, fmt.Errorf("--profile %s has %d layers, model %s has %d", f.profile, len(c.Layers), m.Name, len(shapes))
+		}
+		for i, s := range shapes {
+			if c.Layers[i].Name != s.Name {
+				return nil, fmt.Errorf("--profile %s: layer %d is %q, model %s has %q", f.profile, i, c.Layers[i].Name, m.Name, s.Name)
+			}
 		}
 	}
 	return sched.NewProblem(c)

@@ -72,3 +72,21 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+func TestPlanReadsAProfileOfTheModel(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "p.toml")
+	f, err := parseProfileFlags([]string{"--model", "mlp-digits", "--catalog", "../../config/examples/catalogs/local.toml",
+		"--batch", "64", "--reps", "1", "--units", "1", "--out", out}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, errs := plan(t, "--model", "mlp-digits", "--profile", out, "--json"); code != exitOK || !strings.Contains(stdout, `"feasible": true`) {
+		t.Fatalf("plan --profile: exit %d\n%s\n%s", code, stdout, errs)
+	}
+	if code, _, errs := plan(t, "--model", "ctrdnn", "--profile", out); code != exitUsage || !strings.Contains(errs, "has 4 layers, model ctrdnn has 7") {
+		t.Fatalf("profile of another model: exit %d: %s", code, errs)
+	}
+}
