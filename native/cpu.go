@@ -58,7 +58,7 @@ func NewCPU(opts CPUOptions) (*CPU, error) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	C.hps_blas_threads(C.int(threads))
+	C.hps_blas_threads(1) // the backend splits GEMMs itself; see gemmGrain
 	return &CPU{isa: isa, threads: threads}, nil
 }
 

@@ -40,10 +40,33 @@ func (b *CPU) Gemm(transA, transB bool, m, n, k int, alpha float32, a Buffer, ld
 		scaleMatrix(ch, m, n, ldc, beta)
 		return nil
 	}
-	C.hps_sgemm(cbool(transA), cbool(transB), C.int64_t(m), C.int64_t(n), C.int64_t(k),
-		C.float(alpha), fptr(ah), C.int64_t(lda), fptr(bh), C.int64_t(ldb),
-		C.float(beta), fptr(ch), C.int64_t(ldc))
+	chunks(m, b.gemmGrain(m, n, k), b.threads, func(_, lo, hi int) {
+		aOff := lo * lda // rows lo..hi of op(A) = A's rows, or A's columns when transposed
+		if transA {
+			aOff = lo
+		}
+		C.hps_sgemm(cbool(transA), cbool(transB), C.int64_t(hi-lo), C.int64_t(n), C.int64_t(k),
+			C.float(alpha), fptr(ah[aOff:]), C.int64_t(lda), fptr(bh), C.int64_t(ldb),
+			C.float(beta), fptr(ch[lo*ldc:]), C.int64_t(ldc))
+	})
 	return nil
+}
+
+// gemmGrain is how many rows of C one goroutine computes. OpenBLAS runs
+// single-threaded (see NewCPU) and GEMMs large enough to share are split
+// into one block of rows per thread, rounded to 16 rows: OpenBLAS's own
+// threads spin after each call and fight the Go scheduler for the cores,
+// which made 2-thread training slower than 1-thread. Results depend on the
+// thread count in the last bits (OpenBLAS blocks by the call's shape), as
+// they did with OpenBLAS's own threads; runs with equal thread counts are
+// bit-identical.
+func (b *CPU) gemmGrain(m, n, k int) int {
+	const minWork = 1 << 18 // multiply-adds below which splitting costs more than it saves
+	if b.threads <= 1 || m*n*k < minWork*b.threads || m < 32 {
+		return m
+	}
+	rows := (m + b.threads - 1) / b.threads
+	return (rows + 15) / 16 * 16
 }
 
 // gemmOperand checks a [rows x cols] operand stored with row stride ld.

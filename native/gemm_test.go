@@ -140,3 +140,49 @@ func TestChunksCoverEachItemOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmSplitAcrossThreads checks that GEMMs split into row blocks on
+// several goroutines give the single-threaded result, for every transpose
+// combination and odd sizes. Not bit for bit: OpenBLAS picks its blocking
+// from the call's shape, so a block of rows may round differently.
+func TestGemmSplitAcrossThreads(t *testing.T) {
+	one, err := NewCPU(CPUOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := NewCPU(CPUOptions{Threads: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := newRNG(11)
+	for _, sh := range [][3]int{{512, 247, 512}, {247, 512, 512}, {97, 300, 190}, {33, 1000, 64}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		if three.gemmGrain(m, n, k) >= m {
+			t.Fatalf("%v is not split", sh)
+		}
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				lda, ldb := k, n
+				if ta {
+					lda = m
+				}
+				if tb {
+					ldb = k
+				}
+				a := HostBuffer(randFloats(rng, m*k, -1, 1))
+				bm := HostBuffer(randFloats(rng, k*n, -1, 1))
+				c0 := randFloats(rng, m*n, -1, 1)
+				want := append(HostBuffer(nil), c0...)
+				got, full := guarded(m*n, c0)
+				if err := one.Gemm(ta, tb, m, n, k, 1.25, a, lda, bm, ldb, 0.5, want, n); err != nil {
+					t.Fatal(err)
+				}
+				if err := three.Gemm(ta, tb, m, n, k, 1.25, a, lda, bm, ldb, 0.5, got, n); err != nil {
+					t.Fatal(err)
+				}
+				checkGuards(t, "split gemm", full)
+				assertClose(t, "split gemm", got, want, 1e-5, 2e-4) // k up to 1000 terms in [-1, 1]
+			}
+		}
+	}
+}
