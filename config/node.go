@@ -19,7 +19,9 @@ import (
 //	threads = 1                  # CPU threads per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
 //
-// Port 0 in listen or ps_listen picks a free port, which the node registers.
+// The node registers listen and ps_listen as the addresses other nodes
+// reach it at, so they name this machine's interface, not a wildcard; port
+// 0 picks a free port, which the node registers.
 type Node struct {
 	Version     int    `toml:"version"`
 	Name        string `toml:"name"`
@@ -83,6 +85,8 @@ func (n *Node) validate(loc *Locator) error {
 	for _, f := range []struct{ field, addr string }{{"listen", n.Listen}, {"ps_listen", n.PSListen}} {
 		if !isHostPort(f.addr) {
 			errs.add(loc.Errorf(f.field, "%q is not host:port (port 0 picks a free one)", f.addr))
+		} else if isUnspecified(f.addr) {
+			errs.add(loc.Errorf(f.field, "%q: give the address other nodes reach this one at, not a wildcard", f.addr))
 		} else if n.Plain && !isLoopback(f.addr) {
 			errs.add(loc.Errorf(f.field, "%q is not a loopback address: plain mode is for loopback only; set secret_file", f.addr))
 		}
@@ -109,6 +113,12 @@ func isHostPort(addr string) bool {
 	}
 	_, err = strconv.ParseUint(port, 10, 16)
 	return err == nil
+}
+
+func isUnspecified(addr string) bool {
+	host, _, _ := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
 }
 
 func isLoopback(addr string) bool {

@@ -35,6 +35,7 @@ func TestNodeErrorsNameTheLine(t *testing.T) {
 		{"bad coordinator", `"http://127.0.0.1:7070"`, `"127.0.0.1:7070"`, 3, "coordinator"},
 		{"bad listen", `listen = "127.0.0.1:0"`, `listen = "nowhere"`, 4, "listen"},
 		{"plain off loopback", `ps_listen = "127.0.0.1:0"`, `ps_listen = "10.1.2.3:7171"`, 5, "ps_listen"},
+		{"wildcard listen", `listen = "127.0.0.1:0"`, `listen = "0.0.0.0:7071"`, 4, "listen"},
 		{"no units", `units = 1`, `units = 0`, 7, "units"},
 		{"no secret", `plain = true`, `plain = false`, 0, "secret_file"},
 		{"unknown key", `units = 1`, `unit = 1`, 7, "unit"},

@@ -17,9 +17,15 @@ import (
 )
 
 // runStage runs one stage replica to the job's last step, reporting its
-// progress, or until ctx ends (the task was cancelled).
+// progress, then holds its links until ctx ends (the task left the
+// coordinator's reply): closing a link at once could cut off a partner
+// still reading this replica's last messages.
 func (a *Agent) runStage(ctx context.Context, t *task) {
-	err := a.trainStage(ctx, t)
+	w, cleanup, err := a.stageWorker(ctx, t.spec)
+	defer cleanup()
+	if err == nil {
+		err = a.train(ctx, t, w)
+	}
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:
@@ -28,17 +34,13 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 		a.setReport(ctx, t, func(r *api.TaskReport) { r.State = api.TaskDone })
 		a.log.Info("task done", "task", t.spec.TaskID)
 	}
+	<-ctx.Done()
 }
 
-func (a *Agent) trainStage(ctx context.Context, t *task) error {
-	s := t.spec
-	w, cleanup, err := a.stageWorker(ctx, s)
-	defer cleanup()
-	if err != nil {
-		return err
-	}
+// train runs the job's steps.
+func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker) error {
 	meter := newMeter()
-	for step := int64(1); step <= s.Steps; step++ {
+	for step := int64(1); step <= t.spec.Steps; step++ {
 		res, err := w.Step(ctx, step)
 		if err != nil {
 			return err

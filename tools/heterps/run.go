@@ -304,15 +304,28 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 	}
 }
 
-// stop sends SIGTERM to every child, nodes first, and kills those still
-// running after a grace period.
+// stop stops the children: the node daemons first, so that their last
+// heartbeats still reach the coordinator, then the coordinator (the first
+// child). Each gets SIGTERM and, after a grace period, SIGKILL.
 func (k *children) stop() {
-	for i := len(k.procs) - 1; i >= 0; i-- {
-		k.procs[i].Process.Signal(syscall.SIGTERM)
+	if len(k.procs) > 1 {
+		terminate(k.procs[1:])
 	}
-	for i := len(k.procs) - 1; i >= 0; i-- {
+	if len(k.procs) > 0 {
+		terminate(k.procs[:1])
+	}
+	k.readers.Wait()
+	for _, f := range k.logs {
+		f.Close()
+	}
+}
+
+func terminate(procs []*exec.Cmd) {
+	for _, cmd := range procs {
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, cmd := range procs {
 		done := make(chan struct{})
-		cmd := k.procs[i]
 		go func() { cmd.Wait(); close(done) }()
 		select {
 		case <-done:
@@ -320,9 +333,5 @@ func (k *children) stop() {
 			cmd.Process.Kill()
 			<-done
 		}
-	}
-	k.readers.Wait()
-	for _, f := range k.logs {
-		f.Close()
 	}
 }
