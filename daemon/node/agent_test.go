@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	neturl "net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/wire"
 )
 
 // Test timing: heartbeats every interval; a silent node is dead after
@@ -41,31 +43,41 @@ var quiet = slog.New(slog.DiscardHandler)
 // cluster is a coordinator and node daemons in this process, on loopback.
 type cluster struct {
 	t      *testing.T
+	secret []byte // the data plane's; nil = plain
 	base   string
 	client *http.Client
 	ctx    context.Context
 	wg     sync.WaitGroup
 }
 
-func startCluster(t *testing.T) *cluster { return startClusterOn(t, "testdata/catalog.toml") }
+func startCluster(t *testing.T) *cluster { return startClusterOn(t, "testdata/catalog.toml", "") }
 
-func startClusterOn(t *testing.T, catalog string) *cluster {
+// startClusterOn starts a coordinator for catalog; with secretFile set the
+// data plane is authenticated with the secret in it.
+func startClusterOn(t *testing.T, catalog, secretFile string) *cluster {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	cat, err := config.LoadCatalog(catalog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: interval, HeartbeatTimeout: hbTimeout, Logger: quiet})
+	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: interval, HeartbeatTimeout: hbTimeout,
+		SecretFile: secretFile, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var secret []byte
+	if secretFile != "" {
+		if secret, err = wire.LoadSecret(secretFile); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cl := &cluster{t: t, base: "http://" + ln.Addr().String(), ctx: ctx,
+	cl := &cluster{t: t, secret: secret, base: "http://" + ln.Addr().String(), ctx: ctx,
 		client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
 	cl.wg.Go(func() { c.Serve(ctx, ln) })
 	t.Cleanup(func() {
@@ -87,7 +99,7 @@ func (cl *cluster) startNode(name, typ string) (stop func()) {
 func (cl *cluster) startNodeVia(name, typ, url string) (stop func()) {
 	cl.t.Helper()
 	a, err := New(Config{Name: name, Coordinator: url, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
-		Type: typ, Units: 1, Plain: true, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+		Type: typ, Units: 1, Secret: cl.secret, Plain: cl.secret == nil, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
 	if err != nil {
 		cl.t.Fatal(err)
 	}
@@ -207,7 +219,7 @@ func TestJobRunsToDone(t *testing.T) {
 // TestDataParallelJob trains one stage as two replicas on two nodes, each
 // reading its half of the data and pushing half the batch to the PS.
 func TestDataParallelJob(t *testing.T) {
-	cl := startClusterOn(t, "testdata/dp-catalog.toml")
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
 	cl.waitNodes(2)
@@ -217,6 +229,22 @@ func TestDataParallelJob(t *testing.T) {
 	}
 	if s.Step != 20 || len(s.Stages) != 1 || len(s.Stages[0].Nodes) != 2 || !(s.Loss > 0) || math.IsInf(s.Loss, 0) {
 		t.Errorf("step %d, stages %+v, loss %g", s.Step, s.Stages, s.Loss)
+	}
+}
+
+// TestJobWithClusterSecret runs the two-stage job with an authenticated
+// data plane: stage links and PS connections all pass the handshake.
+func TestJobWithClusterSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := startClusterOn(t, "testdata/catalog.toml", path)
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "gpu")
+	cl.waitNodes(2)
+	if s := cl.waitJob(cl.submit("testdata/job.toml"), final); s.State != api.JobDone || s.Step != 20 {
+		t.Fatalf("job %s (%s) at step %d", s.State, s.Reason, s.Step)
 	}
 }
 
