@@ -4,4 +4,36 @@
 // heartbeats that report its tasks, and runs the tasks the coordinator
 // assigns in the replies: pipeline stage workers and parameter-server
 // shards.
+//
+// # Listeners and addresses
+//
+// A node has two wire listeners, registered as data_addr and ps_addr. The
+// first is a wire.TCPTransport whose node id is data_addr itself, so that
+// the partner addresses a task lists (api.Task Prev and Next) are also the
+// transport's peer ids; a partner is added as a peer while some task of
+// this node needs it. The second serves the PS shards of every job with
+// shards here: a ps.Service per job, chosen for each connection by the
+// dialling client's node id ("psc/<job>/<task>"); a connection that comes
+// before its job's shards are up waits for them (Config.ReadyTimeout).
+//
+// # Tasks
+//
+// Each heartbeat reply lists every task the node should run. New stage
+// tasks start a goroutine each: the model is built on a CPU backend with
+// units x threads threads, parameters live on the job's PS shards, stage 0
+// reads shard data_shard of data_shards of the training split (read again
+// whenever it ends), and the step loop reports step, loss and samples/s
+// (measured after the first step). Before the first step a replica greets
+// each partner on a stream beside the pair's EdgeStream: the transport
+// turns away a dial from a peer it does not know yet, and its partner's
+// task may arrive a heartbeat later, so each side sends until it hears the
+// other. The PS tasks of a job share a goroutine that declares the job's
+// parameters (pipeline.PSParams over the task's layout) and serves this
+// node's shards. A task that leaves the reply is cancelled; a finished
+// stage keeps its links until then, as a partner may still be reading its
+// last messages.
+//
+// Run ends when its context does: it cancels the tasks, waits for them,
+// reports the running ones failed in a last heartbeat, and closes its
+// listeners. Distributed checkpoints are not written yet.
 package node
