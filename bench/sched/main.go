@@ -20,6 +20,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/sched"
 )
 
@@ -44,6 +45,9 @@ func main() {
 	if err := b.table1(); err != nil {
 		fail(err)
 	}
+	if err := b.zooTable(); err != nil {
+		fail(err)
+	}
 	if err := b.table2(); err != nil {
 		fail(err)
 	}
@@ -64,11 +68,15 @@ type bench struct {
 }
 
 func (b bench) problem(types, layers int) (*sched.Problem, error) {
-	cat, err := sched.SynthCatalog(types, b.seed)
+	shapes, err := sched.CTRDNNShapes(layers)
 	if err != nil {
 		return nil, err
 	}
-	shapes, err := sched.CTRDNNShapes(layers)
+	return b.problemOf(types, shapes)
+}
+
+func (b bench) problemOf(types int, shapes []config.LayerShape) (*sched.Problem, error) {
+	cat, err := sched.SynthCatalog(types, b.seed)
 	if err != nil {
 		return nil, err
 	}
@@ -117,29 +125,69 @@ func (b bench) table1() error {
 		if err != nil {
 			return err
 		}
-		ex, err := b.run("exact", p)
-		if err != nil {
+		skip := func(m string) bool { return row[1] == 64 && m == "rl-rnn" } // bounds the run time
+		if err := b.methodRow(w, fmt.Sprintf("%d\t%d", row[0], row[1]), p, methods, skip); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t", row[0], row[1], cost(ex), seconds(ex.SchedSeconds))
-		for _, m := range methods {
-			if row[1] == 64 && m == "rl-rnn" { // bounds the benchmark's run time
-				fmt.Fprint(w, "-\t-\t")
-				continue
-			}
-			pl, err := b.run(m, p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "%s\t%s\t", relative(pl, ex), seconds(pl.SchedSeconds))
-		}
-		fmt.Fprintln(w)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	fmt.Println("(rl-rnn is left out of the 64 x 64 row to bound the benchmark's run time)")
 	return nil
+}
+
+// methodRow prints exact's cost and time, then every method's cost
+// relative to exact and its time (skipped methods print "-").
+func (b bench) methodRow(w *tabwriter.Writer, label string, p *sched.Problem, methods []string, skip func(string) bool) error {
+	ex, err := b.run("exact", p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t", label, cost(ex), seconds(ex.SchedSeconds))
+	for _, m := range methods {
+		if skip(m) {
+			fmt.Fprint(w, "-\t-\t")
+			continue
+		}
+		pl, err := b.run(m, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\t%s\t", relative(pl, ex), seconds(pl.SchedSeconds))
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+// zooTable: every method against exact on the zoo models' own layers.
+func (b bench) zooTable() error {
+	methods := registered()
+	fmt.Printf("\nTable 1b: the zoo models' layers (config/examples/models), cost relative to exact / scheduling time\n")
+	fmt.Printf("(rl-rnn left out to bound the run time; matchnet's towers are scheduled as one layer sequence)\n\n")
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "model\ttypes\texact cost\texact time\t")
+	for _, m := range methods {
+		fmt.Fprintf(w, "%s\t\t", m)
+	}
+	fmt.Fprintln(w)
+	for _, name := range []string{"ctrdnn", "matchnet", "2emb", "nce"} {
+		m, err := config.LoadModel(name)
+		if err != nil {
+			return err
+		}
+		for _, t := range typeCounts {
+			p, err := b.problemOf(t, m.Shapes())
+			if err != nil {
+				return err
+			}
+			skip := func(m string) bool { return m == "rl-rnn" }
+			if err := b.methodRow(w, fmt.Sprintf("%s\t%d", name, t), p, methods, skip); err != nil {
+				return err
+			}
+		}
+	}
+	return w.Flush()
 }
 
 // table2: brute force against rl and exact where brute force finishes.
