@@ -79,4 +79,6 @@ func must(err error) {
 	}
 }
 
-func table() *tabwriter.Writer { return tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight) }
+func table() *tabwriter.Writer {
+	return tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
