@@ -23,8 +23,9 @@ import (
 func (a *Agent) runStage(ctx context.Context, t *task) {
 	w, cleanup, err := a.stageWorker(ctx, t.spec)
 	defer cleanup()
+	var spent pipeline.Result
 	if err == nil {
-		err = a.train(ctx, t, w)
+		err = a.train(ctx, t, w, &spent)
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -32,13 +33,14 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 		a.fail(ctx, t, err)
 	default:
 		a.setReport(ctx, t, func(r *api.TaskReport) { r.State = api.TaskDone })
-		a.log.Info("task done", "task", t.spec.TaskID)
+		a.log.Info("task done", "task", t.spec.TaskID, "input", spent.Input, "pull", spent.Pull, "compute", spent.Compute,
+			"downstream", spent.Downstream, "push", spent.Push)
 	}
 	<-ctx.Done()
 }
 
-// train runs the job's steps.
-func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker) error {
+// train runs the job's steps, adding up in spent where their time went.
+func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *pipeline.Result) error {
 	meter := newMeter()
 	for step := int64(1); step <= t.spec.Steps; step++ {
 		res, err := w.Step(ctx, step)
@@ -48,6 +50,11 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker) error {
 		if !finite(res.Loss) {
 			return fmt.Errorf("step %d: the loss is %g: training diverged", step, res.Loss)
 		}
+		spent.Input += res.Input
+		spent.Pull += res.Pull
+		spent.Compute += res.Compute
+		spent.Downstream += res.Downstream
+		spent.Push += res.Push
 		rate := meter.add(res.Samples)
 		a.setReport(ctx, t, func(r *api.TaskReport) { r.Step, r.Loss, r.SamplesPerS = step, res.Loss, rate })
 	}
