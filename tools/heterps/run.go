@@ -213,8 +213,9 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 		return none, err
 	}
 	fmt.Fprintf(stderr, "heterps run: job %s on %d node daemon(s) and a coordinator at %s\n", id, len(offers), url)
-	s, err := c.waitJob(ctx, id, func(s api.JobStatus) { progressLine(stderr, s) })
-	fmt.Fprintln(stderr)
+	update, done := jobProgress(stderr)
+	s, err := c.waitJob(ctx, id, update)
+	done()
 	if err != nil {
 		return none, err
 	}

@@ -206,7 +206,25 @@ func printJob(w io.Writer, s api.JobStatus) {
 	}
 }
 
-// progressLine shows a running job's progress on one terminal line.
-func progressLine(w io.Writer, s api.JobStatus) {
-	fmt.Fprintf(w, "\r%s %s: step %d/%d, loss %.4f, %.4g samples/s, cost %.3g   ", s.ID, s.State, s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
+// jobProgress shows a running job's progress as `heterps train` does (a
+// bar on a terminal, a line every few seconds otherwise); done ends it.
+func jobProgress(w io.Writer) (update func(api.JobStatus), done func()) {
+	var p *progress
+	shown := int64(-1)
+	update = func(s api.JobStatus) {
+		if s.Step == shown {
+			return
+		}
+		if p == nil {
+			p = newProgress(w, int(s.Steps))
+		}
+		shown = s.Step
+		p.update(s.Step, s.Loss, s.SamplesPerS)
+	}
+	done = func() {
+		if p != nil {
+			p.done()
+		}
+	}
+	return update, done
 }

@@ -98,7 +98,9 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stdout, id)
 		return exitOK
 	}
-	s, err := c.waitJob(ctx, id, func(s api.JobStatus) { progressLine(stderr, s) })
+	update, done := jobProgress(stderr)
+	s, err := c.waitJob(ctx, id, update)
+	done()
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
 	}
