@@ -125,7 +125,7 @@ libsum=$(sha256sum "$BUILD/libheterps_cuda.a" | cut -c1-16)
 export CGO_ENABLED=1
 export CGO_CFLAGS="-I$INC"
 export CGO_LDFLAGS="-L$LIB -L$BUILD/.lib-$libsum"
-pkgs=(./native/ ./native/cudadrv/ ./daemon/node/)
+pkgs=(./native/ ./native/cudadrv/ ./daemon/node/ ./bench/gpu/ctr/)
 go vet -tags cuda "${pkgs[@]}" || fail "go vet" "go vet -tags cuda (CUDA $ver headers)"
 vetted="CUDA $ver"
 if [[ -n $CU12_INC ]]; then

@@ -8,7 +8,8 @@
 #   bench.txt    raw benchmark output
 #   summary.txt  one line per op: GB/s and the fraction of this run's
 #                device-to-device copy, or TFLOP/s and the fraction of this
-#                run's cuBLAS SGEMM 4096^3
+#                run's cuBLAS SGEMM 4096^3; and ctrdnn training samples/s
+#                against PyTorch on the same GPU (ctr.txt, ctr_torch.json)
 #
 # The machine needs an NVIDIA driver, a CUDA toolkit (CUDA_HOME, nvcc on
 # PATH, or /usr/local/cuda) and cuBLAS. Go is used when present; a machine
@@ -60,6 +61,7 @@ build_tests() {
   export CGO_LDFLAGS="$extra -L$lib -L$ROOT/kernels/cuda/build/.lib-$sum"
   go test -tags cuda -c -o "$dir/native.test" ./native/ || return 1
   go test -tags cuda -c -o "$dir/cudadrv.test" ./native/cudadrv/ || return 1
+  go test -tags cuda -c -o "$dir/ctr.test" ./bench/gpu/ctr/ || return 1
   echo "built with $("$cuda/bin/nvcc" --version | tail -n1), $(go version), CGO_LDFLAGS=$CGO_LDFLAGS"
 }
 
@@ -168,12 +170,21 @@ awk '
   }' "$OUT/bench.txt" >"$OUT/summary.txt"
 cat "$OUT/summary.txt"
 
-# ---- ctrdnn training against PyTorch: TODO --------------------------------------------------
-# TODO(issue 6): ctrdnn training samples/s on this GPU against PyTorch on the
-# same GPU (same model, batch), target >= 1.5x. It needs the ctrdnn model on
-# the CUDA backend (daemon/nn) and a PyTorch twin of it; neither exists yet.
-step "SKIPPED: ctrdnn GPU training vs PyTorch (TODO: needs the ctrdnn model on the CUDA backend and its PyTorch twin)"
-echo "ctrdnn vs PyTorch: SKIPPED (not implemented yet)" >>"$OUT/summary.txt"
+# ---- ctrdnn training against PyTorch on this GPU ------------------------------------------
+# Same model, batch 512 and batches (written by ctr.test for PyTorch); target >= 1.5x.
+step "ctrdnn training: heterps vs PyTorch on this GPU"
+CTR=$OUT/ctrdata
+mkdir -p "$CTR"
+(cd bench/gpu/ctr && HETERPS_CTR_OUT=$CTR timeout 300 "$BIN/ctr.test" -test.run CTRDNN -test.v -test.count=1) \
+  >"$OUT/ctr.txt" 2>&1 || status=1
+ours=$(grep -o '"samples_per_s":[0-9.e+]*' "$OUT/ctr.txt" | head -n1 | cut -d: -f2)
+timeout 300 python3 bench/pytorch/ctrdnn.py --device cuda --data "$CTR" --steps 200 >"$OUT/ctr_torch.json" 2>>"$OUT/ctr.txt" || status=1
+theirs=$(grep -o '"samples_per_s": [0-9.e+]*' "$OUT/ctr_torch.json" | head -n1 | cut -d: -f2)
+rm -rf "$CTR"
+line=$(awk -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN {
+  printf "ctrdnn training, batch 512: heterps %.0f samples/s, PyTorch %.0f samples/s, ratio %.2fx (target >= 1.5x)", a, b, (b > 0 ? a / b : 0) }')
+step "$line"
+echo "$line" >>"$OUT/summary.txt"
 
 step "done; results in $OUT"
 exit $status

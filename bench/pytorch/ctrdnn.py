@@ -63,11 +63,14 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    device = torch.device(args.device)
     meta, batches = load(args.data)
-    model = CTRDNN(meta["vocab"], meta["dim"], meta["slots"], meta["dense"], meta["hidden"])
+    batches = [tuple(t.to(device) for t in b) for b in batches]
+    model = CTRDNN(meta["vocab"], meta["dim"], meta["slots"], meta["dense"], meta["hidden"]).to(device)
     dense_params = [p for n, p in model.named_parameters() if not n.startswith("emb.")]
     opt = torch.optim.Adam(dense_params, lr=1e-3)
     sparse_opt = torch.optim.SparseAdam([model.emb.weight], lr=1e-3)
@@ -89,7 +92,7 @@ def main():
     losses = [step(args.warmup + i) for i in range(args.steps)]
     secs = time.perf_counter() - start
     print(json.dumps({
-        "torch": torch.__version__, "threads": args.threads, "steps": args.steps,
+        "torch": torch.__version__, "device": args.device, "threads": args.threads, "steps": args.steps,
         "batch": meta["batch"], "seconds": secs,
         "samples_per_s": args.steps * meta["batch"] / secs,
         "loss_last50": float(np.mean(losses[-50:])),

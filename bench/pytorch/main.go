@@ -6,7 +6,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -17,11 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
+	"github.com/heterps/heterps/bench/internal/ctrbench"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
-	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/native"
 )
 
@@ -38,11 +36,12 @@ func main() {
 	flag.Parse()
 	cfg, err := config.LoadModel("ctrdnn")
 	check(err)
-	batches := makeBatches(cfg)
+	batches, err := ctrbench.MakeBatches(cfg, *nbatch, *batch)
+	check(err)
 	dir, err := os.MkdirTemp("", "heterps-ctr-bench")
 	check(err)
 	defer os.RemoveAll(dir)
-	check(writeBatches(dir, cfg, batches))
+	check(ctrbench.WriteBatches(dir, cfg, batches))
 
 	fmt.Printf("CTR-DNN training, heterps vs PyTorch — batch %d, %d timed steps after %d warm-up, %d CPUs\n",
 		*batch, *steps, *warmup, runtime.NumCPU())
@@ -75,18 +74,6 @@ func check(err error) {
 
 func backendName() string { return native.MustCPU().Name() }
 
-func makeBatches(cfg *config.Model) []*data.Batch {
-	src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
-	check(err)
-	defer src.Close()
-	out := make([]*data.Batch, *nbatch)
-	for i := range out {
-		out[i], err = src.Next(context.Background(), *batch)
-		check(err)
-	}
-	return out
-}
-
 // runOurs trains on the batches with t kernel threads (and GOMAXPROCS t,
 // so that Go's own work gets no extra core) and returns samples/s and the
 // mean loss of the last 50 steps.
@@ -95,30 +82,10 @@ func runOurs(cfg *config.Model, batches []*data.Batch, t int) (float64, float64)
 	defer runtime.GOMAXPROCS(old)
 	b, err := native.NewCPU(native.CPUOptions{Threads: t})
 	check(err)
-	tr, err := nn.NewTrainer(b, cfg, 1, int64(*warmup+*steps))
-	check(err)
-	for i := range *warmup {
-		_, err := tr.Step(batches[i%len(batches)])
-		check(err)
-	}
 	runtime.GC()
-	start := time.Now()
-	var tail []float64
-	for i := range *steps {
-		loss, err := tr.Step(batches[(*warmup+i)%len(batches)])
-		check(err)
-		tail = append(tail, loss)
-	}
-	secs := time.Since(start).Seconds()
-	return float64(*steps**batch) / secs, mean(tail[max(0, len(tail)-50):])
-}
-
-func mean(v []float64) float64 {
-	s := 0.0
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(max(len(v), 1))
+	r, err := ctrbench.Train(b, cfg, batches, *warmup, *steps)
+	check(err)
+	return r.SamplesPerS, r.Loss
 }
 
 type torchResult struct {
