@@ -287,7 +287,8 @@ func mustAbs(t *testing.T, path string) string {
 // TestSilentNodeFailsJob cuts a node off from the coordinator mid-job (a
 // proxy between them starts refusing its heartbeats, as if it had crashed
 // without a word): the coordinator declares it dead once the heartbeat
-// timeout has passed and fails the job with that reason.
+// timeout has passed and fails the job with that reason. Once the cut
+// heals, the node registers again.
 func TestSilentNodeFailsJob(t *testing.T) {
 	cl := startCluster(t)
 	var cut atomic.Bool
@@ -327,6 +328,28 @@ func TestSilentNodeFailsJob(t *testing.T) {
 		t.Errorf("the job failed %v after the cut; the heartbeat timeout is %v", took, hbTimeout)
 	}
 	t.Logf("failed %v after the cut: %s", took.Round(time.Millisecond), s.Reason)
+
+	// Reconnected, the node learns it was declared dead (410) and
+	// registers again.
+	cut.Store(false)
+	deadline := time.Now().Add(patience)
+	for {
+		var nodes []api.NodeStatus
+		cl.do(http.MethodGet, "/v1/nodes", "", nil, &nodes)
+		alive := 0
+		for _, nd := range nodes {
+			if nd.Name == "b" && nd.State == api.NodeAlive {
+				alive++
+			}
+		}
+		if alive == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node b did not register again: %+v", nodes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // longJob writes the test job with 100000 steps (it runs until stopped).
