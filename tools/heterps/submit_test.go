@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/coord"
@@ -41,6 +43,8 @@ func startCoordinator(t *testing.T) string {
 // nodes: it is accepted, then fails (nothing can host it), which submit
 // --wait and status both show.
 func TestSubmitAndStatus(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs after the coordinator stops
 	url := startCoordinator(t)
 	job := "../../config/examples/jobs/ctrdnn-local.toml"
 	ctx := context.Background()
