@@ -25,6 +25,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/wire"
 )
@@ -355,15 +356,51 @@ func TestSilentNodeFailsJob(t *testing.T) {
 // longJob writes the test job with 100000 steps (it runs until stopped).
 func longJob(t *testing.T) string {
 	t.Helper()
+	return jobVariant(t, "steps = 20", "steps = 100000")
+}
+
+// jobVariant writes the test job with old replaced by new, the model's
+// path made absolute, and returns its path.
+func jobVariant(t *testing.T, old, new string) string {
+	t.Helper()
 	src, err := os.ReadFile("testdata/job.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := strings.Replace(string(src), "steps = 20", "steps = 100000", 1)
-	long = strings.Replace(long, `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
+	job := strings.Replace(string(src), old, new, 1)
+	job = strings.Replace(job, `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
 	path := t.TempDir() + "/job.toml"
-	if err := os.WriteFile(path, []byte(long), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestJobWritesCheckpoints: with the job's one PS shard on one node, the
+// node writes a complete checkpoint every 7 steps and after the last.
+func TestJobWritesCheckpoints(t *testing.T) {
+	root := t.TempDir()
+	cl := startCluster(t)
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "gpu")
+	cl.waitNodes(2)
+	path := jobVariant(t, "seed = 3", fmt.Sprintf("seed = 3\n[checkpoint]\ndir = %q\nevery = 7", root))
+	s := cl.waitJob(cl.submit(path), final)
+	if s.State != api.JobDone {
+		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	for _, step := range []int64{7, 14, 20} {
+		var m ckpt.Manifest
+		var err error
+		// The last is written as the job ends: give it a moment.
+		for range 100 {
+			if m, err = ckpt.ReadManifest(ckpt.StepDir(root, step)); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil || m.Step != step || m.JobID != s.ID || m.Shards != 1 || len(m.Files) != 1 {
+			t.Errorf("step %d: manifest %+v (%v)", step, m, err)
+		}
+	}
 }

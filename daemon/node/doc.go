@@ -35,5 +35,11 @@
 //
 // Run ends when its context does: it cancels the tasks, waits for them,
 // reports the running ones failed in a last heartbeat, and closes its
-// listeners. Distributed checkpoints are not written yet.
+// listeners.
+//
+// Checkpoints: a node that hosts every PS shard of a BSP job writes the
+// job's checkpoints (ps.CheckpointAll every checkpoint_every steps and
+// after the last); shards spread over several nodes need one manifest for
+// all of them, which nothing writes yet, so such jobs are not
+// checkpointed (the node logs it). Restoring a job is not wired up.
 package node

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -118,32 +119,109 @@ func (h *psHost) close() {
 }
 
 // runPS hosts the shards of one job's PS tasks on this node until ctx
-// ends (the job left the node).
+// ends (the job left the node), writing the job's checkpoints if it asks
+// for them.
 func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	spec := tasks[0].spec
-	svc, err := buildShards(spec, tasks, a.log)
+	shards, names, svc, err := buildShards(spec, tasks, a.log)
 	if err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)
 		}
 		return
 	}
-	if spec.CheckpointEvery > 0 {
-		// Consistent checkpoints need every shard fenced at one step,
-		// across nodes: not wired up yet.
-		a.log.Warn("ps: this node does not write the job's checkpoints yet", "job", spec.JobID, "dir", spec.CheckpointDir)
-	}
 	a.ps.set(spec.JobID, &psJob{svc: svc, ctx: ctx})
+	defer a.ps.set(spec.JobID, nil)
 	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
+	if err := a.checkpoints(ctx, spec, shards, names); err != nil {
+		for _, t := range tasks {
+			a.fail(ctx, t, err)
+		}
+	}
 	<-ctx.Done()
-	a.ps.set(spec.JobID, nil)
+}
+
+// checkpoints writes a consistent checkpoint of the job every
+// CheckpointEvery steps (and after the last) into CheckpointDir, until
+// the last or until ctx ends. Each is fenced at its step before the step
+// can be applied, so the next is set up as soon as the last is written.
+// The job may leave the node right after its last step, so a checkpoint
+// whose step has been applied is finished even if ctx ends meanwhile.
+// It needs every shard of the job on this node and BSP; otherwise it says
+// so and writes nothing.
+func (a *Agent) checkpoints(ctx context.Context, spec api.Task, shards []*ps.Shard, names []string) error {
+	every := spec.CheckpointEvery
+	if every <= 0 {
+		return nil
+	}
+	if len(shards) != len(spec.PS) || spec.Mode != api.ModeBSP {
+		// Shards on several nodes need one manifest for all of them,
+		// which nothing writes yet; ASP has no step to fence at.
+		a.log.Warn("ps: not writing the job's checkpoints: they need every shard on one node and BSP",
+			"job", spec.JobID, "shards_here", len(shards), "shards", len(spec.PS), "mode", spec.Mode)
+		return nil
+	}
+	for step := every; ; step += every {
+		step = min(step, spec.Steps)
+		dir, err := checkpointAt(ctx, spec.CheckpointDir, step, shards, names)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // the job ended before the step
+			}
+			return fmt.Errorf("checkpoint at step %d: %w", step, err)
+		}
+		a.log.Info("ps: checkpoint written", "job", spec.JobID, "step", step, "dir", dir)
+		if step == spec.Steps {
+			return nil
+		}
+	}
+}
+
+// checkpointAt runs ps.CheckpointAll at step; when ctx ends first it is
+// cancelled only if the step has not been applied yet.
+func checkpointAt(ctx context.Context, root string, step int64, shards []*ps.Shard, names []string) (string, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	type written struct {
+		dir string
+		err error
+	}
+	done := make(chan written, 1)
+	go func() {
+		dir, err := ps.CheckpointAll(wctx, root, step, shards)
+		done <- written{dir, err}
+	}()
+	select {
+	case w := <-done:
+		return w.dir, w.err
+	case <-ctx.Done():
+		if !applied(shards, names, step) {
+			cancel()
+		}
+		w := <-done
+		return w.dir, w.err
+	}
+}
+
+// applied reports whether every table and block of the shards has applied
+// step.
+func applied(shards []*ps.Shard, names []string, step int64) bool {
+	for _, s := range shards {
+		for _, name := range names {
+			if v, err := s.Version(name); err == nil && v < step {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // buildShards declares the job's parameters from its model and stage
 // layout (pipeline.PSParams) and makes this node's shards of them.
-func buildShards(spec api.Task, tasks []*task, log *slog.Logger) (*ps.Service, error) {
-	fail := func(err error) (*ps.Service, error) {
-		return nil, fmt.Errorf("ps shards of job %s: %w", spec.JobID, err)
+// It returns the shards in index order and the names of the parameters.
+func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, []string, *ps.Service, error) {
+	fail := func(err error) ([]*ps.Shard, []string, *ps.Service, error) {
+		return nil, nil, nil, fmt.Errorf("ps shards of job %s: %w", spec.JobID, err)
 	}
 	backend := native.MustCPU()
 	cfg, err := config.ParseModel("job "+spec.JobID+" model", []byte(spec.Model))
@@ -161,7 +239,8 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) (*ps.Service, e
 	}
 	all := pipeline.ShardConfigs(pipeline.ShardSpec{Job: spec.JobID, Model: cfg.Name, Shards: len(spec.PS),
 		Mode: psMode(spec.Mode), Replicas: replicas, Backend: backend}, tables, blocks)
-	var shards []*ps.Shard
+	tasks = slices.SortedFunc(slices.Values(tasks), func(x, y *task) int { return x.spec.Shard - y.spec.Shard })
+	var shards []*ps.Shard // in index order, as ps.CheckpointAll wants them
 	for _, t := range tasks {
 		s, err := ps.NewShard(all[t.spec.Shard])
 		if err != nil {
@@ -173,7 +252,14 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) (*ps.Service, e
 	if err != nil {
 		return fail(err)
 	}
-	return svc, nil
+	var names []string
+	for _, t := range tables {
+		names = append(names, t.Name)
+	}
+	for _, b := range blocks {
+		names = append(names, b.Name)
+	}
+	return shards, names, svc, nil
 }
 
 // layout returns the stages' layer ranges and replica counts.
