@@ -34,7 +34,7 @@ for n in "${names[@]}"; do
       py=$(torch_env)
       run pytorch go run ./bench/pytorch -python "$py" ;;
     sched) run sched go run ./bench/sched ;;
-    dist) run dist go run ./bench/dist/wirebw ;;
+    dist) run dist bash -c 'go run ./bench/dist/wirebw && echo && go run ./bench/dist/run' ;;
     *) echo "bench: unknown benchmark $n" >&2; exit 2 ;;
   esac
 done
