@@ -150,11 +150,14 @@ func (a *Agent) PSAddr() string { return a.psAddr }
 // each reply, until ctx ends. It then cancels the tasks, waits for them,
 // sends a last heartbeat that reports them abandoned, closes the listeners
 // and returns nil. A coordinator that forgets the node (410 or 404) gets a
-// new registration; one that cannot be reached is retried.
+// new registration; one that cannot be reached is retried; one that
+// refuses the registration (an unknown type, say) ends Run with the reason.
 func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.ps.serve(ctx) })
 	defer func() {
+		cancel() // also when Run ends on its own
 		wg.Wait()
 		a.ps.close()
 		a.transport.Close()
@@ -170,7 +173,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	id := ""
 	for ctx.Err() == nil {
 		var interval time.Duration
-		id, interval = a.register(ctx, req)
+		id, interval, err = a.register(ctx, req)
+		if err != nil {
+			a.shutdown("")
+			return fmt.Errorf("node %s: register: %w", a.cfg.Name, err)
+		}
 		if id == "" {
 			break
 		}
@@ -186,19 +193,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// register registers, retrying with backoff until it succeeds or ctx ends
-// (then the id is empty).
-func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, time.Duration) {
+// register registers, retrying with backoff until it succeeds, ctx ends
+// (then the id is empty) or the coordinator refuses it.
+func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, time.Duration, error) {
 	wait := 100 * time.Millisecond
 	for {
 		resp, err := a.ctl.register(ctx, req)
-		if err == nil {
+		switch {
+		case err == nil:
 			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr)
-			return resp.NodeID, max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond)
+			return resp.NodeID, max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond), nil
+		case errors.Is(err, errRejected):
+			return "", 0, err
 		}
 		a.log.Warn("register", "err", err)
 		if !sleep(ctx, wait) {
-			return "", 0
+			return "", 0, nil
 		}
 		wait = min(2*wait, 5*time.Second)
 	}

@@ -249,6 +249,20 @@ func TestJobWithClusterSecret(t *testing.T) {
 	}
 }
 
+// TestUnknownTypeEndsRun: a node offering a type the catalog lacks is
+// refused, and Run says why instead of retrying forever.
+func TestUnknownTypeEndsRun(t *testing.T) {
+	cl := startCluster(t)
+	a, err := New(Config{Name: "x", Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: "tpu", Units: 1, Plain: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(cl.ctx); err == nil || !strings.Contains(err.Error(), "not in the catalog") {
+		t.Errorf("Run: %v, want the coordinator's refusal", err)
+	}
+}
+
 // TestKilledNodeFailsJob stops the FC stage's node mid-job: the
 // coordinator reports the job failed, naming the node, within the
 // heartbeat timeout, and the other node's tasks stop (no goroutine leaks:

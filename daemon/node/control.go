@@ -17,6 +17,10 @@ import (
 // dead, or the coordinator restarted): register again.
 var errGone = errors.New("the coordinator does not know this node")
 
+// errRejected says the coordinator refused a request as malformed (4xx
+// other than 404 and 410): retrying it cannot help.
+var errRejected = errors.New("the coordinator refused the request")
+
 // control talks to the coordinator's HTTP API.
 type control struct {
 	base   string // the coordinator's URL, without a trailing slash
@@ -64,8 +68,11 @@ func (c *control) post(ctx context.Context, path string, body, out any) error {
 			msg = e.Error
 		}
 		err := fmt.Errorf("coordinator: %s: %s: %s", path, resp.Status, msg)
-		if resp.StatusCode == http.StatusGone || resp.StatusCode == http.StatusNotFound {
+		switch {
+		case resp.StatusCode == http.StatusGone || resp.StatusCode == http.StatusNotFound:
 			err = fmt.Errorf("%w: %w", errGone, err)
+		case resp.StatusCode/100 == 4:
+			err = fmt.Errorf("%w: %w", errRejected, err)
 		}
 		return err
 	}

@@ -205,7 +205,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	}
 	c := newCoordClient(url)
 	defer c.close()
-	if err := waitNodes(ctx, c, len(offers)); err != nil {
+	if err := waitNodes(ctx, c, len(offers), &kids); err != nil {
 		return none, err
 	}
 	id, err := c.submit(ctx, jobTOML)
@@ -229,8 +229,8 @@ func nodeFile(o offer, coordinator string) []byte {
 		o.name, coordinator, o.typ, o.units, o.threads)
 }
 
-// waitNodes waits until n nodes are alive.
-func waitNodes(ctx context.Context, c *coordClient, n int) error {
+// waitNodes waits until n nodes are alive, or a daemon exits.
+func waitNodes(ctx context.Context, c *coordClient, n int, kids *children) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		nodes, err := c.nodes(ctx)
@@ -245,6 +245,9 @@ func waitNodes(ctx context.Context, c *coordClient, n int) error {
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case kids.exited() != nil:
+			k := kids.exited()
+			return fmt.Errorf("%s exited while the nodes registered; see %s", strings.Join(k.cmd.Args, " "), k.log)
 		case time.Now().After(deadline):
 			return fmt.Errorf("%d of %d node daemons registered within 30 s (last error: %v)", alive, n, err)
 		}
@@ -254,9 +257,28 @@ func waitNodes(ctx context.Context, c *coordClient, n int) error {
 
 // children are the daemons runLocal started.
 type children struct {
-	procs   []*exec.Cmd
+	procs   []*child
 	logs    []*os.File
-	readers sync.WaitGroup // of the children's standard outputs
+	readers sync.WaitGroup // of the children's standard outputs and exits
+}
+
+// child is a started daemon; exited is closed once it has exited.
+type child struct {
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+}
+
+// exited returns a child that has exited, if one has.
+func (k *children) exited() *child {
+	for _, c := range k.procs {
+		select {
+		case <-c.exited:
+			return c
+		default:
+		}
+	}
+	return nil
 }
 
 // start runs the daemon with args, its standard error into logPath, and
@@ -280,7 +302,12 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 		pr.Close()
 		return "", fmt.Errorf("start %s: %w", bin, err)
 	}
-	k.procs = append(k.procs, cmd)
+	c := &child{cmd: cmd, log: logPath, exited: make(chan struct{})}
+	k.procs = append(k.procs, c)
+	k.readers.Go(func() {
+		cmd.Wait()
+		close(c.exited)
+	})
 	lines := make(chan string, 1)
 	k.readers.Go(func() { // ends when the child exits and its standard output closes
 		defer pr.Close()
@@ -321,18 +348,16 @@ func (k *children) stop() {
 	}
 }
 
-func terminate(procs []*exec.Cmd) {
-	for _, cmd := range procs {
-		cmd.Process.Signal(syscall.SIGTERM)
+func terminate(procs []*child) {
+	for _, c := range procs {
+		c.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for _, cmd := range procs {
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+	for _, c := range procs {
 		select {
-		case <-done:
+		case <-c.exited:
 		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
+			c.cmd.Process.Kill()
+			<-c.exited
 		}
 	}
 }

@@ -123,6 +123,21 @@ func TestRunRejectsBadInput(t *testing.T) {
 	}
 }
 
+// TestRunReportsADaemonThatDies: a daemon binary that exits at once is
+// reported with its log, not waited for.
+func TestRunReportsADaemonThatDies(t *testing.T) {
+	falseBin, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false(1)")
+	}
+	var out, errb bytes.Buffer
+	code := runRun(context.Background(), []string{"../../config/examples/jobs/ctrdnn-local.toml", "--catalog",
+		"../../config/examples/catalogs/local.toml", "--heterpsd", falseBin, "--log-dir", t.TempDir()}, &out, &errb)
+	if code != exitFailure || !strings.Contains(errb.String(), "exited before serving") {
+		t.Errorf("exit %d, stderr %s", code, errb.String())
+	}
+}
+
 // TestRunTinyJobJSON runs `heterps run --json` for real: a coordinator and
 // two node daemons as child processes (heterpsd, built here), the tiny
 // two-stage job of daemon/node's tests.
