@@ -15,7 +15,7 @@ setup:
 
 build: setup
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./tools/heterps
+	$(GO) build -o $(BIN)/ ./tools/heterps ./daemon/cmd/heterpsd
 
 test: setup cuda-check
 	$(GO) vet ./...
@@ -26,9 +26,12 @@ test: setup cuda-check
 cuda-check:
 	@./scripts/cuda-check.sh
 
-# The main job on one machine: train CTR-DNN on synthetic data, then report
-# held-out loss and AUC (against the generator's Bayes-optimal AUC) and samples/s.
+# The main job on one machine: a coordinator and node daemons on loopback
+# train CTR-DNN on synthetic data as the scheduler planned it (plan, per-stage
+# throughput against the cost model, loss, cost); then single-process
+# training of the same model with held-out AUC against the Bayes optimum.
 run: build
+	./$(BIN)/heterps run config/examples/jobs/ctrdnn-local.toml
 	./$(BIN)/heterps train --model ctrdnn --data synthetic --steps 1000
 
 bench: setup
