@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing heterps needs, when it is missing:
-# a C compiler and OpenBLAS (Debian packages) and the Go modules. Idempotent
-# and quiet when everything is already there.
+# a C compiler and OpenBLAS (Debian packages), the Go modules, and the
+# Python packages safetensors and numpy that the checkpoint tests use to
+# cross-check our files with the reference implementation. Idempotent and
+# quiet when everything is already there.
 set -euo pipefail
 
 need_pkgs=()
@@ -22,3 +24,8 @@ if ! command -v go >/dev/null; then
   exit 1
 fi
 go mod download
+
+if command -v python3 >/dev/null && ! python3 -c 'import safetensors.numpy, numpy' 2>/dev/null; then
+  echo "setup: installing the Python packages safetensors and numpy (checkpoint format cross-check)"
+  python3 -m pip install -q --root-user-action=ignore safetensors numpy
+fi
