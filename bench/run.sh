@@ -13,10 +13,10 @@ names=("$@")
 torch_env() {
   local venv=bench/.venv
   if ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
-    echo "bench: installing PyTorch (CPU benchmark only) into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q "torch==2.15.0" numpy
+    echo "bench: installing PyTorch (CPU benchmark only) into $venv" >&2
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q --upgrade pip >&2
+    "$venv/bin/pip" install -q "torch==2.15.0" numpy >&2
   fi
   echo "$venv/bin/python"
 }
