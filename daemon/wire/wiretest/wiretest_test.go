@@ -154,7 +154,12 @@ func TestBridgeBlackholeTripsIdleTimeout(t *testing.T) {
 	c, _ := a.PeerConn(context.Background(), "b")
 	br.Blackhole()
 	waitDone(t, c, "blackhole")
-	// Whichever end's idle deadline fires first closes the link.
+	// Whichever end's idle deadline fires first closes the link; its log
+	// line may land just after the other end sees the close.
+	deadline := time.Now().Add(2 * time.Second)
+	for !logs.contains("i/o timeout") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !logs.contains("i/o timeout") {
 		t.Errorf("closed for %v, and no end logged a timeout", c.Err())
 	}
