@@ -210,7 +210,7 @@ func printJob(w io.Writer, s api.JobStatus) {
 // bar on a terminal, a line every few seconds otherwise); done ends it.
 func jobProgress(w io.Writer) (update func(api.JobStatus), done func()) {
 	var p *progress
-	shown := int64(-1)
+	shown := int64(0) // nothing to show before the first step
 	update = func(s api.JobStatus) {
 		if s.Step == shown {
 			return
