@@ -85,11 +85,13 @@ func (o *Optimizer) update(b native.Backend, p *Param, cfg config.Optimizer, sca
 	return b.UpdateRows(opt, p.Value, p.Rows, p.Cols, g.IDs, g.Rows, p.State...)
 }
 
+// optKinds maps config optimiser names to kernel kinds.
+var optKinds = map[string]native.OptKind{"sgd": native.SGD, "adagrad": native.Adagrad, "adam": native.Adam}
+
 // NativeOptim turns a config optimiser into the kernel's parameters at step.
 func NativeOptim(cfg config.Optimizer, step, total int64) native.Optim {
-	kinds := map[string]native.OptKind{"sgd": native.SGD, "adagrad": native.Adagrad, "adam": native.Adam}
 	return native.Optim{
-		Kind: kinds[cfg.Kind], LR: float32(LR(cfg, step, total)), Momentum: float32(cfg.Momentum),
+		Kind: optKinds[cfg.Kind], LR: float32(LR(cfg, step, total)), Momentum: float32(cfg.Momentum),
 		Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), Eps: float32(cfg.Eps),
 		WeightDecay: float32(cfg.WeightDecay), Step: step,
 	}
