@@ -24,9 +24,9 @@ func (l *DenseInput) Params() []*Param         { return nil }
 
 // Forward uploads the dense features (no copy on the CPU backend).
 func (l *DenseInput) Forward(s *Step, in Activation) (Activation, error) {
-	bt := s.Batch
-	if bt == nil || bt.NumDense != l.shape.Out-l.shape.In*boolInt(l.append) || len(bt.Dense) != bt.Size*bt.NumDense {
-		return Activation{}, fmt.Errorf("%s: batch dense features do not match the model's %d", l.shape.Name, l.shape.Out-l.shape.In*boolInt(l.append))
+	bt, want := s.Batch, l.denseWidth()
+	if bt == nil || bt.NumDense != want || len(bt.Dense) != bt.Size*bt.NumDense {
+		return Activation{}, fmt.Errorf("%s: batch dense features do not match the model's %d", l.shape.Name, want)
 	}
 	buf, err := hostOrUpload(s.Backend, &l.buf, bt.Dense)
 	if err != nil {
@@ -53,9 +53,11 @@ func (l *DenseInput) Backward(s *Step, dout Activation) (Activation, error) {
 	return Activation{Rows: dout.Rows, Parts: dout.Parts[:len(dout.Parts)-1]}, nil
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// denseWidth is the number of dense features the layer expects: its whole
+// output, or what it adds to its input when it appends.
+func (l *DenseInput) denseWidth() int {
+	if l.append {
+		return l.shape.Out - l.shape.In
 	}
-	return 0
+	return l.shape.Out
 }
