@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/cpuprof"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/coord"
@@ -52,8 +53,14 @@ func main() {
 	batch := flag.Int("batch", 512, "batch size (split over a stage's replicas)")
 	nodesFlag := flag.String("nodes", "2,4", "node counts of the distributed runs")
 	catalogPath := flag.String("catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type the nodes offer")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
-	if err := run(*steps, *batch, *nodesFlag, *catalogPath, os.Stdout); err != nil {
+	stop, err := cpuprof.Start(*cpuProfile)
+	if err == nil {
+		err = run(*steps, *batch, *nodesFlag, *catalogPath, os.Stdout)
+		stop()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/dist/run:", err)
 		os.Exit(1)
 	}

@@ -27,9 +27,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime/pprof"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/cpuprof"
 	"github.com/heterps/heterps/daemon/wire"
 )
 
@@ -38,19 +38,12 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds per size; the best counts")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	flag.Parse()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "wirebw:", err)
-			os.Exit(1)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := cpuprof.Start(*cpuProfile)
+	if err == nil {
+		err = run(*budget, *rounds)
+		stop()
 	}
-	if err := run(*budget, *rounds); err != nil {
-		pprof.StopCPUProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "wirebw:", err)
 		os.Exit(1)
 	}
