@@ -161,6 +161,11 @@ func lastTower(m *Model) string {
 // Backward propagates dout, the gradient of the loss with respect to the
 // output of Forward, through every layer, filling parameter gradients.
 func (m *Model) Backward(s *Step, dout Activation) error {
+	return m.backward(s, dout, nil)
+}
+
+// backward is Backward calling done(i), if not nil, after entry i.
+func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 	grads := map[string]Activation{lastTower(m): dout}
 	for i := len(m.entries) - 1; i >= 0; i-- {
 		e := m.entries[i]
@@ -170,13 +175,16 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 				return err
 			}
 			grads[m.towers[0]], grads[m.towers[1]] = da, db
-			continue
+		} else {
+			din, err := e.layer.Backward(s, grads[e.tower])
+			if err != nil {
+				return err
+			}
+			grads[e.tower] = din
 		}
-		din, err := e.layer.Backward(s, grads[e.tower])
-		if err != nil {
-			return err
+		if done != nil {
+			done(i)
 		}
-		grads[e.tower] = din
 	}
 	return nil
 }

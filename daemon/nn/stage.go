@@ -62,11 +62,18 @@ func (m *Model) ForwardRange(s *Step, first, last int, in Activation) (Activatio
 // first (parts that need none have a nil Buf). It follows a ForwardRange
 // over the same range.
 func (m *Model) BackwardRange(s *Step, first, last int, dout Activation) (Activation, error) {
+	return m.BackwardRangeThen(s, first, last, dout, nil)
+}
+
+// BackwardRangeThen is BackwardRange that calls done(i), if not nil, as
+// soon as layer i's parameter gradients are final, layers in backward
+// order, so that a caller can ship them while lower layers still run.
+func (m *Model) BackwardRangeThen(s *Step, first, last int, dout Activation, done func(layer int)) (Activation, error) {
 	if err := m.checkRange(first, last); err != nil {
 		return Activation{}, err
 	}
 	if m.whole(first, last) {
-		return Activation{Rows: dout.Rows}, m.Backward(s, dout)
+		return Activation{Rows: dout.Rows}, m.backward(s, dout, done)
 	}
 	g := dout
 	for i := last; i >= first; i-- {
@@ -75,6 +82,9 @@ func (m *Model) BackwardRange(s *Step, first, last int, dout Activation) (Activa
 			return Activation{}, err
 		}
 		g = din
+		if done != nil {
+			done(i)
+		}
 	}
 	return g, nil
 }

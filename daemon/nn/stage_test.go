@@ -112,3 +112,77 @@ func TestRangeRefusesTowerSplitsAndBadBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestBackwardRangeThenReportsFinalLayers checks that done(i) comes once per
+// layer, in backward order, when layer i's gradients hold their final
+// values: on a layer range of a plain model and on a whole tower model.
+func TestBackwardRangeThenReportsFinalLayers(t *testing.T) {
+	b := native.MustCPU()
+	for _, tc := range []struct {
+		name string
+		cfg  string
+	}{{"ctr range", smallCTR}, {"towers whole", smallMatch}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Build(b, mustModel(t, tc.cfg), 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch := testBatch(rand.New(rand.NewPCG(4, 5)), 7, m.Config.Input.Slots, m.Config.Input.Dense, m.Config.Input.Vocab, 0)
+			s := &Step{Backend: b, Batch: batch, Train: true}
+			last := m.NumLayers() - 1
+			out, err := m.ForwardRange(s, 0, last, Activation{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, dout, err := m.Loss.Forward(s, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var order []int
+			seen := map[int][][]float32{}
+			_, err = m.BackwardRangeThen(s, 0, last, dout, func(i int) {
+				order = append(order, i)
+				seen[i] = layerGrads(t, m, i)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, i := range order {
+				if i != last-k {
+					t.Fatalf("done order %v, want %d down to 0", order, last)
+				}
+			}
+			if len(order) != last+1 {
+				t.Fatalf("done called for %v, want every layer", order)
+			}
+			for i, early := range seen {
+				final := layerGrads(t, m, i)
+				for p := range final {
+					for j := range final[p] {
+						if math.Float32bits(early[p][j]) != math.Float32bits(final[p][j]) {
+							t.Fatalf("layer %d param %d [%d]: %v when reported done, %v at the end", i, p, j, early[p][j], final[p][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// layerGrads copies layer i's parameter gradients (dense, or sparse rows).
+func layerGrads(t *testing.T, m *Model, i int) [][]float32 {
+	t.Helper()
+	var out [][]float32
+	for _, p := range m.LayerParams(i) {
+		g := p.Grad
+		if p.Sparse {
+			g = p.SparseGrad.Rows
+		}
+		h, ok := native.Host(g)
+		if !ok {
+			t.Fatalf("%s: gradient not in host memory", p.Name)
+		}
+		out = append(out, append([]float32(nil), h...))
+	}
+	return out
+}
