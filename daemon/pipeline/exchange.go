@@ -40,6 +40,7 @@ type input struct {
 	act   nn.Activation
 	batch *data.Batch
 	rows  []int
+	plan  *rowPlan // nil until planned
 }
 
 func activationMessage(be native.Backend, meta wire.Meta, act nn.Activation, b *data.Batch, lo, hi int) (*wire.Message, error) {

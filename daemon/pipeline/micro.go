@@ -16,6 +16,7 @@ import (
 type modelCopy struct {
 	model      *nn.Model
 	dense      []*nn.Param
+	denseLayer []int // the layer of each dense parameter
 	embeddings []embedding
 	uniq       []int64 // the micro-batch's distinct ids, ascending
 	step       *nn.Step
@@ -38,13 +39,14 @@ func newCopy(m *nn.Model, r Range, cfg *Config, values []*nn.Param) (*modelCopy,
 				// The parameter servers hold the table: drop the local one.
 				p.Value, p.Rows = cfg.Backend.Alloc(0), 0
 				if inRange {
-					c.embeddings = append(c.embeddings, embedding{layer: e, table: p})
+					c.embeddings = append(c.embeddings, embedding{layer: e, index: i, table: p})
 				}
 			case inRange:
 				if values != nil {
 					p.Value = values[len(c.dense)].Value
 				}
 				c.dense = append(c.dense, p)
+				c.denseLayer = append(c.denseLayer, i)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/native"
@@ -103,7 +104,32 @@ func ShardConfigs(spec ShardSpec, tables []ps.TableSpec, blocks []ps.BlockSpec) 
 // id (ascending), filled where the layer's slots use it.
 type embedding struct {
 	layer *nn.Embedding
+	index int // the layer's index in the model
 	table *nn.Param
+}
+
+// rowPlan is a batch's ids renumbered for a stage's embedding tables. It
+// depends on the batch alone, so stage 0 works it out while the previous
+// step runs.
+type rowPlan struct {
+	local *data.Batch // the batch with its ids renumbered into uniq
+	uniq  []int64     // the batch's distinct ids, ascending
+	rows  [][]int64   // per embedding: the rows of uniq its slots use, ascending
+}
+
+// planRows plans b's rows for the embeddings.
+func planRows(b *data.Batch, embs []embedding) (*rowPlan, error) {
+	local := *b
+	plan := &rowPlan{local: &local}
+	plan.uniq, local.IDs = localIDs(b.IDs)
+	for _, e := range embs {
+		first, end := e.layer.SlotRange()
+		if local.Slots < end {
+			return nil, fmt.Errorf("%s: batch has %d slots, the layer reads [%d, %d)", e.table.Name, local.Slots, first, end)
+		}
+		plan.rows = append(plan.rows, slotIDs(local.Offsets, local.IDs, len(plan.uniq), local.Slots, first, end))
+	}
+	return plan, nil
 }
 
 // localIDs maps the batch's ids to compact rows: uniq holds the distinct
@@ -120,16 +146,22 @@ func localIDs(ids []int64) (uniq, local []int64) {
 	return uniq, local
 }
 
-// slotIDs returns the distinct ids (as compact rows, ascending) that
-// slots [first, end) of a batch with the given offsets use.
-func slotIDs(offsets, local []int64, slots, first, end int) []int64 {
-	var out []int64
+// slotIDs returns the distinct compact rows (of n), ascending, that slots
+// [first, end) of a batch with the given offsets use.
+func slotIDs(offsets, local []int64, n, slots, first, end int) []int64 {
+	used := make([]bool, n)
 	for j := 0; j+1 < len(offsets); j++ {
-		if slot := j % slots; slot < first || slot >= end {
-			continue
+		if slot := j % slots; slot >= first && slot < end {
+			for _, k := range local[offsets[j]:offsets[j+1]] {
+				used[k] = true
+			}
 		}
-		out = append(out, local[offsets[j]:offsets[j+1]]...)
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	var out []int64
+	for k, u := range used {
+		if u {
+			out = append(out, int64(k))
+		}
+	}
+	return out
 }

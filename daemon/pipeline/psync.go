@@ -34,27 +34,29 @@ func (w *Worker) pullDense(ctx context.Context, step int64) error {
 	})
 }
 
-// pullRows fills c's embedding tables for micro-batch b: for each layer the
-// rows of the ids its slots use, in a table of b's distinct ids. It returns
-// b with its ids renumbered into those tables.
-func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, b *data.Batch) (*data.Batch, error) {
+// pullRows fills c's embedding tables for micro-batch in: for each layer
+// the rows of the ids its slots use, in a table of the batch's distinct
+// ids. It returns the batch with its ids renumbered into those tables.
+func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, in input) (*data.Batch, error) {
 	if len(c.embeddings) == 0 {
-		return b, nil
+		return in.batch, nil
 	}
-	local := *b
-	c.uniq, local.IDs = localIDs(b.IDs)
+	plan := in.plan
+	if plan == nil {
+		var err error
+		if plan, err = planRows(in.batch, c.embeddings); err != nil {
+			return nil, err
+		}
+	}
+	c.uniq = plan.uniq
 	err := each(len(c.embeddings), func(i int) error {
-		return w.pullTable(ctx, step, c, c.embeddings[i], &local)
+		return w.pullTable(ctx, step, c, c.embeddings[i], plan.rows[i])
 	})
-	return &local, err
+	return plan.local, err
 }
 
-func (w *Worker) pullTable(ctx context.Context, step int64, c *modelCopy, e embedding, local *data.Batch) error {
-	first, end := e.layer.SlotRange()
-	if local.Slots < end {
-		return fmt.Errorf("%s: batch has %d slots, the layer reads [%d, %d)", e.table.Name, local.Slots, first, end)
-	}
-	rows := slotIDs(local.Offsets, local.IDs, local.Slots, first, end)
+// pullTable pulls the rows (compact rows of c.uniq) of embedding e's table.
+func (w *Worker) pullTable(ctx context.Context, step int64, c *modelCopy, e embedding, rows []int64) error {
 	ids := make([]int64, len(rows))
 	for j, k := range rows {
 		ids[j] = c.uniq[k]
@@ -79,25 +81,34 @@ func (w *Worker) pullTable(ctx context.Context, step int64, c *modelCopy, e embe
 	return nil
 }
 
-// push sends every parameter's gradient of step to the parameter servers,
-// in parallel.
-func (w *Worker) push(ctx context.Context, step int64, weight int) error {
+// pushLayer starts pushing the gradients of layer's parameters for step,
+// each in the background on bg. Call it once they are final: after the
+// last micro-batch's backward through the layer.
+func (w *Worker) pushLayer(bg *group, ctx context.Context, step int64, weight, layer int) {
 	first := w.copies[0]
-	n := len(first.dense)
-	return each(n+len(first.embeddings), func(i int) error {
-		if i < n {
+	for i, l := range first.denseLayer {
+		if l != layer {
+			continue
+		}
+		bg.start(func() error {
 			g, err := w.denseGradient(i)
 			if err != nil {
 				return err
 			}
 			p := first.dense[i]
 			return w.cfg.PS.PushBlock(ctx, p.Name, step, weight, g[:p.Len()])
+		})
+	}
+	for e, emb := range first.embeddings {
+		if emb.index != layer {
+			continue
 		}
-		e := first.embeddings[i-n]
-		ids, rows, err := w.sparseGradient(i - n)
-		if err != nil {
-			return err
-		}
-		return w.cfg.PS.PushRows(ctx, e.table.Name, step, weight, ids, rows, e.table.Cols)
-	})
+		bg.start(func() error {
+			ids, rows, err := w.sparseGradient(e)
+			if err != nil {
+				return err
+			}
+			return w.cfg.PS.PushRows(ctx, emb.table.Name, step, weight, ids, rows, emb.table.Cols)
+		})
+	}
 }

@@ -82,9 +82,11 @@ type Worker struct {
 	next     int64           // the step prefetch is fetching, 0 if none
 }
 
+// prefetched is stage 0's input for a step: the micro-batches, with
+// their row plans.
 type prefetched struct {
-	batch *data.Batch
-	err   error
+	ins []input
+	err error
 }
 
 // NewWorker checks cfg and prepares the stage's layers, a copy of them for
@@ -155,18 +157,27 @@ func (w *Worker) Close() error {
 	return nil
 }
 
-// Step runs step (1-based; steps go in order). It pulls the dense
+// Step runs step (1-based; steps go in order). It starts pulling the dense
 // parameters, then for each micro-batch takes its input, pulls its rows and
-// runs forward, sending the output downstream in the background; then for
-// each micro-batch gets the output's gradient (the loss on the last stage,
-// else from downstream), runs backward and sends the input's gradient
-// upstream in the background; finally it pushes the step's gradients,
-// micro-batches weighted by their rows, while the last sends finish.
+// runs forward (after the dense pull is in), sending the output downstream
+// in the background; then for each micro-batch gets the output's gradient
+// (the loss on the last stage, else from downstream), runs backward and
+// sends the input's gradient upstream in the background. During the last
+// micro-batch's backward each layer's gradients, micro-batches weighted by
+// their rows, go to the parameter servers as soon as they are final, while
+// the layers below still run; the step ends when every push and send has.
 func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	snd := startSender(ctx, cancel)
-	res, err := w.step(ctx, step, snd)
+	bg := &group{cancel: cancel}
+	res, err := w.step(ctx, step, snd, bg)
+	if err != nil {
+		cancel()
+	}
+	if berr := bg.wait(); berr != nil {
+		err = errors.Join(berr, err)
+	}
 	if serr := snd.wait(); serr != nil {
 		err = errors.Join(fmt.Errorf("send: %w", serr), err)
 	}
@@ -186,100 +197,142 @@ func (c *clock) lap(d *time.Duration) {
 	c.at = now
 }
 
-func (w *Worker) step(ctx context.Context, step int64, snd *sender) (Result, error) {
-	var res Result
-	clk := clock{time.Now()}
-	if err := w.pullDense(ctx, step); err != nil {
-		return res, fmt.Errorf("pull dense parameters: %w", err)
-	}
-	clk.lap(&res.Pull)
-	stacked, err := w.stage0Input(ctx, step)
+// stepState is what one step's phases share.
+type stepState struct {
+	ctx   context.Context
+	step  int64
+	snd   *sender
+	bg    *group // the dense pull and the pushes
+	clk   clock
+	res   Result
+	dense chan error // the dense pull's outcome, once
+	outs  []nn.Activation
+	ins   []input
+}
+
+func (w *Worker) step(ctx context.Context, step int64, snd *sender, bg *group) (Result, error) {
+	st := &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
+		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies))}
+	bg.start(func() error {
+		err := w.pullDense(ctx, step)
+		if err != nil {
+			err = fmt.Errorf("pull dense parameters: %w", err)
+		}
+		st.dense <- err
+		return err
+	})
+	stage0, err := w.stage0Input(ctx, step)
 	if err != nil {
-		return res, fmt.Errorf("input: %w", err)
+		return st.res, fmt.Errorf("input: %w", err)
 	}
 	lossSum := 0.0
-	outs := make([]nn.Activation, len(w.copies))
-	ins := make([]input, len(w.copies))
-	for m, c := range w.copies {
-		if ins[m], err = w.input(ctx, step, m, stacked); err != nil {
-			return res, fmt.Errorf("input of micro-batch %d: %w", m, err)
-		}
-		c.rows = ins[m].batch.Size
-		res.Samples += c.rows
-		clk.lap(&res.Input)
-		local, err := w.pullRows(ctx, step, c, ins[m].batch)
+	for m := range w.copies {
+		sum, err := w.forward(st, m, stage0)
 		if err != nil {
-			return res, fmt.Errorf("pull rows of micro-batch %d: %w", m, err)
+			return st.res, fmt.Errorf("micro-batch %d: %w", m, err)
 		}
-		clk.lap(&res.Pull)
-		c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true}
-		r := w.cfg.Layers
-		if outs[m], err = c.model.ForwardRange(c.step, r.First, r.Last, ins[m].act); err != nil {
-			return res, fmt.Errorf("forward of micro-batch %d: %w", m, err)
-		}
-		if w.last {
-			sum, err := w.lossAndBackward(c, outs[m], ins[m], snd, step, m)
-			if err != nil {
-				return res, fmt.Errorf("micro-batch %d: %w", m, err)
-			}
-			lossSum += sum
-		} else {
-			w.sendActivations(snd, step, m, outs[m], ins[m].batch)
-		}
-		clk.lap(&res.Compute)
+		lossSum += sum
 	}
 	if w.last {
-		res.Loss = lossSum / float64(res.Samples)
+		st.res.Loss = lossSum / float64(st.res.Samples)
+	} else if err := w.backwards(st); err != nil {
+		return st.res, err
 	}
-	if !w.last {
-		if err := w.backwards(ctx, step, snd, outs, ins, &clk, &res); err != nil {
-			return res, err
+	if err := bg.wait(); err != nil {
+		return st.res, err
+	}
+	st.clk.lap(&st.res.Push)
+	return st.res, nil
+}
+
+// forward takes micro-batch m's input, pulls its rows and runs forward;
+// on the last stage also the loss and backward (returning the summed
+// loss), elsewhere it queues the output for downstream.
+func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) {
+	c := w.copies[m]
+	in, err := w.input(st.ctx, st.step, m, stage0)
+	if err != nil {
+		return 0, fmt.Errorf("input: %w", err)
+	}
+	st.ins[m] = in
+	c.rows = in.batch.Size
+	st.res.Samples += c.rows
+	st.clk.lap(&st.res.Input)
+	local, err := w.pullRows(st.ctx, st.step, c, in)
+	if err != nil {
+		return 0, fmt.Errorf("pull rows: %w", err)
+	}
+	if m == 0 {
+		if err := <-st.dense; err != nil {
+			return 0, err
 		}
 	}
-	if err := w.push(ctx, step, w.weight(res.Samples)); err != nil {
-		return res, fmt.Errorf("push: %w", err)
+	st.clk.lap(&st.res.Pull)
+	c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true}
+	r := w.cfg.Layers
+	if st.outs[m], err = c.model.ForwardRange(c.step, r.First, r.Last, in.act); err != nil {
+		return 0, fmt.Errorf("forward: %w", err)
 	}
-	clk.lap(&res.Push)
-	return res, nil
+	sum := 0.0
+	if w.last {
+		sum, err = w.lossAndBackward(st, m)
+	} else {
+		w.sendActivations(st.snd, st.step, m, st.outs[m], in.batch)
+	}
+	st.clk.lap(&st.res.Compute)
+	return sum, err
 }
 
 // backwards takes each micro-batch's output gradient from downstream, in
 // order, runs backward and queues the input's gradient.
-func (w *Worker) backwards(ctx context.Context, step int64, snd *sender, outs []nn.Activation, ins []input, clk *clock, res *Result) error {
-	r := w.cfg.Layers
-	for m, c := range w.copies {
-		dout, err := w.recvGradients(ctx, step, m, outs[m])
+func (w *Worker) backwards(st *stepState) error {
+	for m := range w.copies {
+		dout, err := w.recvGradients(st.ctx, st.step, m, st.outs[m])
 		if err != nil {
 			return fmt.Errorf("gradient of micro-batch %d: %w", m, err)
 		}
-		clk.lap(&res.Downstream)
-		din, err := c.model.BackwardRange(c.step, r.First, r.Last, dout)
-		if err != nil {
+		st.clk.lap(&st.res.Downstream)
+		if err := w.backward(st, m, dout); err != nil {
 			return fmt.Errorf("backward of micro-batch %d: %w", m, err)
 		}
-		w.sendGradients(snd, step, m, din, ins[m].rows)
-		clk.lap(&res.Compute)
+		st.clk.lap(&st.res.Compute)
 	}
 	return nil
 }
 
-// lossAndBackward runs the loss and backward of a micro-batch on the last
-// stage and queues the input's gradient; it returns the summed loss.
-func (w *Worker) lossAndBackward(c *modelCopy, out nn.Activation, in input, snd *sender, step int64, m int) (float64, error) {
-	sum, dout, err := c.model.Loss.Forward(c.step, out)
+// lossAndBackward runs the loss and backward of micro-batch m on the last
+// stage and returns the summed loss.
+func (w *Worker) lossAndBackward(st *stepState, m int) (float64, error) {
+	c := w.copies[m]
+	sum, dout, err := c.model.Loss.Forward(c.step, st.outs[m])
 	if err != nil {
 		return 0, err
 	}
 	if math.IsNaN(sum) || math.IsInf(sum, 0) {
 		return 0, fmt.Errorf("loss is %v (diverged; lower the learning rate)", sum)
 	}
-	r := w.cfg.Layers
-	din, err := c.model.BackwardRange(c.step, r.First, r.Last, dout)
-	if err != nil {
+	if err := w.backward(st, m, dout); err != nil {
 		return 0, fmt.Errorf("backward: %w", err)
 	}
-	w.sendGradients(snd, step, m, din, in.rows)
 	return sum, nil
+}
+
+// backward runs micro-batch m's backward from dout and queues the input's
+// gradient upstream; on the last micro-batch it pushes each layer's
+// gradients as soon as the layer is done.
+func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
+	var done func(layer int)
+	if m == len(w.copies)-1 {
+		weight := w.weight(st.res.Samples)
+		done = func(layer int) { w.pushLayer(st.bg, st.ctx, st.step, weight, layer) }
+	}
+	r := w.cfg.Layers
+	din, err := w.copies[m].model.BackwardRangeThen(w.copies[m].step, r.First, r.Last, dout, done)
+	if err != nil {
+		return err
+	}
+	w.sendGradients(st.snd, st.step, m, din, st.ins[m].rows)
+	return nil
 }
 
 // weight is the push weight of a step of rows rows: b_k in BSP, 1 in ASP
@@ -291,33 +344,25 @@ func (w *Worker) weight(rows int) int {
 	return rows
 }
 
-// stage0Input returns stage 0's batch for the step (nil elsewhere) and
-// starts reading the next one.
-func (w *Worker) stage0Input(ctx context.Context, step int64) (*data.Batch, error) {
+// stage0Input returns stage 0's micro-batches for the step (nil
+// elsewhere) and starts reading the next step's.
+func (w *Worker) stage0Input(ctx context.Context, step int64) ([]input, error) {
 	if w.cfg.Stage != 0 {
 		return nil, nil
 	}
-	b, err := w.batch(ctx, step)
+	ins, err := w.batch(ctx, step)
 	if err != nil {
 		return nil, err
 	}
-	if b == nil || b.Size < 1 {
-		return nil, errors.New("empty batch")
-	}
 	w.startPrefetch(step + 1)
-	return b, nil
+	return ins, nil
 }
 
-// input returns micro-batch m: stage 0's rows of it, or the activations and
-// batches of the upstream partners, stacked in replica order.
-func (w *Worker) input(ctx context.Context, step int64, m int, stacked *data.Batch) (input, error) {
-	if stacked != nil {
-		bounds, err := microBounds(stacked.Size, len(w.copies))
-		if err != nil {
-			return input{}, err
-		}
-		b := sliceBatch(stacked, bounds[m], bounds[m+1])
-		return input{batch: b, rows: []int{b.Size}}, nil
+// input returns micro-batch m: stage 0's, or the activations and batches
+// of the upstream partners, stacked in replica order.
+func (w *Worker) input(ctx context.Context, step int64, m int, stage0 []input) (input, error) {
+	if stage0 != nil {
+		return stage0[m], nil
 	}
 	acts := make([]nn.Activation, len(w.cfg.Prev))
 	batches := make([]*data.Batch, len(w.cfg.Prev))
@@ -344,29 +389,54 @@ func (w *Worker) input(ctx context.Context, step int64, m int, stacked *data.Bat
 	return in, nil
 }
 
-// batch returns step's batch, from the prefetch if it fetched that step.
-func (w *Worker) batch(ctx context.Context, step int64) (*data.Batch, error) {
+// batch returns stage 0's micro-batches of step, from the prefetch if it
+// fetched that step.
+func (w *Worker) batch(ctx context.Context, step int64) ([]input, error) {
 	if w.next == 0 {
-		return w.cfg.Batches(ctx, step)
+		return w.microInputs(ctx, step)
 	}
 	fetched, want := <-w.prefetch, w.next
 	w.next = 0
 	if want != step {
-		return w.cfg.Batches(ctx, step)
+		return w.microInputs(ctx, step)
 	}
-	return fetched.batch, fetched.err
+	return fetched.ins, fetched.err
 }
 
-// startPrefetch reads step's batch in the background, overlapping the
-// current step.
+// startPrefetch reads step's batch and plans its rows in the background,
+// overlapping the current step.
 func (w *Worker) startPrefetch(step int64) {
 	w.next = step
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		b, err := w.cfg.Batches(w.ctx, step)
-		w.prefetch <- prefetched{b, err}
-	}()
+	w.wg.Go(func() {
+		ins, err := w.microInputs(w.ctx, step)
+		w.prefetch <- prefetched{ins, err}
+	})
+}
+
+// microInputs reads step's batch and splits it into micro-batches, each
+// with its row plan.
+func (w *Worker) microInputs(ctx context.Context, step int64) ([]input, error) {
+	b, err := w.cfg.Batches(ctx, step)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil || b.Size < 1 {
+		return nil, errors.New("empty batch")
+	}
+	bounds, err := microBounds(b.Size, len(w.copies))
+	if err != nil {
+		return nil, err
+	}
+	ins := make([]input, len(w.copies))
+	for m := range ins {
+		mb := sliceBatch(b, bounds[m], bounds[m+1])
+		plan, err := planRows(mb, w.copies[0].embeddings)
+		if err != nil {
+			return nil, fmt.Errorf("micro-batch %d: %w", m, err)
+		}
+		ins[m] = input{batch: mb, rows: []int{mb.Size}, plan: plan}
+	}
+	return ins, nil
 }
 
 func (w *Worker) meta(step int64, m int) wire.Meta {
