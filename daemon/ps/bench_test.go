@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -12,10 +13,19 @@ import (
 // BenchmarkPushPull measures one BSP step of one replica on one shard —
 // pull a batch's rows, push their gradient, one Adam update — beside the
 // single-process equivalent (gather the rows from a flat table, UpdateRows)
-// in the same run. Rows are 64 floats; batches hold 4096 distinct ids out of
-// 2^20, drawn with a skew towards small ids as click logs are.
+// in the same run. Batches hold distinct ids out of 2^20, drawn with a skew
+// towards small ids as click logs are: 4096 rows of 64 floats, and
+// ctrdnn's shape, about 13k rows of 9 floats (512 samples x 26 slots).
 func BenchmarkPushPull(b *testing.B) {
-	const dim, vocab, batch = 64, 1 << 20, 4096
+	for _, shape := range []struct{ dim, batch int }{{64, 4096}, {9, 13000}} {
+		b.Run(fmt.Sprintf("dim%d-rows%d", shape.dim, shape.batch), func(b *testing.B) {
+			benchPushPull(b, shape.dim, shape.batch)
+		})
+	}
+}
+
+func benchPushPull(b *testing.B, dim, batch int) {
+	const vocab = 1 << 20
 	batches := benchBatches(batch, vocab, 32)
 	grad := randFloats(rand.New(rand.NewPCG(1, 2)), batch*dim)
 	o := OptimConfig{Hyper: native.Optim{Kind: native.Adam, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, LR: 0.001}
@@ -36,7 +46,7 @@ func BenchmarkPushPull(b *testing.B) {
 				b.Fatal(err)
 			}
 			step++
-			if _, err := s.PushRows(PushID{Job: "bench", Step: step}, "t", batch, ids, grad); err != nil {
+			if _, err := s.PushRows(PushID{Job: "bench", Step: step}, "t", float64(batch), ids, grad); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -53,7 +63,7 @@ func BenchmarkPushPull(b *testing.B) {
 		for b.Loop() {
 			ids := batches[step%int64(len(batches))]
 			for i, id := range ids {
-				copy(rows[i*dim:(i+1)*dim], table[id*dim:(id+1)*dim])
+				copy(rows[i*dim:(i+1)*dim], table[int(id)*dim:(int(id)+1)*dim])
 			}
 			step++
 			if err := be.UpdateRows(o.At(step), native.HostBuffer(table), vocab, dim, ids,

@@ -23,19 +23,22 @@ func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after in
 		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
 	out := make([]float32, len(ids)*t.spec.Dim)
+	slots := make([]int, len(ids))
 	t.mu.RLock()
-	if t.read(ids, out) {
+	if t.lookup(ids, slots) == 0 {
 		defer t.mu.RUnlock()
+		t.read(slots, out)
 		return out, t.version, nil
 	}
 	t.mu.RUnlock()
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, err := t.ensure(s, ids); err != nil {
+	slots, err = t.ensure(s, ids)
+	if err != nil {
 		return nil, 0, fmt.Errorf("pull: %w", err)
 	}
-	t.read(ids, out)
+	t.read(slots, out)
 	return out, t.version, nil
 }
 

@@ -1,7 +1,6 @@
 package ps
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -151,16 +150,11 @@ func stepWeights(pushes []*contribution) []float32 {
 // by id (absent rows count zero) and weighted, then one optimiser update.
 func (t *table) applyStep(s *Shard) error {
 	b := t.open
-	slots := unionSorted(b.pushes)
+	slots, rows := t.layOut(b.pushes)
 	d := t.spec.Dim
 	grads := make([]native.Buffer, len(b.pushes))
-	for r, c := range b.pushes {
-		g := make([]float32, len(slots)*d)
-		for j, k := range c.slots {
-			at, _ := slices.BinarySearch(slots, k)
-			copy(g[at*d:(at+1)*d], c.grad[j*d:(j+1)*d])
-		}
-		grads[r] = native.HostBuffer(g)
+	for p, c := range b.pushes {
+		grads[p] = native.HostBuffer(scatterRows(c.grad, rows[p], len(slots), d))
 	}
 	sum := make([]float32, len(slots)*d)
 	if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(b.pushes), grads); err != nil {
@@ -175,23 +169,23 @@ func (t *table) applyStep(s *Shard) error {
 
 // applyOne applies one ASP push, its gradient times its weight.
 func (t *table) applyOne(s *Shard, c *contribution) error {
-	d := t.spec.Dim
-	order := make([]int, len(c.slots))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(c.slots[a], c.slots[b]) })
-	slots := make([]int, len(order))
-	g := make([]float32, len(c.grad))
-	for i, j := range order {
-		slots[i] = c.slots[j]
-		copy(g[i*d:(i+1)*d], c.grad[j*d:(j+1)*d])
-	}
+	slots, rows := t.layOut([]*contribution{c})
+	g := scatterRows(c.grad, rows[0], len(slots), t.spec.Dim)
 	gb := native.HostBuffer(g)
 	if err := s.backend.WeightedSum(gb, []float32{float32(c.weight)}, []native.Buffer{gb}); err != nil {
 		return fmt.Errorf("table %q: %w", t.spec.Name, err)
 	}
 	return t.update(s.backend, t.spec.Optim.At(t.version+1), slots, g)
+}
+
+// scatterRows returns an [n x d] gradient with row at[j] = grad's row j
+// and zeros elsewhere.
+func scatterRows(grad []float32, at []int32, n, d int) []float32 {
+	g := make([]float32, n*d)
+	for j, pos := range at {
+		copy(g[int(pos)*d:(int(pos)+1)*d], grad[j*d:(j+1)*d])
+	}
+	return g
 }
 
 // applyStep applies the open, full BSP step of a block.
@@ -224,18 +218,16 @@ func (b *block) applyOne(s *Shard, c *contribution) error {
 	return nil
 }
 
-// unionSorted returns every slot any push touches, ascending, once.
-func unionSorted(pushes []*contribution) []int {
-	var out []int
-	for _, c := range pushes {
-		out = append(out, c.slots...)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // firstDuplicate returns the index of the first id listed earlier too, or -1.
 func firstDuplicate(ids []int64) int {
+	if slices.IsSorted(ids) { // clients send ascending ids: no map needed
+		for i := 1; i < len(ids); i++ {
+			if ids[i] == ids[i-1] {
+				return i
+			}
+		}
+		return -1
+	}
 	seen := make(map[int64]struct{}, len(ids))
 	for i, id := range ids {
 		if _, ok := seen[id]; ok {

@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -510,6 +511,75 @@ func TestConfigValidation(t *testing.T) {
 		mutate(&cfg)
 		if _, err := NewShard(cfg); !errors.Is(err, ErrArg) {
 			t.Errorf("%s: %v, want ErrArg", name, err)
+		}
+	}
+}
+
+func TestFirstDuplicateSortedAndUnsorted(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []int64
+		want int
+	}{
+		{nil, -1},
+		{[]int64{3}, -1},
+		{[]int64{1, 2, 5, 9}, -1},
+		{[]int64{1, 2, 2, 9}, 2},
+		{[]int64{9, 2, 5, 1}, -1},
+		{[]int64{9, 2, 5, 2, 9}, 3},
+		{[]int64{4, 4}, 1},
+	} {
+		if got := firstDuplicate(tc.ids); got != tc.want {
+			t.Errorf("firstDuplicate(%v) = %d, want %d", tc.ids, got, tc.want)
+		}
+	}
+}
+
+// TestPushesSpreadOverSlabsApplyLikeOneTable pushes ids whose rows were
+// created in an order unrelated to the ids (so a step's rows sit in several
+// slabs, out of order) from two replicas with overlapping ids, and checks
+// every row against the same optimiser run on a plain per-id state.
+func TestPushesSpreadOverSlabsApplyLikeOneTable(t *testing.T) {
+	s := newTestShard(t, BSP, 2, adam)
+	creation := []int64{17, 3, 11, 29, 5, 23, 2, 13, 7, 19}
+	initial := pullRows(t, s, creation, 0)
+	rng := rand.New(rand.NewPCG(5, 6))
+	pushA, pushB := []int64{2, 5, 13, 29}, []int64{7, 11, 13, 17, 23, 29}
+	gradA, gradB := randFloats(rng, len(pushA)*testDim), randFloats(rng, len(pushB)*testDim)
+	if _, err := s.PushRows(id(0, 1), testTable, 1, pushA, gradA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PushRows(id(1, 1), testTable, 3, pushB, gradB); err != nil {
+		t.Fatal(err)
+	}
+	got := pullRows(t, s, creation, 1)
+
+	be := testBackend(t)
+	for i, rowID := range creation {
+		g := make([]float32, testDim)
+		touched := false
+		for _, p := range []struct {
+			ids  []int64
+			grad []float32
+			w    float32
+		}{{pushA, gradA, 0.25}, {pushB, gradB, 0.75}} {
+			if j := slices.Index(p.ids, rowID); j >= 0 {
+				touched = true
+				for x := range g {
+					g[x] += p.w * p.grad[j*testDim+x]
+				}
+			}
+		}
+		want := slices.Clone(initial[i*testDim : (i+1)*testDim])
+		if touched {
+			state := []native.Buffer{be.Alloc(testDim), be.Alloc(testDim)}
+			if err := be.Update(adam.At(1), native.HostBuffer(want), native.HostBuffer(g), state...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for x := range want {
+			if d := math.Abs(float64(got[i*testDim+x] - want[x])); d > 1e-6 {
+				t.Fatalf("id %d [%d]: %v, want %v", rowID, x, got[i*testDim+x], want[x])
+			}
 		}
 	}
 }

@@ -18,6 +18,9 @@ type table struct {
 	slot    map[int64]int // id -> slot
 	ids     []int64       // slot -> id
 	slabs   []*slab
+	// at is scratch for laying a step's pushes out: 1 + a slot's position
+	// in the step's rows, 0 between uses. Under the write lock.
+	at []int32
 }
 
 // slab holds slabRows rows of values and of each optimiser state buffer.
@@ -38,36 +41,46 @@ func (t *table) row(slot int) []float32 {
 	return t.slabs[slot/t.slabRows].value[r*d : (r+1)*d]
 }
 
-// missing counts the distinct ids that have no row yet.
-func (t *table) missing(ids []int64) int {
-	var fresh map[int64]bool
-	for _, id := range ids {
-		if _, ok := t.slot[id]; !ok {
-			if fresh == nil {
-				fresh = make(map[int64]bool)
-			}
-			fresh[id] = true
+// lookup writes the slot of every id to slots, -1 where the id has no row
+// yet, and returns how many are -1. Under at least the read lock.
+func (t *table) lookup(ids []int64, slots []int) int {
+	missing := 0
+	for i, id := range ids {
+		k, ok := t.slot[id]
+		if !ok {
+			k = -1
+			missing++
 		}
+		slots[i] = k
 	}
-	return len(fresh)
+	return missing
 }
 
 // ensure returns the slot of every id, creating missing rows with their
 // initial values. Under the write lock. It creates nothing when the shard's
 // row cap would be exceeded.
 func (t *table) ensure(s *Shard, ids []int64) ([]int, error) {
-	if n := t.missing(ids); n > 0 {
-		if err := s.reserveRows(t.spec.Name, n); err != nil {
-			return nil, err
+	slots := make([]int, len(ids))
+	if t.lookup(ids, slots) == 0 {
+		return slots, nil
+	}
+	fresh := make(map[int64]bool)
+	for i, k := range slots {
+		if k < 0 {
+			fresh[ids[i]] = true
 		}
 	}
-	slots := make([]int, len(ids))
-	for i, id := range ids {
-		k, ok := t.slot[id]
-		if !ok {
-			k = t.create(id)
+	if err := s.reserveRows(t.spec.Name, len(fresh)); err != nil {
+		return nil, err
+	}
+	for i, k := range slots {
+		if k < 0 {
+			if k2, ok := t.slot[ids[i]]; ok { // a repeat of an id created above
+				slots[i] = k2
+			} else {
+				slots[i] = t.create(ids[i])
+			}
 		}
-		slots[i] = k
 	}
 	return slots, nil
 }
@@ -108,23 +121,18 @@ func (s *Shard) reserveRows(table string, n int) error {
 	}
 }
 
-// read copies the rows of ids into dst (len(ids) x dim) if all exist. Under
-// at least the read lock.
-func (t *table) read(ids []int64, dst []float32) bool {
+// read copies the rows at slots into dst (len(slots) x dim). Under at
+// least the read lock.
+func (t *table) read(slots []int, dst []float32) {
 	d := t.spec.Dim
-	for i, id := range ids {
-		k, ok := t.slot[id]
-		if !ok {
-			return false
-		}
+	for i, k := range slots {
 		copy(dst[i*d:(i+1)*d], t.row(k))
 	}
-	return true
 }
 
 // update applies one optimiser step to the rows at slots, which must be
-// distinct and ascending, with gradient g (len(slots) x dim): one
-// UpdateRows call per run of slots in the same slab.
+// distinct and grouped by slab (bySlab), with gradient g (len(slots) x
+// dim): one UpdateRows call per slab.
 func (t *table) update(b native.Backend, o native.Optim, slots []int, g []float32) error {
 	d := t.spec.Dim
 	for lo := 0; lo < len(slots); {
@@ -147,4 +155,56 @@ func (t *table) update(b native.Backend, o native.Optim, slots []int, g []float3
 		lo = hi
 	}
 	return nil
+}
+
+// layOut arranges the rows that pushes touch for one update: slots lists
+// each touched slot once, grouped by slab (bySlab's order), and rows[p][j]
+// is the position in slots of push p's j-th row. Under the write lock.
+func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
+	if cap(t.at) < len(t.ids) {
+		t.at = make([]int32, len(t.ids), cap(t.ids))
+	}
+	at := t.at[:len(t.ids)]
+	for _, c := range pushes {
+		for _, k := range c.slots {
+			if at[k] == 0 {
+				slots = append(slots, k)
+				at[k] = 1 // seen; its position comes after the grouping
+			}
+		}
+	}
+	slots = t.bySlab(slots)
+	for j, k := range slots {
+		at[k] = int32(j) + 1
+	}
+	rows = make([][]int32, len(pushes))
+	for p, c := range pushes {
+		rows[p] = make([]int32, len(c.slots))
+		for j, k := range c.slots {
+			rows[p][j] = at[k] - 1
+		}
+	}
+	for _, k := range slots {
+		at[k] = 0
+	}
+	return slots, rows
+}
+
+// bySlab returns slots grouped by slab, slabs ascending and slots in
+// their given order within a slab (a counting sort: no comparisons).
+func (t *table) bySlab(slots []int) []int {
+	start := make([]int, len(t.slabs)+1)
+	for _, k := range slots {
+		start[k/t.slabRows+1]++
+	}
+	for i := 1; i < len(start); i++ {
+		start[i] += start[i-1]
+	}
+	out := make([]int, len(slots))
+	for _, k := range slots {
+		si := k / t.slabRows
+		out[start[si]] = k
+		start[si]++
+	}
+	return out
 }
