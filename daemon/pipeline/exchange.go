@@ -41,6 +41,9 @@ type input struct {
 	batch *data.Batch
 	rows  []int
 	plan  *rowPlan // nil until planned
+	// tables, if pulled ahead, are the embedding tables for plan: one per
+	// embedding of the stage, as fetchTable returns them.
+	tables [][]float32
 }
 
 func activationMessage(be native.Backend, meta wire.Meta, act nn.Activation, b *data.Batch, lo, hi int) (*wire.Message, error) {

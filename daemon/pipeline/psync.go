@@ -18,25 +18,26 @@ func (w *Worker) after(step int64) int64 {
 }
 
 // pullDense brings the dense parameters, which the model copies share, to
-// the state after step-1.
+// the state after step-1: from the pulls ahead if the previous step made
+// them, else pulled now.
 func (w *Worker) pullDense(ctx context.Context, step int64) error {
+	if had, err := w.takeDenseAhead(ctx, step); had {
+		return err
+	}
 	dense := w.copies[0].dense
 	return each(len(dense), func(i int) error {
-		p := dense[i]
-		v, _, err := w.cfg.PS.PullBlock(ctx, p.Name, w.after(step))
+		v, _, err := w.cfg.PS.PullBlock(ctx, dense[i].Name, w.after(step))
 		if err != nil {
 			return err
 		}
-		if len(v) != p.Len() {
-			return fmt.Errorf("%s: pulled %d floats, want %d", p.Name, len(v), p.Len())
-		}
-		return w.cfg.Backend.Upload(p.Value, v)
+		return w.uploadDense(i, v)
 	})
 }
 
 // pullRows fills c's embedding tables for micro-batch in: for each layer
 // the rows of the ids its slots use, in a table of the batch's distinct
-// ids. It returns the batch with its ids renumbered into those tables.
+// ids (pulled ahead, or now). It returns the batch with its ids renumbered
+// into those tables.
 func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, in input) (*data.Batch, error) {
 	if len(c.embeddings) == 0 {
 		return in.batch, nil
@@ -50,65 +51,86 @@ func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, in inpu
 	}
 	c.uniq = plan.uniq
 	err := each(len(c.embeddings), func(i int) error {
-		return w.pullTable(ctx, step, c, c.embeddings[i], plan.rows[i])
+		e := c.embeddings[i]
+		var table []float32
+		if in.tables != nil {
+			table = in.tables[i]
+		} else {
+			var err error
+			if table, err = w.fetchTable(ctx, step, e, plan.uniq, plan.rows[i]); err != nil {
+				return err
+			}
+		}
+		buf, err := toBuffer(w.cfg.Backend, table)
+		if err != nil {
+			return err
+		}
+		e.table.Value, e.table.Rows = buf, len(plan.uniq)
+		return nil
 	})
 	return plan.local, err
 }
 
-// pullTable pulls the rows (compact rows of c.uniq) of embedding e's table.
-func (w *Worker) pullTable(ctx context.Context, step int64, c *modelCopy, e embedding, rows []int64) error {
+// fetchTable pulls the rows (of uniq) of embedding e's table that a batch
+// uses and returns the batch's table: len(uniq) rows, those rows filled.
+func (w *Worker) fetchTable(ctx context.Context, step int64, e embedding, uniq, rows []int64) ([]float32, error) {
 	ids := make([]int64, len(rows))
 	for j, k := range rows {
-		ids[j] = c.uniq[k]
+		ids[j] = uniq[k]
 	}
 	v, _, err := w.cfg.PS.Pull(ctx, e.table.Name, ids, w.after(step))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dim := e.table.Cols
 	if len(v) != len(ids)*dim {
-		return fmt.Errorf("%s: pulled %d floats for %d rows of %d", e.table.Name, len(v), len(ids), dim)
+		return nil, fmt.Errorf("%s: pulled %d floats for %d rows of %d", e.table.Name, len(v), len(ids), dim)
 	}
-	table := make([]float32, len(c.uniq)*dim)
+	table := make([]float32, len(uniq)*dim)
 	for j, k := range rows {
 		copy(table[int(k)*dim:int(k+1)*dim], v[j*dim:(j+1)*dim])
 	}
-	buf, err := toBuffer(w.cfg.Backend, table)
-	if err != nil {
-		return err
-	}
-	e.table.Value, e.table.Rows = buf, len(c.uniq)
-	return nil
+	return table, nil
 }
 
-// pushLayer starts pushing the gradients of layer's parameters for step,
-// each in the background on bg. Call it once they are final: after the
-// last micro-batch's backward through the layer.
-func (w *Worker) pushLayer(bg *group, ctx context.Context, step int64, weight, layer int) {
+// pushLayer starts pushing the gradients of layer's parameters for the
+// step, each in the background on st.bg; once a push is in, it pulls the
+// parameter ahead for the next step (dense) or counts it towards the gate
+// of the next batch's rows (tables). Call it once the gradients are final:
+// after the last micro-batch's backward through the layer.
+func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 	first := w.copies[0]
 	for i, l := range first.denseLayer {
 		if l != layer {
 			continue
 		}
-		bg.start(func() error {
+		st.bg.start(func() error {
 			g, err := w.denseGradient(i)
 			if err != nil {
 				return err
 			}
 			p := first.dense[i]
-			return w.cfg.PS.PushBlock(ctx, p.Name, step, weight, g[:p.Len()])
+			if err := w.cfg.PS.PushBlock(st.ctx, p.Name, st.step, weight, g[:p.Len()]); err != nil {
+				return err
+			}
+			w.pullBlockAhead(st.next, i)
+			return nil
 		})
 	}
 	for e, emb := range first.embeddings {
 		if emb.index != layer {
 			continue
 		}
-		bg.start(func() error {
+		st.bg.start(func() error {
 			ids, rows, err := w.sparseGradient(e)
 			if err != nil {
 				return err
 			}
-			return w.cfg.PS.PushRows(ctx, emb.table.Name, step, weight, ids, rows, emb.table.Cols)
+			if err := w.cfg.PS.PushRows(st.ctx, emb.table.Name, st.step, weight, ids, rows, emb.table.Cols); err != nil {
+				return err
+			}
+			st.gate.pushed()
+			return nil
 		})
 	}
 }

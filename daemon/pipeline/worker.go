@@ -80,6 +80,7 @@ type Worker struct {
 	wg       sync.WaitGroup
 	prefetch chan prefetched // holds the next step's batch, once asked for
 	next     int64           // the step prefetch is fetching, 0 if none
+	ahead    *denseAhead     // the dense pulls ahead for the next step, if any
 }
 
 // prefetched is stage 0's input for a step: the micro-batches, with
@@ -170,16 +171,21 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	snd := startSender(ctx, cancel)
-	bg := &group{cancel: cancel}
-	res, err := w.step(ctx, step, snd, bg)
+	st := w.newStepState(ctx, step, snd, &group{cancel: cancel})
+	res, err := w.step(st)
 	if err != nil {
 		cancel()
 	}
-	if berr := bg.wait(); berr != nil {
+	if berr := st.bg.wait(); berr != nil {
 		err = errors.Join(berr, err)
 	}
 	if serr := snd.wait(); serr != nil {
 		err = errors.Join(fmt.Errorf("send: %w", serr), err)
+	}
+	st.gate.open(err == nil)
+	w.ahead = nil
+	if err == nil {
+		w.ahead = st.next
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %w",
@@ -208,11 +214,18 @@ type stepState struct {
 	dense chan error // the dense pull's outcome, once
 	outs  []nn.Activation
 	ins   []input
+	next  *denseAhead // the next step's dense pulls, started as pushes land
+	gate  *gate       // opens when the step's tables are pushed
 }
 
-func (w *Worker) step(ctx context.Context, step int64, snd *sender, bg *group) (Result, error) {
-	st := &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
-		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies))}
+func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
+	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
+		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies)),
+		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].embeddings))}
+}
+
+func (w *Worker) step(st *stepState) (Result, error) {
+	ctx, step, bg := st.ctx, st.step, st.bg
 	bg.start(func() error {
 		err := w.pullDense(ctx, step)
 		if err != nil {
@@ -221,7 +234,7 @@ func (w *Worker) step(ctx context.Context, step int64, snd *sender, bg *group) (
 		st.dense <- err
 		return err
 	})
-	stage0, err := w.stage0Input(ctx, step)
+	stage0, err := w.stage0Input(ctx, step, st.gate)
 	if err != nil {
 		return st.res, fmt.Errorf("input: %w", err)
 	}
@@ -324,7 +337,7 @@ func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
 	var done func(layer int)
 	if m == len(w.copies)-1 {
 		weight := w.weight(st.res.Samples)
-		done = func(layer int) { w.pushLayer(st.bg, st.ctx, st.step, weight, layer) }
+		done = func(layer int) { w.pushLayer(st, weight, layer) }
 	}
 	r := w.cfg.Layers
 	din, err := w.copies[m].model.BackwardRangeThen(w.copies[m].step, r.First, r.Last, dout, done)
@@ -345,8 +358,9 @@ func (w *Worker) weight(rows int) int {
 }
 
 // stage0Input returns stage 0's micro-batches for the step (nil
-// elsewhere) and starts reading the next step's.
-func (w *Worker) stage0Input(ctx context.Context, step int64) ([]input, error) {
+// elsewhere) and starts reading the next step's, whose rows it pulls once
+// g opens.
+func (w *Worker) stage0Input(ctx context.Context, step int64, g *gate) ([]input, error) {
 	if w.cfg.Stage != 0 {
 		return nil, nil
 	}
@@ -354,7 +368,7 @@ func (w *Worker) stage0Input(ctx context.Context, step int64) ([]input, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.startPrefetch(step + 1)
+	w.startPrefetch(step+1, g)
 	return ins, nil
 }
 
@@ -404,11 +418,14 @@ func (w *Worker) batch(ctx context.Context, step int64) ([]input, error) {
 }
 
 // startPrefetch reads step's batch and plans its rows in the background,
-// overlapping the current step.
-func (w *Worker) startPrefetch(step int64) {
+// overlapping the current step, then pulls the rows ahead once g opens.
+func (w *Worker) startPrefetch(step int64, g *gate) {
 	w.next = step
 	w.wg.Go(func() {
 		ins, err := w.microInputs(w.ctx, step)
+		if err == nil {
+			w.pullRowsAhead(g, step, ins)
+		}
 		w.prefetch <- prefetched{ins, err}
 	})
 }
