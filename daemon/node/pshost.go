@@ -35,8 +35,26 @@ type psHost struct {
 }
 
 type psJob struct {
-	svc *ps.Service
-	ctx context.Context // ends when the job leaves this node
+	svc    *ps.Service
+	ctx    context.Context // ends when the job leaves this node
+	shards []*ps.Shard     // this node's shards of the job
+}
+
+// local returns shard index of job if this node hosts it, for the job's
+// stage workers on this node to call directly.
+func (h *psHost) local(job string, index int) *ps.Shard {
+	h.mu.Lock()
+	j := h.jobs[job]
+	h.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	for _, s := range j.shards {
+		if s.Index() == index {
+			return s
+		}
+	}
+	return nil
 }
 
 func newPSHost(ln *wire.Listener, timeout time.Duration, log *slog.Logger) *psHost {
@@ -130,7 +148,7 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 		}
 		return
 	}
-	a.ps.set(spec.JobID, &psJob{svc: svc, ctx: ctx})
+	a.ps.set(spec.JobID, &psJob{svc: svc, ctx: ctx, shards: shards})
 	defer a.ps.set(spec.JobID, nil)
 	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
 	if err := a.checkpoints(ctx, spec, shards, names); err != nil {

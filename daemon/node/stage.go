@@ -156,7 +156,8 @@ func (a *Agent) psClient(s api.Task) (*ps.Client, error) {
 		Timeout: a.cfg.StepTimeout,
 		Dial: func(ctx context.Context, shard int) (*wire.Conn, error) {
 			return wire.Dial(ctx, s.PS[shard], wc, "")
-		}})
+		},
+		Local: func(shard int) *ps.Shard { return a.ps.local(s.JobID, shard) }})
 }
 
 // openData opens the replica's shard of the job's training split, read

@@ -41,6 +41,11 @@ type ClientConfig struct {
 	// Lanes is how many requests to one shard may be in flight at once,
 	// each on its own connection; 0 = DefaultLanes.
 	Lanes int
+	// Local, if set, returns shard i when this process hosts it, else nil.
+	// Requests to a local shard call it directly: no encoding, no copy
+	// through the kernel, no connection; the same checks and exactly-once
+	// rules apply.
+	Local func(shard int) *Shard
 }
 
 // DefaultLanes is the default of ClientConfig.Lanes: enough for a stage's
@@ -122,6 +127,13 @@ func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int6
 			versions[i] = -1
 			return nil
 		}
+		if s := c.local(i); s != nil {
+			ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+			defer cancel()
+			var err error
+			replies[i], versions[i], err = s.PullRows(ctx, table, byShard[i], after)
+			return err
+		}
 		m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(table, after, 0),
 			Tensors: []wire.Tensor{wire.I64Tensor(byShard[i], len(byShard[i]))}}
 		rows, v, err := c.pullFrom(ctx, i, m, len(byShard[i]))
@@ -156,8 +168,18 @@ func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int6
 // PullBlock returns dense block name once its version is at least after,
 // and the version it was read at.
 func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]float32, int64, error) {
-	m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(name, after, 0)}
-	v, version, err := c.pullFrom(ctx, BlockShard(name, c.cfg.Shards), m, -1)
+	i := BlockShard(name, c.cfg.Shards)
+	var v []float32
+	var version int64
+	var err error
+	if s := c.local(i); s != nil {
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+		v, version, err = s.PullBlock(ctx, name, after)
+	} else {
+		m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(name, after, 0)}
+		v, version, err = c.pullFrom(ctx, i, m, -1)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("ps client: pull %q: %w", name, err)
 	}
@@ -178,6 +200,10 @@ func (c *Client) PushRows(ctx context.Context, table string, step int64, weight 
 		for j, pos := range at[i] {
 			copy(g[j*dim:(j+1)*dim], grad[pos*dim:(pos+1)*dim])
 		}
+		if s := c.local(i); s != nil {
+			_, err := s.PushRows(c.pushID(step), table, float64(weight), byShard[i], g)
+			return err
+		}
 		m := &wire.Message{Type: wire.MsgPushSparse, Meta: c.meta(table, step, weight),
 			Tensors: []wire.Tensor{wire.I64Tensor(byShard[i], len(byShard[i])), wire.F32Tensor(g, len(byShard[i]), dim)}}
 		return c.push(ctx, i, m)
@@ -190,12 +216,31 @@ func (c *Client) PushRows(ctx context.Context, table string, step int64, weight 
 
 // PushBlock pushes the gradient of dense block name for step.
 func (c *Client) PushBlock(ctx context.Context, name string, step int64, weight int, grad []float32) error {
-	m := &wire.Message{Type: wire.MsgPushDense, Meta: c.meta(name, step, weight),
-		Tensors: []wire.Tensor{wire.F32Tensor(grad, len(grad))}}
-	if err := c.push(ctx, BlockShard(name, c.cfg.Shards), m); err != nil {
+	i := BlockShard(name, c.cfg.Shards)
+	var err error
+	if s := c.local(i); s != nil {
+		_, err = s.PushBlock(c.pushID(step), name, float64(weight), grad)
+	} else {
+		m := &wire.Message{Type: wire.MsgPushDense, Meta: c.meta(name, step, weight),
+			Tensors: []wire.Tensor{wire.F32Tensor(grad, len(grad))}}
+		err = c.push(ctx, i, m)
+	}
+	if err != nil {
 		return fmt.Errorf("ps client: push %q step %d: %w", name, step, err)
 	}
 	return nil
+}
+
+// local returns shard i if this process hosts it.
+func (c *Client) local(i int) *Shard {
+	if c.cfg.Local == nil {
+		return nil
+	}
+	return c.cfg.Local(i)
+}
+
+func (c *Client) pushID(step int64) PushID {
+	return PushID{Job: c.cfg.Job, Stage: c.cfg.Stage, Replica: c.cfg.Replica, Step: step}
 }
 
 func (c *Client) meta(name string, step int64, weight int) wire.Meta {

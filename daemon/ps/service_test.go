@@ -103,6 +103,45 @@ func TestClientMatchesShardsInProcess(t *testing.T) {
 	checkLeaks(t)
 	remote, local := twoShards(t, 1), twoShards(t, 1)
 	c := newClient(t, served(t, ServiceOptions{}, remote...), 2, 0)
+	checkClientAgainstShards(t, c, local)
+}
+
+// A client with shard 0 in its own process calls it directly (it never
+// dials it) and still computes what the in-process shards compute; shard 1
+// goes over the wire.
+func TestClientCallsLocalShardsDirectly(t *testing.T) {
+	checkLeaks(t)
+	mixed, local := twoShards(t, 1), twoShards(t, 1)
+	addr := served(t, ServiceOptions{}, mixed[1])
+	var dialled0 atomic.Bool
+	c, err := NewClient(ClientConfig{Job: "j", Stage: 0, Replica: 0, Shards: 2, Timeout: 5 * time.Second,
+		Dial: func(ctx context.Context, shard int) (*wire.Conn, error) {
+			if shard == 0 {
+				dialled0.Store(true)
+				return nil, errors.New("shard 0 is local")
+			}
+			return dialer(addr)(ctx, shard)
+		},
+		Local: func(shard int) *Shard {
+			if shard == 0 {
+				return mixed[0]
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	checkClientAgainstShards(t, c, local)
+	if dialled0.Load() {
+		t.Error("the client dialled its local shard")
+	}
+}
+
+// checkClientAgainstShards runs three steps of pulls and pushes through c
+// and the same calls on the shards of local, comparing every pull.
+func checkClientAgainstShards(t *testing.T, c *Client, local []*Shard) {
+	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 4))
 	ids := []int64{7, 3, 7, 100, 12, 5, 3} // repeats, over both shards

@@ -236,6 +236,9 @@ func (cfg *Config) validateParam(kind, name string, stage int, o OptimConfig) er
 // Rows returns the number of table rows the shard holds.
 func (s *Shard) Rows() int { return int(s.rows.Load()) }
 
+// Index is the shard's index among its job's shards.
+func (s *Shard) Index() int { return s.cfg.Shard }
+
 // SetReplicas changes a stage's replica count. BSP steps already open keep
 // the count they opened with.
 func (s *Shard) SetReplicas(stage, n int) error {
