@@ -210,17 +210,32 @@ func (b *block) tensors() []ckpt.Tensor {
 }
 
 // CheckpointAll writes a consistent checkpoint of every shard of a job, in
-// index order, at step: it fences all of them first (so none passes the
-// step while another is written), writes each shard's file into
-// ckpt.StepDir(root, step), and writes the manifest last. It returns the
-// step directory.
+// index order, at step: WriteShards into ckpt.StepDir(root, step), then the
+// manifest last. It returns the step directory.
 func CheckpointAll(ctx context.Context, root string, step int64, shards []*Shard) (string, error) {
 	if err := checkGroup(shards); err != nil {
 		return "", err
 	}
 	dir := ckpt.StepDir(root, step)
+	files, err := WriteShards(ctx, dir, step, shards)
+	if err != nil {
+		return "", err
+	}
+	cfg := shards[0].cfg
+	if err := WriteManifest(dir, cfg.Job, step, cfg.Shards, files); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// WriteShards writes the files of some shards of a job at step into dir
+// (created if missing) and returns their manifest entries, in the order
+// given. It fences all of them first, so that none passes the step while
+// another is written. Shards on other nodes write theirs the same way;
+// whoever holds every entry writes the manifest (WriteManifest).
+func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) ([]ckpt.FileEntry, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("ps checkpoint: %w", err)
+		return nil, fmt.Errorf("ps checkpoint: %w", err)
 	}
 	var held []*Shard
 	defer func() {
@@ -231,7 +246,7 @@ func CheckpointAll(ctx context.Context, root string, step int64, shards []*Shard
 	}()
 	for _, s := range shards {
 		if err := s.hold(step); err != nil {
-			return "", err
+			return nil, err
 		}
 		held = append(held, s)
 	}
@@ -239,19 +254,15 @@ func CheckpointAll(ctx context.Context, root string, step int64, shards []*Shard
 	for i, s := range shards {
 		entry, err := s.writeAt(ctx, dir, step)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		files[i] = entry
 		held = held[1:]
 		if err := s.release(); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	cfg := shards[0].cfg
-	if err := WriteManifest(dir, cfg.Job, step, cfg.Shards, files); err != nil {
-		return "", err
-	}
-	return dir, nil
+	return files, nil
 }
 
 // WriteManifest marks a step directory complete once every shard's file is

@@ -42,6 +42,7 @@ func (j *job) step(t *testing.T, step int64, replicas int, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, uint64(step)))
 	for r := range replicas {
 		pid := id(r, step)
+		pid.Job = j.shards[0].cfg.Job
 		for i, s := range j.shards {
 			ids := idsOn(i, len(j.shards), 12)
 			rng.Shuffle(len(ids), func(a, b int) { ids[a], ids[b] = ids[b], ids[a] })
@@ -327,4 +328,48 @@ func waitFenced(t *testing.T, shards []*Shard, step int64) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// TestShardsCheckpointedApartRestoreAsAnotherJob writes each shard's file
+// separately, as two nodes would, and the manifest from their entries, as
+// the coordinator does; a new job restores it with RestoreAs (Restore
+// refuses: another job) and continues exactly as the old one.
+func TestShardsCheckpointedApartRestoreAsAnotherJob(t *testing.T) {
+	const nshards, replicas = 2, 2
+	orig := newJob(t, BSP, nshards, replicas)
+	for step := int64(1); step <= 2; step++ {
+		orig.step(t, step, replicas, 1)
+	}
+	dir := ckpt.StepDir(t.TempDir(), 2)
+	var files []ckpt.FileEntry
+	for _, s := range orig.shards { // one "node" per shard
+		entry, err := WriteShards(context.Background(), dir, 2, []*Shard{s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, entry...)
+	}
+	if _, err := ckpt.ReadManifest(dir); !errors.Is(err, ckpt.ErrNoManifest) {
+		t.Fatalf("manifest before WriteManifest: %v", err)
+	}
+	if err := WriteManifest(dir, "j", 2, nshards, files); err != nil {
+		t.Fatal(err)
+	}
+
+	next := &job{}
+	for _, cfg := range orig.cfgs {
+		cfg.Job = "k"
+		if _, err := Restore(cfg, dir); err == nil || !strings.Contains(err.Error(), `job "j", not "k"`) {
+			t.Fatalf("Restore into another job: %v", err)
+		}
+		s, err := RestoreAs(cfg, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.cfgs, next.shards = append(next.cfgs, cfg), append(next.shards, s)
+	}
+	assertSameState(t, "restored", next.state(t), orig.state(t))
+	orig.step(t, 3, replicas, 2)
+	next.step(t, 3, replicas, 2) // the same gradients, pushed as job k
+	assertSameState(t, "after the next step", next.state(t), orig.state(t))
 }

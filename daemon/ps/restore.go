@@ -21,6 +21,17 @@ import (
 // Versions resume from the file; replay windows start empty, so in BSP a
 // push for a step up to the checkpoint's is ErrStale.
 func Restore(cfg Config, dir string) (*Shard, error) {
+	return restore(cfg, dir, false)
+}
+
+// RestoreAs is Restore for a new job that continues another's training:
+// the checkpoint may be of any job, as long as it is of the same model with
+// the same shard count, mode and parameters.
+func RestoreAs(cfg Config, dir string) (*Shard, error) {
+	return restore(cfg, dir, true)
+}
+
+func restore(cfg Config, dir string, anyJob bool) (*Shard, error) {
 	fail := func(err error) (*Shard, error) {
 		return nil, fmt.Errorf("ps shard %d: restore from %s: %w", cfg.Shard, dir, err)
 	}
@@ -28,7 +39,7 @@ func Restore(cfg Config, dir string) (*Shard, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if m.JobID != cfg.Job {
+	if m.JobID != cfg.Job && !anyJob {
 		return fail(fmt.Errorf("the checkpoint is of job %q, not %q", m.JobID, cfg.Job))
 	}
 	if m.Shards != cfg.Shards {
@@ -47,7 +58,7 @@ func Restore(cfg Config, dir string) (*Shard, error) {
 		return fail(err)
 	}
 	defer f.Close()
-	if err := s.load(f, m.Step); err != nil {
+	if err := s.load(f, m.JobID, m.Step); err != nil {
 		return fail(err)
 	}
 	return s, nil
@@ -90,8 +101,8 @@ func verifiedFile(dir string, m ckpt.Manifest, name string) (string, error) {
 // load fills a new shard from its file. The file has passed its digest,
 // but is checked as if hostile: nothing is allocated before the shapes it
 // declares are known to be the configured ones.
-func (s *Shard) load(f *ckpt.File, step int64) error {
-	if err := s.checkFileIdentity(f, step); err != nil {
+func (s *Shard) load(f *ckpt.File, job string, step int64) error {
+	if err := s.checkFileIdentity(f, job, step); err != nil {
 		return err
 	}
 	params, err := s.fileParams(f)
@@ -111,7 +122,9 @@ func (s *Shard) load(f *ckpt.File, step int64) error {
 	return nil
 }
 
-func (s *Shard) checkFileIdentity(f *ckpt.File, step int64) error {
+// checkFileIdentity checks the file is shard s.cfg.Shard of job's
+// checkpoint at step, in the shard's mode and with its shard count.
+func (s *Shard) checkFileIdentity(f *ckpt.File, job string, step int64) error {
 	if err := f.CheckModel(s.cfg.Model); err != nil {
 		return err
 	}
@@ -123,7 +136,7 @@ func (s *Shard) checkFileIdentity(f *ckpt.File, step int64) error {
 		return fmt.Errorf("%s is of step %d, the manifest of step %d", f.Name(), got, step)
 	}
 	want := map[string]string{
-		keyJob: s.cfg.Job, keyShard: strconv.Itoa(s.cfg.Shard),
+		keyJob: job, keyShard: strconv.Itoa(s.cfg.Shard),
 		keyShards: strconv.Itoa(s.cfg.Shards), keyMode: s.cfg.Mode.String(),
 	}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
