@@ -1,17 +1,26 @@
 // Command run measures distributed training on this machine: ctrdnn on
-// synthetic click data, trained by a coordinator and 2 then 4 node daemons
-// on loopback (what `heterps run` starts, here in one process), beside
-// single-process training with nn.Trainer in the same run. For each
-// distributed run it prints the job's throughput and its ratio to
-// single-process training, and each stage's measured throughput beside the
-// cost model's prediction.
+// synthetic click data, trained by `heterps run` (a coordinator and N
+// heterpsd node daemons, each its own OS process, on loopback) beside
+// single-process training with nn.Trainer at 1 and 2 threads in the same
+// run. It builds heterps and heterpsd from this tree into a temporary
+// directory first, so run it from the repository root.
 //
-// Each node offers one 1-thread CPU unit (the local catalog's cpu-1t). The
-// job's throughput floor is chosen so that the exact plan uses exactly N
-// units: one stage of N data-parallel replicas, synchronised (BSP) through
-// one parameter-server shard. It measures; it asserts nothing.
+// For each batch size and node count it prints the job's throughput and its
+// ratio to the faster single-process run, the loss, the wall time of the
+// `heterps run` command (daemon start, planning, training and shutdown),
+// and each stage's measured throughput beside the cost model's prediction.
 //
-//	go run ./bench/dist/run [--steps 300] [--batch 512] [--nodes 2,4]
+// Each node offers one 1-thread CPU unit (the catalog's cpu-1t). The job's
+// throughput floor is chosen so that the exact plan uses exactly N units:
+// one stage of N data-parallel replicas, synchronised (BSP) through one
+// parameter-server shard.
+//
+// With --in-process it runs the coordinator and the node daemons in this
+// process instead (coord.New, node.New): one Go runtime for all of them,
+// which is not what `heterps run` does, but lets --cpuprofile see the
+// daemons. It measures; it asserts nothing.
+//
+//	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--in-process]
 package main
 
 import (
@@ -20,15 +29,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"os"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/heterps/heterps/bench/internal/cpuprof"
@@ -37,7 +45,6 @@ import (
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
-	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/sched"
 	"github.com/heterps/heterps/native"
 )
@@ -48,76 +55,156 @@ const (
 	unitType  = "cpu-1t"
 )
 
+// options are the command's flags.
+type options struct {
+	steps       int
+	batches     []int
+	nodes       []int
+	catalogPath string
+	inProcess   bool
+	timeout     time.Duration
+}
+
 func main() {
-	steps := flag.Int("steps", 300, "training steps of every run")
-	batch := flag.Int("batch", 512, "batch size (split over a stage's replicas)")
-	nodesFlag := flag.String("nodes", "2,4", "node counts of the distributed runs")
-	catalogPath := flag.String("catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type the nodes offer")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	var o options
+	flag.IntVar(&o.steps, "steps", 300, "training steps of every run")
+	batches := flag.String("batches", "512", "comma-separated batch sizes (each split over a stage's replicas); one block of runs per size")
+	nodes := flag.String("nodes", "2,4", "comma-separated node counts of the distributed runs")
+	flag.StringVar(&o.catalogPath, "catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type the nodes offer")
+	flag.BoolVar(&o.inProcess, "in-process", false, "run the coordinator and node daemons in this process (coord.New, node.New) instead of `heterps run`")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a distributed run after this long")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file (it sees the daemons only with --in-process)")
 	flag.Parse()
-	stop, err := cpuprof.Start(*cpuProfile)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := parseOptions(&o, *batches, *nodes)
 	if err == nil {
-		err = run(*steps, *batch, *nodesFlag, *catalogPath, os.Stdout)
-		stop()
+		var stop func()
+		if stop, err = cpuprof.Start(*cpuProfile); err == nil {
+			err = run(ctx, o, os.Stdout)
+			stop()
+		}
 	}
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/dist/run:", err)
 		os.Exit(1)
 	}
 }
 
-func run(steps, batch int, nodesFlag, catalogPath string, w io.Writer) error {
-	var counts []int
-	for _, s := range strings.Split(nodesFlag, ",") {
+func parseOptions(o *options, batches, nodes string) error {
+	var err error
+	if o.batches, err = positiveInts("--batches", batches); err != nil {
+		return err
+	}
+	if o.nodes, err = positiveInts("--nodes", nodes); err != nil {
+		return err
+	}
+	if o.steps < 2 {
+		return fmt.Errorf("--steps %d: want >= 2 (the first step is not timed)", o.steps)
+	}
+	return nil
+}
+
+// positiveInts parses a comma-separated list of integers >= 1.
+func positiveInts(name, list string) ([]int, error) {
+	var out []int
+	for s := range strings.SplitSeq(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			return fmt.Errorf("--nodes %q: want counts >= 1", nodesFlag)
+			return nil, fmt.Errorf("%s %q: want a comma-separated list of integers >= 1", name, list)
 		}
-		counts = append(counts, n)
+		out = append(out, n)
 	}
-	base, err := config.LoadCatalog(catalogPath)
+	return out, nil
+}
+
+// outcome is what one distributed run measured.
+type outcome struct {
+	limit       float64 // the job's throughput floor
+	samplesPerS float64 // the slowest stage's measured throughput
+	steps       int64   // steps completed
+	jobSeconds  float64 // from the job's start to its finish, as the coordinator timed it
+	wallSeconds float64 // of the whole run: daemons started, job planned and run, daemons stopped
+	loss        float64
+	stages      []api.StageStatus
+}
+
+// distributor runs the job on n nodes offering one unit each of cat's only
+// type.
+type distributor func(ctx context.Context, cat *config.Catalog, job []byte, n int) (*outcome, error)
+
+func run(ctx context.Context, o options, w io.Writer) error {
+	base, err := config.LoadCatalog(o.catalogPath)
 	if err != nil {
 		return err
 	}
 	unit, ok := base.Type(unitType)
 	if !ok {
-		return fmt.Errorf("%s has no type %s", catalogPath, unitType)
+		return fmt.Errorf("%s has no type %s", o.catalogPath, unitType)
 	}
 	model, err := config.LoadModel(modelName)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "bench/dist/run: %s on %s, batch %d, %d steps, BSP; %d CPUs; %s\n\n", modelName, dataSpec, batch, steps,
-		runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
+	distribute, mode := distributor(inProcess), fmt.Sprintf("in-process: coordinator and node daemons in this one process, GOMAXPROCS=%d", runtime.GOMAXPROCS(0))
+	if !o.inProcess {
+		dir, err := os.MkdirTemp("", "bench-dist-run-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		t, err := buildTools(ctx, dir)
+		if err != nil {
+			return err
+		}
+		distribute, mode = t.heterpsRun(dir), "heterps run: a coordinator and one heterpsd process per node, built from this tree"
+	}
+	fmt.Fprintf(w, "bench/dist/run: %s on %s, %d steps, BSP; %d CPUs; %s\nmode: %s\n", modelName, dataSpec, o.steps,
+		runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339), mode)
+	for _, batch := range o.batches {
+		if err := runBatch(ctx, o, unit, model, batch, distribute, w); err != nil {
+			return fmt.Errorf("batch %d: %w", batch, err)
+		}
+	}
+	return nil
+}
 
-	single := map[int]float64{}
+// runBatch prints one block: single-process training at 1 and 2 threads,
+// then the distributed runs and their stages.
+func runBatch(ctx context.Context, o options, unit config.CatalogType, model *config.Model, batch int, distribute distributor, w io.Writer) error {
+	fmt.Fprintf(w, "\n== batch %d\n", batch)
+	var ref float64
 	for _, threads := range []int{1, 2} {
-		rate, err := singleProcess(model, threads, batch, steps)
+		rate, err := singleProcess(ctx, model, threads, batch, o.steps)
 		if err != nil {
 			return fmt.Errorf("single process, %d threads: %w", threads, err)
 		}
-		single[threads] = rate
+		ref = max(ref, rate)
 		fmt.Fprintf(w, "single process (nn.Trainer), %d thread(s): %8.0f samples/s\n", threads, rate)
 	}
-	ref := max(single[1], single[2])
-	fmt.Fprintln(w)
 	var stageLines []string
-	for _, n := range counts {
-		cat := &config.Catalog{Version: 1, Name: "bench", Types: []config.CatalogType{unit}}
-		cat.Types[0].MaxUnits = n
-		res, err := distributed(cat, model, n, batch, steps)
+	for _, n := range o.nodes {
+		cat := benchCatalog(unit, n)
+		limit, err := limitFor(ctx, cat, model, n, batch, o.steps)
 		if err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}
-		wall := float64(res.Step) * float64(batch) / res.seconds
-		fmt.Fprintf(w, "%d nodes (%dx %s), plan limit %.0f: %8.0f samples/s measured, %8.0f wall (incl. start), %.2fx the faster single process, loss %.4f\n",
-			n, n, unitType, res.limit, res.SamplesPerS, wall, res.SamplesPerS/ref, res.Loss)
-		for _, st := range res.Stages {
+		dctx, cancel := context.WithTimeout(ctx, o.timeout)
+		res, err := distribute(dctx, cat, jobTOML(n, batch, o.steps, limit), n)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+		res.limit = limit
+		overJob := float64(res.steps) * float64(batch) / res.jobSeconds
+		fmt.Fprintf(w, "%d nodes (%dx %s), plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process, loss %.4f, run took %.1f s\n",
+			n, n, unitType, res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
+		for _, st := range res.stages {
 			stageLines = append(stageLines, fmt.Sprintf("%5d  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
 				n, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
 		}
 	}
-	fmt.Fprintln(w, "\nper stage: measured throughput against the cost model's prediction (roofline estimates from the catalog)")
+	fmt.Fprintln(w, "per stage: measured throughput against the cost model's prediction (roofline estimates from the catalog)")
 	fmt.Fprintln(w, "nodes  stage  type    units   predicted    measured   ratio")
 	for _, l := range stageLines {
 		fmt.Fprintln(w, l)
@@ -125,9 +212,28 @@ func run(steps, batch int, nodesFlag, catalogPath string, w io.Writer) error {
 	return nil
 }
 
+// benchCatalog is a catalog of one type, unit, with n units on n nodes of
+// one unit each. The nodes' addresses are only validated: `heterps run`
+// starts every node daemon on 127.0.0.1:0 whatever they say.
+func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
+	unit.MaxUnits = n
+	cat := &config.Catalog{Version: 1, Name: "bench", Types: []config.CatalogType{unit}}
+	for i := range n {
+		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
+			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
+	}
+	return cat
+}
+
+// jobTOML is the job file of a run on n nodes.
+func jobTOML(n, batch, steps int, limit float64) []byte {
+	return fmt.Appendf(nil, "version = 1\nname = \"bench-%d\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
+		n, modelName, dataSpec, batch, steps, limit)
+}
+
 // singleProcess trains with nn.Trainer, reading the next batch while a
 // step runs, and returns samples/s after the first step.
-func singleProcess(model *config.Model, threads, batch, steps int) (float64, error) {
+func singleProcess(ctx context.Context, model *config.Model, threads, batch, steps int) (float64, error) {
 	backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
 	if err != nil {
 		return 0, err
@@ -141,7 +247,7 @@ func singleProcess(model *config.Model, threads, batch, steps int) (float64, err
 		return 0, err
 	}
 	defer src.Close()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type next struct {
 		b   *data.Batch
@@ -187,72 +293,10 @@ func singleProcess(model *config.Model, threads, batch, steps int) (float64, err
 	return float64(samples) / time.Since(start).Seconds(), nil
 }
 
-type result struct {
-	api.JobStatus
-	limit   float64
-	seconds float64
-}
-
-// distributed runs the job on a coordinator and n node daemons in this
-// process, as `heterps run` does with child processes.
-func distributed(cat *config.Catalog, model *config.Model, n, batch, steps int) (*result, error) {
-	limit, err := limitFor(cat, model, n, batch, steps)
-	if err != nil {
-		return nil, err
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: 200 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() { c.Serve(ctx, ln) })
-	url := "http://" + ln.Addr().String()
-	for i := range n {
-		a, err := node.New(node.Config{Name: fmt.Sprintf("node%d", i), Coordinator: url, Listen: "127.0.0.1:0",
-			PSListen: "127.0.0.1:0", Type: cat.Types[0].Name, Units: 1, Threads: 1, Plain: true, Logger: quiet})
-		if err != nil {
-			return nil, err
-		}
-		wg.Go(func() { a.Run(ctx) })
-	}
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	if err := waitNodes(ctx, client, url, n); err != nil {
-		return nil, err
-	}
-	job := fmt.Sprintf("version = 1\nname = \"bench-%d\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
-		n, modelName, dataSpec, batch, steps, limit)
-	var sub api.SubmitResponse
-	if err := call(ctx, client, http.MethodPost, url+"/v1/jobs", api.ContentTypeTOML, job, &sub); err != nil {
-		return nil, err
-	}
-	for {
-		var s api.JobStatus
-		if err := call(ctx, client, http.MethodGet, url+"/v1/jobs/"+sub.JobID, "", "", &s); err != nil {
-			return nil, err
-		}
-		if s.State.Final() {
-			if s.State != api.JobDone {
-				return nil, fmt.Errorf("job %s: %s", s.State, s.Reason)
-			}
-			return &result{JobStatus: s, limit: limit, seconds: s.Finished.Sub(*s.Started).Seconds()}, nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // limitFor finds a throughput floor at which the exact plan of the job
 // uses exactly n units (bisection on a log scale: more units for a higher
 // floor).
-func limitFor(cat *config.Catalog, model *config.Model, n, batch, steps int) (float64, error) {
+func limitFor(ctx context.Context, cat *config.Catalog, model *config.Model, n, batch, steps int) (float64, error) {
 	units := func(limit float64) (int, error) {
 		jf, err := config.ParseJob("bench.toml", fmt.Appendf(nil,
 			"version = 1\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\n",
@@ -264,7 +308,7 @@ func limitFor(cat *config.Catalog, model *config.Model, n, batch, steps int) (fl
 		if err != nil {
 			return 0, err
 		}
-		plan, err := sched.Run(context.Background(), "exact", p, sched.Options{Seed: 1})
+		plan, err := sched.Run(ctx, "exact", p, sched.Options{Seed: 1})
 		if err != nil {
 			return 0, err
 		}
@@ -294,17 +338,4 @@ func limitFor(cat *config.Catalog, model *config.Model, n, batch, steps int) (fl
 		}
 	}
 	return 0, fmt.Errorf("no throughput floor makes the plan use exactly %d units", n)
-}
-
-func waitNodes(ctx context.Context, client *http.Client, url string, n int) error {
-	for {
-		var nodes []api.NodeStatus
-		if err := call(ctx, client, http.MethodGet, url+"/v1/nodes", "", "", &nodes); err == nil && len(nodes) >= n {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for %d nodes: %w", n, ctx.Err())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
