@@ -29,6 +29,8 @@ import (
 //	[checkpoint]
 //	dir = "/var/lib/heterps/ctr"
 //	every = 100                # steps
+//	restore = "/var/lib/heterps/ctr"  # optional: start from its latest
+//	                           # complete checkpoint (or this step directory)
 type Job struct {
 	Version         int           `toml:"version"`
 	Name            string        `toml:"name"`
@@ -54,6 +56,10 @@ type Job struct {
 type JobCheckpoint struct {
 	Dir   string `toml:"dir"`
 	Every int64  `toml:"every"` // steps between checkpoints; 0 = never
+	// Restore, if set, is where the job starts from: a checkpoint root
+	// (its latest complete step directory) or one step directory. The job
+	// then trains the steps after the checkpoint's, up to its own total.
+	Restore string `toml:"restore"`
 }
 
 // Job defaults and limits.
@@ -173,6 +179,9 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.every", "must be >= 0, got %d", j.Checkpoint.Every))
 	case j.Checkpoint.Every > 0 && j.Checkpoint.Dir == "":
 		errs.add(loc.Errorf("checkpoint.dir", "missing: checkpoint.every needs a directory"))
+	}
+	if strings.TrimSpace(j.Checkpoint.Restore) != j.Checkpoint.Restore || strings.ContainsRune(j.Checkpoint.Restore, 0) {
+		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
 	}
 	return errs.err()
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"github.com/heterps/heterps/daemon/ckpt"
 	"time"
 )
 
@@ -61,6 +62,20 @@ type TaskReport struct {
 	Loss        float64   `json:"loss"` // training loss of the last step (stages with the loss layer)
 	SamplesPerS float64   `json:"samples_per_s"`
 	Error       string    `json:"error,omitempty"` // why, when State is failed
+	// Checkpoints lists a PS task's shard files written for the job's
+	// checkpoints, latest last (at most MaxReportedCheckpoints), when the
+	// job's shards span several nodes: the coordinator writes each step's
+	// manifest once every shard has reported its file.
+	Checkpoints []ShardCheckpoint `json:"checkpoints,omitempty"`
+}
+
+// MaxReportedCheckpoints caps TaskReport.Checkpoints.
+const MaxReportedCheckpoints = 8
+
+// ShardCheckpoint is one PS shard's file of the checkpoint at Step.
+type ShardCheckpoint struct {
+	Step int64          `json:"step"`
+	File ckpt.FileEntry `json:"file"`
 }
 
 // Heartbeat is the body of POST /v1/nodes/{id}/heartbeat.
@@ -131,6 +146,12 @@ type Task struct {
 
 	CheckpointDir   string `json:"checkpoint_dir,omitempty"`
 	CheckpointEvery int64  `json:"checkpoint_every,omitempty"` // steps; 0 = never
+	// RestoreDir, if set, is the step directory of a complete checkpoint
+	// that PS shards start from (ps.RestoreAs); FirstStep is its step:
+	// stage replicas run steps FirstStep+1 .. Steps, and stage 0 skips the
+	// batches of the steps already trained.
+	RestoreDir string `json:"restore_dir,omitempty"`
+	FirstStep  int64  `json:"first_step,omitempty"`
 }
 
 // StageLayout is one stage of a job as its tasks see it.
@@ -179,6 +200,16 @@ type JobStatus struct {
 	Submitted   time.Time       `json:"submitted"`
 	Started     *time.Time      `json:"started,omitempty"`
 	Finished    *time.Time      `json:"finished,omitempty"`
+	// RestoredFrom is the checkpoint the job started from, if any.
+	RestoredFrom *CheckpointStatus `json:"restored_from,omitempty"`
+	// Checkpoint is the job's latest complete checkpoint, if any.
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+}
+
+// CheckpointStatus is a complete checkpoint: its step and directory.
+type CheckpointStatus struct {
+	Step int64  `json:"step"`
+	Dir  string `json:"dir"`
 }
 
 // StageStatus is one stage of a running job.

@@ -29,6 +29,7 @@ type job struct {
 	tasks     []*taskRun         // stage replicas in stage order, then PS shards
 	hourly    float64            // price of everything placed, per hour
 	stopPlan  context.CancelFunc // ends the scheduler's run while planning
+	ckpt      jobCheckpoints
 	submitted time.Time
 	started   time.Time
 	finished  time.Time
@@ -94,7 +95,7 @@ func (c *Coordinator) check(j *job) error {
 		return err
 	}
 	j.model, j.modelText = m, string(text)
-	return nil
+	return c.checkRestore(j)
 }
 
 // planLoop plans and places queued jobs one at a time.
@@ -214,7 +215,10 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	jf := j.file
 	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode,
 		SecretFile: c.cfg.SecretFile, Plain: c.cfg.SecretFile == "",
-		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every}
+		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every, FirstStep: j.firstStep()}
+	if j.ckpt.restored != nil {
+		base.RestoreDir = j.ckpt.restored.Dir
+	}
 	for _, n := range pl.ps {
 		base.PS = append(base.PS, n.psAddr())
 	}
@@ -306,10 +310,20 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 		c.finish(j, api.JobFailed, fmt.Sprintf("task %s on %s failed: %s", r.TaskID, n.describe(), r.Error), now)
 		return
 	}
+	if err := c.recordCheckpoints(t, r.Checkpoints); err != nil {
+		c.finish(j, api.JobFailed, err.Error(), now)
+		return
+	}
 	for _, t := range j.tasks {
 		if t.task.Role == api.RoleStage && t.report.State != api.TaskDone {
 			return
 		}
+	}
+	if j.awaitsFinalCheckpoint() {
+		if j.ckpt.trained.IsZero() {
+			j.ckpt.trained = now
+		}
+		return
 	}
 	c.finish(j, api.JobDone, "", now)
 }
@@ -366,6 +380,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 		finished := j.finished
 		s.Finished = &finished
 	}
+	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	if j.place == nil {
 		return s
 	}

@@ -121,6 +121,7 @@ func (c *Coordinator) reap(now time.Time) {
 			c.declareDead(n, fmt.Sprintf("%s missed heartbeats for %s", n.describe(), c.cfg.HeartbeatTimeout))
 		}
 	}
+	c.checkFinalCheckpoints(now)
 }
 
 // declareDead marks n dead and fails every running job with a task on it.

@@ -27,6 +27,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 )
 
@@ -117,6 +118,23 @@ func (cl *cluster) startNodeVia(name, typ, url string) (stop func()) {
 
 func (cl *cluster) do(method, path, contentType string, body []byte, out any) {
 	cl.t.Helper()
+	status, raw := cl.send(method, path, contentType, body)
+	if status/100 != 2 {
+		cl.t.Fatalf("%s %s: %d: %s", method, path, status, raw)
+	}
+	if err := json.Unmarshal([]byte(raw), out); err != nil {
+		cl.t.Fatal(err)
+	}
+}
+
+// post sends a POST and returns the status and body, whatever they are.
+func (cl *cluster) post(path, contentType string, body []byte) (int, string) {
+	cl.t.Helper()
+	return cl.send(http.MethodPost, path, contentType, body)
+}
+
+func (cl *cluster) send(method, path, contentType string, body []byte) (int, string) {
+	cl.t.Helper()
 	req, err := http.NewRequest(method, cl.base+path, bytes.NewReader(body))
 	if err != nil {
 		cl.t.Fatal(err)
@@ -130,12 +148,7 @@ func (cl *cluster) do(method, path, contentType string, body []byte, out any) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		cl.t.Fatalf("%s %s: %s: %s", method, path, resp.Status, raw)
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		cl.t.Fatal(err)
-	}
+	return resp.StatusCode, string(raw)
 }
 
 func (cl *cluster) submit(path string) string {
@@ -417,4 +430,166 @@ func TestJobWritesCheckpoints(t *testing.T) {
 			t.Errorf("step %d: manifest %+v (%v)", step, m, err)
 		}
 	}
+}
+
+// dpJob writes the data-parallel job with its PS split in two shards
+// (ps_ratio 1 over two units) and extra appended.
+func dpJob(t *testing.T, extra string) string {
+	t.Helper()
+	src, err := os.ReadFile("testdata/dp-job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := strings.Replace(string(src), `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
+	job += "ps_ratio = 1.0\n" + extra
+	path := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCheckpointAcrossNodesAndRestore: a job whose two PS shards sit on two
+// nodes checkpoints every 5 steps (each node writes its shard's file, the
+// coordinator the manifest) and reports the latest; a second job restored
+// from step 10 trains steps 11-20 and ends with the same parameters, bit
+// for bit, as the uninterrupted job.
+func TestCheckpointAcrossNodesAndRestore(t *testing.T) {
+	rootA, rootB := t.TempDir(), t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+
+	a := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", rootA))), final)
+	if a.State != api.JobDone || a.Reason != "" {
+		t.Fatalf("job %s: %s", a.State, a.Reason)
+	}
+	if len(a.PS) != 2 || a.PS[0] == a.PS[1] {
+		t.Fatalf("PS shards on %v, want two nodes", a.PS)
+	}
+	if a.Checkpoint == nil || a.Checkpoint.Step != 20 || a.Checkpoint.Dir != ckpt.StepDir(rootA, 20) {
+		t.Fatalf("latest checkpoint %+v, want step 20 in %s", a.Checkpoint, rootA)
+	}
+	for _, step := range []int64{5, 10, 15, 20} {
+		m, err := ckpt.VerifyDir(ckpt.StepDir(rootA, step))
+		if err != nil || m.Step != step || m.JobID != a.ID || m.Shards != 2 || len(m.Files) != 2 {
+			t.Errorf("step %d: manifest %+v (%v)", step, m, err)
+		}
+	}
+
+	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n",
+		rootB, ckpt.StepDir(rootA, 10)))), final)
+	if b.State != api.JobDone || b.Step != 20 {
+		t.Fatalf("restored job %s at step %d: %s", b.State, b.Step, b.Reason)
+	}
+	if b.RestoredFrom == nil || b.RestoredFrom.Step != 10 {
+		t.Fatalf("restored from %+v, want step 10", b.RestoredFrom)
+	}
+	if _, err := os.Stat(ckpt.StepDir(rootB, 10)); !os.IsNotExist(err) {
+		t.Errorf("the restored job wrote a checkpoint of step 10, which it did not train: %v", err)
+	}
+	for shard := range 2 {
+		name := ps.FileName(shard, 2)
+		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootB, 20), name))
+	}
+}
+
+// TestRestoreRefusesAFinishedOrMissingCheckpoint: submitting a job whose
+// checkpoint.restore names nothing usable, or a checkpoint with no steps
+// left, is refused with the job file's line.
+func TestRestoreRefusesAFinishedOrMissingCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	if s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 20\n", root))), final); s.State != api.JobDone {
+		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	for _, tc := range []struct{ restore, want string }{
+		{root, "nothing left to train"},
+		{filepath.Join(root, "nowhere"), "no such file"},
+		{t.TempDir(), "no complete checkpoint"},
+	} {
+		body, err := os.ReadFile(dpJob(t, fmt.Sprintf("[checkpoint]\nrestore = %q\n", tc.restore)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, text := cl.post("/v1/jobs", api.ContentTypeTOML, body)
+		if status != 400 || !strings.Contains(text, "checkpoint.restore") || !strings.Contains(text, tc.want) {
+			t.Errorf("restore %s: %d %s, want 400 naming checkpoint.restore and %q", tc.restore, status, text, tc.want)
+		}
+	}
+}
+
+// sameTensors checks two PS checkpoint files hold the same tensors, bit
+// for bit. A table's rows are in the order they were created, which
+// concurrent replicas make racy, so table tensors are compared by id.
+func sameTensors(t *testing.T, pathA, pathB string) {
+	t.Helper()
+	a, b := readTensors(t, pathA), readTensors(t, pathB)
+	if len(a) != len(b) {
+		t.Fatalf("%s has %d tensors, %s %d", pathA, len(a), pathB, len(b))
+	}
+	for name, va := range a {
+		vb, ok := b[name]
+		if !ok {
+			t.Fatalf("%s lacks tensor %s", pathB, name)
+		}
+		if len(va) != len(vb) {
+			t.Errorf("tensor %s: %d values in %s, %d in %s", name, len(va), pathA, len(vb), pathB)
+			continue
+		}
+		for k, x := range va {
+			if x != vb[k] {
+				t.Errorf("tensor %s differs between %s and %s", name, pathA, pathB)
+				break
+			}
+		}
+	}
+}
+
+// readTensors reads a PS checkpoint file's float32 tensors as bits, table
+// tensors keyed "<name>/<id>" row by row and blocks keyed by name.
+func readTensors(t *testing.T, path string) map[string][]uint32 {
+	t.Helper()
+	f, err := ckpt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ids := map[string][]int64{}
+	for _, ti := range f.Tensors() {
+		if table, ok := strings.CutSuffix(ti.Name, ".ids"); ok {
+			if ids[table], err = f.Int64(ti.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out := map[string][]uint32{}
+	for _, ti := range f.Tensors() {
+		if strings.HasSuffix(ti.Name, ".ids") {
+			continue
+		}
+		v, err := f.Float32(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bits := make([]uint32, len(v))
+		for i, x := range v {
+			bits[i] = math.Float32bits(x)
+		}
+		table, _, _ := strings.Cut(ti.Name, ".opt")
+		rows, isTable := ids[table]
+		if !isTable || len(rows) == 0 {
+			out[ti.Name] = bits
+			continue
+		}
+		dim := len(bits) / len(rows)
+		for r, id := range rows {
+			out[fmt.Sprintf("%s/%d", ti.Name, id)] = bits[r*dim : (r+1)*dim]
+		}
+	}
+	return out
 }

@@ -37,9 +37,12 @@
 // reports the running ones failed in a last heartbeat, and closes its
 // listeners.
 //
-// Checkpoints: a node that hosts every PS shard of a BSP job writes the
-// job's checkpoints (ps.CheckpointAll every checkpoint_every steps and
-// after the last); shards spread over several nodes need one manifest for
-// all of them, which nothing writes yet, so such jobs are not
-// checkpointed (the node logs it). Restoring a job is not wired up.
+// Checkpoints (BSP jobs): every checkpoint_every steps and after the last,
+// a node fences its shards of the job at the step, writes their files
+// into the step directory (ps.WriteShards) and reports each file's entry
+// on its PS task; a node holding every shard also writes the manifest,
+// otherwise the coordinator does once every shard has reported. A task
+// with RestoreDir builds its shards from that checkpoint (ps.RestoreAs);
+// stage replicas then run from FirstStep+1, stage 0 skipping the trained
+// steps' batches.
 package node

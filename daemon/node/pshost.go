@@ -11,6 +11,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/ps"
@@ -151,7 +152,7 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	a.ps.set(spec.JobID, &psJob{svc: svc, ctx: ctx, shards: shards})
 	defer a.ps.set(spec.JobID, nil)
 	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
-	if err := a.checkpoints(ctx, spec, shards, names); err != nil {
+	if err := a.checkpoints(ctx, tasks, shards, names); err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)
 		}
@@ -159,65 +160,90 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	<-ctx.Done()
 }
 
-// checkpoints writes a consistent checkpoint of the job every
-// CheckpointEvery steps (and after the last) into CheckpointDir, until
-// the last or until ctx ends. Each is fenced at its step before the step
-// can be applied, so the next is set up as soon as the last is written.
-// The job may leave the node right after its last step, so a checkpoint
-// whose step has been applied is finished even if ctx ends meanwhile.
-// It needs every shard of the job on this node and BSP; otherwise it says
-// so and writes nothing.
-func (a *Agent) checkpoints(ctx context.Context, spec api.Task, shards []*ps.Shard, names []string) error {
+// checkpoints writes this node's shards of the job's checkpoints every
+// CheckpointEvery steps (counted from the job's first step, and after the
+// last) into CheckpointDir, until the last or until ctx ends, and reports
+// each shard's file on its task. With every shard of the job here it
+// writes the manifest too; otherwise the coordinator does once all shards
+// have reported. Each is fenced at its step before the step can be
+// applied, so the next is set up as soon as the last is written. The job
+// may leave the node right after its last step, so a checkpoint whose step
+// has been applied is finished even if ctx ends meanwhile. ASP has no step
+// to fence at: it says so and writes nothing.
+func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Shard, names []string) error {
+	spec := tasks[0].spec
 	every := spec.CheckpointEvery
 	if every <= 0 {
 		return nil
 	}
-	if len(shards) != len(spec.PS) || spec.Mode != api.ModeBSP {
-		// Shards on several nodes need one manifest for all of them,
-		// which nothing writes yet; ASP has no step to fence at.
-		a.log.Warn("ps: not writing the job's checkpoints: they need every shard on one node and BSP",
-			"job", spec.JobID, "shards_here", len(shards), "shards", len(spec.PS), "mode", spec.Mode)
+	if spec.Mode != api.ModeBSP {
+		a.log.Warn("ps: not writing the job's checkpoints: ASP has no step boundary to fence at", "job", spec.JobID)
 		return nil
 	}
-	for step := every; ; step += every {
+	manifest := len(shards) == len(spec.PS)
+	for step := (spec.FirstStep/every + 1) * every; ; step += every {
 		step = min(step, spec.Steps)
-		dir, err := checkpointAt(ctx, spec.CheckpointDir, step, shards, names)
+		files, err := checkpointAt(ctx, spec, step, shards, names, manifest)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // the job ended before the step
 			}
 			return fmt.Errorf("checkpoint at step %d: %w", step, err)
 		}
-		a.log.Info("ps: checkpoint written", "job", spec.JobID, "step", step, "dir", dir)
+		a.reportCheckpoint(ctx, tasks, shards, step, files)
+		a.log.Info("ps: checkpoint files written", "job", spec.JobID, "step", step, "shards", len(shards), "manifest", manifest)
 		if step == spec.Steps {
 			return nil
 		}
 	}
 }
 
-// checkpointAt runs ps.CheckpointAll at step; when ctx ends first it is
-// cancelled only if the step has not been applied yet.
-func checkpointAt(ctx context.Context, root string, step int64, shards []*ps.Shard, names []string) (string, error) {
+// checkpointAt writes the shards' files of the checkpoint at step, and the
+// manifest if asked; when ctx ends first it is cancelled only if the step
+// has not been applied yet.
+func checkpointAt(ctx context.Context, spec api.Task, step int64, shards []*ps.Shard, names []string, manifest bool) ([]ckpt.FileEntry, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	type written struct {
-		dir string
-		err error
+		files []ckpt.FileEntry
+		err   error
 	}
 	done := make(chan written, 1)
 	go func() {
-		dir, err := ps.CheckpointAll(wctx, root, step, shards)
-		done <- written{dir, err}
+		dir := ckpt.StepDir(spec.CheckpointDir, step)
+		files, err := ps.WriteShards(wctx, dir, step, shards)
+		if err == nil && manifest {
+			err = ps.WriteManifest(dir, spec.JobID, step, len(spec.PS), files)
+		}
+		done <- written{files, err}
 	}()
 	select {
 	case w := <-done:
-		return w.dir, w.err
+		return w.files, w.err
 	case <-ctx.Done():
 		if !applied(shards, names, step) {
 			cancel()
 		}
 		w := <-done
-		return w.dir, w.err
+		return w.files, w.err
+	}
+}
+
+// reportCheckpoint adds each shard's file of step to its task's report,
+// keeping the latest api.MaxReportedCheckpoints.
+func (a *Agent) reportCheckpoint(ctx context.Context, tasks []*task, shards []*ps.Shard, step int64, files []ckpt.FileEntry) {
+	for i, s := range shards {
+		for _, t := range tasks {
+			if t.spec.Shard != s.Index() {
+				continue
+			}
+			a.setReport(ctx, t, func(r *api.TaskReport) {
+				r.Checkpoints = append(r.Checkpoints, api.ShardCheckpoint{Step: step, File: files[i]})
+				if n := len(r.Checkpoints); n > api.MaxReportedCheckpoints {
+					r.Checkpoints = slices.Clone(r.Checkpoints[n-api.MaxReportedCheckpoints:])
+				}
+			})
+		}
 	}
 }
 
@@ -260,7 +286,7 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, [
 	tasks = slices.SortedFunc(slices.Values(tasks), func(x, y *task) int { return x.spec.Shard - y.spec.Shard })
 	var shards []*ps.Shard // in index order, as ps.CheckpointAll wants them
 	for _, t := range tasks {
-		s, err := ps.NewShard(all[t.spec.Shard])
+		s, err := newShard(all[t.spec.Shard], spec.RestoreDir)
 		if err != nil {
 			return fail(err)
 		}
@@ -278,6 +304,15 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, [
 		names = append(names, b.Name)
 	}
 	return shards, names, svc, nil
+}
+
+// newShard makes a fresh shard, or restores it from the checkpoint in
+// restoreDir (a step directory) when set.
+func newShard(cfg ps.Config, restoreDir string) (*ps.Shard, error) {
+	if restoreDir == "" {
+		return ps.NewShard(cfg)
+	}
+	return ps.RestoreAs(cfg, restoreDir)
 }
 
 // layout returns the stages' layer ranges and replica counts.

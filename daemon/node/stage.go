@@ -42,7 +42,7 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 // train runs the job's steps, adding up in spent where their time went.
 func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *pipeline.Result) error {
 	meter := newMeter()
-	for step := int64(1); step <= t.spec.Steps; step++ {
+	for step := t.spec.FirstStep + 1; step <= t.spec.Steps; step++ {
 		res, err := w.Step(ctx, step)
 		if err != nil {
 			return err
@@ -113,13 +113,16 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	undo = append(undo, func() { a.peers.release(peers) })
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
-		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout}
+		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps}
 	if s.Stage == 0 {
 		src, err := openData(s, cfg)
 		if err != nil {
 			return fail(err)
 		}
 		undo = append(undo, func() { src.Close() })
+		if err := skipBatches(ctx, src, s.FirstStep, s.Batch); err != nil {
+			return fail(err)
+		}
 		wc.Batches = func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, s.Batch) }
 	}
 	if err := greet(ctx, links, s.JobID, a.cfg.ReadyTimeout); err != nil {
@@ -130,6 +133,17 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	undo = append(undo, func() { w.Close() })
 	return w, cleanup, nil
+}
+
+// skipBatches reads and drops the batches of the steps a restored job has
+// trained already, so that its data order is that of an uninterrupted run.
+func skipBatches(ctx context.Context, src data.Source, steps int64, batch int) error {
+	for step := range steps {
+		if _, err := src.Next(ctx, batch); err != nil {
+			return fmt.Errorf("skipping the %d trained steps' batches, at step %d: %w", steps, step+1, err)
+		}
+	}
+	return nil
 }
 
 // checkLayout checks that the task's own fields agree with its layout.

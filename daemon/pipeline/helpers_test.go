@@ -141,6 +141,7 @@ type job struct {
 	steps    int64
 	mode     ps.Mode
 	micro    int // micro-batches per step
+	lastStep int // Config.LastStep of every worker
 	psAddr   string
 	shards   []*ps.Shard
 }
@@ -249,8 +250,8 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	j.t.Helper()
 	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
 		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
-		MicroBatches: j.micro,
-		StepTimeout:  timeout}
+		MicroBatches: j.micro, LastStep: int64(j.lastStep),
+		StepTimeout: timeout}
 	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)
 	if stage == 0 {
 		cfg.Batches = batches

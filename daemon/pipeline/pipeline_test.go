@@ -337,3 +337,53 @@ func TestNewWorkerRefusesBadConfigs(t *testing.T) {
 	}
 	w.Close()
 }
+
+// TestNothingPulledAheadPastTheLastStep: a worker told the job's last step
+// pulls no rows for the step after it (pulls create rows, and a checkpoint
+// of the last step would hold them), while one not told does.
+func TestNothingPulledAheadPastTheLastStep(t *testing.T) {
+	checkLeaks(t)
+	const steps, size = 3, 5
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(4, uint64(step), size) }
+	// rows trains the job and returns the rows the servers hold once they
+	// exceed atLeast, or after a second.
+	rows := func(lastStep, atLeast int) int {
+		j := newJob(t, cfg, []Range{{0, 5}}, []int{1}, steps, ps.BSP)
+		j.lastStep = lastStep
+		ws := j.workers(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+		j.train(ws, 1, steps)
+		n := 0
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			n = 0
+			for _, s := range j.shards {
+				n += s.Rows()
+			}
+			if n > atLeast {
+				break
+			}
+		}
+		return n
+	}
+	want := 0
+	for _, slots := range [][2]int{{0, 2}, {2, 4}} { // the two tables' slot ranges
+		seen := map[int64]bool{}
+		for step := int64(1); step <= steps; step++ {
+			b := batch(step)
+			for j := 0; j+1 < len(b.Offsets); j++ {
+				if slot := j % b.Slots; slot >= slots[0] && slot < slots[1] {
+					for _, id := range b.IDs[b.Offsets[j]:b.Offsets[j+1]] {
+						seen[id] = true
+					}
+				}
+			}
+		}
+		want += len(seen)
+	}
+	if got := rows(steps, want); got != want {
+		t.Errorf("told the last step: %d rows on the servers, want the %d ids of steps 1..%d", got, want, steps)
+	}
+	if got := rows(0, want); got <= want {
+		t.Errorf("not told the last step: %d rows, want more than %d (the next batch's, pulled ahead)", got, want)
+	}
+}

@@ -113,7 +113,9 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 			if err := w.cfg.PS.PushBlock(st.ctx, p.Name, st.step, weight, g[:p.Len()]); err != nil {
 				return err
 			}
-			w.pullBlockAhead(st.next, i)
+			if w.hasStep(st.next.step) {
+				w.pullBlockAhead(st.next, i)
+			}
 			return nil
 		})
 	}

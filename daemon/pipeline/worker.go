@@ -55,6 +55,10 @@ type Config struct {
 	// a time, in step order, the next while the current step runs.
 	Batches     func(ctx context.Context, step int64) (*data.Batch, error)
 	StepTimeout time.Duration // 0 = DefaultStepTimeout
+	// LastStep, if not 0, is the job's last step: nothing is read or
+	// pulled ahead for the steps after it (a pull creates rows, and a
+	// checkpoint of the last step would hold them).
+	LastStep int64
 }
 
 // Result is what a step reports.
@@ -184,7 +188,7 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	}
 	st.gate.open(err == nil)
 	w.ahead = nil
-	if err == nil {
+	if err == nil && w.hasStep(step+1) {
 		w.ahead = st.next
 	}
 	if err != nil {
@@ -368,8 +372,15 @@ func (w *Worker) stage0Input(ctx context.Context, step int64, g *gate) ([]input,
 	if err != nil {
 		return nil, err
 	}
-	w.startPrefetch(step+1, g)
+	if w.hasStep(step + 1) {
+		w.startPrefetch(step+1, g)
+	}
 	return ins, nil
+}
+
+// hasStep reports whether the job has step.
+func (w *Worker) hasStep(step int64) bool {
+	return w.cfg.LastStep == 0 || step <= w.cfg.LastStep
 }
 
 // input returns micro-batch m: stage 0's, or the activations and batches
