@@ -17,10 +17,6 @@ import (
 // complete. Both need the checkpoint directory: on one machine, or on a
 // filesystem the coordinator and the PS nodes share.
 
-// FinalCheckpointWait is how long a job whose stages have all finished
-// waits for the checkpoint of its last step before it is done without it.
-const FinalCheckpointWait = 30 * time.Second
-
 // jobCheckpoints is what the coordinator knows of a job's checkpoints.
 type jobCheckpoints struct {
 	restored *api.CheckpointStatus            // where the job started from
@@ -134,9 +130,10 @@ func (j *job) awaitsFinalCheckpoint() bool {
 // checkpoint. c.mu is held.
 func (c *Coordinator) checkFinalCheckpoints(now time.Time) {
 	for _, j := range c.jobs {
-		if j.state == api.JobRunning && !j.ckpt.trained.IsZero() && now.Sub(j.ckpt.trained) > FinalCheckpointWait {
+		wait := c.cfg.FinalCheckpointWait
+		if j.state == api.JobRunning && !j.ckpt.trained.IsZero() && now.Sub(j.ckpt.trained) > wait {
 			c.finish(j, api.JobDone, fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s",
-				j.file.TotalSteps(), FinalCheckpointWait), now)
+				j.file.TotalSteps(), wait), now)
 		}
 	}
 }

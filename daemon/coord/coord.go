@@ -28,14 +28,19 @@ type Config struct {
 	SecretFile string
 	// QueueLength bounds the jobs waiting to be planned (default 64).
 	QueueLength int
-	Logger      *slog.Logger
+	// FinalCheckpointWait is how long a checkpointing job whose stages
+	// have all finished waits for the checkpoint of its last step before
+	// it is done without it (default DefaultFinalCheckpointWait).
+	FinalCheckpointWait time.Duration
+	Logger              *slog.Logger
 }
 
 // Defaults.
 const (
-	DefaultHeartbeatInterval = time.Second
-	DefaultQueueLength       = 64
-	heartbeatsPerTimeout     = 3
+	DefaultHeartbeatInterval   = time.Second
+	DefaultQueueLength         = 64
+	DefaultFinalCheckpointWait = 30 * time.Second
+	heartbeatsPerTimeout       = 3
 )
 
 func (c Config) withDefaults() Config {
@@ -47,6 +52,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueueLength <= 0 {
 		c.QueueLength = DefaultQueueLength
+	}
+	if c.FinalCheckpointWait <= 0 {
+		c.FinalCheckpointWait = DefaultFinalCheckpointWait
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -464,3 +464,27 @@ func TestNewNeedsAValidCatalog(t *testing.T) {
 		t.Error("empty catalog accepted")
 	}
 }
+
+// TestFinalCheckpointWait: a checkpointing job whose stages are done but
+// whose PS never reports the last step's checkpoint stays running for
+// FinalCheckpointWait, then ends done with the reason; its status shows no
+// checkpoint.
+func TestFinalCheckpointWait(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	tc := startCluster(t, func(c *Config) { c.FinalCheckpointWait = wait })
+	job := ctrJob + fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", t.TempDir())
+	tc.nodesFor(tc.expectedPlan(job))
+	id := tc.submit(job)
+	waitFor(t, "stages done", func() bool { s := tc.job(id); return s.Step == s.Steps })
+	trained := time.Now()
+	s := tc.waitJob(id)
+	if s.State != api.JobDone || !strings.Contains(s.Reason, "checkpoint of step 12") {
+		t.Fatalf("job %s: %q, want done without the last checkpoint", s.State, s.Reason)
+	}
+	if waited := time.Since(trained); waited < wait/2 {
+		t.Errorf("done %s after training, want about %s", waited, wait)
+	}
+	if s.Checkpoint != nil {
+		t.Errorf("status shows checkpoint %+v, none was reported", s.Checkpoint)
+	}
+}
