@@ -183,3 +183,25 @@ func TestRunTinyJobJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestReportShowsCheckpoints(t *testing.T) {
+	s := finishedStatus(t)
+	s.RestoredFrom = &api.CheckpointStatus{Step: 10, Dir: "/ck/a/step-0000000010"}
+	s.Checkpoint = &api.CheckpointStatus{Step: 20, Dir: "/ck/b/step-0000000020"}
+	var out, errb bytes.Buffer
+	reportJob(&out, &errb, s, false)
+	for _, want := range []string{"restored from step 10: /ck/a/step-0000000010", "latest checkpoint: step 20 in /ck/b/step-0000000020"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	reportJob(&out, &errb, s, true)
+	var res runResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.RestoredFrom == nil || res.RestoredFrom.Step != 10 || res.Checkpoint == nil || res.Checkpoint.Step != 20 {
+		t.Errorf("JSON restored_from %+v, checkpoint %+v", res.RestoredFrom, res.Checkpoint)
+	}
+}

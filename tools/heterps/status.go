@@ -108,6 +108,10 @@ type runResult struct {
 	PSShards    []string     `json:"ps_shards"`            // node of each parameter-server shard
 	Stages      []runStage   `json:"stages"`
 	Plan        *sched.Plan  `json:"plan,omitempty"`
+	// RestoredFrom and Checkpoint: where the job started from and its
+	// latest complete checkpoint, when there are.
+	RestoredFrom *api.CheckpointStatus `json:"restored_from,omitempty"`
+	Checkpoint   *api.CheckpointStatus `json:"checkpoint,omitempty"`
 }
 
 type runStage struct {
@@ -124,7 +128,8 @@ type runStage struct {
 // resultOf assembles a job's result from its status.
 func resultOf(s api.JobStatus) (runResult, error) {
 	r := runResult{Job: s.ID, Name: s.Name, State: s.State, Reason: s.Reason, Steps: s.Step, Loss: s.Loss,
-		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{}}
+		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{},
+		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint}
 	if r.PSShards == nil {
 		r.PSShards = []string{}
 	}
@@ -203,6 +208,12 @@ func printJob(w io.Writer, s api.JobStatus) {
 	tw.Flush()
 	if len(r.PSShards) > 0 {
 		fmt.Fprintf(w, "  parameter servers on %s\n", strings.Join(r.PSShards, ", "))
+	}
+	if c := r.RestoredFrom; c != nil {
+		fmt.Fprintf(w, "  restored from step %d: %s\n", c.Step, c.Dir)
+	}
+	if c := r.Checkpoint; c != nil {
+		fmt.Fprintf(w, "  latest checkpoint: step %d in %s\n", c.Step, c.Dir)
 	}
 }
 
