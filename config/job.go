@@ -22,6 +22,7 @@ import (
 //	throughput_limit = 0       # samples/s; 0 lets the scheduler pick
 //	method = "exact"           # a scheduling method of `heterps plan`
 //	mode = "bsp"               # or "asp"
+//	micro_batches = 4          # per step, so that stages overlap; default 1
 //	seed = 1
 //	[optimizer]                # optional: replaces the model's optimizer
 //	kind = "adam"
@@ -44,6 +45,7 @@ type Job struct {
 	ThroughputLimit float64       `toml:"throughput_limit"`
 	Method          string        `toml:"method"`
 	Mode            string        `toml:"mode"`
+	MicroBatches    int           `toml:"micro_batches"` // per step; 0 = 1
 	Seed            uint64        `toml:"seed"`
 	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
@@ -64,6 +66,8 @@ type JobCheckpoint struct {
 
 // Job defaults and limits.
 const (
+	// MaxMicroBatches bounds micro_batches (pipeline.MaxMicroBatches).
+	MaxMicroBatches  = 32
 	DefaultJobMethod = "exact"
 	maxJobBatch      = 1 << 24
 	maxJobSteps      = 1 << 40
@@ -164,6 +168,12 @@ func (j *Job) validate(loc *Locator) error {
 	}
 	if !identifier.MatchString(j.Method) {
 		errs.add(loc.Errorf("method", "%q is not a method name", j.Method))
+	}
+	switch {
+	case j.MicroBatches < 0 || j.MicroBatches > MaxMicroBatches:
+		errs.add(loc.Errorf("micro_batches", "must be in [0, %d], got %d", MaxMicroBatches, j.MicroBatches))
+	case j.Batch > 0 && j.MicroBatches > j.Batch:
+		errs.add(loc.Errorf("micro_batches", "%d micro-batches of a batch of %d: each needs a row", j.MicroBatches, j.Batch))
 	}
 	if j.Mode != "bsp" && j.Mode != "asp" {
 		errs.add(loc.Errorf("mode", "unknown mode %q (want bsp or asp)", j.Mode))

@@ -77,6 +77,8 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"bad optimiser", "batch = 8\nsteps = 1\n[optimizer]\nkind = \"lbfgs\"\n", "optimizer.kind", 7},
 		{"checkpoint without dir", "batch = 8\nsteps = 1\n[checkpoint]\nevery = 10\n", "checkpoint.dir", 6},
 		{"unknown checkpoint key", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevry = 10\n", "checkpoint.evry", 8},
+		{"too many micro-batches", "batch = 8\nsteps = 1\nmicro_batches = 33\n", "micro_batches", 6},
+		{"micro-batches above the batch", "batch = 8\nsteps = 1\nmicro_batches = 9\n", "micro_batches", 6},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -129,11 +129,14 @@ type Task struct {
 	Data      string `json:"data"`       // data spec (daemon/data.ParseSpec)
 	DataShard int    `json:"data_shard"` // this replica reads records i with i mod DataShards == DataShard
 	// DataShards is the number of data shards of the stage.
-	DataShards int    `json:"data_shards"`
-	Batch      int    `json:"batch"` // this replica's batch size
-	Steps      int64  `json:"steps"`
-	Seed       uint64 `json:"seed"`
-	Mode       string `json:"mode"` // ModeBSP or ModeASP
+	DataShards int `json:"data_shards"`
+	Batch      int `json:"batch"` // this replica's batch size
+	// MicroBatches splits each step's batch at stage 0; every stage of a
+	// job gets the same (pipeline.Config.MicroBatches). 0 means 1.
+	MicroBatches int    `json:"micro_batches,omitempty"`
+	Steps        int64  `json:"steps"`
+	Seed         uint64 `json:"seed"`
+	Mode         string `json:"mode"` // ModeBSP or ModeASP
 
 	PS   []string `json:"ps"`   // ps_addr (else data_addr) of every PS shard, in shard order
 	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order

@@ -488,3 +488,28 @@ func TestFinalCheckpointWait(t *testing.T) {
 		t.Errorf("status shows checkpoint %+v, none was reported", s.Checkpoint)
 	}
 }
+
+// TestTasksCarryTheJobsMicroBatches: micro_batches reaches every stage task.
+func TestTasksCarryTheJobsMicroBatches(t *testing.T) {
+	tc := startCluster(t, nil)
+	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\nmicro_batches = 4", 1)
+	nodes := tc.nodesFor(tc.expectedPlan(job))
+	if s := tc.waitJob(tc.submit(job)); s.State != api.JobDone {
+		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	stages := 0
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for _, task := range received {
+			if task.Role == api.RoleStage {
+				stages++
+				if task.MicroBatches != 4 {
+					t.Errorf("task %s: %d micro-batches, want 4", task.TaskID, task.MicroBatches)
+				}
+			}
+		}
+	}
+	if stages == 0 {
+		t.Fatal("no stage tasks")
+	}
+}

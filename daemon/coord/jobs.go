@@ -213,7 +213,7 @@ func (c *Coordinator) cluster() cluster {
 func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	j.place, j.state, j.started = pl, api.JobRunning, now
 	jf := j.file
-	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode,
+	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches,
 		SecretFile: c.cfg.SecretFile, Plain: c.cfg.SecretFile == "",
 		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every, FirstStep: j.firstStep()}
 	if j.ckpt.restored != nil {

@@ -230,6 +230,19 @@ func TestJobRunsToDone(t *testing.T) {
 	}
 }
 
+// TestMicroBatchedJob runs the two-stage job with four micro-batches per
+// step, so that the stages overlap: it trains every step to a finite loss.
+func TestMicroBatchedJob(t *testing.T) {
+	cl := startCluster(t)
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "gpu")
+	cl.waitNodes(2)
+	s := cl.waitJob(cl.submit(jobVariant(t, "seed = 3", "seed = 3\nmicro_batches = 4")), final)
+	if s.State != api.JobDone || s.Step != 20 || len(s.Stages) != 2 || !(s.Loss > 0) || math.IsInf(s.Loss, 0) {
+		t.Fatalf("job %s (%s): step %d, %d stages, loss %g", s.State, s.Reason, s.Step, len(s.Stages), s.Loss)
+	}
+}
+
 // TestDataParallelJob trains one stage as two replicas on two nodes, each
 // reading its half of the data and pushing half the batch to the PS.
 func TestDataParallelJob(t *testing.T) {

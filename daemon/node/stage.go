@@ -113,7 +113,8 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	undo = append(undo, func() { a.peers.release(peers) })
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
-		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps}
+		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
+		MicroBatches: s.MicroBatches}
 	if s.Stage == 0 {
 		src, err := openData(s, cfg)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
@@ -22,7 +23,7 @@ const DefaultStepTimeout = 5 * time.Minute
 const maxReplicas = 1 << 10
 
 // MaxMicroBatches bounds Config.MicroBatches.
-const MaxMicroBatches = 32
+const MaxMicroBatches = config.MaxMicroBatches
 
 // Config describes one replica of one stage.
 type Config struct {
