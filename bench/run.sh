@@ -34,7 +34,9 @@ for n in "${names[@]}"; do
       py=$(torch_env)
       run pytorch go run ./bench/pytorch -python "$py" ;;
     sched) run sched go run ./bench/sched ;;
-    dist) run dist bash -c 'go run ./bench/dist/wirebw && echo && go run ./bench/dist/run' ;;
+    dist) run dist bash -c 'go run ./bench/dist/wirebw && echo &&
+      go test ./daemon/ps -run "^$" -bench PushPull -benchtime 500x && echo &&
+      go run ./bench/dist/run --batches 512,2048' ;;
     *) echo "bench: unknown benchmark $n" >&2; exit 2 ;;
   esac
 done
