@@ -43,7 +43,14 @@ func restore(cfg Config, dir string, anyJob bool) (*Shard, error) {
 		return fail(fmt.Errorf("the checkpoint is of job %q, not %q", m.JobID, cfg.Job))
 	}
 	if m.Shards != cfg.Shards {
-		return fail(fmt.Errorf("the checkpoint has %d shards, the job now has %d", m.Shards, cfg.Shards))
+		if !anyJob {
+			return fail(fmt.Errorf("the checkpoint has %d shards, the job now has %d", m.Shards, cfg.Shards))
+		}
+		s, err := reshard(cfg, dir, m)
+		if err != nil {
+			return fail(err)
+		}
+		return s, nil
 	}
 	path, err := verifiedFile(dir, m, FileName(cfg.Shard, cfg.Shards))
 	if err != nil {
@@ -102,7 +109,7 @@ func verifiedFile(dir string, m ckpt.Manifest, name string) (string, error) {
 // but is checked as if hostile: nothing is allocated before the shapes it
 // declares are known to be the configured ones.
 func (s *Shard) load(f *ckpt.File, job string, step int64) error {
-	if err := s.checkFileIdentity(f, job, step); err != nil {
+	if err := s.checkFileIdentity(f, job, s.cfg.Shard, s.cfg.Shards, step); err != nil {
 		return err
 	}
 	params, err := s.fileParams(f)
@@ -122,9 +129,9 @@ func (s *Shard) load(f *ckpt.File, job string, step int64) error {
 	return nil
 }
 
-// checkFileIdentity checks the file is shard s.cfg.Shard of job's
-// checkpoint at step, in the shard's mode and with its shard count.
-func (s *Shard) checkFileIdentity(f *ckpt.File, job string, step int64) error {
+// checkFileIdentity checks the file is shard of shards of job's
+// checkpoint at step, of the shard's model and in its mode.
+func (s *Shard) checkFileIdentity(f *ckpt.File, job string, shard, shards int, step int64) error {
 	if err := f.CheckModel(s.cfg.Model); err != nil {
 		return err
 	}
@@ -136,8 +143,8 @@ func (s *Shard) checkFileIdentity(f *ckpt.File, job string, step int64) error {
 		return fmt.Errorf("%s is of step %d, the manifest of step %d", f.Name(), got, step)
 	}
 	want := map[string]string{
-		keyJob: job, keyShard: strconv.Itoa(s.cfg.Shard),
-		keyShards: strconv.Itoa(s.cfg.Shards), keyMode: s.cfg.Mode.String(),
+		keyJob: job, keyShard: strconv.Itoa(shard),
+		keyShards: strconv.Itoa(shards), keyMode: s.cfg.Mode.String(),
 	}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if v, _ := f.Meta(k); v != want[k] {
@@ -150,6 +157,25 @@ func (s *Shard) checkFileIdentity(f *ckpt.File, job string, step int64) error {
 // fileParams decodes the file's table and block descriptions and checks
 // they name exactly the configured ones.
 func (s *Shard) fileParams(f *ckpt.File) (map[string]paramMeta, error) {
+	params, err := decodeParams(f)
+	if err != nil {
+		return nil, err
+	}
+	for name := range params {
+		if s.tables[name] == nil && s.blocks[name] == nil {
+			return nil, fmt.Errorf("%s holds %q, which the job does not declare on shard %d", f.Name(), name, s.cfg.Shard)
+		}
+	}
+	for _, name := range slices.Concat(slices.Collect(maps.Keys(s.tables)), slices.Collect(maps.Keys(s.blocks))) {
+		if _, ok := params[name]; !ok {
+			return nil, fmt.Errorf("%s does not hold %q", f.Name(), name)
+		}
+	}
+	return params, nil
+}
+
+// decodeParams decodes a shard file's table and block descriptions.
+func decodeParams(f *ckpt.File) (map[string]paramMeta, error) {
 	params := make(map[string]paramMeta)
 	for k, v := range f.Metadata() {
 		name, ok := strings.CutPrefix(k, keyParam)
@@ -161,16 +187,6 @@ func (s *Shard) fileParams(f *ckpt.File) (map[string]paramMeta, error) {
 			return nil, fmt.Errorf("%s: metadata %s: %w", f.Name(), k, err)
 		}
 		params[name] = m
-	}
-	for name := range params {
-		if s.tables[name] == nil && s.blocks[name] == nil {
-			return nil, fmt.Errorf("%s holds %q, which the job does not declare on shard %d", f.Name(), name, s.cfg.Shard)
-		}
-	}
-	for _, name := range slices.Concat(slices.Collect(maps.Keys(s.tables)), slices.Collect(maps.Keys(s.blocks))) {
-		if _, ok := params[name]; !ok {
-			return nil, fmt.Errorf("%s does not hold %q", f.Name(), name)
-		}
 	}
 	return params, nil
 }
@@ -221,11 +237,7 @@ func (s *Shard) loadTable(f *ckpt.File, t *table, m paramMeta, step int64) error
 		return err
 	}
 	for _, id := range ids {
-		t.slot[id] = len(t.ids)
-		t.ids = append(t.ids, id)
-		if len(t.ids) > len(t.slabs)*t.slabRows {
-			t.slabs = append(t.slabs, t.newSlab())
-		}
+		t.add(id)
 	}
 	t.version = m.Version
 	return t.readSlabs(f)

@@ -85,17 +85,31 @@ func (t *table) ensure(s *Shard, ids []int64) ([]int, error) {
 	return slots, nil
 }
 
-// create appends a row for id, allocating a slab when the last is full.
+// create appends a row for id with its initial values.
 func (t *table) create(id int64) int {
+	k := t.add(id)
+	spec := t.spec
+	initrow.Fill(t.row(k), spec.InitSeed, spec.Name, id, spec.InitLimit)
+	return k
+}
+
+// add appends a zero row for id, allocating a slab when the last is full,
+// and returns its slot.
+func (t *table) add(id int64) int {
 	k := len(t.ids)
 	if k == len(t.slabs)*t.slabRows {
 		t.slabs = append(t.slabs, t.newSlab())
 	}
 	t.ids = append(t.ids, id)
 	t.slot[id] = k
-	spec := t.spec
-	initrow.Fill(t.row(k), spec.InitSeed, spec.Name, id, spec.InitLimit)
 	return k
+}
+
+// state returns optimiser state buffer i of a slot's row.
+func (t *table) stateRow(slot, i int) []float32 {
+	d := t.spec.Dim
+	r := slot % t.slabRows
+	return t.slabs[slot/t.slabRows].state[i][r*d : (r+1)*d]
 }
 
 func (t *table) newSlab() *slab {
