@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -506,6 +507,24 @@ func TestCheckpointAcrossNodesAndRestore(t *testing.T) {
 		name := ps.FileName(shard, 2)
 		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootB, 20), name))
 	}
+
+	// The same from one PS shard (ps_ratio 0): the checkpoint is re-sharded.
+	rootC := t.TempDir()
+	src, err := os.ReadFile(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", rootC, ckpt.StepDir(rootA, 10))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneShard := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(oneShard, []byte(strings.Replace(string(src), "ps_ratio = 1.0\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := cl.waitJob(cl.submit(oneShard), final)
+	if c.State != api.JobDone || c.Step != 20 || len(c.PS) != 1 {
+		t.Fatalf("re-sharded job %s at step %d on PS %v: %s", c.State, c.Step, c.PS, c.Reason)
+	}
+	two := readTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), ps.FileName(0, 2)))
+	maps.Copy(two, readTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), ps.FileName(1, 2))))
+	sameTensorMaps(t, "2 shards", two, "1 shard", readTensors(t, filepath.Join(ckpt.StepDir(rootC, 20), ps.FileName(0, 1))))
 }
 
 // TestRestoreRefusesAFinishedOrMissingCheckpoint: submitting a job whose
@@ -541,7 +560,12 @@ func TestRestoreRefusesAFinishedOrMissingCheckpoint(t *testing.T) {
 // concurrent replicas make racy, so table tensors are compared by id.
 func sameTensors(t *testing.T, pathA, pathB string) {
 	t.Helper()
-	a, b := readTensors(t, pathA), readTensors(t, pathB)
+	sameTensorMaps(t, pathA, readTensors(t, pathA), pathB, readTensors(t, pathB))
+}
+
+// sameTensorMaps compares what readTensors returned for two checkpoints.
+func sameTensorMaps(t *testing.T, pathA string, a map[string][]uint32, pathB string, b map[string][]uint32) {
+	t.Helper()
 	if len(a) != len(b) {
 		t.Fatalf("%s has %d tensors, %s %d", pathA, len(a), pathB, len(b))
 	}
