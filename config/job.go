@@ -32,6 +32,8 @@ import (
 //	every = 100                # steps
 //	restore = "/var/lib/heterps/ctr"  # optional: start from its latest
 //	                           # complete checkpoint (or this step directory)
+//	restarts = 3               # optional: after a failure while running,
+//	                           # restart from the latest checkpoint
 type Job struct {
 	Version         int           `toml:"version"`
 	Name            string        `toml:"name"`
@@ -62,6 +64,10 @@ type JobCheckpoint struct {
 	// (its latest complete step directory) or one step directory. The job
 	// then trains the steps after the checkpoint's, up to its own total.
 	Restore string `toml:"restore"`
+	// Restarts is how often the coordinator restarts the job from its
+	// latest complete checkpoint after it failed while running (a node
+	// died, a task failed); 0 = never.
+	Restarts int `toml:"restarts"`
 }
 
 // Job defaults and limits.
@@ -71,6 +77,7 @@ const (
 	DefaultJobMethod = "exact"
 	maxJobBatch      = 1 << 24
 	maxJobSteps      = 1 << 40
+	maxJobRestarts   = 100
 )
 
 // LoadJob reads, decodes and validates a job file.
@@ -189,6 +196,14 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.every", "must be >= 0, got %d", j.Checkpoint.Every))
 	case j.Checkpoint.Every > 0 && j.Checkpoint.Dir == "":
 		errs.add(loc.Errorf("checkpoint.dir", "missing: checkpoint.every needs a directory"))
+	}
+	switch {
+	case j.Checkpoint.Restarts < 0 || j.Checkpoint.Restarts > maxJobRestarts:
+		errs.add(loc.Errorf("checkpoint.restarts", "must be in [0, %d], got %d", maxJobRestarts, j.Checkpoint.Restarts))
+	case j.Checkpoint.Restarts > 0 && j.Checkpoint.Every <= 0:
+		errs.add(loc.Errorf("checkpoint.restarts", "a restart resumes from a checkpoint: set checkpoint.every"))
+	case j.Checkpoint.Restarts > 0 && j.Mode == "asp":
+		errs.add(loc.Errorf("checkpoint.restarts", "ASP jobs are not checkpointed, so they cannot be restarted"))
 	}
 	if strings.TrimSpace(j.Checkpoint.Restore) != j.Checkpoint.Restore || strings.ContainsRune(j.Checkpoint.Restore, 0) {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))

@@ -79,6 +79,9 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"unknown checkpoint key", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevry = 10\n", "checkpoint.evry", 8},
 		{"too many micro-batches", "batch = 8\nsteps = 1\nmicro_batches = 33\n", "micro_batches", 6},
 		{"micro-batches above the batch", "batch = 8\nsteps = 1\nmicro_batches = 9\n", "micro_batches", 6},
+		{"restarts without checkpoints", "batch = 8\nsteps = 1\n[checkpoint]\nrestarts = 2\n", "checkpoint.restarts", 7},
+		{"negative restarts", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = -1\n", "checkpoint.restarts", 9},
+		{"restarts of an ASP job", "batch = 8\nsteps = 1\nmode = \"asp\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n", "checkpoint.restarts", 10},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -175,6 +175,9 @@ const (
 	JobDone      JobState = "done"
 	JobFailed    JobState = "failed"
 	JobCancelled JobState = "cancelled"
+	// JobRestarting: the job failed while running and will be restarted
+	// from its latest checkpoint as a new job (RestartedAs, once created).
+	JobRestarting JobState = "restarting"
 )
 
 // Final reports whether s is a final state.
@@ -207,6 +210,12 @@ type JobStatus struct {
 	RestoredFrom *CheckpointStatus `json:"restored_from,omitempty"`
 	// Checkpoint is the job's latest complete checkpoint, if any.
 	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+	// Restarts counts the automatic restarts before this job (checkpoint
+	// restarts in the job file); RestartOf is the job it restarts and
+	// RestartedAs the job that restarted it after it failed.
+	Restarts    int    `json:"restarts,omitempty"`
+	RestartOf   string `json:"restart_of,omitempty"`
+	RestartedAs string `json:"restarted_as,omitempty"`
 }
 
 // CheckpointStatus is a complete checkpoint: its step and directory.

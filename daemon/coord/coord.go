@@ -93,6 +93,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.planLoop(ctx) })
 	wg.Go(func() { c.reapLoop(ctx) })
+	wg.Go(func() { c.restartLoop(ctx) })
 	wg.Wait()
 	return ctx.Err()
 }

@@ -30,9 +30,16 @@ type job struct {
 	hourly    float64            // price of everything placed, per hour
 	stopPlan  context.CancelFunc // ends the scheduler's run while planning
 	ckpt      jobCheckpoints
-	submitted time.Time
-	started   time.Time
-	finished  time.Time
+	// restarts counts the automatic restarts before this job; restartOf
+	// is the job it restarts, restartedAs the one that restarted it, and
+	// restartAt when a restarting job is due.
+	restarts    int
+	restartOf   string
+	restartedAs string
+	restartAt   time.Time
+	submitted   time.Time
+	started     time.Time
+	finished    time.Time
 }
 
 // taskRun is a task, the node it is on and the node's last report of it.
@@ -58,16 +65,26 @@ func (c *Coordinator) submit(src []byte) (*job, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.enqueue(j); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// enqueue queues a checked job for planning and gives it its id. c.mu is
+// held.
+func (c *Coordinator) enqueue(j *job) error {
 	select {
 	case c.queue <- j:
 	default:
-		return nil, httpErrorf(http.StatusServiceUnavailable, "%d jobs are waiting to be planned; try later", cap(c.queue))
+		return httpErrorf(http.StatusServiceUnavailable, "%d jobs are waiting to be planned; try later", cap(c.queue))
 	}
 	c.lastJob++
 	j.id = fmt.Sprintf("j%d", c.lastJob)
 	c.jobs = append(c.jobs, j)
-	c.log.Info("job submitted", "id", j.id, "name", jf.Name, "model", jf.Model, "method", jf.Method)
-	return j, nil
+	jf := j.file
+	c.log.Info("job submitted", "id", j.id, "name", jf.Name, "model", jf.Model, "method", jf.Method, "restart_of", j.restartOf)
+	return nil
 }
 
 // check resolves what the job file names against what the coordinator
@@ -307,7 +324,7 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	t.report = r
 	j := t.job
 	if r.State == api.TaskFailed {
-		c.finish(j, api.JobFailed, fmt.Sprintf("task %s on %s failed: %s", r.TaskID, n.describe(), r.Error), now)
+		c.failRunning(j, fmt.Sprintf("task %s on %s failed: %s", r.TaskID, n.describe(), r.Error), now)
 		return
 	}
 	if err := c.recordCheckpoints(t, r.Checkpoints); err != nil {
@@ -381,6 +398,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 		s.Finished = &finished
 	}
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
+	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	if j.place == nil {
 		return s
 	}

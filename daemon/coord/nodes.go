@@ -131,7 +131,7 @@ func (c *Coordinator) declareDead(n *node, reason string) {
 	c.log.Warn("node dead", "id", n.id, "reason", reason)
 	for _, j := range c.jobs {
 		if j.state == api.JobRunning && slices.ContainsFunc(j.tasks, func(t *taskRun) bool { return t.node == n }) {
-			c.finish(j, api.JobFailed, reason, time.Now())
+			c.failRunning(j, reason, time.Now())
 		}
 	}
 }

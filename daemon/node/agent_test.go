@@ -630,3 +630,51 @@ func readTensors(t *testing.T, path string) map[string][]uint32 {
 	}
 	return out
 }
+
+// TestKilledNodeRestartsJobFromCheckpoint: a job with checkpoint.restarts
+// whose stage node dies after its first checkpoint becomes restarting, then
+// failed naming its restart; the restart, a new job restored from the
+// latest checkpoint, runs on the nodes left and trains to the last step.
+func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	stops := map[string]func(){}
+	for _, name := range []string{"a", "b", "c"} {
+		stops[name] = cl.startNode(name, "cpu")
+	}
+	cl.waitNodes(3)
+	src, err := os.ReadFile(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "job.toml")
+	job := strings.Replace(strings.Replace(string(src), "steps = 20", "steps = 400", 1), "ps_ratio = 1.0\n", "", 1)
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Checkpoint != nil || s.State.Final() })
+	if s.State != api.JobRunning || len(s.Stages) != 1 || len(s.Stages[0].Nodes) != 2 {
+		t.Fatalf("before the kill: job %s (%s), stages %+v", s.State, s.Reason, s.Stages)
+	}
+	victim := s.Stages[0].Nodes[1]
+	stops[victim]()
+
+	s = cl.waitJob(id, final)
+	if s.State != api.JobFailed || s.RestartedAs == "" || !strings.Contains(s.Reason, "node "+victim) ||
+		!strings.Contains(s.Reason, "restarted from step") {
+		t.Fatalf("after the kill: job %s (%q), restarted as %q", s.State, s.Reason, s.RestartedAs)
+	}
+	r := cl.waitJob(s.RestartedAs, final)
+	if r.State != api.JobDone || r.Step != 400 || r.RestartOf != id || r.Restarts != 1 {
+		t.Fatalf("restart %s: %s (%s) at step %d, restart of %q (#%d)", r.ID, r.State, r.Reason, r.Step, r.RestartOf, r.Restarts)
+	}
+	if r.RestoredFrom == nil || r.RestoredFrom.Step < 20 || r.RestoredFrom.Step%20 != 0 {
+		t.Fatalf("restart restored from %+v, want a checkpoint of j1", r.RestoredFrom)
+	}
+	for _, n := range r.Stages[0].Nodes {
+		if n == victim {
+			t.Fatalf("the restart runs on the dead node %s", victim)
+		}
+	}
+}

@@ -1,12 +1,15 @@
 package pipeline
 
 import (
+	"context"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/native"
 )
@@ -152,4 +155,35 @@ func FuzzDecodeExchange(f *testing.F) {
 		}
 		decodeGradient(be, view, act.Parts, 5, 5)
 	})
+}
+
+// TestLinkDropsAnotherJobsMessages: a message of another job left on a
+// stream (a job that ran on the same nodes before) is dropped; the link
+// returns its own job's next message.
+func TestLinkDropsAnotherJobsMessages(t *testing.T) {
+	checkLeaks(t)
+	a, b, err := wire.LoopbackPair([]byte("0123456789abcdef0123456789abcdef"), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const stream = 7
+	for _, job := range []string{"old", testJob} {
+		m := &wire.Message{Type: wire.MsgActivation, Meta: wire.Meta{Job: ps.JobKey(job), Step: 3}}
+		if err := a.Send(ctx, "b", stream, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := Link{Transport: b, Peer: "a", Stream: stream, job: ps.JobKey(testJob)}
+	m, err := l.recv(ctx, wire.MsgActivation, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	if m.Meta.Job != ps.JobKey(testJob) {
+		t.Fatalf("got a message of job key %#x, want %s's", m.Meta.Job, testJob)
+	}
 }

@@ -14,6 +14,7 @@ type Link struct {
 	Transport wire.Transport
 	Peer      string // the partner's node id
 	Stream    uint32 // EdgeStream of the pair
+	job       uint64 // the worker's ps.JobKey: messages of other jobs are dropped
 }
 
 // Partners returns the replicas of a neighbouring stage with n replicas
@@ -60,10 +61,16 @@ func (l Link) send(ctx context.Context, m *wire.Message) error {
 	return nil
 }
 
-// recv returns the next message from l, which must be of type want for
-// micro-batch micro of step.
+// recv returns the next message of l's job from l, which must be of type
+// want for micro-batch micro of step. Messages of another job are left
+// over from one that ran on the same pair of nodes (a job restarted after
+// a failure, say): they are dropped.
 func (l Link) recv(ctx context.Context, want wire.MsgType, step int64, micro int) (*wire.MessageView, error) {
 	m, err := l.Transport.Recv(ctx, l.Peer, l.Stream)
+	for err == nil && m.Meta.Job != l.job {
+		m.Release()
+		m, err = l.Transport.Recv(ctx, l.Peer, l.Stream)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("receive %v from %s: %w", want, l.Peer, err)
 	}

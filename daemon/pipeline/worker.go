@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -109,6 +110,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	cfg.MicroBatches = max(cfg.MicroBatches, 1)
 	w := &Worker{cfg: cfg, job: ps.JobKey(cfg.Job), last: cfg.Stage == cfg.Stages-1, prefetch: make(chan prefetched, 1)}
+	w.cfg.Prev, w.cfg.Next = slices.Clone(cfg.Prev), slices.Clone(cfg.Next)
+	for _, links := range [][]Link{w.cfg.Prev, w.cfg.Next} {
+		for i := range links {
+			links[i].job = w.job
+		}
+	}
 	for m := range cfg.MicroBatches {
 		model := cfg.Model
 		var shared []*nn.Param

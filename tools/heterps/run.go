@@ -214,7 +214,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	}
 	fmt.Fprintf(stderr, "heterps run: job %s on %d node daemon(s) and a coordinator at %s\n", id, len(offers), url)
 	update, done := jobProgress(stderr)
-	s, err := c.waitJob(ctx, id, update)
+	s, err := c.waitJob(ctx, id, update, stderr)
 	done()
 	if err != nil {
 		return none, err

@@ -99,7 +99,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitOK
 	}
 	update, done := jobProgress(stderr)
-	s, err := c.waitJob(ctx, id, update)
+	s, err := c.waitJob(ctx, id, update, stderr)
 	done()
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
@@ -186,8 +186,10 @@ func (c *coordClient) cancel(ctx context.Context, id string) error {
 const pollEvery = 250 * time.Millisecond
 
 // waitJob polls job id until it is final, calling progress with each
-// status; if ctx ends first it cancels the job.
-func (c *coordClient) waitJob(ctx context.Context, id string, progress func(api.JobStatus)) (api.JobStatus, error) {
+// status; if ctx ends first it cancels the job. A job that failed and was
+// restarted from its checkpoint is followed to its restart, with a line on
+// notices.
+func (c *coordClient) waitJob(ctx context.Context, id string, progress func(api.JobStatus), notices io.Writer) (api.JobStatus, error) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	for {
@@ -200,6 +202,11 @@ func (c *coordClient) waitJob(ctx context.Context, id string, progress func(api.
 				return s, fmt.Errorf("job %s: %w (cancelled it)", id, ctx.Err())
 			}
 			return s, err
+		}
+		if s.State.Final() && s.RestartedAs != "" {
+			fmt.Fprintf(notices, "\njob %s %s: %s; following job %s\n", s.ID, s.State, s.Reason, s.RestartedAs)
+			id = s.RestartedAs
+			continue
 		}
 		if s.State.Final() {
 			return s, nil

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -81,5 +83,37 @@ func TestSubmitRejectsBadJobFile(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := runSubmit(context.Background(), []string{"../../config/examples/catalogs/local.toml"}, &out, &errb); code != exitUsage {
 		t.Errorf("a catalog as a job: exit %d (%s)", code, errb.String())
+	}
+}
+
+// TestWaitFollowsARestart: waiting on a job that failed and was restarted
+// as another follows the restart to its end and says so.
+func TestWaitFollowsARestart(t *testing.T) {
+	statuses := map[string]api.JobStatus{
+		"j1": {ID: "j1", State: api.JobFailed, Reason: "node b died; restarted from step 40 as job j2", RestartedAs: "j2"},
+		"j2": {ID: "j2", State: api.JobDone, Step: 100, Steps: 100, RestartOf: "j1", Restarts: 1},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, ok := statuses[strings.TrimPrefix(r.URL.Path, "/v1/jobs/")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		json.NewEncoder(w).Encode(s)
+	}))
+	defer srv.Close()
+	c := newCoordClient(srv.URL)
+	defer c.close()
+	var notes bytes.Buffer
+	s, err := c.waitJob(context.Background(), "j1", func(api.JobStatus) {}, &notes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ID != "j2" || s.State != api.JobDone {
+		t.Fatalf("waited to %s %s, want j2 done", s.ID, s.State)
+	}
+	if !strings.Contains(notes.String(), "following job j2") {
+		t.Errorf("notice %q does not name the restart", notes.String())
 	}
 }
