@@ -9,9 +9,15 @@
 // A job is pending until the planner takes it, planning while the scheduler
 // runs, running once placed, and then done (every stage task reported done),
 // failed (a task failed, a node hosting one died, the plan was infeasible or
-// could not be hosted) or cancelled (DELETE /v1/jobs/{id}). The placement
-// rules are in package api's documentation.
+// could not be hosted) or cancelled (DELETE /v1/jobs/{id}). A job whose
+// file asks for checkpoint.restarts and that fails while running is
+// restarting instead, until it is resubmitted as a new job restored from its
+// latest checkpoint (restart.go). Checkpoints whose shards span several
+// nodes are completed here: the coordinator writes a step's manifest once
+// every shard has reported its file (checkpoint.go). The placement rules
+// are in package api's documentation.
 //
-// Concurrency: one mutex guards the registry and the jobs; the planner and
-// the liveness reaper are goroutines owned by Run, which waits for them.
+// Concurrency: one mutex guards the registry and the jobs; the planner, the
+// liveness reaper and the restarter are goroutines owned by Run, which
+// waits for them.
 package coord
