@@ -100,7 +100,10 @@ func (c *Coordinator) node(id string) *node {
 }
 
 // reapLoop declares nodes dead when their heartbeats stop.
-func (c *Coordinator) reapLoop(ctx context.Context) {
+func (c *Coordinator) reapLoop(ctx context.Context) { c.everyTick(ctx, c.reap) }
+
+// everyTick calls f eight times per heartbeat timeout until ctx ends.
+func (c *Coordinator) everyTick(ctx context.Context, f func(now time.Time)) {
 	tick := time.NewTicker(max(c.cfg.HeartbeatTimeout/8, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -108,7 +111,7 @@ func (c *Coordinator) reapLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			c.reap(now)
+			f(now)
 		}
 	}
 }

@@ -31,21 +31,14 @@ func (c *Coordinator) failRunning(j *job, reason string, now time.Time) {
 // restartLoop restarts jobs as they fall due, one at a time, apart from
 // the reaper: checking a checkpoint may take a while.
 func (c *Coordinator) restartLoop(ctx context.Context) {
-	tick := time.NewTicker(max(c.cfg.HeartbeatTimeout/8, time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			c.mu.Lock()
-			due := c.dueRestarts(now)
-			c.mu.Unlock()
-			for _, j := range due {
-				c.restart(j)
-			}
+	c.everyTick(ctx, func(now time.Time) {
+		c.mu.Lock()
+		due := c.dueRestarts(now)
+		c.mu.Unlock()
+		for _, j := range due {
+			c.restart(j)
 		}
-	}
+	})
 }
 
 // dueRestarts returns the restarting jobs whose wait is over and clears

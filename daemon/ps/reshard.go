@@ -97,14 +97,8 @@ func (s *Shard) takeRows(f *ckpt.File, t *table, pm paramMeta, step int64) error
 	if pm.Rows < 0 {
 		return fmt.Errorf("%d rows", pm.Rows)
 	}
-	n, d := int64(pm.Rows), int64(t.spec.Dim)
-	if err := checkShape(f, t.spec.Name+idsSuffix, ckpt.I64, n); err != nil {
+	if err := checkTableShapes(f, t, pm.Rows); err != nil {
 		return err
-	}
-	for i := -1; i < t.nstate; i++ {
-		if err := checkShape(f, stateName(t.spec.Name, i), ckpt.F32, n, d); err != nil {
-			return err
-		}
 	}
 	ids := make([]int64, reshardChunk)
 	bufs := make([][]float32, 1+t.nstate)

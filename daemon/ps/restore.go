@@ -214,14 +214,8 @@ func (s *Shard) loadTable(f *ckpt.File, t *table, m paramMeta, step int64) error
 	if m.Rows < 0 || m.Rows > s.cfg.MaxRows {
 		return fmt.Errorf("%d rows, the shard's cap is %d: %w", m.Rows, s.cfg.MaxRows, ErrRowCap)
 	}
-	n, d := int64(m.Rows), int64(t.spec.Dim)
-	if err := checkShape(f, t.spec.Name+idsSuffix, ckpt.I64, n); err != nil {
+	if err := checkTableShapes(f, t, m.Rows); err != nil {
 		return err
-	}
-	for i := -1; i < t.nstate; i++ {
-		if err := checkShape(f, stateName(t.spec.Name, i), ckpt.F32, n, d); err != nil {
-			return err
-		}
 	}
 	ids, err := f.Int64(t.spec.Name + idsSuffix)
 	if err != nil {
@@ -273,6 +267,21 @@ func (s *Shard) loadBlock(f *ckpt.File, b *block, m paramMeta, step int64) error
 		}
 	}
 	b.version = m.Version
+	return nil
+}
+
+// checkTableShapes checks a file holds table t's ids, values and state
+// for rows rows.
+func checkTableShapes(f *ckpt.File, t *table, rows int) error {
+	n, d := int64(rows), int64(t.spec.Dim)
+	if err := checkShape(f, t.spec.Name+idsSuffix, ckpt.I64, n); err != nil {
+		return err
+	}
+	for i := -1; i < t.nstate; i++ {
+		if err := checkShape(f, stateName(t.spec.Name, i), ckpt.F32, n, d); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

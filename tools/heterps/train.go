@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/internal/cpuprof"
 	"github.com/heterps/heterps/native"
 )
 
@@ -104,13 +104,11 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		return failTo(stderr, exitUsage, err)
 	}
-	if f.cpuProfile != "" {
-		stopProfile, err := startCPUProfile(f.cpuProfile)
-		if err != nil {
-			return failTo(stderr, exitUsage, err)
-		}
-		defer stopProfile()
+	stopProfile, err := cpuprof.Start(f.cpuProfile)
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
 	}
+	defer stopProfile()
 	res, err := train(ctx, f, stderr)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
@@ -123,18 +121,6 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	printTrainSummary(stdout, res)
 	return exitOK
-}
-
-func startCPUProfile(path string) (func(), error) {
-	out, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(out); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); out.Close() }, nil
 }
 
 func newBackend(isaName string, threads int) (*native.CPU, error) {

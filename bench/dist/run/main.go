@@ -39,13 +39,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/heterps/heterps/bench/internal/cpuprof"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/internal/cpuprof"
 	"github.com/heterps/heterps/native"
 )
 

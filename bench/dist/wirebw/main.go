@@ -29,8 +29,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/heterps/heterps/bench/internal/cpuprof"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/cpuprof"
 )
 
 func main() {
