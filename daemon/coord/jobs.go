@@ -32,11 +32,11 @@ type job struct {
 	ckpt      jobCheckpoints
 	// restarts counts the automatic restarts before this job; restartOf
 	// is the job it restarts, restartedAs the one that restarted it, and
-	// restartAt when a restarting job is due.
+	// failedAt when a restarting job failed (zero once restarted).
 	restarts    int
 	restartOf   string
 	restartedAs string
-	restartAt   time.Time
+	failedAt    time.Time
 	submitted   time.Time
 	started     time.Time
 	finished    time.Time

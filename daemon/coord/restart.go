@@ -10,12 +10,14 @@ import (
 
 // Automatic restarts. A job whose file asks for checkpoint.restarts and
 // that fails while running (a node died, a task failed) is not failed at
-// once: it becomes restarting, its tasks stop, and one heartbeat timeout
-// later, when a node that died has been declared dead, the coordinator
-// submits it again as a new job restored from its latest complete
-// checkpoint (or from where it started, if it wrote none). The old job then
-// ends failed, naming the new one; the new one is planned on the live
-// nodes like any other job.
+// once: it becomes restarting and its tasks stop. A task's failure often
+// comes first, from a partner losing its connection to a node that has just
+// died, before that node misses its heartbeats; so the restart waits until
+// every node of the job has either heartbeated since the failure or been
+// declared dead. Then the coordinator submits the job again as a new job
+// restored from its latest complete checkpoint (or from where it started,
+// if it wrote none), planned on the live nodes like any other job; the old
+// job ends failed, naming the new one.
 
 // failRunning ends a running job that failed, or sets it restarting if its
 // file allows another restart. c.mu is held.
@@ -24,16 +26,16 @@ func (c *Coordinator) failRunning(j *job, reason string, now time.Time) {
 		c.finish(j, api.JobFailed, reason, now)
 		return
 	}
-	j.state, j.reason, j.restartAt = api.JobRestarting, reason, now.Add(c.cfg.HeartbeatTimeout)
-	c.log.Warn("job restarting", "id", j.id, "reason", reason, "at", j.restartAt)
+	j.state, j.reason, j.failedAt = api.JobRestarting, reason, now
+	c.log.Warn("job restarting", "id", j.id, "reason", reason)
 }
 
 // restartLoop restarts jobs as they fall due, one at a time, apart from
 // the reaper: checking a checkpoint may take a while.
 func (c *Coordinator) restartLoop(ctx context.Context) {
-	c.everyTick(ctx, func(now time.Time) {
+	c.everyTick(ctx, func(time.Time) {
 		c.mu.Lock()
-		due := c.dueRestarts(now)
+		due := c.dueRestarts()
 		c.mu.Unlock()
 		for _, j := range due {
 			c.restart(j)
@@ -41,17 +43,29 @@ func (c *Coordinator) restartLoop(ctx context.Context) {
 	})
 }
 
-// dueRestarts returns the restarting jobs whose wait is over and clears
-// their time, so that each is restarted once. c.mu is held.
-func (c *Coordinator) dueRestarts(now time.Time) []*job {
+// dueRestarts returns the restarting jobs whose nodes have all settled
+// and clears their failure time, so that each is restarted once. c.mu is
+// held.
+func (c *Coordinator) dueRestarts() []*job {
 	var due []*job
 	for _, j := range c.jobs {
-		if j.state == api.JobRestarting && !j.restartAt.IsZero() && !now.Before(j.restartAt) {
-			j.restartAt = time.Time{}
+		if j.state == api.JobRestarting && !j.failedAt.IsZero() && settled(j) {
+			j.failedAt = time.Time{}
 			due = append(due, j)
 		}
 	}
 	return due
+}
+
+// settled reports whether every node of j has heartbeated since j failed
+// or has been declared dead.
+func settled(j *job) bool {
+	for _, t := range j.tasks {
+		if t.node.alive() && !t.node.lastSeen.After(j.failedAt) {
+			return false
+		}
+	}
+	return true
 }
 
 // restart submits a restarting job again from its latest checkpoint. It
