@@ -11,6 +11,19 @@ type Step struct {
 	Backend native.Backend
 	Batch   *data.Batch
 	Train   bool // false: forward only, layers may skip saving for backward
+	// Source, if set, is the batch as the data gave it, when Batch has its
+	// ids renumbered for a pipeline stage's local tables: what depends on
+	// the batch's content (NCE's negatives) is drawn from Source, so that it
+	// does not depend on where the step runs.
+	Source *data.Batch
+}
+
+// source is the batch whose content seeds per-batch draws.
+func (s *Step) source() *data.Batch {
+	if s.Source != nil {
+		return s.Source
+	}
+	return s.Batch
 }
 
 // Layer is one model layer. Forward consumes the previous layer's

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
@@ -85,6 +86,9 @@ type NCE struct {
 	sampler   LogUniform
 	seed      uint64
 	Table     *Param
+	// local, if set, lists ascending the classes whose rows Table holds
+	// (a pipeline stage keeps only a batch's rows); nil: every class.
+	local []int64
 
 	in       Activation
 	rowsBuf  native.Buffer // the gathered rows of the last forward
@@ -129,6 +133,34 @@ func (l *NCE) Negatives(batch *data.Batch) []int64 {
 	return neg
 }
 
+// Rows returns the classes whose rows a step on batch reads and updates:
+// its targets and its negatives, ascending and distinct. A pipeline stage
+// pulls these rows and gives them to SetLocalRows.
+func (l *NCE) Rows(batch *data.Batch) []int64 {
+	rows := append(slices.Clone(batch.Classes), l.Negatives(batch)...)
+	slices.Sort(rows)
+	return slices.Compact(rows)
+}
+
+// SetLocalRows says Table holds only the rows of classes (ascending and
+// distinct), row k being class classes[k]; nil means every class.
+func (l *NCE) SetLocalRows(classes []int64) { l.local = classes }
+
+// tableRows maps the classes in ids to rows of Table, in place.
+func (l *NCE) tableRows(ids []int64) error {
+	if l.local == nil {
+		return nil
+	}
+	for i, c := range ids {
+		k, ok := slices.BinarySearch(l.local, c)
+		if !ok {
+			return fmt.Errorf("%s: class %d is not among the %d rows held for this batch", l.shape.Name, c, len(l.local))
+		}
+		ids[i] = int64(k)
+	}
+	return nil
+}
+
 // batchDigest hashes a batch's targets and sparse ids (splitmix64 steps).
 func batchDigest(b *data.Batch) uint64 {
 	h := uint64(len(b.Classes))
@@ -157,7 +189,10 @@ func (l *NCE) Forward(s *Step, in Activation) (Activation, error) {
 	}
 	be, rows, k, w := s.Backend, in.Rows, l.negatives, l.shape.In+1
 	l.in = in
-	l.ids = append(append(l.ids[:0], s.Batch.Classes...), l.Negatives(s.Batch)...)
+	l.ids = append(append(l.ids[:0], s.Batch.Classes...), l.Negatives(s.source())...)
+	if err := l.tableRows(l.ids); err != nil {
+		return Activation{}, err
+	}
 	l.offsets = l.offsets[:0]
 	for i := range len(l.ids) + 1 {
 		l.offsets = append(l.offsets, int64(i))

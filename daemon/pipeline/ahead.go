@@ -134,10 +134,10 @@ func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input) {
 		return
 	}
 	for m := range ins {
-		embs := w.copies[m].embeddings
-		tables := make([][]float32, len(embs))
-		err := each(len(embs), func(e int) (err error) {
-			tables[e], err = w.fetchTable(w.ctx, step, embs[e], ins[m].plan.uniq, ins[m].plan.rows[e])
+		sparse := w.copies[m].tables
+		tables := make([][]float32, len(sparse))
+		err := each(len(sparse), func(e int) (err error) {
+			tables[e], err = w.fetchTable(w.ctx, step, sparse[e], ins[m].plan.tables[e])
 			return err
 		})
 		if err != nil {

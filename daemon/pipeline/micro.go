@@ -11,14 +11,14 @@ import (
 // modelCopy holds one micro-batch's forward state. Layers keep the tensors
 // of their last forward pass for backward, so each micro-batch in flight
 // needs its own layers; the copies share the dense parameters' values and
-// have their own gradients and embedding tables (each holds the rows of its
-// own micro-batch's ids).
+// have their own gradients and sparse tables (each holds the rows of its
+// own micro-batch).
 type modelCopy struct {
 	model      *nn.Model
 	dense      []*nn.Param
 	denseLayer []int // the layer of each dense parameter
-	embeddings []embedding
-	uniq       []int64 // the micro-batch's distinct ids, ascending
+	tables     []sparseTable
+	tableIDs   [][]int64 // per table: the global id of each local row, this step
 	step       *nn.Step
 	rows       int // the micro-batch's rows at this replica
 }
@@ -32,14 +32,16 @@ func newCopy(m *nn.Model, r Range, cfg *Config, values []*nn.Param) (*modelCopy,
 			inRange := i >= r.First && i <= r.Last
 			switch {
 			case p.Sparse:
-				e, ok := m.Layer(i).(*nn.Embedding)
-				if !ok && inRange {
+				t := sparseTable{index: i, table: p}
+				t.embedding, _ = m.Layer(i).(*nn.Embedding)
+				t.nce, _ = m.Layer(i).(*nn.NCE)
+				if t.embedding == nil && t.nce == nil && inRange {
 					return nil, fmt.Errorf("sparse parameter %s: %w", p.Name, ErrUnsupported)
 				}
 				// The parameter servers hold the table: drop the local one.
 				p.Value, p.Rows = cfg.Backend.Alloc(0), 0
 				if inRange {
-					c.embeddings = append(c.embeddings, embedding{layer: e, index: i, table: p})
+					c.tables = append(c.tables, t)
 				}
 			case inRange:
 				if values != nil {
@@ -92,14 +94,15 @@ func (w *Worker) denseGradient(i int) ([]float32, error) {
 	return hostFloats(w.cfg.Backend, out)
 }
 
-// sparseGradient returns embedding e's gradient for the step as distinct
-// ids (ascending when merged from several micro-batches) and their rows.
+// sparseGradient returns sparse table e's gradient for the step as
+// distinct ids (ascending when merged from several micro-batches) and
+// their rows.
 func (w *Worker) sparseGradient(e int) ([]int64, []float32, error) {
-	dim := w.copies[0].embeddings[e].table.Cols
+	dim := w.copies[0].tables[e].table.Cols
 	weights := microWeights(w.copies)
 	merged := map[int64][]float32{}
 	for m, c := range w.copies {
-		table := c.embeddings[e].table
+		table, local := c.tables[e].table, c.tableIDs[e]
 		g := table.SparseGrad
 		var rows []float32
 		if len(g.IDs) > 0 {
@@ -111,10 +114,10 @@ func (w *Worker) sparseGradient(e int) ([]int64, []float32, error) {
 		}
 		ids := make([]int64, len(g.IDs))
 		for j, k := range g.IDs {
-			if k < 0 || k >= int64(len(c.uniq)) {
-				return nil, nil, fmt.Errorf("%s: gradient row %d outside the micro-batch's %d ids", table.Name, k, len(c.uniq))
+			if k < 0 || k >= int64(len(local)) {
+				return nil, nil, fmt.Errorf("%s: gradient row %d outside the micro-batch's %d rows", table.Name, k, len(local))
 			}
-			ids[j] = c.uniq[k]
+			ids[j] = local[k]
 		}
 		if len(w.copies) == 1 {
 			return ids, rows, nil

@@ -45,7 +45,9 @@ func PSParams(m *nn.Model, stages []Range, totalSteps int64) ([]ps.TableSpec, []
 		for i := r.First; i <= r.Last; i++ {
 			for _, p := range m.LayerParams(i) {
 				if p.Sparse {
-					if _, ok := m.Layer(i).(*nn.Embedding); !ok {
+					switch m.Layer(i).(type) {
+					case *nn.Embedding, *nn.NCE: // rows start as initrow makes them, with the same seed and scale
+					default:
 						return nil, nil, fmt.Errorf("pipeline: sparse parameter %s of layer %d: %w", p.Name, i, ErrUnsupported)
 					}
 					tables = append(tables, ps.TableSpec{Name: p.Name, Dim: p.Cols, Stage: st, Optim: sparse,
@@ -99,37 +101,64 @@ func ShardConfigs(spec ShardSpec, tables []ps.TableSpec, blocks []ps.BlockSpec) 
 	return out
 }
 
-// embedding is an embedding layer of the stage with its table, which holds
-// only the rows of the current batch: row k is the batch's k-th distinct
-// id (ascending), filled where the layer's slots use it.
-type embedding struct {
-	layer *nn.Embedding
-	index int // the layer's index in the model
-	table *nn.Param
+// sparseTable is a layer of the stage with a sparse table on the
+// parameter servers, an embedding or an NCE output layer. Locally the table
+// holds only the rows of the current batch: for an embedding, row k is the
+// batch's k-th distinct id (ascending), filled where the layer's slots use
+// it; for NCE, the rows of the batch's targets and negatives (nn.NCE.Rows).
+type sparseTable struct {
+	embedding *nn.Embedding // one of embedding and nce is set
+	nce       *nn.NCE
+	index     int // the layer's index in the model
+	table     *nn.Param
 }
 
-// rowPlan is a batch's ids renumbered for a stage's embedding tables. It
+// rowPlan is a batch's ids renumbered for a stage's sparse tables. It
 // depends on the batch alone, so stage 0 works it out while the previous
 // step runs.
 type rowPlan struct {
-	local *data.Batch // the batch with its ids renumbered into uniq
-	uniq  []int64     // the batch's distinct ids, ascending
-	rows  [][]int64   // per embedding: the rows of uniq its slots use, ascending
+	local  *data.Batch // the batch with its ids renumbered: embedding rows
+	tables []tablePlan // per sparse table of the stage
 }
 
-// planRows plans b's rows for the embeddings.
-func planRows(b *data.Batch, embs []embedding) (*rowPlan, error) {
+// tablePlan is one sparse table's rows for a batch.
+type tablePlan struct {
+	ids  []int64 // the global id of each local row, ascending
+	used []int64 // the local rows the batch reads (and pulls), ascending
+}
+
+// planRows plans b's rows for the sparse tables.
+func planRows(b *data.Batch, tables []sparseTable) (*rowPlan, error) {
 	local := *b
 	plan := &rowPlan{local: &local}
-	plan.uniq, local.IDs = localIDs(b.IDs)
-	for _, e := range embs {
-		first, end := e.layer.SlotRange()
-		if local.Slots < end {
-			return nil, fmt.Errorf("%s: batch has %d slots, the layer reads [%d, %d)", e.table.Name, local.Slots, first, end)
+	var uniq []int64
+	uniq, local.IDs = localIDs(b.IDs)
+	for _, t := range tables {
+		if t.nce != nil {
+			if len(b.Classes) != b.Size {
+				return nil, fmt.Errorf("%s: the batch has %d target classes for %d rows", t.table.Name, len(b.Classes), b.Size)
+			}
+			ids := t.nce.Rows(b)
+			plan.tables = append(plan.tables, tablePlan{ids: ids, used: iota64(len(ids))})
+			continue
 		}
-		plan.rows = append(plan.rows, slotIDs(local.Offsets, local.IDs, len(plan.uniq), local.Slots, first, end))
+		first, end := t.embedding.SlotRange()
+		if local.Slots < end {
+			return nil, fmt.Errorf("%s: batch has %d slots, the layer reads [%d, %d)", t.table.Name, local.Slots, first, end)
+		}
+		used := slotIDs(local.Offsets, local.IDs, len(uniq), local.Slots, first, end)
+		plan.tables = append(plan.tables, tablePlan{ids: uniq, used: used})
 	}
 	return plan, nil
+}
+
+// iota64 returns 0, 1, ..., n-1.
+func iota64(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
 }
 
 // localIDs maps the batch's ids to compact rows: uniq holds the distinct

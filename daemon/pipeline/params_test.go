@@ -19,29 +19,33 @@ func TestPlanRowsMatchesItsDefinition(t *testing.T) {
 	}
 	for i := range uint64(20) {
 		b := testBatch(3, i, 1+int(i))
-		plan, err := planRows(b, c.embeddings)
+		plan, err := planRows(b, c.tables)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := slices.Compact(slices.Sorted(slices.Values(b.IDs)))
-		if !slices.Equal(plan.uniq, want) {
-			t.Fatalf("batch %d: uniq %v, want %v", i, plan.uniq, want)
+		uniq := plan.tables[0].ids
+		if !slices.Equal(uniq, want) {
+			t.Fatalf("batch %d: uniq %v, want %v", i, uniq, want)
 		}
 		for j, k := range plan.local.IDs {
-			if plan.uniq[k] != b.IDs[j] {
-				t.Fatalf("batch %d: id %d renumbered to row %d = id %d", i, b.IDs[j], k, plan.uniq[k])
+			if uniq[k] != b.IDs[j] {
+				t.Fatalf("batch %d: id %d renumbered to row %d = id %d", i, b.IDs[j], k, uniq[k])
 			}
 		}
-		for e, emb := range c.embeddings {
-			first, end := emb.layer.SlotRange()
+		for e, emb := range c.tables {
+			if !slices.Equal(plan.tables[e].ids, uniq) {
+				t.Fatalf("batch %d embedding %d: rows of ids %v, want the batch's %v", i, e, plan.tables[e].ids, uniq)
+			}
+			first, end := emb.embedding.SlotRange()
 			var used []int64
 			for j := 0; j+1 < len(b.Offsets); j++ {
 				if slot := j % b.Slots; slot >= first && slot < end {
 					used = append(used, plan.local.IDs[b.Offsets[j]:b.Offsets[j+1]]...)
 				}
 			}
-			if want := slices.Compact(slices.Sorted(slices.Values(used))); !slices.Equal(plan.rows[e], want) {
-				t.Fatalf("batch %d embedding %d: rows %v, want %v", i, e, plan.rows[e], want)
+			if want := slices.Compact(slices.Sorted(slices.Values(used))); !slices.Equal(plan.tables[e].used, want) {
+				t.Fatalf("batch %d embedding %d: rows %v, want %v", i, e, plan.tables[e].used, want)
 			}
 		}
 		if &plan.local.IDs[0] == &b.IDs[0] {
@@ -58,7 +62,7 @@ func TestPlanRowsRefusesABatchWithTooFewSlots(t *testing.T) {
 	}
 	b := testBatch(3, 1, 2)
 	b.Slots = 1
-	if _, err := planRows(b, c.embeddings); err == nil {
+	if _, err := planRows(b, c.tables); err == nil {
 		t.Fatal("no error for a batch with 1 slot and a layer reading slots [2, 4)")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/native"
@@ -45,8 +46,11 @@ func TestTwoStagesEqualSingleProcessBitForBit(t *testing.T) {
 // single-process training: ctrdnn (26 slots, a 1M-row table, FC
 // 512-256-128-32-1, Adam) on synthetic Criteo-like data split after the
 // concat layer; the digits MLP (dense input, softmax over classes, which
-// travel with the activations) split after its first FC; and the two-tower
-// matchnet, which runs only as a single stage.
+// travel with the activations) split after its first FC; the two-tower
+// matchnet, which runs only as a single stage; and the word-embedding nce
+// model split before its NCE output layer, whose sparse table the second
+// stage pulls row by row (targets and the negatives drawn from the batch as
+// read, not as renumbered).
 func TestZooModelsBitForBit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 1M-row tables several times; skipped with -short")
@@ -59,6 +63,7 @@ func TestZooModelsBitForBit(t *testing.T) {
 		{"ctrdnn", "synthetic:5", []Range{{0, 1}, {2, 6}}},
 		{"mlp-digits", "digits:../data/testdata/digits.csv.gz", []Range{{0, 1}, {2, 3}}},
 		{"matchnet", "pairs:3", []Range{{0, 6}}},
+		{"nce", "words:3", []Range{{0, 0}, {1, 1}}},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
 			const steps, size = 3, 32
@@ -85,11 +90,26 @@ func TestZooModelsBitForBit(t *testing.T) {
 			if !slices.Equal(losses[0], refLosses) {
 				t.Fatalf("losses %v, single-process %v", losses[0], refLosses)
 			}
+			ids = append(ids, nceRows(ref, batches)...) // the NCE table's rows the steps touched
 			if d := j.maxDiff(ref, ids...); d != 0 {
 				t.Fatalf("parameters differ from single-process training by up to %g, want bit-identical", d)
 			}
 		})
 	}
+}
+
+// nceRows returns the NCE table rows (targets and negatives) that the
+// batches touch in m, if it has an NCE layer.
+func nceRows(m *nn.Model, batches []*data.Batch) []int64 {
+	var out []int64
+	for i := range m.NumLayers() {
+		if l, ok := m.Layer(i).(*nn.NCE); ok {
+			for _, b := range batches {
+				out = append(out, l.Rows(b)...)
+			}
+		}
+	}
+	return out
 }
 
 // readBatches reads steps batches from a data spec and returns them with

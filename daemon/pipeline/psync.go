@@ -39,25 +39,25 @@ func (w *Worker) pullDense(ctx context.Context, step int64) error {
 // ids (pulled ahead, or now). It returns the batch with its ids renumbered
 // into those tables.
 func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, in input) (*data.Batch, error) {
-	if len(c.embeddings) == 0 {
+	if len(c.tables) == 0 {
 		return in.batch, nil
 	}
 	plan := in.plan
 	if plan == nil {
 		var err error
-		if plan, err = planRows(in.batch, c.embeddings); err != nil {
+		if plan, err = planRows(in.batch, c.tables); err != nil {
 			return nil, err
 		}
 	}
-	c.uniq = plan.uniq
-	err := each(len(c.embeddings), func(i int) error {
-		e := c.embeddings[i]
+	c.tableIDs = make([][]int64, len(c.tables))
+	err := each(len(c.tables), func(i int) error {
+		t, tp := c.tables[i], plan.tables[i]
 		var table []float32
 		if in.tables != nil {
 			table = in.tables[i]
 		} else {
 			var err error
-			if table, err = w.fetchTable(ctx, step, e, plan.uniq, plan.rows[i]); err != nil {
+			if table, err = w.fetchTable(ctx, step, t, tp); err != nil {
 				return err
 			}
 		}
@@ -65,26 +65,31 @@ func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, in inpu
 		if err != nil {
 			return err
 		}
-		e.table.Value, e.table.Rows = buf, len(plan.uniq)
+		t.table.Value, t.table.Rows = buf, len(tp.ids)
+		c.tableIDs[i] = tp.ids
+		if t.nce != nil {
+			t.nce.SetLocalRows(tp.ids)
+		}
 		return nil
 	})
 	return plan.local, err
 }
 
-// fetchTable pulls the rows (of uniq) of embedding e's table that a batch
-// uses and returns the batch's table: len(uniq) rows, those rows filled.
-func (w *Worker) fetchTable(ctx context.Context, step int64, e embedding, uniq, rows []int64) ([]float32, error) {
+// fetchTable pulls the rows of table t that a batch uses (tp) and returns
+// the batch's local table: len(tp.ids) rows, the used ones filled.
+func (w *Worker) fetchTable(ctx context.Context, step int64, t sparseTable, tp tablePlan) ([]float32, error) {
+	uniq, rows := tp.ids, tp.used
 	ids := make([]int64, len(rows))
 	for j, k := range rows {
 		ids[j] = uniq[k]
 	}
-	v, _, err := w.cfg.PS.Pull(ctx, e.table.Name, ids, w.after(step))
+	v, _, err := w.cfg.PS.Pull(ctx, t.table.Name, ids, w.after(step))
 	if err != nil {
 		return nil, err
 	}
-	dim := e.table.Cols
+	dim := t.table.Cols
 	if len(v) != len(ids)*dim {
-		return nil, fmt.Errorf("%s: pulled %d floats for %d rows of %d", e.table.Name, len(v), len(ids), dim)
+		return nil, fmt.Errorf("%s: pulled %d floats for %d rows of %d", t.table.Name, len(v), len(ids), dim)
 	}
 	table := make([]float32, len(uniq)*dim)
 	for j, k := range rows {
@@ -119,7 +124,7 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 			return nil
 		})
 	}
-	for e, emb := range first.embeddings {
+	for e, emb := range first.tables {
 		if emb.index != layer {
 			continue
 		}

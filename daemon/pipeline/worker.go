@@ -132,7 +132,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		}
 		w.copies = append(w.copies, c)
 	}
-	if cfg.PS == nil && len(w.copies[0].dense)+len(w.copies[0].embeddings) > 0 {
+	if cfg.PS == nil && len(w.copies[0].dense)+len(w.copies[0].tables) > 0 {
 		return fail(errors.New("the stage has parameters and no parameter-server client"))
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
@@ -233,7 +233,7 @@ type stepState struct {
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies)),
-		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].embeddings))}
+		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables))}
 }
 
 func (w *Worker) step(st *stepState) (Result, error) {
@@ -293,7 +293,7 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 		}
 	}
 	st.clk.lap(&st.res.Pull)
-	c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true}
+	c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true, Source: in.batch}
 	r := w.cfg.Layers
 	if st.outs[m], err = c.model.ForwardRange(c.step, r.First, r.Last, in.act); err != nil {
 		return 0, fmt.Errorf("forward: %w", err)
@@ -466,7 +466,7 @@ func (w *Worker) microInputs(ctx context.Context, step int64) ([]input, error) {
 	ins := make([]input, len(w.copies))
 	for m := range ins {
 		mb := sliceBatch(b, bounds[m], bounds[m+1])
-		plan, err := planRows(mb, w.copies[0].embeddings)
+		plan, err := planRows(mb, w.copies[0].tables)
 		if err != nil {
 			return nil, fmt.Errorf("micro-batch %d: %w", m, err)
 		}
