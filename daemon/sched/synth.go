@@ -165,10 +165,15 @@ func estimateCompute(s config.LayerShape, t config.CatalogType, bo float64) (flo
 		if t.Kind == config.KindGPU {
 			link = 2 * bo * rows * 4 // rows in, gradients out
 		}
-	case "fc", "nce":
+	case "fc":
 		flops = 6 * bo * float64(s.Weights)
 		bytes = 3*4*float64(s.Weights) + 3*4*bo*float64(s.In+s.Out)
 		sync = 2 * 4 * float64(s.Weights) / syncBandwidth(t)
+	case "nce": // a sparse table: a batch touches its targets' rows and K negatives', whatever the class count
+		k, row := float64(s.Out-1), float64(s.In+1)
+		flops = 6 * bo * (1 + k) * row
+		bytes = 3*4*(bo+k)*row + 3*4*bo*float64(s.In+s.Out)
+		sync = 2 * 4 * (bo + k) * row / syncBandwidth(t)
 	default: // concat, dense, cosine, dot: elementwise
 		flops = 4 * bo * float64(s.In+s.Out)
 		bytes = 3 * 4 * bo * float64(s.In+s.Out)

@@ -112,3 +112,29 @@ func TestEstimatesFollowTheDevices(t *testing.T) {
 		t.Errorf("fc1 is faster on a CPU core (%g) than on a GPU (%g)", fc.OCT[0], fc.OCT[fastest])
 	}
 }
+
+// TestNCEEstimateIgnoresTheClassCount: an NCE output layer touches its
+// targets' and K negatives' rows, so its estimate is the same for 10^4 and
+// 10^7 classes, and well below a dense layer holding the whole table.
+func TestNCEEstimateIgnoresTheClassCount(t *testing.T) {
+	cat, _ := SynthCatalog(2, 1)
+	spec := DefaultEstimateSpec()
+	oct := func(kind string, classes int64) float64 {
+		shapes := []config.LayerShape{
+			{Name: "emb", Kind: "embedding", Out: 128, Weights: classes * 32},
+			{Name: "out", Kind: kind, In: 128, Out: 9, Weights: classes * 129},
+		}
+		p, err := EstimateProblem(shapes, cat, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Layers[1].OCT[0]
+	}
+	small, large := oct("nce", 10_000), oct("nce", 10_000_000)
+	if small != large {
+		t.Errorf("nce: %g s for 10^4 classes, %g s for 10^7", small, large)
+	}
+	if dense := oct("fc", 10_000_000); !(large < dense/100) {
+		t.Errorf("nce over 10^7 classes estimated at %g s, a dense layer of that table at %g s", large, dense)
+	}
+}
