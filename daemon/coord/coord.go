@@ -28,6 +28,10 @@ type Config struct {
 	SecretFile string
 	// QueueLength bounds the jobs waiting to be planned (default 64).
 	QueueLength int
+	// ControlSecret, if set, is the cluster secret: every API request must
+	// then be signed with it (api.Sign), and is checked before its body is
+	// decoded. Without it the API answers anyone who can reach it.
+	ControlSecret []byte
 	// FinalCheckpointWait is how long a checkpointing job whose stages
 	// have all finished waits for the checkpoint of its last step before
 	// it is done without it (default DefaultFinalCheckpointWait).

@@ -39,7 +39,31 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", c.handleJobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
 	mux.HandleFunc("DELETE /v1/jobs/{id}", c.handleCancel)
-	return mux
+	if c.cfg.ControlSecret == nil {
+		return mux
+	}
+	return c.authenticated(mux, api.ControlKey(c.cfg.ControlSecret))
+}
+
+// authenticated serves only requests signed with key (api.Verify): it
+// reads the body (at most api.MaxBodyBytes) and checks the signature
+// before next decodes anything.
+func (c *Coordinator) authenticated(next http.Handler, key []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if err := api.Verify(r, body, key, time.Now()); err != nil {
+			c.log.Warn("coordinator: refused an unauthenticated request", "from", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "err", err)
+			w.Header().Set("WWW-Authenticate", api.AuthScheme)
+			writeError(w, httpErrorf(http.StatusUnauthorized, "%v", err))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {

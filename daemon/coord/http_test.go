@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 )
@@ -149,6 +150,40 @@ func TestQueueFull(t *testing.T) {
 	}
 	if got := post(); got != http.StatusServiceUnavailable {
 		t.Fatalf("second: %d, want 503", got)
+	}
+}
+
+// TestSignedAPI: with a control secret, an unsigned or wrongly signed
+// request is refused with 401 before its body is decoded (a malformed job
+// file gets 401, not 400); a signed one is served.
+func TestSignedAPI(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	c, err := New(Config{Catalog: loadTestCatalog(t), ControlSecret: secret, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handler()
+	post := func(body string, key []byte) (int, string) {
+		req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(body))
+		req.Header.Set("Content-Type", api.ContentTypeTOML)
+		if key != nil {
+			api.Sign(req, []byte(body), key, time.Now())
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Header().Get("WWW-Authenticate")
+	}
+	if code, auth := post("not = [toml", nil); code != http.StatusUnauthorized || auth != api.AuthScheme {
+		t.Errorf("unsigned: %d (WWW-Authenticate %q), want 401", code, auth)
+	}
+	if code, _ := post("not = [toml", api.ControlKey([]byte("another secret of enough bytes!!"))); code != http.StatusUnauthorized {
+		t.Errorf("signed with another secret: %d, want 401", code)
+	}
+	if code, _ := post("not = [toml", api.ControlKey(secret)); code != http.StatusBadRequest {
+		t.Errorf("signed malformed job: %d, want 400", code)
+	}
+	if code, _ := post(ctrJob, api.ControlKey(secret)); code != http.StatusCreated {
+		t.Errorf("signed job: %d, want 201", code)
 	}
 }
 

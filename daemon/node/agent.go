@@ -87,6 +87,9 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{},
 		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}}
 	a.ctl = control{base: cfg.Coordinator, client: &http.Client{Transport: a.http, Timeout: 30 * time.Second}}
+	if cfg.Secret != nil {
+		a.ctl.key = api.ControlKey(cfg.Secret)
+	}
 	if err := a.listen(); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
 	}

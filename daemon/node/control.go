@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 )
@@ -25,6 +26,7 @@ var errRejected = errors.New("the coordinator refused the request")
 type control struct {
 	base   string // the coordinator's URL, without a trailing slash
 	client *http.Client
+	key    []byte // api.ControlKey of the cluster secret; nil: requests go unsigned
 }
 
 func (c *control) register(ctx context.Context, req api.RegisterRequest) (api.RegisterResponse, error) {
@@ -52,6 +54,9 @@ func (c *control) post(ctx context.Context, path string, body, out any) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	req.Header.Set("Content-Type", api.ContentTypeJSON)
+	if c.key != nil {
+		api.Sign(req, raw, c.key, time.Now())
+	}
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)

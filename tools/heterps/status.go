@@ -25,15 +25,16 @@ func init() {
 }
 
 type statusFlags struct {
-	job, coordinator string
-	json             bool
+	job   string
+	coord coordFlags
+	json  bool
 }
 
 func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 	var f statusFlags
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.coordinator, "coordinator", defaultCoordinator, "the coordinator's URL")
+	f.coord.add(fs)
 	fs.BoolVar(&f.json, "json", false, "print JSON")
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -44,7 +45,7 @@ func parseStatusFlags(args []string, stderr io.Writer) (*statusFlags, error) {
 	case 1:
 		f.job = rest[0]
 	default:
-		return nil, errors.New("usage: heterps status [job-id] [--coordinator URL] [--json]")
+		return nil, errors.New("usage: heterps status [job-id] [--coordinator URL] [--secret-file F] [--json]")
 	}
 	return &f, nil
 }
@@ -57,7 +58,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	c := newCoordClient(f.coordinator)
+	c, err := f.coord.client()
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
 	defer c.close()
 	if f.job == "" {
 		jobs, err := c.jobs(ctx)

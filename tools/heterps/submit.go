@@ -16,6 +16,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/wire"
 )
 
 func init() {
@@ -48,15 +49,16 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 type submitFlags struct {
-	job, coordinator string
-	wait, json       bool
+	job        string
+	coord      coordFlags
+	wait, json bool
 }
 
 func parseSubmitFlags(args []string, stderr io.Writer) (*submitFlags, error) {
 	var f submitFlags
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.coordinator, "coordinator", defaultCoordinator, "the coordinator's URL")
+	f.coord.add(fs)
 	fs.BoolVar(&f.wait, "wait", false, "wait for the job to finish and print its status")
 	fs.BoolVar(&f.json, "json", false, "print JSON: the job id, or with --wait the final status")
 	rest, err := parseInterspersed(fs, args)
@@ -64,7 +66,7 @@ func parseSubmitFlags(args []string, stderr io.Writer) (*submitFlags, error) {
 		return nil, err
 	}
 	if len(rest) != 1 {
-		return nil, errors.New("usage: heterps submit job.toml [--coordinator URL] [--wait] [--json]")
+		return nil, errors.New("usage: heterps submit job.toml [--coordinator URL] [--secret-file F] [--wait] [--json]")
 	}
 	f.job = rest[0]
 	return &f, nil
@@ -85,7 +87,10 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if _, err := config.ParseJob(f.job, src); err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	c := newCoordClient(f.coordinator)
+	c, err := f.coord.client()
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
 	defer c.close()
 	id, err := c.submit(ctx, src)
 	if err != nil {
@@ -108,9 +113,35 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // coordClient calls the coordinator's HTTP API (package api).
+// coordFlags are the flags that say how to reach a coordinator.
+type coordFlags struct {
+	url, secretFile string
+}
+
+func (f *coordFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "coordinator", defaultCoordinator, "the coordinator's URL")
+	fs.StringVar(&f.secretFile, "secret-file", os.Getenv("HETERPS_SECRET_FILE"),
+		"the cluster secret, to sign requests to a coordinator that requires it (default $HETERPS_SECRET_FILE)")
+}
+
+// client returns a client of the coordinator, signing with the secret if
+// one is given.
+func (f *coordFlags) client() (*coordClient, error) {
+	c := newCoordClient(f.url)
+	if f.secretFile != "" {
+		secret, err := wire.LoadSecret(f.secretFile)
+		if err != nil {
+			return nil, err
+		}
+		c.key = api.ControlKey(secret)
+	}
+	return c, nil
+}
+
 type coordClient struct {
 	base string
 	http *http.Client
+	key  []byte // api.ControlKey of the cluster secret; nil: unsigned requests
 }
 
 func newCoordClient(base string) *coordClient {
@@ -129,6 +160,9 @@ func (c *coordClient) do(ctx context.Context, method, path, contentType string, 
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	if c.key != nil {
+		api.Sign(req, body, c.key, time.Now())
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,11 +24,18 @@ import (
 // startCoordinator serves a coordinator with no nodes until the test ends.
 func startCoordinator(t *testing.T) string {
 	t.Helper()
+	return startCoordinatorWith(t, nil)
+}
+
+// startCoordinatorWith is startCoordinator requiring requests signed with
+// secret, if not nil.
+func startCoordinatorWith(t *testing.T, secret []byte) string {
+	t.Helper()
 	cat, err := config.LoadCatalog("../../config/examples/catalogs/local.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := coord.New(coord.Config{Catalog: cat, Logger: slog.New(slog.DiscardHandler)})
+	c, err := coord.New(coord.Config{Catalog: cat, ControlSecret: secret, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +124,33 @@ func TestWaitFollowsARestart(t *testing.T) {
 	}
 	if !strings.Contains(notes.String(), "following job j2") {
 		t.Errorf("notice %q does not name the restart", notes.String())
+	}
+}
+
+// TestSubmitAndStatusSignWithTheSecret: a coordinator that requires
+// signed requests refuses an unsigned submit with 401 and takes one signed
+// with --secret-file; status signs too.
+func TestSubmitAndStatusSignWithTheSecret(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	secret := "0123456789abcdef0123456789abcdef"
+	url := startCoordinatorWith(t, []byte(secret))
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HETERPS_SECRET_FILE", "")
+	job := "../../config/examples/jobs/ctrdnn-local.toml"
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	if code := runSubmit(ctx, []string{job, "--coordinator", url}, &out, &errb); code == exitOK || !strings.Contains(errb.String(), "401") {
+		t.Fatalf("unsigned submit: exit %d, stderr %s", code, errb.String())
+	}
+	if code := runSubmit(ctx, []string{job, "--coordinator", url, "--secret-file", path}, &out, &errb); code != exitOK || strings.TrimSpace(out.String()) != "j1" {
+		t.Fatalf("signed submit: exit %d, stdout %q, stderr %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := runStatus(ctx, []string{"j1", "--coordinator", url, "--secret-file", path}, &out, &errb); code != exitOK {
+		t.Errorf("signed status: exit %d: %s", code, errb.String())
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/node"
+	"github.com/heterps/heterps/daemon/wire"
 )
 
 // Exit statuses.
@@ -45,6 +46,8 @@ func main() {
 
 type flags struct {
 	role, config, catalog, listen, secretFile, logLevel string
+	apiSecretFile                                       string
+	insecureAPI                                         bool
 	heartbeat, timeout                                  time.Duration
 }
 
@@ -57,6 +60,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.catalog, "catalog", "", "coordinator: the catalog file (TOML)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "coordinator: HTTP listen address (port 0 picks one)")
 	fs.StringVar(&f.secretFile, "secret-file", "", "coordinator: the cluster secret's path on the nodes; empty = plain data plane (loopback only)")
+	fs.StringVar(&f.apiSecretFile, "api-secret-file", "", "coordinator: the cluster secret, read here: every API request must be signed with it")
+	fs.BoolVar(&f.insecureAPI, "insecure-api", false, "coordinator: serve an unsigned API on a non-loopback address (anyone who reaches it can submit jobs)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
 	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -105,8 +110,13 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
+	secret, err := apiSecret(f)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
 	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
-		SecretFile: f.secretFile, Logger: log})
+		SecretFile: f.secretFile, ControlSecret: secret, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
@@ -122,6 +132,23 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		return exitFailure
 	}
 	return exitOK
+}
+
+// apiSecret reads the coordinator's --api-secret-file; without one it
+// allows only a loopback --listen, unless --insecure-api says otherwise.
+func apiSecret(f *flags) ([]byte, error) {
+	if f.apiSecretFile != "" {
+		return wire.LoadSecret(f.apiSecretFile)
+	}
+	host, _, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", f.listen, err)
+	}
+	ip := net.ParseIP(host)
+	if host != "localhost" && (ip == nil || !ip.IsLoopback()) && !f.insecureAPI {
+		return nil, fmt.Errorf("--listen %s is reachable from other machines: give --api-secret-file (the cluster secret) so that only signed requests are served, or --insecure-api", f.listen)
+	}
+	return nil, nil
 }
 
 func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.Writer) int {

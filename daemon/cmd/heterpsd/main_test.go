@@ -65,7 +65,9 @@ func TestBadNodeConfigNamesTheLine(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{}, {"--role=boss"}, {"--role=node"}, {"--role=coordinator"}, {"--role=node", "--config", "x", "extra"}} {
+	for _, args := range [][]string{{}, {"--role=boss"}, {"--role=node"}, {"--role=coordinator"}, {"--role=node", "--config", "x", "extra"},
+		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--listen", "0.0.0.0:0"},
+		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--listen", ":0"}} {
 		var stderr bytes.Buffer
 		if status := run(context.Background(), args, &bytes.Buffer{}, &stderr); status != exitUsage {
 			t.Errorf("%q: status %d (%s), want %d", args, status, stderr.String(), exitUsage)
@@ -120,5 +122,77 @@ func TestCoordinatorAndNode(t *testing.T) {
 	wg.Wait()
 	if statuses[0] != exitOK || statuses[1] != exitOK {
 		t.Errorf("exit statuses %v, want 0 0; logs:\n%s", statuses, logs.String())
+	}
+}
+
+// TestCoordinatorNeedsASecretOffLoopback: a coordinator on all interfaces
+// refuses to start without --api-secret-file, saying why.
+func TestCoordinatorNeedsASecretOffLoopback(t *testing.T) {
+	var stderr bytes.Buffer
+	status := run(context.Background(), []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
+		"--listen", "0.0.0.0:0"}, &bytes.Buffer{}, &stderr)
+	if status != exitUsage || !strings.Contains(stderr.String(), "--api-secret-file") {
+		t.Errorf("status %d, stderr %q", status, stderr.String())
+	}
+}
+
+// TestSignedControlPlane: with --api-secret-file the coordinator serves a
+// node that holds the same secret, and refuses an unsigned request.
+func TestSignedControlPlane(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretPath, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var coordOut, nodeOut, logs syncBuffer
+	wg.Go(func() {
+		run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
+			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--secret-file", secretPath, "--api-secret-file", secretPath}, &coordOut, &logs)
+	})
+	url, ok := strings.CutPrefix(waitLine(t, &coordOut), "coordinator ")
+	if !ok {
+		t.Fatalf("coordinator printed %q", coordOut.String())
+	}
+	path := filepath.Join(dir, "node.toml")
+	src := fmt.Sprintf("name = \"n0\"\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = \"cpu-1t\"\nunits = 1\nsecret_file = %q\n", url, secretPath)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { run(ctx, []string{"--role=node", "--config", path}, &nodeOut, &logs) })
+	waitLine(t, &nodeOut)
+
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(url + "/v1/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unsigned GET /v1/nodes: %s, want 401", resp.Status)
+	}
+	key := api.ControlKey([]byte("0123456789abcdef0123456789abcdef"))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, url+"/v1/nodes", nil)
+		api.Sign(req, nil, key, time.Now())
+		var nodes []api.NodeStatus
+		if resp, err := client.Do(req); err == nil {
+			json.NewDecoder(resp.Body).Decode(&nodes)
+			resp.Body.Close()
+		}
+		if len(nodes) == 1 && nodes[0].State == api.NodeAlive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the signed node did not register; logs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
