@@ -48,8 +48,10 @@
 // needed). The job's batch is split over a stage's replicas in proportion to
 // their units (the remainder to the first replicas). Replica r of a stage
 // reads data shard r of Replicas. Parameter-server shards (the plan's
-// ps_cores, at least one) are placed round-robin on live CPU-type nodes, the
-// least loaded first; they do not take a node's offered units. Every task
+// ps_cores, at least one) go to the CPU-type nodes that host the job's
+// stage replicas, whose workers then call them in-process, or, if none
+// does, to any live CPU-type node; among those, the least loaded first;
+// they do not take a node's offered units. Every task
 // carries the job's layout: each stage's layers and replica count. Tasks on
 // one node share its data address (several PS shards may, too) and are told
 // apart by task id and shard index.

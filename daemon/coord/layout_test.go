@@ -20,19 +20,32 @@ func TestTasksCarryLayoutAndPSAddr(t *testing.T) {
 		for range s.Units {
 			port++
 			n := newFakeNode(fmt.Sprintf("%s-%d", s.Type, port), s.Type, 1, port)
+			n.req.PSAddr = fmt.Sprintf("127.0.0.1:%d", port+1000)
 			tc.start(n)
 			nodes = append(nodes, n)
 		}
 	}
-	// The job's one PS shard goes to the least loaded CPU node: this one.
 	ps := newFakeNode("ps-node", firstCPUType(tc.cat), 1, 9200)
 	ps.req.PSAddr = "127.0.0.1:9201"
 	tc.start(ps)
+	nodes = append(nodes, ps)
 	s := tc.waitJob(tc.submit(ctrJob))
 	if s.State != api.JobDone {
 		t.Fatalf("job %s (%s)", s.State, s.Reason)
 	}
-	for _, n := range append(nodes, ps) {
+	psAddr := ""
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for _, task := range received {
+			if task.Role == api.RolePS {
+				psAddr = n.req.PSAddr
+			}
+		}
+	}
+	if psAddr == "" {
+		t.Fatal("no node got the PS task")
+	}
+	for _, n := range nodes {
 		received, _, _ := n.snapshot()
 		for _, task := range received {
 			if len(task.Layout) != len(plan.Stages) {
@@ -45,8 +58,8 @@ func TestTasksCarryLayoutAndPSAddr(t *testing.T) {
 				}
 			}
 			for _, addr := range task.PS {
-				if addr != "127.0.0.1:9201" {
-					t.Errorf("task %s: PS at %s, want the node's ps_addr", task.TaskID, addr)
+				if addr != psAddr {
+					t.Errorf("task %s: PS at %s, want the hosting node's ps_addr %s", task.TaskID, addr, psAddr)
 				}
 			}
 		}

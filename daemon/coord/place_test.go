@@ -51,14 +51,28 @@ func TestPlaceSplitsStagesOverNodes(t *testing.T) {
 	if pl.stages[1][0].batch != 10 {
 		t.Errorf("cpu batch %d, want 10", pl.stages[1][0].batch)
 	}
-	// PS shards: least-loaded CPU nodes first (c9 hosts a stage and a shard).
+	// PS shards: on the CPU node hosting the cpu stage, so that its worker
+	// calls them in-process.
+	if ps := psNames(pl); ps != "c9,c9,c9" {
+		t.Errorf("ps on %v, want c9,c9,c9", ps)
+	}
+	// With no CPU stage, the least-loaded CPU nodes first (c9 hosts a shard
+	// of another job).
+	gpuOnly := &sched.Plan{Stages: plan.Stages[:1], PSCores: 3}
+	if pl, err = place(gpuOnly, 10, cl, true); err != nil {
+		t.Fatal(err)
+	}
+	if ps := psNames(pl); ps != "c1,c3,c1" {
+		t.Errorf("ps on %v, want c1,c3,c1", ps)
+	}
+}
+
+func psNames(pl *placement) string {
 	var ps []string
 	for _, n := range pl.ps {
 		ps = append(ps, n.req.Name)
 	}
-	if strings.Join(ps, ",") != "c1,c3,c1" {
-		t.Errorf("ps on %v, want c1,c3,c1", ps)
-	}
+	return strings.Join(ps, ",")
 }
 
 func TestPlaceRefusals(t *testing.T) {
