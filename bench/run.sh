@@ -36,7 +36,8 @@ for n in "${names[@]}"; do
     sched) run sched go run ./bench/sched ;;
     dist) run dist bash -c 'go run ./bench/dist/wirebw && echo &&
       go test ./daemon/ps -run "^$" -bench PushPull -benchtime 500x && echo &&
-      go run ./bench/dist/run --batches 512,2048' ;;
+      go run ./bench/dist/run --batches 512,2048 && echo &&
+      go run ./bench/dist/run --batches 512,2048 --unit cpu-2t --nodes 1' ;;
     *) echo "bench: unknown benchmark $n" >&2; exit 2 ;;
   esac
 done

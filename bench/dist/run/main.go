@@ -10,17 +10,18 @@
 // `heterps run` command (daemon start, planning, training and shutdown),
 // and each stage's measured throughput beside the cost model's prediction.
 //
-// Each node offers one 1-thread CPU unit (the catalog's cpu-1t). The job's
-// throughput floor is chosen so that the exact plan uses exactly N units:
-// one stage of N data-parallel replicas, synchronised (BSP) through one
-// parameter-server shard.
+// Each node offers one unit of --unit, by default a 1-thread CPU unit (the
+// catalog's cpu-1t); --unit cpu-2t --nodes 1 is the plan `make run` gets on
+// this machine. The job's throughput floor is chosen so that the exact plan
+// uses exactly N units: one stage of N data-parallel replicas, synchronised
+// (BSP) through one parameter-server shard on a node of the stage.
 //
 // With --in-process it runs the coordinator and the node daemons in this
 // process instead (coord.New, node.New): one Go runtime for all of them,
 // which is not what `heterps run` does, but lets --cpuprofile see the
 // daemons. It measures; it asserts nothing.
 //
-//	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--in-process]
+//	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--unit cpu-1t] [--in-process]
 package main
 
 import (
@@ -52,7 +53,6 @@ import (
 const (
 	modelName = "ctrdnn"
 	dataSpec  = "synthetic:1"
-	unitType  = "cpu-1t"
 )
 
 // options are the command's flags.
@@ -61,6 +61,7 @@ type options struct {
 	batches     []int
 	nodes       []int
 	catalogPath string
+	unit        string // the catalog type every node offers one unit of
 	inProcess   bool
 	timeout     time.Duration
 }
@@ -70,7 +71,8 @@ func main() {
 	flag.IntVar(&o.steps, "steps", 300, "training steps of every run")
 	batches := flag.String("batches", "512", "comma-separated batch sizes (each split over a stage's replicas); one block of runs per size")
 	nodes := flag.String("nodes", "2,4", "comma-separated node counts of the distributed runs")
-	flag.StringVar(&o.catalogPath, "catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type the nodes offer")
+	flag.StringVar(&o.catalogPath, "catalog", "config/examples/catalogs/local.toml", "catalog whose --unit type the nodes offer")
+	flag.StringVar(&o.unit, "unit", "cpu-1t", "the catalog type each node offers one unit of (cpu-2t with --nodes 1 is what make run plans on this machine)")
 	flag.BoolVar(&o.inProcess, "in-process", false, "run the coordinator and node daemons in this process (coord.New, node.New) instead of `heterps run`")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a distributed run after this long")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file (it sees the daemons only with --in-process)")
@@ -138,9 +140,9 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	unit, ok := base.Type(unitType)
+	unit, ok := base.Type(o.unit)
 	if !ok {
-		return fmt.Errorf("%s has no type %s", o.catalogPath, unitType)
+		return fmt.Errorf("%s has no type %s", o.catalogPath, o.unit)
 	}
 	model, err := config.LoadModel(modelName)
 	if err != nil {
@@ -198,7 +200,7 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 		res.limit = limit
 		overJob := float64(res.steps) * float64(batch) / res.jobSeconds
 		fmt.Fprintf(w, "%d nodes (%dx %s), plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process, loss %.4f, run took %.1f s\n",
-			n, n, unitType, res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
+			n, n, unit.Name, res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
 		for _, st := range res.stages {
 			stageLines = append(stageLines, fmt.Sprintf("%5d  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
 				n, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
