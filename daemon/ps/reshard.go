@@ -140,7 +140,7 @@ func (s *Shard) takeChunk(f *ckpt.File, t *table, off int, ids []int64, bufs [][
 		}
 	}
 	for _, r := range mine {
-		if _, dup := t.slot[ids[r]]; dup {
+		if _, dup := t.slot.get(ids[r]); dup {
 			return fmt.Errorf("id %d is listed twice in the checkpoint", ids[r])
 		}
 		slot := t.add(ids[r])

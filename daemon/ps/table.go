@@ -14,9 +14,9 @@ type table struct {
 	slabRows int
 	nstate   int
 
-	stepped               // mu guards everything below as well
-	slot    map[int64]int // id -> slot
-	ids     []int64       // slot -> id
+	stepped         // mu guards everything below as well
+	slot    idMap   // id -> slot
+	ids     []int64 // slot -> id
 	slabs   []*slab
 	// at is scratch for laying a step's pushes out: 1 + a slot's position
 	// in the step's rows, 0 between uses. Under the write lock.
@@ -31,7 +31,7 @@ type slab struct {
 
 func newTable(spec TableSpec, slabRows int) *table {
 	return &table{spec: spec, slabRows: slabRows, nstate: spec.Optim.Hyper.StateBuffers(),
-		stepped: newStepped(), slot: make(map[int64]int)}
+		stepped: newStepped(), slot: newIDMap()}
 }
 
 // row returns the values of a slot.
@@ -46,7 +46,7 @@ func (t *table) row(slot int) []float32 {
 func (t *table) lookup(ids []int64, slots []int) int {
 	missing := 0
 	for i, id := range ids {
-		k, ok := t.slot[id]
+		k, ok := t.slot.get(id)
 		if !ok {
 			k = -1
 			missing++
@@ -75,7 +75,7 @@ func (t *table) ensure(s *Shard, ids []int64) ([]int, error) {
 	}
 	for i, k := range slots {
 		if k < 0 {
-			if k2, ok := t.slot[ids[i]]; ok { // a repeat of an id created above
+			if k2, ok := t.slot.get(ids[i]); ok { // a repeat of an id created above
 				slots[i] = k2
 			} else {
 				slots[i] = t.create(ids[i])
@@ -101,7 +101,7 @@ func (t *table) add(id int64) int {
 		t.slabs = append(t.slabs, t.newSlab())
 	}
 	t.ids = append(t.ids, id)
-	t.slot[id] = k
+	t.slot.put(id, k)
 	return k
 }
 
@@ -149,10 +149,11 @@ func (t *table) read(slots []int, dst []float32) {
 // dim): one UpdateRows call per slab.
 func (t *table) update(b native.Backend, o native.Optim, slots []int, g []float32) error {
 	d := t.spec.Dim
+	local := make([]int64, 0, len(slots))
 	for lo := 0; lo < len(slots); {
 		si := slots[lo] / t.slabRows
 		hi := lo
-		local := make([]int64, 0, len(slots)-lo)
+		local = local[:0]
 		for ; hi < len(slots) && slots[hi]/t.slabRows == si; hi++ {
 			local = append(local, int64(slots[hi]%t.slabRows))
 		}

@@ -1,0 +1,79 @@
+package ps
+
+// idMap maps row ids to table slots: open addressing with linear probing
+// over a power-of-two array kept at most half full. The tables' hot paths
+// look up every id of every pull and push; this is about twice as fast as
+// a Go map on a million ids (slots stay below 2^31: a shard's row cap).
+type idMap struct {
+	keys  []int64
+	slots []int32 // slot+1; 0 marks an empty cell
+	n     int
+	mask  uint64
+}
+
+const idMapMinCap = 1 << 10
+
+func newIDMap() idMap {
+	var m idMap
+	m.reset(idMapMinCap)
+	return m
+}
+
+func (m *idMap) reset(capacity int) {
+	m.keys, m.slots = make([]int64, capacity), make([]int32, capacity)
+	m.n, m.mask = 0, uint64(capacity-1)
+}
+
+// idHash spreads ids over the cells (splitmix64's finaliser; ShardOf uses
+// the same mix, and a shard holds the ids it maps to one residue, so the
+// low bits are mixed again with a different constant first).
+func idHash(id int64) uint64 {
+	z := uint64(id) ^ 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// get returns id's slot.
+func (m *idMap) get(id int64) (int, bool) {
+	for i := idHash(id) & m.mask; ; i = (i + 1) & m.mask {
+		s := m.slots[i]
+		if s == 0 {
+			return 0, false
+		}
+		if m.keys[i] == id {
+			return int(s - 1), true
+		}
+	}
+}
+
+// put sets id's slot, growing the array when it would pass half full.
+func (m *idMap) put(id int64, slot int) {
+	if 2*(m.n+1) > len(m.keys) {
+		m.grow()
+	}
+	for i := idHash(id) & m.mask; ; i = (i + 1) & m.mask {
+		if m.slots[i] == 0 {
+			m.keys[i], m.slots[i] = id, int32(slot+1)
+			m.n++
+			return
+		}
+		if m.keys[i] == id {
+			m.slots[i] = int32(slot + 1)
+			return
+		}
+	}
+}
+
+func (m *idMap) grow() {
+	keys, slots := m.keys, m.slots
+	m.reset(2 * len(keys))
+	for i, s := range slots {
+		if s != 0 {
+			m.put(keys[i], int(s-1))
+		}
+	}
+}
+
+// len is the number of ids held.
+func (m *idMap) len() int { return m.n }
