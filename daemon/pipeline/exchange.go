@@ -254,7 +254,12 @@ func hostFloats(be native.Backend, buf native.Buffer) ([]float32, error) {
 	return h, be.Download(h, buf)
 }
 
+// toBuffer turns h, which the caller gives away, into a buffer of be: h
+// itself on the CPU backend, an upload of it elsewhere.
 func toBuffer(be native.Backend, h []float32) (native.Buffer, error) {
+	if _, onHost := be.(*native.CPU); onHost {
+		return native.HostBuffer(h), nil // h is the caller's to give away
+	}
 	buf := be.Alloc(len(h))
 	if own, ok := native.Host(buf); ok {
 		copy(own, h)

@@ -91,6 +91,9 @@ func (w *Worker) fetchTable(ctx context.Context, step int64, t sparseTable, tp t
 	if len(v) != len(ids)*dim {
 		return nil, fmt.Errorf("%s: pulled %d floats for %d rows of %d", t.table.Name, len(v), len(ids), dim)
 	}
+	if len(rows) == len(uniq) { // every row used, in order: v is the table
+		return v, nil
+	}
 	table := make([]float32, len(uniq)*dim)
 	for j, k := range rows {
 		copy(table[int(k)*dim:int(k+1)*dim], v[j*dim:(j+1)*dim])

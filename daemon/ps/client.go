@@ -146,6 +146,9 @@ func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int6
 	if len(ids) == 0 {
 		return nil, after, nil
 	}
+	if c.cfg.Shards == 1 { // the one reply is in the order of ids
+		return replies[0], versions[0], nil
+	}
 	dim := 0
 	version := int64(-1)
 	for i, rows := range replies {
