@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -64,5 +66,48 @@ func TestPlanRowsRefusesABatchWithTooFewSlots(t *testing.T) {
 	b.Slots = 1
 	if _, err := planRows(b, c.tables); err == nil {
 		t.Fatal("no error for a batch with 1 slot and a layer reading slots [2, 4)")
+	}
+}
+
+// TestLocalIDsMatchASortedDedup: the radix-sorted renumbering equals the
+// obvious one (sort, dedup, binary search) on ids of every range,
+// negative and extreme ones included.
+func TestLocalIDsMatchASortedDedup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	cases := [][]int64{nil, {5}, {3, 3, 3}, {math.MinInt64, math.MaxInt64, 0, -1, 1, math.MaxInt64}}
+	for _, span := range []int64{2, 300, 1 << 20, 1 << 40, math.MaxInt64} {
+		ids := make([]int64, 1+rng.IntN(5000))
+		for i := range ids {
+			ids[i] = rng.Int64N(span) - span/2
+		}
+		cases = append(cases, ids)
+	}
+	for _, ids := range cases {
+		want := slices.Compact(slices.Sorted(slices.Values(ids)))
+		uniq, local := localIDs(ids)
+		if !slices.Equal(uniq, want) {
+			t.Fatalf("uniq of %d ids: %v..., want %v...", len(ids), head(uniq), head(want))
+		}
+		for i, id := range ids {
+			if uniq[local[i]] != id {
+				t.Fatalf("id %d renumbered to %d, which is id %d", id, local[i], uniq[local[i]])
+			}
+		}
+	}
+}
+
+func head(v []int64) []int64 { return v[:min(len(v), 5)] }
+
+// BenchmarkLocalIDs renumbers a ctrdnn batch's ids: 512 samples x 26 slots
+// of hashed ids below 10^6.
+func BenchmarkLocalIDs(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := make([]int64, 512*26)
+	for i := range ids {
+		u := rng.Float64()
+		ids[i] = int64(u * u * 1e6)
+	}
+	for b.Loop() {
+		localIDs(ids)
 	}
 }
