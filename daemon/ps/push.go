@@ -152,13 +152,18 @@ func (t *table) applyStep(s *Shard) error {
 	b := t.open
 	slots, rows := t.layOut(b.pushes)
 	d := t.spec.Dim
-	grads := make([]native.Buffer, len(b.pushes))
-	for p, c := range b.pushes {
-		grads[p] = native.HostBuffer(scatterRows(c.grad, rows[p], len(slots), d))
-	}
-	sum := make([]float32, len(slots)*d)
-	if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(b.pushes), grads); err != nil {
-		return fmt.Errorf("table %q: step %d: %w", t.spec.Name, b.step, err)
+	var sum []float32
+	if len(b.pushes) == 1 { // its weight is exactly 1: the sum is its gradient
+		sum = scatterRows(b.pushes[0].grad, rows[0], len(slots), d)
+	} else {
+		grads := make([]native.Buffer, len(b.pushes))
+		for p, c := range b.pushes {
+			grads[p] = native.HostBuffer(scatterRows(c.grad, rows[p], len(slots), d))
+		}
+		sum = make([]float32, len(slots)*d)
+		if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(b.pushes), grads); err != nil {
+			return fmt.Errorf("table %q: step %d: %w", t.spec.Name, b.step, err)
+		}
 	}
 	if err := t.update(s.backend, t.spec.Optim.At(b.step), slots, sum); err != nil {
 		return fmt.Errorf("step %d: %w", b.step, err)
@@ -191,13 +196,16 @@ func scatterRows(grad []float32, at []int32, n, d int) []float32 {
 // applyStep applies the open, full BSP step of a block.
 func (b *block) applyStep(s *Shard) error {
 	st := b.open
-	grads := make([]native.Buffer, len(st.pushes))
-	for r, c := range st.pushes {
-		grads[r] = native.HostBuffer(c.grad)
-	}
-	sum := make([]float32, len(b.value))
-	if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(st.pushes), grads); err != nil {
-		return fmt.Errorf("block %q: step %d: %w", b.spec.Name, st.step, err)
+	sum := st.pushes[0].grad // one push weighs exactly 1: its own copy is the sum
+	if len(st.pushes) > 1 {
+		grads := make([]native.Buffer, len(st.pushes))
+		for r, c := range st.pushes {
+			grads[r] = native.HostBuffer(c.grad)
+		}
+		sum = make([]float32, len(b.value))
+		if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(st.pushes), grads); err != nil {
+			return fmt.Errorf("block %q: step %d: %w", b.spec.Name, st.step, err)
+		}
 	}
 	if err := b.update(s.backend, b.spec.Optim.At(st.step), sum); err != nil {
 		return fmt.Errorf("block %q: step %d: %w", b.spec.Name, st.step, err)
