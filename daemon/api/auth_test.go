@@ -36,7 +36,10 @@ func TestSignedRequestsVerifyAndTamperingFails(t *testing.T) {
 		}, "bad signature"},
 		{"old", func(r *http.Request) ([]byte, []byte, time.Time) { return body, key, now.Add(10 * time.Minute) }, "away from"},
 		{"from the future", func(r *http.Request) ([]byte, []byte, time.Time) { return body, key, now.Add(-10 * time.Minute) }, "away from"},
-		{"unsigned", func(r *http.Request) ([]byte, []byte, time.Time) { r.Header.Del("Authorization"); return body, key, now }, "no Authorization"},
+		{"unsigned", func(r *http.Request) ([]byte, []byte, time.Time) {
+			r.Header.Del("Authorization")
+			return body, key, now
+		}, "no Authorization"},
 		{"other scheme", func(r *http.Request) ([]byte, []byte, time.Time) {
 			r.Header.Set("Authorization", "Bearer abc")
 			return body, key, now
