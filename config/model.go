@@ -252,6 +252,12 @@ func (o Optimizer) validate(loc *Locator, field string) error {
 	return nil
 }
 
+// HasTowers reports whether m has towers joined by a cosine or dot layer:
+// such a model runs only as a whole, in one pipeline stage.
+func (m *Model) HasTowers() bool {
+	return slices.ContainsFunc(m.Layers, func(l Layer) bool { return l.Tower != "" })
+}
+
 // Shapes returns each layer's kind and sizes, the features the scheduler
 // uses. The model must have been validated (LoadModel/ParseModel do).
 func (m *Model) Shapes() []LayerShape {

@@ -513,3 +513,33 @@ func TestTasksCarryTheJobsMicroBatches(t *testing.T) {
 		t.Fatal("no stage tasks")
 	}
 }
+
+// TestTowerModelsArePlannedAsOneStage: a model with towers runs only as a
+// whole, so its plan is one stage over every layer, whatever the catalog.
+func TestTowerModelsArePlannedAsOneStage(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"matchnet", "ctrdnn"} {
+		jf, err := config.ParseJob("job.toml", fmt.Appendf(nil, "version = 1\nmodel = %q\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\n", model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := &job{file: jf}
+		if err := c.check(j); err != nil {
+			t.Fatal(err)
+		}
+		plan, err := c.plan(context.Background(), j)
+		if err != nil || !plan.Feasible {
+			t.Fatalf("%s: plan %+v, %v", model, plan, err)
+		}
+		layers := len(j.model.Shapes())
+		if model == "matchnet" && (len(plan.Stages) != 1 || plan.Stages[0].First != 0 || plan.Stages[0].Last != layers-1) {
+			t.Errorf("matchnet planned as %+v, want one stage over layers 0-%d", plan.Stages, layers-1)
+		}
+		if last := plan.Stages[len(plan.Stages)-1].Last; last != layers-1 {
+			t.Errorf("%s: the plan ends at layer %d of %d", model, last, layers)
+		}
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +32,8 @@ func TestBadJobFilesNameTheLine(t *testing.T) {
 		{"unknown data kind", "model = \"ctrdnn\"\n\ndata = \"parquet:/x\"\nbatch = 8\nsteps = 1\n", "job.toml:3:1: data: data spec \"parquet:/x\": unknown kind"},
 		{"unknown method", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nmethod = \"magic\"\n", "job.toml:5:1: method: unknown method \"magic\" (want one of"},
 		{"unknown ps type", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nps_type = \"tpu\"\n", "job.toml:5:1: ps_type: type \"tpu\" is not in the catalog"},
+		{"clip_norm", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n[optimizer]\nkind = \"adam\"\nlr = 0.001\nclip_norm = 5.0\n", "optimizer.clip_norm: not supported in distributed training yet"},
+		{"model with clip_norm", "model = " + strconv.Quote(clipNormModel(t)) + "\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n", "sets optimizer.clip_norm = 2"},
 	} {
 		t.Run(tc2.name, func(t *testing.T) {
 			status, b := tc.do("POST", "/v1/jobs", api.ContentTypeTOML, []byte(tc2.src))
@@ -216,4 +221,20 @@ func FuzzControlPlane(f *testing.F) {
 			t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body)
 		}
 	})
+}
+
+// clipNormModel writes ctrdnn with clip_norm = 2 in its optimizer and
+// returns the file's path.
+func clipNormModel(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("../../config/examples/models/ctrdnn.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(src), "[optimizer]\n", "[optimizer]\nclip_norm = 2.0\n", 1)
+	path := filepath.Join(t.TempDir(), "clip.toml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -107,12 +107,31 @@ func (c *Coordinator) check(j *job) error {
 			return jf.Errorf("ps_type", "type %q is not in the catalog (have %s)", jf.PSType, c.typeNames())
 		}
 	}
+	if err := checkDistributable(jf, m); err != nil {
+		return err
+	}
 	text, err := jf.ModelFile(m)
 	if err != nil {
 		return err
 	}
 	j.model, j.modelText = m, string(text)
 	return c.checkRestore(j)
+}
+
+// checkDistributable refuses what distributed training does not do yet,
+// at submission rather than when the first task starts: clip_norm, a
+// global gradient norm across stages and parameter-server shards.
+func checkDistributable(jf *config.Job, m *config.Model) error {
+	if jf.Optimizer != nil {
+		if jf.Optimizer.ClipNorm > 0 {
+			return jf.Errorf("optimizer.clip_norm", "not supported in distributed training yet (a global gradient norm across stages and parameter-server shards); remove it")
+		}
+		return nil
+	}
+	if m.Optimizer.ClipNorm > 0 {
+		return jf.Errorf("model", "model %s sets optimizer.clip_norm = %g, which distributed training does not support yet; override [optimizer] in the job file without it", m.Name, m.Optimizer.ClipNorm)
+	}
+	return nil
 }
 
 // planLoop plans and places queued jobs one at a time.
@@ -177,6 +196,7 @@ func JobProblem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Pr
 	}
 	spec.Limit = jf.ThroughputLimit
 	spec.PSType, spec.PSRatio = jf.PSType, jf.PSRatio
+	spec.Whole = m.HasTowers()
 	if spec.PSType == "" {
 		spec.PSType = firstCPUType(cat)
 	}
@@ -201,7 +221,11 @@ func (c *Coordinator) plan(ctx context.Context, j *job) (*sched.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sched.Run(ctx, j.file.Method, p, sched.Options{Seed: j.file.Seed})
+	plan, err := sched.Run(ctx, j.file.Method, p, sched.Options{Seed: j.file.Seed})
+	if err == nil && j.model.HasTowers() && len(plan.Stages) == 1 {
+		plan.Stages[0].Last = len(j.model.Shapes()) - 1 // the one merged layer is every layer
+	}
+	return plan, err
 }
 
 // cluster is the registry as placement sees it. c.mu is held.

@@ -91,8 +91,11 @@ type EstimateSpec struct {
 	Epochs              float64
 	Samples             int64
 	Limit               float64 // samples/s; 0 picks a quarter of the fastest single-type plan
-	PSType              string
-	PSRatio             float64
+	// Whole plans the model as one layer, so in one stage: models with
+	// towers run only as a whole (config.Model.HasTowers).
+	Whole   bool
+	PSType  string
+	PSRatio float64
 }
 
 // DefaultEstimateSpec is the spec of the synthetic benchmark problems.
@@ -140,6 +143,9 @@ func EstimateProblem(shapes []config.LayerShape, cat *config.Catalog, spec Estim
 			l.Beta = append(l.Beta, math.Round(beta*1000)/1000)
 		}
 		c.Layers = append(c.Layers, l)
+	}
+	if spec.Whole {
+		wholeModel(c)
 	}
 	c.ThroughputLimit = spec.Limit
 	if spec.Limit == 0 {
@@ -206,7 +212,9 @@ func estimateTransfer(s config.LayerShape, t config.CatalogType, bo float64) (fl
 
 // autoLimit is the geometric mean of the highest throughput a single-type
 // plan reaches on one unit and with all of its type's units, to two
-// significant digits: high enough that stages need several units.
+// significant digits: high enough that stages need several units, and
+// never above what all units reach (rounding up could pass it when one
+// unit is all a type has).
 func autoLimit(c *config.Problem) (float64, error) {
 	c.ThroughputLimit = 0
 	p, err := NewProblem(c)
@@ -221,7 +229,7 @@ func autoLimit(c *config.Problem) (float64, error) {
 		segs[0].Units = ty.MaxUnits
 		all = math.Max(all, p.PipelineThroughput(segs))
 	}
-	return roundDigits(math.Sqrt(one*all), 2), nil
+	return math.Min(roundDigits(math.Sqrt(one*all), 2), all), nil
 }
 
 // SynthProblem is the benchmark problem with n types and a ctrdnn-like

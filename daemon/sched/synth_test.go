@@ -1,7 +1,10 @@
 package sched
 
 import (
+	"context"
+	"math"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/heterps/heterps/config"
@@ -136,5 +139,67 @@ func TestNCEEstimateIgnoresTheClassCount(t *testing.T) {
 	}
 	if dense := oct("fc", 10_000_000); !(large < dense/100) {
 		t.Errorf("nce over 10^7 classes estimated at %g s, a dense layer of that table at %g s", large, dense)
+	}
+}
+
+// TestWholeModelKeepsStageTimes: the merged layer's compute time on k
+// units of a type is the sum of the layers' (Amdahl per layer), for every
+// type and unit count, and its transfer is the last layer's.
+func TestWholeModelKeepsStageTimes(t *testing.T) {
+	cat, _ := SynthCatalog(4, 2)
+	shapes, _ := CTRDNNShapes(6)
+	pc, err := EstimateProblem(shapes, cat, DefaultEstimateSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := slices.Clone(pc.Layers)
+	wholeModel(pc)
+	if len(pc.Layers) != 1 {
+		t.Fatalf("%d layers after merging", len(pc.Layers))
+	}
+	whole, last := pc.Layers[0], layers[len(layers)-1]
+	ct := func(oct, alpha float64, k int) float64 { return oct * ((1 - alpha) + alpha/float64(k)) }
+	for ty := range whole.OCT {
+		for _, k := range []int{1, 2, 7, 64} {
+			want := 0.0
+			for _, l := range layers {
+				want += ct(l.OCT[ty], l.Alpha[ty], k)
+			}
+			if got := ct(whole.OCT[ty], whole.Alpha[ty], k); math.Abs(got-want) > 1e-12*want {
+				t.Errorf("type %d, %d units: merged %g s, layers %g s", ty, k, got, want)
+			}
+		}
+		if whole.ODT[ty] != last.ODT[ty] || whole.Beta[ty] != last.Beta[ty] {
+			t.Errorf("type %d: transfer %g/%g, want the last layer's %g/%g", ty, whole.ODT[ty], whole.Beta[ty], last.ODT[ty], last.Beta[ty])
+		}
+	}
+}
+
+// TestAutoLimitIsReachable: the derived throughput floor never exceeds
+// what a single-type plan reaches, also when the best type has one unit
+// (the geometric mean is then that plan's throughput, and rounding it up
+// made the problem infeasible).
+func TestAutoLimitIsReachable(t *testing.T) {
+	cat, err := config.LoadCatalog("../../config/examples/catalogs/local.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := config.LoadModel("matchnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := DefaultEstimateSpec()
+	spec.Whole = true
+	pc, err := EstimateProblem(m.Shapes(), cat, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProblem(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Run(context.Background(), "exact", p, Options{})
+	if err != nil || !plan.Feasible {
+		t.Fatalf("exact at the derived floor %g: %+v, %v", pc.ThroughputLimit, plan, err)
 	}
 }

@@ -153,11 +153,16 @@ func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := sched.EstimateProblem(m.Shapes(), cat, f.spec)
+	spec := f.spec
+	spec.Whole = m.HasTowers()
+	c, err := sched.EstimateProblem(m.Shapes(), cat, spec)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stderr, "heterps plan: layer times of %s are roofline estimates from the device descriptors of %s, not measurements\n", m.Name, f.catalog)
+	if spec.Whole {
+		fmt.Fprintf(stderr, "heterps plan: %s has towers, which run only as a whole: its layers are planned as one (as heterps run does)\n", m.Name)
+	}
 	if f.saveProblem != "" {
 		out, err := c.MarshalTOML()
 		if err == nil {
