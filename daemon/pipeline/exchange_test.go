@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +188,26 @@ func TestLinkDropsAnotherJobsMessages(t *testing.T) {
 	defer m.Release()
 	if m.Meta.Job != ps.JobKey(testJob) {
 		t.Fatalf("got a message of job key %#x, want %s's", m.Meta.Job, testJob)
+	}
+}
+
+// TestStepErrorsPutTheCauseFirst: a failed step reports its own error
+// first and drops the cancellations it caused in its background work.
+func TestStepErrorsPutTheCauseFirst(t *testing.T) {
+	cause := errors.New("batch has 22 slots")
+	cancelled := fmt.Errorf("pull dense parameters: %w", context.Canceled)
+	if got := withConsequences(cause, cancelled, nil); got.Error() != cause.Error() {
+		t.Errorf("cause with a cancelled pull: %q, want only the cause", got)
+	}
+	other := errors.New("shard 0: connection reset")
+	got := withConsequences(cause, other, cancelled)
+	if !strings.HasPrefix(got.Error(), cause.Error()) || !errors.Is(got, other) || errors.Is(got, context.Canceled) {
+		t.Errorf("cause, a real push error and a cancelled send: %q", got)
+	}
+	if got := withConsequences(nil, other, nil); !errors.Is(got, other) {
+		t.Errorf("no step error, a push error: %v", got)
+	}
+	if got := withConsequences(nil, nil, nil); got != nil {
+		t.Errorf("nothing failed: %v", got)
 	}
 }

@@ -188,12 +188,7 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	if err != nil {
 		cancel()
 	}
-	if berr := st.bg.wait(); berr != nil {
-		err = errors.Join(berr, err)
-	}
-	if serr := snd.wait(); serr != nil {
-		err = errors.Join(fmt.Errorf("send: %w", serr), err)
-	}
+	err = withConsequences(err, st.bg.wait(), snd.wait())
 	st.gate.open(err == nil)
 	w.ahead = nil
 	if err == nil && w.hasStep(step+1) {
@@ -204,6 +199,25 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, err)
 	}
 	return res, nil
+}
+
+// withConsequences joins a step's error with those of its background pulls
+// and pushes (bg) and sends (snd), the step's own first: it is the cause.
+// Once the step has failed, the background work it cancelled reports
+// context.Canceled, which says nothing and is dropped.
+func withConsequences(err, bg, snd error) error {
+	if snd != nil {
+		snd = fmt.Errorf("send: %w", snd)
+	}
+	if err == nil {
+		return errors.Join(bg, snd)
+	}
+	for _, e := range []error{bg, snd} {
+		if e != nil && !errors.Is(e, context.Canceled) {
+			err = errors.Join(err, e)
+		}
+	}
+	return err
 }
 
 // clock charges the time since its last lap to a Result field.
