@@ -32,6 +32,7 @@ func TestBadJobFilesNameTheLine(t *testing.T) {
 		{"unknown data kind", "model = \"ctrdnn\"\n\ndata = \"parquet:/x\"\nbatch = 8\nsteps = 1\n", "job.toml:3:1: data: data spec \"parquet:/x\": unknown kind"},
 		{"unknown method", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nmethod = \"magic\"\n", "job.toml:5:1: method: unknown method \"magic\" (want one of"},
 		{"unknown ps type", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\nps_type = \"tpu\"\n", "job.toml:5:1: ps_type: type \"tpu\" is not in the catalog"},
+		{"data the model cannot read", "model = \"mlp-digits\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n", "job.toml:2:1: data: model mlp-digits takes 64 dense features; the data has 13"},
 		{"clip_norm", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n[optimizer]\nkind = \"adam\"\nlr = 0.001\nclip_norm = 5.0\n", "optimizer.clip_norm: not supported in distributed training yet"},
 		{"model with clip_norm", "model = " + strconv.Quote(clipNormModel(t)) + "\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n", "sets optimizer.clip_norm = 2"},
 	} {

@@ -3,7 +3,9 @@ package coord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/sched"
 )
 
@@ -110,12 +113,33 @@ func (c *Coordinator) check(j *job) error {
 	if err := checkDistributable(jf, m); err != nil {
 		return err
 	}
+	if err := checkData(jf, m); err != nil {
+		return err
+	}
 	text, err := jf.ModelFile(m)
 	if err != nil {
 		return err
 	}
 	j.model, j.modelText = m, string(text)
 	return c.checkRestore(j)
+}
+
+// checkData checks the job's data can feed its model (nn.CheckData) when
+// the coordinator can open the data: a generator, or a file it sees too (a
+// file only the nodes see is checked when stage 0 starts).
+func checkData(jf *config.Job, m *config.Model) error {
+	src, err := data.Open(jf.Data, data.Options{Vocab: m.Input.Vocab, Split: data.SplitTrain})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return jf.Errorf("data", "%v", err)
+	}
+	defer src.Close()
+	if err := nn.CheckData(m, src.Schema()); err != nil {
+		return jf.Errorf("data", "%v", err)
+	}
+	return nil
 }
 
 // checkDistributable refuses what distributed training does not do yet,

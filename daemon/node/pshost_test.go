@@ -1,7 +1,10 @@
 package node
 
 import (
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/heterps/heterps/daemon/ps"
@@ -35,4 +38,23 @@ func TestPSHostFindsLocalShardsByJobAndIndex(t *testing.T) {
 	if h.local("j1", 1) != nil {
 		t.Error("a shard after the job left the node")
 	}
+}
+
+// TestStageDataMustFitTheModel: stage 0 refuses data its model cannot read
+// when it opens it, before training (for files only the nodes see, which
+// the coordinator could not check).
+func TestStageDataMustFitTheModel(t *testing.T) {
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = openData(api.Task{Data: "avazu:../data/testdata/avazu_sample.csv", DataShards: 1}, cfg)
+	if err == nil || !strings.Contains(err.Error(), "reads 26 sparse slots; the data has 22") {
+		t.Fatalf("openData: %v", err)
+	}
+	src, err := openData(api.Task{Data: "criteo:../data/testdata/criteo_sample.csv", DataShards: 1}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
 }

@@ -183,6 +183,10 @@ func openData(s api.Task, cfg *config.Model) (data.Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data %q: %w", s.Data, err)
 	}
+	if err := nn.CheckData(cfg, src.Schema()); err != nil {
+		src.Close()
+		return nil, fmt.Errorf("data %q: %w", s.Data, err)
+	}
 	return src, nil
 }
 

@@ -162,6 +162,9 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 		return nil, err
 	}
 	defer src.Close()
+	if err := nn.CheckData(cfg, src.Schema()); err != nil {
+		return nil, usageError{fmt.Errorf("--data %s: %w", f.data, err)}
+	}
 	if err := skipBatches(ctx, src, f.batch, res.ResumedFrom); err != nil {
 		return nil, err
 	}

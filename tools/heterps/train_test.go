@@ -86,3 +86,13 @@ func TestTrainRejectsBadFlagsAndModels(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainRefusesDataTheModelCannotRead: ctrdnn (26 slots, 13 dense
+// features) on Avazu (22 slots) stops before the first step with status 2.
+func TestTrainRefusesDataTheModelCannotRead(t *testing.T) {
+	avazu := strings.Replace(criteoSample, "criteo_sample.csv", "avazu_sample.csv", 1)
+	code, _, errs := trainCLI(t, "--model", "ctrdnn", "--data", "avazu:"+avazu, "--steps", "2", "--batch", "8", "--threads", "1", "--eval-samples", "0")
+	if code != exitUsage || !strings.Contains(errs, "reads 26 sparse slots; the data has 22") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
