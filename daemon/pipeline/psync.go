@@ -34,10 +34,10 @@ func (w *Worker) pullDense(ctx context.Context, step int64) error {
 	})
 }
 
-// pullRows fills c's embedding tables for micro-batch in: for each layer
-// the rows of the ids its slots use, in a table of the batch's distinct
-// ids (pulled ahead, or now). It returns the batch with its ids renumbered
-// into those tables.
+// pullRows fills c's sparse tables for micro-batch in with the rows its
+// row plan names (pulled ahead, or now): for an embedding the rows of the
+// ids its slots use, for NCE those of the targets and negatives. It returns
+// the batch with its ids renumbered into the embedding tables.
 func (w *Worker) pullRows(ctx context.Context, step int64, c *modelCopy, in input) (*data.Batch, error) {
 	if len(c.tables) == 0 {
 		return in.batch, nil

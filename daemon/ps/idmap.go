@@ -24,15 +24,10 @@ func (m *idMap) reset(capacity int) {
 	m.n, m.mask = 0, uint64(capacity-1)
 }
 
-// idHash spreads ids over the cells (splitmix64's finaliser; ShardOf uses
-// the same mix, and a shard holds the ids it maps to one residue, so the
-// low bits are mixed again with a different constant first).
-func idHash(id int64) uint64 {
-	z := uint64(id) ^ 0x9e3779b97f4a7c15
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
-}
+// idHash spreads ids over the cells: ShardOf's mix, of the id offset by a
+// constant first, since a shard holds only ids whose plain mix falls in one
+// residue class.
+func idHash(id int64) uint64 { return splitmix64(uint64(id) ^ 0x9e3779b97f4a7c15) }
 
 // get returns id's slot.
 func (m *idMap) get(id int64) (int, bool) {

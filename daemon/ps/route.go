@@ -5,11 +5,15 @@ package ps
 // share a stride (every multiple of nshards, say) from landing on one shard.
 // nshards must be at least 1.
 func ShardOf(id int64, nshards int) int {
-	z := uint64(id)
+	return int(splitmix64(uint64(id)) % uint64(nshards))
+}
+
+// splitmix64 is the finaliser of the splitmix64 generator: every input bit
+// moves every output bit.
+func splitmix64(z uint64) uint64 {
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return int(z % uint64(nshards))
+	return z ^ z>>31
 }
 
 // Partition splits ids by shard: byShard[s] lists, in order, the ids shard s
