@@ -1,9 +1,11 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // Node is a node daemon's file (`heterpsd --role=node --config node.toml`):
@@ -18,6 +20,7 @@ import (
 //	units = 1
 //	threads = 1                  # CPU threads per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
+//	lease = "10s"                # keep tasks running this long without the coordinator
 //
 // The node registers listen and ps_listen as the addresses other nodes
 // reach it at, so they name this machine's interface, not a wildcard; port
@@ -33,7 +36,33 @@ type Node struct {
 	Threads     int    `toml:"threads"`
 	SecretFile  string `toml:"secret_file"`
 	Plain       bool   `toml:"plain"`
+	// Lease is how long the node keeps its tasks running while the
+	// coordinator cannot be reached; past it, it stops them. Zero means
+	// the daemon's default.
+	Lease Duration `toml:"lease"`
 }
+
+// Duration is a TOML string such as "30s" or "1m30s" (time.ParseDuration).
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a duration.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"30s\": %w", err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText formats a duration.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Bounds of a node's lease.
+const (
+	minLease = time.Second
+	maxLease = 24 * time.Hour
+)
 
 // maxNodeUnits bounds units and threads (the control plane's own bound).
 const maxNodeUnits = 1 << 16
@@ -99,6 +128,9 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	if n.Threads < 1 || n.Threads > maxNodeUnits {
 		errs.add(loc.Errorf("threads", "must be in 1..%d, got %d", maxNodeUnits, n.Threads))
+	}
+	if l := n.Lease.Duration; l != 0 && (l < minLease || l > maxLease) {
+		errs.add(loc.Errorf("lease", "must be between %s and %s, got %s", minLease, maxLease, l))
 	}
 	if n.Plain == (n.SecretFile != "") {
 		errs.add(loc.Errorf("secret_file", "set exactly one of secret_file and plain = true"))

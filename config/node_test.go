@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 const goodNode = `version = 1
@@ -51,5 +52,21 @@ func TestNodeErrorsNameTheLine(t *testing.T) {
 				t.Errorf("error at %s:%d field %q (%v), want line %d field %q", ce.File, ce.Line, ce.Field, err, tc.line, tc.field)
 			}
 		})
+	}
+}
+
+func TestNodeLease(t *testing.T) {
+	n, err := ParseNode("node.toml", []byte(goodNode+"lease = \"30s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Lease.Duration != 30*time.Second {
+		t.Errorf("lease %s, want 30s", n.Lease.Duration)
+	}
+	for _, bad := range []string{`lease = "soon"`, `lease = "10ms"`, `lease = "100h"`} {
+		_, err := ParseNode("node.toml", []byte(goodNode+bad+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "lease") {
+			t.Errorf("%s: %v, want an error naming lease", bad, err)
+		}
 	}
 }

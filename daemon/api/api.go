@@ -36,6 +36,15 @@ type RegisterRequest struct {
 	Cores       int    `json:"cores"`
 	MemoryBytes int64  `json:"memory_bytes"`
 	GPUs        []GPU  `json:"gpus"`
+	// LeaseMS is how long the node keeps its tasks running while it cannot
+	// reach the coordinator; past it, it stops them (fencing). A job that
+	// failed with the node is not restarted before the lease has run out.
+	LeaseMS int64 `json:"lease_ms,omitempty"`
+	// Tasks reports the tasks the node is running as it registers: after a
+	// restart of the coordinator, or after losing touch with it, a node
+	// registers again and the coordinator adopts the tasks it still
+	// knows, so that their jobs go on.
+	Tasks []TaskReport `json:"tasks,omitempty"`
 }
 
 // RegisterResponse answers a registration.
@@ -62,6 +71,10 @@ type TaskReport struct {
 	Loss        float64   `json:"loss"` // training loss of the last step (stages with the loss layer)
 	SamplesPerS float64   `json:"samples_per_s"`
 	Error       string    `json:"error,omitempty"` // why, when State is failed
+	// Permanent says the failure is deterministic (bad input data, a model
+	// the data cannot feed, memory the task cannot have): restarting the
+	// job would fail the same way.
+	Permanent bool `json:"permanent,omitempty"`
 	// Checkpoints lists a PS task's shard files written for the job's
 	// checkpoints, latest last (at most MaxReportedCheckpoints), when the
 	// job's shards span several nodes: the coordinator writes each step's
@@ -169,7 +182,10 @@ type JobState string
 
 // Job states. Done, failed and cancelled are final.
 const (
-	JobPending   JobState = "pending"
+	JobPending JobState = "pending"
+	// JobQueued: the job waits for free units on live nodes, in queue
+	// order (JobStatus.QueuePosition).
+	JobQueued    JobState = "queued"
 	JobPlanning  JobState = "planning"
 	JobRunning   JobState = "running"
 	JobDone      JobState = "done"
@@ -193,7 +209,12 @@ type JobStatus struct {
 	ID     string   `json:"id"`
 	Name   string   `json:"name"`
 	State  JobState `json:"state"`
-	Reason string   `json:"reason,omitempty"` // why it failed or was cancelled
+	Reason string   `json:"reason,omitempty"` // why it failed, was cancelled or waits
+	// QueuePosition is a waiting job's 1-based place in the queue.
+	QueuePosition int `json:"queue_position,omitempty"`
+	// Generation counts the job's placements: it grows when its tasks are
+	// replaced.
+	Generation int64 `json:"generation,omitempty"`
 	// Plan is the scheduler's plan, in the JSON of `heterps plan --json`.
 	Plan        json.RawMessage `json:"plan,omitempty"`
 	Step        int64           `json:"step"` // steps every stage replica has completed

@@ -67,16 +67,25 @@ func (r *RegisterRequest) Validate() error {
 			errs = append(errs, fmt.Errorf("gpus[%d]: want a name of at most %d bytes and sizes >= 0", i, MaxNameLen))
 		}
 	}
+	if r.LeaseMS < 0 || r.LeaseMS > maxLeaseMS {
+		errs = append(errs, fmt.Errorf("lease_ms: must be in 0..%d, got %d", maxLeaseMS, r.LeaseMS))
+	}
+	errs = append(errs, validateReports(r.Tasks))
 	return errors.Join(errs...)
 }
 
 // Validate checks a heartbeat's task reports.
-func (h *Heartbeat) Validate() error {
-	if len(h.Tasks) > MaxTasksPerNode {
-		return fmt.Errorf("tasks: at most %d, got %d", MaxTasksPerNode, len(h.Tasks))
+func (h *Heartbeat) Validate() error { return validateReports(h.Tasks) }
+
+// maxLeaseMS bounds a node's lease: a day.
+const maxLeaseMS = 24 * 3600 * 1000
+
+func validateReports(reports []TaskReport) error {
+	if len(reports) > MaxTasksPerNode {
+		return fmt.Errorf("tasks: at most %d, got %d", MaxTasksPerNode, len(reports))
 	}
-	seen := make(map[string]bool, len(h.Tasks))
-	for i, t := range h.Tasks {
+	seen := make(map[string]bool, len(reports))
+	for i, t := range reports {
 		if err := t.validate(); err != nil {
 			return fmt.Errorf("tasks[%d]: %w", i, err)
 		}

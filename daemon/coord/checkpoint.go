@@ -1,8 +1,10 @@
 package coord
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -15,30 +17,46 @@ import (
 // reported a step, the coordinator writes that step's manifest (unless the
 // node holding every shard already did), which makes the checkpoint
 // complete. Both need the checkpoint directory: on one machine, or on a
-// filesystem the coordinator and the PS nodes share.
+// filesystem the coordinator and the PS nodes share. Manifests are written
+// by a goroutine of their own (manifestLoop), never in a heartbeat's
+// handler: an fsync on slow shared storage must not delay other nodes'
+// heartbeats.
 
 // jobCheckpoints is what the coordinator knows of a job's checkpoints.
 type jobCheckpoints struct {
 	restored *api.CheckpointStatus            // where the job started from
 	latest   *api.CheckpointStatus            // the latest complete one
 	files    map[int64]map[int]ckpt.FileEntry // step -> shard -> file, steps not yet complete
+	queued   int64                            // the newest step handed to the manifest writer
 	trained  time.Time                        // when every stage finished, while waiting for the last
+}
+
+// manifestWork is a step whose shard files are all in.
+type manifestWork struct {
+	job   *job
+	step  int64
+	dir   string
+	files []ckpt.FileEntry
 }
 
 // resolveRestore finds the checkpoint a job file's checkpoint.restore
 // names: a step directory with a manifest, or a root whose latest complete
-// step directory is taken. Either is verified in full.
-func resolveRestore(path string) (ckpt.Checkpoint, error) {
-	if _, err := ckpt.ReadManifest(path); err == nil {
-		m, err := ckpt.VerifyDir(path)
-		if err != nil {
-			return ckpt.Checkpoint{}, err
-		}
-		return ckpt.Checkpoint{Dir: path, Manifest: m}, nil
+// step directory is taken. Only manifests are read: verifyRestore hashes
+// the files later.
+func resolveRestore(path string) (api.CheckpointStatus, error) {
+	if m, err := ckpt.ReadManifest(path); err == nil {
+		return api.CheckpointStatus{Step: m.Step, Dir: path}, nil
 	} else if !errors.Is(err, ckpt.ErrNoManifest) {
-		return ckpt.Checkpoint{}, err
+		return api.CheckpointStatus{}, err
 	}
-	return ckpt.LatestComplete(path)
+	if _, err := os.ReadDir(path); err != nil {
+		return api.CheckpointStatus{}, fmt.Errorf("ckpt: %w", err)
+	}
+	cands := chainCheckpoints(path, nil, -1)
+	if len(cands) == 0 {
+		return api.CheckpointStatus{}, fmt.Errorf("ckpt: %s: %w", path, ckpt.ErrNoCheckpoint)
+	}
+	return cands[0], nil
 }
 
 // checkRestore resolves j's checkpoint.restore, if any, and checks that
@@ -52,11 +70,23 @@ func (c *Coordinator) checkRestore(j *job) error {
 	if err != nil {
 		return jf.Errorf("checkpoint.restore", "%v", err)
 	}
-	if cp.Manifest.Step >= jf.TotalSteps() {
+	if cp.Step >= jf.TotalSteps() {
 		return jf.Errorf("checkpoint.restore", "%s is of step %d and the job has %d steps: nothing left to train",
-			cp.Dir, cp.Manifest.Step, jf.TotalSteps())
+			cp.Dir, cp.Step, jf.TotalSteps())
 	}
-	j.ckpt.restored = &api.CheckpointStatus{Step: cp.Manifest.Step, Dir: cp.Dir}
+	j.ckpt.restored = &cp
+	return nil
+}
+
+// verifyRestore hashes every file of the checkpoint j restores. It runs
+// without c.mu, in the planner.
+func (c *Coordinator) verifyRestore(j *job) error {
+	if j.ckpt.restored == nil {
+		return nil
+	}
+	if _, err := ckpt.VerifyDir(j.ckpt.restored.Dir); err != nil {
+		return j.file.Errorf("checkpoint.restore", "%v", err)
+	}
 	return nil
 }
 
@@ -68,13 +98,13 @@ func (j *job) firstStep() int64 {
 	return j.ckpt.restored.Step
 }
 
-// recordCheckpoints takes a PS task's reported shard files and completes
-// every step all shards have reported. c.mu is held.
-func (c *Coordinator) recordCheckpoints(t *taskRun, files []api.ShardCheckpoint) error {
+// recordCheckpoints takes a PS task's reported shard files and hands every
+// step all shards have reported to the manifest writer. c.mu is held.
+func (c *Coordinator) recordCheckpoints(t *taskRun, files []api.ShardCheckpoint) {
 	j := t.job
-	shards := len(j.place.ps)
+	shards := j.psShards()
 	for _, f := range files {
-		if j.ckpt.latest != nil && f.Step <= j.ckpt.latest.Step {
+		if f.Step <= j.ckpt.queued || (j.ckpt.latest != nil && f.Step <= j.ckpt.latest.Step) {
 			continue
 		}
 		if j.ckpt.files == nil {
@@ -85,36 +115,78 @@ func (c *Coordinator) recordCheckpoints(t *taskRun, files []api.ShardCheckpoint)
 		}
 		j.ckpt.files[f.Step][t.task.Shard] = f.File
 		if len(j.ckpt.files[f.Step]) == shards {
-			if err := c.completeCheckpoint(j, f.Step); err != nil {
-				return err
-			}
+			c.queueManifest(j, f.Step)
 		}
 	}
-	return nil
 }
 
-// completeCheckpoint writes the manifest of step, whose shard files are
-// all in, unless it exists, and forgets older incomplete steps.
-func (c *Coordinator) completeCheckpoint(j *job, step int64) error {
-	dir := ckpt.StepDir(j.file.Checkpoint.Dir, step)
-	if m, err := ckpt.ReadManifest(dir); err != nil || m.Step != step {
-		byShard := j.ckpt.files[step]
-		files := make([]ckpt.FileEntry, len(byShard))
-		for k := range files {
-			files[k] = byShard[k]
-		}
-		if err := ps.WriteManifest(dir, j.id, step, len(files), files); err != nil {
-			return fmt.Errorf("checkpoint of step %d: %w", step, err)
-		}
+// queueManifest hands a complete step to the manifest writer and forgets
+// it and older incomplete steps. c.mu is held.
+func (c *Coordinator) queueManifest(j *job, step int64) {
+	byShard := j.ckpt.files[step]
+	files := make([]ckpt.FileEntry, len(byShard))
+	for k := range files {
+		files[k] = byShard[k]
 	}
-	j.ckpt.latest = &api.CheckpointStatus{Step: step, Dir: dir}
 	for s := range j.ckpt.files {
 		if s <= step {
 			delete(j.ckpt.files, s)
 		}
 	}
-	c.log.Info("checkpoint complete", "job", j.id, "step", step, "dir", dir)
+	j.ckpt.queued = step
+	w := manifestWork{job: j, step: step, dir: ckpt.StepDir(j.file.Checkpoint.Dir, step), files: files}
+	select {
+	case c.manifests <- w:
+	default:
+		c.log.Warn("checkpoint manifest writer is behind; skipping a step", "job", j.id, "step", step)
+	}
+}
+
+// manifestLoop writes the manifests of complete checkpoints until ctx
+// ends.
+func (c *Coordinator) manifestLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-c.manifests:
+			err := writeManifest(w)
+			c.mu.Lock()
+			c.manifestWritten(w, err, time.Now())
+			c.mu.Unlock()
+		}
+	}
+}
+
+// writeManifest writes a step's manifest unless the node holding every
+// shard already did.
+func writeManifest(w manifestWork) error {
+	if m, err := ckpt.ReadManifest(w.dir); err == nil && m.Step == w.step {
+		return nil
+	}
+	if err := ps.WriteManifest(w.dir, w.job.id, w.step, len(w.files), w.files); err != nil {
+		return fmt.Errorf("checkpoint of step %d: %w", w.step, err)
+	}
 	return nil
+}
+
+// manifestWritten records a complete checkpoint. c.mu is held.
+func (c *Coordinator) manifestWritten(w manifestWork, err error, now time.Time) {
+	j := w.job
+	if err != nil {
+		c.log.Error("checkpoint manifest", "job", j.id, "step", w.step, "err", err)
+		if j.state == api.JobRunning {
+			c.finish(j, api.JobFailed, err.Error(), now)
+		}
+		return
+	}
+	if j.ckpt.latest != nil && j.ckpt.latest.Step >= w.step {
+		return
+	}
+	j.ckpt.latest = &api.CheckpointStatus{Step: w.step, Dir: w.dir}
+	c.log.Info("checkpoint complete", "job", j.id, "step", w.step, "dir", w.dir)
+	c.save(j)
+	c.maybeDone(j, now)
 }
 
 // awaitsFinalCheckpoint reports whether j, its stages all done, still

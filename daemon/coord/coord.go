@@ -11,23 +11,47 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Config configures a coordinator.
 type Config struct {
 	Catalog *config.Catalog
+	// StateDir holds the coordinator's state database (package store):
+	// jobs, plans, placements, checkpoints, restart chains and id
+	// counters survive a restart of the coordinator. Empty keeps state in
+	// memory only (tests, and nothing else).
+	StateDir string
 	// HeartbeatInterval is how often nodes heartbeat (default 1s);
 	// HeartbeatTimeout how long a silent node stays alive (default three
 	// intervals).
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
+	// AdoptionTimeout is how long, after a restart of the coordinator, the
+	// nodes of a running job have to register again and report its tasks
+	// before the job counts as failed (default DefaultAdoptionTimeout).
+	AdoptionTimeout time.Duration
 	// SecretFile is the cluster secret's path on the nodes, passed in every
 	// task. Empty means plain, unauthenticated data-plane connections, which
 	// the coordinator only allows when every node of a job has a loopback
 	// data address.
 	SecretFile string
-	// QueueLength bounds the jobs waiting to be planned (default 64).
+	// QueueLength bounds the jobs waiting to be placed (default 64).
 	QueueLength int
+	// PlanTimeout bounds one run of the scheduler (default
+	// DefaultPlanTimeout).
+	PlanTimeout time.Duration
+	// KeepFinished is how many final jobs are kept, besides those a live
+	// restart chain needs (default DefaultKeepFinished); DeadNodeRetention
+	// how long a dead node stays listed (default DefaultDeadNodeRetention).
+	KeepFinished      int
+	DeadNodeRetention time.Duration
+	// RestartBackoff is the wait before a job's first automatic restart,
+	// doubled for each further one up to MaxRestartBackoff; SuspectFor
+	// how long a restarted job avoids the nodes that failed it.
+	RestartBackoff    time.Duration
+	MaxRestartBackoff time.Duration
+	SuspectFor        time.Duration
 	// ControlSecret, if set, is the cluster secret: every API request must
 	// then be signed with it (api.Sign), and is checked before its body is
 	// decoded. Without it the API answers anyone who can reach it.
@@ -44,6 +68,13 @@ const (
 	DefaultHeartbeatInterval   = time.Second
 	DefaultQueueLength         = 64
 	DefaultFinalCheckpointWait = 30 * time.Second
+	DefaultAdoptionTimeout     = 30 * time.Second
+	DefaultPlanTimeout         = 5 * time.Minute
+	DefaultKeepFinished        = 1000
+	DefaultDeadNodeRetention   = time.Hour
+	DefaultRestartBackoff      = time.Second
+	DefaultMaxRestartBackoff   = 2 * time.Minute
+	DefaultSuspectFor          = 10 * time.Minute
 	heartbeatsPerTimeout       = 3
 )
 
@@ -54,11 +85,18 @@ func (c Config) withDefaults() Config {
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = heartbeatsPerTimeout * c.HeartbeatInterval
 	}
+	setDefault(&c.AdoptionTimeout, DefaultAdoptionTimeout)
+	setDefault(&c.PlanTimeout, DefaultPlanTimeout)
+	setDefault(&c.DeadNodeRetention, DefaultDeadNodeRetention)
+	setDefault(&c.RestartBackoff, DefaultRestartBackoff)
+	setDefault(&c.MaxRestartBackoff, DefaultMaxRestartBackoff)
+	setDefault(&c.SuspectFor, DefaultSuspectFor)
+	setDefault(&c.FinalCheckpointWait, DefaultFinalCheckpointWait)
 	if c.QueueLength <= 0 {
 		c.QueueLength = DefaultQueueLength
 	}
-	if c.FinalCheckpointWait <= 0 {
-		c.FinalCheckpointWait = DefaultFinalCheckpointWait
+	if c.KeepFinished <= 0 {
+		c.KeepFinished = DefaultKeepFinished
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -66,20 +104,38 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+func setDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
 // Coordinator is the coordinator's state and its HTTP API.
 type Coordinator struct {
 	cfg   Config
 	log   *slog.Logger
-	queue chan *job // jobs waiting for the planner
+	store *store.Store // nil: state in memory only
+	kick  chan struct{}
+	// manifests carries checkpoints whose shards are all in to the
+	// goroutine that writes their manifests, off the heartbeat path.
+	manifests chan manifestWork
 
 	mu       sync.Mutex
 	nodes    []*node // in registration order, dead ones included
-	jobs     []*job  // in submission order
-	lastNode int
-	lastJob  int
+	jobs     []*job  // in creation order
+	lastNode uint64
+	lastJob  uint64
+	idem     map[string]string // idempotency key -> job id
+	// changes counts events that may let a waiting job be placed (a node
+	// registered or died, a job ended); the planner retries the head of
+	// the queue only when it moved.
+	changes uint64
+	started time.Time
 }
 
-// New makes a coordinator for a validated catalog.
+// New makes a coordinator for a validated catalog. With a StateDir it
+// opens the state database there and takes up the jobs it holds: running
+// jobs wait for their nodes to register again (Config.AdoptionTimeout).
 func New(cfg Config) (*Coordinator, error) {
 	if cfg.Catalog == nil {
 		return nil, errors.New("coord: no catalog")
@@ -88,18 +144,47 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: catalog: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Coordinator{cfg: cfg, log: cfg.Logger, queue: make(chan *job, cfg.QueueLength)}, nil
+	c := &Coordinator{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), manifests: make(chan manifestWork, 256),
+		idem: map[string]string{}, started: time.Now()}
+	if cfg.StateDir != "" {
+		st, err := store.Open(cfg.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("coord: %w", err)
+		}
+		c.store = st
+		if err := c.load(); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("coord: %w", err)
+		}
+	}
+	return c, nil
 }
 
-// Run plans queued jobs and watches node liveness until ctx ends, then
-// waits for its goroutines and returns ctx's error.
+// Run plans queued jobs, watches node liveness, restarts failed jobs and
+// writes checkpoint manifests until ctx ends, then waits for its
+// goroutines, closes the state database and returns ctx's error.
 func (c *Coordinator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.planLoop(ctx) })
 	wg.Go(func() { c.reapLoop(ctx) })
 	wg.Go(func() { c.restartLoop(ctx) })
+	wg.Go(func() { c.manifestLoop(ctx) })
 	wg.Wait()
+	if c.store != nil {
+		if err := c.store.Close(); err != nil {
+			c.log.Error("closing the state database", "err", err)
+		}
+	}
 	return ctx.Err()
+}
+
+// wake tells the planner that something changed. c.mu is held.
+func (c *Coordinator) wake() {
+	c.changes++
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Serve runs the coordinator and serves its API on ln until ctx ends; it

@@ -246,29 +246,48 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-func TestUnhostablePlanFails(t *testing.T) {
+// TestUnhostableJobWaitsForNodes: a job the live nodes cannot host yet
+// but the catalog could waits, queued, with its reason and place, and
+// starts once the nodes it needs register.
+func TestUnhostableJobWaitsForNodes(t *testing.T) {
 	tc := startCluster(t, nil)
-	plan := tc.expectedPlan(ctrJob)
-	first := plan.Stages[0]
-	offered := first.Units - 1
-	if offered > 0 {
-		tc.start(newFakeNode("short", first.Type, offered, 7001))
+	id := tc.submit(ctrJob)
+	waitFor(t, "queued", func() bool { return tc.job(id).State == api.JobQueued })
+	s := tc.job(id)
+	if s.QueuePosition != 1 || !strings.Contains(s.Reason, "no live node offers free units") {
+		t.Errorf("queued job: position %d, reason %q", s.QueuePosition, s.Reason)
+	}
+	tc.nodesFor(tc.expectedPlan(ctrJob))
+	if s := tc.waitJob(id); s.State != api.JobDone {
+		t.Fatalf("after the nodes joined: %s %q", s.State, s.Reason)
+	}
+}
+
+// TestPlanUsesTheLiveNodes: with only CPU nodes registered, a job the
+// catalog would plan on GPUs is planned on the CPU units that are there.
+func TestPlanUsesTheLiveNodes(t *testing.T) {
+	tc := startCluster(t, nil)
+	if first := tc.expectedPlan(ctrJob).Stages[0]; first.Type == "cpu" {
+		t.Fatalf("the catalog's plan already starts on cpu: the test needs another")
+	}
+	for i := range 2 {
+		tc.start(newFakeNode(fmt.Sprintf("cpu-only-%d", i), "cpu", 4, 7100+i))
 	}
 	s := tc.waitJob(tc.submit(ctrJob))
-	want := fmt.Sprintf("the cluster cannot host the plan: stage 0 (%s) needs %d units of type %s; free live nodes offer %d",
-		layerRange(first), first.Units, first.Type, offered)
-	if s.State != api.JobFailed || s.Reason != want {
-		t.Errorf("got %s: %q, want failed: %q", s.State, s.Reason, want)
+	if s.State != api.JobDone {
+		t.Fatalf("%s %q", s.State, s.Reason)
 	}
-	if s.Plan == nil {
-		t.Error("a failed placement should still show the plan")
+	for _, st := range s.Stages {
+		if st.Type != "cpu" {
+			t.Errorf("stage %d planned on %s, which no live node offers", st.Stage, st.Type)
+		}
 	}
 }
 
 func TestInfeasiblePlanFails(t *testing.T) {
 	tc := startCluster(t, nil)
 	s := tc.waitJob(tc.submit(ctrJob + "throughput_limit = 1e12\n"))
-	if s.State != api.JobFailed || !strings.HasPrefix(s.Reason, "no feasible plan (method exact): ") {
+	if s.State != api.JobFailed || !strings.HasPrefix(s.Reason, "no feasible plan (method exact) even with every unit of the catalog: ") {
 		t.Errorf("got %s: %q", s.State, s.Reason)
 	}
 }
@@ -366,17 +385,40 @@ func TestNodesFreedAfterJob(t *testing.T) {
 }
 
 // TestBusyNodesAreNotShared submits a second job while the first holds
-// every node: the second cannot be hosted.
+// its stage nodes: the second is planned on what is left (the PS node's
+// idle units) or waits, queued, and never shares a stage node.
 func TestBusyNodesAreNotShared(t *testing.T) {
 	tc := startCluster(t, nil)
 	long := strings.Replace(ctrJob, "steps = 12", "steps = 1000000", 1)
 	tc.nodesFor(tc.expectedPlan(long))
 	first := tc.submit(long)
 	waitFor(t, "first running", func() bool { return tc.job(first).State == api.JobRunning })
-	s := tc.waitJob(tc.submit(long))
-	if s.State != api.JobFailed || !strings.Contains(s.Reason, "free live nodes offer 0") {
-		t.Errorf("second job: %s %q", s.State, s.Reason)
+	second := tc.submit(long)
+	waitFor(t, "second placed or queued", func() bool {
+		st := tc.job(second).State
+		return st == api.JobRunning || st == api.JobQueued
+	})
+	s1, s2 := tc.job(first), tc.job(second)
+	held := map[string]bool{}
+	for _, st := range s1.Stages {
+		for _, n := range st.Nodes {
+			held[n] = true
+		}
 	}
+	for _, st := range s2.Stages {
+		for _, n := range st.Nodes {
+			if held[n] {
+				t.Errorf("both jobs have a stage on %s", n)
+			}
+		}
+	}
+	third := tc.submit(long)
+	waitFor(t, "third queued", func() bool { return tc.job(third).State == api.JobQueued })
+	if s := tc.job(third); s.Started != nil || s.QueuePosition < 1 {
+		t.Errorf("third job while the cluster is full: %+v", s)
+	}
+	tc.call("DELETE", "/v1/jobs/"+first, nil, http.StatusOK, nil)
+	waitFor(t, "third placed once the first ended", func() bool { return tc.job(third).State == api.JobRunning })
 }
 
 // TestPlainNeedsLoopbackNodes: without a cluster secret the data plane is
@@ -530,7 +572,7 @@ func TestTowerModelsArePlannedAsOneStage(t *testing.T) {
 		if err := c.check(j); err != nil {
 			t.Fatal(err)
 		}
-		plan, err := c.plan(context.Background(), j)
+		plan, err := c.plan(context.Background(), j, c.cfg.Catalog)
 		if err != nil || !plan.Feasible {
 			t.Fatalf("%s: plan %+v, %v", model, plan, err)
 		}

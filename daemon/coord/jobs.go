@@ -16,83 +16,149 @@ import (
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // job is a submitted job and everything the coordinator knows of it.
 type job struct {
-	id        string
-	file      *config.Job
-	model     *config.Model
+	id     string
+	seq    uint64 // queue order; a restart keeps its original's
+	source string // the job file's text
+	file   *config.Job
+	model  *config.Model
+	// modelText is the model file's text, sent in every task.
 	modelText string
 	state     api.JobState
 	reason    string
 	plan      *sched.Plan
 	planJSON  json.RawMessage
-	place     *placement
+	gen       int64
 	tasks     []*taskRun         // stage replicas in stage order, then PS shards
 	hourly    float64            // price of everything placed, per hour
 	stopPlan  context.CancelFunc // ends the scheduler's run while planning
 	ckpt      jobCheckpoints
 	// restarts counts the automatic restarts before this job; restartOf
-	// is the job it restarts, restartedAs the one that restarted it, and
-	// failedAt when a restarting job failed (zero once restarted).
+	// is the job it restarts, restartedAs the one that restarted it.
 	restarts    int
 	restartOf   string
 	restartedAs string
-	failedAt    time.Time
-	submitted   time.Time
-	started     time.Time
-	finished    time.Time
+	// failedAt is when a restarting job failed (zero once restarted),
+	// notBefore when it may be restarted at the earliest, suspects the
+	// nodes its restarts avoid.
+	failedAt  time.Time
+	notBefore time.Time
+	suspects  []store.Suspect
+	// lost names the nodes whose death failed the job (for suspects).
+	lost []lostNode
+
+	idemKey   string
+	verified  bool   // its restore checkpoint was verified in full
+	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
+	triedAt   uint64 // Coordinator.changes when its placement last failed
+	adoptBy   time.Time
+	submitted time.Time
+	started   time.Time
+	finished  time.Time
 }
 
-// taskRun is a task, the node it is on and the node's last report of it.
+// taskRun is a task, the node it is placed on and the node's last report
+// of it. node is nil while the task waits to be adopted: the coordinator
+// restarted and its node has not registered again yet.
 type taskRun struct {
-	job    *job
-	task   api.Task
-	node   *node
-	report api.TaskReport
+	job      *job
+	task     api.Task
+	nodeName string
+	node     *node
+	report   api.TaskReport
 }
+
+// waiting reports whether j waits to be placed.
+func (j *job) waiting() bool { return j.state == api.JobPending || j.state == api.JobQueued }
 
 // jobFileName names submitted job files in errors.
 const jobFileName = "job.toml"
 
-// submit parses and checks a job file and queues the job for planning.
-func (c *Coordinator) submit(src []byte) (*job, error) {
+// submit parses and checks a job file, records the job durably and queues
+// it; key, if set, is the request's idempotency key: a submission that
+// repeats a key gets the job the first one created (created is false).
+func (c *Coordinator) submit(src []byte, key string) (j *job, created bool, err error) {
+	if old, ok := c.jobByKey(key); ok {
+		return old, false, nil
+	}
 	jf, err := config.ParseJob(jobFileName, src)
 	if err != nil {
-		return nil, badRequest("%v", err)
+		return nil, false, badRequest("%v", err)
 	}
-	j := &job{file: jf, state: api.JobPending, submitted: time.Now()}
+	j = &job{source: string(src), file: jf, state: api.JobPending, submitted: time.Now(), idemKey: key}
 	if err := c.check(j); err != nil {
-		return nil, badRequest("%v", err)
+		return nil, false, badRequest("%v", err)
+	}
+	c.mu.Lock()
+	if id, ok := c.idem[key]; key != "" && ok { // a concurrent twin won
+		old := c.job(id)
+		c.mu.Unlock()
+		return old, false, nil
+	}
+	if err := c.enqueue(j); err != nil {
+		c.mu.Unlock()
+		return nil, false, err
+	}
+	if key != "" {
+		c.idem[key] = j.id
+	}
+	saved := c.save(j)
+	c.mu.Unlock()
+	if err := saved(); err != nil {
+		c.mu.Lock()
+		c.finish(j, api.JobFailed, fmt.Sprintf("not recorded in the state database: %v", err), time.Now())
+		c.mu.Unlock()
+		return nil, false, httpErrorf(http.StatusServiceUnavailable, "recording the job: %v", err)
+	}
+	return j, true, nil
+}
+
+func (c *Coordinator) jobByKey(key string) (*job, bool) {
+	if key == "" {
+		return nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.enqueue(j); err != nil {
-		return nil, err
+	id, ok := c.idem[key]
+	if !ok {
+		return nil, false
 	}
-	return j, nil
+	j := c.job(id)
+	return j, j != nil
 }
 
-// enqueue queues a checked job for planning and gives it its id. c.mu is
-// held.
+// enqueue gives a checked job its id and queues it. c.mu is held.
 func (c *Coordinator) enqueue(j *job) error {
-	select {
-	case c.queue <- j:
-	default:
-		return httpErrorf(http.StatusServiceUnavailable, "%d jobs are waiting to be planned; try later", cap(c.queue))
+	waiting := 0
+	for _, o := range c.jobs {
+		if o.waiting() || o.state == api.JobPlanning {
+			waiting++
+		}
+	}
+	if waiting >= c.cfg.QueueLength {
+		return httpErrorf(http.StatusServiceUnavailable, "%d jobs are waiting to be placed; try later", waiting)
 	}
 	c.lastJob++
 	j.id = fmt.Sprintf("j%d", c.lastJob)
+	if j.seq == 0 {
+		j.seq = c.lastJob
+	}
 	c.jobs = append(c.jobs, j)
 	jf := j.file
 	c.log.Info("job submitted", "id", j.id, "name", jf.Name, "model", jf.Model, "method", jf.Method, "restart_of", j.restartOf)
+	c.wake()
 	return nil
 }
 
 // check resolves what the job file names against what the coordinator
-// knows: the model, the data spec's kind, the method and the PS type. Its
-// errors point at the job file's lines.
+// knows: the model, the data spec's kind, the method and the PS type, and
+// reads the manifest of the checkpoint it restores (hashing that
+// checkpoint's files is the planner's, after the submission is answered).
+// Its errors point at the job file's lines.
 func (c *Coordinator) check(j *job) error {
 	jf := j.file
 	m, err := config.LoadModel(jf.Model)
@@ -158,56 +224,6 @@ func checkDistributable(jf *config.Job, m *config.Model) error {
 	return nil
 }
 
-// planLoop plans and places queued jobs one at a time.
-func (c *Coordinator) planLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-c.queue:
-			c.planAndPlace(ctx, j)
-		}
-	}
-}
-
-func (c *Coordinator) planAndPlace(ctx context.Context, j *job) {
-	c.mu.Lock()
-	if j.state != api.JobPending { // cancelled while queued
-		c.mu.Unlock()
-		return
-	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	j.state, j.stopPlan = api.JobPlanning, stop
-	c.mu.Unlock()
-
-	plan, err := c.plan(ctx, j)
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	j.stopPlan = nil
-	now := time.Now()
-	if j.state != api.JobPlanning { // cancelled while planning
-		return
-	}
-	if err != nil {
-		c.finish(j, api.JobFailed, fmt.Sprintf("planning: %v", err), now)
-		return
-	}
-	j.plan = plan
-	j.planJSON, _ = json.Marshal(plan) // plans hold finite numbers and strings
-	if !plan.Feasible {
-		c.finish(j, api.JobFailed, fmt.Sprintf("no feasible plan (method %s): %s", plan.Method, plan.Reason), now)
-		return
-	}
-	pl, err := place(plan, j.file.Batch, c.cluster(), c.cfg.SecretFile == "")
-	if err != nil {
-		c.finish(j, api.JobFailed, fmt.Sprintf("the cluster cannot host the plan: %v", err), now)
-		return
-	}
-	c.start(j, pl, now)
-}
-
 // JobProblem builds the scheduling problem of a job file's model on the
 // catalog, as `heterps plan --model --catalog` does: layer times are
 // roofline estimates from the catalog's device descriptors.
@@ -240,43 +256,11 @@ func firstCPUType(cat *config.Catalog) string {
 	return ""
 }
 
-func (c *Coordinator) plan(ctx context.Context, j *job) (*sched.Plan, error) {
-	p, err := JobProblem(j.file, j.model, c.cfg.Catalog)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := sched.Run(ctx, j.file.Method, p, sched.Options{Seed: j.file.Seed})
-	if err == nil && j.model.HasTowers() && len(plan.Stages) == 1 {
-		plan.Stages[0].Last = len(j.model.Shapes()) - 1 // the one merged layer is every layer
-	}
-	return plan, err
-}
-
-// cluster is the registry as placement sees it. c.mu is held.
-func (c *Coordinator) cluster() cluster {
-	cl := cluster{busy: map[*node]bool{}, load: map[*node]int{}}
-	for _, n := range c.nodes {
-		if n.alive() {
-			cl.live = append(cl.live, n)
-		}
-	}
-	for _, j := range c.jobs {
-		if j.state != api.JobRunning {
-			continue
-		}
-		for _, t := range j.tasks {
-			cl.load[t.node]++
-			if t.task.Role == api.RoleStage {
-				cl.busy[t.node] = true
-			}
-		}
-	}
-	return cl
-}
-
 // start turns a placement into tasks and sets the job running. c.mu is held.
 func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
-	j.place, j.state, j.started = pl, api.JobRunning, now
+	j.state, j.started, j.reason = api.JobRunning, now, ""
+	j.gen++
+	j.tasks, j.hourly = nil, 0
 	jf := j.file
 	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches,
 		SecretFile: c.cfg.SecretFile, Plain: c.cfg.SecretFile == "",
@@ -311,17 +295,18 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 			if i+1 < len(addrs) {
 				t.Next = addrs[i+1]
 			}
-			j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: r.node})
+			j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: r.node, nodeName: r.node.req.Name})
 			j.hourly += c.price(s.Type) * float64(r.units)
 		}
 	}
 	for k, n := range pl.ps {
 		t := base
 		t.TaskID, t.Role, t.Shard = fmt.Sprintf("%s.ps%d", j.id, k), api.RolePS, k
-		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n})
+		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n, nodeName: n.req.Name})
 		j.hourly += c.price(j.plan.PSType)
 	}
 	c.log.Info("job running", "id", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
+	c.save(j)
 }
 
 func (c *Coordinator) price(typ string) float64 {
@@ -329,10 +314,14 @@ func (c *Coordinator) price(typ string) float64 {
 	return t.Price
 }
 
-// finish puts j in a final state. c.mu is held.
+// finish puts j in a final state, records it and prunes old jobs. c.mu is
+// held.
 func (c *Coordinator) finish(j *job, state api.JobState, reason string, now time.Time) {
 	j.state, j.reason, j.finished = state, reason, now
 	c.log.Info("job "+string(state), "id", j.id, "reason", reason)
+	c.save(j)
+	c.wake()
+	c.prune(now)
 }
 
 // cancel cancels a job that has not finished.
@@ -372,11 +361,17 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	t.report = r
 	j := t.job
 	if r.State == api.TaskFailed {
-		c.failRunning(j, fmt.Sprintf("task %s on %s failed: %s", r.TaskID, n.describe(), r.Error), now)
+		c.taskFailed(j, n, r, now)
 		return
 	}
-	if err := c.recordCheckpoints(t, r.Checkpoints); err != nil {
-		c.finish(j, api.JobFailed, err.Error(), now)
+	c.recordCheckpoints(t, r.Checkpoints)
+	c.maybeDone(j, now)
+}
+
+// maybeDone finishes a running job whose stage tasks are all done, once
+// its last checkpoint is in (or waited for too long: reap). c.mu is held.
+func (c *Coordinator) maybeDone(j *job, now time.Time) {
+	if j.state != api.JobRunning {
 		return
 	}
 	for _, t := range j.tasks {
@@ -427,11 +422,22 @@ func (c *Coordinator) tasksOf(n *node) []api.Task {
 	return tasks
 }
 
+// psShards is the number of the job's parameter-server shards.
+func (j *job) psShards() int {
+	n := 0
+	for _, t := range j.tasks {
+		if t.task.Role == api.RolePS {
+			n++
+		}
+	}
+	return n
+}
+
 // status is j as the API shows it, its progress folded from the task
 // reports. c.mu is held.
 func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s := api.JobStatus{ID: j.id, Name: j.file.Name, State: j.state, Reason: j.reason, Plan: j.planJSON,
-		Steps: j.file.TotalSteps(), Stages: []api.StageStatus{}, PS: []string{}, Submitted: j.submitted}
+		Steps: j.file.TotalSteps(), Stages: []api.StageStatus{}, PS: []string{}, Submitted: j.submitted, Generation: j.gen}
 	if !j.started.IsZero() {
 		started := j.started
 		s.Started = &started
@@ -447,11 +453,16 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	}
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
-	if j.place == nil {
+	if j.waiting() {
+		s.QueuePosition = c.queuePosition(j)
+	}
+	if len(j.tasks) == 0 || j.plan == nil {
 		return s
 	}
-	for _, n := range j.place.ps {
-		s.PS = append(s.PS, n.req.Name)
+	for _, t := range j.tasks {
+		if t.task.Role == api.RolePS {
+			s.PS = append(s.PS, t.nodeName)
+		}
 	}
 	c.fold(j, &s)
 	return s
@@ -473,9 +484,9 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 			if t.task.Role != api.RoleStage || t.task.Stage != i {
 				continue
 			}
-			st.Nodes = append(st.Nodes, t.node.req.Name)
+			st.Nodes = append(st.Nodes, t.nodeName)
 			st.MeasuredThroughput += t.report.SamplesPerS
-			s.Step = min(s.Step, t.report.Step)
+			s.Step = min(s.Step, max(t.report.Step, j.firstStep()))
 			if i == last && t.report.TaskID != "" {
 				loss += t.report.Loss
 				losses++

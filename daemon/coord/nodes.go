@@ -20,9 +20,14 @@ type node struct {
 	reason     string // why it is dead
 	registered time.Time
 	lastSeen   time.Time
+	died       time.Time
 }
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }
+
+// lease is how long the node keeps its tasks running without reaching the
+// coordinator.
+func (n *node) lease() time.Duration { return time.Duration(n.req.LeaseMS) * time.Millisecond }
 
 // psAddr is where the node serves parameter-server shards.
 func (n *node) psAddr() string {
@@ -35,8 +40,12 @@ func (n *node) psAddr() string {
 // describe names a node for messages: "node gpu-3 (10.0.0.3:7070)".
 func (n *node) describe() string { return fmt.Sprintf("node %s (%s)", n.req.Name, n.req.DataAddr) }
 
-// register adds a node. A node registering under a name that is alive
-// replaces it: the daemon restarted, so its tasks are gone.
+// register adds a node. The tasks it reports running are adopted: tasks of
+// running jobs placed on a node of its name (the coordinator restarted, or
+// the node lost touch for less than its timeout) stay where they are. A
+// node registering under a name that is alive replaces it; the tasks the
+// old entry held and the new one does not report are lost, which fails
+// their jobs.
 func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, error) {
 	if err := req.Validate(); err != nil {
 		return api.RegisterResponse{}, badRequest("register: %v", err)
@@ -50,14 +59,53 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	defer c.mu.Unlock()
 	c.lastNode++
 	n := &node{id: fmt.Sprintf("n%d", c.lastNode), req: req, kind: typ.Kind, state: api.NodeAlive, registered: now, lastSeen: now}
+	adopted := c.adopt(n, req.Tasks, now)
 	for _, old := range c.nodes {
 		if old.alive() && old.req.Name == req.Name {
-			c.declareDead(old, fmt.Sprintf("%s registered again as %s (the daemon restarted)", old.describe(), n.id))
+			c.declareDead(old, fmt.Sprintf("%s registered again as %s (the daemon restarted)", old.describe(), n.id), now)
 		}
 	}
 	c.nodes = append(c.nodes, n)
-	c.log.Info("node registered", "id", n.id, "name", req.Name, "addr", req.DataAddr, "type", req.Type, "units", req.Units)
+	c.saveCounters()
+	c.wake()
+	c.log.Info("node registered", "id", n.id, "name", req.Name, "addr", req.DataAddr, "type", req.Type, "units", req.Units, "adopted", adopted)
+	for _, r := range req.Tasks {
+		c.applyReport(n, r, now)
+	}
 	return api.RegisterResponse{NodeID: n.id, HeartbeatIntervalMS: c.cfg.HeartbeatInterval.Milliseconds()}, nil
+}
+
+// adopt binds to n the tasks of running jobs placed on a node of n's name
+// that n reports, and fails the jobs whose tasks there n does not report.
+// It returns how many it adopted. c.mu is held.
+func (c *Coordinator) adopt(n *node, reports []api.TaskReport, now time.Time) int {
+	reported := map[string]bool{}
+	for _, r := range reports {
+		reported[r.TaskID] = true
+	}
+	adopted := 0
+	for _, j := range c.jobs {
+		if j.state != api.JobRunning {
+			continue
+		}
+		var lost []string
+		for _, t := range j.tasks {
+			if t.nodeName != n.req.Name {
+				continue
+			}
+			if reported[t.task.TaskID] {
+				t.node = n
+				adopted++
+			} else {
+				lost = append(lost, t.task.TaskID)
+			}
+		}
+		if len(lost) > 0 {
+			c.failRunning(j, fmt.Sprintf("%s registered again without task(s) %s (the daemon restarted or its lease ran out)",
+				n.describe(), strings.Join(lost, ", ")), now, lostNode{name: n.req.Name, dead: true})
+		}
+	}
+	return adopted
 }
 
 func (c *Coordinator) typeNames() string {
@@ -121,20 +169,66 @@ func (c *Coordinator) reap(now time.Time) {
 	defer c.mu.Unlock()
 	for _, n := range c.nodes {
 		if n.alive() && now.Sub(n.lastSeen) > c.cfg.HeartbeatTimeout {
-			c.declareDead(n, fmt.Sprintf("%s missed heartbeats for %s", n.describe(), c.cfg.HeartbeatTimeout))
+			c.declareDead(n, fmt.Sprintf("%s missed heartbeats for %s", n.describe(), c.cfg.HeartbeatTimeout), now)
 		}
 	}
+	c.checkAdoptions(now)
 	c.checkFinalCheckpoints(now)
+	c.pruneNodes(now)
 }
 
-// declareDead marks n dead and fails every running job with a task on it.
-// c.mu is held.
-func (c *Coordinator) declareDead(n *node, reason string) {
-	n.state, n.reason = api.NodeDead, reason
+// declareDead marks n dead and fails every running job with a task on it;
+// restarts of those jobs wait for n's lease to run out. c.mu is held.
+func (c *Coordinator) declareDead(n *node, reason string, now time.Time) {
+	n.state, n.reason, n.died = api.NodeDead, reason, now
 	c.log.Warn("node dead", "id", n.id, "reason", reason)
+	c.wake()
+	leaseEnd := n.lastSeen.Add(n.lease())
 	for _, j := range c.jobs {
-		if j.state == api.JobRunning && slices.ContainsFunc(j.tasks, func(t *taskRun) bool { return t.node == n }) {
-			c.failRunning(j, reason, time.Now())
+		if !j.hasTaskOn(n) {
+			continue
+		}
+		switch j.state {
+		case api.JobRunning:
+			c.failRunning(j, reason, now, lostNode{name: n.req.Name, dead: true})
+		case api.JobRestarting:
+			j.addLost(lostNode{name: n.req.Name, dead: true})
+		}
+		if j.state == api.JobRestarting && j.notBefore.Before(leaseEnd) {
+			j.notBefore = leaseEnd
+		}
+	}
+}
+
+func (j *job) hasTaskOn(n *node) bool {
+	for _, t := range j.tasks {
+		if t.node == n {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAdoptions fails the running jobs taken up from the state database
+// whose nodes did not register again in time. c.mu is held.
+func (c *Coordinator) checkAdoptions(now time.Time) {
+	for _, j := range c.jobs {
+		if j.state != api.JobRunning || j.adoptBy.IsZero() || now.Before(j.adoptBy) {
+			continue
+		}
+		var missing []string
+		for _, t := range j.tasks {
+			if t.node == nil && !slices.Contains(missing, t.nodeName) {
+				missing = append(missing, t.nodeName)
+			}
+		}
+		j.adoptBy = time.Time{}
+		if len(missing) > 0 {
+			reason := fmt.Sprintf("node(s) %s did not register again within %s of the coordinator's restart", strings.Join(missing, ", "), c.cfg.AdoptionTimeout)
+			for _, name := range missing {
+				j.addLost(lostNode{name: name, dead: true})
+			}
+			c.failRunning(j, reason, now, lostNode{name: missing[0], dead: true})
 		}
 	}
 }

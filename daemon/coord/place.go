@@ -9,6 +9,11 @@ import (
 	"github.com/heterps/heterps/daemon/sched"
 )
 
+// neverPlaceable is a placement error that waiting for nodes cannot cure.
+type neverPlaceable struct{ error }
+
+func (e neverPlaceable) Unwrap() error { return e.error }
+
 // replica is one data-parallel copy of a stage: a node and the units of it
 // the replica uses.
 type replica struct {
@@ -24,9 +29,7 @@ type placement struct {
 	ps     []*node
 }
 
-// cluster is what placement sees of the registry: the live nodes in
-// registration order, the nodes already hosting a stage replica of a
-// running job, and how many tasks each node hosts.
+// cluster is what placement sees of the registry (Coordinator.cluster).
 type cluster struct {
 	live []*node
 	busy map[*node]bool
@@ -56,7 +59,7 @@ func place(plan *sched.Plan, batch int, cl cluster, plain bool) (*placement, err
 	pl.ps = ps
 	if plain {
 		if err := pl.checkLoopback(); err != nil {
-			return nil, err
+			return nil, neverPlaceable{err}
 		}
 	}
 	return pl, nil

@@ -34,16 +34,24 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// StepTimeout bounds one training step; 0 = the pipeline's default.
 	StepTimeout time.Duration
-	Logger      *slog.Logger
+	// Lease is how long the node keeps its tasks running while it cannot
+	// reach the coordinator; past it, it stops them (and writes no more
+	// checkpoint files), since the coordinator may have given their work
+	// to other nodes. 0 = DefaultLease.
+	Lease  time.Duration
+	Logger *slog.Logger
 }
 
-// DefaultReadyTimeout is Config.ReadyTimeout's default.
-const DefaultReadyTimeout = time.Minute
+// Defaults.
+const (
+	DefaultReadyTimeout = time.Minute
+	DefaultLease        = 10 * time.Second
+)
 
 // ConfigFromFile turns a node file into a Config, reading its secret.
 func ConfigFromFile(n *config.Node) (Config, error) {
 	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
-		Units: n.Units, Threads: n.Threads, Plain: n.Plain}
+		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration}
 	if n.SecretFile != "" {
 		secret, err := wire.LoadSecret(n.SecretFile)
 		if err != nil {
@@ -70,6 +78,7 @@ type Agent struct {
 	mu    sync.Mutex
 	tasks map[string]*task
 	wg    sync.WaitGroup // task goroutines
+	lease lease
 }
 
 // New opens the node's listeners. Run then registers and serves; it closes
@@ -81,10 +90,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{},
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{}, lease: newLease(cfg.Lease),
 		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}}
 	a.ctl = control{base: cfg.Coordinator, client: &http.Client{Transport: a.http, Timeout: 30 * time.Second}}
 	if cfg.Secret != nil {
@@ -152,9 +164,13 @@ func (a *Agent) PSAddr() string { return a.psAddr }
 // Run registers with the coordinator and heartbeats, running the tasks of
 // each reply, until ctx ends. It then cancels the tasks, waits for them,
 // sends a last heartbeat that reports them abandoned, closes the listeners
-// and returns nil. A coordinator that forgets the node (410 or 404) gets a
-// new registration; one that cannot be reached is retried; one that
-// refuses the registration (an unknown type, say) ends Run with the reason.
+// and returns nil. A coordinator that forgets the node (410 or 404: it
+// restarted, or declared the node dead) gets a new registration that
+// reports the tasks still running, which it adopts if their jobs still
+// run there; the reply to the next heartbeat stops the others. One that
+// cannot be reached is retried, the tasks running on until the lease runs
+// out; one that refuses the registration (an unknown type, say) ends Run
+// with the reason.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -172,10 +188,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("inventory", "err", err)
 	}
 	req := api.RegisterRequest{Name: a.cfg.Name, DataAddr: a.dataAddr, PSAddr: a.psAddr, Type: a.cfg.Type,
-		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs}
+		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs, LeaseMS: a.cfg.Lease.Milliseconds()}
 	id := ""
 	for ctx.Err() == nil {
 		var interval time.Duration
+		req.Tasks = a.reports()
 		id, interval, err = a.register(ctx, req)
 		if err != nil {
 			a.shutdown("")
@@ -189,7 +206,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			break
 		}
 		a.log.Warn("registering again", "err", err)
-		a.stopTasks("the coordinator forgot this node")
 		id = ""
 	}
 	a.shutdown(id)
@@ -204,12 +220,14 @@ func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, 
 		resp, err := a.ctl.register(ctx, req)
 		switch {
 		case err == nil:
-			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr)
+			a.lease.renew()
+			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr, "reported_tasks", len(req.Tasks))
 			return resp.NodeID, max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond), nil
 		case errors.Is(err, errRejected):
 			return "", 0, err
 		}
 		a.log.Warn("register", "err", err)
+		a.checkLease()
 		if !sleep(ctx, wait) {
 			return "", 0, nil
 		}
@@ -229,7 +247,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 			return err
 		case err != nil && ctx.Err() == nil:
 			a.log.Warn("heartbeat", "err", err)
+			a.checkLease()
 		case err == nil:
+			a.lease.renew()
 			a.reconcile(ctx, resp.Tasks)
 		}
 		select {

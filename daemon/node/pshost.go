@@ -183,7 +183,7 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 	manifest := len(shards) == len(spec.PS)
 	for step := (spec.FirstStep/every + 1) * every; ; step += every {
 		step = min(step, spec.Steps)
-		files, err := checkpointAt(ctx, spec, step, shards, names, manifest)
+		files, err := checkpointAt(ctx, a.lease.context(), spec, step, shards, names, manifest)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // the job ended before the step
@@ -200,9 +200,10 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 
 // checkpointAt writes the shards' files of the checkpoint at step, and the
 // manifest if asked; when ctx ends first it is cancelled only if the step
-// has not been applied yet.
-func checkpointAt(ctx context.Context, spec api.Task, step int64, shards []*ps.Shard, names []string, manifest bool) ([]ckpt.FileEntry, error) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// has not been applied yet. It is cancelled in any case when fence ends:
+// the node's lease ran out.
+func checkpointAt(ctx, fence context.Context, spec api.Task, step int64, shards []*ps.Shard, names []string, manifest bool) ([]ckpt.FileEntry, error) {
+	wctx, cancel := context.WithCancel(fence)
 	defer cancel()
 	type written struct {
 		files []ckpt.FileEntry

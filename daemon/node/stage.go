@@ -80,7 +80,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	cfg, err := config.ParseModel("job "+s.JobID+" model", []byte(s.Model))
 	if err != nil {
-		return fail(err)
+		return fail(permanent(err))
 	}
 	backend, err := native.NewCPU(native.CPUOptions{Threads: s.Units * a.cfg.Threads})
 	if err != nil {
@@ -88,7 +88,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	model, err := nn.Build(backend, cfg, s.Seed)
 	if err != nil {
-		return fail(err)
+		return fail(permanent(err))
 	}
 	client, err := a.psClient(s)
 	if err != nil {
@@ -118,7 +118,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if s.Stage == 0 {
 		src, err := openData(s, cfg)
 		if err != nil {
-			return fail(err)
+			return fail(permanent(err))
 		}
 		undo = append(undo, func() { src.Close() })
 		if err := skipBatches(ctx, src, s.FirstStep, s.Batch); err != nil {

@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/data"
 )
 
 // task is one assignment the node holds: its spec, how to stop it and its
@@ -48,7 +50,29 @@ func (a *Agent) fail(ctx context.Context, t *task, err error) {
 	if len(msg) > api.MaxErrorLen {
 		msg = msg[:api.MaxErrorLen]
 	}
-	a.setReport(ctx, t, func(r *api.TaskReport) { r.State, r.Error = api.TaskFailed, msg })
+	permanent := isPermanent(err)
+	a.setReport(ctx, t, func(r *api.TaskReport) { r.State, r.Error, r.Permanent = api.TaskFailed, msg, permanent })
+}
+
+// permanentError is a deterministic failure: the task's input (model,
+// data, memory it needs) is wrong, so running it again would fail again.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+// permanent marks err deterministic.
+func permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// isPermanent reports whether err is deterministic: marked so, or a
+// malformed line of the data.
+func isPermanent(err error) bool {
+	var line *data.LineError
+	return errors.As(err, new(permanentError)) || errors.As(err, &line)
 }
 
 // reconcile makes the node run exactly the tasks of a heartbeat reply:

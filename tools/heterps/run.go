@@ -186,7 +186,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 		}
 	}()
 	line, err := kids.start(ctx, bin, filepath.Join(dir, "coordinator.log"), "--role=coordinator", "--catalog", f.catalog,
-		"--listen", "127.0.0.1:0", "--heartbeat", f.heartbeat.String())
+		"--listen", "127.0.0.1:0", "--heartbeat", f.heartbeat.String(), "--state-dir", filepath.Join(dir, "state"))
 	if err != nil {
 		return none, err
 	}

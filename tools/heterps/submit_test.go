@@ -50,25 +50,32 @@ func startCoordinatorWith(t *testing.T, secret []byte) string {
 	return "http://" + ln.Addr().String()
 }
 
-// TestSubmitAndStatus submits the example job to a coordinator without
-// nodes: it is accepted, then fails (nothing can host it), which submit
-// --wait and status both show.
+// TestSubmitAndStatus submits a job no cluster of the catalog can run (its
+// throughput floor is out of reach): it is accepted, then fails, which
+// submit --wait and status both show.
 func TestSubmitAndStatus(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs after the coordinator stops
 	url := startCoordinator(t)
-	job := "../../config/examples/jobs/ctrdnn-local.toml"
+	src, err := os.ReadFile("../../config/examples/jobs/ctrdnn-local.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(job, []byte(strings.Replace(string(src), "throughput_limit = 0", "throughput_limit = 1e15", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	var out, errb bytes.Buffer
 	if code := runSubmit(ctx, []string{job, "--coordinator", url}, &out, &errb); code != exitOK || strings.TrimSpace(out.String()) != "j1" {
 		t.Fatalf("submit: exit %d, stdout %q, stderr %s", code, out.String(), errb.String())
 	}
 	out.Reset()
-	if code := runSubmit(ctx, []string{job, "--coordinator", url, "--wait", "--json"}, &out, &errb); code != exitFailure {
+	if code := runSubmit(ctx, []string{job, "--coordinator", url, "--wait", "--json"}, &out, &errb); code != exitInfeasible {
 		t.Fatalf("submit --wait: exit %d, stdout %s, stderr %s", code, out.String(), errb.String())
 	}
 	var r runResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Job != "j2" || r.State != api.JobFailed || !strings.Contains(r.Reason, "cannot host") {
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Job != "j2" || r.State != api.JobFailed || !strings.Contains(r.Reason, "no feasible plan") {
 		t.Fatalf("submit --wait --json: %+v (%v)", r, err)
 	}
 	out.Reset()

@@ -3,7 +3,7 @@
 // it runs a node (package daemon/node) as its node file says. It stops
 // cleanly on SIGTERM or SIGINT and then exits 0.
 //
-//	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--secret-file F]
+//	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--state-dir DIR] [--secret-file F]
 //	heterpsd --role=node --config node.toml
 //
 // Once serving it prints one line to standard output, the coordinator's
@@ -46,6 +46,7 @@ func main() {
 
 type flags struct {
 	role, config, catalog, listen, secretFile, logLevel string
+	stateDir                                            string
 	apiSecretFile                                       string
 	insecureAPI                                         bool
 	heartbeat, timeout                                  time.Duration
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.config, "config", "", "node: the node file (TOML)")
 	fs.StringVar(&f.catalog, "catalog", "", "coordinator: the catalog file (TOML)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "coordinator: HTTP listen address (port 0 picks one)")
+	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/heterps/coordinator", "coordinator: where its state (jobs, plans, placements, checkpoints, ids) is kept across restarts")
 	fs.StringVar(&f.secretFile, "secret-file", "", "coordinator: the cluster secret's path on the nodes; empty = plain data plane (loopback only)")
 	fs.StringVar(&f.apiSecretFile, "api-secret-file", "", "coordinator: the cluster secret, read here: every API request must be signed with it")
 	fs.BoolVar(&f.insecureAPI, "insecure-api", false, "coordinator: serve an unsigned API on a non-loopback address (anyone who reaches it can submit jobs)")
@@ -115,11 +117,11 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
-	c, err := coord.New(coord.Config{Catalog: cat, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
+	c, err := coord.New(coord.Config{Catalog: cat, StateDir: f.stateDir, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
 		SecretFile: f.secretFile, ControlSecret: secret, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
-		return exitUsage
+		return exitFailure
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

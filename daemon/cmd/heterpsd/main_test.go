@@ -86,7 +86,7 @@ func TestCoordinatorAndNode(t *testing.T) {
 	var coordOut, nodeOut, logs syncBuffer
 	wg.Go(func() {
 		statuses[0] = run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
-			"--listen", "127.0.0.1:0", "--heartbeat", "50ms"}, &coordOut, &logs)
+			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", t.TempDir()}, &coordOut, &logs)
 	})
 	url, ok := strings.CutPrefix(waitLine(t, &coordOut), "coordinator ")
 	if !ok {
@@ -153,7 +153,7 @@ func TestSignedControlPlane(t *testing.T) {
 	var coordOut, nodeOut, logs syncBuffer
 	wg.Go(func() {
 		run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
-			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--secret-file", secretPath, "--api-secret-file", secretPath}, &coordOut, &logs)
+			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", dir, "--secret-file", secretPath, "--api-secret-file", secretPath}, &coordOut, &logs)
 	})
 	url, ok := strings.CutPrefix(waitLine(t, &coordOut), "coordinator ")
 	if !ok {

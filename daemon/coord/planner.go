@@ -1,0 +1,242 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
+)
+
+// The queue. Jobs are placed one at a time in queue order (submission
+// order; a restart keeps its original's place), each planned on the units
+// that live nodes offer and that no running job holds. A job that cannot
+// be placed now but that the catalog's cluster could host waits, queued,
+// at the head of the queue — jobs behind it wait too, so that jobs start
+// in the order they came — and is tried again whenever a node registers or
+// dies or a job ends. A job that no cluster the catalog allows could host
+// fails with the planner's reason.
+
+// planLoop places waiting jobs until ctx ends.
+func (c *Coordinator) planLoop(ctx context.Context) {
+	tick := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case <-tick.C:
+		}
+		c.placeQueue(ctx)
+	}
+}
+
+// placeQueue places waiting jobs in queue order until one has to wait.
+func (c *Coordinator) placeQueue(ctx context.Context) {
+	for ctx.Err() == nil {
+		j := c.head()
+		if j == nil || !c.planAndPlace(ctx, j) {
+			return
+		}
+	}
+}
+
+// head is the first waiting job in queue order, unless it already failed
+// to be placed on the cluster as it still is.
+func (c *Coordinator) head() *job {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first *job
+	for _, j := range c.jobs {
+		if j.waiting() && (first == nil || j.seq < first.seq) {
+			first = j
+		}
+	}
+	if first == nil || (first.state == api.JobQueued && first.triedAt == c.changes) {
+		return nil
+	}
+	return first
+}
+
+// queuePosition is j's 1-based place among the waiting jobs. c.mu is held.
+func (c *Coordinator) queuePosition(j *job) int {
+	pos := 1
+	for _, o := range c.jobs {
+		if o != j && o.waiting() && o.seq < j.seq {
+			pos++
+		}
+	}
+	return pos
+}
+
+// planAndPlace tries to start j and reports whether j left the queue
+// (started, failed or cancelled meanwhile).
+func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
+	c.mu.Lock()
+	if !j.waiting() {
+		c.mu.Unlock()
+		return true
+	}
+	ctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+	defer stop()
+	waitedBefore := j.state == api.JobQueued
+	j.state, j.stopPlan = api.JobPlanning, stop
+	changes := c.changes
+	cl := c.cluster(j)
+	verified := j.verified
+	c.mu.Unlock()
+
+	var err error
+	if !verified {
+		err = c.verifyRestore(j)
+	}
+	var plan *sched.Plan
+	if err == nil {
+		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
+	}
+	var possible *sched.Plan
+	if err == nil && !plan.Feasible && j.possible == 0 {
+		possible, err = c.plan(ctx, j, c.cfg.Catalog)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j.stopPlan = nil
+	now := time.Now()
+	if j.state != api.JobPlanning { // cancelled while planning
+		return true
+	}
+	j.verified = j.verified || (err == nil && !verified)
+	if err != nil {
+		c.finish(j, api.JobFailed, fmt.Sprintf("planning: %v", err), now)
+		return true
+	}
+	if possible != nil {
+		j.possible = -1
+		if possible.Feasible {
+			j.possible = 1
+		}
+	}
+	if plan.Feasible {
+		c.setPlan(j, plan)
+		pl, err := place(plan, j.file.Batch, cl, c.cfg.SecretFile == "")
+		if err == nil {
+			c.start(j, pl, now)
+			return true
+		}
+		if errors.As(err, new(neverPlaceable)) {
+			c.finish(j, api.JobFailed, fmt.Sprintf("the cluster cannot host the plan: %v", err), now)
+			return true
+		}
+		return c.wait(j, fmt.Sprintf("the live nodes cannot host the plan yet: %v", err), changes, waitedBefore)
+	}
+	if j.possible < 0 {
+		c.setPlan(j, possible)
+		c.finish(j, api.JobFailed, fmt.Sprintf("no feasible plan (method %s) even with every unit of the catalog: %s", possible.Method, possible.Reason), now)
+		return true
+	}
+	return c.wait(j, fmt.Sprintf("waiting for units: no feasible plan on the free live nodes (%s)", plan.Reason), changes, waitedBefore)
+}
+
+// wait leaves j queued with the reason. c.mu is held.
+func (c *Coordinator) wait(j *job, reason string, changes uint64, waitedBefore bool) bool {
+	j.state, j.reason, j.triedAt = api.JobQueued, reason, changes
+	if !waitedBefore {
+		c.log.Info("job queued", "id", j.id, "reason", reason)
+		c.save(j)
+	}
+	return false
+}
+
+func (c *Coordinator) setPlan(j *job, plan *sched.Plan) {
+	j.plan = plan
+	j.planJSON, _ = json.Marshal(plan) // plans hold finite numbers and strings
+}
+
+func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*sched.Plan, error) {
+	if len(cat.Types) == 0 {
+		return &sched.Plan{Method: j.file.Method, Reason: "no live node offers free units"}, nil
+	}
+	if j.file.PSType != "" {
+		if _, ok := cat.Type(j.file.PSType); !ok {
+			return &sched.Plan{Method: j.file.Method, Reason: fmt.Sprintf("no live node offers the parameter-server type %s", j.file.PSType)}, nil
+		}
+	}
+	p, err := JobProblem(j.file, j.model, cat)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := sched.Run(ctx, j.file.Method, p, sched.Options{Seed: j.file.Seed})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("method %s did not finish within %s", j.file.Method, c.cfg.PlanTimeout)
+	}
+	if err == nil && j.model.HasTowers() && len(plan.Stages) == 1 {
+		plan.Stages[0].Last = len(j.model.Shapes()) - 1 // the one merged layer is every layer
+	}
+	return plan, err
+}
+
+// liveCatalog is cat with each type's max_units replaced by the free live
+// units of that type; types with none are left out.
+func liveCatalog(cat *config.Catalog, free map[string]int) *config.Catalog {
+	live := &config.Catalog{Version: cat.Version, Name: cat.Name, Nodes: cat.Nodes}
+	for _, t := range cat.Types {
+		if free[t.Name] > 0 {
+			t.MaxUnits = free[t.Name]
+			live.Types = append(live.Types, t)
+		}
+	}
+	return live
+}
+
+// cluster is the registry as placement of j sees it: the live nodes it
+// may use (not its suspects) in registration order, the nodes already
+// hosting a stage replica of a running job, and how many tasks each node
+// hosts. c.mu is held.
+func (c *Coordinator) cluster(j *job) cluster {
+	cl := cluster{busy: map[*node]bool{}, load: map[*node]int{}}
+	now := time.Now()
+	for _, n := range c.nodes {
+		if n.alive() && !j.suspect(n.req.Name, now) {
+			cl.live = append(cl.live, n)
+		}
+	}
+	for _, o := range c.jobs {
+		if o.state != api.JobRunning {
+			continue
+		}
+		for _, t := range o.tasks {
+			if t.node == nil {
+				continue
+			}
+			cl.load[t.node]++
+			if t.task.Role == api.RoleStage {
+				cl.busy[t.node] = true
+			}
+		}
+	}
+	return cl
+}
+
+// free is the units of each type that live nodes hosting no stage offer.
+func (cl cluster) free() map[string]int {
+	free := map[string]int{}
+	for _, n := range cl.live {
+		if !cl.busy[n] {
+			free[n.req.Type] += n.req.Units
+		}
+	}
+	return free
+}
+
+// suspect reports whether the node named name failed j recently.
+func (j *job) suspect(name string, now time.Time) bool {
+	return slices.ContainsFunc(j.suspects, func(s store.Suspect) bool { return s.Node == name && now.Before(s.Until) })
+}

@@ -1,0 +1,124 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/ckpt"
+	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/ps"
+)
+
+// restartableCoordinator serves a coordinator with a state directory on a
+// fixed loopback address, and can stop it and start a new one there.
+type restartableCoordinator struct {
+	t        *testing.T
+	cat      *config.Catalog
+	addr     string
+	stateDir string
+	stop     func()
+}
+
+func (rc *restartableCoordinator) start() {
+	rc.t.Helper()
+	c, err := coord.New(coord.Config{Catalog: rc.cat, StateDir: rc.stateDir, HeartbeatInterval: interval,
+		HeartbeatTimeout: hbTimeout, Logger: quiet})
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	var ln net.Listener
+	deadline := time.Now().Add(patience)
+	for ln == nil {
+		if ln, err = net.Listen("tcp", rc.addr); err != nil && time.Now().After(deadline) {
+			rc.t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Serve(ctx, ln) }()
+	rc.stop = func() { cancel(); <-done }
+}
+
+// TestCoordinatorRestartAdoptsRunningJob stops the coordinator in the
+// middle of a data-parallel job and starts a new one on the same state
+// directory: the nodes register again reporting their tasks, the job
+// goes on under its id without a restart, new ids do not collide with old
+// ones, and the end state is bit-identical to an uninterrupted run's.
+func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	rc := &restartableCoordinator{t: t, cat: cat, addr: addr, stateDir: t.TempDir()}
+	rc.start()
+	defer func() { rc.stop() }()
+
+	cl := &cluster{t: t, base: "http://" + addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl.ctx = ctx
+	defer func() { cancel(); cl.wg.Wait(); cl.client.CloseIdleConnections() }()
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+
+	steps := 150
+	job := func(root string) string {
+		src, err := os.ReadFile(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = %d\n", root, steps)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "job.toml")
+		if err := os.WriteFile(path, []byte(strings.Replace(string(src), "steps = 20", fmt.Sprintf("steps = %d", steps), 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	ref := t.TempDir()
+	if s := cl.waitJob(cl.submit(job(ref)), final); s.State != api.JobDone {
+		t.Fatalf("reference job %s: %s", s.State, s.Reason)
+	}
+
+	root := t.TempDir()
+	id := cl.submit(job(root))
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 10 || s.State.Final() })
+	rc.stop()
+	time.Sleep(5 * interval) // the nodes notice and keep training
+	rc.start()
+
+	s := cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Restarts != 0 || s.RestartedAs != "" || s.Step != int64(steps) {
+		t.Fatalf("after the coordinator's restart: %s (%q), step %d, restarted as %q", s.State, s.Reason, s.Step, s.RestartedAs)
+	}
+	m, err := ckpt.VerifyDir(ckpt.StepDir(root, int64(steps)))
+	if err != nil || m.JobID != id {
+		t.Fatalf("final checkpoint: %+v, %v", m, err)
+	}
+	for shard := range m.Shards {
+		name := ps.FileName(shard, m.Shards)
+		sameTensors(t, filepath.Join(ckpt.StepDir(ref, int64(steps)), name), filepath.Join(ckpt.StepDir(root, int64(steps)), name))
+	}
+	next := cl.submit(job(t.TempDir()))
+	if next == id || next == "j1" || next == "j2" {
+		t.Errorf("a job submitted after the restart got id %s, already used", next)
+	}
+	cl.waitJob(next, final)
+}

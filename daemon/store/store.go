@@ -1,0 +1,280 @@
+// Package store keeps the coordinator's state — its jobs with their plans,
+// placements, task generations, checkpoints seen and restart chains, the id
+// counters and the submissions' idempotency keys — in an embedded bbolt
+// database, so that a restarted coordinator carries on where it stopped.
+//
+// There is one write path: callers hand the store records (values, never
+// pointers into their own state) and get a channel that yields the commit's
+// error. One goroutine owned by the store collects what is pending and
+// commits it in a single fsynced transaction, so a burst of writes costs one
+// fsync and no caller holds a lock across the disk. A later record for the
+// same key replaces a pending earlier one. Reads happen once, at start-up
+// (Load); afterwards the coordinator's memory is the read side.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// FileName is the database's name inside the state directory.
+const FileName = "coordinator.db"
+
+var (
+	bucketJobs  = []byte("jobs")
+	bucketMeta  = []byte("meta")
+	bucketIdem  = []byte("idempotency")
+	keyLastJob  = []byte("last_job")
+	keyLastNode = []byte("last_node")
+	keyVersion  = []byte("version")
+	allBuckets  = [][]byte{bucketJobs, bucketMeta, bucketIdem}
+)
+
+// schemaVersion is written once; a database of another version is refused.
+const schemaVersion = 1
+
+// ErrClosed is returned for writes after Close.
+var ErrClosed = errors.New("store: closed")
+
+// Store is an open state database and its writer goroutine.
+type Store struct {
+	db   *bolt.DB
+	path string
+
+	mu      sync.Mutex
+	pending map[string]write // by bucket + "/" + key
+	waiters []chan error
+	closed  bool
+	wake    chan struct{} // capacity 1: there is something pending
+	stopped chan struct{} // closed when the writer has returned
+}
+
+type write struct {
+	bucket, key []byte
+	value       []byte // nil deletes
+}
+
+// Open opens (creating it and dir if needed) the state database in dir. A
+// second coordinator on the same directory waits lockWait for the file
+// lock and then fails, naming the file.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("store: no state directory")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: state directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("store: %s is locked by another process (another coordinator on this --state-dir?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := initialise(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path, pending: map[string]write{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	go s.writer()
+	return s, nil
+}
+
+const lockWait = 2 * time.Second
+
+func initialise(db *bolt.DB) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		v := meta.Get(keyVersion)
+		if v == nil {
+			return meta.Put(keyVersion, u64(schemaVersion))
+		}
+		if got := fromU64(v); got != schemaVersion {
+			return fmt.Errorf("state of schema version %d; this coordinator reads version %d", got, schemaVersion)
+		}
+		return nil
+	})
+}
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close commits what is pending, stops the writer and closes the database.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.kick()
+	<-s.stopped
+	return s.db.Close()
+}
+
+// enqueue adds writes to the next commit and returns its result channel.
+func (s *Store) enqueue(ws ...write) <-chan error {
+	done := make(chan error, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		done <- ErrClosed
+		return done
+	}
+	for _, w := range ws {
+		s.pending[string(w.bucket)+"/"+string(w.key)] = w
+	}
+	s.waiters = append(s.waiters, done)
+	s.mu.Unlock()
+	s.kick()
+	return done
+}
+
+func (s *Store) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writer commits pending writes, one transaction per wake-up, until Close.
+func (s *Store) writer() {
+	defer close(s.stopped)
+	for range s.wake {
+		s.mu.Lock()
+		batch, waiters, closed := s.pending, s.waiters, s.closed
+		s.pending, s.waiters = map[string]write{}, nil
+		s.mu.Unlock()
+		err := s.commit(batch)
+		for _, w := range waiters {
+			w <- err
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+func (s *Store) commit(batch map[string]write) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, w := range batch {
+			b := tx.Bucket(w.bucket)
+			var err error
+			if w.value == nil {
+				err = b.Delete(w.key)
+			} else {
+				err = b.Put(w.key, w.value)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: commit to %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// PutJob records a job (replacing its earlier record).
+func (s *Store) PutJob(j Job) <-chan error {
+	v, err := json.Marshal(j)
+	if err != nil {
+		return failed(fmt.Errorf("store: job %s: %w", j.ID, err))
+	}
+	return s.enqueue(write{bucket: bucketJobs, key: []byte(j.ID), value: v})
+}
+
+// DeleteJob forgets a job.
+func (s *Store) DeleteJob(id string) <-chan error {
+	return s.enqueue(write{bucket: bucketJobs, key: []byte(id)})
+}
+
+// PutCounters records the id counters.
+func (s *Store) PutCounters(c Counters) <-chan error {
+	return s.enqueue(write{bucket: bucketMeta, key: keyLastJob, value: u64(c.LastJob)},
+		write{bucket: bucketMeta, key: keyLastNode, value: u64(c.LastNode)})
+}
+
+// PutIdempotency records that the submission with key created job.
+func (s *Store) PutIdempotency(key string, e Idempotency) <-chan error {
+	v, err := json.Marshal(e)
+	if err != nil {
+		return failed(err)
+	}
+	return s.enqueue(write{bucket: bucketIdem, key: []byte(key), value: v})
+}
+
+// DeleteIdempotency forgets a key.
+func (s *Store) DeleteIdempotency(key string) <-chan error {
+	return s.enqueue(write{bucket: bucketIdem, key: []byte(key)})
+}
+
+func failed(err error) <-chan error {
+	c := make(chan error, 1)
+	c <- err
+	return c
+}
+
+// Load reads everything the database holds. A record that does not decode
+// is an error naming its key: the coordinator refuses to start on state
+// it cannot read rather than silently dropping a job.
+func (s *Store) Load() (*State, error) {
+	st := &State{Idempotency: map[string]Idempotency{}}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		st.Counters.LastJob = fromU64(meta.Get(keyLastJob))
+		st.Counters.LastNode = fromU64(meta.Get(keyLastNode))
+		if err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+			var j Job
+			if err := json.Unmarshal(v, &j); err != nil {
+				return fmt.Errorf("job %q: %w", k, err)
+			}
+			st.Jobs = append(st.Jobs, j)
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketIdem).ForEach(func(k, v []byte) error {
+			var e Idempotency
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("idempotency key %q: %w", k, err)
+			}
+			st.Idempotency[string(k)] = e
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load %s: %w", s.path, err)
+	}
+	sortJobs(st.Jobs)
+	return st, nil
+}
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func fromU64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}

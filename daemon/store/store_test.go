@@ -1,0 +1,141 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+func openTemp(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+func must(t *testing.T, c <-chan error) {
+	t.Helper()
+	if err := <-c; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestJobsAndCountersSurviveReopening(t *testing.T) {
+	s, dir := openTemp(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	j := Job{ID: "j7", Seq: 7, Source: "name = \"x\"", State: api.JobRunning, Generation: 3, Submitted: now,
+		Tasks:  []Task{{Spec: api.Task{TaskID: "j7.s0.r0", JobID: "j7", Role: api.RoleStage, Batch: 512}, Node: "n-a"}},
+		Latest: &api.CheckpointStatus{Step: 40, Dir: "/ck/step-0000000040"}}
+	must(t, s.PutJob(Job{ID: "j9", Seq: 9, State: api.JobPending, Submitted: now}))
+	must(t, s.PutJob(j))
+	must(t, s.PutCounters(Counters{LastJob: 9, LastNode: 4}))
+	must(t, s.PutIdempotency("key-1", Idempotency{JobID: "j7", At: now}))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	st, err := s2.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Counters != (Counters{LastJob: 9, LastNode: 4}) {
+		t.Errorf("counters %+v", st.Counters)
+	}
+	if len(st.Jobs) != 2 || st.Jobs[0].ID != "j7" || st.Jobs[1].ID != "j9" {
+		t.Fatalf("jobs %+v, want j7 then j9 (submission order)", st.Jobs)
+	}
+	got := st.Jobs[0]
+	if got.Generation != 3 || got.Tasks[0].Node != "n-a" || got.Tasks[0].Spec.Batch != 512 || got.Latest.Step != 40 || !got.Submitted.Equal(now) {
+		t.Errorf("job read back as %+v", got)
+	}
+	if st.Idempotency["key-1"].JobID != "j7" {
+		t.Errorf("idempotency %+v", st.Idempotency)
+	}
+}
+
+func TestALaterRecordReplacesAndDeleteForgets(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	must(t, s.PutJob(Job{ID: "j1", Seq: 1, State: api.JobPending}))
+	must(t, s.PutJob(Job{ID: "j1", Seq: 1, State: api.JobDone}))
+	must(t, s.PutJob(Job{ID: "j2", Seq: 2, State: api.JobDone}))
+	must(t, s.DeleteJob("j2"))
+	st, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Jobs) != 1 || st.Jobs[0].State != api.JobDone {
+		t.Fatalf("jobs %+v, want j1 done only", st.Jobs)
+	}
+}
+
+// Many concurrent writers share commits: every write is durable once its
+// channel yields nil.
+func TestConcurrentWritesAllLand(t *testing.T) {
+	s, dir := openTemp(t)
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			id := "j" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26))
+			if err := <-s.PutJob(Job{ID: id, Seq: uint64(i)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s.Close()
+	s2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	st, err := s2.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Jobs) != 200 {
+		t.Fatalf("%d jobs after 200 acknowledged writes", len(st.Jobs))
+	}
+}
+
+func TestASecondCoordinatorOnTheSameDirectoryIsRefused(t *testing.T) {
+	s, dir := openTemp(t)
+	defer s.Close()
+	_, err := Open(dir)
+	if err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("second open: %v, want a lock error", err)
+	}
+}
+
+func TestWritesAfterCloseFail(t *testing.T) {
+	s, _ := openTemp(t)
+	s.Close()
+	if err := <-s.PutJob(Job{ID: "j1"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("put after close: %v", err)
+	}
+}
+
+func TestUnreadableStateIsRefusedNotDropped(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(strings.Repeat("\x00garbage", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(dir); err == nil {
+		s.Close()
+		t.Fatal("opened a corrupt database")
+	}
+}

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// State is everything Load reads.
+type State struct {
+	Counters    Counters
+	Jobs        []Job // in submission order
+	Idempotency map[string]Idempotency
+}
+
+// Counters are the last ids handed out, so that ids stay unique across
+// coordinator restarts.
+type Counters struct {
+	LastJob  uint64 `json:"last_job"`
+	LastNode uint64 `json:"last_node"`
+}
+
+// Idempotency is the job a submission with an idempotency key created.
+type Idempotency struct {
+	JobID string    `json:"job_id"`
+	At    time.Time `json:"at"`
+}
+
+// Job is a job's durable record: what is needed to resume it after a
+// restart of the coordinator, and its history once final.
+type Job struct {
+	ID  string `json:"id"`
+	Seq uint64 `json:"seq"` // the job counter's value when it was created: submission order
+	// Source is the job file's text as submitted; Restore, when set,
+	// replaces its checkpoint.restore (a restart's checkpoint).
+	Source  string `json:"source"`
+	Restore string `json:"restore,omitempty"`
+	Model   string `json:"model"` // the model file's text, resolved at submission
+
+	State  api.JobState    `json:"state"`
+	Reason string          `json:"reason,omitempty"`
+	Plan   json.RawMessage `json:"plan,omitempty"`
+	// Generation is the placement's generation, carried by every task:
+	// it grows whenever the job's tasks are replaced.
+	Generation int64   `json:"generation,omitempty"`
+	Tasks      []Task  `json:"tasks,omitempty"`
+	Hourly     float64 `json:"hourly,omitempty"`
+
+	Restored *api.CheckpointStatus `json:"restored,omitempty"`
+	Latest   *api.CheckpointStatus `json:"latest,omitempty"`
+
+	Restarts    int       `json:"restarts,omitempty"`
+	RestartOf   string    `json:"restart_of,omitempty"`
+	RestartedAs string    `json:"restarted_as,omitempty"`
+	Suspects    []Suspect `json:"suspects,omitempty"`
+	// FailedAt is when a restarting job failed; NotBefore the earliest
+	// time it may be restarted (backoff).
+	FailedAt  time.Time `json:"failed_at,omitzero"`
+	NotBefore time.Time `json:"not_before,omitzero"`
+
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	Submitted      time.Time `json:"submitted"`
+	Started        time.Time `json:"started,omitzero"`
+	Finished       time.Time `json:"finished,omitzero"`
+}
+
+// Task is one placed task and the name of the node it is on.
+type Task struct {
+	Spec api.Task `json:"spec"`
+	Node string   `json:"node"`
+}
+
+// Suspect is a node that failed a job, avoided by its restarts until
+// Until.
+type Suspect struct {
+	Node  string    `json:"node"`
+	Until time.Time `json:"until"`
+}
+
+func sortJobs(jobs []Job) {
+	slices.SortStableFunc(jobs, func(a, b Job) int {
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+}
