@@ -21,6 +21,11 @@
 // unknown fields, trailing data and bodies over MaxBodyBytes are rejected.
 // Errors are reported as an Error object with a 4xx or 5xx status.
 //
+// The CLI marks every try of one submission with the same Idempotency-Key
+// header (IdempotencyKeyHeader, CheckIdempotencyKey). With a cluster
+// secret, every request is signed and served at most once (auth.go,
+// NonceCache).
+//
 // # Nodes
 //
 // A node registers with its name, the host:port of its data-plane (wire)

@@ -43,28 +43,46 @@ func (c *Coordinator) Handler() http.Handler {
 	if c.cfg.ControlSecret == nil {
 		return mux
 	}
-	return c.authenticated(mux, api.ControlKey(c.cfg.ControlSecret))
+	return c.authenticated(mux, api.ControlKey(c.cfg.ControlSecret), api.NewNonceCache(api.DefaultNonceCacheSize))
 }
 
-// authenticated serves only requests signed with key (api.Verify): it
-// reads the body (at most api.MaxBodyBytes) and checks the signature
-// before next decodes anything.
-func (c *Coordinator) authenticated(next http.Handler, key []byte) http.Handler {
+// authenticated serves only requests signed with key (api.Verify), each
+// once: it reads the body (at most api.MaxBodyBytes) and checks the
+// signature before next decodes anything, then records the request's nonce
+// (api.NonceCache) and refuses a repeat with 401. Nonces are recorded only
+// after the MAC verified, so only holders of the secret can fill the cache;
+// a full one answers 503 until old nonces expire.
+func (c *Coordinator) authenticated(next http.Handler, key []byte, nonces *api.NonceCache) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(w, r)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
-		if err := api.Verify(r, body, key, time.Now()); err != nil {
+		now := time.Now()
+		stamp, err := api.Verify(r, body, key, now)
+		if err == nil {
+			err = nonces.Seen(stamp, now)
+		}
+		if err != nil {
 			c.log.Warn("coordinator: refused an unauthenticated request", "from", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "err", err)
-			w.Header().Set("WWW-Authenticate", api.AuthScheme)
-			writeError(w, httpErrorf(http.StatusUnauthorized, "%v", err))
+			writeError(w, authError(w, err))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authError is the reply to a request authenticated refuses: 503 with
+// Retry-After when the nonce cache is full, else 401.
+func authError(w http.ResponseWriter, err error) error {
+	if errors.Is(err, api.ErrNonceCacheFull) {
+		w.Header().Set("Retry-After", "10")
+		return httpErrorf(http.StatusServiceUnavailable, "%v", err)
+	}
+	w.Header().Set("WWW-Authenticate", api.AuthScheme)
+	return httpErrorf(http.StatusUnauthorized, "%v", err)
 }
 
 func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {

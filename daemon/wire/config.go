@@ -26,6 +26,11 @@ type Config struct {
 	MaxPayload int
 	// HandshakeTimeout bounds the whole handshake. Default 5s.
 	HandshakeTimeout time.Duration
+	// HelloTimeout bounds how long a listener waits for a new connection's
+	// first frame (the dialer's hello, sent as soon as it has connected),
+	// so that idle sockets are dropped well before HandshakeTimeout.
+	// Default 3s; HandshakeTimeout if that is shorter.
+	HelloTimeout time.Duration
 	// ReadTimeout bounds the arrival of a frame's payload once its header
 	// has arrived, and how long a full stream queue may hold up the reader.
 	// Default 30s.
@@ -71,6 +76,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	setDefault(&c.MaxPayload, HardMaxPayload)
 	setDefault(&c.HandshakeTimeout, 5*time.Second)
+	setDefault(&c.HelloTimeout, 3*time.Second)
 	setDefault(&c.ReadTimeout, 30*time.Second)
 	setDefault(&c.WriteTimeout, 30*time.Second)
 	setDefault(&c.IdleTimeout, 60*time.Second)

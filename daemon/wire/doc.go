@@ -13,7 +13,9 @@
 //     before any other frame is parsed; plain mode only on loopback.
 //   - conn.go: one authenticated connection with per-stream receive queues,
 //     deadlines on every read and write, and close-on-corruption.
-//   - listener.go: Dial and an accept loop that authenticates each peer.
+//   - listener.go: Dial and an accept loop that authenticates each peer;
+//     pending.go bounds the handshakes in progress (in all and per remote
+//     host, the oldest displaced) so idle sockets cannot starve real peers.
 //   - transport.go: the Transport interface (Send, Recv, AddPeer,
 //     RemovePeer) and its TCP implementation; package wiretest puts a faulty
 //     network under it for tests.

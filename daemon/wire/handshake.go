@@ -27,7 +27,9 @@ import (
 // and its own role, so a proof can be neither replayed on another connection
 // nor reflected back. L proves itself only after D has, so a peer without the
 // secret gets no proof out of L at all. Handshake frames may carry at most
-// maxHandshakePayload bytes and the whole exchange has HandshakeTimeout.
+// maxHandshakePayload bytes and the whole exchange has HandshakeTimeout; L
+// waits at most HelloTimeout for D's hello, which D sends as soon as it has
+// connected, so idle sockets are dropped early (see also pendingHandshakes).
 //
 // Hello payload:
 //
@@ -173,7 +175,11 @@ func handshake(ctx context.Context, nc net.Conn, cfg *Config, role byte, wantPee
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := nc.SetDeadline(deadline); err != nil {
+	first := deadline // until the first frame
+	if hello := time.Now().Add(cfg.HelloTimeout); role == roleListener && hello.Before(first) {
+		first = hello
+	}
+	if err := nc.SetDeadline(first); err != nil {
 		return "", nil, fmt.Errorf("wire: handshake: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
@@ -185,7 +191,7 @@ func handshake(ctx context.Context, nc net.Conn, cfg *Config, role byte, wantPee
 	if role == roleDialer {
 		peer, err = dialerHandshake(f, cfg, wantPeer)
 	} else {
-		peer, err = listenerHandshake(f, cfg)
+		peer, err = listenerHandshake(ctx, f, cfg, deadline)
 	}
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
@@ -242,9 +248,21 @@ func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
 	return l.node, nil
 }
 
-func listenerHandshake(f *framer, cfg *Config) (string, error) {
+// listenerHandshake runs L's side; the connection's deadline is
+// HelloTimeout away until D's hello has arrived, then deadline.
+func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline time.Time) (string, error) {
 	d, err := readHello(f, roleDialer)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+		return "", fmt.Errorf("no hello within the hello timeout (%s): %w", cfg.HelloTimeout, err)
+	}
 	if err != nil {
+		return "", err
+	}
+	if err := f.nc.SetDeadline(deadline); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil { // cancelled before the deadline was extended: SetDeadline undid that
 		return "", err
 	}
 	l := newHello(cfg, roleListener)

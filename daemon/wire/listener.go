@@ -35,22 +35,22 @@ func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn,
 	return newConn(nc, fr, peer, cfg), nil
 }
 
-// maxPendingHandshakes bounds the handshakes a Listener runs at once, so a
-// crowd of silent peers can hold at most this many goroutines and sockets
-// for HandshakeTimeout.
-const maxPendingHandshakes = 64
-
 // Listener accepts TCP connections and authenticates each in its own
 // goroutine. A peer that fails the handshake is disconnected and logged;
-// the others are served regardless.
+// the others are served regardless. A peer must send its hello within
+// HelloTimeout; at most maxPendingHandshakes connections (and
+// maxHandshakesPerHost from one host) may be pending at once, a newcomer
+// past either bound displacing the oldest (see pendingHandshakes), so idle
+// sockets can neither hold the listener's goroutines nor starve real peers.
 type Listener struct {
-	ln     net.Listener
-	cfg    Config
-	ready  chan *Conn // authenticated, waiting for Accept
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	ln      net.Listener
+	cfg     Config
+	pending *pendingHandshakes
+	ready   chan *Conn // authenticated, waiting for Accept
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
 // Listen listens on addr (host:port; port 0 picks one). In plain mode the
@@ -75,7 +75,7 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 			return nil, err
 		}
 	}
-	l := &Listener{ln: ln, cfg: cfg, ready: make(chan *Conn)}
+	l := &Listener{ln: ln, cfg: cfg, pending: newPendingHandshakes(), ready: make(chan *Conn)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -111,7 +111,6 @@ func (l *Listener) Close() error {
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	slots := make(chan struct{}, maxPendingHandshakes)
 	backoff := backoff{min: 5 * time.Millisecond, max: time.Second}
 	for {
 		nc, err := l.ln.Accept()
@@ -126,28 +125,34 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		backoff.reset()
-		select {
-		case slots <- struct{}{}:
-		case <-l.ctx.Done():
-			nc.Close()
-			return
+		pc, evicted := l.pending.admit(nc)
+		for _, old := range evicted {
+			old.Close()
 		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			defer func() { <-slots }()
-			l.authenticate(nc)
+			l.authenticate(pc)
 		}()
 	}
 }
 
-// authenticate runs the listener's side of the handshake on nc and hands
+// authenticate runs the listener's side of the handshake on pc and hands
 // the connection to Accept.
-func (l *Listener) authenticate(nc net.Conn) {
+func (l *Listener) authenticate(pc *pendingConn) {
+	nc := pc.nc
 	peer, fr, err := handshake(l.ctx, nc, &l.cfg, roleListener, "")
+	evicted := l.pending.done(pc)
+	if evicted && err == nil {
+		err = errors.New("wire: handshake: dropped to make room for newer ones") // its socket is being closed
+	}
 	if err != nil {
 		nc.Close()
-		if l.ctx.Err() == nil {
+		switch {
+		case l.ctx.Err() != nil:
+		case evicted:
+			l.cfg.Logger.Debug("wire: dropped a pending handshake to make room for a newer one", "remote", nc.RemoteAddr().String())
+		default:
 			l.cfg.Logger.Warn("wire: rejected peer", "remote", nc.RemoteAddr().String(), "err", err)
 		}
 		return

@@ -63,6 +63,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return failTo(stderr, exitUsage, err)
 	}
 	defer c.close()
+	c.retry = cliRetry(requestRetryFor, stderr)
 	if f.job == "" {
 		jobs, err := c.jobs(ctx)
 		if err != nil {
