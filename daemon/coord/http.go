@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -122,10 +121,12 @@ func (c *Coordinator) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	key := r.Header.Get(idempotencyKeyHeader)
-	if err := checkIdempotencyKey(key); err != nil {
-		writeError(w, err)
-		return
+	key := r.Header.Get(api.IdempotencyKeyHeader)
+	if key != "" {
+		if err := api.CheckIdempotencyKey(key); err != nil {
+			writeError(w, badRequest("%v", err))
+			return
+		}
 	}
 	j, _, err := c.submit(src, key)
 	if err != nil {
@@ -165,20 +166,6 @@ func (c *Coordinator) handleJob(w http.ResponseWriter, r *http.Request) {
 func (c *Coordinator) handleCancel(w http.ResponseWriter, r *http.Request) {
 	s, err := c.cancel(r.PathValue("id"))
 	reply(w, http.StatusOK, s, err)
-}
-
-// idempotencyKeyHeader carries a submission's idempotency key: a client
-// that retries a submission sends the same key, and gets the job the first
-// attempt created instead of a second one.
-const idempotencyKeyHeader = "Idempotency-Key"
-
-var idempotencyKey = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
-
-func checkIdempotencyKey(key string) error {
-	if key != "" && !idempotencyKey.MatchString(key) {
-		return badRequest("%s: want 16 to 128 letters, digits, '_' or '-'", idempotencyKeyHeader)
-	}
-	return nil
 }
 
 // wantContentType checks the request's media type.
