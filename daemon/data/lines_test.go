@@ -52,7 +52,7 @@ func mkfifo(t *testing.T) string {
 
 func TestDevicesAndDirectoriesAreRefused(t *testing.T) {
 	for path, want := range map[string]string{
-		"/dev/zero":  "/dev/zero is a character device",
+		"/dev/zero": "/dev/zero is a character device",
 		t.TempDir(): "is a directory",
 	} {
 		src, err := Open("criteo:"+path, Options{})
