@@ -35,5 +35,16 @@
 //
 // A malformed line is a *[LineError] naming the file, the 1-based line and
 // the field. With Options.SkipBadLines such lines are skipped and counted
-// instead ([Source.BadLines]).
+// instead ([Source.BadLines]). A line longer than 1 MiB is a LineError
+// that ends the stream even then: skipping it would mean reading on to the
+// next newline, which an endless stream without one never has.
+//
+// # Files and pipes
+//
+// A data path must be a regular file or a FIFO (a pipe feeding data);
+// directories and devices (/dev/zero is an endless line) are refused when
+// the source is opened. A FIFO is opened by the first Next, which waits for
+// a writer; every Next's blocking read, and that wait, end when its context
+// does, after which the stream is over (what the cut-off read had taken is
+// lost) and Next returns the context's error.
 package data

@@ -55,6 +55,8 @@ func (s *fileSource) Next(ctx context.Context, size int) (*Batch, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
+	stop := s.lines.watch(ctx)
+	defer stop()
 	b := newBatch(s.schema, size, false)
 	for n := 0; b.Size < size; n++ {
 		if n%ctxCheckEvery == 0 {
@@ -64,6 +66,10 @@ func (s *fileSource) Next(ctx context.Context, size int) (*Batch, error) {
 		}
 		if err := s.readLine(b); err != nil {
 			s.err = err
+			if ctx.Err() != nil && !errors.Is(err, io.EOF) {
+				// The read was cut off, and what it had read is lost.
+				s.err = fmt.Errorf("data: %s: line %d: %w", s.name, s.line, ctx.Err())
+			}
 			break
 		}
 	}
@@ -81,14 +87,16 @@ func (s *fileSource) readLine(b *Batch) error {
 		return io.EOF
 	}
 	s.line++
-	tooLong := errors.Is(err, errLineTooLong)
-	if err != nil && !tooLong {
+	if errors.Is(err, errLineTooLong) {
+		return &LineError{File: s.name, Line: s.line, Reason: err.Error()}
+	}
+	if err != nil {
 		return fmt.Errorf("data: %s: line %d: %w", s.name, s.line, err)
 	}
-	if len(line) == 0 && !tooLong {
+	if len(line) == 0 {
 		return nil
 	}
-	if !s.started && !tooLong {
+	if !s.started {
 		s.started = true
 		header, ferr := s.format.begin(line)
 		if ferr != nil {
@@ -105,9 +113,6 @@ func (s *fileSource) readLine(b *Batch) error {
 	}
 	if !s.opts.keeps(i) {
 		return nil
-	}
-	if tooLong {
-		return s.reject(&fieldError{reason: errLineTooLong.Error()})
 	}
 	s.rec.reset()
 	if ferr := s.format.parse(line, s.rec); ferr != nil {

@@ -678,3 +678,43 @@ func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeStopsWhilePeerReplicaIsGone: of a data-parallel job's two
+// replicas, node b's stops mid-job, so node a's replica waits on a BSP
+// step that never completes (its batch read ahead waits for rows of a
+// step b never pushes). Stopping node a still returns within 10 s, well
+// under the step timeout, and leaves no goroutine (startCluster checks).
+func TestNodeStopsWhilePeerReplicaIsGone(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	stopA := cl.startNode("a", "cpu")
+	stopB := cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	src, err := os.ReadFile("testdata/dp-job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := strings.Replace(string(src), "steps = 20", "steps = 100000", 1)
+	job = strings.Replace(job, `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
+	path := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
+	if s.State != api.JobRunning {
+		t.Fatalf("before the kill: job %s (%s), step %d", s.State, s.Reason, s.Step)
+	}
+	stopB()
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() {
+		stopA()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Logf("node a stopped in %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("node a still runs 10 s after it was told to stop")
+	}
+}

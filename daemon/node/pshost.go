@@ -150,7 +150,12 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 		return
 	}
 	a.ps.set(spec.JobID, &psJob{svc: svc, ctx: ctx, shards: shards})
-	defer a.ps.set(spec.JobID, nil)
+	defer func() {
+		a.ps.set(spec.JobID, nil)
+		for _, s := range shards {
+			s.Close() // this node's stage replicas may wait on them directly
+		}
+	}()
 	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
 	if err := a.checkpoints(ctx, tasks, shards, names); err != nil {
 		for _, t := range tasks {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,7 +224,8 @@ func TestMicroBatchesEqualWholeBatch(t *testing.T) {
 }
 
 // A downstream peer that dies mid-step ends the upstream worker's step with
-// an error at once; one that goes silent ends it at the step timeout. No
+// an error at once; one that goes silent (SIGSTOPped, say) ends it at the
+// step timeout. Either error names the partner. No
 // goroutine outlives the test.
 func TestPeerFailureEndsTheStep(t *testing.T) {
 	checkLeaks(t)
@@ -264,8 +266,8 @@ func TestPeerFailureEndsTheStep(t *testing.T) {
 			}
 			select {
 			case err := <-done:
-				if !errors.Is(err, tc.want) {
-					t.Fatalf("step error %v, want one wrapping %v", err, tc.want)
+				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), nodeID(1, 0)) {
+					t.Fatalf("step error %v, want one wrapping %v and naming the partner %s", err, tc.want, nodeID(1, 0))
 				}
 				t.Logf("step failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 			case <-time.After(tc.timeout + 5*time.Second):

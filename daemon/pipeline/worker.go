@@ -442,7 +442,15 @@ func (w *Worker) batch(ctx context.Context, step int64) ([]input, error) {
 	if w.next == 0 {
 		return w.microInputs(ctx, step)
 	}
-	fetched, want := <-w.prefetch, w.next
+	var fetched prefetched
+	select {
+	case fetched = <-w.prefetch:
+	case <-ctx.Done():
+		// The prefetch may wait on the servers for as long as the worker
+		// lives; it stays w.next, for the next call to take or drop.
+		return nil, fmt.Errorf("waiting for the batch read ahead: %w", ctx.Err())
+	}
+	want := w.next
 	w.next = 0
 	if want != step {
 		return w.microInputs(ctx, step)

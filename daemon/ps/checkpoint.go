@@ -112,7 +112,7 @@ func (s *Shard) writeAt(ctx context.Context, dir string, step int64) (ckpt.FileE
 		ctx, cancel := s.waitCtx(ctx)
 		defer cancel()
 		for _, st := range all {
-			if err := st.waitVersion(ctx, step); err != nil {
+			if err := st.waitVersion(ctx, s.closed, step); err != nil {
 				return ckpt.FileEntry{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
 			}
 		}

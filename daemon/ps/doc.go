@@ -30,7 +30,9 @@
 // ASP the number of pushes applied. PullRows and PullBlock take the version
 // the caller needs ("after") and wait, bounded by the context and by
 // Config.WaitTimeout, until the table or block has reached it; they return
-// the values and the version they were read at. In BSP a replica that is
+// the values and the version they were read at. Close ends every wait with
+// ErrShardClosed, and a wait's error names the replicas whose pushes the
+// open BSP step still lacks. In BSP a replica that is
 // about to compute step s pulls with after = s-1. PullRows answers per id,
 // in the order given, repeats included.
 //

@@ -60,7 +60,7 @@ func (s *Shard) PullBlock(ctx context.Context, name string, after int64) ([]floa
 func (s *Shard) await(ctx context.Context, st *stepped, after int64) error {
 	ctx, cancel := s.waitCtx(ctx)
 	defer cancel()
-	return st.waitVersion(ctx, after)
+	return st.waitVersion(ctx, s.closed, after)
 }
 
 // checkOwned refuses ids that ShardOf places on another shard.

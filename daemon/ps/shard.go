@@ -93,6 +93,7 @@ var (
 	ErrRowCap         = errors.New("row cap reached")
 	ErrCheckpointBusy = errors.New("a checkpoint is already in progress")
 	ErrStepPassed     = errors.New("step already passed")
+	ErrShardClosed    = errors.New("shard closed")
 )
 
 // Shard is one parameter-server shard. Its methods are safe for concurrent
@@ -112,6 +113,9 @@ type Shard struct {
 	// are not applied) or -1; ckptMu lets one checkpoint run at a time.
 	fence  atomic.Int64
 	ckptMu sync.Mutex
+
+	closed    chan struct{} // closed by Close: waits end
+	closeOnce sync.Once
 }
 
 // NewShard returns an empty shard: no table rows yet, blocks at their
@@ -126,6 +130,7 @@ func NewShard(cfg Config) (*Shard, error) {
 		tables:   make(map[string]*table, len(cfg.Tables)),
 		blocks:   make(map[string]*block, len(cfg.Blocks)),
 		replicas: maps.Clone(cfg.Replicas),
+		closed:   make(chan struct{}),
 	}
 	s.fence.Store(-1)
 	for _, spec := range cfg.Tables {
@@ -321,6 +326,14 @@ func sortedValues[V any](m map[string]V) []V {
 		out[i] = m[k]
 	}
 	return out
+}
+
+// Close ends every wait for a version, now and later, with ErrShardClosed:
+// the shard's owner calls it when the job leaves, so that no caller waits
+// on a step that will never be applied. The shard's data stays readable.
+func (s *Shard) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	return nil
 }
 
 // waitCtx bounds a wait by Config.WaitTimeout when ctx has no deadline.

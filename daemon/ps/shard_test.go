@@ -583,3 +583,28 @@ func TestPushesSpreadOverSlabsApplyLikeOneTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseEndsWaits: a pull waiting on a BSP step that one replica never
+// pushes ends with ErrShardClosed when the shard is closed, and its error
+// names the replica the step waits for; later waits end at once.
+func TestCloseEndsWaits(t *testing.T) {
+	s := newTestShard(t, BSP, 2, adam)
+	mustPushBlock(t, s, id(0, 1), 1, make([]float32, testLen))
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.PullBlock(context.Background(), testBlock, 1)
+		done <- err
+	}()
+	s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrShardClosed) || !strings.Contains(err.Error(), "step 1 waits for the pushes of replicas [1] of 2") {
+			t.Fatalf("pull after Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pull still waits after Close")
+	}
+	if _, _, err := s.PullRows(context.Background(), testTable, []int64{1}, 1); !errors.Is(err, ErrShardClosed) {
+		t.Fatalf("pull on a closed shard: %v", err)
+	}
+}

@@ -140,8 +140,10 @@ func (st *stepped) finishStep() {
 	st.advance(b.step)
 }
 
-// waitVersion waits until the version is at least after, or ctx ends.
-func (st *stepped) waitVersion(ctx context.Context, after int64) error {
+// waitVersion waits until the version is at least after, or ctx ends, or
+// closed is closed. Its error says which replicas the open BSP step still
+// waits for: whom a stuck step is stuck on.
+func (st *stepped) waitVersion(ctx context.Context, closed <-chan struct{}, after int64) error {
 	for {
 		st.mu.RLock()
 		v, ch := st.version, st.advanced
@@ -149,12 +151,34 @@ func (st *stepped) waitVersion(ctx context.Context, after int64) error {
 		if v >= after {
 			return nil
 		}
+		var err error
 		select {
 		case <-ch:
+			continue
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for version %d (at %d): %w", after, v, ctx.Err())
+			err = ctx.Err()
+		case <-closed:
+			err = ErrShardClosed
+		}
+		return fmt.Errorf("waiting for version %d (at %d%s): %w", after, v, st.awaited(), err)
+	}
+}
+
+// awaited describes the replicas whose pushes the open BSP step lacks.
+func (st *stepped) awaited() string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	b := st.open
+	if b == nil {
+		return ""
+	}
+	var missing []int
+	for r, c := range b.pushes {
+		if c == nil {
+			missing = append(missing, r)
 		}
 	}
+	return fmt.Sprintf("; step %d waits for the pushes of replicas %v of %d", b.step, missing, len(b.pushes))
 }
 
 // replayWindow remembers which of a replica's latest ReplayWindow steps were

@@ -185,9 +185,13 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 // next batch on another goroutine while the current one trains.
 func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, res *trainResult, prog *progress) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	batches, wait := prefetch(ctx, src, f.batch, f.steps-int(tr.Opt.Step))
-	defer wait()
+	// The reader may be blocked handing over a batch nobody will take:
+	// cancel before waiting for it.
+	defer func() {
+		cancel()
+		wait()
+	}()
 	start := time.Now()
 	var lossEMA float64
 	for next := range batches {

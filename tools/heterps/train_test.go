@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func trainCLI(t *testing.T, args ...string) (int, string, string) {
@@ -94,5 +95,29 @@ func TestTrainRefusesDataTheModelCannotRead(t *testing.T) {
 	code, _, errs := trainCLI(t, "--model", "ctrdnn", "--data", "avazu:"+avazu, "--steps", "2", "--batch", "8", "--threads", "1", "--eval-samples", "0")
 	if code != exitUsage || !strings.Contains(errs, "reads 26 sparse slots; the data has 22") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestTrainErrorEndsTheCommand: a step that fails (nce needs target classes
+// that synthetic data lacks) ends the command with its error while the
+// reader goroutine is blocked handing over batches nobody will take.
+func TestTrainErrorEndsTheCommand(t *testing.T) {
+	type outcome struct {
+		code int
+		errs string
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		code, _, errs := trainCLI(t, "--model", "nce", "--data", "synthetic", "--steps", "1000000", "--batch", "8",
+			"--threads", "1", "--eval-samples", "0")
+		done <- outcome{code, errs}
+	}()
+	select {
+	case got := <-done:
+		if got.code != exitFailure || !strings.Contains(got.errs, "target class") {
+			t.Fatalf("exit %d, stderr %q; want 1 and the step's error", got.code, got.errs)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("heterps train did not return a minute after its first step failed")
 	}
 }

@@ -1,7 +1,8 @@
 // Command heterpsd is heterps' daemon. With --role=coordinator it serves
 // the control plane (package daemon/coord) for a catalog; with --role=node
 // it runs a node (package daemon/node) as its node file says. It stops
-// cleanly on SIGTERM or SIGINT and then exits 0.
+// cleanly on SIGTERM or SIGINT and then exits 0; a stop that takes more
+// than 8 s exits 1 instead, and a second signal kills it at once.
 //
 //	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--state-dir DIR] [--secret-file F]
 //	heterpsd --role=node --config node.toml
@@ -38,10 +39,42 @@ const (
 	exitUsage   = 2 // bad flags or config
 )
 
+// stopGrace is how long the daemon may take to stop cleanly once told to;
+// then it exits anyway, so that SIGTERM stops it within 10 s whatever its
+// peers do.
+const stopGrace = 8 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runBounded(ctx, stop, stopGrace, os.Stderr, func(ctx context.Context) int {
+		return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}))
+}
+
+// runBounded runs serve until it returns, or until grace has passed since
+// ctx ended: a clean stop that hangs (a wait no context reaches) then
+// gives exitFailure, and main exits, ending serve's goroutine with the
+// process. Once ctx ends, unnotify restores the signals' default action,
+// so a second SIGTERM or Ctrl-C kills the daemon at once.
+func runBounded(ctx context.Context, unnotify func(), grace time.Duration, stderr io.Writer, serve func(context.Context) int) int {
+	done := make(chan int, 1)
+	go func() { done <- serve(ctx) }()
+	select {
+	case status := <-done:
+		return status
+	case <-ctx.Done():
+	}
+	unnotify()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case status := <-done:
+		return status
+	case <-timer.C:
+		fmt.Fprintf(stderr, "heterpsd: still stopping %v after the signal; exiting anyway\n", grace)
+		return exitFailure
+	}
 }
 
 type flags struct {

@@ -196,3 +196,40 @@ func TestSignedControlPlane(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestStopIsBoundedAfterTheSignal: a daemon whose clean stop hangs exits
+// with status 1 once the grace has passed after its context ended; one
+// that stops in time keeps its own status.
+func TestStopIsBoundedAfterTheSignal(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	unnotified := false
+	release := make(chan struct{})
+	defer close(release)
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runBounded(ctx, func() { unnotified = true }, 50*time.Millisecond, &stderr, func(context.Context) int {
+			<-release // ignores its context, as a hung shutdown would
+			return exitOK
+		})
+	}()
+	cancel()
+	select {
+	case status := <-done:
+		if status != exitFailure || !unnotified || !strings.Contains(stderr.String(), "still stopping") {
+			t.Fatalf("status %d, signals restored %t, stderr %q", status, unnotified, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("runBounded waits for a hung stop")
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	status := runBounded(ctx, func() {}, time.Minute, &stderr, func(ctx context.Context) int {
+		<-ctx.Done()
+		return exitOK
+	})
+	if status != exitOK {
+		t.Fatalf("a clean stop gave status %d", status)
+	}
+}
