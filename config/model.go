@@ -3,7 +3,6 @@ package config
 import (
 	"embed"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -107,8 +106,9 @@ func ZooNames() []string {
 	return names
 }
 
-// LoadModel loads a model by zoo name ("ctrdnn") or by file path, decodes
-// it strictly and validates it.
+// LoadModel loads a model by zoo name ("ctrdnn") or by file path (read as
+// ReadFile does: a regular file of at most MaxFileBytes), decodes it
+// strictly and validates it.
 func LoadModel(nameOrPath string) (*Model, error) {
 	var (
 		src  []byte
@@ -116,7 +116,7 @@ func LoadModel(nameOrPath string) (*Model, error) {
 		err  error
 	)
 	if strings.ContainsRune(nameOrPath, filepath.Separator) || strings.HasSuffix(nameOrPath, ".toml") {
-		src, err = os.ReadFile(nameOrPath)
+		src, err = ReadFile(nameOrPath)
 	} else {
 		name = "examples/models/" + nameOrPath + ".toml"
 		src, err = zoo.ReadFile(name)
@@ -125,7 +125,7 @@ func LoadModel(nameOrPath string) (*Model, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+		return nil, fmt.Errorf("model %q: %w", nameOrPath, err)
 	}
 	return ParseModel(name, src)
 }
