@@ -12,7 +12,6 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
-	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
@@ -272,7 +271,7 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, [
 	if err != nil {
 		return fail(err)
 	}
-	m, err := nn.Build(backend, cfg, spec.Seed)
+	m, err := pipeline.DeclareModel(backend, cfg, spec.Seed)
 	if err != nil {
 		return fail(err)
 	}
