@@ -55,7 +55,7 @@ type Config struct {
 	Tables   []TableSpec
 	Blocks   []BlockSpec
 
-	MaxRows     int           // rows of all tables together; 0 = DefaultMaxRows
+	MaxRows int // rows of all tables together; 0 = DefaultMaxRows
 	// MemoryBytes is the shard's memory budget in bytes (0 = unlimited):
 	// blocks with their optimiser state, and table rows at RowBytes each.
 	// A pull or push that would create rows past it fails with
