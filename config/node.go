@@ -18,6 +18,7 @@ import (
 //	units = 1
 //	threads = 1                  # CPU threads per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
+//	ps_memory = "4GiB"           # optional: memory budget of each PS shard hosted here
 //
 // The node registers listen and ps_listen as the addresses other nodes
 // reach it at, so they name this machine's interface, not a wildcard; port
@@ -33,6 +34,10 @@ type Node struct {
 	Threads     int    `toml:"threads"`
 	SecretFile  string `toml:"secret_file"`
 	Plain       bool   `toml:"plain"`
+	// PSMemory is the memory budget of each parameter-server shard the node
+	// hosts (ps.Config.MemoryBytes): bytes, or a string such as "4GiB";
+	// 0 or absent = unlimited.
+	PSMemory ByteSize `toml:"ps_memory"`
 }
 
 // maxNodeUnits bounds units and threads (the control plane's own bound).
@@ -99,6 +104,9 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	if n.Threads < 1 || n.Threads > maxNodeUnits {
 		errs.add(loc.Errorf("threads", "must be in 1..%d, got %d", maxNodeUnits, n.Threads))
+	}
+	if n.PSMemory < 0 {
+		errs.add(loc.Errorf("ps_memory", "must be >= 0 bytes, got %d", n.PSMemory))
 	}
 	if n.Plain == (n.SecretFile != "") {
 		errs.add(loc.Errorf("secret_file", "set exactly one of secret_file and plain = true"))
