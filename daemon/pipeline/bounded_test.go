@@ -7,6 +7,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/native"
 )
@@ -111,5 +112,27 @@ func TestPSParamsRefusesAModelWithoutEveryDenseValue(t *testing.T) {
 	}
 	if _, _, err := PSParams(m, []Range{{First: 0, Last: 5}}, 10); err == nil || !strings.Contains(err.Error(), "DeclareModel") {
 		t.Fatalf("got %v, want a refusal naming DeclareModel", err)
+	}
+}
+
+func TestEstimatePSRowBytesAgreesWithTheShards(t *testing.T) {
+	cfg := modelConfig(t, adamAdagrad)
+	m, err := DeclareModel(native.MustCPU(), cfg, testSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, _, err := PSParams(m, []Range{{First: 0, Last: 5}}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := nn.EstimatePSRowBytes(cfg)
+	if len(est) != len(tables) {
+		t.Fatalf("%d estimates for %d tables", len(est), len(tables))
+	}
+	for i, spec := range tables {
+		want := ps.RowBytes(spec.Dim, spec.Optim.Hyper.StateBuffers())
+		if est[i].Name != spec.Name || est[i].Bytes != want {
+			t.Errorf("table %s: estimated %+v, the shard spends %d bytes a row", spec.Name, est[i], want)
+		}
 	}
 }
