@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,11 +38,11 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// DecodeFile reads a TOML file into v strictly. See Decode.
+// DecodeFile reads a TOML file (see ReadFile) into v strictly. See Decode.
 func DecodeFile(path string, v any) ([]byte, error) {
-	src, err := os.ReadFile(path)
+	src, err := ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	return src, Decode(path, src, v)
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"embed"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -82,6 +81,26 @@ var LossKinds = []string{"bce", "softmax", "hinge", "mse", "nce"}
 
 var taskKinds = []string{"ctr", "classify", "match", "nce", "regress"}
 
+// Bounds on a model's sizes. They keep every product of sizes (weights,
+// bytes, bytes with optimiser state) far from overflowing int64 and refuse
+// absurd numbers before anything is allocated from them; whether a model
+// that passes fits a machine is nn's memory estimates' question.
+const (
+	// MaxVocab bounds input.vocab: 2^40 (1.1e12) rows, a hashed vocabulary
+	// that parameter servers create lazily.
+	MaxVocab = 1 << 40
+	// MaxSlots bounds input.slots.
+	MaxSlots = 1 << 16
+	// MaxDim bounds input.dense, an embedding's dim, an fc's out,
+	// input.classes and an nce's negatives.
+	MaxDim = 1 << 20
+	// MaxWidth bounds every layer's input and output width, in floats per
+	// sample.
+	MaxWidth = 1 << 24
+	// MaxClasses bounds an nce layer's classes (rows of its table).
+	MaxClasses = 1 << 32
+)
+
 // LayerShape is what the scheduler sees of a layer: its kind and sizes (in
 // floats per sample for activations, floats in all for weights).
 type LayerShape struct {
@@ -107,8 +126,9 @@ func ZooNames() []string {
 	return names
 }
 
-// LoadModel loads a model by zoo name ("ctrdnn") or by file path, decodes
-// it strictly and validates it.
+// LoadModel loads a model by zoo name ("ctrdnn") or by file path (read as
+// ReadFile does: a regular file of at most MaxFileBytes), decodes it
+// strictly and validates it.
 func LoadModel(nameOrPath string) (*Model, error) {
 	var (
 		src  []byte
@@ -116,7 +136,7 @@ func LoadModel(nameOrPath string) (*Model, error) {
 		err  error
 	)
 	if strings.ContainsRune(nameOrPath, filepath.Separator) || strings.HasSuffix(nameOrPath, ".toml") {
-		src, err = os.ReadFile(nameOrPath)
+		src, err = ReadFile(nameOrPath)
 	} else {
 		name = "examples/models/" + nameOrPath + ".toml"
 		src, err = zoo.ReadFile(name)
@@ -125,7 +145,7 @@ func LoadModel(nameOrPath string) (*Model, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+		return nil, fmt.Errorf("model %q: %w", nameOrPath, err)
 	}
 	return ParseModel(name, src)
 }
@@ -216,14 +236,16 @@ func (m *Model) validate(loc *Locator) error {
 
 func (in ModelInput) validate(loc *Locator) error {
 	switch {
-	case in.Dense < 0:
-		return loc.Errorf("input.dense", "must be >= 0, got %d", in.Dense)
-	case in.Slots < 0:
-		return loc.Errorf("input.slots", "must be >= 0, got %d", in.Slots)
+	case in.Dense < 0 || in.Dense > MaxDim:
+		return loc.Errorf("input.dense", "must be in 0..%d, got %d", MaxDim, in.Dense)
+	case in.Slots < 0 || in.Slots > MaxSlots:
+		return loc.Errorf("input.slots", "must be in 0..%d, got %d", MaxSlots, in.Slots)
 	case in.Slots > 0 && in.Vocab <= 0:
 		return loc.Errorf("input.vocab", "must be > 0 when there are sparse slots, got %d", in.Vocab)
-	case in.Classes < 0:
-		return loc.Errorf("input.classes", "must be >= 0, got %d", in.Classes)
+	case in.Vocab < 0 || in.Vocab > MaxVocab:
+		return loc.Errorf("input.vocab", "must be in 0..%d (2^40), got %d", int64(MaxVocab), in.Vocab)
+	case in.Classes < 0 || in.Classes > MaxDim:
+		return loc.Errorf("input.classes", "must be in 0..%d, got %d", MaxDim, in.Classes)
 	}
 	return nil
 }
@@ -304,6 +326,9 @@ func (m *Model) shapes(loc *Locator) ([]LayerShape, error) {
 		default:
 			err = loc.Errorf(at+".kind", "unknown layer kind %q (want one of %s)", l.Kind, strings.Join(LayerKinds, ", "))
 		}
+		if err == nil && s.Out > MaxWidth {
+			err = loc.Errorf(at, "%s produces %d floats per sample, more than the cap of %d", l.Kind, s.Out, MaxWidth)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -317,8 +342,8 @@ func (m *Model) embeddingShape(loc *Locator, at string, l Layer, s *LayerShape) 
 	if m.Input.Slots == 0 {
 		return loc.Errorf(at+".kind", "embedding needs sparse slots (input.slots is 0)")
 	}
-	if l.Dim <= 0 {
-		return loc.Errorf(at+".dim", "must be > 0, got %d", l.Dim)
+	if l.Dim <= 0 || l.Dim > MaxDim {
+		return loc.Errorf(at+".dim", "must be in 1..%d, got %d", MaxDim, l.Dim)
 	}
 	if l.Pool != "sum" && l.Pool != "mean" {
 		return loc.Errorf(at+".pool", "unknown pooling %q (want sum or mean)", l.Pool)
@@ -345,8 +370,8 @@ func fcShape(loc *Locator, at string, l Layer, s *LayerShape) error {
 	if l.In != 0 && l.In != s.In {
 		return loc.Errorf(at+".in", "says %d, but the layer before produces %d", l.In, s.In)
 	}
-	if l.Out <= 0 {
-		return loc.Errorf(at+".out", "must be > 0, got %d", l.Out)
+	if l.Out <= 0 || l.Out > MaxDim {
+		return loc.Errorf(at+".out", "must be in 1..%d, got %d", MaxDim, l.Out)
 	}
 	if !slices.Contains([]string{"identity", "relu", "sigmoid", "tanh"}, l.Act) {
 		return loc.Errorf(at+".act", "unknown activation %q (want identity, relu, sigmoid or tanh)", l.Act)
@@ -383,11 +408,11 @@ func nceShape(loc *Locator, at string, l Layer, s *LayerShape) error {
 	if l.In != 0 && l.In != s.In {
 		return loc.Errorf(at+".in", "says %d, but the layer before produces %d", l.In, s.In)
 	}
-	if l.Classes <= 1 {
-		return loc.Errorf(at+".classes", "must be > 1, got %d", l.Classes)
+	if l.Classes <= 1 || l.Classes > MaxClasses {
+		return loc.Errorf(at+".classes", "must be in 2..%d, got %d", int64(MaxClasses), l.Classes)
 	}
-	if l.Negatives <= 0 || l.Negatives >= l.Classes {
-		return loc.Errorf(at+".negatives", "must be in [1, classes), got %d", l.Negatives)
+	if l.Negatives <= 0 || l.Negatives >= l.Classes || l.Negatives > MaxDim {
+		return loc.Errorf(at+".negatives", "must be in [1, classes) and at most %d, got %d", MaxDim, l.Negatives)
 	}
 	s.Out = 1 + l.Negatives
 	s.Weights = int64(l.Classes) * int64(s.In+1)

@@ -21,6 +21,7 @@ import (
 //	threads = 1                  # CPU threads per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
 //	lease = "10s"                # keep tasks running this long without the coordinator
+//	ps_memory = "4GiB"           # optional: memory budget of each PS shard hosted here
 //
 // The node registers listen and ps_listen as the addresses other nodes
 // reach it at, so they name this machine's interface, not a wildcard; port
@@ -40,6 +41,10 @@ type Node struct {
 	// coordinator cannot be reached; past it, it stops them. Zero means
 	// the daemon's default.
 	Lease Duration `toml:"lease"`
+	// PSMemory is the memory budget of each parameter-server shard the node
+	// hosts (ps.Config.MemoryBytes): bytes, or a string such as "4GiB";
+	// 0 or absent = unlimited.
+	PSMemory ByteSize `toml:"ps_memory"`
 }
 
 // Duration is a TOML string such as "30s" or "1m30s" (time.ParseDuration).
@@ -131,6 +136,9 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	if l := n.Lease.Duration; l != 0 && (l < minLease || l > maxLease) {
 		errs.add(loc.Errorf("lease", "must be between %s and %s, got %s", minLease, maxLease, l))
+	}
+	if n.PSMemory < 0 {
+		errs.add(loc.Errorf("ps_memory", "must be >= 0 bytes, got %d", n.PSMemory))
 	}
 	if n.Plain == (n.SecretFile != "") {
 		errs.add(loc.Errorf("secret_file", "set exactly one of secret_file and plain = true"))

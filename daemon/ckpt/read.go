@@ -43,6 +43,7 @@ type File struct {
 	r       io.ReaderAt
 	closer  io.Closer
 	dataAt  int64 // offset of the data section
+	dataLen int64 // its length: the rest of the file
 	meta    map[string]string
 	tensors map[string]TensorInfo
 }
@@ -99,7 +100,7 @@ func NewReader(r io.ReaderAt, size int64, name string) (*File, error) {
 	if err := validateLayout(name, infos, size-dataAt); err != nil {
 		return nil, err
 	}
-	f := &File{name: name, r: r, dataAt: dataAt, meta: meta, tensors: make(map[string]TensorInfo, len(infos))}
+	f := &File{name: name, r: r, dataAt: dataAt, dataLen: size - dataAt, meta: meta, tensors: make(map[string]TensorInfo, len(infos))}
 	for _, t := range infos {
 		f.tensors[t.Name] = t
 	}

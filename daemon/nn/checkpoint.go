@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/heterps/heterps/daemon/ckpt"
@@ -33,6 +35,10 @@ func (t *Trainer) Save(path string) error {
 			tensors = append(tensors, ckpt.Float32(stateName(p.Name, i), []int64{int64(p.Rows), int64(p.Cols)}, h))
 		}
 	}
+	meta, err := ckpt.WithPayloadSHA256(meta, tensors)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
 	if _, err := ckpt.WriteFile(path, meta, tensors); err != nil {
 		return err
 	}
@@ -50,13 +56,20 @@ func stateName(param string, i int) string {
 // Load restores parameters, optimiser state and the step counter from a
 // checkpoint written by Save for the same model. The file is checked
 // before anything is changed: a checkpoint of another model, a missing
-// tensor or a wrong shape leaves the trainer as it was.
+// tensor, a wrong shape or a payload whose SHA-256 differs from the one
+// Save recorded (ckpt.ErrChecksum) leaves the trainer as it was. A file
+// written before checksums loads, with a warning on slog's default logger.
 func (t *Trainer) Load(path string) error {
 	f, err := ckpt.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if err := f.CheckPayload(); errors.Is(err, ckpt.ErrNoChecksum) {
+		slog.Warn("loading a checkpoint without a payload checksum: corruption cannot be detected", "file", path)
+	} else if err != nil {
+		return err
+	}
 	if err := f.CheckModel(t.Model.Config.Name); err != nil {
 		return err
 	}

@@ -25,16 +25,26 @@ type Embedding struct {
 // input with a table initialised row by row (see InitRow).
 func NewEmbedding(b native.Backend, shape config.LayerShape, vocab int64, dim int, pool string,
 	first, end int, seed uint64, scale float64) (*Embedding, error) {
-	p := native.PoolSum
-	if pool == "mean" {
-		p = native.PoolMean
-	}
-	l := &Embedding{shape: shape, pool: p, first: first, end: end,
-		Table: newSparse(b, shape.Name+".table", int(vocab), dim)}
+	l := newEmbedding(b, shape, int(vocab), dim, pool, first, end)
 	if err := initRows(b, l.Table, seed, scale); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// remoteEmbedding builds an embedding layer whose table holds no rows: the
+// parameter servers hold them, and a pipeline stage fills a batch's.
+func remoteEmbedding(b native.Backend, shape config.LayerShape, dim int, pool string, first, end int) *Embedding {
+	return newEmbedding(b, shape, 0, dim, pool, first, end)
+}
+
+func newEmbedding(b native.Backend, shape config.LayerShape, rows, dim int, pool string, first, end int) *Embedding {
+	p := native.PoolSum
+	if pool == "mean" {
+		p = native.PoolMean
+	}
+	return &Embedding{shape: shape, pool: p, first: first, end: end,
+		Table: newSparse(b, shape.Name+".table", rows, dim)}
 }
 
 func (l *Embedding) Shape() config.LayerShape { return l.shape }

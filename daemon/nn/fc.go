@@ -36,6 +36,18 @@ func NewFC(b native.Backend, shape config.LayerShape, act string, seed uint64) (
 	return l, nil
 }
 
+// declaredFC builds an FC layer whose parameters have their shapes and no
+// values (0 floats), for a pipeline stage that does not run it.
+func declaredFC(b native.Backend, shape config.LayerShape, act string) (*FC, error) {
+	a, err := native.ParseAct(act)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", shape.Name, err)
+	}
+	return &FC{shape: shape, act: a,
+		W: declared(b, shape.Name+".weight", shape.In, shape.Out),
+		B: declared(b, shape.Name+".bias", 1, shape.Out)}, nil
+}
+
 func (l *FC) Shape() config.LayerShape { return l.shape }
 func (l *FC) Params() []*Param         { return []*Param{l.W, l.B} }
 

@@ -17,8 +17,11 @@ const DefaultEmbeddingScale = 0.05
 // Model is a built model: its layers in order, grouped into towers where
 // the model file says so, and its loss.
 type Model struct {
-	Config  *config.Model
-	Seed    uint64
+	Config *config.Model
+	Seed   uint64
+	// Options are what BuildWith was given; a copy built with them has
+	// the same parameters.
+	Options BuildOptions
 	entries []entry
 	towers  []string
 	Loss    Loss
@@ -30,8 +33,17 @@ type entry struct {
 	tower string
 }
 
-// Build creates the layers of cfg on backend b, initialised from seed.
+// Build creates the layers of cfg on backend b, initialised from seed,
+// with every table whole, for single-process training. See BuildWith.
 func Build(b native.Backend, cfg *config.Model, seed uint64) (*Model, error) {
+	return BuildWith(b, cfg, seed, BuildOptions{})
+}
+
+// BuildWith creates the layers of cfg on backend b, initialised from seed,
+// allocating what opts says. Without RemoteTables it refuses a model whose
+// tables need more than opts.MaxTableBytes, naming the bytes, before
+// allocating anything.
+func BuildWith(b native.Backend, cfg *config.Model, seed uint64, opts BuildOptions) (*Model, error) {
 	if cfg.Init != nil && cfg.Init.Seed != 0 && seed == 0 {
 		seed = cfg.Init.Seed
 	}
@@ -39,9 +51,13 @@ func Build(b native.Backend, cfg *config.Model, seed uint64) (*Model, error) {
 	if cfg.Init != nil && cfg.Init.EmbeddingScale > 0 {
 		scale = cfg.Init.EmbeddingScale
 	}
-	m := &Model{Config: cfg, Seed: seed}
-	for i, sh := range cfg.Shapes() {
-		e, err := buildLayer(b, cfg, i, sh, seed, scale)
+	shapes := cfg.Shapes()
+	if err := opts.checkTables(cfg, shapes); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Seed: seed, Options: opts}
+	for i, sh := range shapes {
+		e, err := buildLayer(b, cfg, i, sh, seed, scale, opts)
 		if err != nil {
 			return nil, fmt.Errorf("model %s: layer %d (%s): %w", cfg.Name, i, sh.Name, err)
 		}
@@ -58,7 +74,7 @@ func Build(b native.Backend, cfg *config.Model, seed uint64) (*Model, error) {
 	return m, nil
 }
 
-func buildLayer(b native.Backend, cfg *config.Model, i int, sh config.LayerShape, seed uint64, scale float64) (entry, error) {
+func buildLayer(b native.Backend, cfg *config.Model, i int, sh config.LayerShape, seed uint64, scale float64, opts BuildOptions) (entry, error) {
 	lc := cfg.Layers[i]
 	e := entry{tower: sh.Tower}
 	switch sh.Kind {
@@ -67,6 +83,10 @@ func buildLayer(b native.Backend, cfg *config.Model, i int, sh config.LayerShape
 		if len(lc.Slots) == 2 {
 			first, end = lc.Slots[0], lc.Slots[1]
 		}
+		if opts.RemoteTables {
+			e.layer = remoteEmbedding(b, sh, lc.Dim, lc.Pool, first, end)
+			return e, nil
+		}
 		l, err := NewEmbedding(b, sh, cfg.Input.Vocab, lc.Dim, lc.Pool, first, end, seed, scale)
 		e.layer = l
 		return e, err
@@ -74,6 +94,11 @@ func buildLayer(b native.Backend, cfg *config.Model, i int, sh config.LayerShape
 		e.layer = NewDenseInput(sh, sh.Kind == "concat")
 		return e, nil
 	case "fc":
+		if !opts.holdsDense(i) {
+			l, err := declaredFC(b, sh, lc.Act)
+			e.layer = l
+			return e, err
+		}
 		l, err := NewFC(b, sh, lc.Act, seed)
 		e.layer = l
 		return e, err
@@ -82,6 +107,11 @@ func buildLayer(b native.Backend, cfg *config.Model, i int, sh config.LayerShape
 		e.join = j
 		return e, err
 	case "nce":
+		if opts.RemoteTables {
+			l, err := remoteNCE(b, sh, lc.Classes, lc.Negatives, seed)
+			e.layer = l
+			return e, err
+		}
 		l, err := NewNCE(b, sh, lc.Classes, lc.Negatives, seed, scale)
 		e.layer = l
 		return e, err

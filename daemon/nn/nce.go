@@ -106,17 +106,30 @@ type NCE struct {
 // NewNCE builds an NCE layer whose table rows start as InitRow does for
 // embedding tables, so that a parameter server can create them lazily.
 func NewNCE(b native.Backend, shape config.LayerShape, classes, negatives int, seed uint64, scale float64) (*NCE, error) {
-	if classes < 2 || negatives < 1 || shape.In < 1 || shape.Out != 1+negatives {
-		return nil, fmt.Errorf("%s: %d classes, %d negatives, input %d, output %d: want classes >= 2, negatives >= 1 and output 1+negatives",
-			shape.Name, classes, negatives, shape.In, shape.Out)
+	l, err := newNCE(b, shape, classes, negatives, seed, classes)
+	if err != nil {
+		return nil, err
 	}
-	l := &NCE{shape: shape, classes: int64(classes), negatives: negatives,
-		sampler: NewLogUniform(int64(classes)), seed: seed,
-		Table: newSparse(b, shape.Name+".table", classes, shape.In+1)}
 	if err := initRows(b, l.Table, seed, scale); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// remoteNCE builds an NCE layer whose table holds no rows: the parameter
+// servers hold them, and a pipeline stage gives it a batch's (SetLocalRows).
+func remoteNCE(b native.Backend, shape config.LayerShape, classes, negatives int, seed uint64) (*NCE, error) {
+	return newNCE(b, shape, classes, negatives, seed, 0)
+}
+
+func newNCE(b native.Backend, shape config.LayerShape, classes, negatives int, seed uint64, rows int) (*NCE, error) {
+	if classes < 2 || negatives < 1 || shape.In < 1 || shape.Out != 1+negatives {
+		return nil, fmt.Errorf("%s: %d classes, %d negatives, input %d, output %d: want classes >= 2, negatives >= 1 and output 1+negatives",
+			shape.Name, classes, negatives, shape.In, shape.Out)
+	}
+	return &NCE{shape: shape, classes: int64(classes), negatives: negatives,
+		sampler: NewLogUniform(int64(classes)), seed: seed,
+		Table: newSparse(b, shape.Name+".table", rows, shape.In+1)}, nil
 }
 
 func (l *NCE) Shape() config.LayerShape { return l.shape }

@@ -33,6 +33,12 @@ func newSparse(b native.Backend, name string, rows, cols int) *Param {
 	return &Param{Name: name, Rows: rows, Cols: cols, Value: b.Alloc(rows * cols), Sparse: true}
 }
 
+// declared is a dense parameter with its shape and no values, held
+// elsewhere (Value and Grad of 0 floats).
+func declared(b native.Backend, name string, rows, cols int) *Param {
+	return &Param{Name: name, Rows: rows, Cols: cols, Value: b.Alloc(0), Grad: b.Alloc(0)}
+}
+
 // initUniform fills p with values uniform in [-limit, limit) from a stream
 // seeded by (seed, p.Name).
 func initUniform(b native.Backend, p *Param, seed uint64, limit float64) error {

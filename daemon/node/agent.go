@@ -28,6 +28,9 @@ type Config struct {
 	Threads          int // CPU threads per unit; 0 = 1
 	Secret           []byte
 	Plain            bool // no secret: loopback only
+	// PSMemory is the memory budget in bytes of each parameter-server
+	// shard the node hosts (ps.Config.MemoryBytes); 0 = unlimited.
+	PSMemory int64
 
 	// ReadyTimeout bounds how long a stage waits for its partners and
 	// parameter servers to come up; 0 = DefaultReadyTimeout.
@@ -51,7 +54,7 @@ const (
 // ConfigFromFile turns a node file into a Config, reading its secret.
 func ConfigFromFile(n *config.Node) (Config, error) {
 	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
-		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration}
+		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory)}
 	if n.SecretFile != "" {
 		secret, err := wire.LoadSecret(n.SecretFile)
 		if err != nil {

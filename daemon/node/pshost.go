@@ -12,7 +12,6 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
-	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
@@ -142,7 +141,7 @@ func (h *psHost) close() {
 // for them.
 func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	spec := tasks[0].spec
-	shards, names, svc, err := buildShards(spec, tasks, a.log)
+	shards, names, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log)
 	if err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)
@@ -267,9 +266,10 @@ func applied(shards []*ps.Shard, names []string, step int64) bool {
 }
 
 // buildShards declares the job's parameters from its model and stage
-// layout (pipeline.PSParams) and makes this node's shards of them.
+// layout (pipeline.PSParams) and makes this node's shards of them, each
+// with a memory budget of memory bytes (0 = unlimited).
 // It returns the shards in index order and the names of the parameters.
-func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, []string, *ps.Service, error) {
+func buildShards(spec api.Task, tasks []*task, memory int64, log *slog.Logger) ([]*ps.Shard, []string, *ps.Service, error) {
 	fail := func(err error) ([]*ps.Shard, []string, *ps.Service, error) {
 		return nil, nil, nil, fmt.Errorf("ps shards of job %s: %w", spec.JobID, err)
 	}
@@ -278,7 +278,7 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, [
 	if err != nil {
 		return fail(err)
 	}
-	m, err := nn.Build(backend, cfg, spec.Seed)
+	m, err := pipeline.DeclareModel(backend, cfg, spec.Seed)
 	if err != nil {
 		return fail(err)
 	}
@@ -292,7 +292,9 @@ func buildShards(spec api.Task, tasks []*task, log *slog.Logger) ([]*ps.Shard, [
 	tasks = slices.SortedFunc(slices.Values(tasks), func(x, y *task) int { return x.spec.Shard - y.spec.Shard })
 	var shards []*ps.Shard // in index order, as ps.CheckpointAll wants them
 	for _, t := range tasks {
-		s, err := newShard(all[t.spec.Shard], spec.RestoreDir)
+		c := all[t.spec.Shard]
+		c.MemoryBytes = memory
+		s, err := newShard(c, spec.RestoreDir)
 		if err != nil {
 			return fail(err)
 		}

@@ -86,7 +86,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if err != nil {
 		return fail(err)
 	}
-	model, err := nn.Build(backend, cfg, s.Seed)
+	model, err := pipeline.BuildStageModel(backend, cfg, s.Seed, ranges[s.Stage])
 	if err != nil {
 		return fail(permanent(err))
 	}
@@ -151,7 +151,7 @@ func skipBatches(ctx context.Context, src data.Source, steps int64, batch int) e
 func checkLayout(s api.Task, replicas []int) error {
 	n := len(replicas)
 	switch {
-	case s.Stage >= n:
+	case s.Stage < 0 || s.Stage >= n:
 		return fmt.Errorf("stage %d of a %d-stage layout", s.Stage, n)
 	case replicas[s.Stage] != s.Replicas:
 		return fmt.Errorf("%d replicas, the layout says %d", s.Replicas, replicas[s.Stage])

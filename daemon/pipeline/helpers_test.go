@@ -111,6 +111,15 @@ func buildModel(t testing.TB, cfg *config.Model) *nn.Model {
 	return m
 }
 
+func buildStageModel(t testing.TB, cfg *config.Model, r Range) *nn.Model {
+	t.Helper()
+	m, err := BuildStageModel(native.MustCPU(), cfg, testSeed, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // testBatch is batch number i of a stream: n samples of 1..3 ids per slot
 // (repeats included), dense features and 0/1 labels.
 func testBatch(stream, i uint64, n int) *data.Batch {
@@ -149,7 +158,11 @@ type job struct {
 func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
 	t.Helper()
 	j := &job{t: t, cfg: cfg, stages: stages, replicas: replicas, steps: steps, mode: mode}
-	tables, blocks, err := PSParams(buildModel(t, cfg), stages, steps)
+	declared, err := DeclareModel(native.MustCPU(), cfg, testSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, blocks, err := PSParams(declared, stages, steps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +262,7 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	batches func(context.Context, int64) (*data.Batch, error), timeout time.Duration) *Worker {
 	j.t.Helper()
 	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
-		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
+		Model: buildStageModel(j.t, j.cfg, j.stages[stage]), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
 		MicroBatches: j.micro, LastStep: int64(j.lastStep),
 		StepTimeout: timeout}
 	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)

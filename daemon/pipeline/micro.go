@@ -44,6 +44,10 @@ func newCopy(m *nn.Model, r Range, cfg *Config, values []*nn.Param) (*modelCopy,
 					c.tables = append(c.tables, t)
 				}
 			case inRange:
+				if p.Value.Len() != p.Len() {
+					return nil, fmt.Errorf("%s of layer %d holds %d of its %d values: build the model with BuildStageModel for layers [%d, %d]",
+						p.Name, i, p.Value.Len(), p.Len(), r.First, r.Last)
+				}
 				if values != nil {
 					p.Value = values[len(c.dense)].Value
 				}

@@ -19,6 +19,21 @@ type Range struct{ First, Last int }
 // ErrUnsupported marks model features the distributed runtime does not run.
 var ErrUnsupported = errors.New("not supported in distributed training yet")
 
+// BuildStageModel builds cfg for a worker of the stage running layers r:
+// its embedding and NCE tables hold no rows (the parameter servers do; the
+// worker pulls a batch's) and only r's dense parameters have values, so
+// that the stage's memory does not grow with the vocabulary.
+func BuildStageModel(b native.Backend, cfg *config.Model, seed uint64, r Range) (*nn.Model, error) {
+	return nn.BuildWith(b, cfg, seed, nn.BuildOptions{RemoteTables: true, DenseLayers: &nn.LayerRange{First: r.First, Last: r.Last}})
+}
+
+// DeclareModel builds cfg for PSParams: every dense parameter with its
+// initial values and the tables without rows, which the parameter servers
+// create lazily.
+func DeclareModel(b native.Backend, cfg *config.Model, seed uint64) (*nn.Model, error) {
+	return nn.BuildWith(b, cfg, seed, nn.BuildOptions{RemoteTables: true})
+}
+
 // PSParams declares a model's parameters for the parameter servers: a
 // table for each embedding layer and a block for each dense parameter,
 // each owned by the stage whose range holds its layer, with the optimiser
@@ -57,6 +72,9 @@ func PSParams(m *nn.Model, stages []Range, totalSteps int64) ([]ps.TableSpec, []
 				h, ok := native.Host(p.Value)
 				if !ok {
 					return nil, nil, fmt.Errorf("pipeline: %s: build the model on the CPU backend to declare it", p.Name)
+				}
+				if len(h) != p.Len() {
+					return nil, nil, fmt.Errorf("pipeline: %s holds %d of its %d values: declare the model with DeclareModel", p.Name, len(h), p.Len())
 				}
 				blocks = append(blocks, ps.BlockSpec{Name: p.Name, Stage: st, Init: slices.Clone(h), Optim: dense})
 			}

@@ -33,7 +33,8 @@ type Config struct {
 	Stages  int
 	Replica int
 	Layers  Range
-	// Model is the whole model, built with the job's seed on Backend; the
+	// Model is the model built with the job's seed on Backend, best with
+	// BuildStageModel (no tables, no other stages' dense parameters); the
 	// worker runs Layers of it and keeps only the current batch's rows of
 	// its embedding tables.
 	Model   *nn.Model
@@ -121,7 +122,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		var shared []*nn.Param
 		if m > 0 {
 			var err error
-			if model, err = nn.Build(cfg.Backend, cfg.Model.Config, cfg.Model.Seed); err != nil {
+			if model, err = nn.BuildWith(cfg.Backend, cfg.Model.Config, cfg.Model.Seed, cfg.Model.Options); err != nil {
 				return fail(err)
 			}
 			shared = w.copies[0].dense

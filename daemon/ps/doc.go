@@ -21,7 +21,10 @@
 // allocation per slab and per optimiser state buffer, not per row) found
 // through an id -> slot map; Config.MaxRows caps the rows of all tables of a
 // shard together, and a pull or push that would exceed it fails with
-// ErrRowCap, creating nothing.
+// ErrRowCap, creating nothing. Config.MemoryBytes is a byte budget over the
+// blocks and the rows (RowBytes each, optimiser state included): a pull or
+// push that would create rows past it fails with ErrMemoryBudget, creating
+// nothing, and the shard goes on serving the others.
 //
 // # Versions, pulls and pushes
 //

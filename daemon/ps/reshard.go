@@ -131,7 +131,7 @@ func (s *Shard) takeChunk(f *ckpt.File, t *table, off int, ids []int64, bufs [][
 	if len(mine) == 0 {
 		return nil
 	}
-	if err := s.reserveRows(t.spec.Name, len(mine)); err != nil {
+	if err := s.reserveRows(t, len(mine)); err != nil {
 		return err
 	}
 	for i := range bufs {

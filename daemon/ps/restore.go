@@ -227,7 +227,7 @@ func (s *Shard) loadTable(f *ckpt.File, t *table, m paramMeta, step int64) error
 	if err := s.checkOwned(ids); err != nil {
 		return err
 	}
-	if err := s.reserveRows(t.spec.Name, len(ids)); err != nil {
+	if err := s.reserveRows(t, len(ids)); err != nil {
 		return err
 	}
 	for _, id := range ids {

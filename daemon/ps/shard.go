@@ -55,7 +55,12 @@ type Config struct {
 	Tables   []TableSpec
 	Blocks   []BlockSpec
 
-	MaxRows     int           // rows of all tables together; 0 = DefaultMaxRows
+	MaxRows int // rows of all tables together; 0 = DefaultMaxRows
+	// MemoryBytes is the shard's memory budget in bytes (0 = unlimited):
+	// blocks with their optimiser state, and table rows at RowBytes each.
+	// A pull or push that would create rows past it fails with
+	// ErrMemoryBudget, creating none; the shard goes on serving.
+	MemoryBytes int64
 	SlabRows    int           // rows per slab; 0 = DefaultSlabRows
 	WaitTimeout time.Duration // longest wait of a call whose context has no deadline; 0 = DefaultWaitTimeout
 
@@ -91,6 +96,7 @@ var (
 	ErrStale          = errors.New("stale push")
 	ErrAhead          = errors.New("push ahead of the open step")
 	ErrRowCap         = errors.New("row cap reached")
+	ErrMemoryBudget   = errors.New("memory budget reached")
 	ErrCheckpointBusy = errors.New("a checkpoint is already in progress")
 	ErrStepPassed     = errors.New("step already passed")
 	ErrShardClosed    = errors.New("shard closed")
@@ -104,7 +110,8 @@ type Shard struct {
 	tables  map[string]*table // fixed after NewShard: read without a lock
 	blocks  map[string]*block
 
-	rows atomic.Int64 // rows of all tables, against cfg.MaxRows
+	rows  atomic.Int64 // rows of all tables, against cfg.MaxRows
+	bytes atomic.Int64 // blocks and rows, against cfg.MemoryBytes
 
 	replicasMu sync.Mutex
 	replicas   map[int]int
@@ -136,6 +143,9 @@ func NewShard(cfg Config) (*Shard, error) {
 	for _, spec := range cfg.Tables {
 		s.tables[spec.Name] = newTable(spec, cfg.SlabRows)
 	}
+	if err := s.reserveBlocks(); err != nil {
+		return nil, fmt.Errorf("ps shard %d: %w", cfg.Shard, err)
+	}
 	for _, spec := range cfg.Blocks {
 		s.blocks[spec.Name] = newBlock(spec)
 	}
@@ -163,9 +173,9 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("shard %d of %d: %w", cfg.Shard, cfg.Shards, ErrArg)
 	case cfg.Mode != BSP && cfg.Mode != ASP:
 		return fmt.Errorf("mode %v: %w", cfg.Mode, ErrArg)
-	case cfg.MaxRows < 0 || cfg.SlabRows < 0 || cfg.WaitTimeout < 0:
-		return fmt.Errorf("negative limit (max rows %d, slab rows %d, wait %v): %w",
-			cfg.MaxRows, cfg.SlabRows, cfg.WaitTimeout, ErrArg)
+	case cfg.MaxRows < 0 || cfg.SlabRows < 0 || cfg.WaitTimeout < 0 || cfg.MemoryBytes < 0:
+		return fmt.Errorf("negative limit (max rows %d, slab rows %d, wait %v, memory %d): %w",
+			cfg.MaxRows, cfg.SlabRows, cfg.WaitTimeout, cfg.MemoryBytes, ErrArg)
 	case cfg.Backend == nil:
 		return fmt.Errorf("no backend: %w", ErrArg)
 	}

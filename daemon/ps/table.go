@@ -70,7 +70,7 @@ func (t *table) ensure(s *Shard, ids []int64) ([]int, error) {
 			fresh[ids[i]] = true
 		}
 	}
-	if err := s.reserveRows(t.spec.Name, len(fresh)); err != nil {
+	if err := s.reserveRows(t, len(fresh)); err != nil {
 		return nil, err
 	}
 	for i, k := range slots {
@@ -121,18 +121,70 @@ func (t *table) newSlab() *slab {
 	return sl
 }
 
-// reserveRows takes n rows from the shard's cap, or fails taking none.
-func (s *Shard) reserveRows(table string, n int) error {
+// reserveRows takes n rows of t from the shard's row cap and memory
+// budget, or fails taking none.
+func (s *Shard) reserveRows(t *table, n int) error {
+	if err := s.reserveBytes(t, n); err != nil {
+		return err
+	}
 	for {
 		have := s.rows.Load()
 		if have+int64(n) > int64(s.cfg.MaxRows) {
+			s.bytes.Add(-int64(n) * t.rowBytes())
 			return fmt.Errorf("ps shard %d: table %q: %d new rows beside the %d held would pass the cap of %d: %w",
-				s.cfg.Shard, table, n, have, s.cfg.MaxRows, ErrRowCap)
+				s.cfg.Shard, t.spec.Name, n, have, s.cfg.MaxRows, ErrRowCap)
 		}
 		if s.rows.CompareAndSwap(have, have+int64(n)) {
 			return nil
 		}
 	}
+}
+
+// reserveBytes takes n rows' bytes from the memory budget, or fails
+// taking none.
+func (s *Shard) reserveBytes(t *table, n int) error {
+	per := t.rowBytes()
+	need := int64(n) * per
+	for {
+		have := s.bytes.Load()
+		if s.cfg.MemoryBytes > 0 && need > s.cfg.MemoryBytes-have {
+			return fmt.Errorf("ps shard %d: table %q: %d new rows of %d bytes each beside the %d bytes held would pass the budget of %d bytes: %w",
+				s.cfg.Shard, t.spec.Name, n, per, have, s.cfg.MemoryBytes, ErrMemoryBudget)
+		}
+		if s.bytes.CompareAndSwap(have, have+need) {
+			return nil
+		}
+	}
+}
+
+// rowIndexBytes is what a row costs besides its floats: the id map's two
+// cells (it stays at most half full) of an id and a slot (12 bytes each),
+// the slot's id (8) and the push layout's scratch (4).
+const rowIndexBytes = 2*12 + 8 + 4
+
+// RowBytes is the memory a table row of dim floats takes on a shard with
+// an optimiser of stateBuffers state buffers: its values and state, 4
+// bytes a float, and rowIndexBytes. Rows are allocated in slabs of
+// Config.SlabRows, so a table holds up to a slab more than its rows.
+func RowBytes(dim, stateBuffers int) int64 {
+	return int64(dim)*int64(1+stateBuffers)*4 + rowIndexBytes
+}
+
+func (t *table) rowBytes() int64 { return RowBytes(t.spec.Dim, t.nstate) }
+
+// reserveBlocks takes the blocks' values and optimiser state from the
+// memory budget.
+func (s *Shard) reserveBlocks() error {
+	var need int64
+	for _, b := range s.cfg.Blocks {
+		need += int64(len(b.Init)) * int64(1+b.Optim.Hyper.StateBuffers()) * 4
+	}
+	if s.cfg.MemoryBytes > 0 && need > s.cfg.MemoryBytes {
+		return fmt.Errorf("%d dense blocks need %d bytes with their optimiser state, more than the budget of %d bytes: %w",
+			len(s.cfg.Blocks), need, s.cfg.MemoryBytes, ErrMemoryBudget)
+	}
+	s.bytes.Store(need)
+	return nil
 }
 
 // read copies the rows at slots into dst (len(slots) x dim). Under at
