@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/pipeline"
 )
 
 // task is one assignment the node holds: its spec, how to stop it and its
@@ -17,6 +18,10 @@ type task struct {
 	cancel context.CancelFunc
 
 	report api.TaskReport // guarded by Agent.mu
+	// latest is the newest update of spec (elastic.go), worker the stage's
+	// worker once built; both guarded by Agent.mu.
+	latest *api.Task
+	worker *pipeline.Worker
 }
 
 // reports lists the report of every task the node holds, in task id order.
