@@ -168,6 +168,24 @@ type Task struct {
 	// batches of the steps already trained.
 	RestoreDir string `json:"restore_dir,omitempty"`
 	FirstStep  int64  `json:"first_step,omitempty"`
+
+	// Elastic stages. A task's spec may change while it runs: the same
+	// TaskID with a higher Generation replaces it. From step FromStep on,
+	// stage Stage's replicas are Members (replica ids, ascending) and
+	// member i has batch Batches[i] and reads data shard i of
+	// len(Members). A stage replica that is not among Members stops before
+	// FromStep; a PS task makes its shards wait for exactly Members
+	// (ps.Shard.SetMembers), which also completes a step a removed replica
+	// never pushed. Batches, when given in a task's first spec, are every
+	// replica's batch (the positions the data is re-sharded at are exact
+	// only then). DataStart is the record index stage 0's data starts at
+	// in the segment beginning at FromStep (a replica joining a running
+	// job, or a job restored where another had got to).
+	Generation int64 `json:"generation,omitempty"`
+	FromStep   int64 `json:"from_step,omitempty"`
+	Members    []int `json:"members,omitempty"`
+	Batches    []int `json:"batches,omitempty"`
+	DataStart  int64 `json:"data_start,omitempty"`
 }
 
 // StageLayout is one stage of a job as its tasks see it.

@@ -17,7 +17,9 @@
 //   - sharding: i mod Shards == Shard (worker k of K sees every K-th record,
 //     so the K workers' streams are disjoint and together cover the data);
 //   - hold-out: the split rule in [IsEval] puts i in the requested split;
-//   - limit: i < Limit, when a limit is set.
+//   - limit: i < Limit, when a limit is set;
+//   - start: i >= Start (a reader that resumes where a stage had got to;
+//     Options.After computes such positions).
 //
 // Lines that a worker does not own are not parsed, so a malformed line is
 // reported by the worker that owns it.

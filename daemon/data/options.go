@@ -37,6 +37,7 @@ type Options struct {
 	Split        Split   // which side of the hold-out split to read
 	EvalFraction float64 // share of records in the eval split; 0 means DefaultEvalFraction
 	Limit        int64   // records with index >= Limit end the stream; 0 means no limit
+	Start        int64   // records with index < Start are not emitted (a reader resuming mid-stream)
 	DenseDims    int     // libsvm only: indices 1..DenseDims are dense features
 }
 
@@ -59,8 +60,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("data: unknown split %d", int(o.Split))
 	case !(o.EvalFraction > 0 && o.EvalFraction < 1):
 		return o, fmt.Errorf("data: eval fraction %g, want in (0, 1)", o.EvalFraction)
-	case o.Limit < 0:
-		return o, fmt.Errorf("data: limit %d, want >= 0", o.Limit)
+	case o.Limit < 0 || o.Start < 0:
+		return o, fmt.Errorf("data: limit %d, start %d, want >= 0", o.Limit, o.Start)
 	case o.DenseDims < 0:
 		return o, fmt.Errorf("data: %d dense dims, want >= 0", o.DenseDims)
 	}
@@ -69,7 +70,7 @@ func (o Options) withDefaults() (Options, error) {
 
 // keeps reports whether record i belongs to this worker and split.
 func (o Options) keeps(i int64) bool {
-	if i%int64(o.Shards) != int64(o.Shard) {
+	if i < o.Start || i%int64(o.Shards) != int64(o.Shard) {
 		return false
 	}
 	switch o.Split {
@@ -79,6 +80,30 @@ func (o Options) keeps(i int64) bool {
 		return IsEval(i, o.EvalFraction)
 	}
 	return true
+}
+
+// After returns the index just past the n-th record (n >= 1) that a
+// source with these options emits, or Start when n is 0: where that
+// reader has got to after n records. It counts by the selection rules
+// alone, reading no data, and ignores Limit and the end of the data.
+func (o Options) After(n int64) (int64, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	i := o.Start
+	if n <= 0 {
+		return i, nil
+	}
+	k := int64(o.Shards)
+	i += ((int64(o.Shard)-i)%k + k) % k // the first index of the shard
+	for ; ; i += k {
+		if o.keeps(i) {
+			if n--; n == 0 {
+				return i + 1, nil
+			}
+		}
+	}
 }
 
 // past reports whether record i lies beyond the limit.

@@ -156,6 +156,13 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 		}
 	}()
 	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
+	if err := a.applyLatestMembers(tasks); err != nil {
+		for _, t := range tasks {
+			a.fail(ctx, t, err)
+		}
+		<-ctx.Done()
+		return
+	}
 	if err := a.checkpoints(ctx, tasks, shards, names); err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)

@@ -25,6 +25,9 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 	defer cleanup()
 	var spent pipeline.Result
 	if err == nil {
+		err = a.attachWorker(t, w)
+	}
+	if err == nil {
 		err = a.train(ctx, t, w, &spent)
 	}
 	switch {
@@ -39,10 +42,12 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 	<-ctx.Done()
 }
 
-// train runs the job's steps, adding up in spent where their time went.
+// train runs the job's steps, adding up in spent where their time went; a
+// replica dropped from its stage (elastic.go) stops before the first step
+// it is no longer a member of.
 func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *pipeline.Result) error {
 	meter := newMeter()
-	for step := t.spec.FirstStep + 1; step <= t.spec.Steps; step++ {
+	for step := t.spec.FirstStep + 1; step <= t.spec.Steps && w.Member(step); step++ {
 		res, err := w.Step(ctx, step)
 		if err != nil {
 			return err
@@ -115,16 +120,14 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
 		MicroBatches: s.MicroBatches}
+	wc.Share = firstShare(s)
 	if s.Stage == 0 {
-		src, err := openData(s, cfg)
+		in, err := stageInput(ctx, s, cfg)
 		if err != nil {
 			return fail(permanent(err))
 		}
-		undo = append(undo, func() { src.Close() })
-		if err := skipBatches(ctx, src, s.FirstStep, s.Batch); err != nil {
-			return fail(err)
-		}
-		wc.Batches = func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, s.Batch) }
+		undo = append(undo, func() { in.Close() })
+		wc.Input = in.Next
 	}
 	if err := greet(ctx, links, s.JobID, a.cfg.ReadyTimeout); err != nil {
 		return fail(err)
@@ -134,6 +137,25 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	undo = append(undo, func() { w.Close() })
 	return w, cleanup, nil
+}
+
+// stageInput opens stage 0's data: the task's shard, skipping the batches
+// of the steps a restored job has trained, or, for a task that starts with
+// a membership (elastic.go), its shard of the segment that starts at
+// DataStart.
+func stageInput(ctx context.Context, s api.Task, cfg *config.Model) (*pipeline.ShardedInput, error) {
+	src, err := openData(s, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Members) > 0 {
+		src.Close() // opened to check the data; the segment opens its own
+		src = nil
+	} else if err := skipBatches(ctx, src, s.FirstStep, s.Batch); err != nil {
+		src.Close()
+		return nil, err
+	}
+	return shardedInput(s, data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain}, src), nil
 }
 
 // skipBatches reads and drops the batches of the steps a restored job has

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/pipeline"
 )
 
 // task is one assignment the node holds: its spec, how to stop it and its
@@ -19,6 +20,10 @@ type task struct {
 	cancel context.CancelFunc
 
 	report api.TaskReport // guarded by Agent.mu
+	// latest is the newest update of spec (elastic.go), worker the stage's
+	// worker once built; both guarded by Agent.mu.
+	latest *api.Task
+	worker *pipeline.Worker
 }
 
 // reports lists the report of every task the node holds, in task id order.

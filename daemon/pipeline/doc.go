@@ -54,6 +54,19 @@
 // (Config.Mode) pulls take what the servers hold and every push, weight 1,
 // is applied on arrival: plain asynchronous SGD.
 //
+// # Elastic stages
+//
+// A stage's replicas are a membership that may change at a step boundary
+// (Share: member ids and each member's batch). Worker.Resize applies a new
+// Share from a step on (or from the first step whose input is not read
+// yet); a replica that is not a member of a step refuses it
+// (ErrNotMember) and reads nothing ahead for it. Stage 0 then reads
+// through Config.Input, e.g. ShardedInput, which re-shards the data at each
+// change from the record index the whole stage has reached. The parameter
+// servers learn the same membership through ps.Shard.SetMembers. Only
+// single-stage (pure data-parallel) jobs may change their members; stages
+// of a pipeline may change their batches only.
+//
 // # Wiring a job
 //
 // Build the model once with the job's seed on the CPU backend; PSParams and

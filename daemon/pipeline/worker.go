@@ -56,7 +56,13 @@ type Config struct {
 	Prev, Next []Link
 	// Batches returns the batch of a step; stage 0 only. Calls come one at
 	// a time, in step order, the next while the current step runs.
-	Batches     func(ctx context.Context, step int64) (*data.Batch, error)
+	Batches func(ctx context.Context, step int64) (*data.Batch, error)
+	// Input, if set, replaces Batches: it gets the stage's Share in force
+	// at the step (Resize), e.g. ShardedInput.Next.
+	Input func(ctx context.Context, step int64, share Share) (*data.Batch, error)
+	// Share is the stage's make-up at the start (Resize changes it); if
+	// empty, the replica is the only member the worker knows of.
+	Share       Share
 	StepTimeout time.Duration // 0 = DefaultStepTimeout
 	// LastStep, if not 0, is the job's last step: nothing is read or
 	// pulled ahead for the steps after it (a pull creates rows, and a
@@ -88,6 +94,10 @@ type Worker struct {
 	prefetch chan prefetched // holds the next step's batch, once asked for
 	next     int64           // the step prefetch is fetching, 0 if none
 	ahead    *denseAhead     // the dense pulls ahead for the next step, if any
+
+	shareMu sync.Mutex    // guards shares and asked: Resize comes from other goroutines
+	shares  []shareChange // ascending by from; shares[0].from is 0
+	asked   int64         // the last step whose input was asked for
 }
 
 // prefetched is stage 0's input for a step: the micro-batches, with
@@ -112,6 +122,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	cfg.MicroBatches = max(cfg.MicroBatches, 1)
 	w := &Worker{cfg: cfg, job: ps.JobKey(cfg.Job), last: cfg.Stage == cfg.Stages-1, prefetch: make(chan prefetched, 1)}
 	w.cfg.Prev, w.cfg.Next = slices.Clone(cfg.Prev), slices.Clone(cfg.Next)
+	w.shares = []shareChange{{from: 0, share: firstShare(&cfg)}}
 	for _, links := range [][]Link{w.cfg.Prev, w.cfg.Next} {
 		for i := range links {
 			links[i].job = w.job
@@ -156,8 +167,10 @@ func (c *Config) check() error {
 		return fmt.Errorf("stage %d with %d upstream partners", c.Stage, len(c.Prev))
 	case (c.Stage == c.Stages-1) != (len(c.Next) == 0):
 		return fmt.Errorf("stage %d of %d with %d downstream partners", c.Stage, c.Stages, len(c.Next))
-	case c.Stage == 0 && c.Batches == nil:
-		return errors.New("stage 0 needs Batches")
+	case c.Stage == 0 && c.Batches == nil && c.Input == nil:
+		return errors.New("stage 0 needs Batches or Input")
+	case c.Input != nil && len(c.Share.Members) == 0:
+		return errors.New("Input needs the stage's Share")
 	case c.MicroBatches < 0 || c.MicroBatches > MaxMicroBatches:
 		return fmt.Errorf("%d micro-batches, want at most %d", c.MicroBatches, MaxMicroBatches)
 	}
@@ -181,6 +194,10 @@ func (w *Worker) Close() error {
 // their rows, go to the parameter servers as soon as they are final, while
 // the layers below still run; the step ends when every push and send has.
 func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
+	if !w.Member(step) {
+		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %w",
+			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, ErrNotMember)
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	snd := startSender(ctx, cancel)
@@ -401,9 +418,10 @@ func (w *Worker) stage0Input(ctx context.Context, step int64, g *gate) ([]input,
 	return ins, nil
 }
 
-// hasStep reports whether the job has step.
+// hasStep reports whether the job has step and the replica is a member
+// for it.
 func (w *Worker) hasStep(step int64) bool {
-	return w.cfg.LastStep == 0 || step <= w.cfg.LastStep
+	return (w.cfg.LastStep == 0 || step <= w.cfg.LastStep) && w.Member(step)
 }
 
 // input returns micro-batch m: stage 0's, or the activations and batches
@@ -475,7 +493,14 @@ func (w *Worker) startPrefetch(step int64, g *gate) {
 // microInputs reads step's batch and splits it into micro-batches, each
 // with its row plan.
 func (w *Worker) microInputs(ctx context.Context, step int64) ([]input, error) {
-	b, err := w.cfg.Batches(ctx, step)
+	share := w.askFor(step)
+	var b *data.Batch
+	var err error
+	if w.cfg.Input != nil {
+		b, err = w.cfg.Input(ctx, step, share)
+	} else {
+		b, err = w.cfg.Batches(ctx, step)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -234,6 +234,29 @@ func (c *Client) PushBlock(ctx context.Context, name string, step int64, weight 
 	return nil
 }
 
+// SetMembers makes replicas the members of the client's stage from step
+// fromStep on, on every shard (Shard.SetMembers). It is idempotent: a
+// caller may resend it, and several callers may send the same change.
+func (c *Client) SetMembers(ctx context.Context, fromStep int64, replicas []int) error {
+	ids := make([]int64, len(replicas))
+	for i, r := range replicas {
+		ids[i] = int64(r)
+	}
+	err := c.eachShard(func(i int) error {
+		if s := c.local(i); s != nil {
+			return s.SetMembers(c.cfg.Stage, fromStep, replicas)
+		}
+		m := &wire.Message{Type: MsgSetMembers, Meta: c.meta("", fromStep, 0),
+			Tensors: []wire.Tensor{wire.I64Tensor(ids, len(ids))}}
+		m.Meta.Key = 0
+		return c.push(ctx, i, m)
+	})
+	if err != nil {
+		return fmt.Errorf("ps client: set members of stage %d from step %d to %v: %w", c.cfg.Stage, fromStep, replicas, err)
+	}
+	return nil
+}
+
 // local returns shard i if this process hosts it.
 func (c *Client) local(i int) *Shard {
 	if c.cfg.Local == nil {

@@ -44,18 +44,31 @@
 // gradient (distinct ids and their rows), PushBlock a dense one. Pushes copy
 // their inputs and never wait for other replicas.
 //
-// BSP: a step's update of a table or block is applied once every replica of
-// its stage (Config.Replicas, as it was when the step's first push arrived)
-// has pushed it — by the push that completes the step, before it returns.
-// The weight is the replica's batch size b_k; the gradients are averaged
-// with w_k = b_k / sum(b), summed in replica order (native WeightedSum), so
-// the result does not depend on arrival order. Sparse pushes are merged by
+// BSP: a step's update of a table or block is applied once every member of
+// its stage for that step has pushed it — by the push that completes the
+// step, before it returns. The weight is the replica's batch size b_k; the
+// gradients are averaged with w_k = b_k / sum(b) over the step's members,
+// summed in ascending replica id (native WeightedSum), so the result does
+// not depend on arrival order. Sparse pushes are merged by
 // id: a row absent from a replica's push contributes zero. The optimiser
 // then runs once, at step s (learning-rate schedule and Adam's bias
 // correction both use s). Every replica must push every table and block of
 // its stage every step, with no rows if it touched none, or the step never
 // completes. Steps go one at a time: a push for a step already applied is
 // ErrStale, for a step beyond the open one ErrAhead.
+//
+// # Membership
+//
+// A stage's members are replica ids that change at step boundaries: 0..n-1
+// (Config.Replicas) until Shard.SetMembers(stage, from, ids) makes ids the
+// members from step from on (over the wire: MsgSetMembers, Client.SetMembers;
+// idempotent). A push from a replica that is not a member for its step is
+// ErrNotMember. A change also reaches a step already open: pending pushes
+// of replicas no longer members are discarded and the step is applied as
+// soon as the remaining members have pushed, which is how the survivors of a
+// dead replica's node get out of the barrier. Applied steps keep the set
+// they were applied with. Membership is not checkpointed: a restored shard
+// starts from Config.Replicas.
 //
 // ASP: each push is applied on arrival, its gradient multiplied by its
 // weight (1 for plain asynchronous SGD; b_k / mean(b) makes every sample

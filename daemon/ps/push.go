@@ -34,11 +34,9 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 		return fail(err)
 	}
 	c := &contribution{weight: weight, grad: slices.Clone(grad)}
-	replicas := s.replicaCount(id.Stage)
-
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	dup, err := t.admit(s.cfg.Mode, id, replicas)
+	dup, err := t.admit(s.cfg.Mode, id, s.stageMembers(id.Stage))
 	if err != nil {
 		return fail(err)
 	}
@@ -72,11 +70,9 @@ func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32
 		return fail(fmt.Errorf("%d gradient floats for a block of %d: %w", len(grad), len(b.value), ErrArg))
 	}
 	c := &contribution{weight: weight, grad: slices.Clone(grad)}
-	replicas := s.replicaCount(id.Stage)
-
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	dup, err := b.admit(s.cfg.Mode, id, replicas)
+	dup, err := b.admit(s.cfg.Mode, id, s.stageMembers(id.Stage))
 	if err != nil {
 		return fail(err)
 	}

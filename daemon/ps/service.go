@@ -30,9 +30,16 @@ import (
 //     MsgAck echoes the push's Meta with Micro set to the version after the
 //     call and Text "applied", "duplicate" or "pending" (BSP: accepted,
 //     waiting for the other replicas).
+//   - MsgSetMembers: Stage is the stage, Step the first step of the
+//     change, T0 int64 [n] the member replica ids (Shard.SetMembers); Key
+//     is 0. MsgAck echoes it with Text "applied".
 //   - MsgError echoes the request's Meta; Text says why. A request is
 //     checked before the shard sees it; an error never closes the
 //     connection.
+
+// MsgSetMembers is the wire message type of a membership change
+// (Shard.SetMembers), after daemon/wire's own types.
+const MsgSetMembers = wire.MsgError + 1
 
 // ShardStream is the stream requests for shard index i travel on.
 func ShardStream(i int) uint32 { return uint32(i) + 1 }
@@ -197,6 +204,9 @@ func (s *Service) dispatch(ctx context.Context, index int, req *wire.MessageView
 	if !ok {
 		return nil, fmt.Errorf("ps service: no shard %d of job key %#x here: %w", index, req.Meta.Job, ErrUnknown)
 	}
+	if req.Type == MsgSetMembers {
+		return s.setMembers(sh, req)
+	}
 	name, ok := s.params[a][req.Meta.Key]
 	if !ok {
 		return nil, fmt.Errorf("ps shard %d: no table or block with key %#x: %w", index, req.Meta.Key, ErrUnknown)
@@ -303,6 +313,31 @@ func (s *Service) pushDense(sh *Shard, name string, req *wire.MessageView) (*wir
 		return nil, err
 	}
 	return ackMessage(req, ack), nil
+}
+
+func (s *Service) setMembers(sh *Shard, req *wire.MessageView) (*wire.Message, error) {
+	if req.Meta.Stage > math.MaxInt32 {
+		return nil, fmt.Errorf("set members: stage %d out of range: %w", req.Meta.Stage, ErrArg)
+	}
+	from, err := toInt64("step", req.Meta.Step)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := s.ids(req, 1)
+	if err != nil {
+		return nil, err
+	}
+	replicas := make([]int, len(ids))
+	for i, r := range ids {
+		if r < 0 || r >= MaxReplicaID {
+			return nil, fmt.Errorf("set members: replica id %d outside [0, %d): %w", r, MaxReplicaID, ErrArg)
+		}
+		replicas[i] = int(r)
+	}
+	if err := sh.SetMembers(int(req.Meta.Stage), from, replicas); err != nil {
+		return nil, err
+	}
+	return &wire.Message{Type: wire.MsgAck, Meta: req.Meta, Text: ackApplied}, nil
 }
 
 // ids decodes tensor 0 of a request with want tensors in all: int64 [n],

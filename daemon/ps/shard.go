@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -50,7 +49,7 @@ type Config struct {
 	Mode   Mode
 
 	// Replicas maps each stage that owns a table or block to its replica
-	// count.
+	// count: its members are replicas 0..n-1 until SetMembers changes them.
 	Replicas map[int]int
 	Tables   []TableSpec
 	Blocks   []BlockSpec
@@ -113,8 +112,10 @@ type Shard struct {
 	rows  atomic.Int64 // rows of all tables, against cfg.MaxRows
 	bytes atomic.Int64 // blocks and rows, against cfg.MemoryBytes
 
-	replicasMu sync.Mutex
-	replicas   map[int]int
+	// members holds each stage's replica set over the steps. Lock order:
+	// a table's or block's lock, then membersMu.
+	membersMu sync.Mutex
+	members   map[int]*membership
 
 	// fence is the step a checkpoint holds the shard at (BSP: later steps
 	// are not applied) or -1; ckptMu lets one checkpoint run at a time.
@@ -134,10 +135,13 @@ func NewShard(cfg Config) (*Shard, error) {
 	}
 	s := &Shard{
 		cfg: cfg, backend: cfg.Backend,
-		tables:   make(map[string]*table, len(cfg.Tables)),
-		blocks:   make(map[string]*block, len(cfg.Blocks)),
-		replicas: maps.Clone(cfg.Replicas),
-		closed:   make(chan struct{}),
+		tables:  make(map[string]*table, len(cfg.Tables)),
+		blocks:  make(map[string]*block, len(cfg.Blocks)),
+		members: make(map[int]*membership, len(cfg.Replicas)),
+		closed:  make(chan struct{}),
+	}
+	for stage, n := range cfg.Replicas {
+		s.members[stage] = firstMembers(n)
 	}
 	s.fence.Store(-1)
 	for _, spec := range cfg.Tables {
@@ -253,27 +257,6 @@ func (s *Shard) Rows() int { return int(s.rows.Load()) }
 
 // Index is the shard's index among its job's shards.
 func (s *Shard) Index() int { return s.cfg.Shard }
-
-// SetReplicas changes a stage's replica count. BSP steps already open keep
-// the count they opened with.
-func (s *Shard) SetReplicas(stage, n int) error {
-	s.replicasMu.Lock()
-	defer s.replicasMu.Unlock()
-	if _, ok := s.replicas[stage]; !ok {
-		return fmt.Errorf("ps shard %d: set replicas: stage %d owns no table or block here: %w", s.cfg.Shard, stage, ErrArg)
-	}
-	if n < 1 {
-		return fmt.Errorf("ps shard %d: set replicas: stage %d to %d: %w", s.cfg.Shard, stage, n, ErrArg)
-	}
-	s.replicas[stage] = n
-	return nil
-}
-
-func (s *Shard) replicaCount(stage int) int {
-	s.replicasMu.Lock()
-	defer s.replicasMu.Unlock()
-	return s.replicas[stage]
-}
 
 // Version returns the version of the named table or block.
 func (s *Shard) Version(name string) (int64, error) {

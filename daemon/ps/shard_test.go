@@ -307,7 +307,7 @@ func TestStalePushesAreRejected(t *testing.T) {
 	t.Run("bsp replica that missed the step", func(t *testing.T) {
 		s := newTestShard(t, BSP, 1, adam)
 		mustPushBlock(t, s, id(0, 1), 1, make([]float32, testLen))
-		if err := s.SetReplicas(0, 2); err != nil {
+		if err := s.SetMembers(0, 2, []int{0, 1}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PushBlock(id(1, 1), testBlock, 1, make([]float32, testLen)); !errors.Is(err, ErrStale) {
@@ -380,7 +380,7 @@ func TestPushValidation(t *testing.T) {
 			_, err := s.PushRows(PushID{Job: "j", Stage: 1, Step: 1}, testTable, 1, []int64{1, 2}, g)
 			return err
 		}, ErrArg},
-		{"replica out of range", func() error { _, err := s.PushRows(id(2, 1), testTable, 1, []int64{1, 2}, g); return err }, ErrArg},
+		{"replica not a member", func() error { _, err := s.PushRows(id(2, 1), testTable, 1, []int64{1, 2}, g); return err }, ErrNotMember},
 		{"step 0", func() error { _, err := s.PushRows(id(0, 0), testTable, 1, []int64{1, 2}, g); return err }, ErrArg},
 		{"zero weight", func() error { _, err := s.PushRows(id(0, 1), testTable, 0, []int64{1, 2}, g); return err }, ErrArg},
 		{"repeated id", func() error { _, err := s.PushRows(id(0, 1), testTable, 1, []int64{1, 1}, g); return err }, ErrArg},

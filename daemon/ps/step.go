@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -16,7 +17,7 @@ const ReplayWindow = 64
 type PushID struct {
 	Job     string
 	Stage   int
-	Replica int   // in [0, replicas of the stage)
+	Replica int   // a member of the stage for Step (Shard.SetMembers)
 	Step    int64 // 1-based
 }
 
@@ -47,14 +48,43 @@ type stepped struct {
 	advanced chan struct{}
 }
 
-// barrier collects the pushes of one BSP step, indexed by replica.
+// barrier collects the pushes of one BSP step from the stage's members
+// for that step: pushes[i] is members[i]'s, nil until it arrives. Members
+// ascend, so the weighted sum runs in replica order whatever the arrival
+// order.
 type barrier struct {
-	step   int64
-	pushes []*contribution
-	got    int
+	step    int64
+	members []int
+	pushes  []*contribution
+	got     int
+}
+
+func newBarrier(step int64, members []int) *barrier {
+	return &barrier{step: step, members: members, pushes: make([]*contribution, len(members))}
 }
 
 func (b *barrier) full() bool { return b.got == len(b.pushes) }
+
+// index returns the position of replica among the members, or -1.
+func (b *barrier) index(replica int) int {
+	if i, ok := slices.BinarySearch(b.members, replica); ok {
+		return i
+	}
+	return -1
+}
+
+// withMembers returns the barrier of the same step for another member set:
+// the pushes of replicas still members are kept, the others dropped.
+func (b *barrier) withMembers(members []int) *barrier {
+	nb := newBarrier(b.step, members)
+	for i, r := range members {
+		if j := b.index(r); j >= 0 && b.pushes[j] != nil {
+			nb.pushes[i] = b.pushes[j]
+			nb.got++
+		}
+	}
+	return nb
+}
 
 // contribution is one accepted push: its weight and gradient (sparse pushes
 // also give the table slots of their rows).
@@ -70,8 +100,9 @@ func newStepped() stepped {
 
 // admit decides, under the write lock, what to do with a push: report a
 // duplicate, refuse it, or let it in (opening the BSP step with the stage's
-// current replica count if it is the step's first push).
-func (st *stepped) admit(mode Mode, id PushID, replicas int) (dup bool, err error) {
+// members for it if it is the step's first push). members returns the
+// stage's replicas of a step.
+func (st *stepped) admit(mode Mode, id PushID, members func(step int64) []int) (dup bool, err error) {
 	if st.pending(id) || st.window(id.Replica).has(id.Step) {
 		return true, nil
 	}
@@ -79,7 +110,7 @@ func (st *stepped) admit(mode Mode, id PushID, replicas int) (dup bool, err erro
 		if st.window(id.Replica).tooOld(id.Step) {
 			return false, fmt.Errorf("%v is older than the last %d steps of that replica: %w", id, ReplayWindow, ErrStale)
 		}
-		return false, checkReplica(id, replicas)
+		return false, checkMember(id, members(id.Step))
 	}
 	switch {
 	case id.Step <= st.version:
@@ -88,28 +119,32 @@ func (st *stepped) admit(mode Mode, id PushID, replicas int) (dup bool, err erro
 		return false, fmt.Errorf("%v: step %d is the next to apply: %w", id, st.version+1, ErrAhead)
 	}
 	if st.open == nil {
-		if err := checkReplica(id, replicas); err != nil {
+		if err := checkMember(id, members(id.Step)); err != nil {
 			return false, err
 		}
-		st.open = &barrier{step: id.Step, pushes: make([]*contribution, replicas)}
+		st.open = newBarrier(id.Step, members(id.Step))
 	}
-	return false, checkReplica(id, len(st.open.pushes))
+	return false, checkMember(id, st.open.members)
 }
 
-func checkReplica(id PushID, replicas int) error {
-	if id.Replica < 0 || id.Replica >= replicas {
-		return fmt.Errorf("%v: the stage has %d replicas: %w", id, replicas, ErrArg)
+func checkMember(id PushID, members []int) error {
+	if _, ok := slices.BinarySearch(members, id.Replica); !ok {
+		return fmt.Errorf("%v: the stage's members for the step are %v: %w", id, members, ErrNotMember)
 	}
 	return nil
 }
 
 func (st *stepped) pending(id PushID) bool {
-	return st.open != nil && st.open.step == id.Step && st.open.pushes[id.Replica] != nil
+	if st.open == nil || st.open.step != id.Step {
+		return false
+	}
+	i := st.open.index(id.Replica)
+	return i >= 0 && st.open.pushes[i] != nil
 }
 
 // add puts an admitted push into the open BSP step.
 func (st *stepped) add(replica int, c *contribution) {
-	st.open.pushes[replica] = c
+	st.open.pushes[st.open.index(replica)] = c
 	st.open.got++
 }
 
@@ -133,7 +168,7 @@ func (st *stepped) advance(v int64) {
 // finishStep records the open BSP step as applied.
 func (st *stepped) finishStep() {
 	b := st.open
-	for r := range b.pushes {
+	for _, r := range b.members {
 		st.window(r).mark(b.step)
 	}
 	st.open = nil

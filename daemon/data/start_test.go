@@ -1,0 +1,55 @@
+package data
+
+import (
+	"context"
+	"testing"
+)
+
+// A source opened at Start emits the records a source from 0 emits from
+// there on, and After says where a reader has got to after n records.
+func TestStartAndAfterAgreeWithReading(t *testing.T) {
+	ctx := context.Background()
+	base := Options{Shard: 1, Shards: 3, Split: SplitTrain}
+	whole, err := Open("synthetic:4", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	first, err := whole.Next(ctx, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := whole.Next(ctx, 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := base.After(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at <= 3*40 || at%3 != 2 {
+		t.Fatalf("After(40) = %d: want past 120 (some records are held out) and just past a record of shard 1", at)
+	}
+	resumed := base
+	resumed.Start = at
+	src, err := Open("synthetic:4", resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	got, err := src.Next(ctx, 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rest.Labels {
+		if got.Labels[i] != rest.Labels[i] || got.Dense[i] != rest.Dense[i] {
+			t.Fatalf("record %d from Start %d differs from the uninterrupted stream", i, at)
+		}
+	}
+	if first.Size != 40 {
+		t.Fatal(first.Size)
+	}
+	if p, _ := base.After(0); p != 0 {
+		t.Errorf("After(0) = %d, want Start 0", p)
+	}
+}

@@ -1,0 +1,169 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/pipeline"
+)
+
+// updateTask applies spec, a newer Generation of the running task old (the
+// same TaskID): a stage replica resizes its worker (pipeline.Worker.Resize)
+// from spec.FromStep, or from the first step whose input it has not read
+// yet if that is later; a PS task makes its shards of the job take
+// spec.Members from spec.FromStep (ps.Shard.SetMembers). A task whose
+// worker or shards are not up yet applies its latest spec once they are.
+// An older or equal Generation changes nothing.
+func (a *Agent) updateTask(old *task, spec api.Task) error {
+	fail := func(err error) error {
+		return fmt.Errorf("update task %s to generation %d: %w", spec.TaskID, spec.Generation, err)
+	}
+	if err := checkElastic(old.spec, spec); err != nil {
+		return fail(err)
+	}
+	a.mu.Lock()
+	if spec.Generation <= old.current().Generation {
+		a.mu.Unlock()
+		return nil
+	}
+	old.latest = &spec
+	w := old.worker
+	a.mu.Unlock()
+	if spec.Role == api.RolePS {
+		return a.applyMembers(spec)
+	}
+	if w == nil {
+		return nil // stageWorker applies it
+	}
+	from, err := w.Resize(spec.FromStep, specShare(spec))
+	if err != nil {
+		return fail(err)
+	}
+	a.log.Info("stage resized", "task", spec.TaskID, "generation", spec.Generation, "from", from, "members", spec.Members)
+	return nil
+}
+
+// checkElastic checks a new spec against the running one: the same task
+// and job, a membership and batches that fit together.
+func checkElastic(old, spec api.Task) error {
+	switch {
+	case spec.TaskID != old.TaskID || spec.JobID != old.JobID || spec.Role != old.Role:
+		return fmt.Errorf("task %s of job %s (%s) cannot become task %s of job %s (%s)",
+			old.TaskID, old.JobID, old.Role, spec.TaskID, spec.JobID, spec.Role)
+	case spec.FromStep < 1:
+		return fmt.Errorf("from_step %d, want >= 1", spec.FromStep)
+	case len(spec.Members) == 0:
+		return errors.New("members: empty")
+	case spec.Role == api.RoleStage && len(spec.Batches) != len(spec.Members):
+		return fmt.Errorf("%d batches for %d members", len(spec.Batches), len(spec.Members))
+	}
+	return nil
+}
+
+// specShare is the stage make-up a spec gives from FromStep on.
+func specShare(s api.Task) pipeline.Share {
+	return pipeline.Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches)}
+}
+
+// firstShare is the make-up a stage task starts with: its Members and
+// Batches if it has them (a replica joining a running stage), else
+// replicas 0..Replicas-1 with Batches, or each with this replica's batch
+// when Batches is not given.
+func firstShare(s api.Task) pipeline.Share {
+	if len(s.Members) > 0 {
+		return specShare(s)
+	}
+	sh := pipeline.Share{Members: make([]int, s.Replicas), Batches: make([]int, s.Replicas)}
+	for i := range s.Replicas {
+		sh.Members[i], sh.Batches[i] = i, s.Batch
+		if len(s.Batches) == s.Replicas {
+			sh.Batches[i] = s.Batches[i]
+		}
+	}
+	return sh
+}
+
+// segmentStart is the step the first data segment of a stage task starts
+// at: FromStep for a task that starts with a membership, else 1.
+func segmentStart(s api.Task) int64 {
+	if len(s.Members) > 0 {
+		return max(s.FromStep, 1)
+	}
+	return 1
+}
+
+// applyMembers gives this node's shards of the job the spec's membership,
+// if they are up (runPS applies the latest spec once they are).
+func (a *Agent) applyMembers(spec api.Task) error {
+	if spec.Generation == 0 || len(spec.Members) == 0 {
+		return nil
+	}
+	s := a.ps.local(spec.JobID, spec.Shard)
+	if s == nil {
+		return nil
+	}
+	if err := s.SetMembers(spec.Stage, spec.FromStep, spec.Members); err != nil {
+		return fmt.Errorf("task %s: %w", spec.TaskID, err)
+	}
+	return nil
+}
+
+// current is the task's latest spec: its last update, else the spec it
+// started with. Under Agent.mu.
+func (t *task) current() api.Task {
+	if t.latest != nil {
+		return *t.latest
+	}
+	return t.spec
+}
+
+// applyLatestMembers gives the job's shards on this node the membership of
+// each PS task's latest spec: updates that came before the shards were up.
+func (a *Agent) applyLatestMembers(tasks []*task) error {
+	var errs []error
+	for _, t := range tasks {
+		a.mu.Lock()
+		spec := t.current()
+		a.mu.Unlock()
+		errs = append(errs, a.applyMembers(spec))
+	}
+	return errors.Join(errs...)
+}
+
+// attachWorker records a stage task's worker, so that updates reach it,
+// and applies the task's latest update if one came while it was built.
+func (a *Agent) attachWorker(t *task, w *pipeline.Worker) error {
+	a.mu.Lock()
+	t.worker = w
+	update := t.latest
+	a.mu.Unlock()
+	if update == nil {
+		return nil
+	}
+	if _, err := w.Resize(update.FromStep, specShare(*update)); err != nil {
+		return fmt.Errorf("task %s: generation %d: %w", update.TaskID, update.Generation, err)
+	}
+	return nil
+}
+
+// shardedInput reads stage 0's data through a pipeline.ShardedInput: its
+// first segment starts at segmentStart at record DataStart, and src, if
+// not nil, is already positioned for step FirstStep+1. Each segment's data
+// is read again from the start whenever it ends.
+func shardedInput(s api.Task, base data.Options, src data.Source) *pipeline.ShardedInput {
+	in := &pipeline.ShardedInput{Replica: s.Replica, Base: base, Open: func(o data.Options) (data.Source, error) {
+		first := true
+		return data.Repeat(func() (data.Source, error) {
+			if !first {
+				o.Start = 0
+			}
+			first = false
+			return data.Open(s.Data, o)
+		})
+	}}
+	in.Begin(segmentStart(s), s.DataStart, firstShare(s), src, s.FirstStep+1)
+	return in
+}

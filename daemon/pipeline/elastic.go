@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/heterps/heterps/daemon/data"
+)
+
+// ErrNotMember: the replica is not a member of its stage for the step.
+var ErrNotMember = errors.New("replica is not a member of its stage for the step")
+
+// Share is a data-parallel stage's make-up from some step on: its member
+// replica ids, ascending, and each member's batch. Member i (Members[i])
+// reads data shard i of len(Members) with batch Batches[i].
+type Share struct {
+	Members []int
+	Batches []int
+}
+
+func (s Share) check() error {
+	if len(s.Members) == 0 || len(s.Batches) != len(s.Members) {
+		return fmt.Errorf("share: %d members with %d batches, want as many and at least one", len(s.Members), len(s.Batches))
+	}
+	for i, r := range s.Members {
+		if r < 0 || r >= maxReplicas || (i > 0 && s.Members[i-1] >= r) {
+			return fmt.Errorf("share: members %v: want distinct ascending ids in [0, %d)", s.Members, maxReplicas)
+		}
+		if s.Batches[i] < 1 {
+			return fmt.Errorf("share: member %d has batch %d, want >= 1", r, s.Batches[i])
+		}
+	}
+	return nil
+}
+
+// of returns replica's data shard (its index among the members) and batch.
+func (s Share) of(replica int) (shard, batch int, ok bool) {
+	i, ok := slices.BinarySearch(s.Members, replica)
+	if !ok {
+		return 0, 0, false
+	}
+	return i, s.Batches[i], true
+}
+
+func (s Share) equal(o Share) bool {
+	return slices.Equal(s.Members, o.Members) && slices.Equal(s.Batches, o.Batches)
+}
+
+// shareChange is a Share in force from step from on.
+type shareChange struct {
+	from  int64
+	share Share
+}
+
+// Resize makes share the stage's make-up from step fromStep on, or from the
+// first step whose input this replica has not asked for yet if that is
+// later (a step's input is read ahead while the step before runs); it
+// returns the step the change takes effect at. A replica that is not a
+// member of a step refuses to run it (ErrNotMember) and reads nothing ahead
+// for it; its caller stops at Member. Only single-stage jobs may change
+// their members; other stages may change batches only. Safe to call while
+// Step runs.
+func (w *Worker) Resize(fromStep int64, share Share) (int64, error) {
+	fail := func(err error) (int64, error) {
+		return 0, fmt.Errorf("pipeline: job %s stage %d replica %d: resize from step %d: %w", w.cfg.Job, w.cfg.Stage, w.cfg.Replica, fromStep, err)
+	}
+	share = Share{Members: slices.Clone(share.Members), Batches: slices.Clone(share.Batches)}
+	if err := share.check(); err != nil {
+		return fail(err)
+	}
+	w.shareMu.Lock()
+	defer w.shareMu.Unlock()
+	from := max(fromStep, w.asked+1)
+	if cur := w.shareAt(from); w.cfg.Stages > 1 && !slices.Equal(cur.Members, share.Members) {
+		return fail(fmt.Errorf("members %v -> %v: a stage of a multi-stage job cannot change its replicas yet (its partners would change)",
+			cur.Members, share.Members))
+	}
+	keep := len(w.shares)
+	for keep > 1 && w.shares[keep-1].from >= from {
+		keep--
+	}
+	w.shares = append(w.shares[:keep], shareChange{from: from, share: share})
+	return from, nil
+}
+
+// Member reports whether the replica is a member of its stage for step.
+func (w *Worker) Member(step int64) bool {
+	w.shareMu.Lock()
+	defer w.shareMu.Unlock()
+	_, _, ok := w.shareAt(step).of(w.cfg.Replica)
+	return ok
+}
+
+// shareAt returns the share of step; under shareMu.
+func (w *Worker) shareAt(step int64) Share {
+	i := len(w.shares) - 1
+	for i > 0 && w.shares[i].from > step {
+		i--
+	}
+	return w.shares[i].share
+}
+
+// askFor records that step's input is being read and returns its share.
+func (w *Worker) askFor(step int64) Share {
+	w.shareMu.Lock()
+	defer w.shareMu.Unlock()
+	w.asked = max(w.asked, step)
+	return w.shareAt(step)
+}
+
+// firstShare is the share a worker starts with: cfg.Share, or only the
+// replica itself, its batch left to cfg.Batches.
+func firstShare(cfg *Config) Share {
+	if len(cfg.Share.Members) > 0 {
+		return Share{Members: slices.Clone(cfg.Share.Members), Batches: slices.Clone(cfg.Share.Batches)}
+	}
+	return Share{Members: []int{cfg.Replica}, Batches: []int{0}}
+}
+
+// ShardedInput reads a stage-0 replica's batches for Config.Input. The
+// data is read in segments, one per share: in a segment that starts at step
+// F at record index P with share S, member i reads shard i of len(S.Members)
+// (records j >= P with j mod len(S.Members) == i) with batch S.Batches[i].
+// When the share changes at step F', the next segment starts at the record
+// index the whole stage has reached: the largest over the old members of
+// where member i's reader is after (F' - F) x S.Batches[i] records
+// (data.Options.After). With equal batches and no change, that is the data
+// order of a fixed stage; across a change, every record is read at most
+// once, and the few records below the new start that a slower member's
+// shard had not reached are skipped. Positions are counted as if the data
+// never ended: a change after a file's data has wrapped around starts the
+// new segment beyond its end, so it begins again from the start of the file.
+type ShardedInput struct {
+	Replica int
+	// Base gives the options every segment's reader opens with (Vocab,
+	// Split, EvalFraction); Shard, Shards and Start are set per segment.
+	Base data.Options
+	// Open opens the data with the given options.
+	Open func(data.Options) (data.Source, error)
+
+	from, start int64 // the current segment: its first step and record
+	share       Share
+	src         data.Source
+	next        int64 // the step the reader is positioned for
+}
+
+// Begin sets the segment the reader is in: from step from, at record
+// start, with share. src, if not nil, is the replica's reader of that
+// segment positioned for step next; otherwise Next opens one.
+func (in *ShardedInput) Begin(from, start int64, share Share, src data.Source, next int64) {
+	in.from, in.start, in.share, in.src, in.next = from, start, share, src, next
+}
+
+// Next returns the replica's batch of step under share. Steps come in
+// order, one at a time.
+func (in *ShardedInput) Next(ctx context.Context, step int64, share Share) (*data.Batch, error) {
+	if !share.equal(in.share) {
+		start, err := in.reached(step)
+		if err != nil {
+			return nil, err
+		}
+		in.Close()
+		in.from, in.start, in.share = step, start, share
+	}
+	shard, batch, ok := share.of(in.Replica)
+	if !ok {
+		return nil, fmt.Errorf("step %d: replica %d of %v: %w", step, in.Replica, share.Members, ErrNotMember)
+	}
+	if in.src == nil || in.next != step {
+		if err := in.open(step, shard, batch); err != nil {
+			return nil, err
+		}
+	}
+	b, err := in.src.Next(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	in.next = step + 1
+	return b, nil
+}
+
+// reached returns the record index the stage has reached at step in the
+// current segment.
+func (in *ShardedInput) reached(step int64) (int64, error) {
+	at := in.start
+	for i, b := range in.share.Batches {
+		p, err := in.opts(i).After((step - in.from) * int64(b))
+		if err != nil {
+			return 0, err
+		}
+		at = max(at, p)
+	}
+	return at, nil
+}
+
+func (in *ShardedInput) opts(shard int) data.Options {
+	o := in.Base
+	o.Shard, o.Shards, o.Start = shard, len(in.share.Members), in.start
+	return o
+}
+
+// open opens the replica's shard of the current segment positioned for
+// step.
+func (in *ShardedInput) open(step int64, shard, batch int) error {
+	in.Close()
+	o := in.opts(shard)
+	var err error
+	if o.Start, err = o.After((step - in.from) * int64(batch)); err != nil {
+		return err
+	}
+	if in.src, err = in.Open(o); err != nil {
+		return fmt.Errorf("open data shard %d of %d from record %d: %w", shard, o.Shards, o.Start, err)
+	}
+	in.next = step
+	return nil
+}
+
+// Close closes the current reader.
+func (in *ShardedInput) Close() error {
+	if in.src == nil {
+		return nil
+	}
+	err := in.src.Close()
+	in.src = nil
+	return err
+}

@@ -1,0 +1,191 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+// A pure data-parallel stage of two replicas (batches 3 and 5) drops
+// replica 1 from step k+1 on: replica 0 takes the whole batch of 8, the
+// parameter servers' barrier waits for it alone, replica 1 stops. The
+// result equals single-process training on the stacked batch for k steps
+// and on replica 0's batch of 8 after, to float32 rounding.
+func TestResizeDropsAReplicaAtAStep(t *testing.T) {
+	checkLeaks(t)
+	const k, steps, tolerance = 2, 5, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	batchOf := func(replica int, step int64, size int) *data.Batch {
+		return testBatch(10+uint64(replica), uint64(step), size)
+	}
+	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
+		if step > k {
+			return batchOf(0, step, 8)
+		}
+		b, err := concatBatches([]*data.Batch{batchOf(0, step, 3), batchOf(1, step, 5)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
+
+	j := newJob(t, cfg, []Range{{0, 5}}, []int{2}, steps, ps.BSP)
+	j.lastStep = steps
+	trs := j.transports()
+	before, after := Share{Members: []int{0, 1}, Batches: []int{3, 5}}, Share{Members: []int{0}, Batches: []int{8}}
+	var ws []*Worker
+	for r := range 2 {
+		input := func(_ context.Context, step int64, s Share) (*data.Batch, error) {
+			i, b, ok := s.of(r)
+			if !ok || s.Members[i] != r {
+				return nil, errors.New("asked for input while not a member")
+			}
+			return batchOf(r, step, b), nil
+		}
+		w := j.elasticWorker(trs, r, before, input)
+		if from, err := w.Resize(k+1, after); err != nil || from != k+1 {
+			t.Fatalf("replica %d: Resize = %d, %v; want %d", r, from, err, k+1)
+		}
+		ws = append(ws, w)
+	}
+	for _, s := range j.shards {
+		if err := s.SetMembers(0, k+1, after.Members); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 2)
+	for r, w := range ws {
+		go func() {
+			var err error
+			for step := int64(1); step <= steps && w.Member(step) && err == nil; step++ {
+				_, err = w.Step(context.Background(), step)
+			}
+			if err == nil && r == 1 && w.Member(k+1) {
+				err = errors.New("replica 1 is still a member after step k")
+			}
+			done <- err
+		}()
+	}
+	for range ws {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ws[1].Step(context.Background(), k+1); !errors.Is(err, ErrNotMember) {
+		t.Errorf("replica 1 asked to run step %d: %v, want ErrNotMember", k+1, err)
+	}
+	d := j.maxDiff(ref)
+	t.Logf("largest difference from single-process training: %g", d)
+	if d > tolerance || math.IsNaN(d) {
+		t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+	}
+	if from, err := ws[0].Resize(2, before); err != nil || from != steps+1 {
+		t.Errorf("Resize from step 2 after step %d was read: %d, %v; want it moved to step %d", steps, from, err, steps+1)
+	}
+}
+
+// elasticWorker is a stage-0 replica's worker that reads through Input
+// with the stage's share.
+func (j *job) elasticWorker(trs map[string]*wire.TCPTransport, replica int, share Share,
+	input func(context.Context, int64, Share) (*data.Batch, error)) *Worker {
+	j.t.Helper()
+	cfg := Config{Job: testJob, Stage: 0, Stages: len(j.stages), Replica: replica, Layers: j.stages[0],
+		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(0, replica), Mode: j.mode,
+		LastStep: int64(j.lastStep), StepTimeout: 30 * time.Second, Input: input, Share: share}
+	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(0, replica)], 0, replica, j.replicas, nodeID)
+	w, err := NewWorker(cfg)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// A stage of a multi-stage job may change its batches, not its members.
+func TestResizeRefusesPartnerChanges(t *testing.T) {
+	checkLeaks(t)
+	cfg := modelConfig(t, sgdMomentum)
+	j := newJob(t, cfg, []Range{{0, 3}, {4, 5}}, []int{2, 1}, 3, ps.BSP)
+	w := j.elasticWorker(j.transports(), 0, Share{Members: []int{0, 1}, Batches: []int{3, 5}},
+		func(context.Context, int64, Share) (*data.Batch, error) { return nil, errors.New("not read") })
+	if _, err := w.Resize(2, Share{Members: []int{0}, Batches: []int{8}}); err == nil {
+		t.Error("a stage of a two-stage job dropped a replica")
+	}
+	if from, err := w.Resize(2, Share{Members: []int{0, 1}, Batches: []int{4, 4}}); err != nil || from != 2 {
+		t.Errorf("new batches for the same members: %d, %v; want from step 2", from, err)
+	}
+	for _, bad := range []Share{{}, {Members: []int{1, 0}, Batches: []int{4, 4}}, {Members: []int{0, 1}, Batches: []int{4}}, {Members: []int{0, 1}, Batches: []int{4, 0}}} {
+		if _, err := w.Resize(2, bad); err == nil {
+			t.Errorf("Resize accepted %+v", bad)
+		}
+	}
+}
+
+// ShardedInput reads shard i of the members with member i's batch, and
+// after a change the new members start where the stage had got to.
+func TestShardedInputReshardsWhereTheStageGotTo(t *testing.T) {
+	ctx := context.Background()
+	base := data.Options{Split: data.SplitTrain}
+	open := func(o data.Options) (data.Source, error) { return data.Open("synthetic:2", o) }
+	two, one := Share{Members: []int{0, 1}, Batches: []int{3, 5}}, Share{Members: []int{1}, Batches: []int{8}}
+	in := &ShardedInput{Replica: 1, Base: base, Open: open}
+	in.Begin(1, 0, two, nil, 1)
+	defer in.Close()
+	labels := func(b *data.Batch, err error) []float32 {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Probs
+	}
+	var got []float32
+	for step := int64(1); step <= 2; step++ {
+		got = append(got, labels(in.Next(ctx, step, two))...)
+	}
+	after := labels(in.Next(ctx, 3, one))
+
+	o := base
+	o.Shard, o.Shards = 1, 2
+	want := labels(readOpened(t, open, o, 10))
+	if !slicesEqual(got, want) {
+		t.Errorf("steps 1-2: %v, want shard 1 of 2's first 10 records %v", got, want)
+	}
+	o0 := base
+	o0.Shards = 2
+	p0, _ := o0.After(6)
+	p1, _ := o.After(10)
+	whole := base
+	whole.Start = max(p0, p1)
+	if want := labels(readOpened(t, open, whole, 8)); !slicesEqual(after, want) {
+		t.Errorf("step 3 after the change: %v, want the 8 records from %d: %v", after, whole.Start, want)
+	}
+}
+
+func readOpened(t *testing.T, open func(data.Options) (data.Source, error), o data.Options, n int) (*data.Batch, error) {
+	t.Helper()
+	src, err := open(o)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	return src.Next(context.Background(), n)
+}
+
+func slicesEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
