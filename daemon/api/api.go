@@ -94,6 +94,10 @@ type ShardCheckpoint struct {
 // Heartbeat is the body of POST /v1/nodes/{id}/heartbeat.
 type Heartbeat struct {
 	Tasks []TaskReport `json:"tasks"`
+	// Leaving says the node is shutting down: the coordinator treats it as
+	// dead at once (its stage replicas may leave their jobs, which go on
+	// without them) instead of as failures of its tasks.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // HeartbeatResponse lists every task the node should be running now.
@@ -263,6 +267,15 @@ type CheckpointStatus struct {
 	Dir  string `json:"dir"`
 }
 
+// ResizeRequest is the body of PATCH /v1/jobs/{id}: from the next step,
+// stage Stage runs replicas Replicas (ids among its current ones,
+// ascending) with batch Batches[i] for replica Replicas[i].
+type ResizeRequest struct {
+	Stage    int   `json:"stage"`
+	Replicas []int `json:"replicas"`
+	Batches  []int `json:"batches"`
+}
+
 // StageStatus is one stage of a running job.
 type StageStatus struct {
 	Stage               int      `json:"stage"`
@@ -270,7 +283,8 @@ type StageStatus struct {
 	Units               int      `json:"units"`
 	FirstLayer          int      `json:"first_layer"`
 	LastLayer           int      `json:"last_layer"`
-	Nodes               []string `json:"nodes"` // node name of each replica
+	Nodes               []string `json:"nodes"`   // node name of each replica
+	Batches             []int    `json:"batches"` // batch of each replica, in the order of Nodes
 	PredictedThroughput float64  `json:"predicted_throughput"`
 	MeasuredThroughput  float64  `json:"measured_throughput"` // sum of the replicas' samples/s
 }

@@ -189,3 +189,30 @@ func (t *Task) validatePeers() error {
 	}
 	return errors.Join(errs...)
 }
+
+// MaxBatch bounds a replica's batch in a resize (the job file's bound).
+const MaxBatch = 1 << 24
+
+// Validate checks a resize: replicas ascending and distinct, one batch of
+// 1..MaxBatch each.
+func (r *ResizeRequest) Validate() error {
+	switch {
+	case r.Stage < 0:
+		return fmt.Errorf("stage: must be >= 0, got %d", r.Stage)
+	case len(r.Replicas) == 0:
+		return errors.New("replicas: at least one")
+	case len(r.Replicas) > MaxUnits:
+		return fmt.Errorf("replicas: at most %d", MaxUnits)
+	case len(r.Batches) != len(r.Replicas):
+		return fmt.Errorf("batches: %d for %d replicas", len(r.Batches), len(r.Replicas))
+	}
+	for i, id := range r.Replicas {
+		if id < 0 || (i > 0 && id <= r.Replicas[i-1]) {
+			return fmt.Errorf("replicas: want distinct ids >= 0 in ascending order, got %v", r.Replicas)
+		}
+		if b := r.Batches[i]; b < 1 || b > MaxBatch {
+			return fmt.Errorf("batches[%d]: must be in 1..%d, got %d", i, MaxBatch, b)
+		}
+	}
+	return nil
+}

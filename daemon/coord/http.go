@@ -39,6 +39,7 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", c.handleJobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
 	mux.HandleFunc("DELETE /v1/jobs/{id}", c.handleCancel)
+	mux.HandleFunc("PATCH /v1/jobs/{id}", c.handlePatch)
 	if c.cfg.ControlSecret == nil {
 		return mux
 	}
@@ -165,6 +166,16 @@ func (c *Coordinator) handleJob(w http.ResponseWriter, r *http.Request) {
 
 func (c *Coordinator) handleCancel(w http.ResponseWriter, r *http.Request) {
 	s, err := c.cancel(r.PathValue("id"))
+	reply(w, http.StatusOK, s, err)
+}
+
+func (c *Coordinator) handlePatch(w http.ResponseWriter, r *http.Request) {
+	var req api.ResizeRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s, err := c.patch(r.PathValue("id"), req)
 	reply(w, http.StatusOK, s, err)
 }
 

@@ -239,3 +239,18 @@ func clipNormModel(t *testing.T) string {
 	}
 	return path
 }
+
+// TestOversizeJobIsRefusedAtSubmission: a batch whose activations no live
+// node can hold is refused with the numbers, before anything is placed.
+func TestOversizeJobIsRefusedAtSubmission(t *testing.T) {
+	tc := startCluster(t, nil)
+	tc.start(newFakeNode("small", "cpu", 2, 7301)) // 1 GiB of memory
+	status, body := tc.do("POST", "/v1/jobs", api.ContentTypeTOML, []byte(strings.Replace(ctrJob, "batch = 512", "batch = 16777216", 1)))
+	if status != http.StatusBadRequest || !strings.Contains(string(body), "batch") || !strings.Contains(string(body), "bytes") ||
+		!strings.Contains(string(body), "small") {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	if status, body := tc.do("POST", "/v1/jobs", api.ContentTypeTOML, []byte(ctrJob)); status != http.StatusCreated {
+		t.Errorf("a job that fits: status %d: %s", status, body)
+	}
+}

@@ -99,6 +99,10 @@ func (c *Coordinator) submit(src []byte, key string) (j *job, created bool, err 
 		c.mu.Unlock()
 		return old, false, nil
 	}
+	if err := c.checkMemory(j); err != nil {
+		c.mu.Unlock()
+		return nil, false, badRequest("%v", err)
+	}
 	if err := c.enqueue(j); err != nil {
 		c.mu.Unlock()
 		return nil, false, err
@@ -264,7 +268,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	jf := j.file
 	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches,
 		SecretFile: c.cfg.SecretFile, Plain: c.cfg.SecretFile == "",
-		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every, FirstStep: j.firstStep()}
+		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every, FirstStep: j.firstStep(), Generation: j.gen}
 	if j.ckpt.restored != nil {
 		base.RestoreDir = j.ckpt.restored.Dir
 	}
@@ -479,12 +483,13 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 	last := len(j.plan.Stages) - 1
 	for i, ps := range j.plan.Stages {
 		st := api.StageStatus{Stage: i, Type: ps.Type, Units: ps.Units, FirstLayer: ps.First, LastLayer: ps.Last,
-			PredictedThroughput: ps.Throughput, Nodes: []string{}}
+			PredictedThroughput: ps.Throughput, Nodes: []string{}, Batches: []int{}}
 		for _, t := range j.tasks {
 			if t.task.Role != api.RoleStage || t.task.Stage != i {
 				continue
 			}
 			st.Nodes = append(st.Nodes, t.nodeName)
+			st.Batches = append(st.Batches, t.task.Batch)
 			st.MeasuredThroughput += t.report.SamplesPerS
 			s.Step = min(s.Step, max(t.report.Step, j.firstStep()))
 			if i == last && t.report.TaskID != "" {

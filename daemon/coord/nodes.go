@@ -21,6 +21,7 @@ type node struct {
 	registered time.Time
 	lastSeen   time.Time
 	died       time.Time
+	left       bool // it said it was shutting down: its tasks have stopped
 }
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }
@@ -133,7 +134,13 @@ func (c *Coordinator) heartbeat(id string, hb api.Heartbeat) (api.HeartbeatRespo
 	now := time.Now()
 	n.lastSeen = now
 	for _, r := range hb.Tasks {
-		c.applyReport(n, r, now)
+		if !hb.Leaving || r.State != api.TaskFailed {
+			c.applyReport(n, r, now)
+		}
+	}
+	if hb.Leaving {
+		n.left = true
+		c.declareDead(n, fmt.Sprintf("%s shut down", n.describe()), now)
 	}
 	return api.HeartbeatResponse{Tasks: c.tasksOf(n)}, nil
 }
@@ -177,21 +184,28 @@ func (c *Coordinator) reap(now time.Time) {
 	c.pruneNodes(now)
 }
 
-// declareDead marks n dead and fails every running job with a task on it;
-// restarts of those jobs wait for n's lease to run out. c.mu is held.
+// declareDead marks n dead. A running job with a task on it goes on
+// without n's stage replicas if it can (shrink), else it fails; restarts
+// wait for n's lease to run out, unless n said it was shutting down.
+// c.mu is held.
 func (c *Coordinator) declareDead(n *node, reason string, now time.Time) {
 	n.state, n.reason, n.died = api.NodeDead, reason, now
 	c.log.Warn("node dead", "id", n.id, "reason", reason)
 	c.wake()
 	leaseEnd := n.lastSeen.Add(n.lease())
+	if n.left {
+		leaseEnd = now
+	}
 	for _, j := range c.jobs {
 		if !j.hasTaskOn(n) {
 			continue
 		}
-		switch j.state {
-		case api.JobRunning:
+		switch {
+		case j.state == api.JobRunning && c.shrink(j, n, now):
+			continue
+		case j.state == api.JobRunning:
 			c.failRunning(j, reason, now, lostNode{name: n.req.Name, dead: true})
-		case api.JobRestarting:
+		case j.state == api.JobRestarting:
 			j.addLost(lostNode{name: n.req.Name, dead: true})
 		}
 		if j.state == api.JobRestarting && j.notBefore.Before(leaseEnd) {

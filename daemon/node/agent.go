@@ -277,7 +277,7 @@ func (a *Agent) shutdown(id string) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := a.ctl.heartbeat(ctx, id, api.Heartbeat{Tasks: reports}); err != nil {
+		if _, err := a.ctl.heartbeat(ctx, id, api.Heartbeat{Tasks: reports, Leaving: true}); err != nil {
 			a.log.Warn("last heartbeat", "err", err)
 		}
 		cancel()

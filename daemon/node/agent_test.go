@@ -632,7 +632,7 @@ func readTensors(t *testing.T, path string) map[string][]uint32 {
 }
 
 // TestKilledNodeRestartsJobFromCheckpoint: a job with checkpoint.restarts
-// whose stage node dies after its first checkpoint becomes restarting, then
+// whose PS and stage node dies after its first checkpoint becomes restarting, then
 // failed naming its restart; the restart, a new job restored from the
 // latest checkpoint, runs on the nodes left and trains to the last step.
 func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
@@ -657,7 +657,7 @@ func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
 	if s.State != api.JobRunning || len(s.Stages) != 1 || len(s.Stages[0].Nodes) != 2 {
 		t.Fatalf("before the kill: job %s (%s), stages %+v", s.State, s.Reason, s.Stages)
 	}
-	victim := s.Stages[0].Nodes[1]
+	victim := s.PS[0] // a stage node too: without its PS shard the job cannot shrink
 	stops[victim]()
 
 	s = cl.waitJob(id, final)

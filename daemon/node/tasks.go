@@ -81,8 +81,25 @@ func isPermanent(err error) bool {
 }
 
 // reconcile makes the node run exactly the tasks of a heartbeat reply:
-// tasks that left the reply are cancelled and forgotten, new ones started.
+// tasks that left the reply are cancelled and forgotten, new ones started,
+// and running ones given a newer generation updated (updateTask).
 func (a *Agent) reconcile(ctx context.Context, specs []api.Task) {
+	for _, u := range a.replaceTasks(ctx, specs) {
+		if err := a.updateTask(u.task, u.spec); err != nil {
+			a.fail(ctx, u.task, err)
+		}
+	}
+}
+
+// update is a newer generation of a running task.
+type update struct {
+	task *task
+	spec api.Task
+}
+
+// replaceTasks cancels the tasks that left specs and starts the new ones; it
+// returns the running tasks that specs gives a newer generation.
+func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 	want := map[string]api.Task{}
 	for _, s := range specs {
 		want[s.TaskID] = s
@@ -97,8 +114,12 @@ func (a *Agent) reconcile(ctx context.Context, specs []api.Task) {
 		}
 	}
 	newPS := map[string][]*task{}
+	var updates []update
 	for _, s := range specs {
-		if _, ok := a.tasks[s.TaskID]; ok {
+		if t, ok := a.tasks[s.TaskID]; ok {
+			if s.Generation > t.current().Generation {
+				updates = append(updates, update{t, s})
+			}
 			continue
 		}
 		t := &task{spec: s, cancel: func() {}, report: api.TaskReport{TaskID: s.TaskID, State: api.TaskRunning}}
@@ -122,6 +143,7 @@ func (a *Agent) reconcile(ctx context.Context, specs []api.Task) {
 		shareCancel(tasks, cancel)
 		a.wg.Go(func() { a.runPS(jctx, tasks) })
 	}
+	return updates
 }
 
 // shareCancel gives the PS tasks of a job the one cancel of their runPS.

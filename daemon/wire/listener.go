@@ -129,6 +129,11 @@ func (l *Listener) acceptLoop() {
 		for _, old := range evicted {
 			old.Close()
 		}
+		if pc == nil {
+			l.cfg.Logger.Warn("wire: too many pending handshakes; refused a connection", "addr", l.ln.Addr().String(), "from", nc.RemoteAddr().String())
+			nc.Close()
+			continue
+		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()

@@ -3,21 +3,28 @@ package wire
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Bounds on the handshakes a Listener runs at once: in all, and from one
 // remote host (an IPv4 address or an IPv6 /64, which one machine commonly
-// holds whole).
+// holds whole). Past them the oldest pending connection older than
+// evictAfter makes room; when none is that old (a burst: a node dials a
+// PS node's 16 lanes per shard at once), the newcomer is admitted anyway,
+// up to hardMaxPending, past which it is closed.
 const (
-	maxPendingHandshakes = 64
-	maxHandshakesPerHost = 8
+	maxPendingHandshakes = 256
+	maxHandshakesPerHost = 64
+	hardMaxPending       = 4096
+	evictAfter           = 500 * time.Millisecond
 )
 
 // pendingHandshakes tracks the connections a Listener has accepted but not
 // yet authenticated, oldest first. When a new connection would exceed
 // either bound, the oldest pending connection (of the new one's host, or of
-// all) is closed to make room, rather than the new one refused or left in
-// the accept queue.
+// all) is closed to make room, if it has been pending for evictAfter: a
+// legitimate peer's hello comes within milliseconds of its connecting, so
+// a younger one may be a peer's burst of connections and is left alone.
 //
 // Why the oldest: a legitimate peer sends its hello as soon as it has
 // connected and finishes the handshake within a few round trips, so a
@@ -38,6 +45,7 @@ type pendingHandshakes struct {
 type pendingConn struct {
 	nc      net.Conn
 	host    string
+	since   time.Time
 	evicted bool // guarded by pendingHandshakes.mu
 }
 
@@ -46,16 +54,21 @@ func newPendingHandshakes() *pendingHandshakes {
 }
 
 // admit records nc as pending and returns the connections it displaced,
-// already removed, for the caller to close.
+// already removed, for the caller to close; pc is nil when nc itself is
+// refused (hardMaxPending), for the caller to close too.
 func (p *pendingHandshakes) admit(nc net.Conn) (pc *pendingConn, evicted []net.Conn) {
-	pc = &pendingConn{nc: nc, host: hostOf(nc.RemoteAddr())}
+	now := time.Now()
+	pc = &pendingConn{nc: nc, host: hostOf(nc.RemoteAddr()), since: now}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.perHost[pc.host] >= maxHandshakesPerHost {
-		evicted = p.evictOldest(pc.host, evicted)
+		evicted = p.evictOldest(pc.host, now, evicted)
 	}
 	if len(p.conns) >= maxPendingHandshakes {
-		evicted = p.evictOldest("", evicted)
+		evicted = p.evictOldest("", now, evicted)
+	}
+	if len(p.conns) >= hardMaxPending {
+		return nil, evicted
 	}
 	p.conns = append(p.conns, pc)
 	p.perHost[pc.host]++
@@ -80,9 +93,13 @@ func (p *pendingHandshakes) done(pc *pendingConn) (evicted bool) {
 }
 
 // evictOldest removes the oldest pending connection from host ("": from
-// any host) and appends it to evicted.
-func (p *pendingHandshakes) evictOldest(host string, evicted []net.Conn) []net.Conn {
+// any host), if it has been pending for evictAfter, and appends it to
+// evicted.
+func (p *pendingHandshakes) evictOldest(host string, now time.Time, evicted []net.Conn) []net.Conn {
 	for i, c := range p.conns {
+		if now.Sub(c.since) < evictAfter {
+			return evicted // the rest are younger still
+		}
 		if host == "" || c.host == host {
 			c.evicted = true
 			p.remove(i)

@@ -88,8 +88,8 @@ func TestIdleConnectionsDoNotStarveHandshakes(t *testing.T) {
 }
 
 // TestHandshakesPerHostAreBounded: past maxHandshakesPerHost connections
-// from one host, the oldest of them are closed at once (long before any
-// timeout).
+// from one host, the oldest of them, once older than evictAfter, are
+// closed at once (long before any timeout); a burst of young ones is not.
 func TestHandshakesPerHostAreBounded(t *testing.T) {
 	checkLeaks(t)
 	cfg := testConfig("server", &logSink{})
@@ -97,7 +97,10 @@ func TestHandshakesPerHostAreBounded(t *testing.T) {
 	cfg.HelloTimeout = time.Minute
 	srv := startEcho(t, cfg)
 	const extra = 4
-	idle := openIdle(t, srv.addr(), maxHandshakesPerHost+extra, nil)
+	idle := openIdle(t, srv.addr(), maxHandshakesPerHost, nil)
+	waitPending(t, srv.ln, maxHandshakesPerHost)
+	time.Sleep(evictAfter + 100*time.Millisecond)
+	idle = append(idle, openIdle(t, srv.addr(), extra, nil)...)
 	for i, nc := range idle[:extra] {
 		closedBy(t, nc, time.Now().Add(10*time.Second), fmt.Sprintf("connection %d of %d from one host", i, len(idle)))
 	}
@@ -115,9 +118,12 @@ func TestPendingHandshakesAreBounded(t *testing.T) {
 	srv := startEcho(t, cfg)
 	hosts := maxPendingHandshakes/maxHandshakesPerHost + 1
 	var idle []net.Conn
-	for h := range hosts {
+	for h := range hosts - 1 {
 		idle = append(idle, openIdle(t, srv.addr(), maxHandshakesPerHost, net.IPv4(127, 0, 0, byte(2+h)))...)
 	}
+	waitPending(t, srv.ln, maxPendingHandshakes)
+	time.Sleep(evictAfter + 100*time.Millisecond)
+	idle = append(idle, openIdle(t, srv.addr(), maxHandshakesPerHost, net.IPv4(127, 0, 0, byte(2+hosts-1)))...)
 	for i, nc := range idle[:len(idle)-maxPendingHandshakes] {
 		closedBy(t, nc, time.Now().Add(10*time.Second), fmt.Sprintf("connection %d of %d from %d hosts", i, len(idle), hosts))
 	}
@@ -139,4 +145,19 @@ func TestHostOf(t *testing.T) {
 			t.Errorf("hostOf(%s) = %s, want %s", addr, got, want)
 		}
 	}
+}
+
+// TestABurstOfYoungHandshakesIsAdmitted: a peer that opens more
+// connections at once than maxHandshakesPerHost (a node dialling every
+// lane of every PS shard) loses none of them: none is older than
+// evictAfter.
+func TestABurstOfYoungHandshakesIsAdmitted(t *testing.T) {
+	checkLeaks(t)
+	cfg := testConfig("server", &logSink{})
+	cfg.HandshakeTimeout = time.Minute
+	cfg.HelloTimeout = time.Minute
+	srv := startEcho(t, cfg)
+	burst := maxHandshakesPerHost + 20
+	openIdle(t, srv.addr(), burst, nil)
+	waitPending(t, srv.ln, burst)
 }

@@ -214,13 +214,33 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	}
 	fmt.Fprintf(stderr, "heterps run: job %s on %d node daemon(s) and a coordinator at %s\n", id, len(offers), url)
 	update, done := jobProgress(stderr)
-	s, err := c.waitJob(ctx, id, update, stderr)
+	s, err := waitUnqueued(ctx, c, id, update, stderr)
 	done()
 	if err != nil {
 		return none, err
 	}
 	failed = s.State != api.JobDone
 	return s, nil
+}
+
+// waitUnqueued waits for job id on a cluster whose nodes have all
+// registered and that runs nothing else: a job that has to wait for units
+// would wait forever, so it is cancelled and its reason returned.
+func waitUnqueued(ctx context.Context, c *coordClient, id string, update func(api.JobStatus), notices io.Writer) (api.JobStatus, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var queued string
+	s, err := c.waitJob(wctx, id, func(s api.JobStatus) {
+		if s.State == api.JobQueued {
+			queued = s.Reason
+			stop()
+		}
+		update(s)
+	}, notices)
+	if queued != "" && ctx.Err() == nil {
+		return s, fmt.Errorf("job %s cannot be placed on the nodes started for it: %s", id, queued)
+	}
+	return s, err
 }
 
 // nodeFile is a node daemon's file for an offer.

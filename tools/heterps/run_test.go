@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,5 +207,31 @@ func TestReportShowsCheckpoints(t *testing.T) {
 	}
 	if res.RestoredFrom == nil || res.RestoredFrom.Step != 10 || res.Checkpoint == nil || res.Checkpoint.Step != 20 {
 		t.Errorf("JSON restored_from %+v, checkpoint %+v", res.RestoredFrom, res.Checkpoint)
+	}
+}
+
+// TestRunGivesUpOnAQueuedJob: on the cluster `heterps run` starts, a job
+// that has to wait for units never runs: it is cancelled, with the
+// coordinator's reason, instead of waited for.
+func TestRunGivesUpOnAQueuedJob(t *testing.T) {
+	var cancelled atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			cancelled.Store(true)
+		}
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		json.NewEncoder(w).Encode(api.JobStatus{ID: "j1", State: api.JobQueued, Reason: "waiting for units: no type fits"})
+	}))
+	defer srv.Close()
+	c := newCoordClient(srv.URL)
+	defer c.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := waitUnqueued(ctx, c, "j1", func(api.JobStatus) {}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no type fits") || ctx.Err() != nil {
+		t.Fatalf("waitUnqueued: %v (ctx %v)", err, ctx.Err())
+	}
+	if !cancelled.Load() {
+		t.Error("the queued job was not cancelled")
 	}
 }

@@ -1,0 +1,149 @@
+package coord
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// Elastic stages. The replicas of a data-parallel stage and their batch
+// sizes may change at a step boundary without restarting the job: the
+// coordinator gives the job a new generation, and every task of the job
+// the new membership (api.Task Members, Batches, FromStep); the PS shards'
+// BSP barrier and the gradient weights b_k / sum(b) follow it from that
+// step, the open step included, and stage 0 re-shards its data from where
+// the stage had got to. Today this serves two things: a job whose stage
+// replica's node dies goes on with the other replicas when no PS shard was
+// on that node (shrink), and PATCH /v1/jobs/{id} sets a stage's replicas
+// and batches (resize). Jobs of one stage only, in BSP mode: changing the
+// replicas of a stage that exchanges activations with another is not
+// built yet.
+
+// canResize reports why j's replica set cannot change, or "".
+func canResize(j *job) string {
+	switch {
+	case j.state != api.JobRunning:
+		return fmt.Sprintf("job %s is %s, not running", j.id, j.state)
+	case j.file.Mode != api.ModeBSP:
+		return "only BSP jobs change replicas at a step boundary"
+	case j.plan == nil || len(j.plan.Stages) != 1:
+		return "only single-stage (data-parallel) jobs change replicas yet"
+	}
+	return ""
+}
+
+// shrink drops j's stage replicas on n, which died, if the job can go on
+// without them: the survivors take their share of the batch from the next
+// step. It reports whether it did. c.mu is held.
+func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
+	if canResize(j) != "" {
+		return false
+	}
+	var left []*taskRun
+	gone := 0
+	for _, t := range j.tasks {
+		switch {
+		case t.node == n && t.task.Role == api.RolePS:
+			return false // its shard's rows are lost: restart from a checkpoint
+		case t.node == n:
+			gone++
+		case t.task.Role == api.RoleStage:
+			left = append(left, t)
+		}
+	}
+	if gone == 0 || len(left) == 0 {
+		return false
+	}
+	reps := make([]replica, len(left))
+	members := make([]int, len(left))
+	for i, t := range left {
+		reps[i].units, members[i] = t.task.Units, t.task.Replica
+	}
+	if splitBatch(0, j.file.Batch, reps) != nil {
+		return false
+	}
+	batches := make([]int, len(reps))
+	for i, r := range reps {
+		batches[i] = r.batch
+	}
+	from := c.resize(j, members, batches)
+	c.log.Warn("job goes on without the replicas of a dead node", "id", j.id, "node", n.describe(), "replicas", members,
+		"batches", batches, "from_step", from)
+	return true
+}
+
+// resize gives j's single stage the replicas members (replica ids, a
+// subset of the current ones) with batches, from the step after the
+// fewest steps any of them has completed, and returns that step. Stage
+// tasks not in members leave the job. c.mu is held.
+func (c *Coordinator) resize(j *job, members, batches []int) int64 {
+	from := int64(-1)
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage && slices.Contains(members, t.task.Replica) {
+			step := max(t.report.Step, j.firstStep())
+			if from < 0 || step+1 < from {
+				from = step + 1
+			}
+		}
+	}
+	j.gen++
+	kept := j.tasks[:0]
+	j.hourly = 0
+	for _, t := range j.tasks {
+		at := slices.Index(members, t.task.Replica)
+		if t.task.Role == api.RoleStage && at < 0 {
+			continue
+		}
+		t.task.Generation, t.task.FromStep = j.gen, from
+		t.task.Members, t.task.Batches = slices.Clone(members), slices.Clone(batches)
+		if t.task.Role == api.RoleStage {
+			t.task.Batch = batches[at]
+			j.hourly += c.price(j.plan.Stages[0].Type) * float64(t.task.Units)
+		} else {
+			j.hourly += c.price(j.plan.PSType)
+		}
+		kept = append(kept, t)
+	}
+	clear(j.tasks[len(kept):])
+	j.tasks = kept
+	c.save(j)
+	c.wake()
+	return from
+}
+
+// patch applies PATCH /v1/jobs/{id}: new replicas and batches for the
+// job's stage.
+func (c *Coordinator) patch(id string, req api.ResizeRequest) (api.JobStatus, error) {
+	if err := req.Validate(); err != nil {
+		return api.JobStatus{}, badRequest("resize: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.job(id)
+	if j == nil {
+		return api.JobStatus{}, httpErrorf(http.StatusNotFound, "no job %q", id)
+	}
+	if why := canResize(j); why != "" {
+		return api.JobStatus{}, httpErrorf(http.StatusConflict, "resize job %s: %s", id, why)
+	}
+	if req.Stage != 0 {
+		return api.JobStatus{}, badRequest("resize: job %s has one stage, 0; got stage %d", id, req.Stage)
+	}
+	current := map[int]bool{}
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage {
+			current[t.task.Replica] = true
+		}
+	}
+	for _, r := range req.Replicas {
+		if !current[r] {
+			return api.JobStatus{}, badRequest("resize: replica %d is not one of job %s's (adding replicas is not built yet)", r, id)
+		}
+	}
+	from := c.resize(j, req.Replicas, req.Batches)
+	c.log.Info("job resized", "id", id, "replicas", req.Replicas, "batches", req.Batches, "from_step", from, "generation", j.gen)
+	return c.status(j, time.Now()), nil
+}

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// longDPJob is the data-parallel job with steps steps and one PS shard.
+func longDPJob(t *testing.T, steps int) string {
+	t.Helper()
+	src, err := os.ReadFile(dpJob(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := strings.Replace(strings.Replace(string(src), "steps = 20", fmt.Sprintf("steps = %d", steps), 1), "ps_ratio = 1.0\n", "", 1)
+	path := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDeadReplicaLeavesTheStage: when the node of a stage replica that
+// holds no PS shard dies, the job goes on with the other replica, which
+// takes the whole batch, and trains to its last step without a restart.
+func TestDeadReplicaLeavesTheStage(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	stops := map[string]func(){"a": cl.startNode("a", "cpu"), "b": cl.startNode("b", "cpu")}
+	cl.waitNodes(2)
+	id := cl.submit(longDPJob(t, 400))
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 5 || s.State.Final() })
+	if s.State != api.JobRunning || len(s.Stages[0].Nodes) != 2 || len(s.PS) != 1 {
+		t.Fatalf("before the kill: %s (%s), stages %+v, ps %v", s.State, s.Reason, s.Stages, s.PS)
+	}
+	victim := s.Stages[0].Nodes[0]
+	if victim == s.PS[0] {
+		victim = s.Stages[0].Nodes[1]
+	}
+	stops[victim]()
+
+	s = cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Step != 400 || s.Restarts != 0 || s.RestartedAs != "" {
+		t.Fatalf("after the kill: %s (%q) at step %d, restarted as %q", s.State, s.Reason, s.Step, s.RestartedAs)
+	}
+	if st := s.Stages[0]; slices.Contains(st.Nodes, victim) || len(st.Nodes) != 1 || st.Batches[0] != 64 || s.Generation != 2 {
+		t.Errorf("the stage ended on %v with batches %v, generation %d; want one node without %s, batch 64, generation 2",
+			st.Nodes, st.Batches, s.Generation, victim)
+	}
+}
+
+// TestPatchResizesAStage: PATCH /v1/jobs/{id} drops a replica and gives
+// the other the whole batch; the dropped replica's node is freed and the
+// job trains to its end. Bad resizes are refused.
+func TestPatchResizesAStage(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	id := cl.submit(longDPJob(t, 300))
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
+	patch := func(req api.ResizeRequest) (int, string) {
+		body, _ := json.Marshal(req)
+		return cl.send("PATCH", "/v1/jobs/"+id, api.ContentTypeJSON, body)
+	}
+	for _, bad := range []api.ResizeRequest{
+		{Replicas: []int{0, 5}, Batches: []int{32, 32}},
+		{Replicas: []int{1, 0}, Batches: []int{32, 32}},
+		{Replicas: []int{0}, Batches: []int{0}},
+		{Stage: 1, Replicas: []int{0}, Batches: []int{64}},
+	} {
+		if status, text := patch(bad); status != http.StatusBadRequest {
+			t.Errorf("resize %+v: %d %s, want 400", bad, status, text)
+		}
+	}
+	status, text := patch(api.ResizeRequest{Replicas: []int{1}, Batches: []int{64}})
+	if status != http.StatusOK {
+		t.Fatalf("resize: %d %s", status, text)
+	}
+	var s api.JobStatus
+	if err := json.NewDecoder(bytes.NewReader([]byte(text))).Decode(&s); err != nil || len(s.Stages[0].Nodes) != 1 || s.Stages[0].Batches[0] != 64 {
+		t.Fatalf("resize answered %s (%v)", text, err)
+	}
+	s = cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Step != 300 || s.Generation != 2 {
+		t.Fatalf("after the resize: %s (%q) at step %d, generation %d", s.State, s.Reason, s.Step, s.Generation)
+	}
+	if status, _ := patch(api.ResizeRequest{Replicas: []int{1}, Batches: []int{64}}); status != http.StatusConflict {
+		t.Errorf("resizing a finished job: %d, want 409", status)
+	}
+}
