@@ -145,6 +145,11 @@ func (c *Coordinator) prune(now time.Time) {
 			}
 		}
 	}
+	for _, j := range c.jobs {
+		if j.state.Final() && needed[j.id] {
+			final--
+		}
+	}
 	kept := c.jobs[:0]
 	for _, j := range c.jobs {
 		if final > c.cfg.KeepFinished && j.state.Final() && !needed[j.id] {

@@ -102,7 +102,11 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
 	}
 	var possible *sched.Plan
-	if err == nil && !plan.Feasible && j.possible == 0 {
+	switch {
+	case err != nil || plan.Feasible || j.possible != 0:
+	case j.file.ThroughputLimit == 0:
+		j.possible = 1 // a floor derived from the free units adapts to them
+	default:
 		possible, err = c.plan(ctx, j, c.cfg.Catalog)
 	}
 

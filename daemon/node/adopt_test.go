@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +122,59 @@ func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 		t.Errorf("a job submitted after the restart got id %s, already used", next)
 	}
 	cl.waitJob(next, final)
+}
+
+// TestLeaseStopsTasksWithoutTheCoordinator: a node that cannot reach the
+// coordinator keeps training until its lease runs out, then stops its
+// tasks (fencing: the coordinator may have given their work away).
+func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	rc := &restartableCoordinator{t: t, cat: cat, addr: addr, stateDir: t.TempDir()}
+	rc.start()
+	cl := &cluster{t: t, base: "http://" + addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait(); cl.client.CloseIdleConnections() }()
+
+	const lease = time.Second
+	agents := map[string]*Agent{}
+	for _, name := range []string{"a", "b"} {
+		a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: "cpu",
+			Units: 1, Plain: true, Lease: lease, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[name] = a
+		wg.Go(func() { a.Run(ctx) })
+	}
+	cl.waitNodes(2)
+	id := cl.submit(longDPJob(t, 100000))
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 2 || s.State.Final() })
+	rc.stop() // and never back
+	gone := time.Now()
+	time.Sleep(lease / 2)
+	for name, a := range agents {
+		if len(a.reports()) == 0 {
+			t.Errorf("node %s stopped its tasks %s after losing the coordinator, within its %s lease", name, time.Since(gone), lease)
+		}
+	}
+	deadline := gone.Add(lease + 5*time.Second)
+	for name, a := range agents {
+		for len(a.reports()) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s still runs %d task(s) %s after losing the coordinator (lease %s)", name, len(a.reports()), time.Since(gone), lease)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }

@@ -40,6 +40,7 @@ type TCPTransport struct {
 
 	mu     sync.Mutex
 	peers  map[string]*peer
+	added  chan struct{} // closed (and replaced) when a peer is added
 	closed bool
 }
 
@@ -67,7 +68,7 @@ func NewTCPTransport(listenAddr string, cfg Config) (*TCPTransport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &TCPTransport{cfg: cfg, ln: ln, peers: make(map[string]*peer)}
+	t := &TCPTransport{cfg: cfg, ln: ln, peers: make(map[string]*peer), added: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(1)
 	go t.serve()
@@ -112,6 +113,8 @@ func (t *TCPTransport) AddPeer(id, addr string) error {
 		go t.dialLoop(ctx, p)
 	}
 	t.peers[id] = p
+	close(t.added)
+	t.added = make(chan struct{})
 	return nil
 }
 
@@ -231,7 +234,9 @@ func (t *TCPTransport) Close() error {
 	return err
 }
 
-// serve adopts connections that peers dial in.
+// serve adopts connections that peers dial in. A connection from a node
+// that is not a peer yet waits up to DialTimeout for it to be added: nodes
+// add each other one after the other, so a peer's dial may come first.
 func (t *TCPTransport) serve() {
 	defer t.wg.Done()
 	for {
@@ -242,19 +247,55 @@ func (t *TCPTransport) serve() {
 		t.mu.Lock()
 		p := t.peers[c.Peer()]
 		t.mu.Unlock()
-		switch {
-		case p == nil:
-			t.cfg.Logger.Warn("wire: refused connection from a node that is not a peer", "peer", c.Peer(), "remote", c.RemoteAddr().String())
-			c.Close()
-			continue
-		case p.stopDial != nil:
-			t.cfg.Logger.Warn("wire: refused connection from a peer with a larger node id: this node dials it", "peer", c.Peer(), "remote", c.RemoteAddr().String())
-			c.Close()
+		if p == nil {
+			t.wg.Add(1)
+			go func() {
+				defer t.wg.Done()
+				t.adopt(c, t.awaitPeer(c.Peer()))
+			}()
 			continue
 		}
-		if !t.install(p, c) {
-			c.Close()
+		t.adopt(c, p)
+	}
+}
+
+// awaitPeer returns peer id once it is added, or nil after DialTimeout or
+// when the transport closes.
+func (t *TCPTransport) awaitPeer(id string) *peer {
+	timeout := time.NewTimer(t.cfg.DialTimeout)
+	defer timeout.Stop()
+	for {
+		t.mu.Lock()
+		p, added := t.peers[id], t.added
+		t.mu.Unlock()
+		if p != nil {
+			return p
 		}
+		select {
+		case <-added:
+		case <-timeout.C:
+			return nil
+		case <-t.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// adopt makes c, dialled in by a peer, p's connection, unless p is nil
+// (not a peer) or this node is the one that dials p.
+func (t *TCPTransport) adopt(c *Conn, p *peer) {
+	switch {
+	case p == nil:
+		t.cfg.Logger.Warn("wire: refused connection from a node that is not a peer", "peer", c.Peer(), "remote", c.RemoteAddr().String())
+		c.Close()
+		return
+	case p.stopDial != nil:
+		t.cfg.Logger.Warn("wire: refused connection from a peer with a larger node id: this node dials it", "peer", c.Peer(), "remote", c.RemoteAddr().String())
+		c.Close()
+		return
+	}
+	if !t.install(p, c) {
+		c.Close()
 	}
 }
 

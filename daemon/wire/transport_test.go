@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -278,5 +279,42 @@ func TestTransportWaitsForFirstConnection(t *testing.T) {
 	}
 	if m, err := a.Recv(ctx, "b", 1); err != nil || m.Meta.Step != 5 {
 		t.Fatalf("recv: %+v, %v", m, err)
+	}
+}
+
+// TestTransportAdoptsAPeerThatDialledBeforeItWasAdded: nodes add each
+// other one after the other, so a peer may dial in before this node has
+// added it; its connection waits and is adopted, not refused.
+func TestTransportAdoptsAPeerThatDialledBeforeItWasAdded(t *testing.T) {
+	checkLeaks(t)
+	logs := &logSink{}
+	ts := map[string]*TCPTransport{}
+	for _, id := range []string{"a", "b"} {
+		tr, err := NewTCPTransport("127.0.0.1:0", testConfig(id, logs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[id] = tr
+	}
+	if err := ts["a"].AddPeer("b", ts["b"].Addr().String()); err != nil { // a dials b at once
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	if _, err := ts["a"].PeerConn(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := ts["b"].AddPeer("a", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts["a"].Send(ctx, "b", 1, &Message{Type: MsgAck}); err != nil {
+		t.Fatalf("send on the first connection: %v", err)
+	}
+	if _, err := ts["b"].Recv(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "not a peer") {
+		t.Errorf("the early connection was refused: %s", logs.String())
 	}
 }
