@@ -76,16 +76,20 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
 }
 
 // resize gives j's single stage the replicas members (replica ids, a
-// subset of the current ones) with batches, from the step after the
-// fewest steps any of them has completed, and returns that step. Stage
-// tasks not in members leave the job. c.mu is held.
+// subset of the current ones) with batches and returns the step it takes
+// effect from: the fewest steps any member has reported. That step may
+// still be open at the parameter servers (a removed replica never pushed
+// it), and reports lag, so the change must reach it: a change from a step
+// already applied takes effect at the open one, and each worker applies it
+// from the first step whose input it has not read. Stage tasks not in
+// members leave the job. c.mu is held.
 func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 	from := int64(-1)
 	for _, t := range j.tasks {
 		if t.task.Role == api.RoleStage && slices.Contains(members, t.task.Replica) {
-			step := max(t.report.Step, j.firstStep())
-			if from < 0 || step+1 < from {
-				from = step + 1
+			step := max(t.report.Step, j.firstStep()+1)
+			if from < 0 || step < from {
+				from = step
 			}
 		}
 	}
