@@ -31,6 +31,24 @@ type restartableCoordinator struct {
 	stop     func()
 }
 
+// startRestartableCoordinator serves a coordinator for the data-parallel
+// catalog on a free loopback port with a fresh state directory.
+func startRestartableCoordinator(t *testing.T) *restartableCoordinator {
+	t.Helper()
+	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &restartableCoordinator{t: t, cat: cat, addr: ln.Addr().String(), stateDir: t.TempDir()}
+	ln.Close()
+	rc.start()
+	return rc
+}
+
 func (rc *restartableCoordinator) start() {
 	rc.t.Helper()
 	c, err := coord.New(coord.Config{Catalog: rc.cat, StateDir: rc.stateDir, HeartbeatInterval: interval,
@@ -59,18 +77,8 @@ func (rc *restartableCoordinator) start() {
 // ones, and the end state is bit-identical to an uninterrupted run's.
 func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	rc := &restartableCoordinator{t: t, cat: cat, addr: addr, stateDir: t.TempDir()}
-	rc.start()
+	rc := startRestartableCoordinator(t)
+	addr := rc.addr
 	defer func() { rc.stop() }()
 
 	cl := &cluster{t: t, base: "http://" + addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
@@ -129,18 +137,8 @@ func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 // tasks (fencing: the coordinator may have given their work away).
 func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	rc := &restartableCoordinator{t: t, cat: cat, addr: addr, stateDir: t.TempDir()}
-	rc.start()
+	rc := startRestartableCoordinator(t)
+	addr := rc.addr
 	cl := &cluster{t: t, base: "http://" + addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -22,6 +22,21 @@ func openTemp(t *testing.T) (*Store, string) {
 	return s, dir
 }
 
+// reopen opens the state in dir again and loads it.
+func reopen(t *testing.T, dir string) *State {
+	t.Helper()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func must(t *testing.T, c <-chan error) {
 	t.Helper()
 	if err := <-c; err != nil {
@@ -42,16 +57,7 @@ func TestJobsAndCountersSurviveReopening(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-
-	s2, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	st, err := s2.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := reopen(t, dir)
 	if st.Counters != (Counters{LastJob: 9, LastNode: 4}) {
 		t.Errorf("counters %+v", st.Counters)
 	}
@@ -98,16 +104,7 @@ func TestConcurrentWritesAllLand(t *testing.T) {
 	}
 	wg.Wait()
 	s.Close()
-	s2, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	st, err := s2.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Jobs) != 200 {
+	if st := reopen(t, dir); len(st.Jobs) != 200 {
 		t.Fatalf("%d jobs after 200 acknowledged writes", len(st.Jobs))
 	}
 }
