@@ -19,6 +19,8 @@ func CheckData(m *config.Model, s data.Schema) error {
 		return fmt.Errorf("model %s takes %d dense features; the data has %d", m.Name, in.Dense, s.NumDense)
 	case in.Classes > 0 && s.NumClasses > in.Classes:
 		return fmt.Errorf("model %s has %d classes; the data has %d", m.Name, in.Classes, s.NumClasses)
+	case (m.Task == "classify" || m.Task == "nce") && s.Task != data.TaskClassify:
+		return fmt.Errorf("model %s (task %s) needs a class per sample; the data's labels are %s", m.Name, m.Task, s.Task)
 	}
 	return nil
 }

@@ -19,6 +19,9 @@ func TestCheckDataMatchesZooModelsToTheirData(t *testing.T) {
 		{"ctrdnn", data.Schema{Slots: 26, NumDense: 4, Task: data.TaskCTR}, "takes 13 dense features; the data has 4"},
 		{"mlp-digits", data.Schema{NumDense: 64, NumClasses: 10, Task: data.TaskClassify}, ""},
 		{"mlp-digits", data.Schema{NumDense: 64, NumClasses: 1000, Task: data.TaskClassify}, "has 10 classes; the data has 1000"},
+		{"nce", data.Schema{Slots: 4, Vocab: 100000, NumClasses: 100000, Task: data.TaskClassify}, ""},
+		{"nce", data.Schema{Slots: 26, NumDense: 13, Task: data.TaskCTR}, "needs a class per sample; the data's labels are ctr"},
+		{"mlp-digits", data.Schema{NumDense: 64, Task: data.TaskCTR}, "needs a class per sample"},
 	} {
 		m, err := config.LoadModel(tc.model)
 		if err != nil {
