@@ -1,10 +1,17 @@
 package coord
 
 import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/ckpt"
+	"github.com/heterps/heterps/daemon/ps"
 )
 
 // TestRestartWaitsForEveryNodeToSettle: a restarting job is due only once
@@ -30,5 +37,87 @@ func TestRestartWaitsForEveryNodeToSettle(t *testing.T) {
 	}
 	if due := c.dueRestarts(time.Now()); len(due) != 0 {
 		t.Fatal("due twice")
+	}
+}
+
+// writeFakeCheckpoint writes a one-file checkpoint of job at step under
+// root, complete with its manifest.
+func writeFakeCheckpoint(t *testing.T, root, job string, step int64) string {
+	t.Helper()
+	dir := ckpt.StepDir(root, step)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, ps.FileName(0, 1))
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("shard of %s at %d", job, step)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := ckpt.DigestFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.WriteManifest(dir, job, step, 1, []ckpt.FileEntry{e}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestRestartTakesTheNewestCheckpointOfItsChain: of the complete
+// checkpoints under the job's directory, a restart takes the newest one a
+// job of its chain wrote that verifies, not the coordinator's last known
+// one nor another job's; a damaged newest one falls back to the next.
+func TestRestartTakesTheNewestCheckpointOfItsChain(t *testing.T) {
+	root := t.TempDir()
+	for _, step := range []int64{140, 160, 180} {
+		writeFakeCheckpoint(t, root, "j1", step)
+	}
+	writeFakeCheckpoint(t, root, "j9", 200) // another job's, same directory
+	chain := map[string]bool{"j1": true, "j2": true}
+	known := &api.CheckpointStatus{Step: 140, Dir: ckpt.StepDir(root, 140)}
+	got, err := newestVerified(root, chain, known, 1000)
+	if err != nil || got == nil || got.Step != 180 {
+		t.Fatalf("picked %+v (%v), want step 180", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(ckpt.StepDir(root, 180), ps.FileName(0, 1)), []byte("damaged"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = newestVerified(root, chain, known, 1000); err != nil || got.Step != 160 {
+		t.Fatalf("with step 180 damaged: picked %+v (%v), want step 160", got, err)
+	}
+	if got, err = newestVerified(root, chain, known, 150); err != nil || got.Step != 140 {
+		t.Fatalf("a 150-step job: picked %+v (%v), want step 140 (no steps left after 160)", got, err)
+	}
+}
+
+// TestRestartsBackOffAndAvoidTheNodesThatFailed: a failed job is due only
+// after its backoff, which doubles per restart; its restart avoids the
+// nodes that died with it (not the ones whose tasks failed in their
+// wake) until the suspicion expires.
+func TestRestartsBackOffAndAvoidTheNodesThatFailed(t *testing.T) {
+	c := &Coordinator{cfg: Config{RestartBackoff: time.Second, MaxRestartBackoff: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)}.withDefaults()}
+	c.log = c.cfg.Logger
+	now := time.Now()
+	for restarts, want := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second} {
+		j := &job{id: "j1", file: &config.Job{Checkpoint: config.JobCheckpoint{Restarts: 10}}, state: api.JobRunning, restarts: restarts}
+		c.jobs = []*job{j}
+		c.failRunning(j, "node a died", now, lostNode{name: "a", dead: true})
+		if got := j.notBefore.Sub(now); got != want {
+			t.Errorf("after %d restarts: backoff %s, want %s", restarts, got, want)
+		}
+		if due := c.dueRestarts(now.Add(want - time.Millisecond)); len(due) != 0 {
+			t.Errorf("after %d restarts: due before its backoff", restarts)
+		}
+		if due := c.dueRestarts(now.Add(want)); len(due) != 1 {
+			t.Errorf("after %d restarts: not due once its backoff passed", restarts)
+		}
+	}
+	j := &job{file: &config.Job{}, lost: []lostNode{{name: "b"}, {name: "a", dead: true}}}
+	sus := j.nextSuspects(now, time.Minute)
+	if len(sus) != 1 || sus[0].Node != "a" {
+		t.Fatalf("suspects %+v, want only a, which died", sus)
+	}
+	j.suspects = sus
+	if !j.suspect("a", now.Add(30*time.Second)) || j.suspect("a", now.Add(2*time.Minute)) || j.suspect("b", now) {
+		t.Error("suspicion of a should last a minute, and b is not suspect")
 	}
 }

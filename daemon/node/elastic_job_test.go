@@ -97,3 +97,38 @@ func TestPatchResizesAStage(t *testing.T) {
 		t.Errorf("resizing a finished job: %d, want 409", status)
 	}
 }
+
+// TestBadDataIsNotRestarted: a job with restarts whose data file has a
+// malformed line in the middle fails when stage 0 reaches it, naming the
+// file and line, without a restart: running it again would fail again.
+func TestBadDataIsNotRestarted(t *testing.T) {
+	src, err := os.ReadFile("../data/testdata/criteo_sample.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	lines[150] = "1,this is not a criteo line"
+	dataPath := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(dataPath, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	job, err := os.ReadFile(longDPJob(t, 400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(job), `data = "synthetic:1"`, fmt.Sprintf("data = %q", "criteo:"+dataPath), 1) +
+		fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 1000\nrestarts = 3\n", t.TempDir())
+	path := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := cl.waitJob(cl.submit(path), final)
+	if s.State != api.JobFailed || s.RestartedAs != "" || !strings.Contains(s.Reason, "bad.csv:151") ||
+		!strings.Contains(s.Reason, "not restarted") {
+		t.Fatalf("job %s (%q), restarted as %q; want failed at bad.csv:151 without a restart", s.State, s.Reason, s.RestartedAs)
+	}
+}
