@@ -35,6 +35,7 @@ func init() {
 // the job is cancelled at once and the scheduler's context ends.
 func TestCancelWhilePlanning(t *testing.T) {
 	tc := startCluster(t, nil)
+	tc.start(newFakeNode("cpu-a", "cpu", 2, 7501)) // with no live node a job waits, queued, without planning
 	id := tc.submit(strings.Replace(ctrJob, `name = "ctr"`, `name = "ctr"`+"\nmethod = \"test-blocking\"", 1))
 	waitFor(t, "planning", func() bool { return tc.job(id).State == api.JobPlanning })
 	var s api.JobStatus

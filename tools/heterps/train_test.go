@@ -106,15 +106,23 @@ func TestTrainErrorEndsTheCommand(t *testing.T) {
 		code int
 		errs string
 	}
+	src, err := os.ReadFile("../../config/examples/models/linreg.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "diverging.toml") // a learning rate that makes the loss overflow in a few steps
+	if err := os.WriteFile(model, []byte(strings.Replace(string(src), "lr = 0.01", "lr = 1e30", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan outcome, 1)
 	go func() {
-		code, _, errs := trainCLI(t, "--model", "nce", "--data", "synthetic", "--steps", "1000000", "--batch", "8",
+		code, _, errs := trainCLI(t, "--model", model, "--data", "synthetic", "--steps", "1000000", "--batch", "8",
 			"--threads", "1", "--eval-samples", "0")
 		done <- outcome{code, errs}
 	}()
 	select {
 	case got := <-done:
-		if got.code != exitFailure || !strings.Contains(got.errs, "target class") {
+		if got.code != exitFailure || !strings.Contains(got.errs, "diverged") {
 			t.Fatalf("exit %d, stderr %q; want 1 and the step's error", got.code, got.errs)
 		}
 	case <-time.After(time.Minute):
