@@ -4,7 +4,10 @@
 // logistic ground truth is known, so trained models can be compared with the
 // Bayes-optimal AUC; generators of query/document pairs ("pairs", for
 // two-tower matching models) and of a Zipfian word corpus with planted
-// structure ("words", for NCE word-embedding models); AUC and accuracy; and the record-selection rules every
+// structure ("words", for NCE word-embedding models); a regression generator
+// with a planted linear model and Gaussian noise of known variance
+// ("regress", so a trained model's MSE and R² can be compared with the
+// optimum); AUC, accuracy, MSE and R²; and the record-selection rules every
 // source shares (sharding across workers, a train/eval hold-out split).
 //
 // # Records and selection

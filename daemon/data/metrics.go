@@ -81,3 +81,33 @@ func Accuracy(logits []float32, numClasses int, classes []int64) (float64, error
 	}
 	return float64(right) / float64(len(classes)), nil
 }
+
+// Fit measures predictions against real-valued targets: the mean squared
+// error and R² = 1 - MSE / (variance of the targets), the share of the
+// targets' variance the predictions explain (negative when they do worse
+// than predicting the targets' mean). It fails when the lengths differ,
+// there are no samples, a value is not finite, or the targets are constant.
+func Fit(preds, targets []float32) (mse, r2 float64, err error) {
+	if len(preds) != len(targets) || len(preds) == 0 {
+		return 0, 0, fmt.Errorf("data: fit of %d predictions to %d targets", len(preds), len(targets))
+	}
+	mean := 0.0
+	for i, y := range targets {
+		if p := float64(preds[i]); math.IsNaN(p) || math.IsInf(p, 0) || math.IsNaN(float64(y)) || math.IsInf(float64(y), 0) {
+			return 0, 0, fmt.Errorf("data: fit: sample %d predicts %g for target %g", i, preds[i], y)
+		}
+		mean += float64(y)
+	}
+	mean /= float64(len(targets))
+	var sse, sst float64
+	for i, y := range targets {
+		e, d := float64(preds[i])-float64(y), float64(y)-mean
+		sse += e * e
+		sst += d * d
+	}
+	if sst == 0 {
+		return 0, 0, fmt.Errorf("data: fit: the %d targets are all %g, R² is undefined", len(targets), mean)
+	}
+	n := float64(len(targets))
+	return sse / n, 1 - sse/sst, nil
+}

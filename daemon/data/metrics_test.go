@@ -97,3 +97,38 @@ func TestAccuracy(t *testing.T) {
 		t.Error("accuracy of mismatched shapes has no error")
 	}
 }
+
+func TestFitKnownCases(t *testing.T) {
+	targets := []float32{1, 2, 3, 4} // mean 2.5, sum of squared deviations 5
+	cases := []struct {
+		preds   []float32
+		mse, r2 float64
+	}{
+		{[]float32{1, 2, 3, 4}, 0, 1},            // perfect
+		{[]float32{2.5, 2.5, 2.5, 2.5}, 1.25, 0}, // the mean
+		{[]float32{2, 2, 4, 4}, 0.5, 0.6},        // SSE 2
+		{[]float32{4, 3, 2, 1}, 5, -3},           // worse than the mean
+	}
+	for _, c := range cases {
+		mse, r2, err := Fit(c.preds, targets)
+		if err != nil || math.Abs(mse-c.mse) > 1e-12 || math.Abs(r2-c.r2) > 1e-12 {
+			t.Errorf("Fit(%v) = %v, %v, %v; want %v, %v", c.preds, mse, r2, err, c.mse, c.r2)
+		}
+	}
+}
+
+func TestFitErrors(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	cases := [][2][]float32{
+		{{0.1, 0.2}, {0}},      // lengths differ
+		{{}, {}},               // nothing at all
+		{{0.1, 0.2}, {3, 3}},   // constant targets
+		{{nan, 0.2}, {0, 1}},   // NaN prediction
+		{{0.1, 0.2}, {inf, 1}}, // infinite target
+	}
+	for _, c := range cases {
+		if _, _, err := Fit(c[0], c[1]); err == nil {
+			t.Errorf("Fit(%v, %v) has no error", c[0], c[1])
+		}
+	}
+}

@@ -30,6 +30,10 @@ func testSources(t *testing.T) map[string]opener {
 			opts.Limit = 1000
 			return newGenerator(t, 9, opts)
 		},
+		"regress": func(t *testing.T, opts Options) Source {
+			opts.Limit = 1000
+			return newRegress(t, DefaultRegress(9), opts)
+		},
 	}
 }
 

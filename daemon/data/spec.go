@@ -14,6 +14,7 @@ import (
 //	synthetic[:SEED]   the generator with DefaultSynthetic(SEED); SEED defaults to 1
 //	pairs[:SEED]       query-document pairs, DefaultPairs(SEED) (matching models)
 //	words[:SEED]       context words and centre word, DefaultWords(SEED) (nce)
+//	regress[:SEED]     dense features and real-valued targets, DefaultRegress(SEED) (linreg)
 //	criteo:PATH        Criteo TSV or CSV, told apart by content
 //	avazu:PATH         Avazu CSV
 //	libsvm:PATH        libsvm
@@ -22,7 +23,7 @@ import (
 // Files may be gzip-compressed. PATH is everything after the first colon,
 // so it may hold colons itself.
 type Spec struct {
-	Kind string // synthetic, pairs, words, criteo, avazu, libsvm or digits
+	Kind string // synthetic, pairs, words, regress, criteo, avazu, libsvm or digits
 	Path string // the file; empty for generators
 	Seed uint64 // generators only
 }
@@ -37,6 +38,9 @@ var generators = map[string]func(uint64, Options) (Source, error){
 	},
 	"pairs": func(seed uint64, opts Options) (Source, error) { return asSource(NewPairs(DefaultPairs(seed), opts)) },
 	"words": func(seed uint64, opts Options) (Source, error) { return asSource(NewWords(DefaultWords(seed), opts)) },
+	"regress": func(seed uint64, opts Options) (Source, error) {
+		return asSource(NewRegress(DefaultRegress(seed), opts))
+	},
 }
 
 // asSource keeps a failed constructor's nil pointer out of the interface.
@@ -69,7 +73,7 @@ func ParseSpec(spec string) (Spec, error) {
 	}
 	if _, ok := fileOpeners[kind]; !ok {
 		return Spec{}, &SpecError{Spec: spec, Reason: "unknown kind " + strconv.Quote(kind) +
-			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
+			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], regress[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
 	}
 	if arg == "" {
 		return Spec{}, &SpecError{Spec: spec, Reason: "missing path (want " + kind + ":PATH)"}
