@@ -22,6 +22,9 @@ func TestCheckDataMatchesZooModelsToTheirData(t *testing.T) {
 		{"nce", data.Schema{Slots: 4, Vocab: 100000, NumClasses: 100000, Task: data.TaskClassify}, ""},
 		{"nce", data.Schema{Slots: 26, NumDense: 13, Task: data.TaskCTR}, "needs a class per sample; the data's labels are ctr"},
 		{"mlp-digits", data.Schema{NumDense: 64, Task: data.TaskCTR}, "needs a class per sample"},
+		{"linreg", data.Schema{NumDense: 13, Task: data.TaskRegress}, ""},
+		{"linreg", data.Schema{NumDense: 13, Slots: 26, Task: data.TaskCTR}, ""},
+		{"ctrdnn", data.Schema{Slots: 26, NumDense: 13, Task: data.TaskRegress}, "needs 0/1 labels"},
 	} {
 		m, err := config.LoadModel(tc.model)
 		if err != nil {

@@ -65,14 +65,22 @@ func (t *Trainer) Gradients(s *Step) (float64, error) {
 	return sum / float64(s.Batch.Size), nil
 }
 
-// Metrics summarise a model on held-out data. AUC applies to CTR models,
-// Accuracy to classifiers and matching models (share of samples whose own
-// document scores above the in-batch negative).
+// Metrics summarise a model on held-out data. AUC applies to CTR models
+// (and to regression models scored on 0/1 labels), Accuracy to classifiers
+// and matching models (share of samples whose own document scores above the
+// in-batch negative), Fit to regression models (MSE loss).
 type Metrics struct {
 	Samples  int
 	Loss     float64 // mean
 	AUC      float64
 	Accuracy float64
+	Fit      *Fit // nil unless the loss is MSE
+}
+
+// Fit is how well a regression model's outputs match the targets.
+type Fit struct {
+	MSE float64 // mean squared error
+	R2  float64 // 1 - MSE / variance of the targets (see data.Fit)
 }
 
 // Evaluate runs the model forward over up to maxSamples samples of src.
@@ -115,13 +123,23 @@ func (t *Trainer) Evaluate(ctx context.Context, src data.Source, batchSize, maxS
 		return m, errors.New("evaluate: no held-out samples")
 	}
 	m.Loss = lossSum / float64(m.Samples)
-	m.Accuracy = float64(correct) / float64(m.Samples)
-	if _, ok := t.Model.Loss.(*BCE); ok {
+	_, isMSE := t.Model.Loss.(*MSE)
+	if !isMSE {
+		m.Accuracy = float64(correct) / float64(m.Samples)
+	}
+	if _, isBCE := t.Model.Loss.(*BCE); isBCE || (isMSE && src.Schema().Task == data.TaskCTR) {
 		auc, err := data.AUC(scores, labels)
 		if err != nil {
 			return m, fmt.Errorf("evaluate: %w", err)
 		}
 		m.AUC = auc
+	}
+	if isMSE {
+		mse, r2, err := data.Fit(scores, labels)
+		if err != nil {
+			return m, fmt.Errorf("evaluate: %w", err)
+		}
+		m.Fit = &Fit{MSE: mse, R2: r2}
 	}
 	return m, nil
 }
