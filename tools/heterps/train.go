@@ -52,6 +52,7 @@ type trainResult struct {
 	AUC         float64 `json:"auc,omitempty"`
 	BayesAUC    float64 `json:"bayes_auc,omitempty"`
 	Accuracy    float64 `json:"accuracy,omitempty"`
+	*Regression
 	SamplesPerS float64 `json:"samples_per_s"`
 	Seconds     float64 `json:"seconds"`
 	BadLines    int64   `json:"bad_lines"`
@@ -59,12 +60,27 @@ type trainResult struct {
 	ResumedFrom int64   `json:"resumed_from,omitempty"`
 }
 
+// Regression is the held-out fit of a regression model (MSE loss): in
+// trainResult, its fields are present exactly when it is.
+type Regression struct {
+	MSE float64 `json:"mse"`
+	R2  float64 `json:"r2"`
+	*Optimum
+}
+
+// Optimum is the best fit any model can expect on the data, for generators
+// that know it (regress): present exactly when known.
+type Optimum struct {
+	OptimalMSE float64 `json:"optimal_mse"`
+	OptimalR2  float64 `json:"optimal_r2"`
+}
+
 func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	f := &trainFlags{}
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name ("+fmt.Sprint(config.ZooNames())+") or TOML file")
-	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], criteo:PATH, avazu:PATH, libsvm:PATH, digits:PATH")
+	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], regress[:seed], criteo:PATH, avazu:PATH, libsvm:PATH, digits:PATH")
 	fs.IntVar(&f.steps, "steps", 1000, "training steps")
 	fs.IntVar(&f.batch, "batch", 512, "samples per step")
 	fs.IntVar(&f.threads, "threads", runtime.NumCPU(), "threads for the kernels")
@@ -290,7 +306,22 @@ func evaluate(ctx context.Context, f *trainFlags, tr *nn.Trainer, opts data.Opti
 			return fmt.Errorf("evaluate: %w", err)
 		}
 	}
+	if m.Fit != nil {
+		res.Regression = &Regression{MSE: m.Fit.MSE, R2: m.Fit.R2, Optimum: optimumOf(src)}
+	}
 	return nil
+}
+
+// optimumOf returns the optimal fit of a generator that knows it, else nil.
+func optimumOf(src data.Source) *Optimum {
+	g, ok := src.(interface {
+		OptimalMSE() float64
+		OptimalR2() float64
+	})
+	if !ok {
+		return nil
+	}
+	return &Optimum{OptimalMSE: g.OptimalMSE(), OptimalR2: g.OptimalR2()}
 }
 
 func printTrainSummary(w io.Writer, r *trainResult) {
@@ -306,6 +337,9 @@ func printTrainSummary(w io.Writer, r *trainResult) {
 	if r.Accuracy > 0 {
 		fmt.Fprintf(w, "  accuracy %.4f", r.Accuracy)
 	}
+	if r.Regression != nil {
+		printRegression(w, r.Regression)
+	}
 	fmt.Fprintln(w)
 	if r.BadLines > 0 {
 		fmt.Fprintf(w, "skipped %d malformed lines\n", r.BadLines)
@@ -313,6 +347,14 @@ func printTrainSummary(w io.Writer, r *trainResult) {
 	if r.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint %s\n", r.Checkpoint)
 	}
+}
+
+func printRegression(w io.Writer, r *Regression) {
+	if r.Optimum == nil {
+		fmt.Fprintf(w, "  MSE %.4f  R² %.4f", r.MSE, r.R2)
+		return
+	}
+	fmt.Fprintf(w, "  MSE %.4f (optimal %.4f)  R² %.4f (optimal %.4f)", r.MSE, r.OptimalMSE, r.R2, r.OptimalR2)
 }
 
 // usageError marks errors in what the user gave us (exit status 2).

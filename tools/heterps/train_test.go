@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,5 +128,51 @@ func TestTrainErrorEndsTheCommand(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("heterps train did not return a minute after its first step failed")
+	}
+}
+
+// TestTrainLinregOnRegressReportsFitAndOptimum: on the regress generator,
+// linreg reports its held-out MSE and R² beside the generator's optimum,
+// and no accuracy or AUC; on click labels, the fit without an optimum.
+func TestTrainLinregOnRegressReportsFitAndOptimum(t *testing.T) {
+	code, out, errs := trainCLI(t, "--model", "linreg", "--data", "regress:2", "--steps", "300", "--threads", "1", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(out), &fields); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, key := range []string{"mse", "r2", "optimal_mse", "optimal_r2"} {
+		if _, ok := fields[key].(float64); !ok {
+			t.Errorf("no number %q in %s", key, out)
+		}
+	}
+	for _, key := range []string{"accuracy", "auc", "bayes_auc"} {
+		if _, ok := fields[key]; ok {
+			t.Errorf("%q in a regression's result: %s", key, out)
+		}
+	}
+	var r trainResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Regression == nil || r.Optimum == nil {
+		t.Fatalf("%v: %+v", err, r)
+	}
+	if r.OptimalMSE != 4 || r.MSE > 1.1*r.OptimalMSE || math.Abs(r.R2-r.OptimalR2) > 0.02 {
+		t.Errorf("MSE %.4f (optimal %.4f), R² %.4f (optimal %.4f)", r.MSE, r.OptimalMSE, r.R2, r.OptimalR2)
+	}
+
+	code, out, errs = trainCLI(t, "--model", "linreg", "--data", "regress:2", "--steps", "30", "--threads", "1")
+	if code != exitOK || !strings.Contains(out, "MSE ") || !strings.Contains(out, "(optimal 4.0000)") || !strings.Contains(out, "R² ") {
+		t.Fatalf("exit %d, text output %q (%s)", code, out, errs)
+	}
+
+	code, out, errs = trainCLI(t, "--model", "linreg", "--data", "synthetic", "--steps", "30", "--threads", "1",
+		"--eval-samples", "2000", "--json")
+	fields = nil
+	if code != exitOK || json.Unmarshal([]byte(out), &fields) != nil {
+		t.Fatalf("linreg on synthetic: exit %d, %s (%s)", code, out, errs)
+	}
+	if _, ok := fields["mse"]; !ok || fields["optimal_mse"] != nil || fields["auc"] == nil {
+		t.Errorf("linreg on click labels: want mse and auc, no optimal_mse: %s", out)
 	}
 }
