@@ -34,6 +34,12 @@ import (
 //	                           # complete checkpoint (or this step directory)
 //	restarts = 3               # optional: after a failure while running,
 //	                           # restart from the latest checkpoint
+//	[batching]                 # per-replica batch sizes of data-parallel stages
+//	mode = "dynamic"           # uniform | variable | dynamic; default "auto"
+//	interval = 10              # dynamic: steps between adjustments
+//	smoothing = 0.5            # dynamic: EMA weight of the newest step time
+//	deadband = 0.1             # dynamic: relative imbalance left alone
+//	min_batch = 1              # no replica's batch below this
 type Job struct {
 	Version         int           `toml:"version"`
 	Name            string        `toml:"name"`
@@ -52,9 +58,34 @@ type Job struct {
 	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
 	Checkpoint      JobCheckpoint `toml:"checkpoint"`
+	Batching        JobBatching   `toml:"batching"`
 
 	loc *Locator
 }
+
+// JobBatching says how a data-parallel stage splits the batch over its
+// replicas: in proportion to their units (uniform), to their expected
+// throughput before the first step (variable), or to their measured
+// throughput, adjusted while the job runs (dynamic). Auto is dynamic for a
+// stage whose replicas differ (in units or CPU share), uniform otherwise.
+type JobBatching struct {
+	Mode      string  `toml:"mode"`
+	Interval  int64   `toml:"interval"`
+	Smoothing float64 `toml:"smoothing"`
+	Deadband  float64 `toml:"deadband"`
+	MinBatch  int     `toml:"min_batch"`
+	// Resize is how a new split reaches the replicas: "in-place" at a step
+	// boundary (the only one built).
+	Resize string `toml:"resize"`
+}
+
+// Batching modes.
+const (
+	BatchingAuto     = "auto"
+	BatchingUniform  = "uniform"
+	BatchingVariable = "variable"
+	BatchingDynamic  = "dynamic"
+)
 
 // JobCheckpoint says where and how often a job checkpoints.
 type JobCheckpoint struct {
@@ -145,6 +176,25 @@ func (j *Job) applyDefaults() {
 	if j.Optimizer != nil {
 		j.Optimizer.defaults()
 	}
+	b := &j.Batching
+	if b.Mode == "" {
+		b.Mode = BatchingAuto
+	}
+	if b.Interval == 0 {
+		b.Interval = 10
+	}
+	if b.Smoothing == 0 {
+		b.Smoothing = 0.5
+	}
+	if b.Deadband == 0 {
+		b.Deadband = 0.1
+	}
+	if b.MinBatch == 0 {
+		b.MinBatch = 1
+	}
+	if b.Resize == "" {
+		b.Resize = "in-place"
+	}
 }
 
 func (j *Job) validate(loc *Locator) error {
@@ -208,7 +258,32 @@ func (j *Job) validate(loc *Locator) error {
 	if strings.TrimSpace(j.Checkpoint.Restore) != j.Checkpoint.Restore || strings.ContainsRune(j.Checkpoint.Restore, 0) {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
 	}
+	j.validateBatching(loc, &errs)
 	return errs.err()
+}
+
+func (j *Job) validateBatching(loc *Locator, errs *errorList) {
+	b := j.Batching
+	switch b.Mode {
+	case BatchingAuto, BatchingUniform, BatchingVariable, BatchingDynamic:
+	default:
+		errs.add(loc.Errorf("batching.mode", "unknown mode %q (want auto, uniform, variable or dynamic)", b.Mode))
+	}
+	if b.Interval < 1 || b.Interval > maxJobSteps {
+		errs.add(loc.Errorf("batching.interval", "must be in 1..%d steps, got %d", int64(maxJobSteps), b.Interval))
+	}
+	if !finite(b.Smoothing) || b.Smoothing <= 0 || b.Smoothing > 1 {
+		errs.add(loc.Errorf("batching.smoothing", "must be in (0, 1], got %g", b.Smoothing))
+	}
+	if !finite(b.Deadband) || b.Deadband < 0 || b.Deadband >= 1 {
+		errs.add(loc.Errorf("batching.deadband", "must be in [0, 1), got %g", b.Deadband))
+	}
+	if b.MinBatch < 1 || (j.Batch > 0 && b.MinBatch > j.Batch) {
+		errs.add(loc.Errorf("batching.min_batch", "must be in 1..batch (%d), got %d", j.Batch, b.MinBatch))
+	}
+	if b.Resize != "in-place" {
+		errs.add(loc.Errorf("batching.resize", "%q: only \"in-place\" is built (kill-restart resizing is not)", b.Resize))
+	}
 }
 
 // validateLength checks that exactly one of steps and epochs says how long

@@ -166,3 +166,32 @@ func FuzzParseJob(f *testing.F) {
 		}
 	})
 }
+
+func TestJobBatching(t *testing.T) {
+	base := "version = 1\nmodel = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 512\nsteps = 10\n"
+	j, err := ParseJob("job.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := j.Batching; b.Mode != BatchingAuto || b.Interval != 10 || b.Smoothing != 0.5 || b.Deadband != 0.1 || b.MinBatch != 1 {
+		t.Errorf("defaults %+v", b)
+	}
+	j, err = ParseJob("job.toml", []byte(base+"[batching]\nmode = \"dynamic\"\ninterval = 5\ndeadband = 0.05\n"))
+	if err != nil || j.Batching.Mode != BatchingDynamic || j.Batching.Interval != 5 || j.Batching.Deadband != 0.05 {
+		t.Fatalf("%+v %v", j, err)
+	}
+	for _, bad := range []struct{ text, field string }{
+		{"mode = \"fast\"", "batching.mode"},
+		{"interval = -1", "batching.interval"},
+		{"smoothing = 1.5", "batching.smoothing"},
+		{"deadband = 1", "batching.deadband"},
+		{"min_batch = 1000", "batching.min_batch"},
+		{"resize = \"restart\"", "batching.resize"},
+	} {
+		_, err := ParseJob("job.toml", []byte(base+"[batching]\n"+bad.text+"\n"))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Field != bad.field || ce.Line != 7 {
+			t.Errorf("%s: %v, want an error at line 7 naming %s", bad.text, err, bad.field)
+		}
+	}
+}
