@@ -17,7 +17,7 @@ func TestSplit(t *testing.T) {
 		want     []int
 	}{
 		{"proportional", 100, []float64{1, 3}, nil, nil, []int{25, 75}},
-		{"largest remainder", 10, []float64{1, 1, 1}, nil, nil, []int{4, 3, 3}},                // 3.33 each: tie to index 0
+		{"largest remainder", 10, []float64{1, 1, 1}, nil, nil, []int{4, 3, 3}},                   // 3.33 each: tie to index 0
 		{"remainder to the largest fraction", 10, []float64{2, 3, 5.5}, nil, nil, []int{2, 3, 5}}, // 1.90 2.86 5.24
 		{"ties go to the lower index", 3, []float64{1, 1, 1, 1}, nil, nil, []int{1, 1, 1, 0}},
 		{"max frees samples for the others", 100, []float64{8, 1, 1}, nil, []int{50, 100, 100}, []int{50, 25, 25}},
