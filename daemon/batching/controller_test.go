@@ -263,8 +263,12 @@ func TestIgnoresBadTimes(t *testing.T) {
 	if !strings.Contains(strings.Join(why.Notes, "; "), "replica 0: no valid compute time in the last 2 steps") {
 		t.Errorf("notes %q", why.Notes)
 	}
-	ctl.Observe(2, nil, []int{100, 100}, []float64{0, 1})
-	_, changed, why = ctl.Observe(3, nil, []int{100, 100}, []float64{3, 1})
+	// After a window without a valid time the next decision waits a whole
+	// interval, so that it does not rest on one sample.
+	if _, changed, why = ctl.Observe(2, nil, []int{100, 100}, []float64{3, 1}); changed || why.Reason != WarmingUp {
+		t.Fatalf("step 2: changed %v reason %q; want warming up", changed, why.Reason)
+	}
+	_, changed, why = ctl.Observe(3, nil, []int{100, 100}, []float64{0, 1})
 	if !changed {
 		t.Fatalf("with a valid time the window adjusts: reason %q", why.Reason)
 	}

@@ -31,8 +31,7 @@ func Split(global int, weights []float64, min, max []int) ([]int, error) {
 	if n == 0 {
 		return []int{}, nil
 	}
-	w := equalIfAllZero(weights)
-	shares := waterFill(float64(global), w, lo, hi)
+	shares := waterFill(float64(global), weights, lo, hi)
 	return roundLargestRemainder(global, shares, lo, hi), nil
 }
 
@@ -121,19 +120,6 @@ func checkFeasible(global int, lo, hi []int) error {
 	return nil
 }
 
-func equalIfAllZero(weights []float64) []float64 {
-	for _, w := range weights {
-		if w > 0 {
-			return weights
-		}
-	}
-	ones := make([]float64, len(weights))
-	for k := range ones {
-		ones[k] = 1
-	}
-	return ones
-}
-
 // waterFill returns real shares x_k = clamp(λ·w_k, lo_k, hi_k) summing to g.
 // Σ clamp(λ·w_k) is continuous, non-decreasing and linear between the
 // breakpoints lo_k/w_k and hi_k/w_k, so λ is found exactly on one segment.
@@ -173,9 +159,9 @@ func waterFill(g float64, w []float64, lo, hi []int) []float64 {
 	return fillZeroWeights(g, w, lo, hi)
 }
 
-// fillZeroWeights handles the case where every weighted replica is at its
-// maximum and still short of g: the rest goes to the zero-weight replicas,
-// equally.
+// fillZeroWeights handles the case where every weighted replica (if any) is
+// at its maximum and still short of g: the rest goes to the zero-weight
+// replicas, equally.
 func fillZeroWeights(g float64, w []float64, lo, hi []int) []float64 {
 	shares := make([]float64, len(w))
 	var idle []int
@@ -231,7 +217,10 @@ func roundLargestRemainder(global int, shares []float64, lo, hi []int) []int {
 	for k := range order {
 		order[k] = k
 	}
-	sort.SliceStable(order, func(i, j int) bool { return frac[order[i]] > frac[order[j]] })
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		return frac[a] > frac[b] || frac[a] == frac[b] && a < b
+	})
 	for left > 0 {
 		for _, k := range order {
 			if left > 0 && batches[k] < hi[k] {

@@ -29,6 +29,8 @@ func TestSplit(t *testing.T) {
 		{"sum of mins equals global", 6, []float64{5, 1}, []int{3, 3}, nil, []int{3, 3}},
 		{"sum of maxes equals global", 6, []float64{5, 1}, nil, []int{3, 3}, []int{3, 3}},
 		{"no replicas", 0, nil, nil, nil, []int{}},
+		{"ties among many go to the lower indexes", 30, make([]float64, 20), nil, nil,
+			[]int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,7 +91,7 @@ func TestSplitProperties(t *testing.T) {
 			t.Fatalf("case %d: Split(%d, %v, %v, %v): %v", i, global, w, lo, hi, err)
 		}
 		checkSplit(t, global, got, lo, hi)
-		shares := waterFill(float64(global), equalIfAllZero(w), lo, hi)
+		shares := waterFill(float64(global), w, lo, hi)
 		for k, x := range shares {
 			if math.Abs(float64(got[k])-x) >= 1+1e-6 {
 				t.Fatalf("case %d: Split(%d, %v, %v, %v) = %v: batch %d is more than 1 from its share %.3f",
