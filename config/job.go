@@ -36,9 +36,9 @@ import (
 //	                           # restart from the latest checkpoint
 //	[batching]                 # per-replica batch sizes of data-parallel stages
 //	mode = "dynamic"           # uniform | variable | dynamic; default "auto"
-//	interval = 10              # dynamic: steps between adjustments
-//	smoothing = 0.5            # dynamic: EMA weight of the newest step time
-//	deadband = 0.1             # dynamic: relative imbalance left alone
+//	interval = 3               # dynamic: step-time reports (one a heartbeat) between adjustments
+//	smoothing = 0.5            # dynamic: EMA weight of the past step times, in [0, 1)
+//	deadband = 0.05            # dynamic: relative imbalance left alone
 //	min_batch = 1              # no replica's batch below this
 type Job struct {
 	Version         int           `toml:"version"`
@@ -181,13 +181,13 @@ func (j *Job) applyDefaults() {
 		b.Mode = BatchingAuto
 	}
 	if b.Interval == 0 {
-		b.Interval = 10
+		b.Interval = 3
 	}
 	if b.Smoothing == 0 {
 		b.Smoothing = 0.5
 	}
 	if b.Deadband == 0 {
-		b.Deadband = 0.1
+		b.Deadband = 0.05
 	}
 	if b.MinBatch == 0 {
 		b.MinBatch = 1
@@ -272,8 +272,8 @@ func (j *Job) validateBatching(loc *Locator, errs *errorList) {
 	if b.Interval < 1 || b.Interval > maxJobSteps {
 		errs.add(loc.Errorf("batching.interval", "must be in 1..%d steps, got %d", int64(maxJobSteps), b.Interval))
 	}
-	if !finite(b.Smoothing) || b.Smoothing <= 0 || b.Smoothing > 1 {
-		errs.add(loc.Errorf("batching.smoothing", "must be in (0, 1], got %g", b.Smoothing))
+	if !finite(b.Smoothing) || b.Smoothing < 0 || b.Smoothing >= 1 {
+		errs.add(loc.Errorf("batching.smoothing", "must be in [0, 1), got %g", b.Smoothing))
 	}
 	if !finite(b.Deadband) || b.Deadband < 0 || b.Deadband >= 1 {
 		errs.add(loc.Errorf("batching.deadband", "must be in [0, 1), got %g", b.Deadband))

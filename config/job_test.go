@@ -173,11 +173,11 @@ func TestJobBatching(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := j.Batching; b.Mode != BatchingAuto || b.Interval != 10 || b.Smoothing != 0.5 || b.Deadband != 0.1 || b.MinBatch != 1 {
+	if b := j.Batching; b.Mode != BatchingAuto || b.Interval != 3 || b.Smoothing != 0.5 || b.Deadband != 0.05 || b.MinBatch != 1 {
 		t.Errorf("defaults %+v", b)
 	}
 	j, err = ParseJob("job.toml", []byte(base+"[batching]\nmode = \"dynamic\"\ninterval = 5\ndeadband = 0.05\n"))
-	if err != nil || j.Batching.Mode != BatchingDynamic || j.Batching.Interval != 5 || j.Batching.Deadband != 0.05 {
+	if err != nil || j.Batching.Mode != BatchingDynamic || j.Batching.Interval != 5 || j.Batching.Deadband != 0.05 || j.Batching.Smoothing != 0.5 {
 		t.Fatalf("%+v %v", j, err)
 	}
 	for _, bad := range []struct{ text, field string }{
