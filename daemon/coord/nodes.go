@@ -202,6 +202,7 @@ func (c *Coordinator) declareDead(n *node, reason string, now time.Time) {
 		}
 		switch {
 		case j.state == api.JobRunning && c.shrink(j, n, now):
+			j.addLost(lostNode{name: n.req.Name, dead: true}) // a later failure in its wake is not the survivors' fault
 			continue
 		case j.state == api.JobRunning:
 			c.failRunning(j, reason, now, lostNode{name: n.req.Name, dead: true})

@@ -89,7 +89,7 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 	waitedBefore := j.state == api.JobQueued
 	j.state, j.stopPlan = api.JobPlanning, stop
 	changes := c.changes
-	cl := c.cluster(j)
+	cl, all := c.cluster(j, true), c.cluster(j, false)
 	verified := j.verified
 	c.mu.Unlock()
 
@@ -99,6 +99,12 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 	}
 	var plan *sched.Plan
 	if err == nil {
+		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
+	}
+	if err == nil && !plan.Feasible && len(all.live) > len(cl.live) {
+		// Avoiding the nodes that failed the job is a preference: better
+		// one of them than waiting until the suspicion expires.
+		cl = all
 		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
 	}
 	var possible *sched.Plan
@@ -201,14 +207,14 @@ func liveCatalog(cat *config.Catalog, free map[string]int) *config.Catalog {
 }
 
 // cluster is the registry as placement of j sees it: the live nodes it
-// may use (not its suspects) in registration order, the nodes already
-// hosting a stage replica of a running job, and how many tasks each node
-// hosts. c.mu is held.
-func (c *Coordinator) cluster(j *job) cluster {
+// may use (without its suspects if avoid is set) in registration order,
+// the nodes already hosting a stage replica of a running job, and how many
+// tasks each node hosts. c.mu is held.
+func (c *Coordinator) cluster(j *job, avoid bool) cluster {
 	cl := cluster{busy: map[*node]bool{}, load: map[*node]int{}}
 	now := time.Now()
 	for _, n := range c.nodes {
-		if n.alive() && !j.suspect(n.req.Name, now) {
+		if n.alive() && !(avoid && j.suspect(n.req.Name, now)) {
 			cl.live = append(cl.live, n)
 		}
 	}

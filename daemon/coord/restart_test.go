@@ -12,6 +12,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // TestRestartWaitsForEveryNodeToSettle: a restarting job is due only once
@@ -119,5 +120,30 @@ func TestRestartsBackOffAndAvoidTheNodesThatFailed(t *testing.T) {
 	j.suspects = sus
 	if !j.suspect("a", now.Add(30*time.Second)) || j.suspect("a", now.Add(2*time.Minute)) || j.suspect("b", now) {
 		t.Error("suspicion of a should last a minute, and b is not suspect")
+	}
+}
+
+// TestSuspectsAreAPreference: a job whose only usable node is one that
+// failed it runs there rather than waiting for the suspicion to expire.
+func TestSuspectsAreAPreference(t *testing.T) {
+	tc := startCluster(t, nil)
+	tc.start(newFakeNode("only", "cpu", 4, 7601))
+	jf, err := config.ParseJob(jobFileName, []byte(ctrJob+"method = \"cpu\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{source: ctrJob, file: jf, state: api.JobPending, submitted: time.Now(),
+		suspects: []store.Suspect{{Node: "only", Until: time.Now().Add(time.Hour)}}}
+	if err := tc.c.check(j); err != nil {
+		t.Fatal(err)
+	}
+	tc.c.mu.Lock()
+	err = tc.c.enqueue(j)
+	tc.c.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := tc.waitJob(j.id); s.State != api.JobDone {
+		t.Fatalf("%s %q", s.State, s.Reason)
 	}
 }
