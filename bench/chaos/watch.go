@@ -106,8 +106,36 @@ func (w *watcher) waitFor(ctx context.Context, what string, timeout time.Duratio
 			s, _ := w.last()
 			return sample{}, fmt.Errorf("waiting for %s: job %s ended %s at step %d: %s", what, s.s.ID, s.s.State, s.s.Step, s.s.Reason)
 		case <-tick.C:
+			if s, have := w.last(); have && w.queuedFor(s.s.ID) > maxQueued {
+				return sample{}, fmt.Errorf("waiting for %s: job %s has been queued for over %v: %s", what, s.s.ID, maxQueued, s.s.Reason)
+			}
 		}
 	}
+}
+
+// maxQueued is how long a job may wait for units before the wait gives up:
+// the cluster runs nothing else, so a job that waits longer waits forever.
+const maxQueued = 20 * time.Second
+
+// queuedFor returns how long job id has been queued without a break, as
+// the samples show.
+func (w *watcher) queuedFor(id string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var since time.Time
+	for _, x := range w.samples {
+		switch {
+		case x.s.ID != id:
+		case x.s.State != api.JobQueued:
+			since = time.Time{}
+		case since.IsZero():
+			since = x.at
+		}
+	}
+	if since.IsZero() || len(w.samples) == 0 {
+		return 0
+	}
+	return w.samples[len(w.samples)-1].at.Sub(since)
 }
 
 // final waits for the chain's last job to be final and returns it.
