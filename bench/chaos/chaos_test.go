@@ -167,3 +167,16 @@ func TestQueuedForCountsTheUnbrokenWait(t *testing.T) {
 		t.Errorf("queuedFor of another job = %v, want 0", got)
 	}
 }
+
+func TestStalledAtTakesTheHighestStepSoonAfterTheFault(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	samples := []sample{
+		{t0.Add(-time.Second), api.JobStatus{ID: "j1", Step: 90}},
+		{t0.Add(time.Second), api.JobStatus{ID: "j1", Step: 140}}, // the report the fault's step lagged
+		{t0.Add(time.Second), api.JobStatus{ID: "j2", Step: 500}},
+		{t0.Add(5 * time.Second), api.JobStatus{ID: "j1", Step: 141}}, // progress after the recovery
+	}
+	if got := stalledAt(samples, "j1", t0, 100, 2*time.Second); got != 140 {
+		t.Errorf("stalledAt = %d, want 140", got)
+	}
+}

@@ -216,7 +216,9 @@ func pause(ctx context.Context, d time.Duration) error {
 // once the job has ended.
 func measureRecovery(j *jobRun, r *result, at sample, fault time.Time) func(api.JobStatus) {
 	return func(final api.JobStatus) {
-		if x, ok := resumed(j.w.history(), at.s.ID, fault, at.s.Step); ok {
+		hist := j.w.history()
+		stalled := stalledAt(hist, at.s.ID, fault, at.s.Step, 2*heartbeat)
+		if x, ok := resumed(hist, at.s.ID, fault, stalled); ok {
 			r.recovery = x.at.Sub(fault)
 		} else {
 			r.notes = append(r.notes, "training never went past the step of the fault")

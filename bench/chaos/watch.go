@@ -169,3 +169,16 @@ func restoredStep(s api.JobStatus) int64 {
 	}
 	return s.RestoredFrom.Step
 }
+
+// stalledAt is the step a job's progress stopped at after a fault: node
+// reports come once a heartbeat, so the step the API showed at the fault
+// lags the replicas' by up to one; the highest step it shows within the
+// window after the fault is where they really were.
+func stalledAt(samples []sample, job string, fault time.Time, step int64, window time.Duration) int64 {
+	for _, x := range samples {
+		if x.s.ID == job && x.at.After(fault) && !x.at.After(fault.Add(window)) {
+			step = max(step, x.s.Step)
+		}
+	}
+	return step
+}
