@@ -180,3 +180,18 @@ func TestStalledAtTakesTheHighestStepSoonAfterTheFault(t *testing.T) {
 		t.Errorf("stalledAt = %d, want 140", got)
 	}
 }
+
+func TestRegenerated(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := api.JobStatus{ID: "j1", Generation: 1}
+	samples := []sample{
+		{t0.Add(time.Second), api.JobStatus{ID: "j1", Generation: 1}},
+		{t0.Add(3 * time.Second), api.JobStatus{ID: "j1", Generation: 2}},
+	}
+	if got, ok := regenerated(samples, at, t0); !ok || !got.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("regenerated = %v, %v; want the first sample of generation 2", got, ok)
+	}
+	if _, ok := regenerated(samples[:1], at, t0); ok {
+		t.Error("regenerated without a newer generation")
+	}
+}

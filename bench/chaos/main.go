@@ -222,8 +222,9 @@ func (b *bench) header() {
 		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.every, b.o.restarts)
 	fmt.Fprintf(b.w, "cluster per scenario: heterpsd coordinator (fresh state dir, fixed port, --heartbeat %v: dead after 3 missed) + %d node daemons of 1x %s (1 thread), plain loopback, lease = %q; faults at %.0f %% of the steps\n",
 		heartbeat, nodes, unitType, lease.String(), 100*b.o.faultAt)
-	fmt.Fprintln(b.w, "recovery: from the fault until the API reports a step past the highest it showed within 2 heartbeats of the fault (node")
-	fmt.Fprintln(b.w, "reports come once a heartbeat, so the step shown at the fault lags); trained twice: the step shown at the fault minus")
+	fmt.Fprintln(b.w, "recovery: from the fault until the API reports a step past the highest it showed within 2 heartbeats of the fault, or")
+	fmt.Fprintln(b.w, "within a heartbeat of an elastic resize (node reports come once a heartbeat, so the step shown at the fault lags);")
+	fmt.Fprintln(b.w, "trained twice: the step shown at the fault minus")
 	fmt.Fprintln(b.w, "the checkpoint step the restarted job resumed from;")
 	fmt.Fprintln(b.w, "bit-identical: the final checkpoint against the undisturbed run's, \"yes (files)\" when every file's SHA-256 in the")
 	fmt.Fprintln(b.w, "manifest matches, \"yes (values)\" when every parameter and optimiser state does (table rows in id order; the files")

@@ -217,7 +217,11 @@ func pause(ctx context.Context, d time.Duration) error {
 func measureRecovery(j *jobRun, r *result, at sample, fault time.Time) func(api.JobStatus) {
 	return func(final api.JobStatus) {
 		hist := j.w.history()
-		stalled := stalledAt(hist, at.s.ID, fault, at.s.Step, 2*heartbeat)
+		window := 2 * heartbeat
+		if moved, ok := regenerated(hist, at.s, fault); ok {
+			window = max(window, moved.Sub(fault)+heartbeat) // reports of the old generation still arrive
+		}
+		stalled := stalledAt(hist, at.s.ID, fault, at.s.Step, window)
 		if x, ok := resumed(hist, at.s.ID, fault, stalled); ok {
 			r.recovery = x.at.Sub(fault)
 		} else {
@@ -524,4 +528,15 @@ func msList(ds []time.Duration) string {
 // overheadPct is how much longer a step with checkpoints takes, in %.
 func overheadPct(plain, checked time.Duration) float64 {
 	return 100 * (float64(checked) - float64(plain)) / float64(plain)
+}
+
+// regenerated returns when the job was first seen with a newer generation
+// (resized around the fault) after the fault.
+func regenerated(samples []sample, at api.JobStatus, fault time.Time) (time.Time, bool) {
+	for _, x := range samples {
+		if x.at.After(fault) && x.s.ID == at.ID && x.s.Generation > at.Generation {
+			return x.at, true
+		}
+	}
+	return time.Time{}, false
 }
