@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test cuda-check run bench fmt lint clean
+.PHONY: all setup build test cuda-check run bench chaos fmt lint clean
 
 all: build
 
@@ -36,6 +36,12 @@ run: build
 
 bench: setup
 	@./bench/run.sh
+
+# Kills each role (coordinator, stage node, PS node) of a live loopback
+# cluster and measures recovery; the program records its output in
+# bench/results/chaos.txt itself. Not part of make test or make bench.
+chaos: setup
+	$(GO) run ./bench/chaos
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

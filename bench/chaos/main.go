@@ -1,0 +1,317 @@
+// Command chaos kills each role of a live heterps cluster and measures how
+// the job recovers. For every scenario it starts a fresh loopback cluster of
+// real processes, built from this tree into a temporary directory: a
+// coordinator (its own state directory, a fixed port) and four node
+// daemons of one 1-thread CPU unit each (a catalog of its own: local.toml's
+// cpu-1t with max_units 4), with a short lease. It submits ctrdnn on
+// synthetic data, BSP, planned as one data-parallel stage on three units
+// (the fourth node is a spare), checkpointing every 100 steps with
+// automatic restarts, and then:
+//
+//   - none: runs it undisturbed: the reference steps/s, loss and final
+//     checkpoint;
+//   - coordinator: kill -9 of the coordinator at 40 % of the steps, restarted
+//     a second later on the same address and state directory;
+//   - stage-node: kill -9 of a stage replica's node that holds no PS shard
+//     (the job should go on elastic, without it);
+//   - ps-node: kill -9 of the node holding the PS shard (the job should
+//     restart from its latest checkpoint as a new job);
+//   - sigstop-stage / sigstop-ps: SIGSTOP of a node for longer than its lease
+//     plus the coordinator's heartbeat timeout, then SIGCONT: what the
+//     coordinator did, and whether the stopped node wrote a checkpoint file
+//     after it was fenced;
+//   - overhead: the job without [checkpoint] beside the one with it, the mean
+//     step time of each and the overhead of checkpointing.
+//
+// Recovery is measured from the fault until the coordinator's API reports a
+// step beyond the one it reported at the fault (node reports arrive once a
+// heartbeat, so the figure is coarse by about a second). The final
+// checkpoint is compared with the reference run's: file by file (manifest
+// SHA-256, which includes the job id in each file's metadata) and by the
+// trained values (every parameter and optimiser state, table rows in id
+// order). It prints a table and the targets; it measures and never
+// asserts, and a scenario that fails says why and leaves its daemons' logs.
+//
+//	go run ./bench/chaos [--steps 1500] [--batch 256] [--scenarios none,coordinator,...] [--out bench/results/chaos.txt]
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+const (
+	modelName = "ctrdnn"
+	dataSpec  = "synthetic:1"
+	unitType  = "cpu-1t"
+	jobUnits  = 3 // the plan's replicas; one more node is a spare
+	nodes     = jobUnits + 1
+	// Targets.
+	recoveryTarget = 15 * time.Second
+	overheadBound  = 3.5 // %, CheckFreq's bound on checkpoint overhead
+)
+
+// options are the command's flags.
+type options struct {
+	steps, batch, every int
+	restarts            int
+	faultAt             float64
+	stopFor             time.Duration
+	overheadRuns        int
+	scenarios           []string
+	out, catalog        string
+	timeout             time.Duration
+}
+
+// allScenarios is every scenario, in the order they run.
+var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "overhead"}
+
+func main() {
+	var o options
+	flag.IntVar(&o.steps, "steps", 1500, "training steps of every job")
+	flag.IntVar(&o.batch, "batch", 256, "samples per step (split over the stage's replicas)")
+	flag.IntVar(&o.every, "every", 100, "checkpoint every this many steps")
+	flag.IntVar(&o.restarts, "restarts", 3, "checkpoint.restarts of the job")
+	flag.Float64Var(&o.faultAt, "fault-at", 0.4, "inject each fault once the job has done this fraction of its steps")
+	flag.DurationVar(&o.stopFor, "stop-for", 6*time.Second, "how long the sigstop scenarios keep the node stopped (more than lease + heartbeat timeout)")
+	flag.IntVar(&o.overheadRuns, "overhead-runs", 2, "runs with and without checkpoints in the overhead scenario (best of them; the reference run counts as one with)")
+	scen := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
+	flag.StringVar(&o.out, "out", "bench/results/chaos.txt", "also write the output to this file (empty: stdout only)")
+	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose "+unitType+" type the nodes offer")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up on a scenario's job after this long")
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := parseScenarios(&o, *scen)
+	if err == nil {
+		err = run(ctx, o)
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/chaos:", err)
+		os.Exit(1)
+	}
+}
+
+func parseScenarios(o *options, list string) error {
+	for s := range strings.SplitSeq(list, ",") {
+		s = strings.TrimSpace(s)
+		if !contains(allScenarios, s) {
+			return fmt.Errorf("--scenarios: unknown scenario %q (want some of %s)", s, strings.Join(allScenarios, ","))
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	switch {
+	case o.steps < 2*o.every:
+		return fmt.Errorf("--steps %d: want at least two checkpoints (--every %d)", o.steps, o.every)
+	case o.faultAt <= 0 || o.faultAt >= 1:
+		return fmt.Errorf("--fault-at %g: want a fraction in (0, 1)", o.faultAt)
+	case o.overheadRuns < 1:
+		return fmt.Errorf("--overhead-runs %d: want >= 1", o.overheadRuns)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// bench is what every scenario shares: the binaries, the catalog, the
+// plan's throughput floor and where the output goes.
+type bench struct {
+	o        options
+	dir      string // temporary: binaries, and a directory per scenario run
+	heterpsd string
+	catalog  []byte
+	limit    float64
+	w        io.Writer
+	runs     int // scenario runs so far, naming their directories
+}
+
+func run(ctx context.Context, o options) error {
+	var out bytes.Buffer
+	w := io.MultiWriter(os.Stdout, &out)
+	dir, err := os.MkdirTemp("", "bench-chaos-")
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, dir: dir, w: w}
+	if err := b.prepare(ctx); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	b.header()
+	results := b.runAll(ctx)
+	printTable(w, results)
+	printTargets(w, results)
+	failed := false
+	for _, r := range results {
+		failed = failed || r.err != nil
+	}
+	if failed {
+		fmt.Fprintf(os.Stderr, "bench/chaos: a scenario failed; the daemons' logs are in %s\n", dir)
+	} else {
+		os.RemoveAll(dir)
+	}
+	if o.out != "" {
+		if err := os.WriteFile(o.out, out.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("record the output: %w", err)
+		}
+	}
+	return ctx.Err()
+}
+
+// prepare builds heterpsd, writes the catalog and finds the floor.
+func (b *bench) prepare(ctx context.Context) error {
+	b.heterpsd = filepath.Join(b.dir, "heterpsd")
+	for _, t := range []struct{ out, pkg string }{{filepath.Join(b.dir, "heterps"), "./tools/heterps"}, {b.heterpsd, "./daemon/cmd/heterpsd"}} {
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", t.out, t.pkg).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go build %s (run this from the repository root): %w\n%s", t.pkg, err, out)
+		}
+	}
+	base, err := config.LoadCatalog(b.o.catalog)
+	if err != nil {
+		return err
+	}
+	unit, ok := base.Type(unitType)
+	if !ok {
+		return fmt.Errorf("%s has no type %s", b.o.catalog, unitType)
+	}
+	cat := benchCatalog(unit, nodes)
+	if b.catalog, err = cat.MarshalTOML(); err != nil {
+		return fmt.Errorf("catalog: %w", err)
+	}
+	model, err := config.LoadModel(modelName)
+	if err != nil {
+		return err
+	}
+	b.limit, err = limitFor(ctx, cat, model, jobUnits, b.o.batch, b.o.steps)
+	return err
+}
+
+// header says what runs where: machine, load, versions and the setup.
+func (b *bench) header() {
+	load, _ := os.ReadFile("/proc/loadavg")
+	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	fmt.Fprintf(b.w, "bench/chaos: %s; %d CPUs (%s), load avg %s; %s, heterps %s\n",
+		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), cpuModel(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "),
+		runtime.Version(), strings.TrimSpace(string(commit)))
+	fmt.Fprintf(b.w, "job: %s on %s, BSP, %d steps of batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units; checkpoint every %d steps, restarts = %d\n",
+		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.every, b.o.restarts)
+	fmt.Fprintf(b.w, "cluster per scenario: heterpsd coordinator (fresh state dir, fixed port, --heartbeat %v: dead after 3 missed) + %d node daemons of 1x %s (1 thread), plain loopback, lease = %q; faults at %.0f %% of the steps\n",
+		heartbeat, nodes, unitType, lease.String(), 100*b.o.faultAt)
+	fmt.Fprintln(b.w, "recovery: from the fault until the API reports a step past the highest it showed within 2 heartbeats of the fault, or")
+	fmt.Fprintln(b.w, "within a heartbeat of an elastic resize (node reports come once a heartbeat, so the step shown at the fault lags);")
+	fmt.Fprintln(b.w, "trained twice: the step shown at the fault minus")
+	fmt.Fprintln(b.w, "the checkpoint step the restarted job resumed from;")
+	fmt.Fprintln(b.w, "bit-identical: the final checkpoint against the undisturbed run's, \"yes (files)\" when every file's SHA-256 in the")
+	fmt.Fprintln(b.w, "manifest matches, \"yes (values)\" when every parameter and optimiser state does (table rows in id order; the files")
+	fmt.Fprintln(b.w, "also differ between two undisturbed runs, in row order and metadata)")
+	fmt.Fprintln(b.w)
+}
+
+// cpuModel is the CPU's model name, if /proc/cpuinfo says.
+func cpuModel() string {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.SplitSeq(string(info), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+// benchCatalog is a catalog of one type, unit, with n units on n nodes of
+// one unit each (the addresses are only validated: nodes listen where
+// their node files say).
+func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
+	unit.MaxUnits = n
+	cat := &config.Catalog{Version: 1, Name: "chaos", Types: []config.CatalogType{unit}}
+	for i := range n {
+		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
+			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
+	}
+	return cat
+}
+
+// jobTOML is the job file; every = 0 leaves out [checkpoint].
+func (b *bench) jobTOML(ckptDir string, every int) []byte {
+	job := fmt.Appendf(nil, "version = 1\nname = \"chaos\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
+		modelName, dataSpec, b.o.batch, b.o.steps, b.limit)
+	if every > 0 {
+		job = fmt.Appendf(job, "[checkpoint]\ndir = %q\nevery = %d\nrestarts = %d\n", ckptDir, every, b.o.restarts)
+	}
+	return job
+}
+
+// limitFor finds a throughput floor at which the exact plan of the job
+// uses exactly n units (bisection on a log scale: more units for a higher
+// floor), as bench/dist/run does.
+func limitFor(ctx context.Context, cat *config.Catalog, model *config.Model, n, batch, steps int) (float64, error) {
+	units := func(limit float64) (int, error) {
+		jf, err := config.ParseJob("bench.toml", fmt.Appendf(nil,
+			"version = 1\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\n",
+			modelName, dataSpec, batch, steps, limit))
+		if err != nil {
+			return 0, err
+		}
+		p, err := coord.JobProblem(jf, model, cat)
+		if err != nil {
+			return 0, err
+		}
+		plan, err := sched.Run(ctx, "exact", p, sched.Options{Seed: 1})
+		if err != nil {
+			return 0, err
+		}
+		if !plan.Feasible {
+			return math.MaxInt, nil
+		}
+		total := 0
+		for _, s := range plan.Stages {
+			total += s.Units
+		}
+		return total, nil
+	}
+	lo, hi := 1.0, 1e9
+	for range 200 {
+		mid := math.Sqrt(lo * hi)
+		u, err := units(mid)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case u == n:
+			return mid, nil
+		case u < n:
+			lo = mid
+		default:
+			hi = mid
+		}
+	}
+	return 0, errors.New("no throughput floor makes the plan use exactly " + fmt.Sprint(n) + " units")
+}
