@@ -71,6 +71,13 @@ type TaskReport struct {
 	Loss        float64   `json:"loss"` // training loss of the last step (stages with the loss layer)
 	SamplesPerS float64   `json:"samples_per_s"`
 	Error       string    `json:"error,omitempty"` // why, when State is failed
+	// Batch is the batch a stage replica ran its last step with, and
+	// StepSeconds the mean time its steps spent on its own work (reading
+	// input and computing, not waiting for partners or the parameter
+	// servers) since its previous report: what the batch controller
+	// balances.
+	Batch       int     `json:"batch,omitempty"`
+	StepSeconds float64 `json:"step_seconds,omitempty"`
 	// Permanent says the failure is deterministic (bad input data, a model
 	// the data cannot feed, memory the task cannot have): restarting the
 	// job would fail the same way.
@@ -237,6 +244,9 @@ type JobStatus struct {
 	// Generation counts the job's placements: it grows when its tasks are
 	// replaced.
 	Generation int64 `json:"generation,omitempty"`
+	// Batching is how its data-parallel stage splits the batch, and the
+	// dynamic controller's last decision (daemon/batching.Decision).
+	Batching *BatchingStatus `json:"batching,omitempty"`
 	// Plan is the scheduler's plan, in the JSON of `heterps plan --json`.
 	Plan        json.RawMessage `json:"plan,omitempty"`
 	Step        int64           `json:"step"` // steps every stage replica has completed
@@ -261,6 +271,14 @@ type JobStatus struct {
 	RestartedAs string `json:"restarted_as,omitempty"`
 }
 
+// BatchingStatus is a job's batching mode and, in dynamic mode, the
+// controller's last decision and how many adjustments it made.
+type BatchingStatus struct {
+	Mode        string          `json:"mode"`
+	Adjustments int             `json:"adjustments"`
+	Decision    json.RawMessage `json:"decision,omitempty"`
+}
+
 // CheckpointStatus is a complete checkpoint: its step and directory.
 type CheckpointStatus struct {
 	Step int64  `json:"step"`
@@ -278,15 +296,17 @@ type ResizeRequest struct {
 
 // StageStatus is one stage of a running job.
 type StageStatus struct {
-	Stage               int      `json:"stage"`
-	Type                string   `json:"type"`
-	Units               int      `json:"units"`
-	FirstLayer          int      `json:"first_layer"`
-	LastLayer           int      `json:"last_layer"`
-	Nodes               []string `json:"nodes"`   // node name of each replica
-	Batches             []int    `json:"batches"` // batch of each replica, in the order of Nodes
-	PredictedThroughput float64  `json:"predicted_throughput"`
-	MeasuredThroughput  float64  `json:"measured_throughput"` // sum of the replicas' samples/s
+	Stage      int      `json:"stage"`
+	Type       string   `json:"type"`
+	Units      int      `json:"units"`
+	FirstLayer int      `json:"first_layer"`
+	LastLayer  int      `json:"last_layer"`
+	Nodes      []string `json:"nodes"`   // node name of each replica
+	Batches    []int    `json:"batches"` // batch of each replica, in the order of Nodes
+	// StepSeconds is each replica's reported busy time per step.
+	StepSeconds         []float64 `json:"step_seconds"`
+	PredictedThroughput float64   `json:"predicted_throughput"`
+	MeasuredThroughput  float64   `json:"measured_throughput"` // sum of the replicas' samples/s
 }
 
 // NodeState is a node's liveness.

@@ -109,6 +109,10 @@ func (t *TaskReport) validate() error {
 		return fmt.Errorf("loss: must be finite")
 	case !finite(t.SamplesPerS) || t.SamplesPerS < 0:
 		return fmt.Errorf("samples_per_s: must be finite and >= 0, got %g", t.SamplesPerS)
+	case t.Batch < 0 || t.Batch > MaxBatch:
+		return fmt.Errorf("batch: must be in 0..%d, got %d", MaxBatch, t.Batch)
+	case !finite(t.StepSeconds) || t.StepSeconds < 0:
+		return fmt.Errorf("step_seconds: must be finite and >= 0, got %g", t.StepSeconds)
 	case len(t.Error) > MaxErrorLen:
 		return fmt.Errorf("error: at most %d bytes, got %d", MaxErrorLen, len(t.Error))
 	}

@@ -51,6 +51,7 @@ type job struct {
 	// lost names the nodes whose death failed the job (for suspects).
 	lost []lostNode
 
+	balance   *jobBalance
 	idemKey   string
 	verified  bool   // its restore checkpoint was verified in full
 	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
@@ -264,6 +265,7 @@ func firstCPUType(cat *config.Catalog) string {
 func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	j.state, j.started, j.reason = api.JobRunning, now, ""
 	j.gen++
+	j.balance = newBalance(j.file, pl)
 	j.tasks, j.hourly = nil, 0
 	jf := j.file
 	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches,
@@ -457,6 +459,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	}
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
+	s.Batching = j.balance.status()
 	if j.waiting() {
 		s.QueuePosition = c.queuePosition(j)
 	}
@@ -483,13 +486,14 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 	last := len(j.plan.Stages) - 1
 	for i, ps := range j.plan.Stages {
 		st := api.StageStatus{Stage: i, Type: ps.Type, Units: ps.Units, FirstLayer: ps.First, LastLayer: ps.Last,
-			PredictedThroughput: ps.Throughput, Nodes: []string{}, Batches: []int{}}
+			PredictedThroughput: ps.Throughput, Nodes: []string{}, Batches: []int{}, StepSeconds: []float64{}}
 		for _, t := range j.tasks {
 			if t.task.Role != api.RoleStage || t.task.Stage != i {
 				continue
 			}
 			st.Nodes = append(st.Nodes, t.nodeName)
 			st.Batches = append(st.Batches, t.task.Batch)
+			st.StepSeconds = append(st.StepSeconds, t.report.StepSeconds)
 			st.MeasuredThroughput += t.report.SamplesPerS
 			s.Step = min(s.Step, max(t.report.Step, j.firstStep()))
 			if i == last && t.report.TaskID != "" {

@@ -26,6 +26,9 @@ type node struct {
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }
 
+// share is the CPU share the node runs at (1 when it does not say).
+func (n *node) share() float64 { return 1 }
+
 // lease is how long the node keeps its tasks running without reaching the
 // coordinator.
 func (n *node) lease() time.Duration { return time.Duration(n.req.LeaseMS) * time.Millisecond }
@@ -181,6 +184,7 @@ func (c *Coordinator) reap(now time.Time) {
 	}
 	c.checkAdoptions(now)
 	c.checkFinalCheckpoints(now)
+	c.balanceJobs(now)
 	c.pruneNodes(now)
 }
 

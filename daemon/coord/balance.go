@@ -1,0 +1,134 @@
+package coord
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/batching"
+)
+
+// Heterogeneity-aware batching. A job's data-parallel stage splits its
+// batch over its replicas in proportion to their units (uniform), to their
+// expected throughput when it is placed (variable: units times the node's
+// CPU share), or to their measured throughput (dynamic): the replicas
+// report their busy time per step (reading input and computing, not
+// waiting), and every Interval reports the controller of package batching
+// sets b_k <- b_k * tbar / t_k within the global batch and the bounds,
+// which reaches the replicas at a step boundary through an elastic resize.
+// Auto is dynamic when the stage's replicas differ in units or CPU share,
+// uniform otherwise (equal replicas stay bit-for-bit reproducible).
+
+// jobBalance is a job's batching state.
+type jobBalance struct {
+	mode        string
+	ctl         *batching.Controller // dynamic only
+	lastStep    int64
+	adjustments int
+	decision    json.RawMessage
+}
+
+// batchingMode resolves the job file's mode for a placement of its stage
+// replicas.
+func batchingMode(jf *config.Job, reps []replica) string {
+	mode := jf.Batching.Mode
+	if mode != config.BatchingAuto {
+		return mode
+	}
+	for _, r := range reps[1:] {
+		if r.units != reps[0].units || r.node.share() != reps[0].node.share() {
+			return config.BatchingDynamic
+		}
+	}
+	return config.BatchingUniform
+}
+
+// newBalance sets up j's batching for its placement; in variable mode it
+// also gives the replicas batches in proportion to units times CPU share.
+func newBalance(jf *config.Job, pl *placement) *jobBalance {
+	if len(pl.stages) != 1 || len(pl.stages[0]) < 2 {
+		return &jobBalance{mode: config.BatchingUniform}
+	}
+	reps := pl.stages[0]
+	b := &jobBalance{mode: batchingMode(jf, reps)}
+	switch b.mode {
+	case config.BatchingVariable:
+		weights := make([]float64, len(reps))
+		for k, r := range reps {
+			weights[k] = float64(r.units) * r.node.share()
+		}
+		if split, err := batching.Split(jf.Batch, weights, minBatches(len(reps), jf.Batching.MinBatch), nil); err == nil {
+			for k := range reps {
+				reps[k].batch = split[k]
+			}
+		}
+	case config.BatchingDynamic:
+		bc := jf.Batching
+		b.ctl, _ = batching.NewController(batching.Config{Interval: int(bc.Interval), Smoothing: bc.Smoothing,
+			Deadband: bc.Deadband, MinBatch: bc.MinBatch}) // the job file's bounds are validated
+	}
+	return b
+}
+
+func minBatches(n, min int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = min
+	}
+	return out
+}
+
+// balanceJobs feeds the dynamic controllers the replicas' latest step
+// times and resizes the stages they rebalance. c.mu is held.
+func (c *Coordinator) balanceJobs(now time.Time) {
+	for _, j := range c.jobs {
+		if j.balance != nil && j.balance.ctl != nil && canResize(j) == "" {
+			c.balance(j)
+		}
+	}
+}
+
+// balance observes j's stage once every replica has reported a step time
+// since the last observation.
+func (c *Coordinator) balance(j *job) {
+	var ids, batches, current []int
+	var seconds []float64
+	step := int64(-1)
+	for _, t := range j.tasks {
+		if t.task.Role != api.RoleStage {
+			continue
+		}
+		r := t.report
+		if r.StepSeconds <= 0 || r.Batch <= 0 {
+			return // not every replica has measured a step yet
+		}
+		ids, batches, current = append(ids, t.task.Replica), append(batches, r.Batch), append(current, t.task.Batch)
+		seconds = append(seconds, r.StepSeconds)
+		if step < 0 || r.Step < step {
+			step = r.Step
+		}
+	}
+	b := j.balance
+	if len(ids) < 2 || step <= b.lastStep {
+		return
+	}
+	b.lastStep = step
+	next, changed, why := b.ctl.Observe(step, ids, batches, seconds)
+	b.decision, _ = json.Marshal(why) // a decision holds finite numbers and strings
+	if !changed || slices.Equal(next, current) {
+		return
+	}
+	b.adjustments++
+	from := c.resize(j, ids, next)
+	c.log.Info("job rebalanced", "id", j.id, "replicas", ids, "batches", next, "from_step", from, "seconds", seconds)
+}
+
+// status is the batching part of a job's status. c.mu is held.
+func (b *jobBalance) status() *api.BatchingStatus {
+	if b == nil {
+		return nil
+	}
+	return &api.BatchingStatus{Mode: b.mode, Adjustments: b.adjustments, Decision: b.decision}
+}
