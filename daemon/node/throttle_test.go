@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 )
 
@@ -293,4 +294,27 @@ func (cl *cluster) nodeNamed(name string) api.NodeStatus {
 	}
 	cl.t.Fatalf("no live node %s in %+v", name, nodes)
 	return api.NodeStatus{}
+}
+
+func TestNodeFileShareReachesTheConfig(t *testing.T) {
+	n, err := config.ParseNode("node.toml", []byte(`version = 1
+name = "slow"
+coordinator = "http://127.0.0.1:7070"
+listen = "127.0.0.1:0"
+ps_listen = "127.0.0.1:0"
+type = "cpu"
+units = 1
+plain = true
+cpu_share = 0.25
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ConfigFromFile(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CPUShare != 0.25 {
+		t.Errorf("Config.CPUShare %g, want the file's 0.25", cfg.CPUShare)
+	}
 }
