@@ -22,6 +22,7 @@ import (
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
 //	lease = "10s"                # keep tasks running this long without the coordinator
 //	ps_memory = "4GiB"           # optional: memory budget of each PS shard hosted here
+//	cpu_share = 0.25             # optional: emulate a slower node (0.01..1; default 1)
 //
 // The node registers listen and ps_listen as the addresses other nodes
 // reach it at, so they name this machine's interface, not a wildcard; port
@@ -45,6 +46,10 @@ type Node struct {
 	// hosts (ps.Config.MemoryBytes): bytes, or a string such as "4GiB";
 	// 0 or absent = unlimited.
 	PSMemory ByteSize `toml:"ps_memory"`
+	// CPUShare caps the fraction of its CPU the node gives its work, to
+	// emulate a slower node on one machine (daemon/node's throttle): in
+	// api.MinCPUShare..1, 1 when absent (LoadNode and ParseNode set it).
+	CPUShare *float64 `toml:"cpu_share"`
 }
 
 // Duration is a TOML string such as "30s" or "1m30s" (time.ParseDuration).
@@ -68,6 +73,10 @@ const (
 	minLease = time.Second
 	maxLease = 24 * time.Hour
 )
+
+// minCPUShare is api.MinCPUShare (config does not import the control
+// plane's package).
+const minCPUShare = 0.01
 
 // maxNodeUnits bounds units and threads (the control plane's own bound).
 const maxNodeUnits = 1 << 16
@@ -98,6 +107,10 @@ func (n *Node) finish(loc *Locator) (*Node, error) {
 	}
 	if n.Threads == 0 {
 		n.Threads = 1
+	}
+	if n.CPUShare == nil {
+		one := 1.0
+		n.CPUShare = &one
 	}
 	if err := n.validate(loc); err != nil {
 		return nil, err
@@ -139,6 +152,9 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	if n.PSMemory < 0 {
 		errs.add(loc.Errorf("ps_memory", "must be >= 0 bytes, got %d", n.PSMemory))
+	}
+	if s := *n.CPUShare; !(s >= minCPUShare && s <= 1) {
+		errs.add(loc.Errorf("cpu_share", "must be in %g..1 (a fraction of the node's CPU), got %g", minCPUShare, s))
 	}
 	if n.Plain == (n.SecretFile != "") {
 		errs.add(loc.Errorf("secret_file", "set exactly one of secret_file and plain = true"))

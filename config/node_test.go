@@ -70,3 +70,27 @@ func TestNodeLease(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeCPUShare(t *testing.T) {
+	n, err := ParseNode("node.toml", []byte(goodNode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.CPUShare == nil || *n.CPUShare != 1 {
+		t.Errorf("absent cpu_share: %v, want 1", n.CPUShare)
+	}
+	n, err = ParseNode("node.toml", []byte(goodNode+"cpu_share = 0.25\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *n.CPUShare != 0.25 {
+		t.Errorf("cpu_share %g, want 0.25", *n.CPUShare)
+	}
+	for _, bad := range []string{"cpu_share = 0", "cpu_share = -0.5", "cpu_share = 1.5", "cpu_share = 0.001", "cpu_share = nan"} {
+		_, err := ParseNode("node.toml", []byte(goodNode+bad+"\n"))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Field != "cpu_share" || ce.Line != 9 {
+			t.Errorf("%s: %v, want an error at node.toml:9 naming cpu_share", bad, err)
+		}
+	}
+}

@@ -45,6 +45,33 @@ type RegisterRequest struct {
 	// registers again and the coordinator adopts the tasks it still
 	// knows, so that their jobs go on.
 	Tasks []TaskReport `json:"tasks,omitempty"`
+	// CPUShare is the fraction of its CPU the node gives its work now (its
+	// file's cpu_share, or the latest throttle); 0 means 1 (not reported).
+	// CPUShareMode says how the cap is enforced (CPUShareCgroup, ...).
+	CPUShare     float64 `json:"cpu_share,omitempty"`
+	CPUShareMode string  `json:"cpu_share_mode,omitempty"`
+}
+
+// How a node enforces its CPU share.
+const (
+	// CPUShareNone: the share is 1, nothing is capped.
+	CPUShareNone = "none"
+	// CPUShareCgroup: the daemon writes its own cgroup v2 cpu.max.
+	CPUShareCgroup = "cgroup"
+	// CPUShareDutyCycle: each stage step sleeps (1/share - 1) x its
+	// compute time after computing.
+	CPUShareDutyCycle = "duty-cycle"
+)
+
+// MinCPUShare is the smallest CPU share a node takes: it bounds the
+// duty-cycle sleep at 99 times the compute time.
+const MinCPUShare = 0.01
+
+// ThrottleRequest is the body of POST /v1/nodes/{id}/throttle: the node
+// is to run at CPUShare (MinCPUShare..1) of its CPU from its next
+// heartbeat on.
+type ThrottleRequest struct {
+	CPUShare float64 `json:"cpu_share"`
 }
 
 // RegisterResponse answers a registration.
@@ -105,11 +132,18 @@ type Heartbeat struct {
 	// dead at once (its stage replicas may leave their jobs, which go on
 	// without them) instead of as failures of its tasks.
 	Leaving bool `json:"leaving,omitempty"`
+	// CPUShare and CPUShareMode: the share the node applies now and how
+	// (as in RegisterRequest).
+	CPUShare     float64 `json:"cpu_share,omitempty"`
+	CPUShareMode string  `json:"cpu_share_mode,omitempty"`
 }
 
 // HeartbeatResponse lists every task the node should be running now.
 type HeartbeatResponse struct {
 	Tasks []Task `json:"tasks"`
+	// CPUShare, when not 0, is the share the node is to apply from now on
+	// (a throttle it has not reported applying yet).
+	CPUShare float64 `json:"cpu_share,omitempty"`
 }
 
 // Task roles.
@@ -334,6 +368,13 @@ type NodeStatus struct {
 	Registered    time.Time `json:"registered"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	Tasks         []string  `json:"tasks"` // ids of the tasks assigned to it
+	// CPUShare is the share of its CPU the node reports applying (1 when
+	// it reports none) and CPUShareMode how; CPUShareRequested is the
+	// latest throttle's share, which the node is handed until it reports
+	// applying it (0: never throttled).
+	CPUShare          float64 `json:"cpu_share"`
+	CPUShareMode      string  `json:"cpu_share_mode,omitempty"`
+	CPUShareRequested float64 `json:"cpu_share_requested,omitempty"`
 }
 
 // Error is the body of every error response.

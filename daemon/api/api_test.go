@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -146,5 +147,37 @@ func TestJobStateFinal(t *testing.T) {
 		if s.Final() != want {
 			t.Errorf("%s.Final() = %v, want %v", s, !want, want)
 		}
+	}
+}
+
+func TestCPUShareValidate(t *testing.T) {
+	for _, share := range []float64{MinCPUShare, 0.25, 1} {
+		r := ThrottleRequest{CPUShare: share}
+		if err := r.Validate(); err != nil {
+			t.Errorf("share %g: %v", share, err)
+		}
+		hb := Heartbeat{CPUShare: share, CPUShareMode: CPUShareDutyCycle}
+		if err := hb.Validate(); err != nil {
+			t.Errorf("heartbeat with share %g: %v", share, err)
+		}
+	}
+	for _, share := range []float64{0, -0.5, MinCPUShare / 2, 1.0001, math.NaN(), math.Inf(1)} {
+		r := ThrottleRequest{CPUShare: share}
+		if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "cpu_share") {
+			t.Errorf("throttle to %g: got %v, want an error naming cpu_share", share, err)
+		}
+	}
+	reg := validRegister()
+	reg.CPUShare = 2
+	if err := reg.Validate(); err == nil || !strings.Contains(err.Error(), "cpu_share") {
+		t.Errorf("registration with share 2: got %v", err)
+	}
+	reg = validRegister()
+	reg.CPUShareMode = "turbo"
+	if err := reg.Validate(); err == nil || !strings.Contains(err.Error(), "cpu_share_mode") {
+		t.Errorf("registration with mode turbo: got %v", err)
+	}
+	if hb := (Heartbeat{}); hb.Validate() != nil {
+		t.Error("a heartbeat without a share is refused")
 	}
 }

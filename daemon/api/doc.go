@@ -10,6 +10,7 @@
 //	POST   /v1/nodes/register        RegisterRequest  -> RegisterResponse
 //	POST   /v1/nodes/{id}/heartbeat  Heartbeat        -> HeartbeatResponse
 //	GET    /v1/nodes                                  -> []NodeStatus
+//	POST   /v1/nodes/{id}/throttle   ThrottleRequest  -> NodeStatus
 //	POST   /v1/jobs                  job file (TOML)  -> SubmitResponse
 //	GET    /v1/jobs                                   -> []JobStatus
 //	GET    /v1/jobs/{id}                              -> JobStatus
@@ -43,6 +44,15 @@
 // heartbeats are answered 410 Gone and it must register again. Registering a
 // name that is already registered replaces the old entry (a restarted
 // daemon), which counts as that node dying.
+//
+// A node reports the share of its CPU it gives its work (cpu_share, from
+// its node file; 1 by default) and how it enforces it (cpu_share_mode) as
+// it registers and in each heartbeat. POST /v1/nodes/{id}/throttle (the
+// node's id, or the name of a live node) records a new share; the
+// coordinator hands it to the node in each heartbeat reply until the node
+// reports applying it. The share asked for stays with the node's name: a
+// daemon that registers again under it gets it too (until the coordinator
+// restarts: nodes are not persisted).
 //
 // # Tasks and placement
 //

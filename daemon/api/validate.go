@@ -70,12 +70,40 @@ func (r *RegisterRequest) Validate() error {
 	if r.LeaseMS < 0 || r.LeaseMS > maxLeaseMS {
 		errs = append(errs, fmt.Errorf("lease_ms: must be in 0..%d, got %d", maxLeaseMS, r.LeaseMS))
 	}
-	errs = append(errs, validateReports(r.Tasks))
+	errs = append(errs, validateReports(r.Tasks), checkReportedShare(r.CPUShare, r.CPUShareMode))
 	return errors.Join(errs...)
 }
 
-// Validate checks a heartbeat's task reports.
-func (h *Heartbeat) Validate() error { return validateReports(h.Tasks) }
+// Validate checks a heartbeat's task reports and CPU share.
+func (h *Heartbeat) Validate() error {
+	return errors.Join(validateReports(h.Tasks), checkReportedShare(h.CPUShare, h.CPUShareMode))
+}
+
+// CheckCPUShare checks that share is in MinCPUShare..1.
+func CheckCPUShare(field string, share float64) error {
+	if !(share >= MinCPUShare && share <= 1) { // also refuses NaN
+		return fmt.Errorf("%s: must be in %g..1 (a fraction of the node's CPU), got %g", field, MinCPUShare, share)
+	}
+	return nil
+}
+
+// checkReportedShare checks a node's report of its share: absent (0), or
+// a share with a known mode.
+func checkReportedShare(share float64, mode string) error {
+	if share != 0 {
+		if err := CheckCPUShare("cpu_share", share); err != nil {
+			return err
+		}
+	}
+	switch mode {
+	case "", CPUShareNone, CPUShareCgroup, CPUShareDutyCycle:
+		return nil
+	}
+	return fmt.Errorf("cpu_share_mode: %.20q is not %s, %s or %s", mode, CPUShareNone, CPUShareCgroup, CPUShareDutyCycle)
+}
+
+// Validate checks a throttle: a share in MinCPUShare..1.
+func (r *ThrottleRequest) Validate() error { return CheckCPUShare("cpu_share", r.CPUShare) }
 
 // maxLeaseMS bounds a node's lease: a day.
 const maxLeaseMS = 24 * 3600 * 1000

@@ -35,6 +35,7 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/register", c.handleRegister)
 	mux.HandleFunc("POST /v1/nodes/{id}/heartbeat", c.handleHeartbeat)
 	mux.HandleFunc("GET /v1/nodes", c.handleNodes)
+	mux.HandleFunc("POST /v1/nodes/{id}/throttle", c.handleThrottle)
 	mux.HandleFunc("POST /v1/jobs", c.handleSubmit)
 	mux.HandleFunc("GET /v1/jobs", c.handleJobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
@@ -92,6 +93,9 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := c.register(req)
+	if err == nil {
+		c.inheritShare(resp.NodeID)
+	}
 	reply(w, http.StatusOK, resp, err)
 }
 
@@ -102,14 +106,28 @@ func (c *Coordinator) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := c.heartbeat(r.PathValue("id"), hb)
+	if err == nil {
+		resp.CPUShare = c.exchangeShare(r.PathValue("id"), hb)
+	}
 	reply(w, http.StatusOK, resp, err)
 }
 
 func (c *Coordinator) handleNodes(w http.ResponseWriter, _ *http.Request) {
 	c.mu.Lock()
 	nodes := c.nodeStatuses()
+	c.addShares(nodes)
 	c.mu.Unlock()
 	reply(w, http.StatusOK, nodes, nil)
+}
+
+func (c *Coordinator) handleThrottle(w http.ResponseWriter, r *http.Request) {
+	var req api.ThrottleRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s, err := c.throttle(r.PathValue("id"), req)
+	reply(w, http.StatusOK, s, err)
 }
 
 func (c *Coordinator) handleSubmit(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ type node struct {
 	lastSeen   time.Time
 	died       time.Time
 	left       bool // it said it was shutting down: its tasks have stopped
+	cpu        cpuShare
 }
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -31,6 +33,10 @@ type Config struct {
 	// PSMemory is the memory budget in bytes of each parameter-server
 	// shard the node hosts (ps.Config.MemoryBytes); 0 = unlimited.
 	PSMemory int64
+	// CPUShare is the fraction of its CPU the node gives its work at the
+	// start (throttle.go); a throttle from the coordinator changes it.
+	// 0 = 1.
+	CPUShare float64
 
 	// ReadyTimeout bounds how long a stage waits for its partners and
 	// parameter servers to come up; 0 = DefaultReadyTimeout.
@@ -55,6 +61,9 @@ const (
 func ConfigFromFile(n *config.Node) (Config, error) {
 	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
 		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory)}
+	if n.CPUShare != nil {
+		cfg.CPUShare = *n.CPUShare
+	}
 	if n.SecretFile != "" {
 		secret, err := wire.LoadSecret(n.SecretFile)
 		if err != nil {
@@ -77,6 +86,8 @@ type Agent struct {
 	ps        *psHost
 	dataAddr  string
 	psAddr    string
+	throttle  *cpuThrottle
+	noCgroup  error // why the throttle cannot use the cgroup
 
 	mu    sync.Mutex
 	tasks map[string]*task
@@ -96,6 +107,12 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
+	if cfg.CPUShare == 0 {
+		cfg.CPUShare = 1
+	}
+	if err := api.CheckCPUShare("cpu_share", cfg.CPUShare); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -105,6 +122,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Secret != nil {
 		a.ctl.key = api.ControlKey(cfg.Secret)
 	}
+	cg, err := findCgroupCPU(procSelfCgroup, cgroupV2Root, os.Getpid(), min(cfg.Units*cfg.Threads, runtime.NumCPU()))
+	a.throttle, a.noCgroup = newCPUThrottle(cg), err
 	if err := a.listen(); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
@@ -178,11 +197,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.ps.serve(ctx) })
+	a.applyShare(a.cfg.CPUShare)
+	a.logShare("cpu share")
 	defer func() {
 		cancel() // also when Run ends on its own
 		wg.Wait()
 		a.ps.close()
 		a.transport.Close()
+		if err := a.throttle.close(); err != nil {
+			a.log.Warn("cpu share: restoring the cgroup's cpu.max", "err", err)
+		}
 		a.log.Info("stopped")
 	}()
 
@@ -196,6 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		var interval time.Duration
 		req.Tasks = a.reports()
+		req.CPUShare, req.CPUShareMode = a.throttle.state()
 		id, interval, err = a.register(ctx, req)
 		if err != nil {
 			a.shutdown("")
@@ -244,7 +269,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		resp, err := a.ctl.heartbeat(ctx, id, api.Heartbeat{Tasks: a.reports()})
+		hb := api.Heartbeat{Tasks: a.reports()}
+		hb.CPUShare, hb.CPUShareMode = a.throttle.state()
+		resp, err := a.ctl.heartbeat(ctx, id, hb)
 		switch {
 		case errors.Is(err, errGone):
 			return err
@@ -254,6 +281,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 		case err == nil:
 			a.lease.renew()
 			a.reconcile(ctx, resp.Tasks)
+			if resp.CPUShare != 0 {
+				a.applyShare(resp.CPUShare)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -45,4 +45,19 @@
 // with RestoreDir builds its shards from that checkpoint (ps.RestoreAs);
 // stage replicas then run from FirstStep+1, stage 0 skipping the trained
 // steps' batches.
+//
+// # CPU share
+//
+// To emulate a slower node on one machine, a node gives its work a share
+// of its CPU (Config.CPUShare, the node file's cpu_share; 1 by default).
+// It caps its own cgroup v2 through cpu.max (quota = share x its units x
+// threads periods) when it is alone in a cgroup whose cpu.max it may
+// write; otherwise each stage step sleeps (1/share - 1) x its compute
+// time after computing (the duty cycle; throttle.go says what it counts).
+// The node logs the share and the mode (cgroup, duty-cycle, or none at
+// share 1; with the reason the cgroup is not used), registers them, and
+// reports them in every heartbeat. A heartbeat reply with a cpu_share
+// (POST /v1/nodes/{id}/throttle on the coordinator) changes the share at
+// once: running steps take the new share from their next step. Run gives
+// the cgroup its cpu.max back as it ends.
 package node

@@ -55,6 +55,11 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		if !finite(res.Loss) {
 			return fmt.Errorf("step %d: the loss is %g: training diverged", step, res.Loss)
 		}
+		slept, ok := a.throttle.afterCompute(ctx, res.Compute)
+		if !ok {
+			return fmt.Errorf("step %d: throttled (cpu share): %w", step, ctx.Err())
+		}
+		res.Compute += slept // the duty cycle stands for slower compute (throttle.go)
 		spent.Input += res.Input
 		spent.Pull += res.Pull
 		spent.Compute += res.Compute

@@ -1,0 +1,126 @@
+package coord
+
+import (
+	"net/http"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// cpuShare is what the coordinator knows of a node's CPU share: what the
+// node last reported applying, and the share a throttle asked for.
+type cpuShare struct {
+	reported  float64 // 0: nothing reported since registering (then req.CPUShare)
+	mode      string
+	requested float64 // 0: never throttled
+}
+
+// share is the share n reports applying (1 when it reports none) and how.
+func (n *node) share() (float64, string) {
+	share, mode := n.cpu.reported, n.cpu.mode
+	if share == 0 {
+		share, mode = n.req.CPUShare, n.req.CPUShareMode
+	}
+	if share == 0 {
+		share = 1
+	}
+	return share, mode
+}
+
+// pendingShare is the share n is to be handed in its heartbeat reply: the
+// one asked for while n does not report applying it, else 0.
+func (n *node) pendingShare() float64 {
+	if share, _ := n.share(); n.cpu.requested != 0 && n.cpu.requested != share {
+		return n.cpu.requested
+	}
+	return 0
+}
+
+// throttle records that node idOrName (an id, or the name of a live node)
+// is to run at req's share; its next heartbeat reply hands the share on.
+func (c *Coordinator) throttle(idOrName string, req api.ThrottleRequest) (api.NodeStatus, error) {
+	if err := req.Validate(); err != nil {
+		return api.NodeStatus{}, badRequest("throttle: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodeByIDOrName(idOrName)
+	switch {
+	case n == nil:
+		return api.NodeStatus{}, httpErrorf(http.StatusNotFound, "throttle: no node %q", idOrName)
+	case !n.alive():
+		return api.NodeStatus{}, httpErrorf(http.StatusConflict, "throttle: node %s is dead (%s)", n.id, n.reason)
+	}
+	n.cpu.requested = req.CPUShare
+	c.log.Info("node throttled", "id", n.id, "name", n.req.Name, "cpu_share", req.CPUShare)
+	for _, s := range c.nodeStatuses() {
+		if s.ID == n.id {
+			return withShare(s, n), nil
+		}
+	}
+	return api.NodeStatus{}, httpErrorf(http.StatusInternalServerError, "throttle: node %s has no status", n.id)
+}
+
+// nodeByIDOrName is the node with id key, else the live node named key.
+// c.mu is held.
+func (c *Coordinator) nodeByIDOrName(key string) *node {
+	if n := c.node(key); n != nil {
+		return n
+	}
+	for _, n := range c.nodes {
+		if n.alive() && n.req.Name == key {
+			return n
+		}
+	}
+	return nil
+}
+
+// exchangeShare records the share node id reports in hb and returns the
+// share to hand it (0: none).
+func (c *Coordinator) exchangeShare(id string, hb api.Heartbeat) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(id)
+	if n == nil {
+		return 0
+	}
+	if hb.CPUShare != 0 {
+		n.cpu.reported, n.cpu.mode = hb.CPUShare, hb.CPUShareMode
+	}
+	return n.pendingShare()
+}
+
+// inheritShare gives node id, just registered, the share asked for of the
+// entry it replaced (a daemon restarted under the same name), so that a
+// throttle outlives a restart of the daemon.
+func (c *Coordinator) inheritShare(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(id)
+	if n == nil {
+		return
+	}
+	for _, old := range c.nodes {
+		if old != n && old.req.Name == n.req.Name && old.cpu.requested != 0 {
+			n.cpu.requested = old.cpu.requested // the newest such entry wins: nodes are in registration order
+		}
+	}
+}
+
+// addShares fills in the CPU shares of node statuses. c.mu is held.
+func (c *Coordinator) addShares(statuses []api.NodeStatus) {
+	byID := make(map[string]*node, len(c.nodes))
+	for _, n := range c.nodes {
+		byID[n.id] = n
+	}
+	for i := range statuses {
+		if n := byID[statuses[i].ID]; n != nil {
+			statuses[i] = withShare(statuses[i], n)
+		}
+	}
+}
+
+func withShare(s api.NodeStatus, n *node) api.NodeStatus {
+	s.CPUShare, s.CPUShareMode = n.share()
+	s.CPUShareRequested = n.cpu.requested
+	return s
+}
