@@ -99,9 +99,8 @@ type TaskReport struct {
 	SamplesPerS float64   `json:"samples_per_s"`
 	Error       string    `json:"error,omitempty"` // why, when State is failed
 	// Batch is the batch a stage replica ran its last step with, and
-	// StepSeconds the mean time its steps spent on its own work (reading
-	// input and computing, not waiting for partners or the parameter
-	// servers) since its previous report: what the batch controller
+	// StepSeconds the mean compute time of its last steps (not waiting
+	// for partners or the parameter servers): what the batch controller
 	// balances.
 	Batch       int     `json:"batch,omitempty"`
 	StepSeconds float64 `json:"step_seconds,omitempty"`

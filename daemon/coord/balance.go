@@ -38,7 +38,7 @@ func batchingMode(jf *config.Job, reps []replica) string {
 		return mode
 	}
 	for _, r := range reps[1:] {
-		if r.units != reps[0].units || r.node.share() != reps[0].node.share() {
+		if r.units != reps[0].units || shareOf(r.node) != shareOf(reps[0].node) {
 			return config.BatchingDynamic
 		}
 	}
@@ -57,7 +57,7 @@ func newBalance(jf *config.Job, pl *placement) *jobBalance {
 	case config.BatchingVariable:
 		weights := make([]float64, len(reps))
 		for k, r := range reps {
-			weights[k] = float64(r.units) * r.node.share()
+			weights[k] = float64(r.units) * shareOf(r.node)
 		}
 		if split, err := batching.Split(jf.Batch, weights, minBatches(len(reps), jf.Batching.MinBatch), nil); err == nil {
 			for k := range reps {
@@ -70,6 +70,11 @@ func newBalance(jf *config.Job, pl *placement) *jobBalance {
 			Deadband: bc.Deadband, MinBatch: bc.MinBatch}) // the job file's bounds are validated
 	}
 	return b
+}
+
+func shareOf(n *node) float64 {
+	share, _ := n.share()
+	return share
 }
 
 func minBatches(n, min int) []int {

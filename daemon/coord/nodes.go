@@ -27,9 +27,6 @@ type node struct {
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }
 
-// share is the CPU share the node runs at (1 when it does not say).
-func (n *node) share() float64 { return 1 }
-
 // lease is how long the node keeps its tasks running without reaching the
 // coordinator.
 func (n *node) lease() time.Duration { return time.Duration(n.req.LeaseMS) * time.Millisecond }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 )
@@ -131,4 +133,47 @@ func TestBadDataIsNotRestarted(t *testing.T) {
 		!strings.Contains(s.Reason, "not restarted") {
 		t.Fatalf("job %s (%q), restarted as %q; want failed at bad.csv:151 without a restart", s.State, s.Reason, s.RestartedAs)
 	}
+}
+
+// TestDynamicBatchingFollowsTheSlowerReplica: of two replicas, one on a
+// node at a quarter of its CPU, the dynamic controller (auto mode: the
+// replicas' shares differ) moves batch from the slow one to the fast one
+// while the job runs. It asserts the split, not any time.
+func TestDynamicBatchingFollowsTheSlowerReplica(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	for name, share := range map[string]float64{"fast": 1, "slow": 0.25} {
+		a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: "cpu",
+			Units: 1, Plain: true, CPUShare: share, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(cl.ctx)
+		done := make(chan struct{})
+		cl.wg.Go(func() { defer close(done); a.Run(ctx) })
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	cl.waitNodes(2)
+	src, err := os.ReadFile(longDPJob(t, 100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "job.toml")
+	job := strings.Replace(string(src), "batch = 64", "batch = 1024", 1) + "[batching]\ninterval = 2\n"
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	s := cl.waitJob(id, func(s api.JobStatus) bool {
+		return s.State.Final() || (s.Batching != nil && s.Batching.Adjustments >= 2)
+	})
+	if s.State != api.JobRunning || s.Batching == nil || s.Batching.Mode != "dynamic" {
+		t.Fatalf("job %s (%q), batching %+v", s.State, s.Reason, s.Batching)
+	}
+	st := s.Stages[0]
+	fast, slow := st.Batches[slices.Index(st.Nodes, "fast")], st.Batches[slices.Index(st.Nodes, "slow")]
+	if fast+slow != 1024 || fast <= slow {
+		t.Errorf("after %d adjustments: fast %d, slow %d (step seconds %v); want the fast replica to carry more of 1024",
+			s.Batching.Adjustments, fast, slow, st.StepSeconds)
+	}
+	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
 }

@@ -46,8 +46,10 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 // replica dropped from its stage (elastic.go) stops before the first step
 // it is no longer a member of.
 func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *pipeline.Result) error {
-	meter := newMeter()
+	meter, busy := newMeter(), &busyTime{}
+	cpus := max(1, t.spec.Units*a.cfg.Threads)
 	for step := t.spec.FirstStep + 1; step <= t.spec.Steps && w.Member(step); step++ {
+		cpuBefore := processCPU()
 		res, err := w.Step(ctx, step)
 		if err != nil {
 			return err
@@ -55,7 +57,7 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		if !finite(res.Loss) {
 			return fmt.Errorf("step %d: the loss is %g: training diverged", step, res.Loss)
 		}
-		slept, ok := a.throttle.afterCompute(ctx, res.Compute)
+		slept, ok := a.throttle.afterCompute(ctx, (processCPU()-cpuBefore)/time.Duration(cpus))
 		if !ok {
 			return fmt.Errorf("step %d: throttled (cpu share): %w", step, ctx.Err())
 		}
@@ -66,7 +68,10 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		spent.Downstream += res.Downstream
 		spent.Push += res.Push
 		rate := meter.add(res.Samples)
-		a.setReport(ctx, t, func(r *api.TaskReport) { r.Step, r.Loss, r.SamplesPerS = step, res.Loss, rate })
+		stepSeconds := busy.add(res.Compute)
+		a.setReport(ctx, t, func(r *api.TaskReport) {
+			r.Step, r.Loss, r.SamplesPerS, r.Batch, r.StepSeconds = step, res.Loss, rate, res.Samples, stepSeconds
+		})
 	}
 	return nil
 }
@@ -215,6 +220,30 @@ func openData(s api.Task, cfg *config.Model) (data.Source, error) {
 		return nil, fmt.Errorf("data %q: %w", s.Data, err)
 	}
 	return src, nil
+}
+
+// busyTime is a replica's compute time per step (forward, backward and
+// the loss, with the CPU-share throttle's sleep), as the batch controller
+// balances it: a mean over the last busyWindow steps. Input is left out:
+// stage 0's read-ahead also pulls the next rows, which waits for the
+// parameter servers' barrier, that is for the slowest replica.
+type busyTime struct {
+	last [busyWindow]time.Duration
+	n    int
+}
+
+const busyWindow = 8
+
+// add records a step's busy time and returns the window's mean, in seconds.
+func (b *busyTime) add(d time.Duration) float64 {
+	b.last[b.n%busyWindow] = d
+	b.n++
+	var sum time.Duration
+	k := min(b.n, busyWindow)
+	for _, v := range b.last[:k] {
+		sum += v
+	}
+	return sum.Seconds() / float64(k)
 }
 
 // meter measures a replica's throughput: samples per second since the end

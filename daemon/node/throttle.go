@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -22,15 +23,17 @@ import (
 // step loop. The share starts at the node file's cpu_share and changes
 // when the coordinator hands the node a new one (a throttle).
 //
-// The duty cycle sleeps (1/share - 1) x the step's compute time after each
-// step, so that compute and sleep together take compute/share. It counts
-// compute only (forward, backward and the loss, Result.Compute): the
-// other parts of a step wait on partners and parameter servers, whose
-// speed is not this node's, and sleeping for them would slow a fast
-// replica down for waiting on a slow one. The sleep is added to the step's
-// reported compute time, as a capped CPU would have made the compute
-// itself slower. Parameter-server shards are not slowed by the duty cycle
-// (they are by the cgroup).
+// The duty cycle sleeps (1/share - 1) x the work of each step after it,
+// so that work and sleep together take work/share. The work is the CPU
+// time the daemon's process used during the step, per CPU of the replica
+// (processCPU): its compute, the next batch read ahead while it computed,
+// the parameter-server shards it serves — what a capped CPU would have
+// slowed — and not the time it waited for partners and parameter servers,
+// whose speed is not this node's (sleeping for it would slow a fast
+// replica down for waiting on a slow one). Several daemons in one process
+// (tests) share one process's CPU time, which overstates each one's. The
+// sleep is added to the step's reported compute time, as a capped CPU
+// would have made the compute itself slower.
 type cpuThrottle struct {
 	// sleep waits d or until ctx ends (then false); tests replace it.
 	sleep func(ctx context.Context, d time.Duration) bool
@@ -267,4 +270,13 @@ func (c *cgroupCPU) write(v string) error {
 		return fmt.Errorf("writing %q to %s: %w", v, c.path, err)
 	}
 	return nil
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
