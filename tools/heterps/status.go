@@ -220,6 +220,30 @@ func printJob(w io.Writer, s api.JobStatus) {
 	if c := r.Checkpoint; c != nil {
 		fmt.Fprintf(w, "  latest checkpoint: step %d in %s\n", c.Step, c.Dir)
 	}
+	printBatching(w, s)
+}
+
+// printBatching shows how a data-parallel stage splits its batch: the
+// mode, the adjustments made, and each replica's batch and compute time.
+func printBatching(w io.Writer, s api.JobStatus) {
+	if s.Batching == nil || len(s.Stages) != 1 || len(s.Stages[0].Nodes) < 2 {
+		return
+	}
+	st := s.Stages[0]
+	fmt.Fprintf(w, "  batching %s, %d adjustment(s):", s.Batching.Mode, s.Batching.Adjustments)
+	for i, n := range st.Nodes {
+		fmt.Fprintf(w, " %s", n)
+		if i < len(st.Batches) {
+			fmt.Fprintf(w, " b=%d", st.Batches[i])
+		}
+		if i < len(st.StepSeconds) && st.StepSeconds[i] > 0 {
+			fmt.Fprintf(w, " t=%.1fms", 1e3*st.StepSeconds[i])
+		}
+		if i+1 < len(st.Nodes) {
+			fmt.Fprint(w, ";")
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // jobProgress shows a running job's progress as `heterps train` does (a
