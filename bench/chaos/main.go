@@ -38,11 +38,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -52,9 +50,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
-	"github.com/heterps/heterps/daemon/coord"
-	"github.com/heterps/heterps/daemon/sched"
 )
 
 const (
@@ -207,7 +204,7 @@ func (b *bench) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.limit, err = limitFor(ctx, cat, model, jobUnits, b.o.batch, b.o.steps)
+	b.limit, err = planlimit.For(ctx, cat, model, modelName, dataSpec, jobUnits, b.o.batch, b.o.steps)
 	return err
 }
 
@@ -267,51 +264,4 @@ func (b *bench) jobTOML(ckptDir string, every int) []byte {
 		job = fmt.Appendf(job, "[checkpoint]\ndir = %q\nevery = %d\nrestarts = %d\n", ckptDir, every, b.o.restarts)
 	}
 	return job
-}
-
-// limitFor finds a throughput floor at which the exact plan of the job
-// uses exactly n units (bisection on a log scale: more units for a higher
-// floor), as bench/dist/run does.
-func limitFor(ctx context.Context, cat *config.Catalog, model *config.Model, n, batch, steps int) (float64, error) {
-	units := func(limit float64) (int, error) {
-		jf, err := config.ParseJob("bench.toml", fmt.Appendf(nil,
-			"version = 1\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\n",
-			modelName, dataSpec, batch, steps, limit))
-		if err != nil {
-			return 0, err
-		}
-		p, err := coord.JobProblem(jf, model, cat)
-		if err != nil {
-			return 0, err
-		}
-		plan, err := sched.Run(ctx, "exact", p, sched.Options{Seed: 1})
-		if err != nil {
-			return 0, err
-		}
-		if !plan.Feasible {
-			return math.MaxInt, nil
-		}
-		total := 0
-		for _, s := range plan.Stages {
-			total += s.Units
-		}
-		return total, nil
-	}
-	lo, hi := 1.0, 1e9
-	for range 200 {
-		mid := math.Sqrt(lo * hi)
-		u, err := units(mid)
-		if err != nil {
-			return 0, err
-		}
-		switch {
-		case u == n:
-			return mid, nil
-		case u < n:
-			lo = mid
-		default:
-			hi = mid
-		}
-	}
-	return 0, errors.New("no throughput floor makes the plan use exactly " + fmt.Sprint(n) + " units")
 }

@@ -30,7 +30,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -40,12 +39,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
-	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
-	"github.com/heterps/heterps/daemon/sched"
 	"github.com/heterps/heterps/internal/cpuprof"
 	"github.com/heterps/heterps/native"
 )
@@ -192,7 +190,7 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 	var stageLines []string
 	for _, n := range o.nodes {
 		cat := benchCatalog(unit, n)
-		limit, err := limitFor(ctx, cat, model, n, batch, o.steps)
+		limit, err := planlimit.For(ctx, cat, model, modelName, dataSpec, n, batch, o.steps)
 		if err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}
@@ -298,51 +296,4 @@ func singleProcess(ctx context.Context, model *config.Model, threads, batch, ste
 		}
 	}
 	return float64(samples) / time.Since(start).Seconds(), nil
-}
-
-// limitFor finds a throughput floor at which the exact plan of the job
-// uses exactly n units (bisection on a log scale: more units for a higher
-// floor).
-func limitFor(ctx context.Context, cat *config.Catalog, model *config.Model, n, batch, steps int) (float64, error) {
-	units := func(limit float64) (int, error) {
-		jf, err := config.ParseJob("bench.toml", fmt.Appendf(nil,
-			"version = 1\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\n",
-			modelName, dataSpec, batch, steps, limit))
-		if err != nil {
-			return 0, err
-		}
-		p, err := coord.JobProblem(jf, model, cat)
-		if err != nil {
-			return 0, err
-		}
-		plan, err := sched.Run(ctx, "exact", p, sched.Options{Seed: 1})
-		if err != nil {
-			return 0, err
-		}
-		if !plan.Feasible {
-			return math.MaxInt, nil
-		}
-		total := 0
-		for _, s := range plan.Stages {
-			total += s.Units
-		}
-		return total, nil
-	}
-	lo, hi := 1.0, 1e9
-	for range 200 {
-		mid := math.Sqrt(lo * hi)
-		u, err := units(mid)
-		if err != nil {
-			return 0, err
-		}
-		switch {
-		case u == n:
-			return mid, nil
-		case u < n:
-			lo = mid
-		default:
-			hi = mid
-		}
-	}
-	return 0, fmt.Errorf("no throughput floor makes the plan use exactly %d units", n)
 }
