@@ -8,6 +8,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/batching"
+	"github.com/heterps/heterps/daemon/nn"
 )
 
 // Heterogeneity-aware batching. A job's data-parallel stage splits its
@@ -47,29 +48,61 @@ func batchingMode(jf *config.Job, reps []replica) string {
 
 // newBalance sets up j's batching for its placement; in variable mode it
 // also gives the replicas batches in proportion to units times CPU share.
-func newBalance(jf *config.Job, pl *placement) *jobBalance {
+// Each replica's batch is bounded by what its node's memory holds.
+func newBalance(j *job, pl *placement) *jobBalance {
+	jf := j.file
 	if len(pl.stages) != 1 || len(pl.stages[0]) < 2 {
 		return &jobBalance{mode: config.BatchingUniform}
 	}
 	reps := pl.stages[0]
 	b := &jobBalance{mode: batchingMode(jf, reps)}
+	bc := jf.Batching
+	maxes := make([]int, len(reps))
+	for k, r := range reps {
+		maxes[k] = max(bc.MinBatch, maxBatchFor(j, r.node.req.MemoryBytes))
+	}
 	switch b.mode {
 	case config.BatchingVariable:
 		weights := make([]float64, len(reps))
 		for k, r := range reps {
 			weights[k] = float64(r.units) * shareOf(r.node)
 		}
-		if split, err := batching.Split(jf.Batch, weights, minBatches(len(reps), jf.Batching.MinBatch), nil); err == nil {
+		if split, err := batching.Split(jf.Batch, weights, minBatches(len(reps), bc.MinBatch), maxes); err == nil {
 			for k := range reps {
 				reps[k].batch = split[k]
 			}
 		}
 	case config.BatchingDynamic:
-		bc := jf.Batching
 		b.ctl, _ = batching.NewController(batching.Config{Interval: int(bc.Interval), Smoothing: bc.Smoothing,
-			Deadband: bc.Deadband, MinBatch: bc.MinBatch}) // the job file's bounds are validated
+			Deadband: bc.Deadband, MinBatch: bc.MinBatch, MaxBatch: maxes}) // the job file's bounds are validated
 	}
 	return b
+}
+
+// maxBatchFor is the largest batch, up to the job's, whose stage estimate
+// (nn.EstimateStage: parameters, optimiser state, activations, the
+// batch's rows) fits in memory bytes; the job's batch when the node
+// reports no memory.
+func maxBatchFor(j *job, memory int64) int {
+	if memory <= 0 || j.model == nil || j.plan == nil || len(j.plan.Stages) != 1 {
+		return j.file.Batch
+	}
+	s := j.plan.Stages[0]
+	micro := max(1, j.file.MicroBatches)
+	fits := func(b int) bool {
+		need, err := nn.EstimateStage(j.model, s.First, s.Last, b, min(micro, b))
+		return err == nil && need <= memory
+	}
+	lo, hi := 0, j.file.Batch // fits(lo) or lo == 0; the answer is in [lo, hi]
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }
 
 func shareOf(n *node) float64 {
