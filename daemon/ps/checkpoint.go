@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/heterps/heterps/daemon/ckpt"
 )
@@ -54,19 +54,24 @@ func stateName(param string, i int) string {
 // exist, as FileName(shard, shards), and returns the file's manifest entry.
 // In BSP it first fences the shard at step (it fails with ErrStepPassed if a
 // table or block is already past it), waits until every table and block
-// has applied step, and holds later steps until the file is written; in
-// ASP it writes the state as it is, step naming it only. Every table and
-// block is read-locked while the file is written: pushes and row creation
-// wait for it, and so do pulls queued behind them.
+// has applied step, and copies the state (snapshot) while it holds later
+// steps; then it lifts the fence and writes the copy, so that training
+// goes on while the file is written (CheckFreq's snapshot-then-persist).
+// In ASP it copies the state as it is, step naming it only. Every table and
+// block is read-locked while it is copied: pushes and row creation wait for
+// the copy, not for the disk.
 func (s *Shard) Checkpoint(ctx context.Context, dir string, step int64) (ckpt.FileEntry, error) {
 	if err := s.hold(step); err != nil {
 		return ckpt.FileEntry{}, err
 	}
-	entry, err := s.writeAt(ctx, dir, step)
+	snap, err := s.snapshot(ctx, step)
 	if rerr := s.release(); err == nil {
 		err = rerr
 	}
-	return entry, err
+	if err != nil {
+		return ckpt.FileEntry{}, err
+	}
+	return s.write(dir, snap)
 }
 
 // hold fences the shard at step for one checkpoint.
@@ -104,16 +109,22 @@ func (s *Shard) release() error {
 	return s.releaseHeld()
 }
 
-// writeAt waits for step (BSP) and writes the shard file under read locks
-// on every table and block.
-func (s *Shard) writeAt(ctx context.Context, dir string, step int64) (ckpt.FileEntry, error) {
+// shardSnapshot is a copy of a shard's state at one step, ready to write.
+type shardSnapshot struct {
+	meta    map[string]string
+	tensors []ckpt.Tensor
+}
+
+// snapshot waits for step (BSP) and copies the shard's state under read
+// locks on every table and block.
+func (s *Shard) snapshot(ctx context.Context, step int64) (shardSnapshot, error) {
 	all := s.all()
 	if s.cfg.Mode == BSP {
 		ctx, cancel := s.waitCtx(ctx)
 		defer cancel()
 		for _, st := range all {
 			if err := st.waitVersion(ctx, s.closed, step); err != nil {
-				return ckpt.FileEntry{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
+				return shardSnapshot{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
 			}
 		}
 	}
@@ -123,17 +134,22 @@ func (s *Shard) writeAt(ctx context.Context, dir string, step int64) (ckpt.FileE
 	}
 	meta, err := s.metadata(step)
 	if err != nil {
-		return ckpt.FileEntry{}, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
+		return shardSnapshot{}, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
 	}
-	var tensors []ckpt.Tensor
+	snap := shardSnapshot{meta: meta}
 	for _, t := range sortedValues(s.tables) {
-		tensors = append(tensors, t.tensors()...)
+		snap.tensors = append(snap.tensors, t.tensors()...)
 	}
 	for _, b := range sortedValues(s.blocks) {
-		tensors = append(tensors, b.tensors()...)
+		snap.tensors = append(snap.tensors, b.tensors()...)
 	}
+	return snap, nil
+}
+
+// write writes a snapshot as the shard's file in dir.
+func (s *Shard) write(dir string, snap shardSnapshot) (ckpt.FileEntry, error) {
 	path := filepath.Join(dir, FileName(s.cfg.Shard, s.cfg.Shards))
-	entry, err := ckpt.WriteFile(path, meta, tensors)
+	entry, err := ckpt.WriteFile(path, snap.meta, snap.tensors)
 	if err != nil {
 		return entry, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
 	}
@@ -170,41 +186,41 @@ func (s *Shard) metadata(step int64) (map[string]string, error) {
 	return meta, nil
 }
 
-// tensors streams the table's ids, values and state from its slabs.
+// tensors copies the table's ids, values and state out of its slabs.
+// Under its read lock.
 func (t *table) tensors() []ckpt.Tensor {
 	n, d := int64(len(t.ids)), int64(t.spec.Dim)
 	out := []ckpt.Tensor{
-		ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, t.ids),
-		ckpt.Stream(t.spec.Name, ckpt.F32, []int64{n, d}, t.streamRows(func(sl *slab) []float32 { return sl.value })),
+		ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, slices.Clone(t.ids)),
+		ckpt.Float32(t.spec.Name, []int64{n, d}, t.copyRows(func(sl *slab) []float32 { return sl.value })),
 	}
 	for i := range t.nstate {
-		out = append(out, ckpt.Stream(stateName(t.spec.Name, i), ckpt.F32, []int64{n, d},
-			t.streamRows(func(sl *slab) []float32 { return sl.state[i] })))
+		out = append(out, ckpt.Float32(stateName(t.spec.Name, i), []int64{n, d},
+			t.copyRows(func(sl *slab) []float32 { return sl.state[i] })))
 	}
 	return out
 }
 
-// streamRows writes the first len(ids) rows of the chosen buffer, slab by slab.
-func (t *table) streamRows(buf func(*slab) []float32) func(io.Writer) error {
-	return func(w io.Writer) error {
-		left := len(t.ids) * t.spec.Dim
-		for _, sl := range t.slabs {
-			b := buf(sl)
-			n := min(left, len(b))
-			if err := ckpt.WriteFloat32(w, b[:n]); err != nil {
-				return err
-			}
-			left -= n
-		}
-		return nil
+// copyRows copies the first len(ids) rows of the chosen buffer, slab by
+// slab, into one slice.
+func (t *table) copyRows(buf func(*slab) []float32) []float32 {
+	out := make([]float32, 0, len(t.ids)*t.spec.Dim)
+	left := len(t.ids) * t.spec.Dim
+	for _, sl := range t.slabs {
+		b := buf(sl)
+		n := min(left, len(b))
+		out = append(out, b[:n]...)
+		left -= n
 	}
+	return out
 }
 
+// tensors copies the block's value and state. Under its read lock.
 func (b *block) tensors() []ckpt.Tensor {
 	shape := []int64{int64(len(b.value))}
-	out := []ckpt.Tensor{ckpt.Float32(b.spec.Name, shape, b.value)}
+	out := []ckpt.Tensor{ckpt.Float32(b.spec.Name, shape, slices.Clone(b.value))}
 	for i, st := range b.state {
-		out = append(out, ckpt.Float32(stateName(b.spec.Name, i), shape, st))
+		out = append(out, ckpt.Float32(stateName(b.spec.Name, i), shape, slices.Clone(st)))
 	}
 	return out
 }
@@ -231,7 +247,7 @@ func CheckpointAll(ctx context.Context, root string, step int64, shards []*Shard
 // WriteShards writes the files of some shards of a job at step into dir
 // (created if missing) and returns their manifest entries, in the order
 // given. It fences all of them first, so that none passes the step while
-// another is written. Shards on other nodes write theirs the same way;
+// another is copied, and writes the copies once every fence is lifted. Shards on other nodes write theirs the same way;
 // whoever holds every entry writes the manifest (WriteManifest).
 func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) ([]ckpt.FileEntry, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -250,17 +266,25 @@ func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) (
 		}
 		held = append(held, s)
 	}
-	files := make([]ckpt.FileEntry, len(shards))
+	snaps := make([]shardSnapshot, len(shards))
 	for i, s := range shards {
-		entry, err := s.writeAt(ctx, dir, step)
+		snap, err := s.snapshot(ctx, step)
 		if err != nil {
 			return nil, err
 		}
-		files[i] = entry
+		snaps[i] = snap
 		held = held[1:]
 		if err := s.release(); err != nil {
 			return nil, err
 		}
+	}
+	files := make([]ckpt.FileEntry, len(shards))
+	for i, s := range shards {
+		entry, err := s.write(dir, snaps[i])
+		if err != nil {
+			return nil, err
+		}
+		files[i] = entry
 	}
 	return files, nil
 }

@@ -373,3 +373,40 @@ func TestShardsCheckpointedApartRestoreAsAnotherJob(t *testing.T) {
 	next.step(t, 3, replicas, 2) // the same gradients, pushed as job k
 	assertSameState(t, "after the next step", next.state(t), orig.state(t))
 }
+
+// TestCheckpointWritesACopy: the shard is copied while fenced and written
+// after the fence is lifted, so steps applied while the file is written do
+// not reach it: the file restores to the state of its step.
+func TestCheckpointWritesACopy(t *testing.T) {
+	const replicas = 2
+	j := newJob(t, BSP, 1, replicas)
+	for step := int64(1); step <= 2; step++ {
+		j.step(t, step, replicas, 1)
+	}
+	atStep2 := j.state(t)
+	s := j.shards[0]
+	if err := s.hold(2); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.snapshot(context.Background(), 2)
+	if err == nil {
+		err = s.release()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.step(t, 3, replicas, 2) // applied after the fence is lifted, before the write
+	dir := t.TempDir()
+	entry, err := s.write(dir, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteManifest(dir, "j", 2, 1, []ckpt.FileEntry{entry}); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := RestoreAll(j.cfgs, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameState(t, "restored from the copy", (&job{cfgs: j.cfgs, shards: restored}).state(t), atStep2)
+}
