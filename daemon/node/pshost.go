@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -191,54 +192,108 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 		a.log.Warn("ps: not writing the job's checkpoints: ASP has no step boundary to fence at", "job", spec.JobID)
 		return nil
 	}
-	manifest := len(shards) == len(spec.PS)
+	w := a.startCheckpointWriter(ctx, tasks, shards)
 	for step := (spec.FirstStep/every + 1) * every; ; step += every {
 		step = min(step, spec.Steps)
-		files, err := checkpointAt(ctx, a.lease.context(), spec, step, shards, names, manifest)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // the job ended before the step
-			}
-			return fmt.Errorf("checkpoint at step %d: %w", step, err)
+		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards, names)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return w.finish() // the job ended before the step
+		case errors.Is(err, ps.ErrStepPassed):
+			// The writer was behind and held this loop up: skip the step.
+			a.log.Warn("ps: checkpoint skipped: training passed its step while the last one was being written", "job", spec.JobID, "step", step)
+		case err != nil:
+			return errors.Join(fmt.Errorf("checkpoint at step %d: %w", step, err), w.finish())
+		default:
+			w.queue <- pendingCheckpoint{step: step, snaps: snaps}
 		}
-		a.reportCheckpoint(ctx, tasks, shards, step, files)
-		a.log.Info("ps: checkpoint files written", "job", spec.JobID, "step", step, "shards", len(shards), "manifest", manifest)
 		if step == spec.Steps {
-			return nil
+			return w.finish()
 		}
 	}
 }
 
-// checkpointAt writes the shards' files of the checkpoint at step, and the
-// manifest if asked; when ctx ends first it is cancelled only if the step
-// has not been applied yet. It is cancelled in any case when fence ends:
-// the node's lease ran out.
-func checkpointAt(ctx, fence context.Context, spec api.Task, step int64, shards []*ps.Shard, names []string, manifest bool) ([]ckpt.FileEntry, error) {
+// snapshotAt copies the shards at step; when ctx ends first it is
+// cancelled only if the step has not been applied yet. It is cancelled in
+// any case when fence ends: the node's lease ran out.
+func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard, names []string) ([]ps.Snapshot, error) {
 	wctx, cancel := context.WithCancel(fence)
 	defer cancel()
-	type written struct {
-		files []ckpt.FileEntry
+	type copied struct {
+		snaps []ps.Snapshot
 		err   error
 	}
-	done := make(chan written, 1)
+	done := make(chan copied, 1)
 	go func() {
-		dir := ckpt.StepDir(spec.CheckpointDir, step)
-		files, err := ps.WriteShards(wctx, dir, step, shards)
-		if err == nil && manifest {
-			err = ps.WriteManifest(dir, spec.JobID, step, len(spec.PS), files)
-		}
-		done <- written{files, err}
+		snaps, err := ps.SnapshotShards(wctx, step, shards)
+		done <- copied{snaps, err}
 	}()
 	select {
-	case w := <-done:
-		return w.files, w.err
+	case c := <-done:
+		return c.snaps, c.err
 	case <-ctx.Done():
 		if !applied(shards, names, step) {
 			cancel()
 		}
-		w := <-done
-		return w.files, w.err
+		c := <-done
+		return c.snaps, c.err
 	}
+}
+
+// pendingCheckpoint is a step's copies waiting to be written.
+type pendingCheckpoint struct {
+	step  int64
+	snaps []ps.Snapshot
+}
+
+// checkpointWriter writes a job's checkpoint copies on its own goroutine,
+// one at a time, so that the next step's fence is set while the last
+// copy is written.
+type checkpointWriter struct {
+	queue chan pendingCheckpoint
+	done  chan error // the writer's first error, once it has stopped
+}
+
+// startCheckpointWriter starts the writer of tasks' shards: it writes
+// each copy (and the manifest when every shard of the job is here) and
+// reports the files on the tasks. A copy whose node's lease has run out is
+// not written.
+func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards []*ps.Shard) *checkpointWriter {
+	spec := tasks[0].spec
+	manifest := len(shards) == len(spec.PS)
+	w := &checkpointWriter{queue: make(chan pendingCheckpoint, 1), done: make(chan error, 1)}
+	a.wg.Go(func() {
+		var first error
+		for p := range w.queue {
+			if first != nil {
+				continue
+			}
+			if err := a.lease.context().Err(); err != nil {
+				first = fmt.Errorf("checkpoint at step %d not written: the node's lease ran out", p.step)
+				continue
+			}
+			dir := ckpt.StepDir(spec.CheckpointDir, p.step)
+			files, err := ps.WriteSnapshots(dir, shards, p.snaps)
+			if err == nil && manifest {
+				err = ps.WriteManifest(dir, spec.JobID, p.step, len(spec.PS), files)
+			}
+			if err != nil {
+				first = fmt.Errorf("checkpoint at step %d: %w", p.step, err)
+				continue
+			}
+			a.reportCheckpoint(ctx, tasks, shards, p.step, files)
+			a.log.Info("ps: checkpoint files written", "job", spec.JobID, "step", p.step, "shards", len(shards), "manifest", manifest)
+		}
+		w.done <- first
+	})
+	return w
+}
+
+// finish waits for the copies queued to be written and returns the
+// writer's first error.
+func (w *checkpointWriter) finish() error {
+	close(w.queue)
+	return <-w.done
 }
 
 // reportCheckpoint adds each shard's file of step to its task's report,

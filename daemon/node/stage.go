@@ -149,16 +149,18 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	return w, cleanup, nil
 }
 
-// stageInput opens stage 0's data: the task's shard, skipping the batches
-// of the steps a restored job has trained, or, for a task that starts with
-// a membership (elastic.go), its shard of the segment that starts at
-// DataStart.
+// stageInput opens stage 0's data: the task's shard, past the batches of
+// the steps a restored job has trained, or, for a task that starts with a
+// membership (elastic.go), its shard of the segment that starts at
+// DataStart. A generator's shard is opened at the record the trained steps
+// reached (the segment's reader jumps there: data.Options.Start); a file,
+// whose data wraps around at its end, is read and dropped up to it.
 func stageInput(ctx context.Context, s api.Task, cfg *config.Model) (*pipeline.ShardedInput, error) {
 	src, err := openData(s, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if len(s.Members) > 0 {
+	if len(s.Members) > 0 || (s.FirstStep > 0 && generated(s.Data)) {
 		src.Close() // opened to check the data; the segment opens its own
 		src = nil
 	} else if err := skipBatches(ctx, src, s.FirstStep, s.Batch); err != nil {
@@ -166,6 +168,13 @@ func stageInput(ctx context.Context, s api.Task, cfg *config.Model) (*pipeline.S
 		return nil, err
 	}
 	return shardedInput(s, data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain}, src), nil
+}
+
+// generated reports whether a data spec names a generator, whose records
+// can be reached by index without reading those before.
+func generated(spec string) bool {
+	sp, err := data.ParseSpec(spec)
+	return err == nil && sp.Path == ""
 }
 
 // skipBatches reads and drops the batches of the steps a restored job has

@@ -109,22 +109,23 @@ func (s *Shard) release() error {
 	return s.releaseHeld()
 }
 
-// shardSnapshot is a copy of a shard's state at one step, ready to write.
-type shardSnapshot struct {
+// Snapshot is a copy of a shard's state at one step, ready to write
+// (WriteSnapshots).
+type Snapshot struct {
 	meta    map[string]string
 	tensors []ckpt.Tensor
 }
 
 // snapshot waits for step (BSP) and copies the shard's state under read
 // locks on every table and block.
-func (s *Shard) snapshot(ctx context.Context, step int64) (shardSnapshot, error) {
+func (s *Shard) snapshot(ctx context.Context, step int64) (Snapshot, error) {
 	all := s.all()
 	if s.cfg.Mode == BSP {
 		ctx, cancel := s.waitCtx(ctx)
 		defer cancel()
 		for _, st := range all {
 			if err := st.waitVersion(ctx, s.closed, step); err != nil {
-				return shardSnapshot{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
+				return Snapshot{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
 			}
 		}
 	}
@@ -134,9 +135,9 @@ func (s *Shard) snapshot(ctx context.Context, step int64) (shardSnapshot, error)
 	}
 	meta, err := s.metadata(step)
 	if err != nil {
-		return shardSnapshot{}, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
+		return Snapshot{}, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
 	}
-	snap := shardSnapshot{meta: meta}
+	snap := Snapshot{meta: meta}
 	for _, t := range sortedValues(s.tables) {
 		snap.tensors = append(snap.tensors, t.tensors()...)
 	}
@@ -147,7 +148,7 @@ func (s *Shard) snapshot(ctx context.Context, step int64) (shardSnapshot, error)
 }
 
 // write writes a snapshot as the shard's file in dir.
-func (s *Shard) write(dir string, snap shardSnapshot) (ckpt.FileEntry, error) {
+func (s *Shard) write(dir string, snap Snapshot) (ckpt.FileEntry, error) {
 	path := filepath.Join(dir, FileName(s.cfg.Shard, s.cfg.Shards))
 	entry, err := ckpt.WriteFile(path, snap.meta, snap.tensors)
 	if err != nil {
@@ -246,13 +247,23 @@ func CheckpointAll(ctx context.Context, root string, step int64, shards []*Shard
 
 // WriteShards writes the files of some shards of a job at step into dir
 // (created if missing) and returns their manifest entries, in the order
-// given. It fences all of them first, so that none passes the step while
-// another is copied, and writes the copies once every fence is lifted. Shards on other nodes write theirs the same way;
-// whoever holds every entry writes the manifest (WriteManifest).
+// given: SnapshotShards, then WriteSnapshots. Shards on other nodes write
+// theirs the same way; whoever holds every entry writes the manifest
+// (WriteManifest).
 func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) ([]ckpt.FileEntry, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("ps checkpoint: %w", err)
+	snaps, err := SnapshotShards(ctx, step, shards)
+	if err != nil {
+		return nil, err
 	}
+	return WriteSnapshots(dir, shards, snaps)
+}
+
+// SnapshotShards copies some shards of a job at step. It fences all of
+// them first, so that none passes the step while another is copied, and
+// lifts each fence once its shard is copied: training goes on while the
+// copies are written. It fails with ErrStepPassed if a shard is already
+// past step.
+func SnapshotShards(ctx context.Context, step int64, shards []*Shard) ([]Snapshot, error) {
 	var held []*Shard
 	defer func() {
 		// Only on failure: the error already returned is the one to report.
@@ -266,7 +277,7 @@ func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) (
 		}
 		held = append(held, s)
 	}
-	snaps := make([]shardSnapshot, len(shards))
+	snaps := make([]Snapshot, len(shards))
 	for i, s := range shards {
 		snap, err := s.snapshot(ctx, step)
 		if err != nil {
@@ -277,6 +288,18 @@ func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) (
 		if err := s.release(); err != nil {
 			return nil, err
 		}
+	}
+	return snaps, nil
+}
+
+// WriteSnapshots writes the shards' copies into dir (created if missing)
+// and returns their manifest entries, in order.
+func WriteSnapshots(dir string, shards []*Shard, snaps []Snapshot) ([]ckpt.FileEntry, error) {
+	if len(snaps) != len(shards) {
+		return nil, fmt.Errorf("ps checkpoint: %d snapshots of %d shards: %w", len(snaps), len(shards), ErrArg)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("ps checkpoint: %w", err)
 	}
 	files := make([]ckpt.FileEntry, len(shards))
 	for i, s := range shards {
