@@ -191,7 +191,7 @@ func (b *bench) prepare(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%s has no type %s", b.o.catalog, unitType)
 	}
-	cat := benchCatalog(unit, nodes)
+	cat := loopback.Catalog("chaos", unit, nodes)
 	if b.catalog, err = cat.MarshalTOML(); err != nil {
 		return fmt.Errorf("catalog: %w", err)
 	}
@@ -218,19 +218,6 @@ func (b *bench) header() {
 	fmt.Fprintln(b.w, "manifest matches, \"yes (values)\" when every parameter and optimiser state does (table rows in id order; the files")
 	fmt.Fprintln(b.w, "also differ between two undisturbed runs, in row order and metadata)")
 	fmt.Fprintln(b.w)
-}
-
-// benchCatalog is a catalog of one type, unit, with n units on n nodes of
-// one unit each (the addresses are only validated: nodes listen where
-// their node files say).
-func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
-	unit.MaxUnits = n
-	cat := &config.Catalog{Version: 1, Name: "chaos", Types: []config.CatalogType{unit}}
-	for i := range n {
-		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
-			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
-	}
-	return cat
 }
 
 // jobTOML is the job file; every = 0 leaves out [checkpoint].

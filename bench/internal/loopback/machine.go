@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/heterps/heterps/config"
 )
 
 // Build builds heterps and heterpsd from the tree in the working directory
@@ -47,4 +49,17 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// Catalog is a catalog named name of one type, unit, with n units on n
+// nodes of one unit each (the addresses are only validated: nodes listen
+// where their node files say).
+func Catalog(name string, unit config.CatalogType, n int) *config.Catalog {
+	unit.MaxUnits = n
+	cat := &config.Catalog{Version: 1, Name: name, Types: []config.CatalogType{unit}}
+	for i := range n {
+		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
+			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
+	}
+	return cat
 }
