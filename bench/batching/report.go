@@ -125,7 +125,9 @@ type phase struct {
 }
 
 func phases(t *trace, steps int64) []phase {
-	ps := []phase{{name: "before", from: 0, to: steps, capacity: t.shares[0] + t.shares[1]}}
+	// The before phase starts at the first reported step: the job's
+	// start-up is not a step.
+	ps := []phase{{name: "before", from: firstStep(t.samples), to: steps, capacity: t.shares[0] + t.shares[1]}}
 	shares := t.shares
 	for _, th := range t.throttles {
 		if th.at.IsZero() {
@@ -187,6 +189,16 @@ func interferenceRows(t *trace, o options) []interferenceRow {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// firstStep is the first step > 0 the samples report (1 if none does).
+func firstStep(samples []sample) int64 {
+	for _, s := range samples {
+		if s.step > 0 {
+			return s.step
+		}
+	}
+	return 1
 }
 
 // adjAtStep is the adjustment count at the first sample at or past step.
