@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test cuda-check run bench chaos fmt lint clean
+.PHONY: all setup build test cuda-check run bench chaos batching-bench fmt lint clean
 
 all: build
 
@@ -42,6 +42,13 @@ bench: setup
 # bench/results/chaos.txt itself. Not part of make test or make bench.
 chaos: setup
 	$(GO) run ./bench/chaos
+
+# Uniform, variable and dynamic batching on two CPU-share-throttled node
+# daemons at H-levels 1, 2, 4, and under scripted interference; the program
+# records bench/results/batching.txt itself (about 8 minutes on 2 cores).
+# Not part of make test or make bench.
+batching-bench: setup
+	$(GO) run ./bench/batching
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

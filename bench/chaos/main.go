@@ -42,14 +42,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 )
@@ -181,12 +179,9 @@ func run(ctx context.Context, o options) error {
 
 // prepare builds heterpsd, writes the catalog and finds the floor.
 func (b *bench) prepare(ctx context.Context) error {
-	b.heterpsd = filepath.Join(b.dir, "heterpsd")
-	for _, t := range []struct{ out, pkg string }{{filepath.Join(b.dir, "heterps"), "./tools/heterps"}, {b.heterpsd, "./daemon/cmd/heterpsd"}} {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", t.out, t.pkg).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go build %s (run this from the repository root): %w\n%s", t.pkg, err, out)
-		}
+	var err error
+	if b.heterpsd, err = loopback.Build(ctx, b.dir); err != nil {
+		return err
 	}
 	base, err := config.LoadCatalog(b.o.catalog)
 	if err != nil {
@@ -196,7 +191,7 @@ func (b *bench) prepare(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%s has no type %s", b.o.catalog, unitType)
 	}
-	cat := benchCatalog(unit, nodes)
+	cat := loopback.Catalog("chaos", unit, nodes)
 	if b.catalog, err = cat.MarshalTOML(); err != nil {
 		return fmt.Errorf("catalog: %w", err)
 	}
@@ -210,15 +205,11 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // header says what runs where: machine, load, versions and the setup.
 func (b *bench) header() {
-	load, _ := os.ReadFile("/proc/loadavg")
-	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	fmt.Fprintf(b.w, "bench/chaos: %s; %d CPUs (%s), load avg %s; %s, heterps %s\n",
-		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), cpuModel(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "),
-		runtime.Version(), strings.TrimSpace(string(commit)))
+	fmt.Fprintf(b.w, "bench/chaos: %s\n", loopback.Machine())
 	fmt.Fprintf(b.w, "job: %s on %s, BSP, %d steps of batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units; checkpoint every %d steps, restarts = %d\n",
 		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.every, b.o.restarts)
 	fmt.Fprintf(b.w, "cluster per scenario: heterpsd coordinator (fresh state dir, fixed port, --heartbeat %v: dead after 3 missed) + %d node daemons of 1x %s (1 thread), plain loopback, lease = %q; faults at %.0f %% of the steps\n",
-		heartbeat, nodes, unitType, lease.String(), 100*b.o.faultAt)
+		loopback.Heartbeat, nodes, unitType, loopback.Lease.String(), 100*b.o.faultAt)
 	fmt.Fprintln(b.w, "recovery: from the fault until the API reports a step past the highest it showed within 2 heartbeats of the fault, or")
 	fmt.Fprintln(b.w, "within a heartbeat of an elastic resize (node reports come once a heartbeat, so the step shown at the fault lags);")
 	fmt.Fprintln(b.w, "trained twice: the step shown at the fault minus")
@@ -227,33 +218,6 @@ func (b *bench) header() {
 	fmt.Fprintln(b.w, "manifest matches, \"yes (values)\" when every parameter and optimiser state does (table rows in id order; the files")
 	fmt.Fprintln(b.w, "also differ between two undisturbed runs, in row order and metadata)")
 	fmt.Fprintln(b.w)
-}
-
-// cpuModel is the CPU's model name, if /proc/cpuinfo says.
-func cpuModel() string {
-	info, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.SplitSeq(string(info), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
-// benchCatalog is a catalog of one type, unit, with n units on n nodes of
-// one unit each (the addresses are only validated: nodes listen where
-// their node files say).
-func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
-	unit.MaxUnits = n
-	cat := &config.Catalog{Version: 1, Name: "chaos", Types: []config.CatalogType{unit}}
-	for i := range n {
-		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
-			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
-	}
-	return cat
 }
 
 // jobTOML is the job file; every = 0 leaves out [checkpoint].

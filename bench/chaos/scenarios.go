@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
 )
@@ -37,7 +38,7 @@ type result struct {
 
 // run is one job on one fresh cluster.
 type jobRun struct {
-	c       *cluster
+	c       *loopback.Cluster
 	w       *watcher
 	id      string
 	dir     string
@@ -142,16 +143,13 @@ func (b *bench) startJob(ctx context.Context, name string, every int) (*jobRun, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "catalog.toml"), b.catalog, 0o600); err != nil {
-		return nil, err
-	}
-	c, err := startCluster(ctx, b.heterpsd, dir, filepath.Join(dir, "catalog.toml"), unitType, nodes)
+	c, err := loopback.Start(ctx, loopback.Options{Bin: b.heterpsd, Dir: dir, Type: unitType, Catalog: b.catalog, Shares: fullShares(nodes)})
 	if err != nil {
 		return nil, fmt.Errorf("start the cluster: %w; logs in %s", err, dir)
 	}
 	j := &jobRun{c: c, dir: dir, ckptDir: filepath.Join(dir, "ckpt")}
-	if j.id, err = c.submit(ctx, b.jobTOML(j.ckptDir, every)); err != nil {
-		c.close()
+	if j.id, err = c.Submit(ctx, b.jobTOML(j.ckptDir, every)); err != nil {
+		c.Close()
 		return nil, fmt.Errorf("%w; logs in %s", err, dir)
 	}
 	j.w = watch(ctx, c, j.id)
@@ -160,7 +158,7 @@ func (b *bench) startJob(ctx context.Context, name string, every int) (*jobRun, 
 
 func (j *jobRun) close() {
 	j.w.close()
-	j.c.close()
+	j.c.Close()
 }
 
 // stepTime is a finished job's mean step time, from its start to its end.
@@ -217,9 +215,9 @@ func pause(ctx context.Context, d time.Duration) error {
 func measureRecovery(j *jobRun, r *result, at sample, fault time.Time) func(api.JobStatus) {
 	return func(final api.JobStatus) {
 		hist := j.w.history()
-		window := 2 * heartbeat
+		window := 2 * loopback.Heartbeat
 		if moved, ok := regenerated(hist, at.s, fault); ok {
-			window = max(window, moved.Sub(fault)+heartbeat) // reports of the old generation still arrive
+			window = max(window, moved.Sub(fault)+loopback.Heartbeat) // reports of the old generation still arrive
 		}
 		stalled := stalledAt(hist, at.s.ID, fault, at.s.Step, window)
 		if x, ok := resumed(hist, at.s.ID, fault, stalled); ok {
@@ -242,12 +240,12 @@ func killCoordinator(ctx context.Context, b *bench, j *jobRun, r *result) (func(
 		return nil, err
 	}
 	at, _ := j.w.last()
-	j.c.coord.kill()
+	j.c.Coord.Kill()
 	fault := time.Now()
 	if err := pause(ctx, time.Second); err != nil {
 		return nil, err
 	}
-	if err := j.c.startCoordinator(ctx); err != nil {
+	if err := j.c.StartCoordinator(ctx); err != nil {
 		return nil, fmt.Errorf("restart the coordinator: %w", err)
 	}
 	r.notes = append(r.notes, fmt.Sprintf("killed at step %d, restarted 1 s later", at.s.Step))
@@ -285,11 +283,11 @@ func killNode(ps bool) fault {
 		if err != nil {
 			return nil, err
 		}
-		p, err := j.c.node(name)
+		p, err := j.c.Node(name)
 		if err != nil {
 			return nil, err
 		}
-		p.kill()
+		p.Kill()
 		fault := time.Now()
 		r.notes = append(r.notes, fmt.Sprintf("killed %s at step %d (stage on %s, PS on %v)", name, at.s.Step, stageNodes(at.s), at.s.PS))
 		recovery := measureRecovery(j, r, at, fault)
@@ -314,16 +312,16 @@ func stopNode(ps bool) fault {
 		if err != nil {
 			return nil, err
 		}
-		p, err := j.c.node(name)
+		p, err := j.c.Node(name)
 		if err != nil {
 			return nil, err
 		}
-		if err := p.signal(syscall.SIGSTOP); err != nil {
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
 			return nil, err
 		}
 		fault := time.Now()
 		waitErr := pause(ctx, b.o.stopFor)
-		if err := p.signal(syscall.SIGCONT); err != nil {
+		if err := p.Signal(syscall.SIGCONT); err != nil {
 			return nil, err
 		}
 		if waitErr != nil {
@@ -342,7 +340,7 @@ func stopNode(ps bool) fault {
 			} else {
 				r.notes = append(r.notes, fmt.Sprintf("fenced %.1f s after the stop, resumed %.1f s after it", fence.Sub(fault).Seconds(), resumedAt.Sub(fault).Seconds()))
 			}
-			r.notes = append(r.notes, staleWrites(p.log, j.ckptDir, at.s.ID, final.ID, fence))
+			r.notes = append(r.notes, staleWrites(p.Log, j.ckptDir, at.s.ID, final.ID, fence))
 		}, nil
 	}
 }
@@ -539,4 +537,13 @@ func regenerated(samples []sample, at api.JobStatus, fault time.Time) (time.Time
 		}
 	}
 	return time.Time{}, false
+}
+
+// fullShares is n CPU shares of 1: nodes that are not throttled.
+func fullShares(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
 }

@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/daemon/api"
 )
+
+// errTimeout is wrapped by waits that ran past their deadline.
+var errTimeout = errors.New("deadline passed")
 
 // pollEvery is how often the watcher asks the coordinator for the job.
 const pollEvery = 100 * time.Millisecond
@@ -30,7 +35,7 @@ type watcher struct {
 }
 
 // watch starts polling job id on c until its chain ends or stop is called.
-func watch(ctx context.Context, c *cluster, id string) *watcher {
+func watch(ctx context.Context, c *loopback.Cluster, id string) *watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watcher{done: make(chan struct{}), stop: cancel}
 	w.wg.Go(func() {
@@ -38,7 +43,7 @@ func watch(ctx context.Context, c *cluster, id string) *watcher {
 		tick := time.NewTicker(pollEvery)
 		defer tick.Stop()
 		for {
-			if s, err := c.job(ctx, id); err == nil {
+			if s, err := c.Job(ctx, id); err == nil {
 				w.mu.Lock()
 				w.samples = append(w.samples, sample{at: time.Now(), s: s})
 				w.mu.Unlock()

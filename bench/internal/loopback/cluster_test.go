@@ -1,0 +1,22 @@
+package loopback
+
+import (
+	"testing"
+
+	"github.com/heterps/heterps/config"
+)
+
+func TestNodeFileCarriesTheCPUShare(t *testing.T) {
+	for _, share := range []float64{1, 0.33, 0.14} {
+		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", share))
+		if err != nil {
+			t.Fatalf("share %g: %v", share, err)
+		}
+		if n.CPUShare == nil || *n.CPUShare != share {
+			t.Errorf("share %g: node file has cpu_share %v", share, n.CPUShare)
+		}
+		if n.Name != "n0" || n.Type != "cpu-1t" || n.Units != 1 || n.Threads != 1 {
+			t.Errorf("share %g: node file is %+v, want n0 with one 1-thread unit of cpu-1t", share, n)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package loopback
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/heterps/heterps/config"
+)
+
+// Build builds heterps and heterpsd from the tree in the working directory
+// (the repository root) into dir and returns heterpsd's path.
+func Build(ctx context.Context, dir string) (string, error) {
+	heterpsd := filepath.Join(dir, "heterpsd")
+	for _, t := range []struct{ out, pkg string }{{filepath.Join(dir, "heterps"), "./tools/heterps"}, {heterpsd, "./daemon/cmd/heterpsd"}} {
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", t.out, t.pkg).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("go build %s (run this from the repository root): %w\n%s", t.pkg, err, out)
+		}
+	}
+	return heterpsd, nil
+}
+
+// Machine says when and where a benchmark runs: the time, the CPUs, the
+// load average, the Go version and the tree's commit.
+func Machine() string {
+	load, _ := os.ReadFile("/proc/loadavg")
+	fields := strings.Fields(string(load))
+	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	return fmt.Sprintf("%s; %d CPUs (%s), load avg %s; %s, heterps %s",
+		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), cpuModel(), strings.Join(fields[:min(3, len(fields))], " "),
+		runtime.Version(), strings.TrimSpace(string(commit)))
+}
+
+// cpuModel is the CPU's model name, if /proc/cpuinfo says.
+func cpuModel() string {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.SplitSeq(string(info), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+// Catalog is a catalog named name of one type, unit, with n units on n
+// nodes of one unit each (the addresses are only validated: nodes listen
+// where their node files say).
+func Catalog(name string, unit config.CatalogType, n int) *config.Catalog {
+	unit.MaxUnits = n
+	cat := &config.Catalog{Version: 1, Name: name, Types: []config.CatalogType{unit}}
+	for i := range n {
+		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
+			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
+	}
+	return cat
+}
