@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/bench/internal/loopback"
-	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 )
 
@@ -184,27 +183,8 @@ func failed(hl *levelResults, inter []*trace) bool {
 // prepare builds heterpsd, makes the catalog and finds the throughput
 // floor that plans the job on both units.
 func (b *bench) prepare(ctx context.Context) error {
-	var err error
-	if b.heterpsd, err = loopback.Build(ctx, b.dir); err != nil {
-		return err
-	}
-	base, err := config.LoadCatalog(b.o.catalog)
-	if err != nil {
-		return err
-	}
-	unit, ok := base.Type(unitType)
-	if !ok {
-		return fmt.Errorf("%s has no type %s", b.o.catalog, unitType)
-	}
-	cat := loopback.Catalog("batching", unit, replicas)
-	if b.catalog, err = cat.MarshalTOML(); err != nil {
-		return fmt.Errorf("catalog: %w", err)
-	}
-	model, err := config.LoadModel(modelName)
-	if err != nil {
-		return err
-	}
-	b.limit, err = planlimit.For(ctx, cat, model, modelName, dataSpec, replicas, b.o.batch, b.o.steps)
+	setup, err := loopback.Prepare(ctx, b.dir, b.o.catalog, unitType, "batching", modelName, dataSpec, replicas, replicas, b.o.batch, b.o.steps)
+	b.heterpsd, b.catalog, b.limit = setup.Heterpsd, setup.Catalog, setup.Limit
 	return err
 }
 

@@ -48,8 +48,6 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/bench/internal/loopback"
-	"github.com/heterps/heterps/bench/internal/planlimit"
-	"github.com/heterps/heterps/config"
 )
 
 const (
@@ -179,27 +177,8 @@ func run(ctx context.Context, o options) error {
 
 // prepare builds heterpsd, writes the catalog and finds the floor.
 func (b *bench) prepare(ctx context.Context) error {
-	var err error
-	if b.heterpsd, err = loopback.Build(ctx, b.dir); err != nil {
-		return err
-	}
-	base, err := config.LoadCatalog(b.o.catalog)
-	if err != nil {
-		return err
-	}
-	unit, ok := base.Type(unitType)
-	if !ok {
-		return fmt.Errorf("%s has no type %s", b.o.catalog, unitType)
-	}
-	cat := loopback.Catalog("chaos", unit, nodes)
-	if b.catalog, err = cat.MarshalTOML(); err != nil {
-		return fmt.Errorf("catalog: %w", err)
-	}
-	model, err := config.LoadModel(modelName)
-	if err != nil {
-		return err
-	}
-	b.limit, err = planlimit.For(ctx, cat, model, modelName, dataSpec, jobUnits, b.o.batch, b.o.steps)
+	setup, err := loopback.Prepare(ctx, b.dir, b.o.catalog, unitType, "chaos", modelName, dataSpec, nodes, jobUnits, b.o.batch, b.o.steps)
+	b.heterpsd, b.catalog, b.limit = setup.Heterpsd, setup.Catalog, setup.Limit
 	return err
 }
 

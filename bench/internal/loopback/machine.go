@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 )
 
@@ -62,4 +63,42 @@ func Catalog(name string, unit config.CatalogType, n int) *config.Catalog {
 			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
 	}
 	return cat
+}
+
+// Setup is what a benchmark's runs share: the daemon binary, the catalog
+// file's text and the throughput floor that plans the job on the units
+// wanted.
+type Setup struct {
+	Heterpsd string
+	Catalog  []byte
+	Limit    float64
+}
+
+// Prepare builds the binaries into dir, writes a catalog of nodes nodes of
+// catalogPath's type unitType, and finds the floor at which the exact plan
+// of the model on data puts one stage on jobUnits of them.
+func Prepare(ctx context.Context, dir, catalogPath, unitType, name, model, data string, nodes, jobUnits, batch, steps int) (Setup, error) {
+	var s Setup
+	var err error
+	if s.Heterpsd, err = Build(ctx, dir); err != nil {
+		return s, err
+	}
+	base, err := config.LoadCatalog(catalogPath)
+	if err != nil {
+		return s, err
+	}
+	unit, ok := base.Type(unitType)
+	if !ok {
+		return s, fmt.Errorf("%s has no type %s", catalogPath, unitType)
+	}
+	cat := Catalog(name, unit, nodes)
+	if s.Catalog, err = cat.MarshalTOML(); err != nil {
+		return s, fmt.Errorf("catalog: %w", err)
+	}
+	m, err := config.LoadModel(model)
+	if err != nil {
+		return s, err
+	}
+	s.Limit, err = planlimit.For(ctx, cat, m, model, data, jobUnits, batch, steps)
+	return s, err
 }
