@@ -68,7 +68,7 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		spent.Downstream += res.Downstream
 		spent.Push += res.Push
 		rate := meter.add(res.Samples)
-		stepSeconds := busy.add(res.Compute)
+		stepSeconds := busy.add(res.Compute, res.Samples)
 		a.setReport(ctx, t, func(r *api.TaskReport) {
 			r.Step, r.Loss, r.SamplesPerS, r.Batch, r.StepSeconds = step, res.Loss, rate, res.Samples, stepSeconds
 		})
@@ -233,18 +233,25 @@ func openData(s api.Task, cfg *config.Model) (data.Source, error) {
 
 // busyTime is a replica's compute time per step (forward, backward and
 // the loss, with the CPU-share throttle's sleep), as the batch controller
-// balances it: a mean over the last busyWindow steps. Input is left out:
-// stage 0's read-ahead also pulls the next rows, which waits for the
-// parameter servers' barrier, that is for the slowest replica.
+// balances it: a mean over the last busyWindow steps run at the current
+// batch (a new batch starts the window again, so that a resize is not
+// judged by the steps before it). Input is left out: stage 0's read-ahead
+// also pulls the next rows, which waits for the parameter servers'
+// barrier, that is for the slowest replica.
 type busyTime struct {
-	last [busyWindow]time.Duration
-	n    int
+	last  [busyWindow]time.Duration
+	n     int
+	batch int
 }
 
 const busyWindow = 8
 
-// add records a step's busy time and returns the window's mean, in seconds.
-func (b *busyTime) add(d time.Duration) float64 {
+// add records the busy time of a step of batch rows and returns the
+// window's mean, in seconds.
+func (b *busyTime) add(d time.Duration, batch int) float64 {
+	if batch != b.batch {
+		b.n, b.batch = 0, batch
+	}
 	b.last[b.n%busyWindow] = d
 	b.n++
 	var sum time.Duration

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -316,5 +317,21 @@ cpu_share = 0.25
 	}
 	if cfg.CPUShare != 0.25 {
 		t.Errorf("Config.CPUShare %g, want the file's 0.25", cfg.CPUShare)
+	}
+}
+
+// TestBusyTimeIsTheMeanAtTheCurrentBatch: the compute time a replica
+// reports is the mean of its last steps at its current batch; a new batch
+// starts the mean again.
+func TestBusyTimeIsTheMeanAtTheCurrentBatch(t *testing.T) {
+	var b busyTime
+	for i := range 20 {
+		b.add(time.Duration(i+1)*time.Millisecond, 64)
+	}
+	if got, want := b.add(21*time.Millisecond, 64), 0.0175; math.Abs(got-want) > 1e-12 { // steps 14..21
+		t.Errorf("mean of the last %d steps: %g s, want %g", busyWindow, got, want)
+	}
+	if got := b.add(100*time.Millisecond, 32); got != 0.1 {
+		t.Errorf("first step at a new batch: %g s, want 0.1 (the old batch's steps dropped)", got)
 	}
 }
