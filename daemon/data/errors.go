@@ -29,6 +29,17 @@ func (e *LineError) Error() string {
 // ExitStatus makes the CLI exit with status 2 (bad input data).
 func (e *LineError) ExitStatus() int { return ExitBadInput }
 
+// FileError is a data path the readers refuse: a directory, a device.
+type FileError struct {
+	Path   string
+	Reason string
+}
+
+func (e *FileError) Error() string { return e.Path + " " + e.Reason }
+
+// ExitStatus makes the CLI exit with status 2 (bad input data).
+func (e *FileError) ExitStatus() int { return ExitBadInput }
+
 // SpecError is a data spec the CLI cannot use, e.g. "criteo" without a path.
 type SpecError struct {
 	Spec   string

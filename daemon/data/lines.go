@@ -66,13 +66,13 @@ func openLines(path string) (*lineReader, error) {
 func checkFileMode(path string, mode fs.FileMode) error {
 	switch {
 	case mode.IsDir():
-		return fmt.Errorf("%s is a directory, want a data file", path)
+		return &FileError{Path: path, Reason: "is a directory, want a data file"}
 	case mode&fs.ModeCharDevice != 0:
-		return fmt.Errorf("%s is a character device, want a regular file or a FIFO", path)
+		return &FileError{Path: path, Reason: "is a character device, want a regular file or a FIFO"}
 	case mode&fs.ModeDevice != 0:
-		return fmt.Errorf("%s is a device, want a regular file or a FIFO", path)
+		return &FileError{Path: path, Reason: "is a device, want a regular file or a FIFO"}
 	case !mode.IsRegular() && mode&fs.ModeNamedPipe == 0:
-		return fmt.Errorf("%s is not a regular file or a FIFO (mode %v)", path, mode)
+		return &FileError{Path: path, Reason: fmt.Sprintf("is not a regular file or a FIFO (mode %v)", mode)}
 	}
 	return nil
 }

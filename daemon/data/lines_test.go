@@ -60,8 +60,9 @@ func TestDevicesAndDirectoriesAreRefused(t *testing.T) {
 			src.Close()
 			t.Fatalf("%s: opened", path)
 		}
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want %q", path, err, want)
+		var fe *FileError
+		if !strings.Contains(err.Error(), want) || !errors.As(err, &fe) || fe.ExitStatus() != ExitBadInput {
+			t.Errorf("%s: %v, want a *FileError saying %q (bad input, exit status 2)", path, err, want)
 		}
 	}
 }

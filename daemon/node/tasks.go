@@ -73,11 +73,12 @@ func permanent(err error) error {
 	return permanentError{err}
 }
 
-// isPermanent reports whether err is deterministic: marked so, or a
-// malformed line of the data.
+// isPermanent reports whether err is deterministic: marked so, a
+// malformed line of the data or a data path the readers refuse.
 func isPermanent(err error) bool {
 	var line *data.LineError
-	return errors.As(err, new(permanentError)) || errors.As(err, &line)
+	var file *data.FileError
+	return errors.As(err, new(permanentError)) || errors.As(err, &line) || errors.As(err, &file)
 }
 
 // reconcile makes the node run exactly the tasks of a heartbeat reply:
