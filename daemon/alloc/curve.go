@@ -251,7 +251,7 @@ func levenbergMarquardt(m model, d fitData, p []float64) []float64 {
 				next[k] = p[k] + step[k]
 			}
 			if s := sse(m, d, next); m.valid(next, d) && s < cur {
-				converged := (cur-s) <= 1e-12*cur
+				converged := (cur - s) <= 1e-12*cur
 				p, cur, improved = next, s, true
 				lambda = math.Max(lambda/10, 1e-9)
 				if converged {

@@ -33,7 +33,9 @@ func (m exponential) start(d fitData) ([]float64, bool) {
 	return best, best != nil
 }
 
-func (exponential) unscale(p []float64, s float64) [4]float64 { return [4]float64{p[0], p[1] / s, p[2]} }
+func (exponential) unscale(p []float64, s float64) [4]float64 {
+	return [4]float64{p[0], p[1] / s, p[2]}
+}
 
 // sublinear is 1/(a x² + b x + c) + d with a ≥ 0, c > 0 and the quadratic
 // positive and rising over the history.
