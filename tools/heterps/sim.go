@@ -352,7 +352,7 @@ func summarise(v []float64) (mean, p50, p95 float64) {
 }
 
 func printSim(w io.Writer, c simConfig, results []simResult) {
-	fmt.Fprintf(w, "%d jobs (synthetic curves standing in for the zoo models), %d cores, arrivals every %.0f s on average, %.0f s epochs, seed %d\n\n",
+	fmt.Fprintf(w, "%d jobs (synthetic curves standing in for the zoo models), %d cores, arrivals every %g s on average, %.0f s epochs, seed %d\n\n",
 		c.Jobs, c.Cores, c.ArrivalMean, c.Epoch, c.Seed)
 	var fair *simResult
 	for i := range results {
