@@ -281,3 +281,23 @@ func TestAllocateRejectsBadInput(t *testing.T) {
 		t.Error("job without step model accepted")
 	}
 }
+
+func TestSpeedScalesUnitsAndPriceDividesGains(t *testing.T) {
+	fast, slow := testJob("fast", 3, 1e-3, 0.5, 100), testJob("slow", 3, 1e-3, 0.5, 100)
+	fast.Speed = 2
+	st := states(t, []Job{fast, slow})
+	for u := 1; u <= 4; u++ {
+		if a, b := st[0].quality(u), st[1].quality(2*u); math.Abs(a-b) > 1e-12 {
+			t.Errorf("a unit at speed 2 should count as two: q(%d) = %v, slow q(%d) = %v", u, a, 2*u, b)
+		}
+	}
+	cheap, dear := testJob("cheap", 3, 1e-3, 0.5, 100), testJob("dear", 3, 1e-3, 0.5, 100)
+	dear.Price = 4
+	g, err := Allocate(QualityPerCost, []Job{cheap, dear}, 20, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g[0] <= g[1] {
+		t.Errorf("quality-per-cost gave cheap %d, dear %d; want cheap more", g[0], g[1])
+	}
+}
