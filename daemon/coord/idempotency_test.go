@@ -2,8 +2,12 @@ package coord
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -62,5 +66,36 @@ func TestRetriedSubmissionMakesOneJob(t *testing.T) {
 	}
 	if status, _ := post("short"); status != http.StatusBadRequest {
 		t.Errorf("malformed key: status %d", status)
+	}
+}
+
+// TestIdempotencyKeysSurviveARestart: a retry that reaches a restarted
+// coordinator gets the job the first try created.
+func TestIdempotencyKeysSurviveARestart(t *testing.T) {
+	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	key := api.NewIdempotencyKey()
+	submit := func() string {
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); c.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(ctrJob))
+		req.Header.Set("Content-Type", api.ContentTypeTOML)
+		req.Header.Set(api.IdempotencyKeyHeader, key)
+		rec := httptest.NewRecorder()
+		c.Handler().ServeHTTP(rec, req)
+		var r api.SubmitResponse
+		if rec.Code != http.StatusCreated || json.Unmarshal(rec.Body.Bytes(), &r) != nil {
+			t.Fatalf("submit: %d %s", rec.Code, rec.Body)
+		}
+		return r.JobID
+	}
+	first := submit()
+	if again := submit(); again != first {
+		t.Errorf("the retry after a restart made job %s; the first try made %s", again, first)
 	}
 }

@@ -26,9 +26,6 @@ func (c *Coordinator) save(j *job) func() error {
 	}
 	done := c.store.PutJob(j.record())
 	counters := c.store.PutCounters(store.Counters{LastJob: c.lastJob, LastNode: c.lastNode})
-	if j.idemKey != "" {
-		c.store.PutIdempotency(j.idemKey, store.Idempotency{JobID: j.id, At: j.submitted})
-	}
 	return func() error {
 		if err := <-done; err != nil {
 			return err
@@ -85,11 +82,6 @@ func (c *Coordinator) load() error {
 		c.jobs = append(c.jobs, j)
 		if r.IdempotencyKey != "" {
 			c.idem[r.IdempotencyKey] = j.id
-		}
-	}
-	for key, e := range st.Idempotency {
-		if _, ok := c.idem[key]; !ok && c.job(e.JobID) != nil {
-			c.idem[key] = e.JobID
 		}
 	}
 	c.log.Info("state loaded", "dir", c.cfg.StateDir, "jobs", len(c.jobs), "last_job", c.lastJob)
@@ -163,16 +155,13 @@ func (c *Coordinator) prune(now time.Time) {
 	c.jobs = kept
 }
 
-// forget drops j's record and idempotency key. c.mu is held.
+// forget drops j's record, and its idempotency key with it. c.mu is held.
 func (c *Coordinator) forget(j *job) {
 	if j.idemKey != "" {
 		delete(c.idem, j.idemKey)
 	}
 	if c.store != nil {
 		c.store.DeleteJob(j.id)
-		if j.idemKey != "" {
-			c.store.DeleteIdempotency(j.idemKey)
-		}
 	}
 }
 

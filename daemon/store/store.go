@@ -1,6 +1,6 @@
 // Package store keeps the coordinator's state — its jobs with their plans,
 // placements, task generations, checkpoints seen and restart chains, the id
-// counters and the submissions' idempotency keys — in an embedded bbolt
+// counters — in an embedded bbolt
 // database, so that a restarted coordinator carries on where it stopped.
 //
 // There is one write path: callers hand the store records (values, never
@@ -31,11 +31,10 @@ const FileName = "coordinator.db"
 var (
 	bucketJobs  = []byte("jobs")
 	bucketMeta  = []byte("meta")
-	bucketIdem  = []byte("idempotency")
 	keyLastJob  = []byte("last_job")
 	keyLastNode = []byte("last_node")
 	keyVersion  = []byte("version")
-	allBuckets  = [][]byte{bucketJobs, bucketMeta, bucketIdem}
+	allBuckets  = [][]byte{bucketJobs, bucketMeta}
 )
 
 // schemaVersion is written once; a database of another version is refused.
@@ -215,20 +214,6 @@ func (s *Store) PutCounters(c Counters) <-chan error {
 		write{bucket: bucketMeta, key: keyLastNode, value: u64(c.LastNode)})
 }
 
-// PutIdempotency records that the submission with key created job.
-func (s *Store) PutIdempotency(key string, e Idempotency) <-chan error {
-	v, err := json.Marshal(e)
-	if err != nil {
-		return failed(err)
-	}
-	return s.enqueue(write{bucket: bucketIdem, key: []byte(key), value: v})
-}
-
-// DeleteIdempotency forgets a key.
-func (s *Store) DeleteIdempotency(key string) <-chan error {
-	return s.enqueue(write{bucket: bucketIdem, key: []byte(key)})
-}
-
 func failed(err error) <-chan error {
 	c := make(chan error, 1)
 	c <- err
@@ -239,27 +224,17 @@ func failed(err error) <-chan error {
 // is an error naming its key: the coordinator refuses to start on state
 // it cannot read rather than silently dropping a job.
 func (s *Store) Load() (*State, error) {
-	st := &State{Idempotency: map[string]Idempotency{}}
+	st := &State{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		st.Counters.LastJob = fromU64(meta.Get(keyLastJob))
 		st.Counters.LastNode = fromU64(meta.Get(keyLastNode))
-		if err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 			var j Job
 			if err := json.Unmarshal(v, &j); err != nil {
 				return fmt.Errorf("job %q: %w", k, err)
 			}
 			st.Jobs = append(st.Jobs, j)
-			return nil
-		}); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketIdem).ForEach(func(k, v []byte) error {
-			var e Idempotency
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("idempotency key %q: %w", k, err)
-			}
-			st.Idempotency[string(k)] = e
 			return nil
 		})
 	})

@@ -47,13 +47,12 @@ func must(t *testing.T, c <-chan error) {
 func TestJobsAndCountersSurviveReopening(t *testing.T) {
 	s, dir := openTemp(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	j := Job{ID: "j7", Seq: 7, Source: "name = \"x\"", State: api.JobRunning, Generation: 3, Submitted: now,
+	j := Job{ID: "j7", Seq: 7, Source: "name = \"x\"", State: api.JobRunning, Generation: 3, Submitted: now, IdempotencyKey: "key-1",
 		Tasks:  []Task{{Spec: api.Task{TaskID: "j7.s0.r0", JobID: "j7", Role: api.RoleStage, Batch: 512}, Node: "n-a"}},
 		Latest: &api.CheckpointStatus{Step: 40, Dir: "/ck/step-0000000040"}}
 	must(t, s.PutJob(Job{ID: "j9", Seq: 9, State: api.JobPending, Submitted: now}))
 	must(t, s.PutJob(j))
 	must(t, s.PutCounters(Counters{LastJob: 9, LastNode: 4}))
-	must(t, s.PutIdempotency("key-1", Idempotency{JobID: "j7", At: now}))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +67,8 @@ func TestJobsAndCountersSurviveReopening(t *testing.T) {
 	if got.Generation != 3 || got.Tasks[0].Node != "n-a" || got.Tasks[0].Spec.Batch != 512 || got.Latest.Step != 40 || !got.Submitted.Equal(now) {
 		t.Errorf("job read back as %+v", got)
 	}
-	if st.Idempotency["key-1"].JobID != "j7" {
-		t.Errorf("idempotency %+v", st.Idempotency)
+	if got.IdempotencyKey != "key-1" {
+		t.Errorf("idempotency key %q, want key-1", got.IdempotencyKey)
 	}
 }
 

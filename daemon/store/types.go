@@ -10,9 +10,8 @@ import (
 
 // State is everything Load reads.
 type State struct {
-	Counters    Counters
-	Jobs        []Job // in submission order
-	Idempotency map[string]Idempotency
+	Counters Counters
+	Jobs     []Job // in submission order
 }
 
 // Counters are the last ids handed out, so that ids stay unique across
@@ -20,12 +19,6 @@ type State struct {
 type Counters struct {
 	LastJob  uint64 `json:"last_job"`
 	LastNode uint64 `json:"last_node"`
-}
-
-// Idempotency is the job a submission with an idempotency key created.
-type Idempotency struct {
-	JobID string    `json:"job_id"`
-	At    time.Time `json:"at"`
 }
 
 // Job is a job's durable record: what is needed to resume it after a
@@ -60,6 +53,8 @@ type Job struct {
 	FailedAt  time.Time `json:"failed_at,omitzero"`
 	NotBefore time.Time `json:"not_before,omitzero"`
 
+	// IdempotencyKey is the key its submission carried: a repeat of it
+	// gets this job.
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Submitted      time.Time `json:"submitted"`
 	Started        time.Time `json:"started,omitzero"`
