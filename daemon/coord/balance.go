@@ -3,7 +3,6 @@ package coord
 import (
 	"encoding/json"
 	"slices"
-	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
@@ -120,7 +119,7 @@ func minBatches(n, min int) []int {
 
 // balanceJobs feeds the dynamic controllers the replicas' latest step
 // times and resizes the stages they rebalance. c.mu is held.
-func (c *Coordinator) balanceJobs(now time.Time) {
+func (c *Coordinator) balanceJobs() {
 	for _, j := range c.jobs {
 		if j.balance != nil && j.balance.ctl != nil && canResize(j) == "" {
 			c.balance(j)

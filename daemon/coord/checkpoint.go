@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -49,10 +48,10 @@ func resolveRestore(path string) (api.CheckpointStatus, error) {
 	} else if !errors.Is(err, ckpt.ErrNoManifest) {
 		return api.CheckpointStatus{}, err
 	}
-	if _, err := os.ReadDir(path); err != nil {
-		return api.CheckpointStatus{}, fmt.Errorf("ckpt: %w", err)
+	cands, err := chainCheckpoints(path, nil, -1)
+	if err != nil {
+		return api.CheckpointStatus{}, err
 	}
-	cands := chainCheckpoints(path, nil, -1)
 	if len(cands) == 0 {
 		return api.CheckpointStatus{}, fmt.Errorf("ckpt: %s: %w", path, ckpt.ErrNoCheckpoint)
 	}

@@ -182,7 +182,7 @@ func (c *Coordinator) reap(now time.Time) {
 	}
 	c.checkAdoptions(now)
 	c.checkFinalCheckpoints(now)
-	c.balanceJobs(now)
+	c.balanceJobs()
 	c.pruneNodes(now)
 }
 

@@ -89,7 +89,11 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 	waitedBefore := j.state == api.JobQueued
 	j.state, j.stopPlan = api.JobPlanning, stop
 	changes := c.changes
-	cl, all := c.cluster(j, true), c.cluster(j, false)
+	cl := c.cluster(j, true)
+	all := cl
+	if len(j.suspects) > 0 {
+		all = c.cluster(j, false)
+	}
 	verified := j.verified
 	c.mu.Unlock()
 

@@ -197,7 +197,7 @@ func (j *job) nextSuspects(now time.Time, d time.Duration) []store.Suspect {
 // falling back to older ones and last to known (the newest the coordinator
 // completed itself). nil means none: start from the beginning.
 func newestVerified(root string, chain map[string]bool, known *api.CheckpointStatus, steps int64) (*api.CheckpointStatus, error) {
-	cands := chainCheckpoints(root, chain, steps)
+	cands, _ := chainCheckpoints(root, chain, steps) // an unreadable root leaves the known one
 	if known != nil && !slices.ContainsFunc(cands, func(c api.CheckpointStatus) bool { return c.Dir == known.Dir }) {
 		cands = append(cands, *known)
 		slices.SortFunc(cands, func(a, b api.CheckpointStatus) int { return cmp.Compare(b.Step, a.Step) })
@@ -219,13 +219,13 @@ func newestVerified(root string, chain map[string]bool, known *api.CheckpointSta
 // chainCheckpoints lists the step directories under root whose manifest
 // names a job of chain (any, if chain is nil) and a step before steps (if
 // steps > 0), newest first.
-func chainCheckpoints(root string, chain map[string]bool, steps int64) []api.CheckpointStatus {
+func chainCheckpoints(root string, chain map[string]bool, steps int64) ([]api.CheckpointStatus, error) {
 	if root == "" {
-		return nil
+		return nil, nil
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("ckpt: %w", err)
 	}
 	var out []api.CheckpointStatus
 	for _, e := range entries {
@@ -240,5 +240,5 @@ func chainCheckpoints(root string, chain map[string]bool, steps int64) []api.Che
 		out = append(out, api.CheckpointStatus{Step: m.Step, Dir: dir})
 	}
 	slices.SortFunc(out, func(a, b api.CheckpointStatus) int { return cmp.Compare(b.Step, a.Step) })
-	return out
+	return out, nil
 }
