@@ -272,18 +272,25 @@ func victim(s api.JobStatus, ps bool) (string, error) {
 	return "", fmt.Errorf("every node of stage 0 (%v) holds a PS shard (%v)", s.Stages[0].Nodes, s.PS)
 }
 
+// victimAtFault waits for the fault point and picks the node to hit: the
+// PS shard's or a stage replica's.
+func (b *bench) victimAtFault(ctx context.Context, j *jobRun, ps bool) (sample, string, *loopback.Proc, error) {
+	if _, err := b.atFaultPoint(ctx, j); err != nil {
+		return sample{}, "", nil, err
+	}
+	at, _ := j.w.last()
+	name, err := victim(at.s, ps)
+	if err != nil {
+		return sample{}, "", nil, err
+	}
+	p, err := j.c.Node(name)
+	return at, name, p, err
+}
+
 // killNode kills a node with SIGKILL: the PS shard's or a stage replica's.
 func killNode(ps bool) fault {
 	return func(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
-		if _, err := b.atFaultPoint(ctx, j); err != nil {
-			return nil, err
-		}
-		at, _ := j.w.last()
-		name, err := victim(at.s, ps)
-		if err != nil {
-			return nil, err
-		}
-		p, err := j.c.Node(name)
+		at, name, p, err := b.victimAtFault(ctx, j, ps)
 		if err != nil {
 			return nil, err
 		}
@@ -304,15 +311,7 @@ func killNode(ps bool) fault {
 // lets it go on with SIGCONT.
 func stopNode(ps bool) fault {
 	return func(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
-		if _, err := b.atFaultPoint(ctx, j); err != nil {
-			return nil, err
-		}
-		at, _ := j.w.last()
-		name, err := victim(at.s, ps)
-		if err != nil {
-			return nil, err
-		}
-		p, err := j.c.Node(name)
+		at, name, p, err := b.victimAtFault(ctx, j, ps)
 		if err != nil {
 			return nil, err
 		}
