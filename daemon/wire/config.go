@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ type Config struct {
 	// Plain turns authentication off. It is refused unless both ends of
 	// every connection are loopback addresses.
 	Plain bool
+	// TLS, if set, runs every connection in mutual TLS 1.3 (LoadTLS); the
+	// certificates then authenticate the peers and Secret is not needed.
+	TLS *tls.Config
 
 	// MaxPayload bounds a frame's payload; default and ceiling HardMaxPayload.
 	MaxPayload int
@@ -68,7 +72,10 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkNodeID(c.NodeID); err != nil {
 		return c, err
 	}
-	if !c.Plain && len(c.Secret) < MinSecretLen {
+	if c.Plain && c.TLS != nil {
+		return c, errors.New("wire: config: plain mode and TLS exclude each other")
+	}
+	if !c.Plain && c.TLS == nil && len(c.Secret) < MinSecretLen {
 		return c, fmt.Errorf("wire: config: cluster secret is %d bytes, need at least %d (or plain mode on loopback)", len(c.Secret), MinSecretLen)
 	}
 	if c.MaxPayload < 0 || c.MaxPayload > HardMaxPayload {

@@ -48,6 +48,7 @@ const (
 	roleListener byte = 2
 	modeHMAC     byte = 1
 	modePlain    byte = 2
+	modeTLS      byte = 3 // inside mutual TLS: the certificates authenticated both ends
 
 	nonceSize           = 32
 	helloFixed          = 4 + nonceSize
@@ -77,7 +78,7 @@ func parseHello(b []byte) (hello, error) {
 	if h.role != roleDialer && h.role != roleListener {
 		return hello{}, decodeErr(part, ErrMalformed, "unknown role %d", h.role)
 	}
-	if h.mode != modeHMAC && h.mode != modePlain {
+	if h.mode != modeHMAC && h.mode != modePlain && h.mode != modeTLS {
 		return hello{}, decodeErr(part, ErrMalformed, "unknown mode %d", h.mode)
 	}
 	if b[3] != 0 {
@@ -95,8 +96,11 @@ func parseHello(b []byte) (hello, error) {
 }
 
 func modeName(m byte) string {
-	if m == modePlain {
+	switch m {
+	case modePlain:
 		return "plain"
+	case modeTLS:
+		return "TLS"
 	}
 	return "HMAC"
 }
@@ -207,8 +211,11 @@ func handshake(ctx context.Context, nc net.Conn, cfg *Config, role byte, wantPee
 
 func newHello(cfg *Config, role byte) hello {
 	h := hello{role: role, mode: modeHMAC, node: cfg.NodeID}
-	if cfg.Plain {
+	switch {
+	case cfg.Plain:
 		h.mode = modePlain
+	case cfg.TLS != nil:
+		h.mode = modeTLS
 	}
 	rand.Read(h.nonce[:])
 	return h
@@ -229,7 +236,7 @@ func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
 	if wantPeer != "" && l.node != wantPeer {
 		return "", fmt.Errorf("%w: dialled %q but the listener is %q", ErrAuth, wantPeer, l.node)
 	}
-	if d.mode == modePlain {
+	if d.mode != modeHMAC {
 		return l.node, nil
 	}
 	if err := f.writeSmall(MsgProof, proof(cfg.Secret, roleDialer, &d, &l)); err != nil {
@@ -272,7 +279,7 @@ func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline tim
 	if d.mode != l.mode {
 		return "", fmt.Errorf("%w: dialer %q uses %s mode, this node %s", ErrAuth, d.node, modeName(d.mode), modeName(l.mode))
 	}
-	if l.mode == modePlain {
+	if l.mode != modeHMAC {
 		return d.node, nil
 	}
 	got, err := f.readHandshake(MsgProof)

@@ -27,6 +27,14 @@ func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn,
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
 	}
+	if cfg.TLS != nil {
+		tc, err := tlsClient(ctx, nc, &cfg, addr)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
 	peer, fr, err := handshake(ctx, nc, &cfg, roleDialer, wantPeer)
 	if err != nil {
 		nc.Close()
@@ -146,7 +154,18 @@ func (l *Listener) acceptLoop() {
 // the connection to Accept.
 func (l *Listener) authenticate(pc *pendingConn) {
 	nc := pc.nc
-	peer, fr, err := handshake(l.ctx, nc, &l.cfg, roleListener, "")
+	var peer string
+	var fr *framer
+	var err error
+	if l.cfg.TLS != nil {
+		var tc net.Conn
+		if tc, err = tlsServer(l.ctx, nc, &l.cfg); err == nil {
+			nc = tc
+		}
+	}
+	if err == nil {
+		peer, fr, err = handshake(l.ctx, nc, &l.cfg, roleListener, "")
+	}
 	evicted := l.pending.done(pc)
 	if evicted && err == nil {
 		err = errors.New("wire: handshake: dropped to make room for newer ones") // its socket is being closed

@@ -7,7 +7,13 @@ import "log/slog"
 // (heterps profile's transfer times, the bandwidth benchmark). The caller
 // closes both.
 func LoopbackPair(secret []byte, logger *slog.Logger) (a, b *TCPTransport, err error) {
-	cfg := func(id string) Config { return Config{NodeID: id, Secret: secret, Logger: logger} }
+	return LoopbackPairWith(Config{Secret: secret, Logger: logger})
+}
+
+// LoopbackPairWith is LoopbackPair with base's settings (its NodeID
+// replaced by "a" and "b"), e.g. TLS instead of a secret.
+func LoopbackPairWith(base Config) (a, b *TCPTransport, err error) {
+	cfg := func(id string) Config { c := base; c.NodeID = id; return c }
 	if b, err = NewTCPTransport("127.0.0.1:0", cfg("b")); err != nil {
 		return nil, nil, err
 	}

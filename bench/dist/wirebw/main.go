@@ -11,6 +11,8 @@
 //	           which the receiver decodes into one reused []float32
 //	wire view  the same, but the receiver uses the tensor in place
 //	           (Float32View) instead of copying it out
+//	wire TLS   wire copy over mutual TLS 1.3 (certificates of a cluster CA
+//	           made for the run) instead of the HMAC handshake
 //
 // Receivers release each message after use, so frames are recycled. MB/s
 // counts tensor bytes (1 MB = 1e6 bytes). It prints a table and asserts
@@ -30,6 +32,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/daemon/wire/pki"
 	"github.com/heterps/heterps/internal/cpuprof"
 )
 
@@ -64,9 +67,14 @@ func run(budget, rounds int) error {
 		return err
 	}
 	defer w.close()
+	wt, err := newTLSPair()
+	if err != nil {
+		return err
+	}
+	defer wt.close()
 
 	start := time.Now()
-	fmt.Printf("%8s %10s %10s %6s %10s %6s\n", "size", "raw MB/s", "wire copy", "ratio", "wire view", "ratio")
+	fmt.Printf("%8s %10s %10s %6s %10s %6s %10s %6s %8s\n", "size", "raw MB/s", "wire copy", "ratio", "wire view", "ratio", "wire TLS", "ratio", "TLS/copy")
 	for _, size := range sizes {
 		count := max(4, budget/size)
 		// Warm up every path (buffers, pools, TCP windows) untimed.
@@ -78,7 +86,10 @@ func run(budget, rounds int) error {
 				return err
 			}
 		}
-		var bestRaw, bestCopy, bestView time.Duration
+		if _, err := wt.transfer(ctx, size, 2, false); err != nil {
+			return err
+		}
+		var bestRaw, bestCopy, bestView, bestTLS time.Duration
 		for range rounds {
 			d, err := raw.transfer(size, count)
 			if err != nil {
@@ -93,9 +104,14 @@ func run(budget, rounds int) error {
 				return err
 			}
 			bestView = best(bestView, d)
+			if d, err = wt.transfer(ctx, size, count, false); err != nil {
+				return err
+			}
+			bestTLS = best(bestTLS, d)
 		}
-		rawMBs, copyMBs, viewMBs := mbps(size*count, bestRaw), mbps(size*count, bestCopy), mbps(size*count, bestView)
-		fmt.Printf("%8s %10.0f %10.0f %6.2f %10.0f %6.2f\n", human(size), rawMBs, copyMBs, copyMBs/rawMBs, viewMBs, viewMBs/rawMBs)
+		rawMBs, copyMBs, viewMBs, tlsMBs := mbps(size*count, bestRaw), mbps(size*count, bestCopy), mbps(size*count, bestView), mbps(size*count, bestTLS)
+		fmt.Printf("%8s %10.0f %10.0f %6.2f %10.0f %6.2f %10.0f %6.2f %8.2f\n", human(size), rawMBs, copyMBs, copyMBs/rawMBs,
+			viewMBs, viewMBs/rawMBs, tlsMBs, tlsMBs/rawMBs, tlsMBs/copyMBs)
 	}
 	fmt.Printf("(%d rounds per size, best of each; %v in all)\n", rounds, time.Since(start).Round(time.Millisecond))
 	return nil
@@ -186,6 +202,41 @@ func newWirePair() (*wirePair, error) {
 	rand.Read(secret)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	a, b, err := wire.LoopbackPair(secret, quiet)
+	if err != nil {
+		return nil, err
+	}
+	return &wirePair{a: a, b: b}, nil
+}
+
+// newTLSPair is a wirePair over mutual TLS with a CA made for the run.
+func newTLSPair() (*wirePair, error) {
+	dir, err := os.MkdirTemp("", "wirebw-tls")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ca, err := pki.NewCA("wirebw", time.Now(), time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := pki.Issue(ca, "loopback", []string{"127.0.0.1"}, time.Now(), time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	caPath, _, err := pki.Write(ca, dir, "ca")
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := pki.Write(pair, dir, "loopback")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := wire.LoadTLS(cert, key, caPath)
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, b, err := wire.LoopbackPairWith(wire.Config{TLS: cfg, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
