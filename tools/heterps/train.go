@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
@@ -375,8 +375,7 @@ type progress struct {
 func newProgress(w io.Writer, total int) *progress {
 	p := &progress{w: w, total: total}
 	if f, ok := w.(*os.File); ok {
-		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		p.terminal = err == nil
+		p.terminal = term.IsTerminal(int(f.Fd()))
 	}
 	return p
 }
