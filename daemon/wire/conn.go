@@ -163,6 +163,7 @@ func (c *Conn) Send(ctx context.Context, stream uint32, m *Message) error {
 		return c.closedErr()
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
+	c.cfg.Metrics.frameSent(HeaderSize + p.size)
 	return nil
 }
 
@@ -274,6 +275,7 @@ func (c *Conn) readMessage() (*MessageView, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.cfg.Metrics.frameReceived(HeaderSize + int(h.Length))
 	switch {
 	case h.Type == MsgPing && h.Stream == 0 && h.Length == 0:
 		return nil, nil
