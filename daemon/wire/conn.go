@@ -275,7 +275,6 @@ func (c *Conn) readMessage() (*MessageView, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.cfg.Metrics.frameReceived(HeaderSize + int(h.Length))
 	switch {
 	case h.Type == MsgPing && h.Stream == 0 && h.Length == 0:
 		return nil, nil
@@ -284,6 +283,7 @@ func (c *Conn) readMessage() (*MessageView, error) {
 	case h.Type < MsgData || h.Stream == 0:
 		return nil, decodeErr("frame", ErrMalformed, "unexpected %s on stream %d after the handshake", h.Type, h.Stream)
 	}
+	c.cfg.Metrics.frameReceived(HeaderSize + int(h.Length))
 	m, err := DecodeMessage(h.Type, payload, c.cfg.MaxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)

@@ -39,13 +39,13 @@ var rejectReasons = []string{RejectBadMAC, RejectModeMismatch, RejectTimeout, Re
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_wire_sent_bytes_total",
-			Help: "Bytes of data-plane frames (header and payload) written after the handshake."}),
+			Help: "Bytes of data-plane message frames (header and payload) written after the handshake; pings and goodbyes are left out."}),
 		bytesReceived: prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_wire_received_bytes_total",
-			Help: "Bytes of data-plane frames (header and payload) read after the handshake."}),
+			Help: "Bytes of data-plane message frames (header and payload) read after the handshake; pings and goodbyes are left out."}),
 		framesSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_wire_sent_frames_total",
 			Help: "Data-plane message frames written after the handshake."}),
 		framesReceived: prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_wire_received_frames_total",
-			Help: "Data-plane frames read after the handshake (pings and goodbyes included)."}),
+			Help: "Data-plane message frames read after the handshake."}),
 		handshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "heterps_wire_handshake_failures_total",
 			Help: "Connections a listener rejected before or during the handshake, by reason."}, []string{"reason"}),
 	}
