@@ -13,7 +13,8 @@ import (
 // The coordinator's metrics are read from its jobs and nodes under c.mu
 // when Prometheus scrapes (coordCollector), never updated on the request
 // or heartbeat paths; a job or node the coordinator forgets has no series
-// from the next scrape on. Labels are ids (job, stage, replica, node), all
+// from the next scrape on. Labels are ids (job_id, stage, replica, node),
+// job_id rather than job, which Prometheus gives every target; all
 // bounded by what the coordinator keeps (Config.KeepFinished,
 // Config.DeadNodeRetention).
 
@@ -39,26 +40,26 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	jobsDesc       = desc("heterps_jobs", "Jobs the coordinator keeps, by state.", "state")
-	jobStateDesc   = desc("heterps_job_state", "1 for the job's current state.", "job", "state")
-	jobStepDesc    = desc("heterps_job_step", "The fewest steps any stage replica of the job has completed.", "job")
-	jobStepsDesc   = desc("heterps_job_target_steps", "The step the job trains to.", "job")
+	jobStateDesc   = desc("heterps_job_state", "1 for the job's current state.", "job_id", "state")
+	jobStepDesc    = desc("heterps_job_step", "The fewest steps any stage replica of the job has completed.", "job_id")
+	jobStepsDesc   = desc("heterps_job_target_steps", "The step the job trains to.", "job_id")
 	jobSamplesDesc = desc("heterps_job_trained_samples_total",
-		"Samples the job has trained on since it started (steps past its restored checkpoint times the global batch).", "job")
-	jobLossDesc   = desc("heterps_job_loss", "The mean training loss the last stage's replicas reported.", "job")
-	jobRateDesc   = desc("heterps_job_samples_per_second", "The job's measured throughput: its slowest stage's.", "job")
-	jobCostDesc   = desc("heterps_job_cost", "What the job has cost so far, in the catalog's price unit.", "job")
-	jobRestarts   = desc("heterps_job_restarts", "Automatic restarts in the job's chain before it.", "job")
-	jobGeneration = desc("heterps_job_generation", "The job's generation: placements and elastic resizes.", "job")
+		"Samples the job has trained on since it started (steps past its restored checkpoint times the global batch).", "job_id")
+	jobLossDesc   = desc("heterps_job_loss", "The mean training loss the last stage's replicas reported.", "job_id")
+	jobRateDesc   = desc("heterps_job_samples_per_second", "The job's measured throughput: its slowest stage's.", "job_id")
+	jobCostDesc   = desc("heterps_job_cost", "What the job has cost so far, in the catalog's price unit.", "job_id")
+	jobRestarts   = desc("heterps_job_restarts", "Automatic restarts in the job's chain before it.", "job_id")
+	jobGeneration = desc("heterps_job_generation", "The job's generation: placements and elastic resizes.", "job_id")
 	stagePredDesc = desc("heterps_job_stage_predicted_throughput_samples_per_second",
-		"The plan's throughput for the stage.", "job", "stage")
+		"The plan's throughput for the stage.", "job_id", "stage")
 	stageMeasDesc = desc("heterps_job_stage_measured_throughput_samples_per_second",
-		"The stage's measured throughput: the sum of its replicas'.", "job", "stage")
-	replicaBatchDesc = desc("heterps_job_replica_batch_size", "The batch b_k the replica is assigned.", "job", "stage", "replica")
+		"The stage's measured throughput: the sum of its replicas'.", "job_id", "stage")
+	replicaBatchDesc = desc("heterps_job_replica_batch_size", "The batch b_k the replica is assigned.", "job_id", "stage", "replica")
 	replicaStepDesc  = desc("heterps_job_replica_step_seconds",
-		"The replica's compute time per step t_k, as the batch controller sees it.", "job", "stage", "replica")
+		"The replica's compute time per step t_k, as the batch controller sees it.", "job_id", "stage", "replica")
 	replicaRateDesc = desc("heterps_job_replica_throughput_samples_per_second",
-		"The replica's throughput X_k = b_k / t_k at the batch it measured t_k at.", "job", "stage", "replica")
-	adjustmentsDesc = desc("heterps_job_batching_adjustments_total", "Batch splits the dynamic batching controller has changed.", "job")
+		"The replica's throughput X_k = b_k / t_k at the batch it measured t_k at.", "job_id", "stage", "replica")
+	adjustmentsDesc = desc("heterps_job_batching_adjustments_total", "Batch splits the dynamic batching controller has changed.", "job_id")
 	nodesDesc       = desc("heterps_nodes", "Nodes the coordinator lists, by state.", "state")
 	heartbeatDesc   = desc("heterps_node_heartbeat_age_seconds", "Time since a live node's last heartbeat.", "node", "node_id")
 )

@@ -84,7 +84,7 @@ func TestMetricsFollowJobsAndForgetThem(t *testing.T) {
 		t.Error("no heartbeat ages")
 	}
 	first := tc.submit(ctrJob)
-	job := map[string]string{"job": first}
+	job := map[string]string{"job_id": first}
 	var step, samples float64
 	waitFor(t, "a step", func() bool {
 		step = one(t, reg, "heterps_job_step", job)
@@ -97,7 +97,7 @@ func TestMetricsFollowJobsAndForgetThem(t *testing.T) {
 	if n := len(series(t, reg, "heterps_job_replica_batch_size", job)); n < len(plan.Stages) {
 		t.Errorf("%d replica batch series for %d stages", n, len(plan.Stages))
 	}
-	if one(t, reg, "heterps_job_stage_predicted_throughput_samples_per_second", map[string]string{"job": first, "stage": "0"}) <= 0 {
+	if one(t, reg, "heterps_job_stage_predicted_throughput_samples_per_second", map[string]string{"job_id": first, "stage": "0"}) <= 0 {
 		t.Error("no predicted throughput for stage 0")
 	}
 	if s := tc.waitJob(first); s.State != "done" {
@@ -107,7 +107,7 @@ func TestMetricsFollowJobsAndForgetThem(t *testing.T) {
 		t.Errorf("trained samples did not move: %v then %v", samples, got)
 	}
 	if one(t, reg, "heterps_jobs", map[string]string{"state": "done"}) != 1 ||
-		one(t, reg, "heterps_job_state", map[string]string{"job": first, "state": "done"}) != 1 {
+		one(t, reg, "heterps_job_state", map[string]string{"job_id": first, "state": "done"}) != 1 {
 		t.Error("the done job does not count as done")
 	}
 
@@ -122,13 +122,13 @@ func TestMetricsFollowJobsAndForgetThem(t *testing.T) {
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "job" && l.GetValue() == first {
+				if l.GetName() == "job_id" && l.GetValue() == first {
 					t.Errorf("forgotten job %s still has %s", first, mf.GetName())
 				}
 			}
 		}
 	}
-	if len(series(t, reg, "heterps_job_step", map[string]string{"job": second})) != 1 {
+	if len(series(t, reg, "heterps_job_step", map[string]string{"job_id": second})) != 1 {
 		t.Error("the kept job has no step series")
 	}
 }

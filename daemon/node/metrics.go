@@ -92,11 +92,11 @@ var (
 	registeredDesc = prometheus.NewDesc("heterps_node_registered",
 		"1 while the node is registered with the coordinator, else 0.", nil, nil)
 	taskStepDesc = prometheus.NewDesc("heterps_node_task_step",
-		"The last step a stage replica on this node completed.", []string{"job", "stage", "replica"}, nil)
+		"The last step a stage replica on this node completed.", []string{"job_id", "stage", "replica"}, nil)
 	shardRowsDesc = prometheus.NewDesc("heterps_ps_shard_rows",
-		"Embedding table rows a parameter-server shard on this node holds.", []string{"job", "shard"}, nil)
+		"Embedding table rows a parameter-server shard on this node holds.", []string{"job_id", "shard"}, nil)
 	shardBytesDesc = prometheus.NewDesc("heterps_ps_shard_bytes",
-		"Memory a parameter-server shard on this node holds against its budget: blocks with optimiser state and table rows.", []string{"job", "shard"}, nil)
+		"Memory a parameter-server shard on this node holds against its budget: blocks with optimiser state and table rows.", []string{"job_id", "shard"}, nil)
 )
 
 // agentCollector reads the agent's tasks and shards at scrape time.

@@ -118,11 +118,11 @@ func scrape(t *testing.T, metricsURL string) map[string]*dto.MetricFamily {
 }
 
 // total adds up a family's values (counts, for histograms), over series
-// whose job label is job ("": any).
+// whose job_id label is job ("": any).
 func total(fams map[string]*dto.MetricFamily, name, job string) float64 {
 	sum := 0.0
 	for _, m := range fams[name].GetMetric() {
-		if job != "" && !hasLabel(m, "job", job) {
+		if job != "" && !hasLabel(m, "job_id", job) {
 			continue
 		}
 		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
