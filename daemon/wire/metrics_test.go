@@ -113,3 +113,21 @@ type errTimeout struct{}
 func (errTimeout) Error() string   { return "i/o timeout" }
 func (errTimeout) Timeout() bool   { return true }
 func (errTimeout) Temporary() bool { return true }
+
+// TestMetricsCountEvictedHandshakes: a connection dropped, pending, to make
+// room for a newer one from its host counts as evicted.
+func TestMetricsCountEvictedHandshakes(t *testing.T) {
+	checkLeaks(t)
+	m := newTestMetrics(t)
+	cfg := testConfig("server", &logSink{})
+	cfg.HandshakeTimeout, cfg.HelloTimeout, cfg.Metrics = time.Minute, time.Minute, m
+	srv := startEcho(t, cfg)
+	openIdle(t, srv.addr(), maxHandshakesPerHost, nil)
+	waitPending(t, srv.ln, maxHandshakesPerHost)
+	time.Sleep(evictAfter + 100*time.Millisecond) // only handshakes pending this long are evicted
+	openIdle(t, srv.addr(), 1, nil)
+	waitCount(t, m.handshakeFailures.WithLabelValues(RejectEvicted), 1, "evicted")
+	if got := testutil.ToFloat64(m.handshakeFailures.WithLabelValues(RejectTimeout)); got != 0 {
+		t.Errorf("%v timeouts, want 0", got)
+	}
+}
