@@ -159,7 +159,7 @@ func (c *Coordinator) balance(j *job) {
 	}
 	b.adjustments++
 	from := c.resize(j, ids, next)
-	c.log.Info("job rebalanced", "id", j.id, "replicas", ids, "batches", next, "from_step", from, "seconds", seconds)
+	c.log.Info("job rebalanced", "job", j.id, "replicas", ids, "batches", next, "from_step", from, "seconds", seconds)
 }
 
 // status is the batching part of a job's status. c.mu is held.

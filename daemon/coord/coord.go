@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -131,6 +132,7 @@ type Coordinator struct {
 	// the queue only when it moved.
 	changes uint64
 	started time.Time
+	serving atomic.Bool // Serve is serving the API (Ready)
 }
 
 // New makes a coordinator for a validated catalog. With a StateDir it
@@ -205,6 +207,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { _ = c.Run(runCtx) })
 	served := make(chan error, 1)
 	wg.Go(func() { served <- srv.Serve(ln) })
+	c.serving.Store(true)
 	var err error
 	select {
 	case err = <-served:
@@ -216,6 +219,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 		cancel()
 		err = <-served
 	}
+	c.serving.Store(false)
 	stop()
 	wg.Wait()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -70,7 +70,7 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
 		batches[i] = r.batch
 	}
 	from := c.resize(j, members, batches)
-	c.log.Warn("job goes on without the replicas of a dead node", "id", j.id, "node", n.describe(), "replicas", members,
+	c.log.Warn("job goes on without the replicas of a dead node", "job", j.id, "node", n.req.Name, "node_id", n.id, "replicas", members,
 		"batches", batches, "from_step", from)
 	return true
 }
@@ -148,6 +148,6 @@ func (c *Coordinator) patch(id string, req api.ResizeRequest) (api.JobStatus, er
 		}
 	}
 	from := c.resize(j, req.Replicas, req.Batches)
-	c.log.Info("job resized", "id", id, "replicas", req.Replicas, "batches", req.Batches, "from_step", from, "generation", j.gen)
+	c.log.Info("job resized", "job", id, "replicas", req.Replicas, "batches", req.Batches, "from_step", from, "generation", j.gen)
 	return c.status(j, time.Now()), nil
 }

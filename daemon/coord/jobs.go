@@ -154,7 +154,7 @@ func (c *Coordinator) enqueue(j *job) error {
 	}
 	c.jobs = append(c.jobs, j)
 	jf := j.file
-	c.log.Info("job submitted", "id", j.id, "name", jf.Name, "model", jf.Model, "method", jf.Method, "restart_of", j.restartOf)
+	c.log.Info("job submitted", "job", j.id, "name", jf.Name, "model", jf.Model, "method", jf.Method, "restart_of", j.restartOf)
 	c.wake()
 	return nil
 }
@@ -311,7 +311,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n, nodeName: n.req.Name})
 		j.hourly += c.price(j.plan.PSType)
 	}
-	c.log.Info("job running", "id", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
+	c.log.Info("job running", "job", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
 	c.save(j)
 }
 
@@ -324,7 +324,7 @@ func (c *Coordinator) price(typ string) float64 {
 // held.
 func (c *Coordinator) finish(j *job, state api.JobState, reason string, now time.Time) {
 	j.state, j.reason, j.finished = state, reason, now
-	c.log.Info("job "+string(state), "id", j.id, "reason", reason)
+	c.log.Info("job "+string(state), "job", j.id, "reason", reason)
 	c.save(j)
 	c.wake()
 	c.prune(now)

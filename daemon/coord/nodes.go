@@ -70,7 +70,7 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	c.nodes = append(c.nodes, n)
 	c.saveCounters()
 	c.wake()
-	c.log.Info("node registered", "id", n.id, "name", req.Name, "addr", req.DataAddr, "type", req.Type, "units", req.Units, "adopted", adopted)
+	c.log.Info("node registered", "node", req.Name, "node_id", n.id, "addr", req.DataAddr, "type", req.Type, "units", req.Units, "adopted", adopted)
 	for _, r := range req.Tasks {
 		c.applyReport(n, r, now)
 	}
@@ -192,7 +192,7 @@ func (c *Coordinator) reap(now time.Time) {
 // c.mu is held.
 func (c *Coordinator) declareDead(n *node, reason string, now time.Time) {
 	n.state, n.reason, n.died = api.NodeDead, reason, now
-	c.log.Warn("node dead", "id", n.id, "reason", reason)
+	c.log.Warn("node dead", "node", n.req.Name, "node_id", n.id, "reason", reason)
 	c.wake()
 	leaseEnd := n.lastSeen.Add(n.lease())
 	if n.left {

@@ -163,7 +163,7 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 func (c *Coordinator) wait(j *job, reason string, changes uint64, waitedBefore bool) bool {
 	j.state, j.reason, j.triedAt = api.JobQueued, reason, changes
 	if !waitedBefore {
-		c.log.Info("job queued", "id", j.id, "reason", reason)
+		c.log.Info("job queued", "job", j.id, "reason", reason)
 		c.save(j)
 	}
 	return false

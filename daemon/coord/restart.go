@@ -58,7 +58,7 @@ func (c *Coordinator) failRunning(j *job, reason string, now time.Time, lost los
 	backoff := min(c.cfg.RestartBackoff<<min(j.restarts, 20), c.cfg.MaxRestartBackoff)
 	j.state, j.reason, j.failedAt, j.notBefore = api.JobRestarting, reason, now, now.Add(backoff)
 	j.addLost(lost)
-	c.log.Warn("job restarting", "id", j.id, "reason", reason, "backoff", backoff)
+	c.log.Warn("job restarting", "job", j.id, "reason", reason, "backoff", backoff)
 	c.save(j)
 }
 

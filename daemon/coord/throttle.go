@@ -51,7 +51,7 @@ func (c *Coordinator) throttle(idOrName string, req api.ThrottleRequest) (api.No
 		return api.NodeStatus{}, httpErrorf(http.StatusConflict, "throttle: node %s is dead (%s)", n.id, n.reason)
 	}
 	n.cpu.requested = req.CPUShare
-	c.log.Info("node throttled", "id", n.id, "name", n.req.Name, "cpu_share", req.CPUShare)
+	c.log.Info("node throttled", "node", n.req.Name, "node_id", n.id, "cpu_share", req.CPUShare)
 	for _, s := range c.nodeStatuses() {
 		if s.ID == n.id {
 			return withShare(s, n), nil

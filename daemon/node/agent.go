@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/wire"
@@ -49,6 +51,8 @@ type Config struct {
 	// to other nodes. 0 = DefaultLease.
 	Lease  time.Duration
 	Logger *slog.Logger
+	// Metrics, if set, gets the node's metrics (metrics.go).
+	Metrics prometheus.Registerer
 }
 
 // Defaults.
@@ -88,6 +92,7 @@ type Agent struct {
 	psAddr    string
 	throttle  *cpuThrottle
 	noCgroup  error // why the throttle cannot use the cgroup
+	obs       observer
 
 	mu    sync.Mutex
 	tasks map[string]*task
@@ -124,6 +129,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cg, err := findCgroupCPU(procSelfCgroup, cgroupV2Root, os.Getpid(), min(cfg.Units*cfg.Threads, runtime.NumCPU()))
 	a.throttle, a.noCgroup = newCPUThrottle(cg), err
+	if err := a.observe(cfg.Metrics); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
 	if err := a.listen(); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
@@ -173,7 +181,7 @@ func concreteAddr(addr string) (string, error) {
 }
 
 func (a *Agent) wireConfig(id string) wire.Config {
-	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, Logger: a.log}
+	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, Logger: a.log, Metrics: a.obs.wire}
 }
 
 // DataAddr is the address of the node's stage links; PSAddr that of its
@@ -249,6 +257,7 @@ func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, 
 		switch {
 		case err == nil:
 			a.lease.renew()
+			a.obs.registered(resp.NodeID)
 			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr, "reported_tasks", len(req.Tasks))
 			return resp.NodeID, max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond), nil
 		case errors.Is(err, errRejected):
@@ -274,6 +283,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 		resp, err := a.ctl.heartbeat(ctx, id, hb)
 		switch {
 		case errors.Is(err, errGone):
+			a.obs.registered("")
 			return err
 		case err != nil && ctx.Err() == nil:
 			a.log.Warn("heartbeat", "err", err)
@@ -296,6 +306,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 // shutdown cancels every task, waits for them and tells the coordinator
 // (if registered) which were abandoned.
 func (a *Agent) shutdown(id string) {
+	a.obs.registered("")
 	a.stopTasks("")
 	a.wg.Wait()
 	if id != "" {

@@ -42,7 +42,7 @@ func (a *Agent) updateTask(old *task, spec api.Task) error {
 	if err != nil {
 		return fail(err)
 	}
-	a.log.Info("stage resized", "task", spec.TaskID, "generation", spec.Generation, "from", from, "members", spec.Members)
+	a.taskLog(spec).Info("stage resized", "generation", spec.Generation, "from", from, "members", spec.Members)
 	return nil
 }
 

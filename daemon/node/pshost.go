@@ -142,7 +142,7 @@ func (h *psHost) close() {
 // for them.
 func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	spec := tasks[0].spec
-	shards, names, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log)
+	shards, names, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log.With("job", spec.JobID))
 	if err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)

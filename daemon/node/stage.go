@@ -36,7 +36,7 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 		a.fail(ctx, t, err)
 	default:
 		a.setReport(ctx, t, func(r *api.TaskReport) { r.State = api.TaskDone })
-		a.log.Info("task done", "task", t.spec.TaskID, "input", spent.Input, "pull", spent.Pull, "compute", spent.Compute,
+		a.taskLog(t.spec).Info("task done", "input", spent.Input, "pull", spent.Pull, "compute", spent.Compute,
 			"downstream", spent.Downstream, "push", spent.Push)
 	}
 	<-ctx.Done()
@@ -68,6 +68,7 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		spent.Downstream += res.Downstream
 		spent.Push += res.Push
 		rate := meter.add(res.Samples)
+		a.obs.stepDone(res.Samples)
 		stepSeconds := busy.add(res.Compute, res.Samples)
 		a.setReport(ctx, t, func(r *api.TaskReport) {
 			r.Step, r.Loss, r.SamplesPerS, r.Batch, r.StepSeconds = step, res.Loss, rate, res.Samples, stepSeconds
@@ -209,7 +210,7 @@ func checkLayout(s api.Task, replicas []int) error {
 func (a *Agent) psClient(s api.Task) (*ps.Client, error) {
 	wc := a.wireConfig(psClientID(s))
 	return ps.NewClient(ps.ClientConfig{Job: s.JobID, Stage: s.Stage, Replica: s.Replica, Shards: len(s.PS),
-		Timeout: a.cfg.StepTimeout,
+		Timeout: a.cfg.StepTimeout, Metrics: a.obs.ps,
 		Dial: func(ctx context.Context, shard int) (*wire.Conn, error) {
 			return wire.Dial(ctx, s.PS[shard], wc, "")
 		},

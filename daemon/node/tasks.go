@@ -50,7 +50,7 @@ func (a *Agent) setReport(ctx context.Context, t *task, f func(r *api.TaskReport
 
 // fail marks t failed with err.
 func (a *Agent) fail(ctx context.Context, t *task, err error) {
-	a.log.Warn("task failed", "task", t.spec.TaskID, "err", err)
+	a.taskLog(t.spec).Warn("task failed", "err", err)
 	msg := err.Error()
 	if len(msg) > api.MaxErrorLen {
 		msg = msg[:api.MaxErrorLen]
@@ -109,7 +109,7 @@ func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 	defer a.mu.Unlock()
 	for id, t := range a.tasks {
 		if _, ok := want[id]; !ok {
-			a.log.Info("task stopped", "task", id)
+			a.taskLog(t.spec).Info("task stopped")
 			t.cancel()
 			delete(a.tasks, id)
 		}
@@ -129,7 +129,7 @@ func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 			t.report.State, t.report.Error = api.TaskFailed, err.Error()
 			continue
 		}
-		a.log.Info("task assigned", "task", s.TaskID, "role", s.Role)
+		a.taskLog(s).Info("task assigned", "role", s.Role)
 		if s.Role == api.RolePS {
 			newPS[s.JobID] = append(newPS[s.JobID], t)
 			continue
@@ -176,7 +176,7 @@ func (a *Agent) stopTasks(reason string) {
 	for id, t := range a.tasks {
 		t.cancel()
 		if reason != "" {
-			a.log.Info("task stopped", "task", id, "reason", reason)
+			a.taskLog(t.spec).Info("task stopped", "reason", reason)
 			delete(a.tasks, id)
 		}
 	}

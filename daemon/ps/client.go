@@ -46,6 +46,8 @@ type ClientConfig struct {
 	// through the kernel, no connection; the same checks and exactly-once
 	// rules apply.
 	Local func(shard int) *Shard
+	// Metrics, if set, times every pull and push (metrics.go).
+	Metrics *ClientMetrics
 }
 
 // DefaultLanes is the default of ClientConfig.Lanes: enough for a stage's
@@ -119,6 +121,7 @@ func (c *Client) Close() error {
 // given, repeats included) once every shard's copy of the table has
 // reached version after, and the smallest version they were read at.
 func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int64) ([]float32, int64, error) {
+	defer c.cfg.Metrics.since(opPull, paramTable, time.Now())
 	byShard, at := Partition(ids, c.cfg.Shards)
 	replies := make([][]float32, c.cfg.Shards)
 	versions := make([]int64, c.cfg.Shards)
@@ -171,6 +174,7 @@ func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int6
 // PullBlock returns dense block name once its version is at least after,
 // and the version it was read at.
 func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]float32, int64, error) {
+	defer c.cfg.Metrics.since(opPull, paramBlock, time.Now())
 	i := BlockShard(name, c.cfg.Shards)
 	var v []float32
 	var version int64
@@ -194,6 +198,7 @@ func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]flo
 // Every shard gets a push, with no rows if it holds none of the ids, as the
 // BSP barrier needs.
 func (c *Client) PushRows(ctx context.Context, table string, step int64, weight int, ids []int64, grad []float32, dim int) error {
+	defer c.cfg.Metrics.since(opPush, paramTable, time.Now())
 	if len(grad) != len(ids)*dim {
 		return fmt.Errorf("ps client: push %q: %d gradient floats for %d rows of %d: %w", table, len(grad), len(ids), dim, ErrArg)
 	}
@@ -219,6 +224,7 @@ func (c *Client) PushRows(ctx context.Context, table string, step int64, weight 
 
 // PushBlock pushes the gradient of dense block name for step.
 func (c *Client) PushBlock(ctx context.Context, name string, step int64, weight int, grad []float32) error {
+	defer c.cfg.Metrics.since(opPush, paramBlock, time.Now())
 	i := BlockShard(name, c.cfg.Shards)
 	var err error
 	if s := c.local(i); s != nil {

@@ -60,6 +60,8 @@ type Config struct {
 	// Logger receives handshake failures and connection closes. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Metrics, if set, counts traffic and rejected handshakes (metrics.go).
+	Metrics *Metrics
 }
 
 // MinSecretLen is the shortest cluster secret accepted, in bytes.

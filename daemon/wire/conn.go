@@ -163,6 +163,7 @@ func (c *Conn) Send(ctx context.Context, stream uint32, m *Message) error {
 		return c.closedErr()
 	}
 	c.lastWrite.Store(time.Now().UnixNano())
+	c.cfg.Metrics.frameSent(HeaderSize + p.size)
 	return nil
 }
 
@@ -282,6 +283,7 @@ func (c *Conn) readMessage() (*MessageView, error) {
 	case h.Type < MsgData || h.Stream == 0:
 		return nil, decodeErr("frame", ErrMalformed, "unexpected %s on stream %d after the handshake", h.Type, h.Stream)
 	}
+	c.cfg.Metrics.frameReceived(HeaderSize + int(h.Length))
 	m, err := DecodeMessage(h.Type, payload, c.cfg.MaxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)

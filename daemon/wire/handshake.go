@@ -231,7 +231,7 @@ func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
 		return "", err
 	}
 	if l.mode != d.mode {
-		return "", fmt.Errorf("%w: listener %q uses %s mode, this node %s", ErrAuth, l.node, modeName(l.mode), modeName(d.mode))
+		return "", fmt.Errorf("%w (%w): listener %q uses %s mode, this node %s", ErrAuth, errModeMismatch, l.node, modeName(l.mode), modeName(d.mode))
 	}
 	if wantPeer != "" && l.node != wantPeer {
 		return "", fmt.Errorf("%w: dialled %q but the listener is %q", ErrAuth, wantPeer, l.node)
@@ -250,7 +250,7 @@ func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
 		return "", err
 	}
 	if !hmac.Equal(got, proof(cfg.Secret, roleListener, &d, &l)) {
-		return "", fmt.Errorf("%w: listener %q's proof is wrong (different cluster secret?)", ErrAuth, l.node)
+		return "", fmt.Errorf("%w (%w): listener %q's proof is wrong (different cluster secret?)", ErrAuth, errBadMAC, l.node)
 	}
 	return l.node, nil
 }
@@ -277,7 +277,7 @@ func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline tim
 		return "", err
 	}
 	if d.mode != l.mode {
-		return "", fmt.Errorf("%w: dialer %q uses %s mode, this node %s", ErrAuth, d.node, modeName(d.mode), modeName(l.mode))
+		return "", fmt.Errorf("%w (%w): dialer %q uses %s mode, this node %s", ErrAuth, errModeMismatch, d.node, modeName(d.mode), modeName(l.mode))
 	}
 	if l.mode != modeHMAC {
 		return d.node, nil
@@ -287,7 +287,7 @@ func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline tim
 		return "", err
 	}
 	if !hmac.Equal(got, proof(cfg.Secret, roleDialer, &d, &l)) {
-		return "", fmt.Errorf("%w: dialer %q's proof is wrong (different cluster secret?)", ErrAuth, d.node)
+		return "", fmt.Errorf("%w (%w): dialer %q's proof is wrong (different cluster secret?)", ErrAuth, errBadMAC, d.node)
 	}
 	if err := f.writeSmall(MsgProof, proof(cfg.Secret, roleListener, &d, &l)); err != nil {
 		return "", err

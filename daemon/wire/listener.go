@@ -138,6 +138,7 @@ func (l *Listener) acceptLoop() {
 			old.Close()
 		}
 		if pc == nil {
+			l.cfg.Metrics.refused()
 			l.cfg.Logger.Warn("wire: too many pending handshakes; refused a connection", "addr", l.ln.Addr().String(), "from", nc.RemoteAddr().String())
 			nc.Close()
 			continue
@@ -172,6 +173,7 @@ func (l *Listener) authenticate(pc *pendingConn) {
 	}
 	if err != nil {
 		nc.Close()
+		l.cfg.Metrics.rejected(l.ctx, err, evicted)
 		switch {
 		case l.ctx.Err() != nil:
 		case evicted:

@@ -7,10 +7,15 @@
 //	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--state-dir DIR] [--secret-file F]
 //	heterpsd --role=node --config node.toml
 //
+// Either role also takes [--metrics-listen ADDR [--pprof]] [--log-format
+// text|json] [--log-file PATH] [--log-level L] (observe.go).
+//
 // Once serving it prints one line to standard output, the coordinator's
 // URL ("coordinator http://127.0.0.1:7070") or the node's addresses ("node
 // <name> data 127.0.0.1:7071 ps 127.0.0.1:7171"), so that a parent process
-// that asked for port 0 learns the ports. Logs go to standard error.
+// that asked for port 0 learns the ports; with --metrics-listen a second
+// line gives the metrics URL ("metrics http://127.0.0.1:9100"). Logs go to
+// standard error, or to --log-file.
 package main
 
 import (
@@ -82,6 +87,8 @@ type flags struct {
 	stateDir                                            string
 	apiSecretFile                                       string
 	insecureAPI                                         bool
+	metricsListen, logFormat, logFile                   string
+	pprof                                               bool
 	heartbeat, timeout                                  time.Duration
 }
 
@@ -100,6 +107,10 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
 	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", logText, "text or json (log/slog)")
+	fs.StringVar(&f.logFile, "log-file", "", "append the logs to this file (created 0600) instead of standard error")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (port 0 picks one); empty: none")
+	fs.BoolVar(&f.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the --metrics-listen address")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -127,12 +138,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		fmt.Fprintln(stderr, "heterpsd: --log-level:", err)
+	log, closeLog, err := newLogger(f, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	defer closeLog()
 	if f.role == "coordinator" {
 		return runCoordinator(ctx, f, log, stdout, stderr)
 	}
@@ -156,12 +167,23 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
 	}
+	reg := newRegistry()
+	metrics, err := startMetrics(f, reg, c.Ready)
+	if err == nil {
+		err = c.RegisterMetrics(reg)
+	}
+	defer metrics.stop()
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitFailure
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
 	}
 	fmt.Fprintf(stdout, "coordinator http://%s\n", ln.Addr())
+	printMetricsAddr(stdout, metrics)
 	if err := c.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
@@ -197,13 +219,22 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
-	cfg.Logger = log
+	reg, ready := newRegistry(), &readiness{}
+	metrics, err := startMetrics(f, reg, ready.check)
+	defer metrics.stop()
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitFailure
+	}
+	cfg.Logger, cfg.Metrics = log, reg
 	a, err := node.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
 	}
+	ready.set(a.Ready)
 	fmt.Fprintf(stdout, "node %s data %s ps %s\n", nf.Name, a.DataAddr(), a.PSAddr())
+	printMetricsAddr(stdout, metrics)
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
