@@ -29,11 +29,12 @@ const (
 	RejectMalformed      = "malformed"        // a frame or hello that does not decode
 	RejectHungUp         = "hung_up"          // the peer closed during the handshake
 	RejectNotLoopback    = "not_loopback"     // plain mode off loopback
+	RejectTLS            = "tls"              // no certificate of the cluster CA, an expired one, or not TLS at all
 	RejectOther          = "other"
 )
 
 var rejectReasons = []string{RejectBadMAC, RejectModeMismatch, RejectTimeout, RejectTooManyPending, RejectEvicted,
-	RejectMalformed, RejectHungUp, RejectNotLoopback, RejectOther}
+	RejectMalformed, RejectHungUp, RejectNotLoopback, RejectTLS, RejectOther}
 
 // NewMetrics registers the data plane's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -105,6 +106,8 @@ func rejectReason(err error) string {
 	var ne net.Error
 	var de *DecodeError
 	switch {
+	case errors.Is(err, errTLS):
+		return RejectTLS
 	case errors.Is(err, errBadMAC):
 		return RejectBadMAC
 	case errors.Is(err, errModeMismatch):

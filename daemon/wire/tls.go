@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -73,13 +74,16 @@ func ClientTLS(cfg *tls.Config, addr string) *tls.Config {
 	return c
 }
 
+// errTLS marks a failed TLS handshake.
+var errTLS = errors.New("tls handshake failed")
+
 // tlsClient runs the client side of a TLS handshake on nc within ctx.
 func tlsClient(ctx context.Context, nc net.Conn, cfg *Config, addr string) (net.Conn, error) {
 	tc := tls.Client(nc, ClientTLS(cfg.TLS, addr))
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, fmt.Errorf("wire: tls handshake with %s: %w", addr, err)
+		return nil, fmt.Errorf("wire: %w with %s: %w", errTLS, addr, err)
 	}
 	return tc, nil
 }
@@ -92,7 +96,7 @@ func tlsServer(ctx context.Context, nc net.Conn, cfg *Config) (net.Conn, error) 
 	ctx, cancel := context.WithTimeout(ctx, min(cfg.HelloTimeout, cfg.HandshakeTimeout))
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, fmt.Errorf("wire: tls handshake with %s: %w", nc.RemoteAddr(), err)
+		return nil, fmt.Errorf("wire: %w with %s: %w", errTLS, nc.RemoteAddr(), err)
 	}
 	return tc, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/wire/pki"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // testPKI is a cluster CA with certificates for loopback machines.
@@ -79,7 +81,13 @@ func TestTLSRefusesStrangers(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
 	p := newTestPKI(t)
-	srv := startEcho(t, tlsConfig("server", logs, p.config(t, "server", time.Now(), time.Hour)))
+	srvCfg := tlsConfig("server", logs, p.config(t, "server", time.Now(), time.Hour))
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCfg.Metrics = metrics
+	srv := startEcho(t, srvCfg)
 	other := newTestPKI(t)
 	cases := map[string]Config{
 		"a certificate of another CA": tlsConfig("intruder", logs, other.config(t, "intruder", time.Now(), time.Hour)),
@@ -94,7 +102,14 @@ func TestTLSRefusesStrangers(t *testing.T) {
 			}
 		})
 	}
-	logs.waitFor(t, "rejected peer", "tls handshake")
+	logs.waitFor(t, "rejected peer", "tls handshake failed")
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(metrics.handshakeFailures.WithLabelValues(RejectTLS)) < float64(len(cases)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := testutil.ToFloat64(metrics.handshakeFailures.WithLabelValues(RejectTLS)); n != float64(len(cases)) {
+		t.Errorf("%v handshake failures counted as tls, want %d", n, len(cases))
+	}
 	echoOK(t, srv.addr(), tlsConfig("client", logs, p.config(t, "client", time.Now(), time.Hour)))
 }
 
