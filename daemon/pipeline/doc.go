@@ -51,8 +51,11 @@
 // new values at the start of the next step. With one replica per stage the
 // weight is 1 and the servers run the same optimiser kernels as nn's
 // single-process Trainer, so training is bit-identical to it. In ASP
-// (Config.Mode) pulls take what the servers hold and every push, weight 1,
-// is applied on arrival: plain asynchronous SGD.
+// (Config.Mode) pulls take what the servers hold and every push is applied
+// on arrival, its gradient multiplied by b_k/mean(b) over the stage's share
+// of the step (the worker scales it; the push's weight is 1), so that every
+// sample counts alike when the replicas' batches differ. Equal batches give
+// exactly 1: plain asynchronous SGD, bit for bit.
 //
 // # Elastic stages
 //

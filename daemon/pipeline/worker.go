@@ -260,12 +260,13 @@ type stepState struct {
 	ins   []input
 	next  *denseAhead // the next step's dense pulls, started as pushes land
 	gate  *gate       // opens when the step's tables are pushed
+	scale float32     // ASP: what the step's gradients are multiplied by (aspScale)
 }
 
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies)),
-		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables))}
+		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1}
 }
 
 func (w *Worker) step(st *stepState) (Result, error) {
@@ -381,6 +382,7 @@ func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
 	var done func(layer int)
 	if m == len(w.copies)-1 {
 		weight := w.weight(st.res.Samples)
+		st.scale = w.aspScale(st.step, st.res.Samples)
 		done = func(layer int) { w.pushLayer(st, weight, layer) }
 	}
 	r := w.cfg.Layers
@@ -393,12 +395,52 @@ func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
 }
 
 // weight is the push weight of a step of rows rows: b_k in BSP, 1 in ASP
-// (where the servers multiply the gradient by it).
+// (where the servers multiply the gradient by it; aspScale has already
+// done so).
 func (w *Worker) weight(rows int) int {
 	if w.cfg.Mode == ps.ASP {
 		return 1
 	}
 	return rows
+}
+
+// aspScale is the factor an ASP push's gradient counts with: b_k/mean(b)
+// over the stage's share of the step, b_k being the step's rows, so that
+// every sample counts alike whatever replica trained on it. Equal batches
+// give exactly 1 (the gradient is pushed as it is, bit for bit as plain
+// asynchronous SGD); so do BSP, whose servers weigh by b_k/sum(b), and a
+// share whose batches are not known.
+func (w *Worker) aspScale(step int64, rows int) float32 {
+	if w.cfg.Mode != ps.ASP {
+		return 1
+	}
+	w.shareMu.Lock()
+	share := w.shareAt(step)
+	w.shareMu.Unlock()
+	total := 0
+	for _, b := range share.Batches {
+		if b < 1 {
+			return 1
+		}
+		total += b
+	}
+	if total == 0 || rows*len(share.Batches) == total {
+		return 1
+	}
+	return float32(float64(rows*len(share.Batches)) / float64(total))
+}
+
+// scaled returns g times f: g itself when f is 1, else a copy (g may be a
+// layer's own gradient buffer).
+func scaled(g []float32, f float32) []float32 {
+	if f == 1 {
+		return g
+	}
+	out := make([]float32, len(g))
+	for i, v := range g {
+		out[i] = v * f
+	}
+	return out
 }
 
 // stage0Input returns stage 0's micro-batches for the step (nil
