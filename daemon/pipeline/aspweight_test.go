@@ -50,7 +50,7 @@ func TestASPPushCountsPerSample(t *testing.T) {
 	if !moved {
 		t.Fatal("the step changed no parameter")
 	}
-	if s := (&Worker{cfg: Config{Mode: ps.ASP}, shares: []shareChange{{share: Share{Members: []int{0, 1}, Batches: []int{3, 5}}}}}).aspScale(1, 5); s != 1.25 {
+	if s := (&Worker{cfg: Config{Mode: ps.ASP}}).aspScale(Share{Members: []int{0, 1}, Batches: []int{3, 5}}, 5); s != 1.25 {
 		t.Errorf("replica with 5 of (3, 5): scale %g, want 1.25", s)
 	}
 }
