@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 )
 
@@ -109,7 +110,7 @@ func laneTaskBatches(t *api.Task, pl *placement, b *jobBalance) {
 	if len(pl.stages[i]) > 1 {
 		t.Batches = batchesOf(pl.stages[i])
 	}
-	if b != nil && b.shape.lanes > 0 && b.mode != "uniform" && len(pl.stages[i]) == 1 && b.shape.isWide(i+1) {
+	if b != nil && b.shape.lanes > 0 && b.mode != config.BatchingUniform && len(pl.stages[i]) == 1 && b.shape.isWide(i+1) {
 		t.NextBatches = batchesOf(pl.stages[i+1])
 	}
 }
