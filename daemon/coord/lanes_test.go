@@ -132,3 +132,30 @@ func TestLaneTimeIsTheSlowestStage(t *testing.T) {
 		}
 	}
 }
+
+// TestCarriedBatchesFollowTheirNodes: a job restarted to resize its
+// batches gets them by node, whatever replica order its new placement
+// has; on other nodes it keeps the placement's split.
+func TestCarriedBatchesFollowTheirNodes(t *testing.T) {
+	carry := &batchCarry{lanes: []int{800, 224}, byNode: map[string]int{"a": 800, "b": 224}}
+	pl := testPlacement([]int{2}, 1, 0.25)
+	pl.stages[0][0].node.req.Name, pl.stages[0][1].node.req.Name = "b", "a"
+	if got, ok := carry.lanesFor(pl, lanesOf([]int{2}), 1024); !ok || !slices.Equal(got, []int{224, 800}) {
+		t.Errorf("placed on b, a: %v (%v), want [224 800]", got, ok)
+	}
+	pl.stages[0][0].node.req.Name = "c"
+	if got, ok := carry.lanesFor(pl, lanesOf([]int{2}), 1024); ok {
+		t.Errorf("placed on c, a: %v, want the placement's own split", got)
+	}
+	j := testLaneJob(1024, config.BatchingDynamic)
+	j.carry = &batchCarry{lanes: []int{800, 224}, byNode: map[string]int{"c": 224, "a": 800}, adjustments: 3, restarts: 2}
+	for i := range pl.stages {
+		if err := splitBatch(i, 1024, pl.stages[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBalance(j, pl)
+	if got := batchesOf(pl.stages[0]); !slices.Equal(got, []int{224, 800}) || b.adjustments != 3 || b.restarts != 2 {
+		t.Errorf("restarted job: batches %v, %d adjustments, %d restarts; want [224 800], 3, 2", got, b.adjustments, b.restarts)
+	}
+}

@@ -167,6 +167,8 @@ func TestKillRestartResizing(t *testing.T) {
 			chain, s.Batching, s.Restarts)
 	}
 	split := splitOf(t, s.Stages[0], "fast", "slow")
+	t.Logf("chain %v: restored from %+v, %d adjustments, %d resize restarts, split fast %d slow %d",
+		chain, s.RestoredFrom, s.Batching.Adjustments, s.Batching.Restarts, split[0], split[1])
 	if split[0]+split[1] != 1024 || split[0] <= split[1] {
 		t.Errorf("the last job of the chain: fast %d, slow %d; want the fast replica to carry more of 1024", split[0], split[1])
 	}
