@@ -25,7 +25,13 @@ func TestSplitByLaneBatches(t *testing.T) {
 		j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 2}, steps, ps.BSP)
 		j.micro = micro
 		j.shares = []Share{{Members: []int{0}, Batches: []int{8}, Next: []int{3, 5}}, {Members: []int{0, 1}, Batches: []int{3, 5}}}
-		j.run(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+		ws := j.workers(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+		j.train(ws, 1, steps)
+		// A later stage took each step's share when the step began: a
+		// resize reaches it from its next step, never one it has run.
+		if from, err := ws[1][0].Resize(2, Share{Members: []int{0, 1}, Batches: []int{4, 4}}); err != nil || from != steps+1 {
+			t.Errorf("stage 1 resized from step 2 after step %d: from %d (%v), want %d", steps, from, err, steps+1)
+		}
 		if got := j.rows[1]; !slices.Equal(got, []int{3, 5}) {
 			t.Errorf("%d micro-batches: stage 1's replicas got %v rows a step, want the lane batches [3 5]", micro, got)
 		}
