@@ -40,6 +40,7 @@ import (
 //	smoothing = 0.5            # dynamic: EMA weight of the past step times, in [0, 1)
 //	deadband = 0.05            # dynamic: relative imbalance left alone
 //	min_batch = 1              # no replica's batch below this
+//	resize = "in-place"        # or "restart": from the newest checkpoint (needs checkpoint.every)
 type Job struct {
 	Version         int           `toml:"version"`
 	Name            string        `toml:"name"`
@@ -75,9 +76,17 @@ type JobBatching struct {
 	Deadband  float64 `toml:"deadband"`
 	MinBatch  int     `toml:"min_batch"`
 	// Resize is how a new split reaches the replicas: "in-place" at a step
-	// boundary (the only one built).
+	// boundary, or "restart": the job restarts from its newest checkpoint
+	// with the new split (the Dynamic Batching paper's kill-restart; needs
+	// checkpoint.every, and BSP: ASP jobs are not checkpointed).
 	Resize string `toml:"resize"`
 }
+
+// Ways a new split reaches the replicas.
+const (
+	ResizeInPlace = "in-place"
+	ResizeRestart = "restart"
+)
 
 // Batching modes.
 const (
@@ -193,7 +202,7 @@ func (j *Job) applyDefaults() {
 		b.MinBatch = 1
 	}
 	if b.Resize == "" {
-		b.Resize = "in-place"
+		b.Resize = ResizeInPlace
 	}
 }
 
@@ -281,8 +290,13 @@ func (j *Job) validateBatching(loc *Locator, errs *errorList) {
 	if b.MinBatch < 1 || (j.Batch > 0 && b.MinBatch > j.Batch) {
 		errs.add(loc.Errorf("batching.min_batch", "must be in 1..batch (%d), got %d", j.Batch, b.MinBatch))
 	}
-	if b.Resize != "in-place" {
-		errs.add(loc.Errorf("batching.resize", "%q: only \"in-place\" is built (kill-restart resizing is not)", b.Resize))
+	switch {
+	case b.Resize != ResizeInPlace && b.Resize != ResizeRestart:
+		errs.add(loc.Errorf("batching.resize", "unknown way %q (want %q or %q)", b.Resize, ResizeInPlace, ResizeRestart))
+	case b.Resize == ResizeRestart && j.Checkpoint.Every <= 0:
+		errs.add(loc.Errorf("batching.resize", "%q restarts from a checkpoint: set checkpoint.every", b.Resize))
+	case b.Resize == ResizeRestart && j.Mode == "asp":
+		errs.add(loc.Errorf("batching.resize", "%q restarts from a checkpoint, and ASP jobs are not checkpointed", b.Resize))
 	}
 }
 

@@ -186,12 +186,22 @@ func TestJobBatching(t *testing.T) {
 		{"smoothing = 1.5", "batching.smoothing"},
 		{"deadband = 1", "batching.deadband"},
 		{"min_batch = 1000", "batching.min_batch"},
-		{"resize = \"restart\"", "batching.resize"},
+		{"resize = \"restart\"", "batching.resize"}, // without checkpoint.every
+		{"resize = \"sideways\"", "batching.resize"},
 	} {
 		_, err := ParseJob("job.toml", []byte(base+"[batching]\n"+bad.text+"\n"))
 		var ce *Error
 		if !errors.As(err, &ce) || ce.Field != bad.field || ce.Line != 7 {
 			t.Errorf("%s: %v, want an error at line 7 naming %s", bad.text, err, bad.field)
 		}
+	}
+	ckpt := "[checkpoint]\ndir = \"/tmp/c\"\nevery = 5\n"
+	j, err = ParseJob("job.toml", []byte(base+ckpt+"[batching]\nresize = \"restart\"\n"))
+	if err != nil || j.Batching.Resize != ResizeRestart {
+		t.Errorf("kill-restart resizing with checkpoints: %v, resize %q", err, j.Batching.Resize)
+	}
+	_, err = ParseJob("job.toml", []byte("mode = \"asp\"\n"+base+ckpt+"[batching]\nresize = \"restart\"\n"))
+	if ce := (*Error)(nil); !errors.As(err, &ce) || ce.Field != "batching.resize" {
+		t.Errorf("kill-restart resizing of an ASP job: %v, want an error naming batching.resize", err)
 	}
 }

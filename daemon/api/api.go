@@ -230,6 +230,11 @@ type Task struct {
 	Members    []int `json:"members,omitempty"`
 	Batches    []int `json:"batches,omitempty"`
 	DataStart  int64 `json:"data_start,omitempty"`
+	// NextBatches, for a stage of one replica whose next stage has
+	// several, is the batch of each of those (the job's lane batches): it
+	// splits its rows among them so (pipeline.Share.Next). Empty means
+	// near-equal pieces. It changes with Generation like Batches.
+	NextBatches []int `json:"next_batches,omitempty"`
 }
 
 // StageLayout is one stage of a job as its tasks see it.
@@ -310,6 +315,15 @@ type BatchingStatus struct {
 	Mode        string          `json:"mode"`
 	Adjustments int             `json:"adjustments"`
 	Decision    json.RawMessage `json:"decision,omitempty"`
+	// Reason says why the batches stay uniform when the job's stages
+	// cannot be balanced (their replica counts do not form lanes).
+	Reason string `json:"reason,omitempty"`
+	// Lanes is the number of lanes balanced (a single stage's replicas, or
+	// replica k of each stage of a pipeline); 0 when none.
+	Lanes int `json:"lanes,omitempty"`
+	// Restarts counts the kill-restart resizes of the job's restart chain
+	// (batching.resize = "restart").
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // CheckpointStatus is a complete checkpoint: its step and directory.

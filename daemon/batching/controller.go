@@ -95,6 +95,14 @@ type Controller struct {
 	lastStep int64
 	started  bool
 	win      window
+	// global is the sum of the batches the run started with: a split that
+	// sums to something else is one in transition (replicas that apply a
+	// change at different steps), never decided on.
+	global int
+	// pending is the split of the last adjustment until every replica
+	// reports running it; waited is how many observations it has waited.
+	pending []int
+	waited  int
 }
 
 // window holds the times measured at one split of the batches.
@@ -130,8 +138,8 @@ func (c *Controller) Observe(step int64, ids []int, batches []int, computeSecond
 	if ids == nil {
 		ids = positions(len(batches))
 	}
-	why.Notes = c.resetIfNewRun(step, ids)
-	c.startWindowIfChanged(batches)
+	why.Notes = c.resetIfNewRun(step, ids, batches)
+	c.restartChangedReplicas(batches)
 	why.Notes = append(why.Notes, c.record(ids, computeSeconds)...)
 	c.win.steps++
 	why.Replicas = c.replicaDecisions(ids, batches)
@@ -172,27 +180,53 @@ func positions(n int) []int {
 
 // resetIfNewRun forgets everything when the replica set changes or the step
 // goes back (a restore from a checkpoint).
-func (c *Controller) resetIfNewRun(step int64, ids []int) []string {
+func (c *Controller) resetIfNewRun(step int64, ids, batches []int) []string {
 	var notes []string
+	reset := !c.started
 	switch {
 	case !c.started:
 	case !slices.Equal(ids, c.ids):
 		notes = append(notes, fmt.Sprintf("replica set changed from %v to %v: history reset", c.ids, ids))
-		c.win = window{}
+		reset = true
 	case step <= c.lastStep:
 		notes = append(notes, fmt.Sprintf("step %d is not after step %d: history reset", step, c.lastStep))
-		c.win = window{}
+		reset = true
+	}
+	if reset {
+		c.win, c.pending, c.global = window{}, nil, sum(batches)
 	}
 	c.ids, c.lastStep, c.started = slices.Clone(ids), step, true
 	return notes
 }
 
-func (c *Controller) startWindowIfChanged(batches []int) {
-	if slices.Equal(batches, c.win.batches) {
+// restartChangedReplicas forgets the times of each replica whose batch
+// changed (a time measured at another batch says nothing of this one) and
+// starts the window's count of steps again; the others keep theirs.
+func (c *Controller) restartChangedReplicas(batches []int) {
+	n := len(batches)
+	if len(c.win.batches) != n {
+		c.win = window{batches: slices.Clone(batches), ema: make([]float64, n), samples: make([]int, n)}
 		return
 	}
+	for k, b := range batches {
+		if b != c.win.batches[k] {
+			c.win.batches[k], c.win.ema[k], c.win.samples[k], c.win.steps = b, 0, 0, 0
+		}
+	}
+}
+
+// setWindow starts a window at batches, every replica's history forgotten.
+func (c *Controller) setWindow(batches []int) {
 	n := len(batches)
 	c.win = window{batches: slices.Clone(batches), ema: make([]float64, n), samples: make([]int, n)}
+}
+
+func sum(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }
 
 // record folds the valid times into the EMAs and names the ignored ones.
@@ -218,7 +252,12 @@ func (c *Controller) decide(next *[]int, why *Decision) Reason {
 	if len(c.win.batches) == 1 {
 		return SingleReplica
 	}
-	if c.win.steps < c.cfg.Interval {
+	if c.waitingForPending(why) || c.win.steps < c.cfg.Interval {
+		return WarmingUp
+	}
+	if got := sum(c.win.batches); got != c.global {
+		why.Notes = append(why.Notes, fmt.Sprintf("split %v sums to %d, not %d: in transition", c.win.batches, got, c.global))
+		c.win.steps = 0
 		return WarmingUp
 	}
 	for k, s := range c.win.samples {
@@ -244,8 +283,34 @@ func (c *Controller) decide(next *[]int, why *Decision) Reason {
 		return HeldByBounds
 	}
 	*next = proposed
-	c.startWindowIfChanged(proposed)
+	c.setWindow(proposed)
+	c.pending, c.waited = proposed, 0
 	return Adjusted
+}
+
+// pendingPatience is how many windows the controller waits for its last
+// split to reach every replica before it goes on without (a split set
+// elsewhere, say).
+const pendingPatience = 4
+
+// waitingForPending reports whether the last adjustment's split has yet to
+// reach every replica: until it has, the times reported are (at least in
+// part) of the split before, and deciding on them would adjust twice.
+func (c *Controller) waitingForPending(why *Decision) bool {
+	if c.pending == nil {
+		return false
+	}
+	if slices.Equal(c.win.batches, c.pending) {
+		c.pending = nil
+		return false
+	}
+	c.waited++
+	if c.waited > pendingPatience*c.cfg.Interval {
+		why.Notes = append(why.Notes, fmt.Sprintf("split %v never reached the replicas (they run %v): no longer waited for", c.pending, c.win.batches))
+		c.pending = nil
+		return false
+	}
+	return true
 }
 
 func meanAndMaxError(times []float64) (mean, maxErr float64) {
@@ -262,10 +327,9 @@ func meanAndMaxError(times []float64) (mean, maxErr float64) {
 // rebalance is the proportional update b_k ← b_k·t̄/t_k, re-split so that the
 // global batch and the bounds hold.
 func (c *Controller) rebalance(mean float64) ([]int, error) {
-	global := 0
+	global := c.global
 	weights := make([]float64, len(c.win.batches))
 	for k, b := range c.win.batches {
-		global += b
 		weights[k] = float64(b) * math.Pow(mean/c.win.ema[k], c.gain)
 	}
 	min, max, err := Bounds{Min: c.cfg.MinBatch, Max: c.cfg.MaxBatch}.perReplica(len(weights))

@@ -251,7 +251,7 @@ func TestSmoothing(t *testing.T) {
 }
 
 func TestIgnoresBadTimes(t *testing.T) {
-	ctl := mustController(t, Config{Interval: 2, MinBatch: 1})
+	ctl := mustController(t, Config{Interval: 2, Deadband: 0.05, MinBatch: 1})
 	_, _, why := ctl.Observe(0, nil, []int{100, 100}, []float64{math.NaN(), 1})
 	if len(why.Notes) != 1 || !strings.Contains(why.Notes[0], "replica 0: compute time NaN ignored") {
 		t.Errorf("notes %q: want the NaN of replica 0 named", why.Notes)
@@ -380,5 +380,54 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("error %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestChangedReplicaForgetsItsTimes: when one replica's batch changes (in
+// ASP each applies a new split from its own next step), its EMA starts
+// again from the first time at the new batch, while the other keeps its.
+func TestChangedReplicaForgetsItsTimes(t *testing.T) {
+	ctl := mustController(t, Config{Interval: 10, Smoothing: 0.5, MinBatch: 1})
+	ctl.Observe(0, nil, []int{100, 100}, []float64{4, 2})
+	ctl.Observe(1, nil, []int{100, 100}, []float64{4, 2})
+	_, _, why := ctl.Observe(2, nil, []int{90, 100}, []float64{1, 1})
+	if r := why.Replicas[0]; r.Seconds != 1 || r.Samples != 1 {
+		t.Errorf("the replica whose batch changed: EMA %g over %d samples, want 1 over 1 (times at the old batch forgotten)", r.Seconds, r.Samples)
+	}
+	if r := why.Replicas[1]; r.Seconds != 1.5 || r.Samples != 3 {
+		t.Errorf("the replica whose batch stayed: EMA %g over %d samples, want 1.5 over 3", r.Seconds, r.Samples)
+	}
+}
+
+// TestLaggingReportsDoNotAdjustTwice: after an adjustment the replicas go
+// on reporting the old split for a while (reports lag, ASP replicas switch
+// at their own steps). Those times are of the old split: the controller
+// waits for the new one, then a full interval at it, before it adjusts
+// again, and never decides on a split in transition.
+func TestLaggingReportsDoNotAdjustTwice(t *testing.T) {
+	ctl := mustController(t, Config{Interval: 2, Deadband: 0.05, MinBatch: 1})
+	step := int64(0)
+	observe := func(batches []int, secs []float64) ([]int, bool, Decision) {
+		step++
+		return ctl.Observe(step, nil, batches, secs)
+	}
+	observe([]int{100, 100}, []float64{1, 4})
+	next, changed, _ := observe([]int{100, 100}, []float64{1, 4})
+	if !changed || !slices.Equal(next, []int{160, 40}) {
+		t.Fatalf("first adjustment: %v (changed %v), want [160 40]", next, changed)
+	}
+	for i := range 5 { // the old split, still 1:4 apart
+		if _, changed, why := observe([]int{100, 100}, []float64{1, 4}); changed {
+			t.Fatalf("lagging report %d adjusted again to %v: %+v", i, why.Replicas, why)
+		}
+	}
+	if _, changed, why := observe([]int{160, 100}, []float64{1.6, 4}); changed || why.Reason != WarmingUp {
+		t.Fatalf("a split in transition: changed %v, reason %q", changed, why.Reason)
+	}
+	if _, changed, why := observe([]int{160, 40}, []float64{1.6, 1.6}); changed || why.Reason != WarmingUp {
+		t.Fatalf("first report at the new split: changed %v, reason %q; want to wait the interval", changed, why.Reason)
+	}
+	if _, changed, why := observe([]int{160, 40}, []float64{1.6, 1.6}); changed || why.Reason != InsideDeadband {
+		t.Fatalf("balanced at the new split: changed %v, reason %q", changed, why.Reason)
 	}
 }

@@ -43,6 +43,15 @@
 // and named in the Decision; a change of the replica set, or a step that goes
 // back, resets the history.
 //
+// No decision rests on times measured before the previous change. A replica
+// whose reported batch changes forgets its times (the others keep theirs)
+// and the window's count of steps starts again. After an adjustment the
+// replicas go on reporting the old split for a while (reports lag; in ASP
+// each replica switches at its own next step): the controller waits until
+// every replica reports the split it chose (or, after 4 intervals, gives up
+// waiting: a split set elsewhere), and never decides on a split whose sum is
+// not the run's global batch (one in transition).
+//
 // # Simulation
 //
 // Simulate runs a Controller against a model of step times (LinearTimes:

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 
 	"github.com/heterps/heterps/config"
@@ -17,76 +18,104 @@ import (
 // report their busy time per step (reading input and computing, not
 // waiting), and every Interval reports the controller of package batching
 // sets b_k <- b_k * tbar / t_k within the global batch and the bounds,
-// which reaches the replicas at a step boundary through an elastic resize.
-// Auto is dynamic when the stage's replicas differ in units or CPU share,
-// uniform otherwise (equal replicas stay bit-for-bit reproducible).
+// which reaches the replicas at a step boundary through an elastic resize
+// (or, with batching.resize = "restart", by restarting the job from its
+// newest checkpoint with the new batches: batchrestart.go). Auto is
+// dynamic when the replicas differ in units or CPU share, uniform
+// otherwise (equal replicas stay bit-for-bit reproducible).
+//
+// What is balanced are lanes (lanes.go): the replicas of a single-stage
+// job, BSP or ASP, or lane j of a pipeline whose stages have R replicas or
+// one. In ASP the replicas run at their own steps; each applies a new
+// split from its own next step, and the controller observes whenever the
+// slowest replica has a new step.
 
 // jobBalance is a job's batching state.
 type jobBalance struct {
 	mode        string
+	reason      string // why batching is uniform when it cannot be otherwise
+	shape       laneShape
 	ctl         *batching.Controller // dynamic only
 	lastStep    int64
 	adjustments int
+	restarts    int // kill-restart resizes so far (its restart chain's)
 	decision    json.RawMessage
 }
 
-// batchingMode resolves the job file's mode for a placement of its stage
-// replicas.
-func batchingMode(jf *config.Job, reps []replica) string {
+// batchingMode resolves the job file's mode for a placement whose stages
+// form lanes shape.
+func batchingMode(jf *config.Job, pl *placement, shape laneShape) string {
 	mode := jf.Batching.Mode
 	if mode != config.BatchingAuto {
 		return mode
 	}
-	for _, r := range reps[1:] {
-		if r.units != reps[0].units || shareOf(r.node) != shareOf(reps[0].node) {
-			return config.BatchingDynamic
+	for _, i := range shape.wide {
+		reps := pl.stages[i]
+		for _, r := range reps[1:] {
+			if r.units != reps[0].units || shareOf(r.node) != shareOf(reps[0].node) {
+				return config.BatchingDynamic
+			}
 		}
 	}
 	return config.BatchingUniform
 }
 
 // newBalance sets up j's batching for its placement; in variable mode it
-// also gives the replicas batches in proportion to units times CPU share.
-// Each replica's batch is bounded by what its node's memory holds.
+// also gives the lanes batches in proportion to units times CPU share (the
+// lane's slowest replica's), and a job restarted to resize its batches
+// (j.carry) gets the batches it was restarted for. Each lane's batch is
+// bounded by what the memory of its replicas' nodes holds.
 func newBalance(j *job, pl *placement) *jobBalance {
+	shape := lanesOf(replicaCounts(pl))
+	if shape.lanes == 0 {
+		return &jobBalance{mode: config.BatchingUniform, reason: shape.why}
+	}
 	jf := j.file
-	if len(pl.stages) != 1 || len(pl.stages[0]) < 2 {
-		return &jobBalance{mode: config.BatchingUniform}
+	b := &jobBalance{mode: batchingMode(jf, pl, shape), shape: shape}
+	if b.mode == config.BatchingUniform {
+		if jf.Batching.Mode == config.BatchingAuto {
+			b.reason = "auto: the replicas are alike in units and CPU share"
+		}
+		return b
 	}
-	reps := pl.stages[0]
-	b := &jobBalance{mode: batchingMode(jf, reps)}
 	bc := jf.Batching
-	maxes := make([]int, len(reps))
-	for k, r := range reps {
-		maxes[k] = max(bc.MinBatch, maxBatchFor(j, r.node.req.MemoryBytes))
+	minBatch := bc.MinBatch
+	if len(pl.stages) > 1 {
+		minBatch = max(minBatch, jf.MicroBatches) // a lane needs a row of every micro-batch
 	}
-	switch b.mode {
-	case config.BatchingVariable:
-		weights := make([]float64, len(reps))
-		for k, r := range reps {
-			weights[k] = float64(r.units) * shareOf(r.node)
+	maxes := laneMaxes(j, pl, shape, minBatch)
+	lanes := batchesOf(pl.stages[shape.wide[0]])
+	if b.mode == config.BatchingVariable {
+		if split, err := batching.Split(jf.Batch, laneWeights(pl, shape), minBatches(shape.lanes, minBatch), maxes); err == nil {
+			lanes = split
 		}
-		if split, err := batching.Split(jf.Batch, weights, minBatches(len(reps), bc.MinBatch), maxes); err == nil {
-			for k := range reps {
-				reps[k].batch = split[k]
-			}
-		}
-	case config.BatchingDynamic:
+	}
+	if b.mode == config.BatchingDynamic {
 		b.ctl, _ = batching.NewController(batching.Config{Interval: int(bc.Interval), Smoothing: bc.Smoothing,
-			Deadband: bc.Deadband, MinBatch: bc.MinBatch, MaxBatch: maxes}) // the job file's bounds are validated
+			Deadband: bc.Deadband, MinBatch: minBatch, MaxBatch: maxes}) // the job file's bounds are validated
 	}
+	if c := j.carry; c != nil {
+		b.adjustments, b.restarts = c.adjustments, c.restarts
+		if carried, ok := c.lanesFor(pl, shape, jf.Batch); ok {
+			lanes = carried
+		}
+		if c.ctl != nil && b.ctl != nil {
+			b.ctl = c.ctl // its history resets itself: the restored run's steps go back
+		}
+	}
+	setLanes(pl, shape, lanes)
 	return b
 }
 
-// maxBatchFor is the largest batch, up to the job's, whose stage estimate
-// (nn.EstimateStage: parameters, optimiser state, activations, the
+// maxBatchFor is the largest batch, up to the job's, whose estimate of
+// stage i (nn.EstimateStage: parameters, optimiser state, activations, the
 // batch's rows) fits in memory bytes; the job's batch when the node
 // reports no memory.
-func maxBatchFor(j *job, memory int64) int {
-	if memory <= 0 || j.model == nil || j.plan == nil || len(j.plan.Stages) != 1 {
+func maxBatchFor(j *job, i int, memory int64) int {
+	if memory <= 0 || j.model == nil || j.plan == nil || i >= len(j.plan.Stages) {
 		return j.file.Batch
 	}
-	s := j.plan.Stages[0]
+	s := j.plan.Stages[i]
 	micro := max(1, j.file.MicroBatches)
 	fits := func(b int) bool {
 		need, err := nn.EstimateStage(j.model, s.First, s.Last, b, min(micro, b))
@@ -117,49 +146,43 @@ func minBatches(n, min int) []int {
 	return out
 }
 
-// balanceJobs feeds the dynamic controllers the replicas' latest step
-// times and resizes the stages they rebalance. c.mu is held.
+// balanceJobs feeds the dynamic controllers the lanes' latest step times
+// and rebalances the jobs they adjust. c.mu is held.
 func (c *Coordinator) balanceJobs() {
 	for _, j := range c.jobs {
-		if j.balance != nil && j.balance.ctl != nil && canResize(j) == "" {
+		if j.balance != nil && j.balance.ctl != nil && canRebalance(j) == "" {
 			c.balance(j)
 		}
 	}
 }
 
-// balance observes j's stage once every replica has reported a step time
-// since the last observation.
+// balance observes j's lanes once every replica of them has reported a
+// step time, at the fewest steps any has reported, and applies a new
+// split: in place, or by a restart from the newest checkpoint.
 func (c *Coordinator) balance(j *job) {
-	var ids, batches, current []int
-	var seconds []float64
-	step := int64(-1)
-	for _, t := range j.tasks {
-		if t.task.Role != api.RoleStage {
-			continue
-		}
-		r := t.report
-		if r.StepSeconds <= 0 || r.Batch <= 0 {
-			return // not every replica has measured a step yet
-		}
-		ids, batches, current = append(ids, t.task.Replica), append(batches, r.Batch), append(current, t.task.Batch)
-		seconds = append(seconds, r.StepSeconds)
-		if step < 0 || r.Step < step {
-			step = r.Step
-		}
-	}
 	b := j.balance
-	if len(ids) < 2 || step <= b.lastStep {
+	obs, ok := observeLanes(j, b.shape)
+	if !ok || len(obs.ids) < 2 || obs.step <= b.lastStep {
 		return
 	}
-	b.lastStep = step
-	next, changed, why := b.ctl.Observe(step, ids, batches, seconds)
+	b.lastStep = obs.step
+	next, changed, why := b.ctl.Observe(obs.step, obs.ids, obs.batches, obs.seconds)
 	b.decision, _ = json.Marshal(why) // a decision holds finite numbers and strings
-	if !changed || slices.Equal(next, current) {
+	if !changed || slices.Equal(next, obs.current) {
 		return
 	}
 	b.adjustments++
-	from := c.resize(j, ids, next)
-	c.log.Info("job rebalanced", "job", j.id, "replicas", ids, "batches", next, "from_step", from, "seconds", seconds)
+	if j.file.Batching.Resize == config.ResizeRestart {
+		c.restartForBatches(j, next)
+		return
+	}
+	var from int64
+	if len(j.plan.Stages) == 1 {
+		from = c.resize(j, obs.ids, next)
+	} else {
+		from = c.resizeLanes(j, next)
+	}
+	c.log.Info("job rebalanced", "job", j.id, "lanes", obs.ids, "batches", next, "from_step", from, "seconds", obs.seconds)
 }
 
 // status is the batching part of a job's status. c.mu is held.
@@ -167,5 +190,19 @@ func (b *jobBalance) status() *api.BatchingStatus {
 	if b == nil {
 		return nil
 	}
-	return &api.BatchingStatus{Mode: b.mode, Adjustments: b.adjustments, Decision: b.decision}
+	return &api.BatchingStatus{Mode: b.mode, Adjustments: b.adjustments, Decision: b.decision, Reason: b.reason,
+		Restarts: b.restarts, Lanes: b.shape.lanes}
+}
+
+// canRebalance reports why j's batches cannot change now, or "".
+func canRebalance(j *job) string {
+	switch {
+	case j.state != api.JobRunning:
+		return fmt.Sprintf("job %s is %s, not running", j.id, j.state)
+	case j.plan == nil || j.balance == nil:
+		return fmt.Sprintf("job %s is not placed", j.id)
+	case j.balance.shape.lanes == 0:
+		return j.balance.reason
+	}
+	return ""
 }

@@ -21,13 +21,13 @@ func TestMaxBatchFollowsTheNodesMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := maxBatchFor(j, at300); got != 300 {
+	if got := maxBatchFor(j, 0, at300); got != 300 {
 		t.Errorf("memory for exactly 300 samples: max batch %d", got)
 	}
-	if got := maxBatchFor(j, 0); got != 4096 {
+	if got := maxBatchFor(j, 0, 0); got != 4096 {
 		t.Errorf("no memory reported: max batch %d, want the job's 4096", got)
 	}
-	if got := maxBatchFor(j, 1<<50); got != 4096 {
+	if got := maxBatchFor(j, 0, 1<<50); got != 4096 {
 		t.Errorf("plenty of memory: max batch %d, want the job's 4096", got)
 	}
 }

@@ -12,10 +12,13 @@
 // could not be hosted) or cancelled (DELETE /v1/jobs/{id}). A job whose
 // file asks for checkpoint.restarts and that fails while running is
 // restarting instead, until it is resubmitted as a new job restored from its
-// latest checkpoint (restart.go). Checkpoints whose shards span several
-// nodes are completed here: the coordinator writes a step's manifest once
-// every shard has reported its file (checkpoint.go). The placement rules
-// are in package api's documentation.
+// latest checkpoint (restart.go); so is a job whose batch controller
+// resizes by restarting (batching.resize = "restart", batchrestart.go).
+// The batch controller balances a job's lanes (lanes.go, balance.go).
+// Checkpoints whose shards span several nodes are completed here: the
+// coordinator writes a step's manifest once every shard has reported its
+// file (checkpoint.go). The placement rules are in package api's
+// documentation.
 //
 // Concurrency: one mutex guards the registry and the jobs; the planner, the
 // liveness reaper and the restarter are goroutines owned by Run, which

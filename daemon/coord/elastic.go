@@ -20,7 +20,10 @@ import (
 // on that node (shrink), and PATCH /v1/jobs/{id} sets a stage's replicas
 // and batches (resize). Jobs of one stage only, in BSP mode: changing the
 // replicas of a stage that exchanges activations with another is not
-// built yet.
+// built yet. The batch controller (balance.go) also changes the batches
+// of ASP jobs, where each replica applies them from its own next step,
+// and of pipelines, by lanes (lanes.go: resizeLanes); neither changes
+// members.
 
 // canResize reports why j's replica set cannot change, or "".
 func canResize(j *job) string {

@@ -52,6 +52,8 @@ type job struct {
 	lost []lostNode
 
 	balance   *jobBalance
+	carry     *batchCarry // batches a restart hands on (batchrestart.go)
+	resizeTo  *batchCarry // set while restarting to resize its batches
 	idemKey   string
 	verified  bool   // its restore checkpoint was verified in full
 	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
@@ -295,6 +297,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 			t.Stage, t.Replica, t.Replicas, t.Units = i, k, len(reps), r.units
 			t.FirstLayer, t.LastLayer = s.First, s.Last
 			t.DataShard, t.DataShards, t.Batch = k, len(reps), r.batch
+			laneTaskBatches(&t, pl, j.balance)
 			if i > 0 {
 				t.Prev = addrs[i-1]
 			}

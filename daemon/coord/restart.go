@@ -123,7 +123,10 @@ func (c *Coordinator) restart(old *job) {
 	chain := c.chain(old)
 	now := time.Now()
 	j := &job{source: old.source, file: &jf, state: api.JobPending, submitted: now, restarts: old.restarts + 1,
-		restartOf: old.id, seq: old.seq, suspects: old.nextSuspects(now, c.cfg.SuspectFor)}
+		restartOf: old.id, seq: old.seq, suspects: old.nextSuspects(now, c.cfg.SuspectFor), carry: old.carry}
+	if old.resizeTo != nil { // not a failure: batchrestart.go
+		j.restarts, j.carry = old.restarts, old.resizeTo
+	}
 	c.mu.Unlock()
 
 	cp, err := newestVerified(jf.Checkpoint.Dir, chain, known, jf.TotalSteps())

@@ -65,7 +65,7 @@ func checkElastic(old, spec api.Task) error {
 
 // specShare is the stage make-up a spec gives from FromStep on.
 func specShare(s api.Task) pipeline.Share {
-	return pipeline.Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches)}
+	return pipeline.Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches), Next: slices.Clone(s.NextBatches)}
 }
 
 // firstShare is the make-up a stage task starts with: its Members and
@@ -76,7 +76,7 @@ func firstShare(s api.Task) pipeline.Share {
 	if len(s.Members) > 0 {
 		return specShare(s)
 	}
-	sh := pipeline.Share{Members: make([]int, s.Replicas), Batches: make([]int, s.Replicas)}
+	sh := pipeline.Share{Members: make([]int, s.Replicas), Batches: make([]int, s.Replicas), Next: slices.Clone(s.NextBatches)}
 	for i := range s.Replicas {
 		sh.Members[i], sh.Batches[i] = i, s.Batch
 		if len(s.Batches) == s.Replicas {

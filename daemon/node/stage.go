@@ -69,7 +69,8 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		spent.Push += res.Push
 		rate := meter.add(res.Samples)
 		a.obs.stepDone(res.Samples)
-		stepSeconds := busy.add(res.Compute, res.Samples)
+		share, _ := a.throttle.state()
+		stepSeconds := busy.add(res.Compute, res.Samples, share)
 		a.setReport(ctx, t, func(r *api.TaskReport) {
 			r.Step, r.Loss, r.SamplesPerS, r.Batch, r.StepSeconds = step, res.Loss, rate, res.Samples, stepSeconds
 		})
@@ -235,23 +236,24 @@ func openData(s api.Task, cfg *config.Model) (data.Source, error) {
 // busyTime is a replica's compute time per step (forward, backward and
 // the loss, with the CPU-share throttle's sleep), as the batch controller
 // balances it: a mean over the last busyWindow steps run at the current
-// batch (a new batch starts the window again, so that a resize is not
-// judged by the steps before it). Input is left out: stage 0's read-ahead
+// batch and CPU share (a new batch or share starts the window again, so
+// that neither a resize nor a throttle is judged by the steps before it). Input is left out: stage 0's read-ahead
 // also pulls the next rows, which waits for the parameter servers'
 // barrier, that is for the slowest replica.
 type busyTime struct {
 	last  [busyWindow]time.Duration
 	n     int
 	batch int
+	share float64
 }
 
 const busyWindow = 8
 
-// add records the busy time of a step of batch rows and returns the
-// window's mean, in seconds.
-func (b *busyTime) add(d time.Duration, batch int) float64 {
-	if batch != b.batch {
-		b.n, b.batch = 0, batch
+// add records the busy time of a step of batch rows run at CPU share
+// share and returns the window's mean, in seconds.
+func (b *busyTime) add(d time.Duration, batch int, share float64) float64 {
+	if batch != b.batch || share != b.share {
+		b.n, b.batch, b.share = 0, batch, share
 	}
 	b.last[b.n%busyWindow] = d
 	b.n++

@@ -321,17 +321,20 @@ cpu_share = 0.25
 }
 
 // TestBusyTimeIsTheMeanAtTheCurrentBatch: the compute time a replica
-// reports is the mean of its last steps at its current batch; a new batch
-// starts the mean again.
+// reports is the mean of its last steps at its current batch and CPU
+// share; a new batch or a new share starts the mean again.
 func TestBusyTimeIsTheMeanAtTheCurrentBatch(t *testing.T) {
 	var b busyTime
 	for i := range 20 {
-		b.add(time.Duration(i+1)*time.Millisecond, 64)
+		b.add(time.Duration(i+1)*time.Millisecond, 64, 1)
 	}
-	if got, want := b.add(21*time.Millisecond, 64), 0.0175; math.Abs(got-want) > 1e-12 { // steps 14..21
+	if got, want := b.add(21*time.Millisecond, 64, 1), 0.0175; math.Abs(got-want) > 1e-12 { // steps 14..21
 		t.Errorf("mean of the last %d steps: %g s, want %g", busyWindow, got, want)
 	}
-	if got := b.add(100*time.Millisecond, 32); got != 0.1 {
+	if got := b.add(100*time.Millisecond, 32, 1); got != 0.1 {
 		t.Errorf("first step at a new batch: %g s, want 0.1 (the old batch's steps dropped)", got)
+	}
+	if got := b.add(300*time.Millisecond, 32, 0.25); got != 0.3 {
+		t.Errorf("first step at a new CPU share: %g s, want 0.3 (the old share's steps dropped)", got)
 	}
 }

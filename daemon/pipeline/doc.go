@@ -30,10 +30,29 @@
 // Partners. With equal counts that is j with j. When stage i has more
 // replicas, several send to one (j mod R_{i+1}), which stacks their rows in
 // replica order and returns each its rows' gradient; when stage i+1 has
-// more, replica j splits its rows into near-equal contiguous pieces, one
-// per partner in replica order. Every replica of every stage thus gets
-// rows every step, which the parameter servers' BSP barrier needs. The
-// pair talks on stream EdgeStream(i, j, k).
+// more, replica j splits its rows into contiguous pieces, one per partner
+// in replica order: near-equal, or, when its Share names the partners'
+// batches (Share.Next), partner k gets Next[k] rows of the step (lanes,
+// below). Every replica of every stage thus gets rows every step, which
+// the parameter servers' BSP barrier needs. The pair talks on stream
+// EdgeStream(i, j, k).
+//
+// # Lanes
+//
+// Heterogeneity-aware batching gives the replicas of a data-parallel stage
+// unequal batches. In a pipeline it does so by lanes: when every stage has
+// either R replicas or one (R >= 2), lane j is replica j of each stage of R
+// replicas, and lane j's batch b_j is the batch of each of them. Stage 0
+// replicas read b_j rows; an R -> R edge passes them on as they are; R -> 1
+// stacks them; 1 -> R splits by Share.Next = (b_0, ..., b_{R-1}),
+// micro-batch by micro-batch in proportion to what each partner has still
+// to get, so that partner k gets exactly b_k rows of the step and a row of
+// every micro-batch (a lane's batch must be at least the micro-batch
+// count). Every R-replica stage's Share holds the lane batches, so the
+// parameter servers' weights b_k/sum(b) (and ASP's b_k/mean(b)) agree
+// across the stages. A lane runs at its slowest stage; the coordinator
+// balances lanes on that. Other shapes (2 and 3 replicas, say) keep
+// near-equal pieces and uniform batches.
 //
 // # Parameters
 //
@@ -51,8 +70,11 @@
 // new values at the start of the next step. With one replica per stage the
 // weight is 1 and the servers run the same optimiser kernels as nn's
 // single-process Trainer, so training is bit-identical to it. In ASP
-// (Config.Mode) pulls take what the servers hold and every push, weight 1,
-// is applied on arrival: plain asynchronous SGD.
+// (Config.Mode) pulls take what the servers hold and every push is applied
+// on arrival, its gradient multiplied by b_k/mean(b) over the stage's share
+// of the step (the worker scales it; the push's weight is 1), so that every
+// sample counts alike when the replicas' batches differ. Equal batches give
+// exactly 1: plain asynchronous SGD, bit for bit.
 //
 // # Elastic stages
 //
@@ -65,7 +87,12 @@
 // change from the record index the whole stage has reached. The parameter
 // servers learn the same membership through ps.Shard.SetMembers. Only
 // single-stage (pure data-parallel) jobs may change their members; stages
-// of a pipeline may change their batches only.
+// of a pipeline may change their batches (and Next) only. Every stage
+// takes the share of a step when the step starts (stage 0 when it reads
+// the step's input, ahead), and a Resize moves to the first step not yet
+// taken, so stages may switch a step apart: the servers weigh by the rows
+// actually pushed, so such a step is still trained right, only unevenly
+// split.
 //
 // # Wiring a job
 //

@@ -14,10 +14,13 @@ var ErrNotMember = errors.New("replica is not a member of its stage for the step
 
 // Share is a data-parallel stage's make-up from some step on: its member
 // replica ids, ascending, and each member's batch. Member i (Members[i])
-// reads data shard i of len(Members) with batch Batches[i].
+// reads data shard i of len(Members) with batch Batches[i]. Next, if set,
+// is the batch of each replica of the next stage, which this stage (of one
+// replica) splits its rows among (lanes.go); nil means near-equal pieces.
 type Share struct {
 	Members []int
 	Batches []int
+	Next    []int
 }
 
 func (s Share) check() error {
@@ -30,6 +33,11 @@ func (s Share) check() error {
 		}
 		if s.Batches[i] < 1 {
 			return fmt.Errorf("share: member %d has batch %d, want >= 1", r, s.Batches[i])
+		}
+	}
+	for k, b := range s.Next {
+		if b < 1 {
+			return fmt.Errorf("share: next stage's replica %d has batch %d, want >= 1", k, b)
 		}
 	}
 	return nil
@@ -45,7 +53,11 @@ func (s Share) of(replica int) (shard, batch int, ok bool) {
 }
 
 func (s Share) equal(o Share) bool {
-	return slices.Equal(s.Members, o.Members) && slices.Equal(s.Batches, o.Batches)
+	return slices.Equal(s.Members, o.Members) && slices.Equal(s.Batches, o.Batches) && slices.Equal(s.Next, o.Next)
+}
+
+func (s Share) clone() Share {
+	return Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches), Next: slices.Clone(s.Next)}
 }
 
 // shareChange is a Share in force from step from on.
@@ -66,7 +78,7 @@ func (w *Worker) Resize(fromStep int64, share Share) (int64, error) {
 	fail := func(err error) (int64, error) {
 		return 0, fmt.Errorf("pipeline: job %s stage %d replica %d: resize from step %d: %w", w.cfg.Job, w.cfg.Stage, w.cfg.Replica, fromStep, err)
 	}
-	share = Share{Members: slices.Clone(share.Members), Batches: slices.Clone(share.Batches)}
+	share = share.clone()
 	if err := share.check(); err != nil {
 		return fail(err)
 	}
@@ -114,7 +126,7 @@ func (w *Worker) askFor(step int64) Share {
 // replica itself, its batch left to cfg.Batches.
 func firstShare(cfg *Config) Share {
 	if len(cfg.Share.Members) > 0 {
-		return Share{Members: slices.Clone(cfg.Share.Members), Batches: slices.Clone(cfg.Share.Batches)}
+		return cfg.Share.clone()
 	}
 	return Share{Members: []int{cfg.Replica}, Batches: []int{0}}
 }

@@ -153,6 +153,10 @@ type job struct {
 	lastStep int // Config.LastStep of every worker
 	psAddr   string
 	shards   []*ps.Shard
+	// shares, if set, gives each stage's workers their Share.
+	shares []Share
+	// rows[stage][replica] is the rows each worker's last step processed.
+	rows [][]int
 }
 
 func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
@@ -265,6 +269,9 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 		Model: buildStageModel(j.t, j.cfg, j.stages[stage]), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
 		MicroBatches: j.micro, LastStep: int64(j.lastStep),
 		StepTimeout: timeout}
+	if stage < len(j.shares) {
+		cfg.Share = j.shares[stage]
+	}
 	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)
 	if stage == 0 {
 		cfg.Batches = batches
@@ -302,6 +309,10 @@ func (j *job) train(ws [][]*Worker, first, last int64) [][]float64 {
 	j.t.Helper()
 	final := len(ws) - 1
 	losses := make([][]float64, len(ws[final]))
+	j.rows = make([][]int, len(ws))
+	for st := range ws {
+		j.rows[st] = make([]int, len(ws[st]))
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for st := range ws {
@@ -318,6 +329,7 @@ func (j *job) train(ws [][]*Worker, first, last int64) [][]float64 {
 					if st == final {
 						losses[r] = append(losses[r], res.Loss)
 					}
+					j.rows[st][r] = res.Samples
 				}
 			}()
 		}

@@ -118,7 +118,7 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 				return err
 			}
 			p := first.dense[i]
-			if err := w.cfg.PS.PushBlock(st.ctx, p.Name, st.step, weight, g[:p.Len()]); err != nil {
+			if err := w.cfg.PS.PushBlock(st.ctx, p.Name, st.step, weight, scaled(g[:p.Len()], st.scale)); err != nil {
 				return err
 			}
 			if w.hasStep(st.next.step) {
@@ -136,7 +136,7 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 			if err != nil {
 				return err
 			}
-			if err := w.cfg.PS.PushRows(st.ctx, emb.table.Name, st.step, weight, ids, rows, emb.table.Cols); err != nil {
+			if err := w.cfg.PS.PushRows(st.ctx, emb.table.Name, st.step, weight, ids, scaled(rows, st.scale), emb.table.Cols); err != nil {
 				return err
 			}
 			st.gate.pushed()

@@ -260,12 +260,19 @@ type stepState struct {
 	ins   []input
 	next  *denseAhead // the next step's dense pulls, started as pushes land
 	gate  *gate       // opens when the step's tables are pushed
+	scale float32     // ASP: what the step's gradients are multiplied by (aspScale)
+	share Share       // the stage's make-up for the step
+	split *rowSplit   // splits the micro-batches among several downstream partners by Share.Next
+	// pieces[m] bounds the rows of micro-batch m's output sent to each
+	// downstream partner (their gradients come back in the same pieces).
+	pieces [][]int
 }
 
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies)),
-		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables))}
+		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1,
+		share: w.askFor(step), pieces: make([][]int, len(w.copies))}
 }
 
 func (w *Worker) step(st *stepState) (Result, error) {
@@ -334,7 +341,7 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 	if w.last {
 		sum, err = w.lossAndBackward(st, m)
 	} else {
-		w.sendActivations(st.snd, st.step, m, st.outs[m], in.batch)
+		err = w.sendActivations(st, m, st.outs[m], in.batch)
 	}
 	st.clk.lap(&st.res.Compute)
 	return sum, err
@@ -344,7 +351,7 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 // order, runs backward and queues the input's gradient.
 func (w *Worker) backwards(st *stepState) error {
 	for m := range w.copies {
-		dout, err := w.recvGradients(st.ctx, st.step, m, st.outs[m])
+		dout, err := w.recvGradients(st.ctx, st.step, m, st.outs[m], st.pieces[m])
 		if err != nil {
 			return fmt.Errorf("gradient of micro-batch %d: %w", m, err)
 		}
@@ -381,6 +388,7 @@ func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
 	var done func(layer int)
 	if m == len(w.copies)-1 {
 		weight := w.weight(st.res.Samples)
+		st.scale = w.aspScale(st.share, st.res.Samples)
 		done = func(layer int) { w.pushLayer(st, weight, layer) }
 	}
 	r := w.cfg.Layers
@@ -393,12 +401,49 @@ func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
 }
 
 // weight is the push weight of a step of rows rows: b_k in BSP, 1 in ASP
-// (where the servers multiply the gradient by it).
+// (where the servers multiply the gradient by it; aspScale has already
+// done so).
 func (w *Worker) weight(rows int) int {
 	if w.cfg.Mode == ps.ASP {
 		return 1
 	}
 	return rows
+}
+
+// aspScale is the factor an ASP push's gradient counts with: b_k/mean(b)
+// over the stage's share of the step, b_k being the step's rows, so that
+// every sample counts alike whatever replica trained on it. Equal batches
+// give exactly 1 (the gradient is pushed as it is, bit for bit as plain
+// asynchronous SGD); so do BSP, whose servers weigh by b_k/sum(b), and a
+// share whose batches are not known.
+func (w *Worker) aspScale(share Share, rows int) float32 {
+	if w.cfg.Mode != ps.ASP {
+		return 1
+	}
+	total := 0
+	for _, b := range share.Batches {
+		if b < 1 {
+			return 1
+		}
+		total += b
+	}
+	if total == 0 || rows*len(share.Batches) == total {
+		return 1
+	}
+	return float32(float64(rows*len(share.Batches)) / float64(total))
+}
+
+// scaled returns g times f: g itself when f is 1, else a copy (g may be a
+// layer's own gradient buffer).
+func scaled(g []float32, f float32) []float32 {
+	if f == 1 {
+		return g
+	}
+	out := make([]float32, len(g))
+	for i, v := range g {
+		out[i] = v * f
+	}
+	return out
 }
 
 // stage0Input returns stage 0's micro-batches for the step (nil
@@ -529,13 +574,15 @@ func (w *Worker) meta(step int64, m int) wire.Meta {
 }
 
 // sendActivations queues, for each downstream partner, its rows of
-// micro-batch m's output and batch.
-func (w *Worker) sendActivations(snd *sender, step int64, m int, out nn.Activation, b *data.Batch) {
-	bounds := chunks(out.Rows, len(w.cfg.Next))
+// micro-batch m's output and batch, and records the pieces in st.pieces.
+func (w *Worker) sendActivations(st *stepState, m int, out nn.Activation, b *data.Batch) error {
+	bounds, err := w.pieceBounds(st, out.Rows)
+	if err != nil {
+		return fmt.Errorf("split for downstream: %w", err)
+	}
+	st.pieces[m] = bounds
+	snd, step := st.snd, st.step
 	snd.send(func() error {
-		if bounds[1] == 0 {
-			return fmt.Errorf("%d rows for %d downstream replicas", out.Rows, len(w.cfg.Next))
-		}
 		return each(len(w.cfg.Next), func(i int) error {
 			msg, err := activationMessage(w.cfg.Backend, w.meta(step, m), out, b, bounds[i], bounds[i+1])
 			if err != nil {
@@ -544,12 +591,30 @@ func (w *Worker) sendActivations(snd *sender, step int64, m int, out nn.Activati
 			return w.cfg.Next[i].send(snd.ctx, msg)
 		})
 	})
+	return nil
+}
+
+// pieceBounds returns the bounds of each downstream partner's rows of a
+// micro-batch of rows rows: by the share's Next batches when it names one
+// per partner, else near-equal pieces.
+func (w *Worker) pieceBounds(st *stepState, rows int) ([]int, error) {
+	n := len(w.cfg.Next)
+	if n > 1 && len(st.share.Next) == n {
+		if st.split == nil {
+			st.split = newRowSplit(st.share.Next, len(w.copies))
+		}
+		return st.split.next(rows)
+	}
+	bounds := chunks(rows, n)
+	if bounds[1] == 0 {
+		return nil, fmt.Errorf("%d rows for %d downstream replicas", rows, n)
+	}
+	return bounds, nil
 }
 
 // recvGradients returns the gradient of micro-batch m's output, stacked
-// from the downstream partners' pieces.
-func (w *Worker) recvGradients(ctx context.Context, step int64, m int, out nn.Activation) (nn.Activation, error) {
-	bounds := chunks(out.Rows, len(w.cfg.Next))
+// from the downstream partners' pieces (bounds, as sendActivations cut them).
+func (w *Worker) recvGradients(ctx context.Context, step int64, m int, out nn.Activation, bounds []int) (nn.Activation, error) {
 	grads := make([]nn.Activation, len(w.cfg.Next))
 	for i, l := range w.cfg.Next {
 		msg, err := l.recv(ctx, wire.MsgGradient, step, m)

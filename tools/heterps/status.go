@@ -223,14 +223,45 @@ func printJob(w io.Writer, s api.JobStatus) {
 	printBatching(w, s)
 }
 
-// printBatching shows how a data-parallel stage splits its batch: the
-// mode, the adjustments made, and each replica's batch and compute time.
+// printBatching shows how the data-parallel stages split their batch: the
+// mode, the adjustments (and kill-restart resizes) made, and each
+// replica's batch and compute time, a line per stage when several stages
+// have replicas (a pipeline's lanes), and why the batches stay uniform
+// when they must.
 func printBatching(w io.Writer, s api.JobStatus) {
-	if s.Batching == nil || len(s.Stages) != 1 || len(s.Stages[0].Nodes) < 2 {
+	b := s.Batching
+	if b == nil {
 		return
 	}
-	st := s.Stages[0]
-	fmt.Fprintf(w, "  batching %s, %d adjustment(s):", s.Batching.Mode, s.Batching.Adjustments)
+	var wide []api.StageStatus
+	for _, st := range s.Stages {
+		if len(st.Nodes) >= 2 {
+			wide = append(wide, st)
+		}
+	}
+	if len(wide) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  batching %s", b.Mode)
+	if b.Reason != "" {
+		fmt.Fprintf(w, " (%s)", b.Reason)
+	} else {
+		fmt.Fprintf(w, ", %d adjustment(s)", b.Adjustments)
+	}
+	if b.Restarts > 0 {
+		fmt.Fprintf(w, ", %d restart(s)", b.Restarts)
+	}
+	fmt.Fprint(w, ":")
+	for _, st := range wide {
+		if len(wide) > 1 {
+			fmt.Fprintf(w, "\n    stage %d:", st.Stage)
+		}
+		printSplit(w, st)
+	}
+	fmt.Fprintln(w)
+}
+
+func printSplit(w io.Writer, st api.StageStatus) {
 	for i, n := range st.Nodes {
 		fmt.Fprintf(w, " %s", n)
 		if i < len(st.Batches) {
@@ -243,7 +274,6 @@ func printBatching(w io.Writer, s api.JobStatus) {
 			fmt.Fprint(w, ";")
 		}
 	}
-	fmt.Fprintln(w)
 }
 
 // jobProgress shows a running job's progress as `heterps train` does (a

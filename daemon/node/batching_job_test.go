@@ -1,0 +1,175 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// startNodeAt runs a node daemon offering one unit of typ at CPU share
+// share until the test ends.
+func (cl *cluster) startNodeAt(name, typ string, share float64) {
+	cl.t.Helper()
+	a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: typ,
+		Units: 1, Plain: true, CPUShare: share, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(cl.ctx)
+	done := make(chan struct{})
+	cl.wg.Go(func() { defer close(done); a.Run(ctx) })
+	cl.t.Cleanup(func() { cancel(); <-done })
+}
+
+// writeJob writes a job file made from the data-parallel job (steps
+// steps, batch batch) with the replacements and extra sections.
+func writeJob(t *testing.T, steps, batch int, replace map[string]string, extra string) string {
+	t.Helper()
+	src, err := os.ReadFile(longDPJob(t, steps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := strings.Replace(string(src), "batch = 64", fmt.Sprintf("batch = %d", batch), 1)
+	for old, repl := range replace {
+		if !strings.Contains(job, old) {
+			t.Fatalf("the job file has no %q", old)
+		}
+		job = strings.Replace(job, old, repl, 1)
+	}
+	path := filepath.Join(t.TempDir(), "job.toml")
+	if err := os.WriteFile(path, []byte(job+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// splitOf returns the batches of stage st's replicas on the nodes named.
+func splitOf(t *testing.T, st api.StageStatus, names ...string) []int {
+	t.Helper()
+	out := make([]int, len(names))
+	for i, n := range names {
+		k := slices.Index(st.Nodes, n)
+		if k < 0 {
+			t.Fatalf("stage %d runs on %v, not on %s", st.Stage, st.Nodes, n)
+		}
+		out[i] = st.Batches[k]
+	}
+	return out
+}
+
+// TestDynamicBatchingInASP: an ASP job of two replicas, one on a node at a
+// quarter of its CPU, has its batch moved to the fast replica while it
+// runs (each replica takes a new split from its own next step, the
+// replicas' step counts differing). It asserts the split, not any time.
+func TestDynamicBatchingInASP(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNodeAt("fast", "cpu", 1)
+	cl.startNodeAt("slow", "cpu", 0.25)
+	cl.waitNodes(2)
+	id := cl.submit(writeJob(t, 100000, 1024, map[string]string{`mode = "bsp"`: `mode = "asp"`}, "[batching]\ninterval = 2\n"))
+	s := cl.waitJob(id, func(s api.JobStatus) bool {
+		return s.State.Final() || (s.Batching != nil && s.Batching.Adjustments >= 2)
+	})
+	if s.State != api.JobRunning || s.Batching == nil || s.Batching.Mode != "dynamic" || s.Batching.Adjustments < 2 {
+		t.Fatalf("job %s (%q), batching %+v", s.State, s.Reason, s.Batching)
+	}
+	split := splitOf(t, s.Stages[0], "fast", "slow")
+	if split[0]+split[1] != 1024 || split[0] <= split[1] {
+		t.Errorf("after %d adjustments: fast %d, slow %d (step seconds %v); want the fast replica to carry more of 1024",
+			s.Batching.Adjustments, split[0], split[1], s.Stages[0].StepSeconds)
+	}
+	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
+}
+
+// TestDynamicBatchingBalancesLanes: a pipeline of two stages of two
+// replicas each (four nodes at full CPU) runs as two lanes; once lane 1's
+// nodes are throttled to a quarter of their CPU, the controller moves
+// batch to lane 0, and both stages' replicas of a lane carry the lane's
+// batch.
+func TestDynamicBatchingBalancesLanes(t *testing.T) {
+	cl := startClusterOn(t, "testdata/lanes-catalog.toml", "")
+	for _, n := range []struct{ name, typ string }{{"c0", "cpu"}, {"c1", "cpu"}, {"g0", "gpu"}, {"g1", "gpu"}} {
+		cl.startNodeAt(n.name, n.typ, 1)
+	}
+	cl.waitNodes(4)
+	job := writeJob(t, 100000, 512, map[string]string{
+		"throughput_limit = 1000000": "throughput_limit = 700000", `method = "cpu"`: `method = "heuristic"`},
+		"[batching]\nmode = \"dynamic\"\ninterval = 2\n")
+	id := cl.submit(job)
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.State.Final() || s.Step >= 2 })
+	if s.State != api.JobRunning || len(s.Stages) != 2 || len(s.Stages[0].Nodes) != 2 || len(s.Stages[1].Nodes) != 2 {
+		t.Fatalf("job %s (%q) on stages %+v; want two stages of two replicas", s.State, s.Reason, s.Stages)
+	}
+	if s.Batching == nil || s.Batching.Lanes != 2 {
+		t.Fatalf("batching %+v, want two lanes", s.Batching)
+	}
+	fast := []string{s.Stages[0].Nodes[0], s.Stages[1].Nodes[0]}
+	slow := []string{s.Stages[0].Nodes[1], s.Stages[1].Nodes[1]}
+	for _, n := range slow {
+		cl.do("POST", "/v1/nodes/"+n+"/throttle", api.ContentTypeJSON, []byte(`{"cpu_share": 0.25}`), &api.NodeStatus{})
+	}
+	s = cl.waitJob(id, func(s api.JobStatus) bool {
+		if s.State.Final() || s.Batching == nil || s.Batching.Adjustments < 2 || len(s.Stages) != 2 {
+			return s.State.Final()
+		}
+		return s.Stages[0].Batches[0] > s.Stages[0].Batches[1]
+	})
+	if s.State != api.JobRunning || s.Batching == nil {
+		t.Fatalf("job %s (%q), batching %+v", s.State, s.Reason, s.Batching)
+	}
+	for i, st := range s.Stages {
+		split := []int{splitOf(t, st, fast[i])[0], splitOf(t, st, slow[i])[0]}
+		if split[0]+split[1] != 512 || split[0] <= split[1] {
+			t.Errorf("stage %d after %d adjustments: fast lane %d, slow lane %d (step seconds %v); want the fast lane to carry more of 512",
+				i, s.Batching.Adjustments, split[0], split[1], st.StepSeconds)
+		}
+	}
+	if !slices.Equal(s.Stages[0].Batches, s.Stages[1].Batches) {
+		t.Errorf("stage batches %v and %v: a lane's replicas must carry the same batch", s.Stages[0].Batches, s.Stages[1].Batches)
+	}
+	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
+}
+
+// TestKillRestartResizing: with batching.resize = "restart" the job does
+// not resize in place: it restarts from its newest checkpoint with the
+// new split (a new job id, the controller's adjustments and a count of
+// such restarts carried over) and trains to its last step.
+func TestKillRestartResizing(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNodeAt("fast", "cpu", 1)
+	cl.startNodeAt("slow", "cpu", 0.25)
+	cl.waitNodes(2)
+	const steps = 200
+	id := cl.submit(writeJob(t, steps, 1024, nil,
+		fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n[batching]\ninterval = 2\nresize = \"restart\"\n", t.TempDir())))
+	var s api.JobStatus
+	var chain []string
+	for range 20 {
+		chain = append(chain, id)
+		s = cl.waitJob(id, final)
+		if s.RestartedAs == "" {
+			break
+		}
+		id = s.RestartedAs
+	}
+	if s.State != api.JobDone || s.Step != steps || s.Batching == nil {
+		t.Fatalf("job chain %v ended %s (%q) at step %d, batching %+v", chain, s.State, s.Reason, s.Step, s.Batching)
+	}
+	if len(chain) < 2 || s.Batching.Restarts != len(chain)-1 || s.Batching.Adjustments < s.Batching.Restarts || s.Restarts != 0 {
+		t.Errorf("chain %v: batching %+v, failure restarts %d; want at least one resize restart, counted, not as a failure",
+			chain, s.Batching, s.Restarts)
+	}
+	split := splitOf(t, s.Stages[0], "fast", "slow")
+	t.Logf("chain %v: restored from %+v, %d adjustments, %d resize restarts, split fast %d slow %d",
+		chain, s.RestoredFrom, s.Batching.Adjustments, s.Batching.Restarts, split[0], split[1])
+	if split[0]+split[1] != 1024 || split[0] <= split[1] {
+		t.Errorf("the last job of the chain: fast %d, slow %d; want the fast replica to carry more of 1024", split[0], split[1])
+	}
+}
