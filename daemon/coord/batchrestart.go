@@ -48,7 +48,7 @@ func (c *Coordinator) restartForBatches(j *job, lanes []int) {
 	j.state, j.reason = api.JobRestarting, fmt.Sprintf("restarting to resize its batches to %v (batching.resize = restart)", lanes)
 	j.failedAt, j.notBefore, j.resizeTo = now, now, carry
 	b.restarts = carry.restarts
-	c.log.Info("job restarting to resize its batches", "id", j.id, "batches", lanes, "restarts", carry.restarts)
+	c.log.Info("job restarting to resize its batches", "job", j.id, "batches", lanes, "restarts", carry.restarts)
 	c.save(j)
 	c.wake()
 }
