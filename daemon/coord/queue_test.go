@@ -16,7 +16,10 @@ import (
 // a cluster that runs one at a time all wait their turn and finish, each
 // starting after the one submitted before it.
 func TestManyConcurrentSubmitsAllFinishInOrder(t *testing.T) {
-	tc := startCluster(t, nil)
+	// 50 submissions at once under the race detector can hold up a fake
+	// node's heartbeat past the usual timeout on a loaded machine; this
+	// test is about the queue, not liveness.
+	tc := startCluster(t, func(c *Config) { c.HeartbeatTimeout = 10 * timeout })
 	tc.start(newFakeNode("only-cpu-a", "cpu", 2, 7401))
 	tc.start(newFakeNode("only-cpu-b", "cpu", 2, 7402))
 	job := strings.Replace(ctrJob, "steps = 12", "steps = 3", 1) + "method = \"cpu\"\n"
