@@ -290,6 +290,14 @@ func (c *Cluster) Job(ctx context.Context, id string) (api.JobStatus, error) {
 	return s, err
 }
 
+// RestoredStep is the step a job started from: its checkpoint's, else 0.
+func RestoredStep(s api.JobStatus) int64 {
+	if s.RestoredFrom == nil {
+		return 0
+	}
+	return s.RestoredFrom.Step
+}
+
 // Call sends a request to the coordinator and decodes its JSON reply.
 func (c *Cluster) Call(ctx context.Context, method, path, contentType, body string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, strings.NewReader(body))
