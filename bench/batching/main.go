@@ -332,6 +332,6 @@ func (b *bench) header() {
 	fmt.Fprintln(b.w, "ASP: the rows show what the coordinator does with an ASP job's batching mode in this tree (dynamic batching for ASP is being built)")
 	fmt.Fprintf(b.w, "status polled every %v; step and loss arrive with node heartbeats (about 1 s), so step times are per heartbeat, not per step\n", pollEvery)
 	fmt.Fprintf(b.w, "loss: the status's loss is the last step's (mean over the replicas, unweighted), noisy: an EMA over newly reported steps, weight %.2f;\n", b.o.emaWeight)
-	fmt.Fprintf(b.w, "target loss per model = its H-1 uniform run's EMA at %.0f %% of its steps (the %s run: BSP and ASP share it); time to target from the job's start\n\n",
-		100*b.o.targetAt, strings.ToUpper(b.o.syncs[0]))
+	fmt.Fprintf(b.w, "target loss per model = its H-1 uniform %s run's EMA at %.0f %% of its steps, for every sync mode; time to target from the job's start\n\n",
+		strings.ToUpper(b.o.syncs[0]), 100*b.o.targetAt)
 }

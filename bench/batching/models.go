@@ -16,13 +16,17 @@ type modelSpec struct {
 }
 
 // The paper's three workload classes: ctrdnn (compute-bound here),
-// mlp-digits (small) and linreg (tiny: communication-bound).
+// mlp-digits (small) and linreg (tiny: communication-bound). The default
+// steps keep the default full run (3 models x BSP, ASP x 4 H-levels x 3
+// modes, interference and resize) near 12 minutes on 2 cores: each H-1
+// run takes 5-15 s, a few of the dynamic controller's adjustments (one
+// per 3 heartbeats); --steps lengthens every run.
 var (
 	modelNames = []string{"ctrdnn", "mlp-digits", "linreg"}
 	models     = map[string]modelSpec{
-		"ctrdnn":     {name: "ctrdnn", data: "synthetic:1", batch: 1024, steps: 200, loss: "log loss"},
-		"mlp-digits": {name: "mlp-digits", data: "digits:", batch: 256, steps: 300, loss: "cross-entropy"},
-		"linreg":     {name: "linreg", data: "regress:1", batch: 256, steps: 300, loss: "MSE"},
+		"ctrdnn":     {name: "ctrdnn", data: "synthetic:1", batch: 1024, steps: 100, loss: "log loss"},
+		"mlp-digits": {name: "mlp-digits", data: "digits:", batch: 1024, steps: 150, loss: "cross-entropy"},
+		"linreg":     {name: "linreg", data: "regress:1", batch: 256, steps: 400, loss: "MSE"},
 	}
 )
 

@@ -106,7 +106,9 @@ func writePlot(path string, res *results, o options) error {
 		if err != nil {
 			return err
 		}
-		left.X.Min, left.X.Max = 0.5, 6.5
+		left.X.Min, left.X.Max, left.Y.Min = 0.5, 6.5, 0
+		left.X.Tick.Marker = levelTicks()
+		left.Legend.Left = true
 		rows = append(rows, []*plot.Plot{left, right})
 	}
 	const width, rowHeight = 12 * vg.Inch, 4 * vg.Inch
@@ -147,4 +149,13 @@ func linePlot(title, x, y string, lines []series) (*plot.Plot, error) {
 		return nil, fmt.Errorf("plot %q: %w", title, err)
 	}
 	return p, nil
+}
+
+// levelTicks marks the H-levels.
+func levelTicks() plot.ConstantTicks {
+	var ticks plot.ConstantTicks
+	for _, h := range []int{1, 2, 4, 6} {
+		ticks = append(ticks, plot.Tick{Value: float64(h), Label: fmt.Sprint(h)})
+	}
+	return ticks
 }
