@@ -85,6 +85,7 @@ type options struct {
 	levels        []int
 	modes         []string
 	interference  bool
+	interSteps    int // steps of the interference runs; 0: the model's
 	resize        string
 	every         int // checkpoint interval of the resize runs; 0: a fifth of the steps
 	targetAt      float64
@@ -92,6 +93,7 @@ type options struct {
 	out, curves   string
 	plot, catalog string
 	timeout       time.Duration
+	heartbeat     time.Duration
 }
 
 // flagLists are the comma-separated flags parseOptions turns into lists.
@@ -110,6 +112,7 @@ func main() {
 	flag.StringVar(&l.levels, "levels", "1,2,4,6", "H-levels to run (some of 1,2,4,6); 1 is always run: it sets the target loss")
 	flag.StringVar(&l.modes, "modes", strings.Join(allModes, ","), "batching modes to compare at every H-level")
 	flag.BoolVar(&o.interference, "interference", true, "run the interference experiment (the first model's H-1 pair, dynamic and uniform)")
+	flag.IntVar(&o.interSteps, "interference-steps", 200, "steps of the interference runs, long enough for adjustments between the throttles (0: the model's steps)")
 	flag.StringVar(&o.resize, "resize", resizeRestart, "restart: compare in-place with kill-restart resizing (the first model, H-4 dynamic BSP); none: skip")
 	flag.IntVar(&o.every, "checkpoint-every", 0, "checkpoint interval of the resize runs in steps (0: a fifth of the steps)")
 	flag.Float64Var(&o.targetAt, "target-at", 0.8, "the target loss is the H-1 uniform run's at this fraction of its steps")
@@ -118,6 +121,7 @@ func main() {
 	flag.StringVar(&o.curves, "curves", "", "write the loss curves as CSV to this file (default: --out's name with -curves.csv; none without --out)")
 	flag.StringVar(&o.plot, "plot", "", "draw the time to the target loss per H-level and the top H-level's loss curves into this PNG")
 	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose "+unitType+" type the nodes offer")
+	flag.DurationVar(&o.heartbeat, "heartbeat", loopback.Heartbeat, "the coordinator's heartbeat: nodes report steps, losses and step times once one (finer curves, and an adjustment every 3 reports)")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Minute, "give up on a run's job after this long")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -205,6 +209,10 @@ func checkNumbers(o *options) error {
 		return fmt.Errorf("--ema %g: want a weight in (0, 1]", o.emaWeight)
 	case o.resize != resizeRestart && o.resize != resizeNone:
 		return fmt.Errorf("--resize %q: want %s or %s", o.resize, resizeRestart, resizeNone)
+	case o.interSteps != 0 && o.interSteps < 20:
+		return fmt.Errorf("--interference-steps %d: want 0 or at least 20", o.interSteps)
+	case o.heartbeat < 100*time.Millisecond:
+		return fmt.Errorf("--heartbeat %v: want at least 100ms", o.heartbeat)
 	case o.every < 0:
 		return fmt.Errorf("--checkpoint-every %d: want >= 0", o.every)
 	}
@@ -326,11 +334,11 @@ func (b *bench) header() {
 			m.name, m.data, strings.ToUpper(strings.Join(b.o.syncs, " and ")), m.steps, m.batch, b.limits[m.name], replicas, m.loss)
 	}
 	fmt.Fprintf(b.w, "cluster per run: heterpsd coordinator (--heartbeat %v) + %d node daemons of 1x %s (1 thread), plain loopback, each node's cpu_share from the H-level's pair\n",
-		loopback.Heartbeat, replicas, unitType)
+		b.o.heartbeat, replicas, unitType)
 	fmt.Fprintln(b.w, "cpu_share is a duty-cycle throttle (the worker sleeps (1/share-1) x its compute each step); the two cores are shared with other work, see the load")
 	fmt.Fprintln(b.w, "[batching]: the job file's defaults for dynamic (interval 3 reports, smoothing 0.5, deadband 0.05, min_batch 1); variable splits by units x cpu_share at placement")
 	fmt.Fprintln(b.w, "ASP: the rows show what the coordinator does with an ASP job's batching mode in this tree (dynamic batching for ASP is being built)")
-	fmt.Fprintf(b.w, "status polled every %v; step and loss arrive with node heartbeats (about 1 s), so step times are per heartbeat, not per step\n", pollEvery)
+	fmt.Fprintf(b.w, "status polled every %v; step and loss arrive with node heartbeats (every %v), so step times and times to target are per heartbeat, not per step\n", pollEvery, b.o.heartbeat)
 	fmt.Fprintf(b.w, "loss: the status's loss is the last step's (mean over the replicas, unweighted), noisy: an EMA over newly reported steps, weight %.2f;\n", b.o.emaWeight)
 	fmt.Fprintf(b.w, "target loss per model = its H-1 uniform %s run's EMA at %.0f %% of its steps, for every sync mode; time to target from the job's start\n\n",
 		strings.ToUpper(b.o.syncs[0]), 100*b.o.targetAt)

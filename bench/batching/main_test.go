@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func defaultLists() flagLists {
@@ -13,7 +14,7 @@ func defaultLists() flagLists {
 }
 
 func defaultOptions() options {
-	return options{targetAt: 0.8, emaWeight: 0.1, resize: resizeRestart, out: "bench/results/batching.txt"}
+	return options{targetAt: 0.8, emaWeight: 0.1, resize: resizeRestart, out: "bench/results/batching.txt", heartbeat: time.Second}
 }
 
 func TestParseOptionsTakesEveryModelSyncModeAndHLevel6(t *testing.T) {
@@ -58,14 +59,15 @@ func TestParseOptionsOverridesEachModelsStepsAndBatch(t *testing.T) {
 
 func TestParseOptionsRefuses(t *testing.T) {
 	for name, change := range map[string]func(*options, *flagLists){
-		"unknown model":   func(o *options, l *flagLists) { l.models = "ctrdnn,resnet" },
-		"unknown sync":    func(o *options, l *flagLists) { l.syncs = "bsp,ssp" },
-		"H-level 3":       func(o *options, l *flagLists) { l.levels = "1,3" },
-		"unknown resize":  func(o *options, l *flagLists) { o.resize = "migrate" },
-		"missing digits":  func(o *options, l *flagLists) { l.digits = filepath.Join(t.TempDir(), "none.csv") },
-		"too few steps":   func(o *options, l *flagLists) { o.steps = 5 },
-		"negative every":  func(o *options, l *flagLists) { o.every = -1 },
-		"target fraction": func(o *options, l *flagLists) { o.targetAt = 1.5 },
+		"unknown model":      func(o *options, l *flagLists) { l.models = "ctrdnn,resnet" },
+		"unknown sync":       func(o *options, l *flagLists) { l.syncs = "bsp,ssp" },
+		"H-level 3":          func(o *options, l *flagLists) { l.levels = "1,3" },
+		"unknown resize":     func(o *options, l *flagLists) { o.resize = "migrate" },
+		"missing digits":     func(o *options, l *flagLists) { l.digits = filepath.Join(t.TempDir(), "none.csv") },
+		"too few steps":      func(o *options, l *flagLists) { o.steps = 5 },
+		"negative every":     func(o *options, l *flagLists) { o.every = -1 },
+		"short interference": func(o *options, l *flagLists) { o.interSteps = 5 },
+		"target fraction":    func(o *options, l *flagLists) { o.targetAt = 1.5 },
 	} {
 		o, l := defaultOptions(), defaultLists()
 		change(&o, &l)

@@ -106,7 +106,7 @@ func writePlot(path string, res *results, o options) error {
 		if err != nil {
 			return err
 		}
-		left.X.Min, left.X.Max, left.Y.Min = 0.5, 6.5, 0
+		left.X.Min, left.X.Max, left.Y.Min, right.X.Min = 0.5, 6.5, 0, 0
 		left.X.Tick.Marker = levelTicks()
 		left.Legend.Left = true
 		rows = append(rows, []*plot.Plot{left, right})

@@ -124,22 +124,34 @@ func (b *bench) runLevels(ctx context.Context, m modelSpec, sync string) *levelR
 	return r
 }
 
-// runInterference runs m's H-1 pair, dynamic then uniform, halving n0's
-// share at 30 % of the steps and restoring it at 60 %.
+// runInterference runs the interference traces of m, one after the other.
 func (b *bench) runInterference(ctx context.Context, m modelSpec, sync string) []*trace {
 	var out []*trace
-	pair := sharePairs[1]
-	for _, mode := range []string{config.BatchingDynamic, config.BatchingUniform} {
+	for _, t := range interferenceTraces(m, sync, b.o.interSteps) {
 		if ctx.Err() != nil {
 			break
 		}
-		t := &trace{part: partInterference, model: m, sync: sync, level: 1, shares: pair, mode: mode, throttles: []throttle{
-			{step: int64(0.3 * float64(m.steps)), node: 0, share: pair[0] / 2},
-			{step: int64(0.6 * float64(m.steps)), node: 0, share: pair[0]},
-		}}
 		b.runOne(ctx, t)
 		out = append(out, t)
-		fmt.Fprintf(os.Stderr, "bench/batching: interference %s %s %s: %s\n", m.name, sync, mode, t.summary())
+		fmt.Fprintf(os.Stderr, "bench/batching: interference %s %s %s: %s\n", m.name, sync, t.mode, t.summary())
+	}
+	return out
+}
+
+// interferenceTraces are m's H-1 pair, dynamic then uniform, for steps
+// steps (0: m's own), halving n0's share at 30 % of the steps and
+// restoring it at 60 %.
+func interferenceTraces(m modelSpec, sync string, steps int) []*trace {
+	if steps > 0 {
+		m.steps = steps
+	}
+	pair := sharePairs[1]
+	var out []*trace
+	for _, mode := range []string{config.BatchingDynamic, config.BatchingUniform} {
+		out = append(out, &trace{part: partInterference, model: m, sync: sync, level: 1, shares: pair, mode: mode, throttles: []throttle{
+			{step: int64(0.3 * float64(m.steps)), node: 0, share: pair[0] / 2},
+			{step: int64(0.6 * float64(m.steps)), node: 0, share: pair[0]},
+		}})
 	}
 	return out
 }
@@ -155,12 +167,16 @@ func (t *trace) summary() string {
 // t.err, with where the logs are.
 func (b *bench) runOne(ctx context.Context, t *trace) {
 	b.runs++
-	dir := filepath.Join(b.dir, fmt.Sprintf("%02d-%s-%s-h%d-%s%s", b.runs, t.model.name, t.sync, t.level, t.mode, t.resize))
+	name := fmt.Sprintf("%02d-%s-%s-h%d-%s", b.runs, t.model.name, t.sync, t.level, t.mode)
+	if t.resize != "" {
+		name += "-" + t.resize
+	}
+	dir := filepath.Join(b.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.err = err
 		return
 	}
-	c, err := loopback.Start(ctx, loopback.Options{Bin: b.heterpsd, Dir: dir, Type: unitType, Catalog: b.catalog, Shares: t.shares[:]})
+	c, err := loopback.Start(ctx, loopback.Options{Bin: b.heterpsd, Dir: dir, Type: unitType, Catalog: b.catalog, Shares: t.shares[:], Heartbeat: b.o.heartbeat})
 	if err != nil {
 		t.err = fmt.Errorf("start the cluster: %w; logs in %s", err, dir)
 		return

@@ -89,3 +89,20 @@ func TestPollFollowsTheJobThatRestartedIt(t *testing.T) {
 		t.Errorf("restarts %+v; want a -> b, steps 5..6 trained twice", rs)
 	}
 }
+
+func TestInterferenceRunsForItsOwnStepsAndThrottlesAt30And60Percent(t *testing.T) {
+	m := models["ctrdnn"]
+	ts := interferenceTraces(m, syncBSP, 500)
+	if len(ts) != 2 || ts[0].mode != config.BatchingDynamic || ts[1].mode != config.BatchingUniform {
+		t.Fatalf("%d traces: want dynamic and uniform", len(ts))
+	}
+	for _, tr := range ts {
+		th := tr.throttles
+		if tr.model.steps != 500 || len(th) != 2 || th[0].step != 150 || th[0].share != 0.25 || th[1].step != 300 || th[1].share != 0.5 {
+			t.Errorf("%s: %d steps, throttles %+v; want 500 steps, n0 at 0.25 from 150 and back to 0.5 at 300", tr.mode, tr.model.steps, th)
+		}
+	}
+	if ts := interferenceTraces(m, syncBSP, 0); ts[0].model.steps != m.steps {
+		t.Errorf("steps 0: %d steps, want the model's %d", ts[0].model.steps, m.steps)
+	}
+}
