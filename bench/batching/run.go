@@ -160,7 +160,11 @@ func (t *trace) summary() string {
 	if t.err != nil {
 		return "FAILED: " + t.err.Error()
 	}
-	return fmt.Sprintf("%.1f s, %d samples, %d adjustments, loss %.4f", t.finished.Sub(t.started).Seconds(), len(t.samples), adjustments(t.final.Batching), t.final.Loss)
+	out := fmt.Sprintf("%.1f s, %d samples, %d adjustments, loss %.4f", t.finished.Sub(t.started).Seconds(), len(t.samples), adjustments(t.final.Batching), t.final.Loss)
+	if b := t.final.Batching; b != nil && t.mode == config.BatchingDynamic && b.Adjustments == 0 {
+		out += fmt.Sprintf("; batching %s, the controller's last decision: %.300s", b.Mode, b.Decision)
+	}
+	return out
 }
 
 // runOne runs t on a fresh cluster and records its samples; a failure is
