@@ -31,7 +31,7 @@
 //
 //	go run ./bench/batching [--models ctrdnn,mlp-digits,linreg] [--sync bsp,asp] [--levels 1,2,4,6]
 //	    [--modes uniform,variable,dynamic] [--interference=true] [--resize restart|none]
-//	    [--steps N] [--batch N] [--plot FILE.png]
+//	    [--steps N] [--batch N] [--interference-steps 200] [--heartbeat 1s] [--plot FILE.png]
 package main
 
 import (
