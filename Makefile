@@ -44,11 +44,16 @@ chaos: setup
 	$(GO) run ./bench/chaos
 
 # Uniform, variable and dynamic batching on two CPU-share-throttled node
-# daemons at H-levels 1, 2, 4, and under scripted interference; the program
-# records bench/results/batching.txt itself (about 8 minutes on 2 cores).
-# Not part of make test or make bench.
+# daemons at H-levels 1, 2, 4, 6 for ctrdnn, mlp-digits and linreg, BSP and
+# ASP, under scripted interference, and in-place vs kill-restart resizing;
+# the program records bench/results/batching.txt, the loss curves
+# (batching-curves.csv) and the plot (batching.png) itself (about 12
+# minutes on 2 cores). BATCHING_FLAGS selects parts or lengthens runs, e.g.
+# BATCHING_FLAGS="--models ctrdnn --sync bsp --steps 300". Not part of make
+# test or make bench.
+BATCHING_FLAGS ?=
 batching-bench: setup
-	$(GO) run ./bench/batching
+	$(GO) run ./bench/batching --plot bench/results/batching.png $(BATCHING_FLAGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -7,21 +7,36 @@ import (
 
 // Pure functions of a run's samples.
 
+// fresh says which samples report a new step: one past the last step the
+// same job reported, or past the step a restarted job started from.
+func fresh(samples []sample) []bool {
+	out := make([]bool, len(samples))
+	job, last := "", int64(0)
+	for i, s := range samples {
+		if s.job != job {
+			job, last = s.job, s.restored
+		}
+		if s.step > last {
+			out[i], last = true, s.step
+		}
+	}
+	return out
+}
+
 // lossEMA is the EMA of the loss over the samples, updated with weight w
 // each time a sample reports a new step (the status's loss is the last
 // step's, noisy); out[i] is its value at sample i (NaN before the first
 // step).
 func lossEMA(samples []sample, w float64) []float64 {
 	out := make([]float64, len(samples))
-	ema, last := math.NaN(), int64(0)
-	for i, s := range samples {
-		if s.step > last {
+	ema := math.NaN()
+	for i, isNew := range fresh(samples) {
+		if isNew {
 			if math.IsNaN(ema) {
-				ema = s.loss
+				ema = samples[i].loss
 			} else {
-				ema = (1-w)*ema + w*s.loss
+				ema = (1-w)*ema + w*samples[i].loss
 			}
-			last = s.step
 		}
 		out[i] = ema
 	}
@@ -169,4 +184,89 @@ func sampleIndexAt(samples []sample, at time.Time) int {
 		idx = i
 	}
 	return idx
+}
+
+// restart is one kill-restart of a run's job: the job that stopped, the
+// step it had reached, the step its successor restarted from, and the
+// time from the old job's last new step to the new job's first.
+type restart struct {
+	from, to string
+	reached  int64
+	restored int64
+	gap      time.Duration
+}
+
+// trainedTwice is the steps the restart trains again.
+func (r restart) trainedTwice() int64 { return max(0, r.reached-r.restored) }
+
+// segment is the samples of one job of a run's chain.
+type segment struct {
+	job               string
+	restored, reached int64
+	firstNew, lastNew time.Time // its first and last sample with a new step
+}
+
+// segments splits the samples by job, in order.
+func segments(samples []sample) []segment {
+	var out []segment
+	isNew := fresh(samples)
+	for i, s := range samples {
+		if len(out) == 0 || out[len(out)-1].job != s.job {
+			out = append(out, segment{job: s.job, restored: s.restored, reached: s.restored})
+		}
+		g := &out[len(out)-1]
+		if isNew[i] {
+			g.reached = s.step
+			if g.firstNew.IsZero() {
+				g.firstNew = s.at
+			}
+			g.lastNew = s.at
+		}
+	}
+	return out
+}
+
+// restarts are the job changes in the samples; the gap is zero where the
+// old job never reported a step or the new one never did.
+func restarts(samples []sample) []restart {
+	var out []restart
+	segs := segments(samples)
+	for i := 1; i < len(segs); i++ {
+		old, cur := segs[i-1], segs[i]
+		r := restart{from: old.job, to: cur.job, reached: old.reached, restored: cur.restored}
+		if !old.lastNew.IsZero() && !cur.firstNew.IsZero() {
+			r.gap = cur.firstNew.Sub(old.lastNew)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// inPlaceOverhead estimates what the in-place resizes cost: for every
+// interval between two samples with new steps in which the controller's
+// adjustment count grew, the interval's time beyond its steps at the
+// slower of the step times of the intervals before and after it (the old
+// split's and the new one's); an interval without a neighbour on each
+// side counts nothing.
+func inPlaceOverhead(samples []sample) time.Duration {
+	var pts []sample
+	for i, isNew := range fresh(samples) {
+		if isNew {
+			pts = append(pts, samples[i])
+		}
+	}
+	perStep := func(i int) time.Duration { // interval i: pts[i-1] to pts[i]
+		return pts[i].at.Sub(pts[i-1].at) / time.Duration(pts[i].step-pts[i-1].step)
+	}
+	oneJob := func(i int) bool { return pts[i].job == pts[i-1].job && pts[i].step > pts[i-1].step }
+	var total time.Duration
+	for i := 2; i+1 < len(pts); i++ {
+		if pts[i].adjustments <= pts[i-1].adjustments || !oneJob(i-1) || !oneJob(i) || !oneJob(i+1) {
+			continue
+		}
+		ref := max(perStep(i-1), perStep(i+1))
+		span := pts[i].at.Sub(pts[i-1].at)
+		total += max(0, span-ref*time.Duration(pts[i].step-pts[i-1].step))
+	}
+	return total
 }

@@ -97,3 +97,68 @@ func TestBackWithinWaitsForTheStepTimeToRecover(t *testing.T) {
 		t.Error("backWithin(100 ms) is ok; the step time never gets that low")
 	}
 }
+
+// jobSamples makes one sample per second of job at the given steps, the
+// job having started from restored.
+func jobSamples(job string, restored int64, from time.Time, steps ...int64) []sample {
+	out := make([]sample, len(steps))
+	for i, st := range steps {
+		out[i] = sample{at: from.Add(time.Duration(i) * time.Second), job: job, restored: restored, step: st, loss: float64(st)}
+	}
+	return out
+}
+
+func TestFreshCountsARestartedJobsStepsAgain(t *testing.T) {
+	s := append(jobSamples("a", 0, t0, 0, 3, 3, 6), jobSamples("b", 4, t0.Add(4*time.Second), 4, 5, 7)...)
+	got := fresh(s)
+	want := []bool{false, true, false, true, false, true, true}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("fresh[%d] (job %s step %d) = %v, want %v", i, s[i].job, s[i].step, got[i], want[i])
+		}
+	}
+	ema := lossEMA(s, 1)
+	if ema[5] != 5 {
+		t.Errorf("EMA after the restart's step 5 = %v, want 5 (its loss)", ema[5])
+	}
+}
+
+func TestRestartsCountStepsTrainedTwiceAndTheGap(t *testing.T) {
+	s := append(jobSamples("a", 0, t0, 2, 8, 8), jobSamples("b", 5, t0.Add(5*time.Second), 5, 5, 6, 9)...)
+	rs := restarts(s)
+	if len(rs) != 1 {
+		t.Fatalf("restarts = %+v, want one", rs)
+	}
+	r := rs[0]
+	// a's last new step was at t0+1 s; b's first at t0+7 s.
+	if r.from != "a" || r.to != "b" || r.reached != 8 || r.restored != 5 || r.trainedTwice() != 3 || r.gap != 6*time.Second {
+		t.Errorf("restart %+v (twice %d); want a reached 8, b from 5, 3 twice, gap 6s", r, r.trainedTwice())
+	}
+	if rs := restarts(jobSamples("a", 0, t0, 1, 2, 3)); len(rs) != 0 {
+		t.Errorf("one job: restarts %+v, want none", rs)
+	}
+}
+
+func TestInPlaceOverheadIsTheResizeIntervalsExcess(t *testing.T) {
+	// 10 steps a second, except the interval in which the controller
+	// adjusted: 10 steps in 1.5 s.
+	at := []time.Duration{0, 1000, 2000, 3500, 4500, 5500}
+	steps := []int64{10, 20, 30, 40, 50, 60}
+	var s []sample
+	for i := range at {
+		adj := 0
+		if i >= 3 {
+			adj = 1
+		}
+		s = append(s, sample{at: t0.Add(at[i] * time.Millisecond), job: "a", step: steps[i], adjustments: adj})
+	}
+	if got := inPlaceOverhead(s); got != 500*time.Millisecond {
+		t.Errorf("inPlaceOverhead = %v, want 500ms", got)
+	}
+	for i := range s {
+		s[i].adjustments = 0
+	}
+	if got := inPlaceOverhead(s); got != 0 {
+		t.Errorf("without adjustments inPlaceOverhead = %v, want 0", got)
+	}
+}

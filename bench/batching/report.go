@@ -37,7 +37,7 @@ type metrics struct {
 
 func measure(t *trace, o options, target float64) metrics {
 	m := metrics{wall: t.finished.Sub(t.started), settleStep: -1, targetStep: -1, loss: t.final.Loss,
-		adjustments: adjustments(t.final.Batching), ideal: idealSplit(o.batch, t.shares[:])}
+		adjustments: adjustments(t.final.Batching), ideal: idealSplit(t.model.batch, t.shares[:])}
 	if t.final.Step > 0 {
 		m.meanStep = m.wall / time.Duration(t.final.Step)
 	}
@@ -56,29 +56,55 @@ func measure(t *trace, o options, target float64) metrics {
 	return m
 }
 
-// targetLoss is the H-1 uniform run's loss EMA at --target-at of its
-// steps (NaN when that run is missing or failed).
-func targetLoss(hl *levelResults, o options) float64 {
-	ref := hl.get(1, config.BatchingUniform)
+// printAll prints every part's tables and the targets.
+func printAll(w io.Writer, res *results, o options) {
+	for _, g := range res.groups {
+		printLevels(w, g, targetLoss(res, g.model.name, o), o)
+	}
+	if len(res.interference) > 0 {
+		printInterference(w, res.interference, o)
+	}
+	if len(res.resize) > 0 {
+		printResize(w, res.resize, o)
+	}
+	printTargets(w, res, o)
+}
+
+// targetLoss is model's target: its first group's (the first sync mode's)
+// H-1 uniform run's loss EMA at --target-at of its steps (NaN when that
+// run is missing or failed).
+func targetLoss(res *results, model string, o options) float64 {
+	for _, g := range res.groups {
+		if g.model.name == model {
+			return groupTarget(g, o)
+		}
+	}
+	return math.NaN()
+}
+
+func groupTarget(g *levelResults, o options) float64 {
+	ref := g.get(1, config.BatchingUniform)
 	if ref == nil {
-		ref = hl.get(1, hl.modes[0])
+		ref = g.get(1, g.modes[0])
 	}
 	if ref == nil || ref.err != nil {
 		return math.NaN()
 	}
-	loss, ok := lossAtStep(ref.samples, lossEMA(ref.samples, o.emaWeight), int64(o.targetAt*float64(o.steps)))
+	loss, ok := lossAtStep(ref.samples, lossEMA(ref.samples, o.emaWeight), targetStep(g.model, o))
 	if !ok {
 		return math.NaN()
 	}
 	return loss
 }
 
-func printLevels(w io.Writer, hl *levelResults, o options) {
-	target := targetLoss(hl, o)
-	fmt.Fprintf(w, "H-levels (target loss %.4f: the H-%d %s run's EMA at step %d)\n", target, 1, config.BatchingUniform, int64(o.targetAt*float64(o.steps)))
+func targetStep(m modelSpec, o options) int64 { return int64(o.targetAt * float64(m.steps)) }
+
+func printLevels(w io.Writer, g *levelResults, target float64, o options) {
+	fmt.Fprintf(w, "%s %s, H-levels (loss: %s; target %.4f: the H-1 %s run's EMA at step %d)\n",
+		g.model.name, strings.ToUpper(g.sync), g.model.loss, target, config.BatchingUniform, targetStep(g.model, o))
 	fmt.Fprintf(w, "%-3s %-11s %-8s %7s %8s %-10s %-12s %8s %4s %-13s %8s %-15s\n",
 		"H", "shares", "mode", "wall s", "step ms", "split", "ideal", "vs ideal", "adj", "settled step", "loss", "target step/s")
-	for _, t := range hl.all() {
+	for _, t := range g.all() {
 		shares := fmt.Sprintf("%.2f/%.2f", t.shares[0], t.shares[1])
 		if t.err != nil {
 			fmt.Fprintf(w, "%-3d %-11s %-8s FAILED: %v\n", t.level, shares, t.mode, t.err)
@@ -91,6 +117,7 @@ func printLevels(w io.Writer, hl *levelResults, o options) {
 	}
 	fmt.Fprintln(w, "split: n0/n1 batches at the end; vs ideal: the largest replica's relative error against the shares' ratio;")
 	fmt.Fprintln(w, "settled step: the first step at which the split was within 10 % of its final one (adjustments made by then)")
+	fmt.Fprintln(w)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -142,7 +169,8 @@ func phases(t *trace, steps int64) []phase {
 }
 
 func printInterference(w io.Writer, runs []*trace, o options) {
-	fmt.Fprintf(w, "\ninterference (H-1 pair; n0's share halved at %d %% of the steps, restored at %d %%)\n", 30, 60)
+	fmt.Fprintf(w, "interference (%s %s, H-1 pair; n0's share halved at %d %% of the steps, restored at %d %%)\n",
+		runs[0].model.name, strings.ToUpper(runs[0].sync), 30, 60)
 	fmt.Fprintf(w, "%-8s %-12s %-13s %8s %11s %4s %-26s\n", "mode", "phase", "steps", "step ms", "balanced ms", "adj", "back within 10 %: steps/adj")
 	for _, t := range runs {
 		if t.err != nil {
@@ -154,7 +182,7 @@ func printInterference(w io.Writer, runs []*trace, o options) {
 		}
 	}
 	fmt.Fprintln(w, "balanced: the before phase's step time scaled by the total share (the step time of a perfect split at that capacity);")
-	fmt.Fprintf(w, "back within 10 %%: the steps and adjustments from the throttle until the step time over >= %v is within 10 %% of balanced\n", stepWindow)
+	fmt.Fprintf(w, "back within 10 %%: the steps and adjustments from the throttle until the step time over >= %v is within 10 %% of balanced\n\n", stepWindow)
 }
 
 type interferenceRow struct {
@@ -214,39 +242,61 @@ func adjAtStep(samples []sample, step int64) int {
 	return samples[len(samples)-1].adjustments
 }
 
-func printTargets(w io.Writer, hl *levelResults, inter []*trace, o options) {
-	fmt.Fprintln(w, "\ntargets (measured, not asserted):")
-	target := targetLoss(hl, o)
-	top := hl.levels[len(hl.levels)-1]
-	dyn, uni, ref := hl.get(top, config.BatchingDynamic), hl.get(top, config.BatchingUniform), hl.get(1, config.BatchingDynamic)
+func printTargets(w io.Writer, res *results, o options) {
+	fmt.Fprintln(w, "targets (measured, not asserted):")
+	for _, g := range res.groups {
+		printLevelTargets(w, g, targetLoss(res, g.model.name, o), o)
+	}
+	printInterferenceTargets(w, res.interference, o)
+	if len(res.resize) > 0 {
+		printResizeTarget(w, res.resize)
+	}
+}
+
+// printLevelTargets prints the H-level targets of one model and sync mode.
+func printLevelTargets(w io.Writer, g *levelResults, target float64, o options) {
+	name := fmt.Sprintf("%s %s", g.model.name, strings.ToUpper(g.sync))
+	top := g.levels[len(g.levels)-1]
+	dyn, uni, ref := g.get(top, config.BatchingDynamic), g.get(top, config.BatchingUniform), g.get(1, config.BatchingDynamic)
 	if ok(dyn) && ok(ref) {
 		md, mr := measure(dyn, o, target), measure(ref, o, target)
 		r, what := ratio(md, mr)
-		fmt.Fprintf(w, "  H-%d dynamic <= %.2fx the H-1 dynamic time %s: %.2fx (%s): %s\n", top, timeRatioTarget, what, r, times(md, mr), verdict(r <= timeRatioTarget))
+		fmt.Fprintf(w, "  %s: H-%d dynamic <= %.2fx the H-1 dynamic time %s: %.2fx (%s): %s\n", name, top, timeRatioTarget, what, r, times(md, mr), verdict(r <= timeRatioTarget))
 	} else {
-		fmt.Fprintf(w, "  H-%d dynamic <= %.2fx the H-1 time: MISSED (a run is missing or failed)\n", top, timeRatioTarget)
+		fmt.Fprintf(w, "  %s: H-%d dynamic <= %.2fx the H-1 time: MISSED (a run is missing or failed)\n", name, top, timeRatioTarget)
 	}
 	if ok(dyn) && ok(uni) {
 		md, mu := measure(dyn, o, target), measure(uni, o, target)
 		r, what := ratio(mu, md)
-		fmt.Fprintf(w, "  H-%d dynamic >= %.1fx faster than uniform %s: %.2fx (%s): %s\n", top, speedupTarget, what, r, times(mu, md), verdict(r >= speedupTarget))
+		fmt.Fprintf(w, "  %s: H-%d dynamic >= %.1fx faster than uniform %s: %.2fx (%s): %s\n", name, top, speedupTarget, what, r, times(mu, md), verdict(r >= speedupTarget))
 	} else {
-		fmt.Fprintf(w, "  H-%d dynamic >= %.1fx faster than uniform: MISSED (a run is missing or failed)\n", top, speedupTarget)
+		fmt.Fprintf(w, "  %s: H-%d dynamic >= %.1fx faster than uniform: MISSED (a run is missing or failed)\n", name, top, speedupTarget)
 	}
 	var worst []string
 	met := true
-	for _, h := range hl.levels[1:] {
-		t := hl.get(h, config.BatchingDynamic)
+	for _, h := range g.levels[1:] {
+		t := g.get(h, config.BatchingDynamic)
 		if !ok(t) {
 			met = false
 			worst = append(worst, fmt.Sprintf("H-%d failed", h))
 			continue
 		}
 		m := measure(t, o, target)
-		met = met && m.settleStep >= 0 && m.settleAdj <= adjustmentTarget
+		met = met && equilibrated(m)
 		worst = append(worst, fmt.Sprintf("H-%d %s", h, settled(m)))
 	}
-	fmt.Fprintf(w, "  equilibrium (split within 10 %% of its final one) in <= %d adjustments: %s: %s\n", adjustmentTarget, strings.Join(worst, ", "), verdict(met && len(worst) > 0))
+	fmt.Fprintf(w, "  %s: equilibrium (split within 10 %% of its final one, after at least one adjustment) in <= %d adjustments: %s: %s\n",
+		name, adjustmentTarget, strings.Join(worst, ", "), verdict(met && len(worst) > 0))
+}
+
+// equilibrated says whether a dynamic run above H-1 settled in at most
+// adjustmentTarget adjustments; a split that never moved (the uniform
+// start) is no equilibrium: the shares differ.
+func equilibrated(m metrics) bool {
+	return m.adjustments > 0 && m.settleStep >= 0 && m.settleAdj <= adjustmentTarget
+}
+
+func printInterferenceTargets(w io.Writer, inter []*trace, o options) {
 	for _, t := range inter {
 		if t.mode != config.BatchingDynamic {
 			continue

@@ -163,10 +163,10 @@ func (j *jobRun) close() {
 
 // stepTime is a finished job's mean step time, from its start to its end.
 func stepTime(s api.JobStatus) time.Duration {
-	if s.Started == nil || s.Finished == nil || s.Steps <= restoredStep(s) {
+	if s.Started == nil || s.Finished == nil || s.Steps <= loopback.RestoredStep(s) {
 		return 0
 	}
-	return s.Finished.Sub(*s.Started) / time.Duration(s.Steps-restoredStep(s))
+	return s.Finished.Sub(*s.Started) / time.Duration(s.Steps-loopback.RestoredStep(s))
 }
 
 // finalCheckpoint waits for the checkpoint of the last step and digests it.
@@ -227,8 +227,8 @@ func measureRecovery(j *jobRun, r *result, at sample, fault time.Time) func(api.
 		}
 		r.twice = 0
 		if final.ID != at.s.ID {
-			r.twice = at.s.Step - restoredStep(final)
-			r.notes = append(r.notes, fmt.Sprintf("%s restarted as %s from step %d on %s", at.s.ID, final.ID, restoredStep(final), stageNodes(final)))
+			r.twice = at.s.Step - loopback.RestoredStep(final)
+			r.notes = append(r.notes, fmt.Sprintf("%s restarted as %s from step %d on %s", at.s.ID, final.ID, loopback.RestoredStep(final), stageNodes(final)))
 		}
 	}
 }

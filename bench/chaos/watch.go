@@ -160,19 +160,11 @@ func resumed(samples []sample, faultJob string, fault time.Time, stepAtFault int
 		switch {
 		case x.s.ID == faultJob && x.s.Step > stepAtFault:
 			return x, true
-		case x.s.ID != faultJob && x.s.Step > restoredStep(x.s):
+		case x.s.ID != faultJob && x.s.Step > loopback.RestoredStep(x.s):
 			return x, true
 		}
 	}
 	return sample{}, false
-}
-
-// restoredStep is the step a job started from: its checkpoint's, else 0.
-func restoredStep(s api.JobStatus) int64 {
-	if s.RestoredFrom == nil {
-		return 0
-	}
-	return s.RestoredFrom.Step
 }
 
 // stalledAt is the step a job's progress stopped at after a fault: node

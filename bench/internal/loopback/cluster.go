@@ -45,12 +45,13 @@ type Proc struct {
 // Cluster is a coordinator and node daemons, each its own process, on
 // loopback, with their files and logs in dir.
 type Cluster struct {
-	bin   string // heterpsd
-	dir   string
-	addr  string // the coordinator's fixed host:port
-	URL   string
-	Coord *Proc
-	Nodes []*Proc // in the order of their names n0, n1, ...
+	bin       string // heterpsd
+	dir       string
+	heartbeat time.Duration
+	addr      string // the coordinator's fixed host:port
+	URL       string
+	Coord     *Proc
+	Nodes     []*Proc // in the order of their names n0, n1, ...
 	// old are the processes replaced by a restart; close waits for them too.
 	old    []*Proc
 	client *http.Client
@@ -68,13 +69,22 @@ func freeAddr() (string, error) {
 }
 
 // Options say what Start runs: Bin (heterpsd) in Dir, a coordinator with
-// Catalog (the TOML, written to Dir/catalog.toml), and one node daemon of
+// Catalog (the TOML, written to Dir/catalog.toml) and the heartbeat
+// interval Heartbeat (0: the constant Heartbeat), and one node daemon of
 // one unit of Type per entry of Shares, each with that CPU share (1: no
 // throttle).
 type Options struct {
 	Bin, Dir, Type string
 	Catalog        []byte
 	Shares         []float64
+	Heartbeat      time.Duration
+}
+
+func (o Options) heartbeat() time.Duration {
+	if o.Heartbeat > 0 {
+		return o.Heartbeat
+	}
+	return Heartbeat
 }
 
 // Start starts the cluster Options say and waits until every node is
@@ -87,7 +97,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{bin: o.Bin, dir: o.Dir, addr: addr, URL: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}}
+	c := &Cluster{bin: o.Bin, dir: o.Dir, heartbeat: o.heartbeat(), addr: addr, URL: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}}
 	if err := c.StartCoordinator(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -128,8 +138,7 @@ func (c *Cluster) StartCoordinator(ctx context.Context) error {
 	if c.Coord != nil {
 		name = fmt.Sprintf("coordinator-%d", len(c.old)+1)
 	}
-	p, err := c.start(ctx, name, "--role=coordinator", "--catalog", filepath.Join(c.dir, "catalog.toml"),
-		"--listen", c.addr, "--state-dir", filepath.Join(c.dir, "state"), "--heartbeat", Heartbeat.String())
+	p, err := c.start(ctx, name, c.coordinatorArgs()...)
 	if err != nil {
 		return err
 	}
@@ -138,6 +147,12 @@ func (c *Cluster) StartCoordinator(ctx context.Context) error {
 	}
 	c.Coord = p
 	return nil
+}
+
+// coordinatorArgs are heterpsd's arguments for the cluster's coordinator.
+func (c *Cluster) coordinatorArgs() []string {
+	return []string{"--role=coordinator", "--catalog", filepath.Join(c.dir, "catalog.toml"),
+		"--listen", c.addr, "--state-dir", filepath.Join(c.dir, "state"), "--heartbeat", c.heartbeat.String()}
 }
 
 // start runs heterpsd with args, its standard error into dir/name.log, and
@@ -288,6 +303,14 @@ func (c *Cluster) Job(ctx context.Context, id string) (api.JobStatus, error) {
 	var s api.JobStatus
 	err := c.Call(ctx, http.MethodGet, "/v1/jobs/"+id, "", "", &s)
 	return s, err
+}
+
+// RestoredStep is the step a job started from: its checkpoint's, else 0.
+func RestoredStep(s api.JobStatus) int64 {
+	if s.RestoredFrom == nil {
+		return 0
+	}
+	return s.RestoredFrom.Step
 }
 
 // Call sends a request to the coordinator and decodes its JSON reply.

@@ -1,7 +1,9 @@
 package loopback
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/config"
 )
@@ -17,6 +19,20 @@ func TestNodeFileCarriesTheCPUShare(t *testing.T) {
 		}
 		if n.Name != "n0" || n.Type != "cpu-1t" || n.Units != 1 || n.Threads != 1 {
 			t.Errorf("share %g: node file is %+v, want n0 with one 1-thread unit of cpu-1t", share, n)
+		}
+	}
+}
+
+func TestTheCoordinatorGetsTheHeartbeatOfTheOptions(t *testing.T) {
+	for _, tc := range []struct {
+		set  time.Duration
+		want string
+	}{{0, Heartbeat.String()}, {250 * time.Millisecond, "250ms"}} {
+		c := &Cluster{dir: "/tmp/x", addr: "127.0.0.1:1", heartbeat: Options{Heartbeat: tc.set}.heartbeat()}
+		args := c.coordinatorArgs()
+		i := slices.Index(args, "--heartbeat")
+		if i < 0 || i+1 >= len(args) || args[i+1] != tc.want {
+			t.Errorf("Heartbeat %v: coordinator args %q, want --heartbeat %s", tc.set, args, tc.want)
 		}
 	}
 }

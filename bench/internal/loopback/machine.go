@@ -83,22 +83,41 @@ func Prepare(ctx context.Context, dir, catalogPath, unitType, name, model, data 
 	if s.Heterpsd, err = Build(ctx, dir); err != nil {
 		return s, err
 	}
-	base, err := config.LoadCatalog(catalogPath)
+	cat, err := TypeCatalog(catalogPath, unitType, name, nodes)
 	if err != nil {
 		return s, err
 	}
-	unit, ok := base.Type(unitType)
-	if !ok {
-		return s, fmt.Errorf("%s has no type %s", catalogPath, unitType)
-	}
-	cat := Catalog(name, unit, nodes)
 	if s.Catalog, err = cat.MarshalTOML(); err != nil {
 		return s, fmt.Errorf("catalog: %w", err)
 	}
+	s.Limit, err = Limit(ctx, cat, model, data, jobUnits, batch, steps)
+	return s, err
+}
+
+// TypeCatalog is the catalog named name of nodes nodes of one unit each of
+// catalogPath's type unitType.
+func TypeCatalog(catalogPath, unitType, name string, nodes int) (*config.Catalog, error) {
+	base, err := config.LoadCatalog(catalogPath)
+	if err != nil {
+		return nil, err
+	}
+	unit, ok := base.Type(unitType)
+	if !ok {
+		return nil, fmt.Errorf("%s has no type %s", catalogPath, unitType)
+	}
+	return Catalog(name, unit, nodes), nil
+}
+
+// Limit is the throughput floor at which the exact plan of model (a zoo
+// name or a model file) on data puts one stage on jobUnits units of cat.
+func Limit(ctx context.Context, cat *config.Catalog, model, data string, jobUnits, batch, steps int) (float64, error) {
 	m, err := config.LoadModel(model)
 	if err != nil {
-		return s, err
+		return 0, err
 	}
-	s.Limit, err = planlimit.For(ctx, cat, m, model, data, jobUnits, batch, steps)
-	return s, err
+	limit, err := planlimit.For(ctx, cat, m, model, data, jobUnits, batch, steps)
+	if err != nil {
+		return 0, fmt.Errorf("plan %s on %s over %d units: %w", model, data, jobUnits, err)
+	}
+	return limit, nil
 }
