@@ -289,7 +289,7 @@ type JobStatus struct {
 	Plan        json.RawMessage `json:"plan,omitempty"`
 	Step        int64           `json:"step"` // steps every stage replica has completed
 	Steps       int64           `json:"steps"`
-	Loss        float64         `json:"loss"`          // mean last reported loss of the last stage's replicas
+	Loss        float64         `json:"loss"`          // last reported loss of the last stage's replicas, their mean weighted by batch
 	SamplesPerS float64         `json:"samples_per_s"` // the slowest stage's measured throughput
 	CostSoFar   float64         `json:"cost_so_far"`   // catalog prices x units placed x hours running
 	Stages      []StageStatus   `json:"stages"`

@@ -484,8 +484,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 // replicas that reported.
 func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 	s.Step = s.Steps
-	var loss float64
-	losses := 0
+	var loss, weights float64
 	last := len(j.plan.Stages) - 1
 	for i, ps := range j.plan.Stages {
 		st := api.StageStatus{Stage: i, Type: ps.Type, Units: ps.Units, FirstLayer: ps.First, LastLayer: ps.Last,
@@ -500,8 +499,9 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 			st.MeasuredThroughput += t.report.SamplesPerS
 			s.Step = min(s.Step, max(t.report.Step, j.firstStep()))
 			if i == last && t.report.TaskID != "" {
-				loss += t.report.Loss
-				losses++
+				w := float64(max(t.report.Batch, 1)) // replicas of unequal batches count per sample
+				loss += w * t.report.Loss
+				weights += w
 			}
 		}
 		if i == 0 || st.MeasuredThroughput < s.SamplesPerS {
@@ -509,7 +509,7 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 		}
 		s.Stages = append(s.Stages, st)
 	}
-	if losses > 0 {
-		s.Loss = loss / float64(losses)
+	if weights > 0 {
+		s.Loss = loss / weights
 	}
 }
