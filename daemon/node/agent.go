@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -87,7 +88,8 @@ type Agent struct {
 	dataAddr  string
 	psAddr    string
 	throttle  *cpuThrottle
-	noCgroup  error // why the throttle cannot use the cgroup
+	noCgroup  error        // why the throttle cannot use the cgroup
+	nodeID    atomic.Value // string: the current registration's id (Summary)
 
 	mu    sync.Mutex
 	tasks map[string]*task
@@ -222,6 +224,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		req.Tasks = a.reports()
 		req.CPUShare, req.CPUShareMode = a.throttle.state()
 		id, interval, err = a.register(ctx, req)
+		a.nodeID.Store(id)
 		if err != nil {
 			a.shutdown("")
 			return fmt.Errorf("node %s: register: %w", a.cfg.Name, err)
@@ -235,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.log.Warn("registering again", "err", err)
 		id = ""
+		a.nodeID.Store(id)
 	}
 	a.shutdown(id)
 	return nil

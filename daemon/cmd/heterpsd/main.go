@@ -44,12 +44,15 @@ const (
 // peers do.
 const stopGrace = 8 * time.Second
 
-func main() {
+func main() { os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// runMain is main but for the exit: the signals end the daemon's context.
+func runMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	os.Exit(runBounded(ctx, stop, stopGrace, os.Stderr, func(ctx context.Context) int {
-		return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	}))
+	return runBounded(ctx, stop, stopGrace, stderr, func(ctx context.Context) int {
+		return run(ctx, args, stdout, stderr)
+	})
 }
 
 // runBounded runs serve until it returns, or until grace has passed since
@@ -80,6 +83,7 @@ func runBounded(ctx context.Context, unnotify func(), grace time.Duration, stder
 type flags struct {
 	role, config, catalog, listen, secretFile, logLevel string
 	stateDir                                            string
+	checkConfig                                         string
 	apiSecretFile                                       string
 	insecureAPI                                         bool
 	heartbeat, timeout                                  time.Duration
@@ -100,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
 	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.checkConfig, "check-config", "", "validate this node file or coordinator catalog, say which it is, and exit (0 valid, 2 not)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -107,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	switch {
+	case f.checkConfig != "":
 	case f.role == "coordinator" && f.catalog == "":
 		return nil, errors.New("--role=coordinator needs --catalog")
 	case f.role == "node" && f.config == "":
@@ -126,6 +132,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
+	}
+	if f.checkConfig != "" {
+		return checkConfig(f.checkConfig, stdout, stderr)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
@@ -162,6 +171,7 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		return exitFailure
 	}
 	fmt.Fprintf(stdout, "coordinator http://%s\n", ln.Addr())
+	defer startSystemd(ctx, log, coordinatorState(c))()
 	if err := c.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
@@ -204,6 +214,7 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitFailure
 	}
 	fmt.Fprintf(stdout, "node %s data %s ps %s\n", nf.Name, a.DataAddr(), a.PSAddr())
+	defer startSystemd(ctx, log, nodeState(a, nf.Coordinator))()
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
