@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -166,4 +168,43 @@ func TestNoNotifySocketNoGoroutine(t *testing.T) {
 	if called {
 		t.Error("the state was read without NOTIFY_SOCKET")
 	}
+}
+
+// TestSystemdNotifyNode: a node daemon is READY once registered, with its
+// id and tasks in STATUS; its coordinator's STATUS counts it.
+func TestSystemdNotifyNode(t *testing.T) {
+	notes := fakeSystemd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var coordOut, nodeOut, logs syncBuffer
+	wg.Go(func() {
+		run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
+			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", t.TempDir()}, &coordOut, &logs)
+	})
+	url, ok := strings.CutPrefix(waitLine(t, &coordOut), "coordinator ")
+	if !ok {
+		t.Fatalf("coordinator printed %q", coordOut.String())
+	}
+	next(t, notes, "STATUS=0 nodes, 0 jobs running")
+	path := filepath.Join(t.TempDir(), "node.toml")
+	src := fmt.Sprintf("name = \"n0\"\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = \"cpu-1t\"\nunits = 1\nplain = true\n", url)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { run(ctx, []string{"--role=node", "--config", path}, &nodeOut, &logs) })
+	ready, before := next(t, notes, "STATUS=registered as ")
+	if ready.msg != "READY=1\nSTATUS=registered as n1, 0 tasks" {
+		t.Errorf("the node's first status after registering: %q", ready.msg)
+	}
+	for _, n := range before {
+		if strings.Contains(n.msg, "READY=1") && !strings.Contains(n.msg, "nodes") {
+			t.Errorf("the node said %q before it registered", n.msg)
+		}
+		if n.msg == "STATUS=1 nodes, 0 jobs running" {
+			return // the coordinator counted it first
+		}
+	}
+	next(t, notes, "STATUS=1 nodes, 0 jobs running")
 }
