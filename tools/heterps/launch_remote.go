@@ -209,7 +209,8 @@ func (l *launched) signal(ctx context.Context, ds []remoteDaemon, sig string) {
 		}
 		wg.Go(func() {
 			pid := shellQuote(path.Join(l.dir, d.name+".pid"))
-			line := fmt.Sprintf("test -f %s && kill -%s $(cat %s)", pid, sig, pid)
+			// A daemon that exits meanwhile, or never wrote its pid, is no error.
+			line := fmt.Sprintf("if test -f %s; then kill -%s $(cat %s) 2>/dev/null; fi; true", pid, sig, pid)
 			if err := l.run(ctx, d.host, line, nil); err != nil {
 				fmt.Fprintf(l.stderr, "heterps launch: SIG%s to %s on %s: %v\n", sig, d.name, d.host, err)
 			}
@@ -254,6 +255,7 @@ func (p *launchPlan) run(ctx context.Context, stderr io.Writer) (api.JobStatus, 
 		return none, err
 	}
 	secretPath := filepath.Join(logDir, "secret")
+	os.Remove(secretPath) // WriteFile keeps an existing file's mode
 	if err := os.WriteFile(secretPath, secret, 0o600); err != nil {
 		return none, err
 	}

@@ -228,6 +228,15 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	remoteSecrets, _ := filepath.Glob(filepath.Join(workdir, "heterps-launch-*", "secret"))
+	for _, secret := range append(remoteSecrets, filepath.Join(logDir, "secret")) {
+		if info, err := os.Stat(secret); err != nil || info.Mode().Perm() != 0o600 {
+			t.Errorf("secret %s: %v, want mode 0600", secret, err)
+		}
+	}
+	if len(remoteSecrets) != 1 {
+		t.Errorf("secrets on the hosts: %v, want one (both loopback hosts share the directory)", remoteSecrets)
+	}
 	daemons := 0
 	for _, p := range launchedProcesses(t, workdir) {
 		if _, cmdline, _ := strings.Cut(p, ": "); strings.HasPrefix(cmdline, fx.bin+" ") {
