@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test cuda-check run bench chaos batching-bench fmt lint clean
+.PHONY: all setup build test cuda-check run bench chaos batching-bench fmt lint clean install install-files
 
 all: build
 
@@ -54,6 +54,34 @@ chaos: setup
 BATCHING_FLAGS ?=
 batching-bench: setup
 	$(GO) run ./bench/batching --plot bench/results/batching.png $(BATCHING_FLAGS)
+
+# Installs the binaries, the systemd units (with @BINDIR@ and @DOCDIR@ set),
+# the sysusers.d file and the example configs; DESTDIR stages it for a
+# package. Then, as root: systemd-sysusers; systemctl daemon-reload (see
+# docs/deploy.md). install-files does the same without building $(BIN).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+DATADIR ?= $(PREFIX)/share/heterps
+DOCDIR ?= $(PREFIX)/share/doc/heterps
+UNITS := heterpsd-coordinator.service heterpsd-node@.service
+
+install: build install-files
+
+install-files:
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR)/heterpsd-node@.service.d $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(DATADIR)/examples $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(BIN)/heterps $(BIN)/heterpsd $(DESTDIR)$(BINDIR)/
+	for u in $(UNITS); do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' config/systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+	install -m 0644 config/systemd/heterpsd-node@.service.d/gpu.conf $(DESTDIR)$(UNITDIR)/heterpsd-node@.service.d/
+	install -m 0644 config/systemd/heterps.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/heterps.conf
+	cp -R config/examples/. $(DESTDIR)$(DATADIR)/examples/
+	cp -R config/systemd/examples/. $(DESTDIR)$(DATADIR)/examples/systemd/
+	install -m 0644 docs/deploy.md $(DESTDIR)$(DOCDIR)/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

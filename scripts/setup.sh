@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing heterps needs, when it is missing:
-# a C compiler and OpenBLAS (Debian packages), the Go modules, and the
+# a C compiler, OpenBLAS and systemd-analyze (Debian packages), the Go modules, and the
 # Python packages safetensors and numpy that the checkpoint tests use to
 # cross-check our files with the reference implementation. Idempotent and
 # quiet when everything is already there.
@@ -10,6 +10,9 @@ need_pkgs=()
 command -v gcc >/dev/null || need_pkgs+=(gcc)
 dpkg -s libopenblas-dev >/dev/null 2>&1 || need_pkgs+=(libopenblas-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
+# systemd-analyze verifies the units in config/systemd (the test skips
+# without it); the package is small where systemd is not already there.
+command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
 
 if ((${#need_pkgs[@]})); then
   echo "setup: installing ${need_pkgs[*]}"

@@ -205,22 +205,30 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	}
 	c := newCoordClient(url)
 	defer c.close()
-	if err := waitNodes(ctx, c, len(offers), &kids); err != nil {
-		return none, err
-	}
-	id, err := c.submit(ctx, jobTOML)
-	if err != nil {
-		return none, err
-	}
-	fmt.Fprintf(stderr, "heterps run: job %s on %d node daemon(s) and a coordinator at %s\n", id, len(offers), url)
-	update, done := jobProgress(stderr)
-	s, err := waitUnqueued(ctx, c, id, update, stderr)
-	done()
+	s, err := runJob(ctx, c, &kids, len(offers), jobTOML, stderr, "heterps run", url)
 	if err != nil {
 		return none, err
 	}
 	failed = s.State != api.JobDone
 	return s, nil
+}
+
+// runJob waits for n node daemons to register with the coordinator that
+// c calls, submits the job and follows it until it ends; what names the
+// command in its notices.
+func runJob(ctx context.Context, c *coordClient, kids *children, n int, jobTOML []byte, stderr io.Writer, what, url string) (api.JobStatus, error) {
+	if err := waitNodes(ctx, c, n, kids); err != nil {
+		return api.JobStatus{}, err
+	}
+	id, err := c.submit(ctx, jobTOML)
+	if err != nil {
+		return api.JobStatus{}, err
+	}
+	fmt.Fprintf(stderr, "%s: job %s on %d node daemon(s) and a coordinator at %s\n", what, id, n, url)
+	update, done := jobProgress(stderr)
+	s, err := waitUnqueued(ctx, c, id, update, stderr)
+	done()
+	return s, err
 }
 
 // waitUnqueued waits for job id on a cluster whose nodes have all
@@ -280,6 +288,9 @@ type children struct {
 	procs   []*child
 	logs    []*os.File
 	readers sync.WaitGroup // of the children's standard outputs and exits
+	// ownGroup starts each child in a process group of its own, so that
+	// Ctrl-C reaches only heterps, which then stops them in order.
+	ownGroup bool
 }
 
 // child is a started daemon; exited is closed once it has exited.
@@ -311,6 +322,9 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 	k.logs = append(k.logs, logf)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logf
+	if k.ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return "", err

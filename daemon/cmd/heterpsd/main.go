@@ -49,12 +49,15 @@ const (
 // peers do.
 const stopGrace = 8 * time.Second
 
-func main() {
+func main() { os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// runMain is main but for the exit: the signals end the daemon's context.
+func runMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	os.Exit(runBounded(ctx, stop, stopGrace, os.Stderr, func(ctx context.Context) int {
-		return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	}))
+	return runBounded(ctx, stop, stopGrace, stderr, func(ctx context.Context) int {
+		return run(ctx, args, stdout, stderr)
+	})
 }
 
 // runBounded runs serve until it returns, or until grace has passed since
@@ -85,6 +88,7 @@ func runBounded(ctx context.Context, unnotify func(), grace time.Duration, stder
 type flags struct {
 	role, config, catalog, listen, secretFile, logLevel string
 	stateDir                                            string
+	checkConfig                                         string
 	apiSecretFile                                       string
 	insecureAPI                                         bool
 	metricsListen, logFormat, logFile                   string
@@ -111,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.logFile, "log-file", "", "append the logs to this file (created 0600) instead of standard error")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (port 0 picks one); empty: none")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the --metrics-listen address")
+	fs.StringVar(&f.checkConfig, "check-config", "", "validate this node file or coordinator catalog, say which it is, and exit (0 valid, 2 not)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -118,6 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	switch {
+	case f.checkConfig != "":
 	case f.role == "coordinator" && f.catalog == "":
 		return nil, errors.New("--role=coordinator needs --catalog")
 	case f.role == "node" && f.config == "":
@@ -137,6 +143,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
+	}
+	if f.checkConfig != "" {
+		return checkConfig(f.checkConfig, stdout, stderr)
 	}
 	log, closeLog, err := newLogger(f, stderr)
 	if err != nil {
@@ -184,6 +193,7 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 	}
 	fmt.Fprintf(stdout, "coordinator http://%s\n", ln.Addr())
 	printMetricsAddr(stdout, metrics)
+	defer startSystemd(ctx, log, coordinatorState(c))()
 	if err := c.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
@@ -235,6 +245,7 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 	ready.set(a.Ready)
 	fmt.Fprintf(stdout, "node %s data %s ps %s\n", nf.Name, a.DataAddr(), a.PSAddr())
 	printMetricsAddr(stdout, metrics)
+	defer startSystemd(ctx, log, nodeState(a, nf.Coordinator))()
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
