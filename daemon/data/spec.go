@@ -116,18 +116,27 @@ func Open(spec string, opts Options) (Source, error) {
 // a fresh pass has nothing in it. BadLines is the largest count of any one
 // pass: every pass skips the same lines, so it counts distinct bad lines.
 func Repeat(open func() (Source, error)) (Source, error) {
+	return RepeatEpochs(open, nil)
+}
+
+// RepeatEpochs is Repeat that also calls onEpoch, when it is not nil, with
+// the number of each pass (an epoch: 2, 3, ...) as it begins; pass 1 begins
+// when RepeatEpochs returns.
+func RepeatEpochs(open func() (Source, error), onEpoch func(epoch int)) (Source, error) {
 	src, err := open()
 	if err != nil {
 		return nil, err
 	}
-	return &repeating{open: open, cur: src, schema: src.Schema()}, nil
+	return &repeating{open: open, cur: src, schema: src.Schema(), epoch: 1, onEpoch: onEpoch}, nil
 }
 
 type repeating struct {
-	open   func() (Source, error)
-	cur    Source // nil once a reopen has failed
-	schema Schema
-	bad    int64 // largest count of a finished pass
+	open    func() (Source, error)
+	cur     Source // nil once a reopen has failed
+	schema  Schema
+	bad     int64 // largest count of a finished pass
+	epoch   int   // the current pass, from 1
+	onEpoch func(epoch int)
 }
 
 func (r *repeating) Schema() Schema { return r.schema }
@@ -163,6 +172,10 @@ func (r *repeating) Next(ctx context.Context, size int) (*Batch, error) {
 	if r.cur, err = r.open(); err != nil {
 		r.cur = nil
 		return nil, fmt.Errorf("data: repeat: reopen: %w", err)
+	}
+	r.epoch++
+	if r.onEpoch != nil {
+		r.onEpoch(r.epoch)
 	}
 	return r.cur.Next(ctx, size)
 }

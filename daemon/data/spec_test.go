@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -127,4 +130,32 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+func TestRepeatEpochsReportsEachPass(t *testing.T) {
+	path := writeFile(t, "e.svm", "1 1:1\n0 2:1\n1 3:1\n")
+	var epochs []int
+	src, err := RepeatEpochs(func() (Source, error) { return OpenLibsvm(path, Options{}) },
+		func(n int) { epochs = append(epochs, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for range 5 { // 3 records in batches of 2, a pass ends short: passes 2 and 3 begin at batches 3 and 5
+		if _, err := src.Next(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !equalInts(epochs, []int{2, 3}) {
+		t.Fatalf("epochs reported %v, want [2 3]", epochs)
+	}
+}
+
+func TestMissingFileIsBadInput(t *testing.T) {
+	_, err := Open("criteo:"+filepath.Join(t.TempDir(), "absent.csv"), Options{})
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.ExitStatus() != ExitBadInput || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), "absent.csv") {
+		t.Fatalf("missing file: %v; want a *FileError with status 2 naming the file", err)
+	}
 }

@@ -176,3 +176,57 @@ func TestTrainLinregOnRegressReportsFitAndOptimum(t *testing.T) {
 		t.Errorf("linreg on click labels: want mse and auc, no optimal_mse: %s", out)
 	}
 }
+
+const digitsData = "digits:../../daemon/data/testdata/digits.csv.gz"
+
+// TestTrainLoopsOverEpochs: --steps beyond one pass over a file reads the
+// file again and says so, instead of stopping when the file ends.
+func TestTrainLoopsOverEpochs(t *testing.T) {
+	code, out, errs := trainCLI(t, "--model", "mlp-digits", "--data", digitsData, "--steps", "40",
+		"--batch", "128", "--threads", "1", "--eval-samples", "0", "--json")
+	var r trainResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	// digits holds 1797 records, about 1600 in the training split: 13 batches of 128 a pass.
+	if r.Steps != 40 || r.Epochs < 3 || !strings.Contains(errs, "\nepoch 2\n") || !strings.Contains(errs, "\nepoch 3\n") {
+		t.Fatalf("steps %d, epochs %d, stderr %q; want 40 steps over at least 3 epochs, each announced", r.Steps, r.Epochs, errs)
+	}
+}
+
+func TestTrainMissingDataFileExits2(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "absent.csv")
+	code, _, errs := trainCLI(t, "--data", "criteo:"+missing, "--steps", "2", "--threads", "1", "--eval-samples", "0")
+	if code != exitUsage || !strings.Contains(errs, "absent.csv") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming the file", code, errs)
+	}
+}
+
+// TestTrainResumeChecks: resuming says so; another model's checkpoint and a
+// changed --batch are refused with status 2; fewer steps than the
+// checkpoint trains nothing and prints no made-up loss.
+func TestTrainResumeChecks(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "d.safetensors")
+	base := []string{"--model", "mlp-digits", "--data", digitsData, "--threads", "1", "--eval-samples", "0", "--checkpoint", ck}
+	if code, _, errs := trainCLI(t, append(base, "--steps", "5", "--batch", "16")...); code != exitOK {
+		t.Fatalf("first run: exit %d: %s", code, errs)
+	}
+	code, _, errs := trainCLI(t, append(base, "--steps", "8", "--batch", "16")...)
+	if code != exitOK || !strings.Contains(errs, "resumed from step 5") {
+		t.Fatalf("resume: exit %d, stderr %q; want 0 and \"resumed from step 5\"", code, errs)
+	}
+	code, _, errs = trainCLI(t, append(base, "--steps", "12", "--batch", "32")...)
+	if code != exitUsage || !strings.Contains(errs, "--batch 16") {
+		t.Fatalf("changed batch: exit %d, stderr %q; want 2 naming --batch 16", code, errs)
+	}
+	code, out, errs := trainCLI(t, append(base, "--steps", "3", "--batch", "16")...)
+	if code != exitOK || strings.Contains(out, "train loss 0.0000") || !strings.Contains(out, "no training steps run") ||
+		!strings.Contains(errs, "checkpoint is at step 8") {
+		t.Fatalf("fewer steps: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, _, errs = trainCLI(t, "--model", "ctrdnn", "--data", "synthetic", "--steps", "2", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0", "--checkpoint", ck)
+	if code != exitUsage || !strings.Contains(errs, "mlp-digits") {
+		t.Fatalf("another model's checkpoint: exit %d, stderr %q; want 2", code, errs)
+	}
+}
