@@ -81,11 +81,8 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	src, err := os.ReadFile(f.job)
+	_, src, err := readJob(f.job)
 	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	if _, err := config.ParseJob(f.job, src); err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
 	c, err := f.coord.client()
