@@ -17,15 +17,17 @@ import (
 //	regress[:SEED]     dense features and real-valued targets, DefaultRegress(SEED) (linreg)
 //	criteo:PATH        Criteo TSV or CSV, told apart by content
 //	avazu:PATH         Avazu CSV
-//	libsvm:PATH        libsvm
+//	libsvm:PATH        libsvm, every index a sparse id
+//	libsvm,dense=N:PATH  libsvm, indices 1..N dense features (see OpenLibsvm)
 //	digits:PATH        digits CSV
 //
 // Files may be gzip-compressed. PATH is everything after the first colon,
 // so it may hold colons itself.
 type Spec struct {
-	Kind string // synthetic, pairs, words, regress, criteo, avazu, libsvm or digits
-	Path string // the file; empty for generators
-	Seed uint64 // generators only
+	Kind  string // synthetic, pairs, words, regress, criteo, avazu, libsvm or digits
+	Path  string // the file; empty for generators
+	Seed  uint64 // generators only
+	Dense int    // libsvm only: indices 1..Dense are dense features (Options.DenseDims)
 }
 
 // DefaultSeed is the generator's seed when a generator's spec names none.
@@ -71,20 +73,44 @@ func ParseSpec(spec string) (Spec, error) {
 		}
 		return Spec{Kind: kind, Seed: seed}, nil
 	}
+	kind, dense, err := kindOptions(spec, kind)
+	if err != nil {
+		return Spec{}, err
+	}
 	if _, ok := fileOpeners[kind]; !ok {
 		return Spec{}, &SpecError{Spec: spec, Reason: "unknown kind " + strconv.Quote(kind) +
-			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], regress[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
+			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], regress[:SEED], criteo:PATH, avazu:PATH, libsvm[,dense=N]:PATH or digits:PATH)"}
 	}
 	if arg == "" {
 		return Spec{}, &SpecError{Spec: spec, Reason: "missing path (want " + kind + ":PATH)"}
 	}
-	return Spec{Kind: kind, Path: arg}, nil
+	return Spec{Kind: kind, Path: arg, Dense: dense}, nil
 }
+
+// kindOptions splits libsvm's ",dense=N" off a spec's kind.
+func kindOptions(spec, kind string) (string, int, error) {
+	kind, opt, hasOpt := strings.Cut(kind, ",")
+	if !hasOpt {
+		return kind, 0, nil
+	}
+	v, ok := strings.CutPrefix(opt, "dense=")
+	n, err := strconv.Atoi(v)
+	if kind != "libsvm" || !ok || err != nil || n < 0 || n > MaxLibsvmDense {
+		return "", 0, &SpecError{Spec: spec, Reason: fmt.Sprintf("only libsvm takes an option, dense=N with N in 0..%d (want libsvm,dense=N:PATH)", MaxLibsvmDense)}
+	}
+	return kind, n, nil
+}
+
+// MaxLibsvmDense bounds the dense columns of a libsvm spec.
+const MaxLibsvmDense = 1 << 16
 
 // String returns the spec in the form ParseSpec reads.
 func (s Spec) String() string {
 	if _, ok := generators[s.Kind]; ok {
 		return s.Kind + ":" + strconv.FormatUint(s.Seed, 10)
+	}
+	if s.Dense > 0 {
+		return s.Kind + ",dense=" + strconv.Itoa(s.Dense) + ":" + s.Path
 	}
 	return s.Kind + ":" + s.Path
 }
@@ -97,6 +123,9 @@ func (s Spec) Open(opts Options) (Source, error) {
 	open, ok := fileOpeners[s.Kind]
 	if !ok {
 		return nil, &SpecError{Spec: s.String(), Reason: "unknown kind"}
+	}
+	if s.Dense > 0 {
+		opts.DenseDims = s.Dense
 	}
 	return open(s.Path, opts)
 }

@@ -63,9 +63,8 @@ func resolveJobPaths(label string, src []byte, dir string) ([]byte, error) {
 	}
 	if d, ok := doc["data"].(string); ok {
 		if spec, err := data.ParseSpec(d); err == nil && spec.Path != "" {
-			if p := abs(spec.Path); p != spec.Path {
-				doc["data"] = spec.Kind + ":" + p
-			}
+			spec.Path = abs(spec.Path)
+			doc["data"] = spec.String()
 		}
 	}
 	if ck, ok := doc["checkpoint"].(map[string]any); ok {

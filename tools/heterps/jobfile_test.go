@@ -44,7 +44,7 @@ func TestJobPathsResolveAgainstTheJobFile(t *testing.T) {
 	src := `version = 1
 name = "rel"
 model = "models/tiny.toml"
-data = "criteo:data/day_0.csv"
+data = "libsvm,dense=2:data/day_0.svm"
 batch = 8
 steps = 2
 [checkpoint]
@@ -63,7 +63,7 @@ every = 1
 	if err != nil {
 		t.Fatalf("%v\n%s", err, got)
 	}
-	if j.Model != filepath.Join(jobs, "models/tiny.toml") || j.Data != "criteo:"+filepath.Join(jobs, "data/day_0.csv") ||
+	if j.Model != filepath.Join(jobs, "models/tiny.toml") || j.Data != "libsvm,dense=2:"+filepath.Join(jobs, "data/day_0.svm") ||
 		j.Checkpoint.Dir != filepath.Join(jobs, "ck") || j.Steps != 2 {
 		t.Fatalf("resolved job: model %q data %q checkpoint %q", j.Model, j.Data, j.Checkpoint.Dir)
 	}

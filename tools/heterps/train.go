@@ -84,7 +84,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name ("+fmt.Sprint(config.ZooNames())+") or TOML file")
-	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], regress[:seed], criteo:PATH, avazu:PATH, libsvm:PATH, digits:PATH")
+	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], regress[:seed], criteo:PATH, avazu:PATH, libsvm[,dense=N]:PATH (indices 1..N dense), digits:PATH")
 	fs.IntVar(&f.steps, "steps", 1000, "training steps")
 	fs.IntVar(&f.batch, "batch", 512, "samples per step")
 	fs.IntVar(&f.threads, "threads", runtime.NumCPU(), "threads for the kernels")

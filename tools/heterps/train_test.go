@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -228,5 +229,66 @@ func TestTrainResumeChecks(t *testing.T) {
 		"--threads", "1", "--eval-samples", "0", "--checkpoint", ck)
 	if code != exitUsage || !strings.Contains(errs, "mlp-digits") {
 		t.Fatalf("another model's checkpoint: exit %d, stderr %q; want 2", code, errs)
+	}
+}
+
+// TestTrainReadsAvazuAndLibsvm: the zoo's avazu model reads Avazu's 22
+// slots, and a libsvm file's first N indices reach a model as dense
+// features with "libsvm,dense=N:PATH".
+func TestTrainReadsAvazuAndLibsvm(t *testing.T) {
+	avazu := strings.Replace(criteoSample, "criteo_sample.csv", "avazu_sample.csv", 1)
+	code, out, errs := trainCLI(t, "--model", "avazu", "--data", "avazu:"+avazu, "--steps", "5", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0", "--json")
+	var r trainResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Steps != 5 {
+		t.Fatalf("avazu: exit %d, %s %s", code, out, errs)
+	}
+
+	dir := t.TempDir()
+	model := filepath.Join(dir, "svm.toml")
+	if err := os.WriteFile(model, []byte(`version = 1
+name = "svm"
+task = "ctr"
+[input]
+dense = 3
+slots = 1
+vocab = 1000
+[[layer]]
+name = "emb"
+kind = "embedding"
+dim = 4
+[[layer]]
+name = "concat"
+kind = "concat"
+[[layer]]
+name = "logit"
+kind = "fc"
+in = 7
+out = 1
+[loss]
+kind = "bce"
+[optimizer]
+kind = "sgd"
+lr = 0.1
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var svm strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&svm, "%d 1:%g 3:%g %d:1\n", i%2, float64(i%7)/7, float64(i%3), 4+i%50)
+	}
+	path := filepath.Join(dir, "d.svm")
+	if err := os.WriteFile(path, []byte(svm.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = trainCLI(t, "--model", model, "--data", "libsvm,dense=3:"+path, "--steps", "5", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0")
+	if code != exitOK {
+		t.Fatalf("libsvm,dense=3: exit %d: %s", code, errs)
+	}
+	code, _, errs = trainCLI(t, "--model", model, "--data", "libsvm:"+path, "--steps", "5", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0")
+	if code != exitUsage || !strings.Contains(errs, "dense") {
+		t.Fatalf("libsvm without dense=3 for a model of 3 dense features: exit %d: %s", code, errs)
 	}
 }
