@@ -758,7 +758,9 @@ func TestSecondNodeOfOneNameEndsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Run(cl.ctx); err == nil || !strings.Contains(err.Error(), "is taken by the live node twin~") {
+	ctx, cancel := context.WithTimeout(cl.ctx, 20*time.Second) // without the refusal, Run would go on
+	defer cancel()
+	if err := a.Run(ctx); err == nil || !strings.Contains(err.Error(), "is taken by the live node twin~") {
 		t.Errorf("Run: %v, want the coordinator's 409", err)
 	}
 }
