@@ -56,15 +56,11 @@ type CatalogNode struct {
 
 // LoadCatalog reads, decodes and validates a catalog file.
 func LoadCatalog(path string) (*Catalog, error) {
-	var c Catalog
-	src, err := DecodeFile(path, &c)
+	name, src, err := readNamedOrFile(ExampleCatalogs, path)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.validate(NewLocator(path, src)); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return ParseCatalog(name, src)
 }
 
 // ParseCatalog decodes and validates a catalog file's contents.

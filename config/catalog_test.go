@@ -109,3 +109,28 @@ func TestCatalogMarshalRoundTrips(t *testing.T) {
 		t.Fatalf("round trip changed the catalog:\n%s", out)
 	}
 }
+
+// TestGrid5000CatalogMatchesTheReferenceRepository pins what was checked
+// against Grid'5000's reference repository: NVLink bandwidths one way, and
+// chifflot-7/8's two V100-PCIE-32GB each as a type of their own.
+func TestGrid5000CatalogMatchesTheReferenceRepository(t *testing.T) {
+	c, err := LoadCatalog("grid5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := map[string]float64{"v100": 1.5e11, "a100": 3.0e11, "p100": 1.575e10, "v100-pcie": 1.575e10, "t4": 1.575e10}
+	for name, want := range link {
+		ty, ok := c.Type(name)
+		if !ok || ty.Device().LinkBandwidth != want {
+			t.Errorf("type %s: link bandwidth %g, want %g (one way)", name, ty.Device().LinkBandwidth, want)
+		}
+	}
+	units := map[string]map[string]int{}
+	for _, n := range c.Nodes {
+		units[n.Name] = n.Units
+	}
+	if units["chifflot-7"]["v100-pcie"] != 2 || units["gemini-1"]["v100"] != 8 || units["chuc-1"]["a100"] != 4 ||
+		units["grue-1"]["t4"] != 4 || units["chifflot-1"]["p100"] != 2 {
+		t.Errorf("GPU counts per node: %v", units)
+	}
+}

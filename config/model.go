@@ -1,11 +1,8 @@
 package config
 
 import (
-	"embed"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -112,39 +109,18 @@ type LayerShape struct {
 	Out     int
 }
 
-//go:embed examples/models/*.toml
-var zoo embed.FS
-
 // ZooNames lists the models shipped in config/examples/models.
-func ZooNames() []string {
-	entries, _ := zoo.ReadDir("examples/models")
-	var names []string
-	for _, e := range entries {
-		names = append(names, strings.TrimSuffix(e.Name(), ".toml"))
-	}
-	sort.Strings(names)
-	return names
-}
+func ZooNames() []string { return ExampleNames(ExampleModels) }
 
 // LoadModel loads a model by zoo name ("ctrdnn") or by file path (read as
 // ReadFile does: a regular file of at most MaxFileBytes), decodes it
 // strictly and validates it.
 func LoadModel(nameOrPath string) (*Model, error) {
-	var (
-		src  []byte
-		name = nameOrPath
-		err  error
-	)
-	if strings.ContainsRune(nameOrPath, filepath.Separator) || strings.HasSuffix(nameOrPath, ".toml") {
-		src, err = ReadFile(nameOrPath)
-	} else {
-		name = "examples/models/" + nameOrPath + ".toml"
-		src, err = zoo.ReadFile(name)
-		if err != nil {
+	name, src, err := readNamedOrFile(ExampleModels, nameOrPath)
+	if err != nil {
+		if IsExampleName(nameOrPath) {
 			return nil, fmt.Errorf("model %q: not a file and not in the zoo (%s)", nameOrPath, strings.Join(ZooNames(), ", "))
 		}
-	}
-	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", nameOrPath, err)
 	}
 	return ParseModel(name, src)

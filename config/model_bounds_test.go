@@ -72,7 +72,7 @@ func TestModelAtTheBoundsParses(t *testing.T) {
 // every model it accepts has sizes within the bounds.
 func FuzzParseModel(f *testing.F) {
 	for _, n := range ZooNames() {
-		src, err := zoo.ReadFile("examples/models/" + n + ".toml")
+		_, src, err := ReadExample(ExampleModels, n)
 		if err != nil {
 			f.Fatal(err)
 		}

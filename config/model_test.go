@@ -9,7 +9,7 @@ import (
 
 func TestZooModelsParse(t *testing.T) {
 	names := ZooNames()
-	for _, want := range []string{"ctrdnn", "ctrdnn-8", "ctrdnn-12", "ctrdnn-16", "ctrdnn-20", "matchnet", "2emb", "nce", "mlp-digits", "linreg"} {
+	for _, want := range []string{"ctrdnn", "ctrdnn-8", "ctrdnn-12", "ctrdnn-16", "ctrdnn-20", "matchnet", "2emb", "nce", "mlp-digits", "linreg", "avazu"} {
 		if !contains(names, want) {
 			t.Errorf("zoo lacks %s", want)
 		}

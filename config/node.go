@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,7 +14,7 @@ import (
 //
 //	version = 1
 //	name = "gpu-3"
-//	coordinator = "http://10.0.0.1:7070"
+//	coordinator = "http://10.0.0.1:7070"   # or "10.0.0.1:7070" (http:// is implied)
 //	listen = "10.0.0.3:7071"     # stage links (the wire transport)
 //	ps_listen = "10.0.0.3:7171"  # parameter-server shards
 //	type = "cpu-1t"              # a catalog type
@@ -23,6 +24,7 @@ import (
 //	lease = "10s"                # keep tasks running this long without the coordinator
 //	ps_memory = "4GiB"           # optional: memory budget of each PS shard hosted here
 //	cpu_share = 0.25             # optional: emulate a slower node (0.01..1; default 1)
+//	register_timeout = "5m"      # optional: give up when no coordinator answers this long (default: wait forever)
 //
 // The node registers listen and ps_listen as the addresses other nodes
 // reach it at, so they name this machine's interface, not a wildcard; port
@@ -50,6 +52,26 @@ type Node struct {
 	// emulate a slower node on one machine (daemon/node's throttle): in
 	// api.MinCPUShare..1, 1 when absent (LoadNode and ParseNode set it).
 	CPUShare *float64 `toml:"cpu_share"`
+	// RegisterTimeout is how long the daemon tries to register before it
+	// gives up with an error; 0 or absent = it keeps trying (and says so).
+	RegisterTimeout Duration `toml:"register_timeout"`
+}
+
+// CoordinatorURL returns a coordinator's address as a base URL: an
+// http(s) URL as it is, without a trailing slash; host:port (no scheme)
+// as http://host:port.
+func CoordinatorURL(s string) (string, error) {
+	if !strings.Contains(s, "://") {
+		if !isHostPort(s) {
+			return "", fmt.Errorf("coordinator %q: want host:port or an http(s) URL", s)
+		}
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("coordinator %q: want host:port or an http(s) URL", s)
+	}
+	return strings.TrimSuffix(s, "/"), nil
 }
 
 // Duration is a TOML string such as "30s" or "1m30s" (time.ParseDuration).
@@ -126,8 +148,13 @@ func (n *Node) validate(loc *Locator) error {
 	if !identifier.MatchString(n.Name) {
 		errs.add(loc.Errorf("name", "%q is not a node name (letters, digits, '.', '_' and '-')", n.Name))
 	}
-	if u, err := url.Parse(n.Coordinator); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs.add(loc.Errorf("coordinator", "%q is not an http(s) URL", n.Coordinator))
+	if u, err := CoordinatorURL(n.Coordinator); err != nil {
+		errs.add(loc.Errorf("coordinator", "%q is not host:port or an http(s) URL", n.Coordinator))
+	} else {
+		n.Coordinator = u
+	}
+	if n.RegisterTimeout.Duration < 0 {
+		errs.add(loc.Errorf("register_timeout", "must be >= 0 (0: keep trying), got %s", n.RegisterTimeout))
 	}
 	for _, f := range []struct{ field, addr string }{{"listen", n.Listen}, {"ps_listen", n.PSListen}} {
 		if !isHostPort(f.addr) {

@@ -33,7 +33,8 @@ func TestNodeErrorsNameTheLine(t *testing.T) {
 		line           int
 		field          string
 	}{
-		{"bad coordinator", `"http://127.0.0.1:7070"`, `"127.0.0.1:7070"`, 3, "coordinator"},
+		{"bad coordinator", `"http://127.0.0.1:7070"`, `"ftp://127.0.0.1:7070"`, 3, "coordinator"},
+		{"coordinator without a port", `"http://127.0.0.1:7070"`, `"127.0.0.1"`, 3, "coordinator"},
 		{"bad listen", `listen = "127.0.0.1:0"`, `listen = "nowhere"`, 4, "listen"},
 		{"plain off loopback", `ps_listen = "127.0.0.1:0"`, `ps_listen = "10.1.2.3:7171"`, 5, "ps_listen"},
 		{"wildcard listen", `listen = "127.0.0.1:0"`, `listen = "0.0.0.0:7071"`, 4, "listen"},
@@ -92,5 +93,37 @@ func TestNodeCPUShare(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != "cpu_share" || ce.Line != 9 {
 			t.Errorf("%s: %v, want an error at node.toml:9 naming cpu_share", bad, err)
 		}
+	}
+}
+
+func TestCoordinatorURLAcceptsHostPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:7070":         "http://127.0.0.1:7070",
+		"coord.lyon:7070":        "http://coord.lyon:7070",
+		"https://10.0.0.1:7070/": "https://10.0.0.1:7070",
+		"http://[::1]:7070":      "http://[::1]:7070",
+	} {
+		if got, err := CoordinatorURL(in); err != nil || got != want {
+			t.Errorf("CoordinatorURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "localhost", "ftp://x:1", "http://"} {
+		if _, err := CoordinatorURL(bad); err == nil {
+			t.Errorf("CoordinatorURL(%q) accepted", bad)
+		}
+	}
+	n, err := ParseNode("node.toml", []byte(strings.Replace(goodNode, `"http://127.0.0.1:7070"`, `"127.0.0.1:7070"`, 1)))
+	if err != nil || n.Coordinator != "http://127.0.0.1:7070" {
+		t.Fatalf("node file with coordinator host:port: %v, coordinator %q", err, n.Coordinator)
+	}
+}
+
+func TestNodeRegisterTimeout(t *testing.T) {
+	n, err := ParseNode("node.toml", []byte(goodNode+"register_timeout = \"2m\"\n"))
+	if err != nil || n.RegisterTimeout.Duration != 2*time.Minute {
+		t.Fatalf("register_timeout: %v, %+v", err, n)
+	}
+	if _, err := ParseNode("node.toml", []byte(goodNode+"register_timeout = \"-1s\"\n")); err == nil || !strings.Contains(err.Error(), "register_timeout") {
+		t.Errorf("negative register_timeout: %v", err)
 	}
 }

@@ -70,15 +70,11 @@ func TypeKind(name, kind string) string {
 
 // LoadProblem reads, decodes and validates a problem file.
 func LoadProblem(path string) (*Problem, error) {
-	var p Problem
-	src, err := DecodeFile(path, &p)
+	name, src, err := readNamedOrFile(ExampleProblems, path)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.validate(NewLocator(path, src)); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return ParseProblem(name, src)
 }
 
 // ParseProblem decodes and validates a problem file's contents, named name

@@ -88,7 +88,7 @@ func TestReadBeforeStopsAtTheDeadline(t *testing.T) {
 }
 
 func TestLoadModelReadsARegularFile(t *testing.T) {
-	src, err := zoo.ReadFile("examples/models/linreg.toml")
+	_, src, err := ReadExample(ExampleModels, "linreg")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func TestUnitsSettings(t *testing.T) {
 		"ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "NoNewPrivileges=yes",
 		"ReadWritePaths=-/srv/heterps/checkpoints"}
 	for file, extra := range map[string][]string{
-		"heterpsd-coordinator.service": {"--state-dir /var/lib/heterps/coordinator", "--api-secret-file /etc/heterps/secret"},
+		"heterpsd-coordinator.service": {"--state-dir /var/lib/heterps/coordinator", "--secret-file /etc/heterps/secret"},
 		"heterpsd-node@.service":       {"--config /etc/heterps/nodes/%i.toml", "DevicePolicy=closed"},
 		"heterpsd-node@.service.d/gpu.conf": {"DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw",
 			"DeviceAllow=/dev/nvidiactl rw", "DeviceAllow=/dev/nvidia-uvm rw"},

@@ -32,10 +32,12 @@ type Config struct {
 	// nodes of a running job have to register again and report its tasks
 	// before the job counts as failed (default DefaultAdoptionTimeout).
 	AdoptionTimeout time.Duration
-	// SecretFile is the cluster secret's path on the nodes, passed in every
-	// task. Empty means plain, unauthenticated data-plane connections, which
-	// the coordinator only allows when every node of a job has a loopback
-	// data address.
+	// SecretFile is the path the cluster secret was read from (heterpsd
+	// --secret-file; ControlSecret holds its key), passed in every task to
+	// say that the data plane is authenticated: nodes read their own node
+	// file's secret_file. Empty means plain, unauthenticated data-plane
+	// connections, which the coordinator only allows when every node of a
+	// job has a loopback data address.
 	SecretFile string
 	// QueueLength bounds the jobs waiting to be placed (default 64).
 	QueueLength int

@@ -585,3 +585,24 @@ func TestTowerModelsArePlannedAsOneStage(t *testing.T) {
 		}
 	}
 }
+
+// TestRegisterRefusesASecondNodeOfOneName: a daemon at another address
+// under a live node's name is refused with 409 naming the first's address
+// (before, each registration evicted the other); the live node is kept.
+// Ids lead with the node's name.
+func TestRegisterRefusesASecondNodeOfOneName(t *testing.T) {
+	tc := startCluster(t, func(c *Config) { c.HeartbeatTimeout = patience })
+	first := newFakeNode("n2", "cpu", 1, 7001)
+	var r api.RegisterResponse
+	tc.call("POST", "/v1/nodes/register", first.req, http.StatusOK, &r)
+	if !strings.HasPrefix(r.NodeID, "n2~") {
+		t.Errorf("node n2 got id %q, want one that starts with its name", r.NodeID)
+	}
+	second := newFakeNode("n2", "cpu", 1, 7002)
+	var e api.Error
+	tc.call("POST", "/v1/nodes/register", second.req, http.StatusConflict, &e)
+	if !strings.Contains(e.Error, "127.0.0.1:7001") || !strings.Contains(e.Error, "another name") {
+		t.Errorf("409 says %q; want the first node's address", e.Error)
+	}
+	tc.call("POST", "/v1/nodes/"+r.NodeID+"/heartbeat", api.Heartbeat{}, http.StatusOK, nil)
+}

@@ -45,9 +45,15 @@ func (n *node) describe() string { return fmt.Sprintf("node %s (%s)", n.req.Name
 // register adds a node. The tasks it reports running are adopted: tasks of
 // running jobs placed on a node of its name (the coordinator restarted, or
 // the node lost touch for less than its timeout) stay where they are. A
-// node registering under a name that is alive replaces it; the tasks the
-// old entry held and the new one does not report are lost, which fails
-// their jobs.
+// node registering under the name and address of a live entry is that
+// daemon restarted and replaces it; the tasks the old entry held and the
+// new one does not report are lost, which fails their jobs. Under the name
+// of a live node at another address it is another daemon, refused with 409
+// (otherwise the two would evict each other at every heartbeat).
+//
+// A node's id is its name, '~' and the registration's number ("gpu-1~3"):
+// the number tells a restarted daemon's entries apart, and the name
+// leads so that an id never reads as another node's name.
 func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, error) {
 	if err := req.Validate(); err != nil {
 		return api.RegisterResponse{}, badRequest("register: %v", err)
@@ -59,8 +65,13 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if other := c.liveNamesake(req, now); other != nil {
+		return api.RegisterResponse{}, httpErrorf(http.StatusConflict,
+			"register: the name %s is taken by the live node %s at %s (registered %s); give this node (%s) another name",
+			req.Name, other.id, other.req.DataAddr, other.registered.Format(time.RFC3339), req.DataAddr)
+	}
 	c.lastNode++
-	n := &node{id: fmt.Sprintf("n%d", c.lastNode), req: req, kind: typ.Kind, state: api.NodeAlive, registered: now, lastSeen: now}
+	n := &node{id: nodeID(req.Name, c.lastNode), req: req, kind: typ.Kind, state: api.NodeAlive, registered: now, lastSeen: now}
 	adopted := c.adopt(n, req.Tasks, now)
 	for _, old := range c.nodes {
 		if old.alive() && old.req.Name == req.Name {
@@ -75,6 +86,21 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 		c.applyReport(n, r, now)
 	}
 	return api.RegisterResponse{NodeID: n.id, HeartbeatIntervalMS: c.cfg.HeartbeatInterval.Milliseconds()}, nil
+}
+
+// nodeID is the id of a node's registration number seq under name.
+func nodeID(name string, seq uint64) string { return fmt.Sprintf("%s~%d", name, seq) }
+
+// liveNamesake returns a live node of req's name at another address that
+// has heartbeated within the timeout, or nil. c.mu is held.
+func (c *Coordinator) liveNamesake(req api.RegisterRequest, now time.Time) *node {
+	for _, old := range c.nodes {
+		if old.alive() && old.req.Name == req.Name && old.req.DataAddr != req.DataAddr &&
+			now.Sub(old.lastSeen) <= c.cfg.HeartbeatTimeout {
+			return old
+		}
+	}
+	return nil
 }
 
 // adopt binds to n the tasks of running jobs placed on a node of n's name

@@ -34,7 +34,12 @@
 // categorical value is hashed like any other, as the empty string, so each
 // slot has its own "missing" id and every Criteo or Avazu bag holds exactly
 // one id. Integer features become log(1+x); negative integers are clamped to
-// 0 first (as DLRM does), and an empty integer is 0.
+// 0 first (as DLRM does), and an empty integer is 0. Avazu has 22 slots
+// (the hour of the day, then its 21 categorical columns) and no dense
+// features: the zoo's avazu model reads it. Libsvm has one slot: indices
+// above N ("libsvm,dense=N:PATH") are its ids, whose values only mark
+// presence, and indices 1..N are dense features whose values are used as
+// they are ([OpenLibsvm]).
 //
 // # Bad input
 //

@@ -29,13 +29,22 @@ func (e *LineError) Error() string {
 // ExitStatus makes the CLI exit with status 2 (bad input data).
 func (e *LineError) ExitStatus() int { return ExitBadInput }
 
-// FileError is a data path the readers refuse: a directory, a device.
+// FileError is a data path the readers refuse: a directory, a device, or
+// a file that cannot be opened (Err, e.g. one that does not exist).
 type FileError struct {
 	Path   string
 	Reason string
+	Err    error // the cause, when opening failed
 }
 
-func (e *FileError) Error() string { return e.Path + " " + e.Reason }
+func (e *FileError) Error() string {
+	if e.Err != nil {
+		return "data file " + e.Path + ": " + e.Err.Error()
+	}
+	return e.Path + " " + e.Reason
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
 
 // ExitStatus makes the CLI exit with status 2 (bad input data).
 func (e *FileError) ExitStatus() int { return ExitBadInput }

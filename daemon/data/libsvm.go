@@ -13,11 +13,20 @@ import (
 //	label index:value index:value ...
 //
 // separated by spaces or tabs. The label is 0, 1, -1 or +1 (-1 means 0).
-// Indices are 1-based integers. With Options.DenseDims = D, index i <= D
-// sets dense feature i-1 to the value (absent ones are 0); every index i > D
-// whose value is not 0 adds the id (i-D-1) mod vocab to the single slot, so
-// the value itself is not used beyond being non-zero. A sample without such
-// indices has an empty bag. A line is malformed when its label is not one of
+// Indices are 1-based integers. Features map to the model's input so:
+//
+//   - dense columns: with Options.DenseDims = D (the spec
+//     "libsvm,dense=D:PATH", which must match the model's input.dense),
+//     index i <= D sets dense feature i-1 to its value, as it is (absent
+//     ones are 0). This is how a libsvm file's real-valued features reach
+//     a model;
+//   - sparse ids: every index i > D whose value is not 0 adds the id
+//     (i-D-1) mod vocab to the single slot (input.slots = 1); its value
+//     only says the feature is present, as a one-hot or multi-hot
+//     categorical feature's 1 does. Put features whose values matter
+//     among the first D indices.
+//
+// A sample without sparse indices has an empty bag. A line is malformed when its label is not one of
 // those, or a feature is not index:value with a positive integer index and a
 // number as value.
 func OpenLibsvm(path string, opts Options) (Source, error) {

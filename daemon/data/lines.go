@@ -43,7 +43,7 @@ type lineReader struct {
 func openLines(path string) (*lineReader, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, openError(path, err)
 	}
 	if err := checkFileMode(path, fi.Mode()); err != nil {
 		return nil, err
@@ -53,13 +53,23 @@ func openLines(path string) (*lineReader, error) {
 		return l, nil
 	}
 	if l.f, err = os.Open(path); err != nil {
-		return nil, err
+		return nil, openError(path, err)
 	}
 	if err := l.start(); err != nil {
 		l.f.Close()
 		return nil, err
 	}
 	return l, nil
+}
+
+// openError is a file that cannot be opened, as a *FileError (exit status
+// 2) that still matches fs.ErrNotExist and the like.
+func openError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the path is in the FileError
+	}
+	return &FileError{Path: path, Err: err}
 }
 
 // checkFileMode accepts regular files and FIFOs (a pipe feeding data).

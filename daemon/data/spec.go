@@ -17,15 +17,17 @@ import (
 //	regress[:SEED]     dense features and real-valued targets, DefaultRegress(SEED) (linreg)
 //	criteo:PATH        Criteo TSV or CSV, told apart by content
 //	avazu:PATH         Avazu CSV
-//	libsvm:PATH        libsvm
+//	libsvm:PATH        libsvm, every index a sparse id
+//	libsvm,dense=N:PATH  libsvm, indices 1..N dense features (see OpenLibsvm)
 //	digits:PATH        digits CSV
 //
 // Files may be gzip-compressed. PATH is everything after the first colon,
 // so it may hold colons itself.
 type Spec struct {
-	Kind string // synthetic, pairs, words, regress, criteo, avazu, libsvm or digits
-	Path string // the file; empty for generators
-	Seed uint64 // generators only
+	Kind  string // synthetic, pairs, words, regress, criteo, avazu, libsvm or digits
+	Path  string // the file; empty for generators
+	Seed  uint64 // generators only
+	Dense int    // libsvm only: indices 1..Dense are dense features (Options.DenseDims)
 }
 
 // DefaultSeed is the generator's seed when a generator's spec names none.
@@ -71,20 +73,44 @@ func ParseSpec(spec string) (Spec, error) {
 		}
 		return Spec{Kind: kind, Seed: seed}, nil
 	}
+	kind, dense, err := kindOptions(spec, kind)
+	if err != nil {
+		return Spec{}, err
+	}
 	if _, ok := fileOpeners[kind]; !ok {
 		return Spec{}, &SpecError{Spec: spec, Reason: "unknown kind " + strconv.Quote(kind) +
-			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], regress[:SEED], criteo:PATH, avazu:PATH, libsvm:PATH or digits:PATH)"}
+			" (want synthetic[:SEED], pairs[:SEED], words[:SEED], regress[:SEED], criteo:PATH, avazu:PATH, libsvm[,dense=N]:PATH or digits:PATH)"}
 	}
 	if arg == "" {
 		return Spec{}, &SpecError{Spec: spec, Reason: "missing path (want " + kind + ":PATH)"}
 	}
-	return Spec{Kind: kind, Path: arg}, nil
+	return Spec{Kind: kind, Path: arg, Dense: dense}, nil
 }
+
+// kindOptions splits libsvm's ",dense=N" off a spec's kind.
+func kindOptions(spec, kind string) (string, int, error) {
+	kind, opt, hasOpt := strings.Cut(kind, ",")
+	if !hasOpt {
+		return kind, 0, nil
+	}
+	v, ok := strings.CutPrefix(opt, "dense=")
+	n, err := strconv.Atoi(v)
+	if kind != "libsvm" || !ok || err != nil || n < 0 || n > MaxLibsvmDense {
+		return "", 0, &SpecError{Spec: spec, Reason: fmt.Sprintf("only libsvm takes an option, dense=N with N in 0..%d (want libsvm,dense=N:PATH)", MaxLibsvmDense)}
+	}
+	return kind, n, nil
+}
+
+// MaxLibsvmDense bounds the dense columns of a libsvm spec.
+const MaxLibsvmDense = 1 << 16
 
 // String returns the spec in the form ParseSpec reads.
 func (s Spec) String() string {
 	if _, ok := generators[s.Kind]; ok {
 		return s.Kind + ":" + strconv.FormatUint(s.Seed, 10)
+	}
+	if s.Dense > 0 {
+		return s.Kind + ",dense=" + strconv.Itoa(s.Dense) + ":" + s.Path
 	}
 	return s.Kind + ":" + s.Path
 }
@@ -97,6 +123,9 @@ func (s Spec) Open(opts Options) (Source, error) {
 	open, ok := fileOpeners[s.Kind]
 	if !ok {
 		return nil, &SpecError{Spec: s.String(), Reason: "unknown kind"}
+	}
+	if s.Dense > 0 {
+		opts.DenseDims = s.Dense
 	}
 	return open(s.Path, opts)
 }
@@ -116,18 +145,27 @@ func Open(spec string, opts Options) (Source, error) {
 // a fresh pass has nothing in it. BadLines is the largest count of any one
 // pass: every pass skips the same lines, so it counts distinct bad lines.
 func Repeat(open func() (Source, error)) (Source, error) {
+	return RepeatEpochs(open, nil)
+}
+
+// RepeatEpochs is Repeat that also calls onEpoch, when it is not nil, with
+// the number of each pass (an epoch: 2, 3, ...) as it begins; pass 1 begins
+// when RepeatEpochs returns.
+func RepeatEpochs(open func() (Source, error), onEpoch func(epoch int)) (Source, error) {
 	src, err := open()
 	if err != nil {
 		return nil, err
 	}
-	return &repeating{open: open, cur: src, schema: src.Schema()}, nil
+	return &repeating{open: open, cur: src, schema: src.Schema(), epoch: 1, onEpoch: onEpoch}, nil
 }
 
 type repeating struct {
-	open   func() (Source, error)
-	cur    Source // nil once a reopen has failed
-	schema Schema
-	bad    int64 // largest count of a finished pass
+	open    func() (Source, error)
+	cur     Source // nil once a reopen has failed
+	schema  Schema
+	bad     int64 // largest count of a finished pass
+	epoch   int   // the current pass, from 1
+	onEpoch func(epoch int)
 }
 
 func (r *repeating) Schema() Schema { return r.schema }
@@ -163,6 +201,10 @@ func (r *repeating) Next(ctx context.Context, size int) (*Batch, error) {
 	if r.cur, err = r.open(); err != nil {
 		r.cur = nil
 		return nil, fmt.Errorf("data: repeat: reopen: %w", err)
+	}
+	r.epoch++
+	if r.onEpoch != nil {
+		r.onEpoch(r.epoch)
 	}
 	return r.cur.Next(ctx, size)
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -127,4 +131,62 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+func TestRepeatEpochsReportsEachPass(t *testing.T) {
+	path := writeFile(t, "e.svm", "1 1:1\n0 2:1\n1 3:1\n")
+	var epochs []int
+	src, err := RepeatEpochs(func() (Source, error) { return OpenLibsvm(path, Options{}) },
+		func(n int) { epochs = append(epochs, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for range 5 { // 3 records in batches of 2, a pass ends short: passes 2 and 3 begin at batches 3 and 5
+		if _, err := src.Next(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !equalInts(epochs, []int{2, 3}) {
+		t.Fatalf("epochs reported %v, want [2 3]", epochs)
+	}
+}
+
+func TestMissingFileIsBadInput(t *testing.T) {
+	_, err := Open("criteo:"+filepath.Join(t.TempDir(), "absent.csv"), Options{})
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.ExitStatus() != ExitBadInput || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), "absent.csv") {
+		t.Fatalf("missing file: %v; want a *FileError with status 2 naming the file", err)
+	}
+}
+
+// TestLibsvmDenseSpec: "libsvm,dense=N:PATH" makes indices 1..N dense
+// features with their values, and round-trips through String.
+func TestLibsvmDenseSpec(t *testing.T) {
+	path := writeFile(t, "d.svm", "1 1:0.5 2:-2 7:1\n0 3:4\n")
+	spec, err := ParseSpec("libsvm,dense=3:" + path)
+	if err != nil || spec.Dense != 3 || spec.Kind != "libsvm" || spec.Path != path {
+		t.Fatalf("ParseSpec: %+v, %v", spec, err)
+	}
+	if again, err := ParseSpec(spec.String()); err != nil || again != spec {
+		t.Fatalf("String %q parses as %+v, %v", spec.String(), again, err)
+	}
+	src, err := spec.Open(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	b, err := src.Next(context.Background(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.NumDense != 3 || !slices.Equal(b.Dense, []float32{0.5, -2, 0, 0, 0, 4}) || !slices.Equal(b.Bag(0, 0), []int64{3}) || len(b.Bag(1, 0)) != 0 {
+		t.Fatalf("batch dense %v (%d), bags %v %v", b.Dense, b.NumDense, b.Bag(0, 0), b.Bag(1, 0))
+	}
+	for _, bad := range []string{"criteo,dense=3:x", "libsvm,dense=-1:x", "libsvm,dens=3:x", "libsvm,dense=1000000:x"} {
+		if _, err := ParseSpec(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
 }

@@ -21,6 +21,11 @@ const (
 // name, step and optimiser settings, to path atomically (safetensors).
 func (t *Trainer) Save(path string) error {
 	meta := ckpt.NewMetadata(t.Model.Config.Name, t.Opt.Step)
+	for k, v := range t.Meta {
+		if _, own := meta[k]; !own {
+			meta[k] = v
+		}
+	}
 	meta[keySeed] = strconv.FormatUint(t.Model.Seed, 10)
 	meta[keyOptimizer] = fmt.Sprintf("%+v", t.Opt.Dense)
 	meta[keySparseOpt] = fmt.Sprintf("%+v", t.Opt.Sparse)

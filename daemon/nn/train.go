@@ -17,6 +17,10 @@ type Trainer struct {
 	Backend native.Backend
 	Model   *Model
 	Opt     *Optimizer
+	// Meta is extra checkpoint metadata that Save writes beside its own
+	// keys (a caller's run settings, e.g. the batch size heterps train
+	// checks on resume); it cannot replace them.
+	Meta map[string]string
 }
 
 // NewTrainer builds the model of cfg and its optimiser.

@@ -49,8 +49,11 @@ type Config struct {
 	// reach the coordinator; past it, it stops them (and writes no more
 	// checkpoint files), since the coordinator may have given their work
 	// to other nodes. 0 = DefaultLease.
-	Lease  time.Duration
-	Logger *slog.Logger
+	Lease time.Duration
+	// RegisterTimeout bounds how long Run tries to register the first
+	// time before it gives up with an error; 0 = it keeps trying.
+	RegisterTimeout time.Duration
+	Logger          *slog.Logger
 	// Metrics, if set, gets the node's metrics (metrics.go).
 	Metrics prometheus.Registerer
 }
@@ -64,7 +67,8 @@ const (
 // ConfigFromFile turns a node file into a Config, reading its secret.
 func ConfigFromFile(n *config.Node) (Config, error) {
 	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
-		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory)}
+		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory),
+		RegisterTimeout: n.RegisterTimeout.Duration}
 	if n.CPUShare != nil {
 		cfg.CPUShare = *n.CPUShare
 	}
@@ -120,6 +124,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Coordinator != "" { // host:port means http://host:port
+		u, err := config.CoordinatorURL(cfg.Coordinator)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		}
+		cfg.Coordinator = u
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{}, lease: newLease(cfg.Lease),
 		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}}
@@ -225,11 +236,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	req := api.RegisterRequest{Name: a.cfg.Name, DataAddr: a.dataAddr, PSAddr: a.psAddr, Type: a.cfg.Type,
 		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs, LeaseMS: a.cfg.Lease.Milliseconds()}
 	id := ""
+	a.logWaiting()
+	deadline := a.registerDeadline()
 	for ctx.Err() == nil {
 		var interval time.Duration
 		req.Tasks = a.reports()
 		req.CPUShare, req.CPUShareMode = a.throttle.state()
-		id, interval, err = a.register(ctx, req)
+		id, interval, err = a.register(ctx, req, deadline)
+		deadline = time.Time{} // only the first registration gives up: later, the lease rules
 		if err != nil {
 			a.shutdown("")
 			return fmt.Errorf("node %s: register: %w", a.cfg.Name, err)
@@ -248,9 +262,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
+// logWaiting says that the node is not serving yet: it waits for its
+// coordinator, until register_timeout or for ever.
+func (a *Agent) logWaiting() {
+	limit := "none: waiting until one answers (set register_timeout in the node file to give up)"
+	if a.cfg.RegisterTimeout > 0 {
+		limit = a.cfg.RegisterTimeout.String()
+	}
+	a.log.Info("waiting for coordinator", "coordinator", a.cfg.Coordinator, "register_timeout", limit)
+}
+
+func (a *Agent) registerDeadline() time.Time {
+	if a.cfg.RegisterTimeout <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(a.cfg.RegisterTimeout)
+}
+
+// errRegisterTimeout: no coordinator answered within RegisterTimeout.
+var errRegisterTimeout = errors.New("no coordinator answered")
+
 // register registers, retrying with backoff until it succeeds, ctx ends
-// (then the id is empty) or the coordinator refuses it.
-func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, time.Duration, error) {
+// (then the id is empty), the coordinator refuses it, or deadline (when
+// not zero) passes.
+func (a *Agent) register(ctx context.Context, req api.RegisterRequest, deadline time.Time) (string, time.Duration, error) {
 	wait := 100 * time.Millisecond
 	for {
 		resp, err := a.ctl.register(ctx, req)
@@ -265,6 +300,9 @@ func (a *Agent) register(ctx context.Context, req api.RegisterRequest) (string, 
 		}
 		a.log.Warn("register", "err", err)
 		a.checkLease()
+		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
+			return "", 0, fmt.Errorf("%w at %s within register_timeout %s: %w", errRegisterTimeout, a.cfg.Coordinator, a.cfg.RegisterTimeout, err)
+		}
 		if !sleep(ctx, wait) {
 			return "", 0, nil
 		}

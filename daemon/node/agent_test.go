@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -717,4 +718,68 @@ func TestNodeStopsWhilePeerReplicaIsGone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("node a still runs 10 s after it was told to stop")
 	}
+}
+
+// TestRegisterTimeoutEndsRun: a node whose coordinator never answers says
+// it is waiting for it, then gives up after register_timeout.
+func TestRegisterTimeoutEndsRun(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var logs syncBuffer
+	a, err := New(Config{Name: "x", Coordinator: dead, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: "cpu", Units: 1, Plain: true, RegisterTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("a coordinator given as host:port: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = a.Run(ctx)
+	if !errors.Is(err, errRegisterTimeout) || !strings.Contains(err.Error(), dead) {
+		t.Fatalf("Run: %v, want the register timeout naming %s", err, dead)
+	}
+	if !strings.Contains(logs.String(), "waiting for coordinator") || !strings.Contains(logs.String(), "register_timeout=300ms") {
+		t.Errorf("logs lack the wait: %s", logs.String())
+	}
+}
+
+// TestSecondNodeOfOneNameEndsRun: a daemon under the name of a live node
+// at another address is refused, and Run says which node has the name.
+func TestSecondNodeOfOneNameEndsRun(t *testing.T) {
+	cl := startCluster(t)
+	cl.startNode("twin", "cpu")
+	cl.waitNodes(1)
+	a, err := New(Config{Name: "twin", Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: "cpu", Units: 1, Plain: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(cl.ctx, 20*time.Second) // without the refusal, Run would go on
+	defer cancel()
+	if err := a.Run(ctx); err == nil || !strings.Contains(err.Error(), "is taken by the live node twin~") {
+		t.Errorf("Run: %v, want the coordinator's 409", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger and a reader on different
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -54,7 +54,7 @@ func TestCatalogErrors(t *testing.T) {
 
 func TestCatalogCheck(t *testing.T) {
 	code, out, errs := catalog("check", "../../config/examples/catalogs/grid5000.toml")
-	if code != exitOK || !strings.Contains(out, "ok, 6 types") {
+	if code != exitOK || !strings.Contains(out, "ok, 7 types") {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
 	code, _, errs = catalog("check", "../../config/examples/problems/two-types.toml")

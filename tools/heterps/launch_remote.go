@@ -303,7 +303,7 @@ func (p *launchPlan) startAndRun(ctx context.Context, l *launched, secret []byte
 	}
 	line, err := l.start(ctx, p.coordHost, "coordinator", "--role=coordinator", "--catalog", path.Join(l.dir, "catalog.toml"),
 		"--listen", hostPort(p.coordHost, p.f.basePort), "--state-dir", path.Join(l.dir, "state"),
-		"--secret-file", secretAt, "--api-secret-file", secretAt, "--heartbeat", p.f.heartbeat.String())
+		"--secret-file", secretAt, "--heartbeat", p.f.heartbeat.String())
 	if err != nil {
 		return none, err
 	}

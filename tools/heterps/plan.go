@@ -49,7 +49,7 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	fs.StringVar(&f.problem, "problem", "", "problem file (TOML: types, prices, per-layer profiles)")
 	fs.StringVar(&f.model, "model", "", "instead of --problem: model, zoo name ("+strings.Join(config.ZooNames(), ", ")+") or file")
 	fs.StringVar(&f.catalog, "catalog", "", "with --model: resource catalog; layer times are estimated from its device descriptors")
-	fs.StringVar(&f.profile, "profile", "", "with --model: a problem file written by `heterps profile` (measured layer times)")
+	fs.StringVar(&f.profile, "profile", "", "with --model: a problem `file` written by heterps profile (measured layer times and the profiled catalog's types; not with --catalog)")
 	fs.StringVar(&f.saveProblem, "save-problem", "", "with --model: also write the estimated problem to this file")
 	fs.IntVar(&f.spec.Batch, "batch", f.spec.Batch, "with --model: batch size B")
 	fs.IntVar(&f.spec.ProfileBatch, "profile-batch", f.spec.ProfileBatch, "with --model: batch size B_o of the estimates")
@@ -76,6 +76,9 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	}
 	if (f.problem == "") == (f.model == "") {
 		return nil, errors.New("give either --problem FILE or --model M with --catalog C")
+	}
+	if f.profile != "" && f.catalog != "" {
+		return nil, errors.New("--profile and --catalog do not go together: the profile already holds the types and prices of the catalog it was measured on (heterps profile --catalog); drop one")
 	}
 	if !slices.Contains(sched.Rules(), f.provision) {
 		return nil, fmt.Errorf("unknown provisioning rule %q (want one of %s)", f.provision, strings.Join(sched.Rules(), ", "))
@@ -261,15 +264,15 @@ func printPlan(w io.Writer, p *sched.Problem, plan *sched.Plan) {
 	fmt.Fprintln(tw, "stage\tlayers\ttype\tunits\tthroughput\tcost share\t")
 	hourly, units := hourlyPrice(p, plan), 0
 	for i, s := range plan.Stages {
-		share := price(p, s.Type) * float64(s.Units) / hourly
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.6g\t%.1f%%\t\n", i, layerRange(p, s), s.Type, s.Units, s.Throughput, 100*share)
+		share := costShare(price(p, s.Type)*float64(s.Units), hourly)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.6g\t%s\t\n", i, layerRange(p, s), s.Type, s.Units, s.Throughput, share)
 		units += s.Units
 	}
 	if plan.PSCores > 0 {
-		share := price(p, plan.PSType) * float64(plan.PSCores) / hourly
-		fmt.Fprintf(tw, "ps\t\t%s\t%d\t\t%.1f%%\t\n", plan.PSType, plan.PSCores, 100*share)
+		share := costShare(price(p, plan.PSType)*float64(plan.PSCores), hourly)
+		fmt.Fprintf(tw, "ps\t\t%s\t%d\t\t%s\t\n", plan.PSType, plan.PSCores, share)
 	}
-	fmt.Fprintf(tw, "total\t\t\t%d\t%.6g\t100%%\t\n", units+plan.PSCores, plan.Throughput)
+	fmt.Fprintf(tw, "total\t\t\t%d\t%.6g\t%s\t\n", units+plan.PSCores, plan.Throughput, totalShare(hourly))
 	tw.Flush()
 	printProvisionings(w, p, plan)
 }
@@ -296,7 +299,7 @@ func printProvisionings(w io.Writer, p *sched.Problem, plan *sched.Plan) {
 		for i, s := range pr.Segments {
 			units[i] = fmt.Sprint(s.Units)
 		}
-		fmt.Fprintf(tw, "%s\t%.6g\t%.4f\t%.6g\t%s\t%d\n", pr.Rule, pr.Cost, pr.Cost/plan.Cost, pr.Throughput, strings.Join(units, ","), pr.PSCores)
+		fmt.Fprintf(tw, "%s\t%.6g\t%s\t%.6g\t%s\t%d\n", pr.Rule, pr.Cost, ratio(pr.Cost, plan.Cost), pr.Throughput, strings.Join(units, ","), pr.PSCores)
 	}
 	tw.Flush()
 }
@@ -306,6 +309,38 @@ func layerRange(p *sched.Problem, s sched.Stage) string {
 		return fmt.Sprintf("%d %s", s.First, p.Layers[s.First].Name)
 	}
 	return fmt.Sprintf("%d-%d %s..%s", s.First, s.Last, p.Layers[s.First].Name, p.Layers[s.Last].Name)
+}
+
+// costShare is part's share of the hourly price as a percentage, or "-"
+// when everything is free (price = 0), where a share means nothing.
+func costShare(part, hourly float64) string {
+	if hourly <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*part/hourly)
+}
+
+// ratio is a/b to 4 decimals, or "-" when b is 0 (free resources).
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.4f", a/b)
+}
+
+// relCost is cost/best for the plot, 1 when every plan is free.
+func relCost(cost, best float64) float64 {
+	if best == 0 {
+		return 1
+	}
+	return cost / best
+}
+
+func totalShare(hourly float64) string {
+	if hourly <= 0 {
+		return "-"
+	}
+	return "100%"
 }
 
 func price(p *sched.Problem, typ string) float64 {
@@ -397,7 +432,7 @@ func printComparison(w io.Writer, p *sched.Problem, plans []*sched.Plan, best fl
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%.3g\t%s\n", pl.Method, pl.SchedSeconds, pl.Reason)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.6g\t%.4f\t%.6g\t%d\t%.3g\t\n", pl.Method, pl.Cost, pl.Cost/best, pl.Throughput, len(pl.Stages), pl.SchedSeconds)
+		fmt.Fprintf(tw, "%s\t%.6g\t%s\t%.6g\t%d\t%.3g\t\n", pl.Method, pl.Cost, ratio(pl.Cost, best), pl.Throughput, len(pl.Stages), pl.SchedSeconds)
 	}
 	tw.Flush()
 }
@@ -410,7 +445,7 @@ func plotComparison(path, title string, plans []*sched.Plan, best float64) error
 	for _, pl := range plans {
 		if pl.Feasible {
 			names = append(names, pl.Method)
-			rel = append(rel, pl.Cost/best)
+			rel = append(rel, relCost(pl.Cost, best))
 			secs = append(secs, math.Max(pl.SchedSeconds, 1e-6))
 		}
 	}

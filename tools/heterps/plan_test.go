@@ -174,3 +174,33 @@ func TestPlanSavesAndReusesRLPolicies(t *testing.T) {
 		t.Fatalf("--save-policy with exact: exit %d", code)
 	}
 }
+
+// TestPlanFreeResourcesPrintNoNaN: with every price 0 the cost shares and
+// ratios are "-", not NaN.
+func TestPlanFreeResourcesPrintNoNaN(t *testing.T) {
+	path := writeProblem(t, "price = 0.04 ", "price = 0 ")
+	src, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, bytes.Replace(src, []byte("price = 2.48"), []byte("price = 0"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--problem", path}, {"--problem", path, "--compare"}} {
+		code, out, errs := plan(t, args...)
+		if code != exitOK || strings.Contains(out, "NaN") || !strings.Contains(out, "  -") {
+			t.Errorf("%v: exit %d, stdout %q (%s); want no NaN", args, code, out, errs)
+		}
+	}
+}
+
+func TestPlanRefusesProfileWithCatalog(t *testing.T) {
+	code, _, errs := plan(t, "--model", "ctrdnn", "--profile", exampleProblem, "--catalog", "x.toml")
+	if code != exitUsage || !strings.Contains(errs, "--profile and --catalog") {
+		t.Fatalf("exit %d, stderr %q; want 2 saying the flags do not go together", code, errs)
+	}
+}
+
+func TestPlanHelpNamesTheProfileArgument(t *testing.T) {
+	_, _, errs := plan(t, "--help")
+	if strings.Contains(errs, "-profile heterps profile") || !strings.Contains(errs, "-profile file") {
+		t.Fatalf("--help shows %q", errs)
+	}
+}

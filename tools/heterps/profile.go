@@ -43,7 +43,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name or TOML file")
-	fs.StringVar(&f.catalog, "catalog", "config/examples/catalogs/local.toml", "resource catalog")
+	fs.StringVar(&f.catalog, "catalog", "local", "resource catalog: a file, or a built-in one ("+strings.Join(config.ExampleNames(config.ExampleCatalogs), ", ")+")")
 	fs.StringVar(&f.typ, "type", "", "catalog type this machine's CPU measures (default: the first cpu type)")
 	fs.IntVar(&f.unitThreads, "unit-threads", 1, "threads of one unit of the measured type")
 	fs.IntVar(&f.batch, "batch", 256, "profiling batch size B_o")

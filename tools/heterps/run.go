@@ -43,7 +43,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	var f runFlags
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.catalog, "catalog", "config/examples/catalogs/local.toml", "resource catalog; its [[node]] offers say which node daemons to start")
+	fs.StringVar(&f.catalog, "catalog", "local", "resource catalog: a file, or a built-in one ("+strings.Join(config.ExampleNames(config.ExampleCatalogs), ", ")+"); its [[node]] offers say which node daemons to start")
 	fs.IntVar(&f.nodes, "nodes", 0, "start this many node daemons, cycling through the catalog's offers (0: one per offer)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object with the outcome")
 	fs.StringVar(&f.heterpsd, "heterpsd", "", "the daemon binary (default: heterpsd beside this binary, else on PATH)")
@@ -55,7 +55,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, err
 	}
 	if len(rest) != 1 {
-		return nil, errors.New("usage: heterps run job.toml [--catalog C] [--nodes N] [--json]")
+		return nil, errors.New("usage: heterps run JOB [--catalog C] [--nodes N] [--json]  (JOB: a job file, or a built-in job: " +
+			strings.Join(config.ExampleNames(config.ExampleJobs), ", ") + ")")
 	}
 	if f.nodes < 0 {
 		return nil, fmt.Errorf("--nodes %d: want >= 0", f.nodes)
@@ -72,11 +73,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	src, err := os.ReadFile(f.job)
+	_, src, err := readJob(f.job)
 	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	if _, err := config.ParseJob(f.job, src); err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
 	cat, err := config.LoadCatalog(f.catalog)

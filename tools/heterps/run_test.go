@@ -154,22 +154,32 @@ func TestRunTinyJobJSON(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build heterpsd: %v\n%s", err, out)
 	}
+	// The job names its model relative to itself, and heterps runs
+	// elsewhere: the path resolves against the job file.
 	dir := t.TempDir()
 	job, err := os.ReadFile("../../daemon/node/testdata/job.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	model, err := filepath.Abs("../../daemon/node/testdata/tiny.toml")
+	model, err := os.ReadFile("../../daemon/node/testdata/tiny.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	catalog, err := filepath.Abs("../../daemon/node/testdata/catalog.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	jobPath := filepath.Join(dir, "job.toml")
-	src := strings.Replace(string(job), `"testdata/tiny.toml"`, `"`+model+`"`, 1)
+	src := strings.Replace(string(job), `"testdata/tiny.toml"`, `"tiny.toml"`, 1)
 	if err := os.WriteFile(jobPath, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "tiny.toml"), model, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
 	var out, errb bytes.Buffer
-	code := runRun(context.Background(), []string{jobPath, "--catalog", "../../daemon/node/testdata/catalog.toml",
+	code := runRun(context.Background(), []string{jobPath, "--catalog", catalog,
 		"--heterpsd", bin, "--json", "--timeout", "2m", "--heartbeat", "50ms"}, &out, &errb)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
@@ -70,9 +71,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return failTo(stderr, exitFailure, err)
 		}
 		if f.json {
-			return printJSON(stdout, stderr, jobs)
+			return printJSON(stdout, stderr, jobs) // nodes: heterps nodes --json
+		}
+		nodes, err := c.nodes(ctx)
+		if err != nil {
+			return failTo(stderr, exitFailure, err)
 		}
 		printJobList(stdout, jobs)
+		fmt.Fprintln(stdout)
+		printNodeList(stdout, nodes, time.Now())
 		return exitOK
 	}
 	s, err := c.job(ctx, f.job)
@@ -93,6 +100,38 @@ func printJobList(w io.Writer, jobs []api.JobStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%.4g\t%.4g\t%.4g\n", s.ID, s.Name, s.State, s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
 	}
 	tw.Flush()
+}
+
+// printNodeList shows the nodes a coordinator knows: who they are, what
+// they offer, whether they are alive and how long ago they last
+// heartbeated, and the tasks they run.
+func printNodeList(w io.Writer, nodes []api.NodeStatus, now time.Time) {
+	if len(nodes) == 0 {
+		fmt.Fprintln(w, "no nodes registered")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "node\tid\ttype\tunits\tstate\theartbeat\ttasks")
+	for _, n := range nodes {
+		state := string(n.State)
+		if n.Reason != "" {
+			state += " (" + n.Reason + ")"
+		}
+		tasks := "-"
+		if len(n.Tasks) > 0 {
+			tasks = strings.Join(n.Tasks, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.ID, n.Type, n.Units, state, heartbeatAge(n.LastHeartbeat, now), tasks)
+	}
+	tw.Flush()
+}
+
+// heartbeatAge is how long ago t was, "3.2s ago", or "-" if never.
+func heartbeatAge(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(100*time.Millisecond).String() + " ago"
 }
 
 // runResult is a job's outcome as `heterps run --json` and `submit --wait

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 )
@@ -36,5 +38,39 @@ func TestStatusShowsLanesAndWhyUniform(t *testing.T) {
 	printJob(&out, s)
 	if want := "batching uniform (stages have [2 3] replicas):"; !strings.Contains(out.String(), want) {
 		t.Errorf("status:\n%s\nwant %q", out.String(), want)
+	}
+}
+
+// TestStatusListsNodes: `heterps status` lists the coordinator's nodes
+// after its jobs, and takes --coordinator as host:port.
+func TestStatusListsNodes(t *testing.T) {
+	url := startCoordinator(t)
+	var reg api.RegisterResponse
+	postJSON(t, url, "/v1/nodes/register", api.RegisterRequest{Name: "gpu-7", DataAddr: "127.0.0.1:7001", Type: "cpu-2t", Units: 2,
+		CPUShare: 1, CPUShareMode: api.CPUShareNone}, &reg)
+	var out, errb bytes.Buffer
+	hostPort := strings.TrimPrefix(url, "http://")
+	if code := runStatus(context.Background(), []string{"--coordinator", hostPort}, &out, &errb); code != exitOK {
+		t.Fatalf("status --coordinator %s: exit %d: %s", hostPort, code, errb.String())
+	}
+	var row string
+	for line := range strings.Lines(out.String()) {
+		if strings.HasPrefix(line, "gpu-7 ") {
+			row = line
+		}
+	}
+	f := strings.Fields(row)
+	if len(f) < 7 || f[1] != reg.NodeID || f[2] != "cpu-2t" || f[3] != "2" || f[4] != "alive" || !strings.HasSuffix(f[5], "s") || f[6] != "ago" {
+		t.Fatalf("no node row (name id type units state heartbeat tasks) in:\n%s", out.String())
+	}
+}
+
+func TestHeartbeatAge(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	if got := heartbeatAge(now.Add(-3210*time.Millisecond), now); got != "3.2s ago" {
+		t.Errorf("got %q", got)
+	}
+	if got := heartbeatAge(time.Time{}, now); got != "-" {
+		t.Errorf("never: got %q", got)
 	}
 }

@@ -81,11 +81,8 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	src, err := os.ReadFile(f.job)
+	_, src, err := readJob(f.job)
 	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	if _, err := config.ParseJob(f.job, src); err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
 	c, err := f.coord.client()
@@ -122,7 +119,7 @@ type coordFlags struct {
 }
 
 func (f *coordFlags) add(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "coordinator", defaultCoordinator, "the coordinator's URL")
+	fs.StringVar(&f.url, "coordinator", defaultCoordinator, "the coordinator: host:port or an http(s) URL")
 	fs.StringVar(&f.secretFile, "secret-file", os.Getenv("HETERPS_SECRET_FILE"),
 		"the cluster secret, to sign requests to a coordinator that requires it (default $HETERPS_SECRET_FILE)")
 }
@@ -130,7 +127,11 @@ func (f *coordFlags) add(fs *flag.FlagSet) {
 // client returns a client of the coordinator, signing with the secret if
 // one is given.
 func (f *coordFlags) client() (*coordClient, error) {
-	c := newCoordClient(f.url)
+	base, err := config.CoordinatorURL(f.url)
+	if err != nil {
+		return nil, fmt.Errorf("--coordinator: %w", err)
+	}
+	c := newCoordClient(base)
 	if f.secretFile != "" {
 		secret, err := wire.LoadSecret(f.secretFile)
 		if err != nil {

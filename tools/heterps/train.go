@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +59,9 @@ type trainResult struct {
 	BadLines    int64   `json:"bad_lines"`
 	Checkpoint  string  `json:"checkpoint,omitempty"`
 	ResumedFrom int64   `json:"resumed_from,omitempty"`
+	// Epochs is the pass over a data file that the last step read from
+	// (1 for the first); absent for generators, which do not end.
+	Epochs int `json:"epochs,omitempty"`
 }
 
 // Regression is the held-out fit of a regression model (MSE loss): in
@@ -80,7 +84,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "model", "ctrdnn", "model: zoo name ("+fmt.Sprint(config.ZooNames())+") or TOML file")
-	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], regress[:seed], criteo:PATH, avazu:PATH, libsvm:PATH, digits:PATH")
+	fs.StringVar(&f.data, "data", "synthetic", "data: synthetic[:seed], pairs[:seed], words[:seed], regress[:seed], criteo:PATH, avazu:PATH, libsvm[,dense=N]:PATH (indices 1..N dense), digits:PATH")
 	fs.IntVar(&f.steps, "steps", 1000, "training steps")
 	fs.IntVar(&f.batch, "batch", 512, "samples per step")
 	fs.IntVar(&f.threads, "threads", runtime.NumCPU(), "threads for the kernels")
@@ -168,12 +172,15 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	}
 	res := &trainResult{Model: cfg.Name, Data: f.data, Backend: backend.Name(), Batch: f.batch, Threads: f.threads}
 	if f.checkpoint != "" {
-		if res.ResumedFrom, err = resumeIfPresent(tr, f.checkpoint); err != nil {
+		if res.ResumedFrom, err = resumeIfPresent(tr, f.checkpoint, f.batch); err != nil {
 			return nil, err
+		}
+		if res.ResumedFrom > 0 {
+			fmt.Fprintf(progressOut, "resumed from step %d (%s)\n", res.ResumedFrom, f.checkpoint)
 		}
 	}
 	opts := data.Options{Vocab: cfg.Input.Vocab, SkipBadLines: f.skipBad, Split: data.SplitTrain}
-	src, err := data.Open(f.data, opts)
+	src, epoch, err := openEpochs(f.data, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -184,12 +191,15 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err := skipBatches(ctx, src, f.batch, res.ResumedFrom); err != nil {
 		return nil, err
 	}
-	if err := trainLoop(ctx, f, tr, src, res, newProgress(progressOut, f.steps)); err != nil {
+	if res.ResumedFrom >= int64(f.steps) {
+		fmt.Fprintf(progressOut, "nothing to train: the checkpoint is at step %d, --steps is %d\n", res.ResumedFrom, f.steps)
+		res.Steps = res.ResumedFrom
+	} else if err := trainLoop(ctx, f, tr, src, epoch, res, newProgress(progressOut, f.steps)); err != nil {
 		return nil, err
 	}
 	res.BadLines = src.BadLines()
 	if f.checkpoint != "" {
-		if err := saveCheckpoint(tr, f.checkpoint); err != nil {
+		if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
 			return nil, err
 		}
 		res.Checkpoint = f.checkpoint
@@ -197,11 +207,31 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	return res, evaluate(ctx, f, tr, opts, res)
 }
 
+// openEpochs opens the training data. A file is read again from the
+// start whenever it ends (as node stages read it), so --steps may exceed
+// one pass; epoch is the pass the last Next read from, 0 for a generator.
+func openEpochs(spec string, opts data.Options) (data.Source, *atomic.Int64, error) {
+	s, err := data.ParseSpec(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	epoch := new(atomic.Int64)
+	if s.Path == "" {
+		src, err := s.Open(opts)
+		return src, epoch, err
+	}
+	epoch.Store(1)
+	src, err := data.RepeatEpochs(func() (data.Source, error) { return s.Open(opts) },
+		func(n int) { epoch.Store(int64(n)) })
+	return src, epoch, err
+}
+
 // trainLoop runs steps until --steps or the end of the data, reading the
-// next batch on another goroutine while the current one trains.
-func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, res *trainResult, prog *progress) error {
+// next batch on another goroutine while the current one trains, and says
+// "epoch N" when a step is the first of a new pass over a data file.
+func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, epoch *atomic.Int64, res *trainResult, prog *progress) error {
 	ctx, cancel := context.WithCancel(ctx)
-	batches, wait := prefetch(ctx, src, f.batch, f.steps-int(tr.Opt.Step))
+	batches, wait := prefetch(ctx, src, epoch, f.batch, f.steps-int(tr.Opt.Step))
 	// The reader may be blocked handing over a batch nobody will take:
 	// cancel before waiting for it.
 	defer func() {
@@ -214,6 +244,10 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		if next.err != nil {
 			return next.err
 		}
+		if next.epoch > int64(res.Epochs) && res.Epochs > 0 {
+			prog.line(fmt.Sprintf("epoch %d", next.epoch))
+		}
+		res.Epochs = int(next.epoch)
 		loss, err := tr.Step(next.batch)
 		if err != nil {
 			return err
@@ -224,7 +258,7 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		elapsed := time.Since(start).Seconds()
 		prog.update(tr.Opt.Step, lossEMA, float64(res.Samples)/elapsed)
 		if f.checkpointEvery > 0 && f.checkpoint != "" && tr.Opt.Step%int64(f.checkpointEvery) == 0 {
-			if err := saveCheckpoint(tr, f.checkpoint); err != nil {
+			if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
 				return err
 			}
 		}
@@ -257,12 +291,14 @@ func ema(prev, v float64, first bool) float64 {
 
 type batchOrErr struct {
 	batch *data.Batch
+	epoch int64 // the pass over the data it came from, 0 for a generator
 	err   error
 }
 
-// prefetch reads up to steps batches of size into a channel of depth 2. The
-// returned wait blocks until the reader goroutine has exited.
-func prefetch(ctx context.Context, src data.Source, size, steps int) (<-chan batchOrErr, func()) {
+// prefetch reads up to steps batches of size into a channel of depth 2,
+// each with the epoch it came from. The returned wait blocks until the
+// reader goroutine has exited.
+func prefetch(ctx context.Context, src data.Source, epoch *atomic.Int64, size, steps int) (<-chan batchOrErr, func()) {
 	out := make(chan batchOrErr, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -273,7 +309,7 @@ func prefetch(ctx context.Context, src data.Source, size, steps int) (<-chan bat
 				return
 			}
 			select {
-			case out <- batchOrErr{b, err}:
+			case out <- batchOrErr{b, epoch.Load(), err}:
 			case <-ctx.Done():
 				return
 			}
@@ -326,7 +362,15 @@ func optimumOf(src data.Source) *Optimum {
 
 func printTrainSummary(w io.Writer, r *trainResult) {
 	fmt.Fprintf(w, "model %s on %s, %s, %d threads, batch %d\n", r.Model, r.Data, r.Backend, r.Threads, r.Batch)
-	fmt.Fprintf(w, "steps %d  samples %d  train loss %.4f  %.0f samples/s  (%.1f s)\n", r.Steps, r.Samples, r.Loss, r.SamplesPerS, r.Seconds)
+	if r.Samples == 0 {
+		fmt.Fprintf(w, "steps %d  no training steps run\n", r.Steps)
+	} else {
+		fmt.Fprintf(w, "steps %d  samples %d  train loss %.4f  %.0f samples/s  (%.1f s)", r.Steps, r.Samples, r.Loss, r.SamplesPerS, r.Seconds)
+		if r.Epochs > 1 {
+			fmt.Fprintf(w, "  epoch %d of the data", r.Epochs)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "held-out: %d samples  loss %.4f", r.EvalSamples, r.EvalLoss)
 	if r.AUC > 0 {
 		fmt.Fprintf(w, "  AUC %.4f", r.AUC)
@@ -403,6 +447,14 @@ func (p *progress) update(step int64, loss, rate float64) {
 		}
 	}
 	fmt.Fprintf(p.w, "\r[%s] %d/%d  loss %.4f  %.0f samples/s ", bar, step, p.total, loss, rate)
+}
+
+// line prints a message of its own, below a terminal's bar.
+func (p *progress) line(msg string) {
+	if p.terminal {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	fmt.Fprintln(p.w, msg)
 }
 
 func (p *progress) done() {

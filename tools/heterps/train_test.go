@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -174,5 +175,120 @@ func TestTrainLinregOnRegressReportsFitAndOptimum(t *testing.T) {
 	}
 	if _, ok := fields["mse"]; !ok || fields["optimal_mse"] != nil || fields["auc"] == nil {
 		t.Errorf("linreg on click labels: want mse and auc, no optimal_mse: %s", out)
+	}
+}
+
+const digitsData = "digits:../../daemon/data/testdata/digits.csv.gz"
+
+// TestTrainLoopsOverEpochs: --steps beyond one pass over a file reads the
+// file again and says so, instead of stopping when the file ends.
+func TestTrainLoopsOverEpochs(t *testing.T) {
+	code, out, errs := trainCLI(t, "--model", "mlp-digits", "--data", digitsData, "--steps", "40",
+		"--batch", "128", "--threads", "1", "--eval-samples", "0", "--json")
+	var r trainResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	// digits holds 1797 records, about 1600 in the training split: 13 batches of 128 a pass.
+	if r.Steps != 40 || r.Epochs < 3 || !strings.Contains(errs, "\nepoch 2\n") || !strings.Contains(errs, "\nepoch 3\n") {
+		t.Fatalf("steps %d, epochs %d, stderr %q; want 40 steps over at least 3 epochs, each announced", r.Steps, r.Epochs, errs)
+	}
+}
+
+func TestTrainMissingDataFileExits2(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "absent.csv")
+	code, _, errs := trainCLI(t, "--data", "criteo:"+missing, "--steps", "2", "--threads", "1", "--eval-samples", "0")
+	if code != exitUsage || !strings.Contains(errs, "absent.csv") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming the file", code, errs)
+	}
+}
+
+// TestTrainResumeChecks: resuming says so; another model's checkpoint and a
+// changed --batch are refused with status 2; fewer steps than the
+// checkpoint trains nothing and prints no made-up loss.
+func TestTrainResumeChecks(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "d.safetensors")
+	base := []string{"--model", "mlp-digits", "--data", digitsData, "--threads", "1", "--eval-samples", "0", "--checkpoint", ck}
+	if code, _, errs := trainCLI(t, append(base, "--steps", "5", "--batch", "16")...); code != exitOK {
+		t.Fatalf("first run: exit %d: %s", code, errs)
+	}
+	code, _, errs := trainCLI(t, append(base, "--steps", "8", "--batch", "16")...)
+	if code != exitOK || !strings.Contains(errs, "resumed from step 5") {
+		t.Fatalf("resume: exit %d, stderr %q; want 0 and \"resumed from step 5\"", code, errs)
+	}
+	code, _, errs = trainCLI(t, append(base, "--steps", "12", "--batch", "32")...)
+	if code != exitUsage || !strings.Contains(errs, "--batch 16") {
+		t.Fatalf("changed batch: exit %d, stderr %q; want 2 naming --batch 16", code, errs)
+	}
+	code, out, errs := trainCLI(t, append(base, "--steps", "3", "--batch", "16")...)
+	if code != exitOK || strings.Contains(out, "train loss 0.0000") || !strings.Contains(out, "no training steps run") ||
+		!strings.Contains(errs, "checkpoint is at step 8") {
+		t.Fatalf("fewer steps: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, _, errs = trainCLI(t, "--model", "ctrdnn", "--data", "synthetic", "--steps", "2", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0", "--checkpoint", ck)
+	if code != exitUsage || !strings.Contains(errs, "mlp-digits") {
+		t.Fatalf("another model's checkpoint: exit %d, stderr %q; want 2", code, errs)
+	}
+}
+
+// TestTrainReadsAvazuAndLibsvm: the zoo's avazu model reads Avazu's 22
+// slots, and a libsvm file's first N indices reach a model as dense
+// features with "libsvm,dense=N:PATH".
+func TestTrainReadsAvazuAndLibsvm(t *testing.T) {
+	avazu := strings.Replace(criteoSample, "criteo_sample.csv", "avazu_sample.csv", 1)
+	code, out, errs := trainCLI(t, "--model", "avazu", "--data", "avazu:"+avazu, "--steps", "5", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0", "--json")
+	var r trainResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Steps != 5 {
+		t.Fatalf("avazu: exit %d, %s %s", code, out, errs)
+	}
+
+	dir := t.TempDir()
+	model := filepath.Join(dir, "svm.toml")
+	if err := os.WriteFile(model, []byte(`version = 1
+name = "svm"
+task = "ctr"
+[input]
+dense = 3
+slots = 1
+vocab = 1000
+[[layer]]
+name = "emb"
+kind = "embedding"
+dim = 4
+[[layer]]
+name = "concat"
+kind = "concat"
+[[layer]]
+name = "logit"
+kind = "fc"
+in = 7
+out = 1
+[loss]
+kind = "bce"
+[optimizer]
+kind = "sgd"
+lr = 0.1
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var svm strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&svm, "%d 1:%g 3:%g %d:1\n", i%2, float64(i%7)/7, float64(i%3), 4+i%50)
+	}
+	path := filepath.Join(dir, "d.svm")
+	if err := os.WriteFile(path, []byte(svm.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = trainCLI(t, "--model", model, "--data", "libsvm,dense=3:"+path, "--steps", "5", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0")
+	if code != exitOK {
+		t.Fatalf("libsvm,dense=3: exit %d: %s", code, errs)
+	}
+	code, _, errs = trainCLI(t, "--model", model, "--data", "libsvm:"+path, "--steps", "5", "--batch", "16",
+		"--threads", "1", "--eval-samples", "0")
+	if code != exitUsage || !strings.Contains(errs, "dense") {
+		t.Fatalf("libsvm without dense=3 for a model of 3 dense features: exit %d: %s", code, errs)
 	}
 }

@@ -5,7 +5,7 @@
 // than 8 s exits 1 instead, and a second signal kills it at once.
 //
 //	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--state-dir DIR] [--secret-file F]
-//	heterpsd --role=node --config node.toml
+//	heterpsd --role=node --config node.toml [--register-timeout D]
 //
 // Either role also takes [--metrics-listen ADDR [--pprof]] [--log-format
 // text|json] [--log-file PATH] [--log-level L] (observe.go).
@@ -93,7 +93,7 @@ type flags struct {
 	insecureAPI                                         bool
 	metricsListen, logFormat, logFile                   string
 	pprof                                               bool
-	heartbeat, timeout                                  time.Duration
+	heartbeat, timeout, registerTimeout                 time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -105,8 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.catalog, "catalog", "", "coordinator: the catalog file (TOML)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "coordinator: HTTP listen address (port 0 picks one)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/heterps/coordinator", "coordinator: where its state (jobs, plans, placements, checkpoints, ids) is kept across restarts")
-	fs.StringVar(&f.secretFile, "secret-file", "", "coordinator: the cluster secret's path on the nodes; empty = plain data plane (loopback only)")
-	fs.StringVar(&f.apiSecretFile, "api-secret-file", "", "coordinator: the cluster secret, read here: every API request must be signed with it")
+	fs.StringVar(&f.secretFile, "secret-file", "", "coordinator: the cluster secret (the file every node's secret_file holds too), read here: API requests must be signed with it and the data plane is authenticated; empty = plain data plane (loopback only)")
+	fs.StringVar(&f.apiSecretFile, "api-secret-file", "", "coordinator: deprecated alias of --secret-file")
+	fs.DurationVar(&f.registerTimeout, "register-timeout", 0, "node: give up when no coordinator has answered this long (0: the node file's register_timeout, else wait forever)")
 	fs.BoolVar(&f.insecureAPI, "insecure-api", false, "coordinator: serve an unsigned API on a non-loopback address (anyone who reaches it can submit jobs)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
 	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
@@ -130,8 +131,30 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, errors.New("--role=node needs --config")
 	case f.role != "coordinator" && f.role != "node":
 		return nil, fmt.Errorf("--role %q: want coordinator or node", f.role)
+	case f.registerTimeout < 0:
+		return nil, fmt.Errorf("--register-timeout %s: want >= 0", f.registerTimeout)
+	}
+	if err := f.mergeSecretFlags(stderr); err != nil {
+		return nil, err
 	}
 	return &f, nil
+}
+
+// mergeSecretFlags folds the deprecated --api-secret-file into
+// --secret-file: one cluster secret, which both signs the API and
+// authenticates the data plane (before, --secret-file was only passed on
+// to the nodes and --api-secret-file only signed the API, so a coordinator
+// given one of them failed jobs at run time on plain vs secret).
+func (f *flags) mergeSecretFlags(stderr io.Writer) error {
+	if f.apiSecretFile == "" {
+		return nil
+	}
+	fmt.Fprintln(stderr, "heterpsd: --api-secret-file is deprecated: use --secret-file (one cluster secret for the API and the data plane)")
+	if f.secretFile != "" && f.secretFile != f.apiSecretFile {
+		return fmt.Errorf("--secret-file %s and --api-secret-file %s differ: the cluster has one secret; give only --secret-file", f.secretFile, f.apiSecretFile)
+	}
+	f.secretFile, f.apiSecretFile = f.apiSecretFile, ""
+	return nil
 }
 
 // run runs the daemon until ctx ends and returns its exit status.
@@ -201,11 +224,11 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 	return exitOK
 }
 
-// apiSecret reads the coordinator's --api-secret-file; without one it
+// apiSecret reads the coordinator's --secret-file; without one it
 // allows only a loopback --listen, unless --insecure-api says otherwise.
 func apiSecret(f *flags) ([]byte, error) {
-	if f.apiSecretFile != "" {
-		return wire.LoadSecret(f.apiSecretFile)
+	if f.secretFile != "" {
+		return wire.LoadSecret(f.secretFile)
 	}
 	host, _, err := net.SplitHostPort(f.listen)
 	if err != nil {
@@ -213,7 +236,7 @@ func apiSecret(f *flags) ([]byte, error) {
 	}
 	ip := net.ParseIP(host)
 	if host != "localhost" && (ip == nil || !ip.IsLoopback()) && !f.insecureAPI {
-		return nil, fmt.Errorf("--listen %s is reachable from other machines: give --api-secret-file (the cluster secret) so that only signed requests are served, or --insecure-api", f.listen)
+		return nil, fmt.Errorf("--listen %s is reachable from other machines: give --secret-file (the cluster secret) so that only signed requests are served, or --insecure-api", f.listen)
 	}
 	return nil, nil
 }
@@ -237,6 +260,9 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitFailure
 	}
 	cfg.Logger, cfg.Metrics = log, reg
+	if f.registerTimeout > 0 {
+		cfg.RegisterTimeout = f.registerTimeout
+	}
 	a, err := node.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)

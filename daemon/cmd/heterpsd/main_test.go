@@ -126,18 +126,18 @@ func TestCoordinatorAndNode(t *testing.T) {
 }
 
 // TestCoordinatorNeedsASecretOffLoopback: a coordinator on all interfaces
-// refuses to start without --api-secret-file, saying why.
+// refuses to start without --secret-file, saying why.
 func TestCoordinatorNeedsASecretOffLoopback(t *testing.T) {
 	var stderr bytes.Buffer
 	status := run(context.Background(), []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
 		"--listen", "0.0.0.0:0"}, &bytes.Buffer{}, &stderr)
-	if status != exitUsage || !strings.Contains(stderr.String(), "--api-secret-file") {
+	if status != exitUsage || !strings.Contains(stderr.String(), "--secret-file") {
 		t.Errorf("status %d, stderr %q", status, stderr.String())
 	}
 }
 
-// TestSignedControlPlane: with --api-secret-file the coordinator serves a
-// node that holds the same secret, and refuses an unsigned request.
+// TestSignedControlPlane: with --secret-file alone the coordinator serves
+// a node that holds the same secret, and refuses an unsigned request.
 func TestSignedControlPlane(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
@@ -153,7 +153,7 @@ func TestSignedControlPlane(t *testing.T) {
 	var coordOut, nodeOut, logs syncBuffer
 	wg.Go(func() {
 		run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
-			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", dir, "--secret-file", secretPath, "--api-secret-file", secretPath}, &coordOut, &logs)
+			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", dir, "--secret-file", secretPath}, &coordOut, &logs)
 	})
 	url, ok := strings.CutPrefix(waitLine(t, &coordOut), "coordinator ")
 	if !ok {
@@ -231,5 +231,20 @@ func TestStopIsBoundedAfterTheSignal(t *testing.T) {
 	})
 	if status != exitOK {
 		t.Fatalf("a clean stop gave status %d", status)
+	}
+}
+
+// TestOneSecretFlag: --api-secret-file is an alias of --secret-file (the
+// data plane is then authenticated too, where it used to stay plain), and
+// two different secrets are refused.
+func TestOneSecretFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	f, err := parseFlags([]string{"--role=coordinator", "--catalog", "c.toml", "--api-secret-file", "/etc/heterps/secret"}, &stderr)
+	if err != nil || f.secretFile != "/etc/heterps/secret" || !strings.Contains(stderr.String(), "deprecated") {
+		t.Fatalf("alias: %v, secret file %q, stderr %q", err, f.secretFile, stderr.String())
+	}
+	_, err = parseFlags([]string{"--role=coordinator", "--catalog", "c.toml", "--secret-file", "/a", "--api-secret-file", "/b"}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "differ") {
+		t.Fatalf("two secrets: %v", err)
 	}
 }
