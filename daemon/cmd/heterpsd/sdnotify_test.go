@@ -195,7 +195,7 @@ func TestSystemdNotifyNode(t *testing.T) {
 	}
 	wg.Go(func() { run(ctx, []string{"--role=node", "--config", path}, &nodeOut, &logs) })
 	ready, before := next(t, notes, "STATUS=registered as ")
-	if ready.msg != "READY=1\nSTATUS=registered as n1, 0 tasks" {
+	if ready.msg != "READY=1\nSTATUS=registered as n0~1, 0 tasks" {
 		t.Errorf("the node's first status after registering: %q", ready.msg)
 	}
 	for _, n := range before {
