@@ -21,6 +21,9 @@ import (
 //	units = 1
 //	threads = 1                  # CPU threads per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
+//	tls_cert = "/etc/heterps/tls/gpu-3.pem"  # optional mutual TLS (heterps certs): with all three,
+//	tls_key = "/etc/heterps/tls/gpu-3-key.pem"  # the data plane and the API run in TLS 1.3,
+//	tls_ca = "/etc/heterps/tls/ca.pem"       # coordinator = "https://...", secret_file optional
 //	lease = "10s"                # keep tasks running this long without the coordinator
 //	ps_memory = "4GiB"           # optional: memory budget of each PS shard hosted here
 //	cpu_share = 0.25             # optional: emulate a slower node (0.01..1; default 1)
@@ -40,6 +43,12 @@ type Node struct {
 	Threads     int    `toml:"threads"`
 	SecretFile  string `toml:"secret_file"`
 	Plain       bool   `toml:"plain"`
+	// TLSCert, TLSKey and TLSCA turn on mutual TLS (all three or none):
+	// this machine's certificate and key and the cluster CA, as `heterps
+	// certs` writes them.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	TLSCA   string `toml:"tls_ca"`
 	// Lease is how long the node keeps its tasks running while the
 	// coordinator cannot be reached; past it, it stops them. Zero means
 	// the daemon's default.
@@ -148,6 +157,9 @@ func (n *Node) validate(loc *Locator) error {
 	if !identifier.MatchString(n.Name) {
 		errs.add(loc.Errorf("name", "%q is not a node name (letters, digits, '.', '_' and '-')", n.Name))
 	}
+	if n.TLS() && !strings.Contains(n.Coordinator, "://") && isHostPort(n.Coordinator) {
+		n.Coordinator = "https://" + n.Coordinator // host:port means https with TLS
+	}
 	if u, err := CoordinatorURL(n.Coordinator); err != nil {
 		errs.add(loc.Errorf("coordinator", "%q is not host:port or an http(s) URL", n.Coordinator))
 	} else {
@@ -183,10 +195,34 @@ func (n *Node) validate(loc *Locator) error {
 	if s := *n.CPUShare; !(s >= minCPUShare && s <= 1) {
 		errs.add(loc.Errorf("cpu_share", "must be in %g..1 (a fraction of the node's CPU), got %g", minCPUShare, s))
 	}
-	if n.Plain == (n.SecretFile != "") {
-		errs.add(loc.Errorf("secret_file", "set exactly one of secret_file and plain = true"))
-	}
+	n.checkAuth(loc, &errs)
 	return errs.err()
+}
+
+// TLS reports whether the node runs mutual TLS.
+func (n *Node) TLS() bool { return n.TLSCert != "" }
+
+// checkAuth: plain, or authenticated by the secret, mutual TLS or both;
+// TLS takes its three files and an https coordinator.
+func (n *Node) checkAuth(loc *Locator, errs *errorList) {
+	set := 0
+	for _, f := range []string{n.TLSCert, n.TLSKey, n.TLSCA} {
+		if f != "" {
+			set++
+		}
+	}
+	switch {
+	case set != 0 && set != 3:
+		errs.add(loc.Errorf("tls_cert", "set all of tls_cert, tls_key and tls_ca, or none"))
+	case n.Plain && (set != 0 || n.SecretFile != ""):
+		errs.add(loc.Errorf("plain", "plain = true excludes secret_file and tls_*"))
+	case !n.Plain && set == 0 && n.SecretFile == "":
+		errs.add(loc.Errorf("secret_file", "set secret_file, the tls_* files, or plain = true (loopback only)"))
+	case set == 3 && strings.HasPrefix(n.Coordinator, "http://"):
+		errs.add(loc.Errorf("coordinator", "%q: with tls_* the coordinator is reached over https://", n.Coordinator))
+	case set == 0 && strings.HasPrefix(n.Coordinator, "https://"):
+		errs.add(loc.Errorf("coordinator", "%q: https needs tls_cert, tls_key and tls_ca (the coordinator asks for this node's certificate)", n.Coordinator))
+	}
 }
 
 func isHostPort(addr string) bool {

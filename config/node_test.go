@@ -127,3 +127,32 @@ func TestNodeRegisterTimeout(t *testing.T) {
 		t.Errorf("negative register_timeout: %v", err)
 	}
 }
+
+func TestNodeTLS(t *testing.T) {
+	tlsNode := strings.Replace(goodNode, "plain = true\n", `tls_cert = "n.pem"
+tls_key = "n-key.pem"
+tls_ca = "ca.pem"
+`, 1)
+	hostPort := strings.Replace(tlsNode, `"http://127.0.0.1:7070"`, `"127.0.0.1:7070"`, 1)
+	n, err := ParseNode("node.toml", []byte(hostPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.TLS() || n.Coordinator != "https://127.0.0.1:7070" {
+		t.Errorf("TLS %t, coordinator %q: want TLS and host:port read as https", n.TLS(), n.Coordinator)
+	}
+	withSecret := strings.Replace(hostPort, `tls_ca = "ca.pem"`, "tls_ca = \"ca.pem\"\nsecret_file = \"s\"", 1)
+	if _, err := ParseNode("node.toml", []byte(withSecret)); err != nil {
+		t.Errorf("TLS with a secret as well: %v", err)
+	}
+	for name, src := range map[string]string{
+		"http coordinator":  tlsNode,
+		"a missing key":     strings.Replace(hostPort, `tls_key = "n-key.pem"`+"\n", "", 1),
+		"plain with TLS":    hostPort + "plain = true\n",
+		"https without TLS": strings.Replace(strings.Replace(goodNode, "plain = true\n", "secret_file = \"s\"\n", 1), "http://", "https://", 1),
+	} {
+		if _, err := ParseNode("node.toml", []byte(src)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -200,7 +200,8 @@ type Task struct {
 	Prev []string `json:"prev"` // data_addr of the replicas of stage-1, in replica order
 
 	// SecretFile is the cluster secret's path on the node (wire.LoadSecret);
-	// empty with Plain, which only loopback peers may use.
+	// empty with Plain, which only loopback peers may use, and in a cluster
+	// authenticated by mutual TLS only (neither set).
 	SecretFile string `json:"secret_file,omitempty"`
 	Plain      bool   `json:"plain,omitempty"`
 

@@ -96,6 +96,11 @@ func TestTaskValidate(t *testing.T) {
 	if err := ps.Validate(); err != nil {
 		t.Fatalf("valid ps task: %v", err)
 	}
+	tlsOnly := ps
+	tlsOnly.SecretFile = "" // a cluster authenticated by mutual TLS alone
+	if err := tlsOnly.Validate(); err != nil {
+		t.Fatalf("task of a TLS-only cluster: %v", err)
+	}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*Task)
@@ -114,7 +119,6 @@ func TestTaskValidate(t *testing.T) {
 		{"no ps", func(t *Task) { t.PS = nil }, "ps"},
 		{"bad next", func(t *Task) { t.Next = []string{"nowhere"} }, "next[0]"},
 		{"secret and plain", func(t *Task) { t.SecretFile = "/s" }, "secret_file"},
-		{"neither secret nor plain", func(t *Task) { t.Plain = false }, "secret_file"},
 		{"checkpoint without dir", func(t *Task) { t.CheckpointEvery = 5 }, "checkpoint_every"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -155,8 +155,8 @@ func (t *Task) Validate() error {
 		return errors.New("task: task_id and job_id are required")
 	}
 	errs := []error{t.validateRole(), t.validateRun(), t.validatePeers()}
-	if t.Plain == (t.SecretFile != "") {
-		errs = append(errs, errors.New("exactly one of secret_file and plain must be set"))
+	if t.Plain && t.SecretFile != "" {
+		errs = append(errs, errors.New("plain and secret_file exclude each other"))
 	}
 	if t.CheckpointEvery < 0 || (t.CheckpointEvery > 0 && t.CheckpointDir == "") {
 		errs = append(errs, fmt.Errorf("checkpoint_every: %d needs a checkpoint_dir and must be >= 0", t.CheckpointEvery))

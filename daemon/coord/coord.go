@@ -39,6 +39,9 @@ type Config struct {
 	// connections, which the coordinator only allows when every node of a
 	// job has a loopback data address.
 	SecretFile string
+	// TLS says the cluster runs mutual TLS (heterpsd --tls-*): the data
+	// plane is authenticated by certificates even without SecretFile.
+	TLS bool
 	// QueueLength bounds the jobs waiting to be placed (default 64).
 	QueueLength int
 	// PlanTimeout bounds one run of the scheduler (default
@@ -229,3 +232,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
+
+// plainDataPlane reports whether jobs' data planes are unauthenticated
+// (loopback only): no cluster secret and no mutual TLS.
+func (c *Coordinator) plainDataPlane() bool { return c.cfg.SecretFile == "" && !c.cfg.TLS }

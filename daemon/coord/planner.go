@@ -140,7 +140,7 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 	}
 	if plan.Feasible {
 		c.setPlan(j, plan)
-		pl, err := place(plan, j.file.Batch, cl, c.cfg.SecretFile == "")
+		pl, err := place(plan, j.file.Batch, cl, c.plainDataPlane())
 		if err == nil {
 			c.start(j, pl, now)
 			return true

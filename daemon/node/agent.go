@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,9 @@ type Config struct {
 	Threads          int // CPU threads per unit; 0 = 1
 	Secret           []byte
 	Plain            bool // no secret: loopback only
+	// TLS, if set, is the node's mutual-TLS configuration (wire.LoadTLS):
+	// its data plane runs in TLS and it reaches the coordinator over https.
+	TLS *tls.Config
 	// PSMemory is the memory budget in bytes of each parameter-server
 	// shard the node hosts (ps.Config.MemoryBytes); 0 = unlimited.
 	PSMemory int64
@@ -78,6 +82,13 @@ func ConfigFromFile(n *config.Node) (Config, error) {
 			return Config{}, err
 		}
 		cfg.Secret = secret
+	}
+	if n.TLS() {
+		t, err := wire.LoadTLS(n.TLSCert, n.TLSKey, n.TLSCA)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.TLS = t
 	}
 	return cfg, nil
 }
@@ -134,6 +145,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{}, lease: newLease(cfg.Lease),
 		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}}
+	if cfg.TLS != nil {
+		a.http.TLSClientConfig = cfg.TLS.Clone() // the server name comes from the coordinator's URL
+	}
 	a.ctl = control{base: cfg.Coordinator, client: &http.Client{Transport: a.http, Timeout: 30 * time.Second}}
 	if cfg.Secret != nil {
 		a.ctl.key = api.ControlKey(cfg.Secret)
@@ -192,7 +206,7 @@ func concreteAddr(addr string) (string, error) {
 }
 
 func (a *Agent) wireConfig(id string) wire.Config {
-	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, Logger: a.log, Metrics: a.obs.wire}
+	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, TLS: a.cfg.TLS, Logger: a.log, Metrics: a.obs.wire}
 }
 
 // DataAddr is the address of the node's stage links; PSAddr that of its

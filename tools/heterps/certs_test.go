@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -61,5 +62,30 @@ func TestCertsRefusesBadUse(t *testing.T) {
 		if code := runCerts(args, &out, &errs); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}
+	}
+}
+
+// TestClientFlagsTakeTLS: --tls-cert/--tls-key/--tls-ca make the CLI's
+// coordinator client present its certificate; a partial set is refused.
+func TestClientFlagsTakeTLS(t *testing.T) {
+	dir := t.TempDir()
+	var out, errs bytes.Buffer
+	runCerts([]string{"init", "--dir", dir}, &out, &errs)
+	runCerts([]string{"issue", "cli", "--host", "127.0.0.1", "--dir", dir}, &out, &errs)
+	f := coordFlags{url: "127.0.0.1:7070", tlsCert: filepath.Join(dir, "cli.pem"), tlsKey: filepath.Join(dir, "cli-key.pem"), tlsCA: filepath.Join(dir, "ca.pem")}
+	c, err := f.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.base != "https://127.0.0.1:7070" {
+		t.Errorf("base %q: host:port with a certificate means https", c.base)
+	}
+	cfg := c.http.Transport.(*http.Transport).TLSClientConfig
+	if cfg == nil || len(cfg.Certificates) != 1 || cfg.RootCAs == nil {
+		t.Fatalf("TLS client config %+v, want the certificate and the CA", cfg)
+	}
+	f.tlsKey = ""
+	if _, err := f.client(); err == nil {
+		t.Error("a certificate without its key was accepted")
 	}
 }

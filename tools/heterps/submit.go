@@ -115,23 +115,38 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // coordClient calls the coordinator's HTTP API (package api).
 // coordFlags are the flags that say how to reach a coordinator.
 type coordFlags struct {
-	url, secretFile string
+	url, secretFile        string
+	tlsCert, tlsKey, tlsCA string
 }
 
 func (f *coordFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "coordinator", defaultCoordinator, "the coordinator: host:port or an http(s) URL")
 	fs.StringVar(&f.secretFile, "secret-file", os.Getenv("HETERPS_SECRET_FILE"),
 		"the cluster secret, to sign requests to a coordinator that requires it (default $HETERPS_SECRET_FILE)")
+	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("HETERPS_TLS_CERT"), "this client's certificate for a coordinator that serves mutual TLS (default $HETERPS_TLS_CERT)")
+	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("HETERPS_TLS_KEY"), "the key of --tls-cert (default $HETERPS_TLS_KEY)")
+	fs.StringVar(&f.tlsCA, "tls-ca", os.Getenv("HETERPS_TLS_CA"), "the cluster CA (default $HETERPS_TLS_CA)")
 }
 
 // client returns a client of the coordinator, signing with the secret if
 // one is given.
 func (f *coordFlags) client() (*coordClient, error) {
-	base, err := config.CoordinatorURL(f.url)
+	addr := f.url
+	if f.tlsCert != "" && !strings.Contains(addr, "://") {
+		addr = "https://" + addr // host:port means https with a certificate
+	}
+	base, err := config.CoordinatorURL(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--coordinator: %w", err)
 	}
 	c := newCoordClient(base)
+	if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
+		cfg, err := wire.LoadTLS(f.tlsCert, f.tlsKey, f.tlsCA)
+		if err != nil {
+			return nil, err
+		}
+		c.http.Transport.(*http.Transport).TLSClientConfig = cfg
+	}
 	if f.secretFile != "" {
 		secret, err := wire.LoadSecret(f.secretFile)
 		if err != nil {

@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,6 +93,7 @@ type flags struct {
 	apiSecretFile                                       string
 	insecureAPI                                         bool
 	metricsListen, logFormat, logFile                   string
+	tlsCert, tlsKey, tlsCA                              string
 	pprof                                               bool
 	heartbeat, timeout, registerTimeout                 time.Duration
 }
@@ -108,6 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.secretFile, "secret-file", "", "coordinator: the cluster secret (the file every node's secret_file holds too), read here: API requests must be signed with it and the data plane is authenticated; empty = plain data plane (loopback only)")
 	fs.StringVar(&f.apiSecretFile, "api-secret-file", "", "coordinator: deprecated alias of --secret-file")
 	fs.DurationVar(&f.registerTimeout, "register-timeout", 0, "node: give up when no coordinator has answered this long (0: the node file's register_timeout, else wait forever)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "coordinator: this machine's certificate (heterps certs issue): serve the API over mutual TLS; with --tls-key and --tls-ca")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "coordinator: the key of --tls-cert (mode 0600)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "coordinator: the cluster CA that signed every node's and client's certificate")
 	fs.BoolVar(&f.insecureAPI, "insecure-api", false, "coordinator: serve an unsigned API on a non-loopback address (anyone who reaches it can submit jobs)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
 	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
@@ -188,13 +193,18 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
-	secret, err := apiSecret(f)
+	tlsCfg, err := coordinatorTLS(f)
+	if err != nil {
+		fmt.Fprintln(stderr, "heterpsd:", err)
+		return exitUsage
+	}
+	secret, err := apiSecret(f, tlsCfg != nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
 	c, err := coord.New(coord.Config{Catalog: cat, StateDir: f.stateDir, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
-		SecretFile: f.secretFile, ControlSecret: secret, Logger: log})
+		SecretFile: f.secretFile, ControlSecret: secret, TLS: tlsCfg != nil, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
@@ -214,7 +224,11 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
 	}
-	fmt.Fprintf(stdout, "coordinator http://%s\n", ln.Addr())
+	scheme := "http"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
+	}
+	fmt.Fprintf(stdout, "coordinator %s://%s\n", scheme, ln.Addr())
 	printMetricsAddr(stdout, metrics)
 	defer startSystemd(ctx, log, coordinatorState(c))()
 	if err := c.Serve(ctx, ln); err != nil {
@@ -224,11 +238,23 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 	return exitOK
 }
 
-// apiSecret reads the coordinator's --secret-file; without one it
-// allows only a loopback --listen, unless --insecure-api says otherwise.
-func apiSecret(f *flags) ([]byte, error) {
+// coordinatorTLS loads --tls-cert, --tls-key and --tls-ca (all or none).
+func coordinatorTLS(f *flags) (*tls.Config, error) {
+	if f.tlsCert == "" && f.tlsKey == "" && f.tlsCA == "" {
+		return nil, nil
+	}
+	return wire.LoadTLS(f.tlsCert, f.tlsKey, f.tlsCA)
+}
+
+// apiSecret reads the coordinator's --secret-file; without one (or mutual
+// TLS, which authenticates every client) it allows only a loopback
+// --listen, unless --insecure-api says otherwise.
+func apiSecret(f *flags, mutualTLS bool) ([]byte, error) {
 	if f.secretFile != "" {
 		return wire.LoadSecret(f.secretFile)
+	}
+	if mutualTLS {
+		return nil, nil
 	}
 	host, _, err := net.SplitHostPort(f.listen)
 	if err != nil {
