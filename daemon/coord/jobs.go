@@ -52,6 +52,7 @@ type job struct {
 	lost []lostNode
 
 	balance   *jobBalance
+	alloc     *jobAlloc // the allocator's record (alloc_job.go); nil: not tracked
 	idemKey   string
 	verified  bool   // its restore checkpoint was verified in full
 	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
@@ -311,6 +312,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n, nodeName: n.req.Name})
 		j.hourly += c.price(j.plan.PSType)
 	}
+	c.allocStart(j, now)
 	c.log.Info("job running", "id", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
 	c.save(j)
 }
@@ -366,6 +368,7 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	}
 	t.report = r
 	j := t.job
+	c.recordProgress(t, r, now)
 	if r.State == api.TaskFailed {
 		c.taskFailed(j, n, r, now)
 		return
@@ -460,6 +463,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	s.Batching = j.balance.status()
+	s.Alloc = c.jobAllocStatus(j)
 	if j.waiting() {
 		s.QueuePosition = c.queuePosition(j)
 	}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/alloc"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/wire"
@@ -83,6 +84,8 @@ type flags struct {
 	apiSecretFile                                       string
 	insecureAPI                                         bool
 	heartbeat, timeout                                  time.Duration
+	allocPolicy                                         string
+	allocEpoch                                          time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -100,6 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.heartbeat, "heartbeat", coord.DefaultHeartbeatInterval, "coordinator: how often nodes heartbeat")
 	fs.DurationVar(&f.timeout, "heartbeat-timeout", 0, "coordinator: how long a silent node stays alive (0: three heartbeats)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.allocPolicy, "alloc-policy", coord.AllocOff, "coordinator: how running jobs share units: quality, maxmin, priority, fair, quality-per-cost or off")
+	fs.DurationVar(&f.allocEpoch, "alloc-epoch", coord.DefaultAllocEpoch, "coordinator: how often the allocator decides")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -113,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, errors.New("--role=node needs --config")
 	case f.role != "coordinator" && f.role != "node":
 		return nil, fmt.Errorf("--role %q: want coordinator or node", f.role)
+	}
+	if err := checkAllocFlags(&f); err != nil {
+		return nil, err
 	}
 	return &f, nil
 }
@@ -151,7 +159,7 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		return exitUsage
 	}
 	c, err := coord.New(coord.Config{Catalog: cat, StateDir: f.stateDir, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
-		SecretFile: f.secretFile, ControlSecret: secret, Logger: log})
+		SecretFile: f.secretFile, ControlSecret: secret, AllocPolicy: f.allocPolicy, AllocEpoch: f.allocEpoch, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
@@ -209,4 +217,17 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitFailure
 	}
 	return exitOK
+}
+
+// checkAllocFlags checks --alloc-policy and --alloc-epoch.
+func checkAllocFlags(f *flags) error {
+	if f.allocPolicy != coord.AllocOff {
+		if _, err := alloc.ParsePolicy(f.allocPolicy); err != nil {
+			return fmt.Errorf("--alloc-policy: %w (or %s)", err, coord.AllocOff)
+		}
+	}
+	if f.allocEpoch <= 0 {
+		return fmt.Errorf("--alloc-epoch %v: want > 0", f.allocEpoch)
+	}
+	return nil
 }
