@@ -160,7 +160,9 @@ func TestAllocatorMovesUnitsWithoutChangingTheMath(t *testing.T) {
 	cl.startUnitsNode("a", 4)
 	cl.waitNodes(1)
 	first := cl.submit(checkpointedJob(t, steps, 3, shared))
-	s := cl.waitJob(first, func(s api.JobStatus) bool { return s.State.Final() || s.Alloc != nil && s.Alloc.Units == 4 && s.Step > 300 })
+	s := cl.waitJob(first, func(s api.JobStatus) bool {
+		return s.State.Final() || s.Alloc != nil && s.Alloc.Units == 4 && s.Step > 300
+	})
 	if s.State != api.JobRunning || s.Alloc == nil || s.Alloc.Units != 4 {
 		t.Fatalf("the first job alone: %s (%s) at step %d, alloc %+v", s.State, s.Reason, s.Step, s.Alloc)
 	}
