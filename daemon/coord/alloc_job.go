@@ -30,22 +30,10 @@ type jobAlloc struct {
 	trace     *jobTrace
 }
 
-// TraceLine is one line of a job's trace (job file `trace`, `heterps train
-// --trace`): seconds since the job started, the step, its loss, the units
-// the job held and the measured seconds per step since the previous line
-// (0 when not measured).
-type TraceLine struct {
-	T           float64 `json:"t"`
-	Step        int64   `json:"step"`
-	Loss        float64 `json:"loss"`
-	Units       int     `json:"units"`
-	StepSeconds float64 `json:"step_s"`
-}
-
 // jobTrace is a job's trace file and the lines not written to it yet.
 type jobTrace struct {
 	path    string
-	pending []TraceLine
+	pending []alloc.TraceLine
 	failed  bool // a write failed: the trace is given up (logged once)
 }
 
@@ -81,7 +69,7 @@ func (c *Coordinator) recordProgress(t *taskRun, r api.TaskReport, now time.Time
 	if a == nil || r.Step <= a.lastStep || !finiteLoss(r.Loss) || t != j.lossTask() {
 		return
 	}
-	line := TraceLine{T: now.Sub(a.started).Seconds(), Step: r.Step, Loss: r.Loss, Units: t.task.Units}
+	line := alloc.TraceLine{T: now.Sub(a.started).Seconds(), Step: r.Step, Loss: r.Loss, Units: t.task.Units}
 	settled := a.changedAt.Add(c.cfg.HeartbeatInterval) // the change has reached the node and a step of it
 	if a.lastStep > 0 && !a.lastAt.Before(settled) {
 		s := alloc.StepSample{Units: t.task.Units, Seconds: now.Sub(a.lastAt).Seconds() / float64(r.Step-a.lastStep)}
@@ -135,7 +123,7 @@ func thin(h []alloc.Point) []alloc.Point {
 type tracePending struct {
 	job   string
 	trace *jobTrace
-	lines []TraceLine
+	lines []alloc.TraceLine
 }
 
 // takeTraces takes every job's unwritten trace lines. c.mu is held.
@@ -166,7 +154,7 @@ func (c *Coordinator) writeTraces(ts []tracePending) {
 }
 
 // appendTrace appends lines to the JSON-lines file at path.
-func appendTrace(path string, lines []TraceLine) error {
+func appendTrace(path string, lines []alloc.TraceLine) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, l := range lines {

@@ -3,6 +3,8 @@ package coord
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +99,8 @@ func TestFairPolicySplitsTheNode(t *testing.T) {
 // long before its last step.
 func TestJobStopsAtItsTargetLossReduction(t *testing.T) {
 	tc, _ := startAllocCluster(t, AllocOff)
-	id := tc.submit(allocJob("target", "target_loss_reduction = 0.9\n"))
+	trace := filepath.Join(t.TempDir(), "target.jsonl")
+	id := tc.submit(allocJob("target", fmt.Sprintf("target_loss_reduction = 0.9\ntrace = %q\n", trace)))
 	s := tc.waitJob(id)
 	if s.State != api.JobDone || s.Reason != "reached target loss reduction 0.9" || s.Step >= s.Steps {
 		t.Fatalf("job %s: %s (%q) at step %d of %d", id, s.State, s.Reason, s.Step, s.Steps)
@@ -107,6 +110,28 @@ func TestJobStopsAtItsTargetLossReduction(t *testing.T) {
 	}
 	if p, l := s.Alloc.PredictedLoss, s.Alloc.Loss; !(math.Abs(p-l) <= 0.1*l) {
 		t.Errorf("predicted loss %g, measured %g: want within 10%%", p, l)
+	}
+	var lines []alloc.TraceLine
+	waitFor(t, "the trace reaches the last step", func() bool {
+		f, err := os.Open(trace)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		lines, err = alloc.ReadTrace(trace, f)
+		return err == nil && len(lines) > 0 && lines[len(lines)-1].Step == s.Step
+	})
+	timed := 0
+	for _, l := range lines {
+		if l.Units != s.Alloc.Units || l.Loss != 1/(1+float64(l.Step)) {
+			t.Fatalf("trace line %+v: want the fake node's loss and %d units", l, s.Alloc.Units)
+		}
+		if l.StepSeconds > 0 {
+			timed++
+		}
+	}
+	if timed == 0 {
+		t.Error("no trace line has a step time")
 	}
 }
 

@@ -30,7 +30,7 @@ func init() {
 // trainFlags are the options of `heterps train`.
 type trainFlags struct {
 	model, data, checkpoint, isa string
-	cpuProfile                   string
+	cpuProfile, trace            string
 	steps, batch, threads        int
 	evalSamples, checkpointEvery int
 	seed                         uint64
@@ -91,6 +91,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.StringVar(&f.isa, "isa", "", "force the kernel ISA: scalar, avx2 or avx512")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object at the end")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	fs.StringVar(&f.trace, "trace", "", "write the run's (time, step, loss, units, step seconds) as JSON lines to this file, for `heterps sim --trace-dir`")
 	fs.BoolVar(&f.skipBad, "skip-bad-lines", false, "skip malformed input lines (counted) instead of stopping")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -184,7 +185,15 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err := skipBatches(ctx, src, f.batch, res.ResumedFrom); err != nil {
 		return nil, err
 	}
-	if err := trainLoop(ctx, f, tr, src, res, newProgress(progressOut, f.steps)); err != nil {
+	trace, err := createTrace(f.trace, f.threads)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	err = trainLoop(ctx, f, tr, src, res, newProgress(progressOut, f.steps), trace)
+	if cerr := trace.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	res.BadLines = src.BadLines()
@@ -199,7 +208,7 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 
 // trainLoop runs steps until --steps or the end of the data, reading the
 // next batch on another goroutine while the current one trains.
-func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, res *trainResult, prog *progress) error {
+func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, res *trainResult, prog *progress, trace *trainTrace) error {
 	ctx, cancel := context.WithCancel(ctx)
 	batches, wait := prefetch(ctx, src, f.batch, f.steps-int(tr.Opt.Step))
 	// The reader may be blocked handing over a batch nobody will take:
@@ -216,6 +225,9 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		}
 		loss, err := tr.Step(next.batch)
 		if err != nil {
+			return err
+		}
+		if err := trace.add(tr.Opt.Step, loss); err != nil {
 			return err
 		}
 		lossEMA = ema(lossEMA, loss, tr.Opt.Step == res.ResumedFrom+1)
