@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test cuda-check run bench chaos batching-bench fmt lint clean
+.PHONY: all setup build test cuda-check run bench chaos batching-bench multijob-bench fmt lint clean
 
 all: build
 
@@ -49,6 +49,13 @@ chaos: setup
 # Not part of make test or make bench.
 batching-bench: setup
 	$(GO) run ./bench/batching
+
+# A seeded Poisson stream of small jobs on a live loopback cluster under the
+# fair and quality allocation policies, compared with heterps sim on the
+# recorded traces; records bench/results/multijob.txt itself (under 10
+# minutes on 2 cores). Not part of make test or make bench.
+multijob-bench: setup
+	$(GO) run ./bench/multijob
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

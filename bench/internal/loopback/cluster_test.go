@@ -8,7 +8,7 @@ import (
 
 func TestNodeFileCarriesTheCPUShare(t *testing.T) {
 	for _, share := range []float64{1, 0.33, 0.14} {
-		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", share))
+		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 1, share))
 		if err != nil {
 			t.Fatalf("share %g: %v", share, err)
 		}
@@ -18,5 +18,12 @@ func TestNodeFileCarriesTheCPUShare(t *testing.T) {
 		if n.Name != "n0" || n.Type != "cpu-1t" || n.Units != 1 || n.Threads != 1 {
 			t.Errorf("share %g: node file is %+v, want n0 with one 1-thread unit of cpu-1t", share, n)
 		}
+	}
+}
+
+func TestNodeFileCarriesTheUnits(t *testing.T) {
+	n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 4, 1))
+	if err != nil || n.Units != 4 || n.Threads != 1 {
+		t.Fatalf("node file %+v (%v), want 4 units of 1 thread", n, err)
 	}
 }
