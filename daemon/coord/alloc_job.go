@@ -41,22 +41,35 @@ type jobTrace struct {
 // runs or the job asks for a trace or a target, and under a policy gives
 // its stage task the CPU share of its units. c.mu is held.
 func (c *Coordinator) allocStart(j *job, now time.Time) {
-	jf := j.file
 	j.alloc = nil
-	if c.allocPolicy() == "" && jf.Trace == "" && jf.TargetLossReduction == 0 {
+	if !c.tracks(j) {
 		return
 	}
+	j.alloc = newJobAlloc(j, now)
+	if t := j.managedTask(); t != nil && c.allocPolicy() != "" {
+		t.task.TaskCPUShare = taskShare(t.task.Units, t.node.req.Units)
+	}
+}
+
+// tracks reports whether the coordinator records j's progress.
+func (c *Coordinator) tracks(j *job) bool {
+	return c.allocPolicy() != "" || j.file.Trace != "" || j.file.TargetLossReduction > 0
+}
+
+// newJobAlloc is an empty record of running job j, holding the units its
+// stage task has.
+func newJobAlloc(j *job, now time.Time) *jobAlloc {
 	a := &jobAlloc{changedAt: now, lastAt: now, started: now}
-	if jf.Trace != "" {
-		a.trace = &jobTrace{path: jf.Trace}
+	if !j.started.IsZero() {
+		a.started = j.started
+	}
+	if j.file.Trace != "" {
+		a.trace = &jobTrace{path: j.file.Trace}
 	}
 	if t := j.managedTask(); t != nil {
 		a.units = t.task.Units
-		if c.allocPolicy() != "" {
-			t.task.TaskCPUShare = taskShare(t.task.Units, t.node.req.Units)
-		}
 	}
-	j.alloc = a
+	return a
 }
 
 // recordProgress adds a report's step and loss to its job's history, and
@@ -65,6 +78,11 @@ func (c *Coordinator) allocStart(j *job, now time.Time) {
 // c.mu is held.
 func (c *Coordinator) recordProgress(t *taskRun, r api.TaskReport, now time.Time) {
 	j := t.job
+	if j.alloc == nil && j.state == api.JobRunning && c.tracks(j) {
+		// Adopted after a restart of the coordinator: the record starts
+		// again from here (its first loss is the next reported).
+		j.alloc = newJobAlloc(j, now)
+	}
 	a := j.alloc
 	if a == nil || r.Step <= a.lastStep || !finiteLoss(r.Loss) || t != j.lossTask() {
 		return

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/alloc"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
 )
 
 // allocJob is a long job (it does not end by itself in these tests) with
@@ -157,5 +160,30 @@ func TestThinKeepsTheFirstPointAndTheNewerHalf(t *testing.T) {
 		if got[i].Iter <= got[i-1].Iter {
 			t.Fatalf("not in order at %d: %v", i, got[i-1:i+1])
 		}
+	}
+}
+
+// TestAdoptedJobIsTrackedAgain: a running job taken up after a restart of
+// the coordinator (no record yet) gets one from its next report, with the
+// units its task holds.
+func TestAdoptedJobIsTrackedAgain(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), AllocPolicy: "fair", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jf, err := config.ParseJob("job.toml", []byte(allocJob("adopted", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{req: api.RegisterRequest{Name: "cpu-a", Type: "cpu", Units: 4}, state: api.NodeAlive}
+	j := &job{id: "j1", file: jf, state: api.JobRunning, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 1}}}}
+	task := &taskRun{job: j, node: n, task: api.Task{TaskID: "j1.s0.r0", Role: api.RoleStage, Units: 3, TaskCPUShare: 0.75}}
+	j.tasks = []*taskRun{task}
+	now := time.Now()
+	for step := int64(1); step <= 2; step++ {
+		c.recordProgress(task, api.TaskReport{TaskID: task.task.TaskID, Step: step, Loss: 1 / float64(step)}, now)
+	}
+	if j.alloc == nil || j.alloc.units != 3 || len(j.alloc.history) != 2 || j.alloc.history[0].Loss != 1 {
+		t.Fatalf("record %+v", j.alloc)
 	}
 }
