@@ -28,6 +28,8 @@ type simFlags struct {
 	simConfig
 	policy string
 	json   bool
+	plot   string // PNG of average quality over time per policy
+	sweep  []int  // core counts of a contention sweep
 }
 
 // simConfig is one simulation's input.
@@ -73,7 +75,10 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	}
 	fs.StringVar(&f.policy, "policy", string(alloc.Quality), "allocation policy: "+strings.Join(names, ", "))
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON (with --policy all, an array)")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&f.plot, "plot", "", "also draw the mean quality of the running jobs over time, per policy, to this PNG file")
+	sweep := fs.String("sweep-cores", "", "instead: compare quality with fair at each of these core counts (e.g. 16,32,64,128) and say where the gain vanishes")
+	err := fs.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -86,6 +91,11 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	}
 	if f.traceDir != "" {
 		if err := f.useTraces(f.traceDir); err != nil {
+			return nil, err
+		}
+	}
+	if *sweep != "" {
+		if f.sweep, err = parseCores(*sweep); err != nil {
 			return nil, err
 		}
 	}
@@ -118,6 +128,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
+	if len(f.sweep) > 0 {
+		return runSweep(f, stdout, stderr)
+	}
 	policies := alloc.Policies()
 	if f.policy != "all" {
 		policies = []alloc.Policy{alloc.Policy(f.policy)}
@@ -129,6 +142,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			return failTo(stderr, exitFailure, err)
 		}
 		results = append(results, r)
+	}
+	if f.plot != "" {
+		if err := plotQuality(f.plot, f.simConfig, results); err != nil {
+			return failTo(stderr, exitFailure, err)
+		}
 	}
 	if f.json {
 		enc := json.NewEncoder(stdout)
@@ -162,7 +180,12 @@ type simResult struct {
 	Epochs        int     `json:"epochs"`
 	DecisionMsMax float64 `json:"decision_ms_max"` // wall clock: differs between runs
 	FitMsMax      float64 `json:"fit_ms_max"`      // the slowest epoch's curve refits, outside the decision
+	// quality is the mean quality of the running jobs after each epoch,
+	// at its end time (--plot).
+	quality []qualityAt
 }
+
+type qualityAt struct{ t, q float64 }
 
 // jobKind is a synthetic stand-in for a zoo model's loss curve and step cost;
 // recorded traces of the real models are later work.
@@ -302,6 +325,7 @@ func simulate(c simConfig, p alloc.Policy) (simResult, error) {
 			q += alloc.NormalisedReduction(j.truth.L0, j.truth.Predict(j.k), j.truth.Floor())
 		}
 		qualitySum += q / float64(len(active))
+		res.quality = append(res.quality, qualityAt{t + c.Epoch, q / float64(len(active))})
 		res.Epochs++
 		t += c.Epoch
 		active = slices.DeleteFunc(active, func(j *simJob) bool { return j.done > 0 })
