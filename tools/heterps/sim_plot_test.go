@@ -36,7 +36,8 @@ func TestSimSweepSaysWhereTheGainVanishes(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	s := out.String()
-	if !strings.Contains(s, "below 1% from 10000 cores on") || !(strings.Index(s, "   32  ") < strings.Index(s, "10000  ")) {
+	at32, at10k := strings.Index(s, "   32  "), strings.Index(s, "10000  ")
+	if !strings.Contains(s, "below 1% from 10000 cores on") || at32 < 0 || at32 > at10k {
 		t.Errorf("want rows by size and the gain gone from 10000 cores on:\n%s", s)
 	}
 	for _, bad := range []string{"0", "8,x", "20000"} {
