@@ -77,7 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.units, "units", 4, "units (1-thread) per node")
 	fs.DurationVar(&o.epoch, "epoch", 2*time.Second, "the coordinator's --alloc-epoch")
 	fs.DurationVar(&o.heartbeat, "heartbeat", 250*time.Millisecond, "the coordinator's --heartbeat (loss reports come once a heartbeat)")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "per policy: give up on jobs not finished by then")
+	fs.DurationVar(&o.timeout, "timeout", 4*time.Minute, "per policy: give up on jobs not finished by then")
 	fs.StringVar(&o.out, "out", "bench/results/multijob.txt", "the report's file (written whole); empty: standard output only")
 	fs.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, traces)")
 	if err := fs.Parse(args); err != nil {

@@ -18,17 +18,18 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 )
 
-// jobKind is a small zoo job: some 10-30 s on a whole node.
+// jobKind is a small zoo job: some 5-15 s on a whole node of a loaded
+// 2-core machine.
 type jobKind struct {
 	name, model, data string
 	batch, steps      int
 }
 
 var kinds = []jobKind{
-	{name: "ctrdnn", model: "ctrdnn", data: "synthetic:1", batch: 256, steps: 800},
-	{name: "mlp-digits", model: "mlp-digits", data: "digits:daemon/data/testdata/digits.csv.gz", batch: 512, steps: 2500},
-	{name: "linreg", model: "linreg", data: "regress:1", batch: 8192, steps: 4000},
-	{name: "nce", model: "nce", data: "words:1", batch: 4096, steps: 1500},
+	{name: "ctrdnn", model: "ctrdnn", data: "synthetic:1", batch: 128, steps: 300},
+	{name: "mlp-digits", model: "mlp-digits", data: "digits:daemon/data/testdata/digits.csv.gz", batch: 512, steps: 1200},
+	{name: "linreg", model: "linreg", data: "regress:1", batch: 8192, steps: 2000},
+	{name: "nce", model: "nce", data: "words:1", batch: 2048, steps: 600},
 }
 
 // streamJob is one job of the stream: its kind and arrival.
