@@ -141,7 +141,7 @@ func (a *Agent) applyLatestMembers(tasks []*task) error {
 func (a *Agent) attachWorker(t *task, w *pipeline.Worker) error {
 	a.mu.Lock()
 	t.worker = w
-	update := t.latest
+	update := pendingResize(t)
 	a.mu.Unlock()
 	if update == nil {
 		return nil

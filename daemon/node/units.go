@@ -62,3 +62,13 @@ func (a *Agent) afterTaskCompute(ctx context.Context, t *task, compute time.Dura
 	}
 	return d, a.throttle.sleep(ctx, d)
 }
+
+// pendingResize is the update a stage task's worker, just built, must
+// apply: its latest, unless none came or it changes units only (the
+// worker reads those at each step). Under Agent.mu.
+func pendingResize(t *task) *api.Task {
+	if t.latest == nil || unitsOnly(t.spec, *t.latest) {
+		return nil
+	}
+	return t.latest
+}

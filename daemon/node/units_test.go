@@ -57,6 +57,22 @@ func TestUnitsOnlyUpdates(t *testing.T) {
 	}
 }
 
+func TestAWorkerBuiltAfterAUnitsUpdateIsNotResized(t *testing.T) {
+	spec := api.Task{TaskID: "j1.s0.r0", JobID: "j1", Role: api.RoleStage, Units: 1, Batch: 64, Generation: 1}
+	units := spec
+	units.Units, units.TaskCPUShare, units.Generation = 2, 0.5, 2
+	tk := &task{spec: spec, latest: &units}
+	if u := pendingResize(tk); u != nil {
+		t.Errorf("a units-only update resizes the worker: %+v", u)
+	}
+	resized := units
+	resized.Members, resized.Batches, resized.FromStep, resized.Generation = []int{0}, []int{64}, 3, 3
+	tk.latest = &resized
+	if u := pendingResize(tk); u == nil || u.Generation != 3 {
+		t.Errorf("an elastic update is not applied: %+v", u)
+	}
+}
+
 // allocCluster is a coordinator with the allocator under policy and node
 // daemons of units units each, on loopback in this process.
 func startAllocCluster(t *testing.T, policy string) *cluster {
