@@ -21,7 +21,11 @@ type jobRecord struct {
 
 // metrics are what `heterps sim --json` reports, from real loss histories.
 type metrics struct {
-	AvgQuality    float64 `json:"avg_quality"`
+	AvgQuality float64 `json:"avg_quality"`
+	// AvgQualityFit is AvgQuality with each job's loss read off the curve
+	// fitted to its whole trace at the step it had reached (what the
+	// simulator's jobs follow), instead of its measured, noisy losses.
+	AvgQualityFit float64 `json:"-"`
 	MeanTimeTo90  float64 `json:"mean_time_to_90"`
 	MeanTimeTo95  float64 `json:"mean_time_to_95"`
 	P50TimeTo90   float64 `json:"p50_time_to_90"`
@@ -40,6 +44,7 @@ const smoothWindow = 5
 // run's start), smoothed losses, and its quality scale.
 type jobCurve struct {
 	at, loss []float64
+	fit      []float64 // the fitted curve's loss at each point's step (nil: no fit)
 	l0, lmin float64
 }
 
@@ -63,17 +68,28 @@ func newJobCurve(j jobRecord) jobCurve {
 	c.lmin = slices.Min(c.loss)
 	// The fitted floor, unless it extrapolates below the lowest loss by
 	// more than the reduction seen (a curve still falling steeply).
-	if fit, err := alloc.FitCurve(pts, alloc.FitOptions{Decay: 1}); err == nil && fit.Floor() < c.lmin {
+	fit, err := alloc.FitCurve(pts, alloc.FitOptions{Decay: 1})
+	if err != nil {
+		return c
+	}
+	if fit.Floor() < c.lmin {
 		c.lmin = math.Max(fit.Floor(), c.lmin-(c.l0-c.lmin))
+	}
+	for _, p := range pts {
+		c.fit = append(c.fit, fit.Predict(p.Iter))
 	}
 	return c
 }
 
-// quality is the job's normalised loss reduction at time t.
-func (c jobCurve) quality(t float64) float64 {
+// quality is the job's normalised loss reduction at time t, of its
+// smoothed measured loss or (fitted) of its fitted curve.
+func (c jobCurve) quality(t float64, fitted bool) float64 {
 	i, _ := slices.BinarySearch(c.at, math.Nextafter(t, math.Inf(1)))
 	if i == 0 {
 		return 0
+	}
+	if fitted && c.fit != nil {
+		return alloc.NormalisedReduction(c.l0, c.fit[i-1], c.lmin)
 	}
 	return alloc.NormalisedReduction(c.l0, c.loss[i-1], c.lmin)
 }
@@ -109,23 +125,24 @@ func computeMetrics(jobs []jobRecord, epoch float64) metrics {
 		first, last = math.Min(first, j.arrival), math.Max(last, j.finished)
 	}
 	m.MakespanS = last
-	var sum float64
+	var sum, sumFit float64
 	epochs := 0
 	for t := first + epoch; t <= last+epoch; t += epoch {
-		q, n := 0.0, 0
+		q, qFit, n := 0.0, 0.0, 0
 		for i, j := range jobs {
 			if j.arrival < t && t-epoch < j.finished {
-				q += curves[i].quality(math.Min(t, j.finished))
+				q += curves[i].quality(math.Min(t, j.finished), false)
+				qFit += curves[i].quality(math.Min(t, j.finished), true)
 				n++
 			}
 		}
 		if n > 0 {
-			sum += q / float64(n)
+			sum, sumFit = sum+q/float64(n), sumFit+qFit/float64(n)
 			epochs++
 		}
 	}
 	if epochs > 0 {
-		m.AvgQuality = sum / float64(epochs)
+		m.AvgQuality, m.AvgQualityFit = sum/float64(epochs), sumFit/float64(epochs)
 	}
 	m.MeanTimeTo90, m.P50TimeTo90, m.P95TimeTo90 = summarise(to90)
 	m.MeanTimeTo95, m.P50TimeTo95, m.P95TimeTo95 = summarise(to95)

@@ -35,6 +35,11 @@ func TestAverageQualityCountsQueuedJobs(t *testing.T) {
 	if running.AvgQuality < 0.8 || running.AvgQuality > 0.95 {
 		t.Errorf("avg quality %v, want about 0.87 (1 - e^(-k/10) over 100 steps)", running.AvgQuality)
 	}
+	// Without noise the fitted curve follows the losses, ahead of their
+	// smoothed mean.
+	if d := running.AvgQualityFit - running.AvgQuality; d < 0 || d > 0.05 {
+		t.Errorf("avg quality %v fitted, %v measured: want the fitted a little higher", running.AvgQualityFit, running.AvgQuality)
+	}
 	// Queued as long as it runs: quality 0 for the first half.
 	queued := computeMetrics([]jobRecord{job(0, 100, 100, decaying)}, 1)
 	if math.Abs(queued.AvgQuality-running.AvgQuality/2) > 0.02 {
