@@ -17,7 +17,7 @@
 // (bench/results/multijob.txt), with a header saying the machine, its load,
 // the versions and the setup.
 //
-//	go run ./bench/multijob [--jobs 14] [--arrival-mean 3s] [--seed 1] [--policies fair,quality] [--out bench/results/multijob.txt]
+//	go run ./bench/multijob [--jobs 16] [--arrival-mean 1.5s] [--seed 1] [--policies fair,quality] [--out bench/results/multijob.txt]
 package main
 
 import (
@@ -69,8 +69,8 @@ func main() {
 func parseFlags(args []string) (options, error) {
 	o := options{}
 	fs := flag.NewFlagSet("multijob", flag.ContinueOnError)
-	fs.IntVar(&o.jobs, "jobs", 14, "jobs in the stream (at least 12 for the record)")
-	fs.DurationVar(&o.arrivalMean, "arrival-mean", 3*time.Second, "mean time between arrivals (Poisson)")
+	fs.IntVar(&o.jobs, "jobs", 16, "jobs in the stream (at least 12 for the record)")
+	fs.DurationVar(&o.arrivalMean, "arrival-mean", 1500*time.Millisecond, "mean time between arrivals (Poisson)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and the job kinds")
 	policies := fs.String("policies", "fair,quality", "allocation policies to run, in order")
 	fs.IntVar(&o.nodes, "nodes", 2, "node daemons")
