@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test cuda-check run bench chaos batching-bench fmt lint clean install install-files
+.PHONY: all setup build test cuda-check run bench chaos batching-bench multijob-bench fmt lint clean install install-files
 
 all: build
 
@@ -82,6 +82,13 @@ install-files:
 	cp -R config/examples/. $(DESTDIR)$(DATADIR)/examples/
 	cp -R config/systemd/examples/. $(DESTDIR)$(DATADIR)/examples/systemd/
 	install -m 0644 docs/deploy.md $(DESTDIR)$(DOCDIR)/
+
+# A seeded Poisson stream of small jobs on a live loopback cluster under the
+# fair and quality allocation policies, compared with heterps sim on the
+# recorded traces; records bench/results/multijob.txt itself (under 10
+# minutes on 2 cores). Not part of make test or make bench.
+multijob-bench: setup
+	$(GO) run ./bench/multijob
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -24,6 +24,9 @@ import (
 //	mode = "bsp"               # or "asp"
 //	micro_batches = 4          # per step, so that stages overlap; default 1
 //	seed = 1
+//	priority = 2               # optional: weight under --alloc-policy priority; default 1
+//	target_loss_reduction = 0.9  # optional: stop once the normalised loss reduction reaches it
+//	trace = "/tmp/j.jsonl"     # optional: the coordinator writes the job's loss history here
 //	[optimizer]                # optional: replaces the model's optimizer
 //	kind = "adam"
 //	lr = 0.001
@@ -60,6 +63,14 @@ type Job struct {
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
 	Checkpoint      JobCheckpoint `toml:"checkpoint"`
 	Batching        JobBatching   `toml:"batching"`
+	// Priority weighs the job's gains under the coordinator's priority
+	// allocation policy (default 1); TargetLossReduction, when set, stops
+	// the job once its normalised loss reduction reaches it; Trace, when
+	// set, is a file the coordinator writes the job's (time, step, loss,
+	// units, step seconds) history to as JSON lines (alloc_job.go).
+	Priority            float64 `toml:"priority"`
+	TargetLossReduction float64 `toml:"target_loss_reduction"`
+	Trace               string  `toml:"trace"`
 
 	loc *Locator
 }
@@ -268,6 +279,7 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
 	}
 	j.validateBatching(loc, &errs)
+	j.validateAlloc(loc, &errs)
 	return errs.err()
 }
 

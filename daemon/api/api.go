@@ -236,6 +236,13 @@ type Task struct {
 	// splits its rows among them so (pipeline.Share.Next). Empty means
 	// near-equal pieces. It changes with Generation like Batches.
 	NextBatches []int `json:"next_batches,omitempty"`
+
+	// TaskCPUShare, when not 0, is the share of the node's CPU this task
+	// may use (the coordinator's allocator sets Units / the node's units):
+	// the stage worker's duty cycle enforces it, on top of the node's own
+	// share. A change of Units and TaskCPUShare alone, at a higher
+	// Generation, applies from the worker's next step.
+	TaskCPUShare float64 `json:"task_cpu_share,omitempty"`
 }
 
 // StageLayout is one stage of a job as its tasks see it.
@@ -308,6 +315,9 @@ type JobStatus struct {
 	Restarts    int    `json:"restarts,omitempty"`
 	RestartOf   string `json:"restart_of,omitempty"`
 	RestartedAs string `json:"restarted_as,omitempty"`
+	// Alloc is the allocator's view of the job, while the coordinator runs
+	// one (--alloc-policy) and the job has run.
+	Alloc *JobAlloc `json:"alloc,omitempty"`
 }
 
 // BatchingStatus is a job's batching mode and, in dynamic mode, the

@@ -15,6 +15,7 @@
 //	GET    /v1/jobs                                   -> []JobStatus
 //	GET    /v1/jobs/{id}                              -> JobStatus
 //	DELETE /v1/jobs/{id}                              -> JobStatus (cancelled)
+//	GET    /v1/alloc                                  -> AllocStatus (the allocator's last decision)
 //
 // A job is submitted as the job file's TOML text with Content-Type
 // application/toml (see config.ParseJob); errors in it come back with the

@@ -158,6 +158,11 @@ func (t *Task) Validate() error {
 	if t.Plain && t.SecretFile != "" {
 		errs = append(errs, errors.New("plain and secret_file exclude each other"))
 	}
+	if t.TaskCPUShare != 0 {
+		if err := CheckCPUShare("task_cpu_share", t.TaskCPUShare); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if t.CheckpointEvery < 0 || (t.CheckpointEvery > 0 && t.CheckpointDir == "") {
 		errs = append(errs, fmt.Errorf("checkpoint_every: %d needs a checkpoint_dir and must be >= 0", t.CheckpointEvery))
 	}

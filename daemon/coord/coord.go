@@ -66,7 +66,13 @@ type Config struct {
 	// have all finished waits for the checkpoint of its last step before
 	// it is done without it (default DefaultFinalCheckpointWait).
 	FinalCheckpointWait time.Duration
-	Logger              *slog.Logger
+	// AllocPolicy is the allocation policy of running jobs' units (a
+	// policy of package alloc, or "off", the default: jobs keep the
+	// units they were placed with); AllocEpoch how often it decides
+	// (default DefaultAllocEpoch). See alloc.go.
+	AllocPolicy string
+	AllocEpoch  time.Duration
+	Logger      *slog.Logger
 }
 
 // Defaults.
@@ -138,6 +144,7 @@ type Coordinator struct {
 	changes uint64
 	started time.Time
 	serving atomic.Bool // Serve is serving the API (Ready)
+	alloc   allocDecisions
 }
 
 // New makes a coordinator for a validated catalog. With a StateDir it
@@ -151,6 +158,9 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: catalog: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	if err := checkAllocConfig(&cfg); err != nil {
+		return nil, fmt.Errorf("coord: %w", err)
+	}
 	c := &Coordinator{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), manifests: make(chan manifestWork, 256),
 		idem: map[string]string{}, started: time.Now()}
 	if cfg.StateDir != "" {
@@ -176,6 +186,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	wg.Go(func() { c.reapLoop(ctx) })
 	wg.Go(func() { c.restartLoop(ctx) })
 	wg.Go(func() { c.manifestLoop(ctx) })
+	wg.Go(func() { c.allocLoop(ctx) })
 	wg.Wait()
 	if c.store != nil {
 		if err := c.store.Close(); err != nil {

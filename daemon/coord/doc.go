@@ -20,7 +20,14 @@
 // file (checkpoint.go). The placement rules are in package api's
 // documentation.
 //
+// With an allocation policy (Config.AllocPolicy, heterpsd --alloc-policy)
+// the coordinator divides the units of nodes among running jobs every
+// epoch, SLAQ's way (package alloc): a unit is one unit (a core) of a
+// node, new jobs start on one unit, nodes are shared, and a job's units
+// change in place as its stage task's CPU share (alloc.go). Jobs may stop
+// at a target_loss_reduction, and record their loss history to a trace.
+//
 // Concurrency: one mutex guards the registry and the jobs; the planner, the
-// liveness reaper and the restarter are goroutines owned by Run, which
-// waits for them.
+// liveness reaper, the restarter and the allocator are goroutines owned by
+// Run, which waits for them.
 package coord

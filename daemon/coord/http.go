@@ -41,6 +41,7 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
 	mux.HandleFunc("DELETE /v1/jobs/{id}", c.handleCancel)
 	mux.HandleFunc("PATCH /v1/jobs/{id}", c.handlePatch)
+	mux.HandleFunc("GET /v1/alloc", c.handleAlloc)
 	if c.cfg.ControlSecret == nil {
 		return mux
 	}

@@ -54,6 +54,7 @@ type job struct {
 	balance   *jobBalance
 	carry     *batchCarry // batches a restart hands on (batchrestart.go)
 	resizeTo  *batchCarry // set while restarting to resize its batches
+	alloc     *jobAlloc   // the allocator's record (alloc_job.go); nil: not tracked
 	idemKey   string
 	verified  bool   // its restore checkpoint was verified in full
 	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
@@ -314,6 +315,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n, nodeName: n.req.Name})
 		j.hourly += c.price(j.plan.PSType)
 	}
+	c.allocStart(j, now)
 	c.log.Info("job running", "job", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
 	c.save(j)
 }
@@ -369,6 +371,7 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	}
 	t.report = r
 	j := t.job
+	c.recordProgress(t, r, now)
 	if r.State == api.TaskFailed {
 		c.taskFailed(j, n, r, now)
 		return
@@ -463,6 +466,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	s.Batching = j.balance.status()
+	s.Alloc = c.jobAllocStatus(j)
 	if j.waiting() {
 		s.QueuePosition = c.queuePosition(j)
 	}

@@ -34,6 +34,9 @@ type cluster struct {
 	live []*node
 	busy map[*node]bool
 	load map[*node]int
+	// slots, with the allocator on, is each node's units less one per
+	// stage task it hosts (alloc_place.go); nil: nodes are not shared.
+	slots map[*node]int
 }
 
 // place puts plan's stages on free live nodes of their types and its
@@ -74,7 +77,7 @@ func placeStage(i int, s sched.Stage, cl cluster, used map[*node]bool) ([]replic
 			cands = append(cands, n)
 		}
 	}
-	slices.SortStableFunc(cands, func(a, b *node) int { return b.req.Units - a.req.Units })
+	slices.SortStableFunc(cands, func(a, b *node) int { return cl.offer(b) - cl.offer(a) })
 	need := s.Units
 	var reps []replica
 	for _, n := range cands {

@@ -183,7 +183,7 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 			return &sched.Plan{Method: j.file.Method, Reason: fmt.Sprintf("no live node offers the parameter-server type %s", j.file.PSType)}, nil
 		}
 	}
-	p, err := JobProblem(j.file, j.model, cat)
+	p, err := JobProblem(c.planFile(j), j.model, cat)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +236,9 @@ func (c *Coordinator) cluster(j *job, avoid bool) cluster {
 			}
 		}
 	}
+	if c.allocPolicy() != "" {
+		c.shareNodes(&cl)
+	}
 	return cl
 }
 
@@ -246,6 +249,9 @@ func (cl cluster) free() map[string]int {
 		if !cl.busy[n] {
 			free[n.req.Type] += n.req.Units
 		}
+	}
+	if cl.slots != nil {
+		return oneUnitEach(free)
 	}
 	return free
 }

@@ -60,4 +60,11 @@
 // (POST /v1/nodes/{id}/throttle on the coordinator) changes the share at
 // once: running steps take the new share from their next step. Run gives
 // the cgroup its cpu.max back as it ends.
+//
+// A stage task may also carry its own share of the node
+// (api.Task.TaskCPUShare: the coordinator's allocator gives a job u of
+// the node's N units as the share u/N); a newer generation of the task
+// that changes only Units and TaskCPUShare applies from the worker's next
+// step, through the same duty cycle after the node's own (units.go). The
+// worker keeps its threads, so the job's math does not change.
 package node

@@ -21,6 +21,9 @@ func (a *Agent) updateTask(old *task, spec api.Task) error {
 	fail := func(err error) error {
 		return fmt.Errorf("update task %s to generation %d: %w", spec.TaskID, spec.Generation, err)
 	}
+	if a.updateUnits(old, spec) {
+		return nil
+	}
 	if err := checkElastic(old.spec, spec); err != nil {
 		return fail(err)
 	}
@@ -138,7 +141,7 @@ func (a *Agent) applyLatestMembers(tasks []*task) error {
 func (a *Agent) attachWorker(t *task, w *pipeline.Worker) error {
 	a.mu.Lock()
 	t.worker = w
-	update := t.latest
+	update := pendingResize(t)
 	a.mu.Unlock()
 	if update == nil {
 		return nil

@@ -62,6 +62,10 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 			return fmt.Errorf("step %d: throttled (cpu share): %w", step, ctx.Err())
 		}
 		res.Compute += slept // the duty cycle stands for slower compute (throttle.go)
+		if slept, ok = a.afterTaskCompute(ctx, t, res.Compute); !ok {
+			return fmt.Errorf("step %d: throttled (task cpu share): %w", step, ctx.Err())
+		}
+		res.Compute += slept // the task's share of the node (units.go)
 		spent.Input += res.Input
 		spent.Pull += res.Pull
 		spent.Compute += res.Compute

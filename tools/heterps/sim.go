@@ -28,6 +28,8 @@ type simFlags struct {
 	simConfig
 	policy string
 	json   bool
+	plot   string // PNG of average quality over time per policy
+	sweep  []int  // core counts of a contention sweep
 }
 
 // simConfig is one simulation's input.
@@ -38,6 +40,19 @@ type simConfig struct {
 	Epoch       float64 // seconds between allocation decisions
 	Seed        uint64
 	RefitEvery  int // epochs between refits of a job's loss curve
+	MaxUnits    int // when > 0, every job's largest useful parallelism
+	// kinds are the job kinds drawn from (simKinds when empty); schedule,
+	// when set, is the exact jobs to run (sim_trace.go).
+	kinds    []jobKind
+	schedule []scheduled
+	traceDir string
+}
+
+// scheduled is a job of a replayed schedule.
+type scheduled struct {
+	kind     *jobKind
+	arrival  float64
+	priority float64
 }
 
 const maxSimCores = 10000
@@ -52,13 +67,18 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	fs.Float64Var(&f.Epoch, "epoch", 5, "seconds between allocation decisions")
 	fs.Uint64Var(&f.Seed, "seed", 1, "seed of arrivals, job kinds and loss noise")
 	fs.IntVar(&f.RefitEvery, "refit-every", 4, "epochs between refits of a job's loss curve")
+	fs.IntVar(&f.MaxUnits, "max-units", 0, "when > 0, the most units any job can use (else each kind's own)")
+	fs.StringVar(&f.traceDir, "trace-dir", "", "job kinds from the traces (*.jsonl) of real runs in this directory, replaying its arrivals.json if any, instead of the synthetic curves")
 	names := []string{"all"}
 	for _, p := range alloc.Policies() {
 		names = append(names, string(p))
 	}
 	fs.StringVar(&f.policy, "policy", string(alloc.Quality), "allocation policy: "+strings.Join(names, ", "))
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON (with --policy all, an array)")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&f.plot, "plot", "", "also draw the mean quality of the running jobs over time, per policy, to this PNG file")
+	sweep := fs.String("sweep-cores", "", "instead: compare quality with fair at each of these core counts (e.g. 16,32,64,128) and say where the gain vanishes")
+	err := fs.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -67,6 +87,16 @@ func parseSimFlags(args []string, stderr io.Writer) (*simFlags, error) {
 	if f.policy != "all" {
 		if _, err := alloc.ParsePolicy(f.policy); err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
+		}
+	}
+	if f.traceDir != "" {
+		if err := f.useTraces(f.traceDir); err != nil {
+			return nil, err
+		}
+	}
+	if *sweep != "" {
+		if f.sweep, err = parseCores(*sweep); err != nil {
+			return nil, err
 		}
 	}
 	return f, f.simConfig.check()
@@ -84,6 +114,8 @@ func (c simConfig) check() error {
 		return fmt.Errorf("--epoch %v: want positive seconds", c.Epoch)
 	case c.RefitEvery < 1:
 		return fmt.Errorf("--refit-every %d: want at least 1", c.RefitEvery)
+	case c.MaxUnits < 0:
+		return fmt.Errorf("--max-units %d: want >= 0", c.MaxUnits)
 	}
 	return nil
 }
@@ -96,6 +128,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
+	if len(f.sweep) > 0 {
+		return runSweep(f, stdout, stderr)
+	}
 	policies := alloc.Policies()
 	if f.policy != "all" {
 		policies = []alloc.Policy{alloc.Policy(f.policy)}
@@ -107,6 +142,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			return failTo(stderr, exitFailure, err)
 		}
 		results = append(results, r)
+	}
+	if f.plot != "" {
+		if err := plotQuality(f.plot, f.simConfig, results); err != nil {
+			return failTo(stderr, exitFailure, err)
+		}
 	}
 	if f.json {
 		enc := json.NewEncoder(stdout)
@@ -140,7 +180,12 @@ type simResult struct {
 	Epochs        int     `json:"epochs"`
 	DecisionMsMax float64 `json:"decision_ms_max"` // wall clock: differs between runs
 	FitMsMax      float64 `json:"fit_ms_max"`      // the slowest epoch's curve refits, outside the decision
+	// quality is the mean quality of the running jobs after each epoch,
+	// at its end time (--plot).
+	quality []qualityAt
 }
+
+type qualityAt struct{ t, q float64 }
 
 // jobKind is a synthetic stand-in for a zoo model's loss curve and step cost;
 // recorded traces of the real models are later work.
@@ -152,6 +197,7 @@ type jobKind struct {
 	iters     float64 // the job's fixed work
 	step      alloc.StepModel
 	maxUnits  int
+	fitted    *alloc.Curve // a trace kind's curve (sim_trace.go)
 }
 
 var simKinds = []jobKind{
@@ -163,6 +209,9 @@ var simKinds = []jobKind{
 
 // curve is the kind's true loss curve in the allocator's parameterisation.
 func (k jobKind) curve() alloc.Curve {
+	if k.fitted != nil {
+		return *k.fitted
+	}
 	span := k.l0 - k.floor
 	if k.family == alloc.Exponential {
 		return alloc.Curve{Family: alloc.Exponential, P: [4]float64{span, 1 / k.tau, k.floor}, L0: k.l0}
@@ -201,12 +250,23 @@ const lossNoise = 0.01
 
 func newSimJobs(c simConfig, r *rand.Rand) []*simJob {
 	jobs := make([]*simJob, c.Jobs)
+	kinds := c.kinds
+	if len(kinds) == 0 {
+		kinds = simKinds
+	}
 	t := 0.0
 	for i := range jobs {
-		t += r.ExpFloat64() * c.ArrivalMean
-		k := &simKinds[r.IntN(len(simKinds))]
-		j := &simJob{id: fmt.Sprintf("j%04d", i), kind: k, truth: k.curve(), arrival: t,
-			priority: []float64{1, 2, 4}[r.IntN(3)]}
+		var j *simJob
+		if i < len(c.schedule) {
+			s := c.schedule[i]
+			j = &simJob{id: fmt.Sprintf("j%04d", i), kind: s.kind, truth: s.kind.curve(), arrival: s.arrival, priority: s.priority}
+		} else {
+			t += r.ExpFloat64() * c.ArrivalMean
+			k := &kinds[r.IntN(len(kinds))]
+			j = &simJob{id: fmt.Sprintf("j%04d", i), kind: k, truth: k.curve(), arrival: t,
+				priority: []float64{1, 2, 4}[r.IntN(3)]}
+		}
+		k := j.kind
 		final := j.truth.L0 - j.truth.Predict(k.iters)
 		j.k90 = itersToReach(j.truth, j.truth.L0-0.9*final, k.iters)
 		j.k95 = itersToReach(j.truth, j.truth.L0-0.95*final, k.iters)
@@ -251,7 +311,7 @@ func simulate(c simConfig, p alloc.Policy) (simResult, error) {
 		}
 		fitMs := refitCurves(active, c.RefitEvery)
 		res.FitMsMax = math.Max(res.FitMsMax, fitMs)
-		jobs := allocJobs(active)
+		jobs := allocJobs(active, c.MaxUnits)
 		start := time.Now()
 		grant, err := alloc.Allocate(p, jobs, c.Cores, alloc.Options{Epoch: c.Epoch})
 		if err != nil {
@@ -265,6 +325,7 @@ func simulate(c simConfig, p alloc.Policy) (simResult, error) {
 			q += alloc.NormalisedReduction(j.truth.L0, j.truth.Predict(j.k), j.truth.Floor())
 		}
 		qualitySum += q / float64(len(active))
+		res.quality = append(res.quality, qualityAt{t + c.Epoch, q / float64(len(active))})
 		res.Epochs++
 		t += c.Epoch
 		active = slices.DeleteFunc(active, func(j *simJob) bool { return j.done > 0 })
@@ -297,11 +358,14 @@ func refitCurves(active []*simJob, every int) float64 {
 	return float64(time.Since(start).Microseconds()) / 1000
 }
 
-func allocJobs(active []*simJob) []alloc.Job {
+func allocJobs(active []*simJob, maxUnits int) []alloc.Job {
 	jobs := make([]alloc.Job, len(active))
 	for i, j := range active {
 		jobs[i] = alloc.Job{ID: j.id, History: j.hist, Curve: j.fit, Step: j.kind.step, UnitsNow: j.units,
 			Priority: j.priority, MaxUnits: j.kind.maxUnits, Remaining: j.kind.iters - j.k}
+		if maxUnits > 0 {
+			jobs[i].MaxUnits = maxUnits
+		}
 		if j.fit == nil && len(j.hist) >= alloc.MinPoints {
 			// The fit failed: keep Allocate from trying again, so it uses its prior.
 			jobs[i].History = []alloc.Point{j.hist[0], j.hist[len(j.hist)-1]}
@@ -352,8 +416,15 @@ func summarise(v []float64) (mean, p50, p95 float64) {
 }
 
 func printSim(w io.Writer, c simConfig, results []simResult) {
-	fmt.Fprintf(w, "%d jobs (synthetic curves standing in for the zoo models), %d cores, arrivals every %g s on average, %.0f s epochs, seed %d\n\n",
-		c.Jobs, c.Cores, c.ArrivalMean, c.Epoch, c.Seed)
+	kinds := "synthetic curves standing in for the zoo models"
+	if c.traceDir != "" {
+		kinds = "kinds from the traces in " + c.traceDir
+		if len(c.schedule) > 0 {
+			kinds += ", its arrivals replayed"
+		}
+	}
+	fmt.Fprintf(w, "%d jobs (%s), %d cores, arrivals every %g s on average, %.0f s epochs, seed %d\n\n",
+		c.Jobs, kinds, c.Cores, c.ArrivalMean, c.Epoch, c.Seed)
 	var fair *simResult
 	for i := range results {
 		if results[i].Policy == string(alloc.Fair) {

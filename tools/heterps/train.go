@@ -31,7 +31,7 @@ func init() {
 // trainFlags are the options of `heterps train`.
 type trainFlags struct {
 	model, data, checkpoint, isa string
-	cpuProfile                   string
+	cpuProfile, trace            string
 	steps, batch, threads        int
 	evalSamples, checkpointEvery int
 	seed                         uint64
@@ -95,6 +95,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.StringVar(&f.isa, "isa", "", "force the kernel ISA: scalar, avx2 or avx512")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object at the end")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	fs.StringVar(&f.trace, "trace", "", "write the run's (time, step, loss, units, step seconds) as JSON lines to this file, for `heterps sim --trace-dir`")
 	fs.BoolVar(&f.skipBad, "skip-bad-lines", false, "skip malformed input lines (counted) instead of stopping")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -191,10 +192,20 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err := skipBatches(ctx, src, f.batch, res.ResumedFrom); err != nil {
 		return nil, err
 	}
+	trace, err := createTrace(f.trace, f.threads)
+	if err != nil {
+		return nil, usageError{err}
+	}
 	if res.ResumedFrom >= int64(f.steps) {
 		fmt.Fprintf(progressOut, "nothing to train: the checkpoint is at step %d, --steps is %d\n", res.ResumedFrom, f.steps)
 		res.Steps = res.ResumedFrom
-	} else if err := trainLoop(ctx, f, tr, src, epoch, res, newProgress(progressOut, f.steps)); err != nil {
+	} else {
+		err = trainLoop(ctx, f, tr, src, epoch, res, newProgress(progressOut, f.steps), trace)
+	}
+	if cerr := trace.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	res.BadLines = src.BadLines()
@@ -229,7 +240,8 @@ func openEpochs(spec string, opts data.Options) (data.Source, *atomic.Int64, err
 // trainLoop runs steps until --steps or the end of the data, reading the
 // next batch on another goroutine while the current one trains, and says
 // "epoch N" when a step is the first of a new pass over a data file.
-func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, epoch *atomic.Int64, res *trainResult, prog *progress) error {
+func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, epoch *atomic.Int64, res *trainResult, prog *progress,
+	trace *trainTrace) error {
 	ctx, cancel := context.WithCancel(ctx)
 	batches, wait := prefetch(ctx, src, epoch, f.batch, f.steps-int(tr.Opt.Step))
 	// The reader may be blocked handing over a batch nobody will take:
@@ -250,6 +262,9 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		res.Epochs = int(next.epoch)
 		loss, err := tr.Step(next.batch)
 		if err != nil {
+			return err
+		}
+		if err := trace.add(tr.Opt.Step, loss); err != nil {
 			return err
 		}
 		lossEMA = ema(lossEMA, loss, tr.Opt.Step == res.ResumedFrom+1)

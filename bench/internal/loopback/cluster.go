@@ -53,8 +53,9 @@ type Cluster struct {
 	Coord     *Proc
 	Nodes     []*Proc // in the order of their names n0, n1, ...
 	// old are the processes replaced by a restart; close waits for them too.
-	old    []*Proc
-	client *http.Client
+	old       []*Proc
+	client    *http.Client
+	coordArgs []string
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
@@ -72,12 +73,15 @@ func freeAddr() (string, error) {
 // Catalog (the TOML, written to Dir/catalog.toml) and the heartbeat
 // interval Heartbeat (0: the constant Heartbeat), and one node daemon of
 // one unit of Type per entry of Shares, each with that CPU share (1: no
-// throttle).
+// throttle). Units, when > 0, is every node's units (default 1);
+// CoordArgs are more coordinator flags (a repeated flag overrides).
 type Options struct {
 	Bin, Dir, Type string
 	Catalog        []byte
 	Shares         []float64
 	Heartbeat      time.Duration
+	Units          int
+	CoordArgs      []string
 }
 
 func (o Options) heartbeat() time.Duration {
@@ -97,7 +101,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{bin: o.Bin, dir: o.Dir, heartbeat: o.heartbeat(), addr: addr, URL: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second}}
+	c := &Cluster{bin: o.Bin, dir: o.Dir, heartbeat: o.heartbeat(), addr: addr, URL: "http://" + addr, client: &http.Client{Timeout: 5 * time.Second},
+		coordArgs: o.CoordArgs}
 	if err := c.StartCoordinator(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -105,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	for i, share := range o.Shares {
 		name := fmt.Sprintf("n%d", i)
 		path := filepath.Join(o.Dir, name+".toml")
-		if err := os.WriteFile(path, nodeFile(name, c.URL, o.Type, share), 0o600); err != nil {
+		if err := os.WriteFile(path, nodeFile(name, c.URL, o.Type, max(1, o.Units), share), 0o600); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -123,12 +128,12 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	return c, nil
 }
 
-// nodeFile is the node file of node name: one unit of typ on one thread
-// at cpu share, plain loopback links, ports picked by the node, and the
-// short lease.
-func nodeFile(name, coordinator, typ string, share float64) []byte {
-	return fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = 1\nthreads = 1\nplain = true\nlease = %q\ncpu_share = %g\n",
-		name, coordinator, typ, Lease.String(), share)
+// nodeFile is the node file of node name: units units of typ on one
+// thread each at cpu share, plain loopback links, ports picked by the
+// node, and the short lease.
+func nodeFile(name, coordinator, typ string, units int, share float64) []byte {
+	return fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = %d\nthreads = 1\nplain = true\nlease = %q\ncpu_share = %g\n",
+		name, coordinator, typ, units, Lease.String(), share)
 }
 
 // StartCoordinator starts (or restarts) the coordinator on the same
@@ -138,7 +143,7 @@ func (c *Cluster) StartCoordinator(ctx context.Context) error {
 	if c.Coord != nil {
 		name = fmt.Sprintf("coordinator-%d", len(c.old)+1)
 	}
-	p, err := c.start(ctx, name, c.coordinatorArgs()...)
+	p, err := c.start(ctx, name, append(c.coordinatorArgs(), c.coordArgs...)...)
 	if err != nil {
 		return err
 	}

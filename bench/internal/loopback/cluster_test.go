@@ -10,7 +10,7 @@ import (
 
 func TestNodeFileCarriesTheCPUShare(t *testing.T) {
 	for _, share := range []float64{1, 0.33, 0.14} {
-		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", share))
+		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 1, share))
 		if err != nil {
 			t.Fatalf("share %g: %v", share, err)
 		}
@@ -34,5 +34,12 @@ func TestTheCoordinatorGetsTheHeartbeatOfTheOptions(t *testing.T) {
 		if i < 0 || i+1 >= len(args) || args[i+1] != tc.want {
 			t.Errorf("Heartbeat %v: coordinator args %q, want --heartbeat %s", tc.set, args, tc.want)
 		}
+	}
+}
+
+func TestNodeFileCarriesTheUnits(t *testing.T) {
+	n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 4, 1))
+	if err != nil || n.Units != 4 || n.Threads != 1 {
+		t.Fatalf("node file %+v (%v), want 4 units of 1 thread", n, err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/alloc"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/wire"
@@ -96,6 +97,8 @@ type flags struct {
 	tlsCert, tlsKey, tlsCA                              string
 	pprof                                               bool
 	heartbeat, timeout, registerTimeout                 time.Duration
+	allocPolicy                                         string
+	allocEpoch                                          time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -122,6 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this address (port 0 picks one); empty: none")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve net/http/pprof under /debug/pprof/ on the --metrics-listen address")
 	fs.StringVar(&f.checkConfig, "check-config", "", "validate this node file or coordinator catalog, say which it is, and exit (0 valid, 2 not)")
+	fs.StringVar(&f.allocPolicy, "alloc-policy", coord.AllocOff, "coordinator: how running jobs share units: quality, maxmin, priority, fair, quality-per-cost or off")
+	fs.DurationVar(&f.allocEpoch, "alloc-epoch", coord.DefaultAllocEpoch, "coordinator: how often the allocator decides")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -140,6 +145,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("--register-timeout %s: want >= 0", f.registerTimeout)
 	}
 	if err := f.mergeSecretFlags(stderr); err != nil {
+		return nil, err
+	}
+	if err := checkAllocFlags(&f); err != nil {
 		return nil, err
 	}
 	return &f, nil
@@ -204,7 +212,8 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 		return exitUsage
 	}
 	c, err := coord.New(coord.Config{Catalog: cat, StateDir: f.stateDir, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
-		SecretFile: f.secretFile, ControlSecret: secret, TLS: tlsCfg != nil, Logger: log})
+		SecretFile: f.secretFile, ControlSecret: secret, TLS: tlsCfg != nil,
+		AllocPolicy: f.allocPolicy, AllocEpoch: f.allocEpoch, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitFailure
@@ -303,4 +312,17 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitFailure
 	}
 	return exitOK
+}
+
+// checkAllocFlags checks --alloc-policy and --alloc-epoch.
+func checkAllocFlags(f *flags) error {
+	if f.allocPolicy != coord.AllocOff {
+		if _, err := alloc.ParsePolicy(f.allocPolicy); err != nil {
+			return fmt.Errorf("--alloc-policy: %w (or %s)", err, coord.AllocOff)
+		}
+	}
+	if f.allocEpoch <= 0 {
+		return fmt.Errorf("--alloc-epoch %v: want > 0", f.allocEpoch)
+	}
+	return nil
 }

@@ -67,7 +67,9 @@ func TestBadNodeConfigNamesTheLine(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{{}, {"--role=boss"}, {"--role=node"}, {"--role=coordinator"}, {"--role=node", "--config", "x", "extra"},
 		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--listen", "0.0.0.0:0"},
-		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--listen", ":0"}} {
+		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--listen", ":0"},
+		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--alloc-policy", "greedy"},
+		{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml", "--alloc-epoch", "0s"}} {
 		var stderr bytes.Buffer
 		if status := run(context.Background(), args, &bytes.Buffer{}, &stderr); status != exitUsage {
 			t.Errorf("%q: status %d (%s), want %d", args, status, stderr.String(), exitUsage)

@@ -1,0 +1,189 @@
+package coord
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/alloc"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+// allocJob is a long job (it does not end by itself in these tests) with
+// extra job-file lines.
+func allocJob(name, extra string) string {
+	return fmt.Sprintf("version = 1\nname = %q\nmodel = \"ctrdnn\"\ndata = \"synthetic:1\"\nbatch = 64\nsteps = 10000000\nseed = 3\n%s", name, extra)
+}
+
+// startAllocCluster runs a coordinator with policy p and short epochs, and
+// one fake CPU node of 4 units whose tasks advance 50 steps a heartbeat.
+func startAllocCluster(t *testing.T, p string) (*testCluster, *fakeNode) {
+	tc := startCluster(t, func(c *Config) { c.AllocPolicy, c.AllocEpoch = p, 150*time.Millisecond })
+	n := newFakeNode("cpu-a", "cpu", 4, 9100)
+	n.stride = 50
+	tc.start(n)
+	return tc, n
+}
+
+// unitsOf is the units job id's stage task was last handed on n, and its
+// CPU share.
+func unitsOf(n *fakeNode, id string) (int, float64) {
+	_, current, _ := n.snapshot()
+	t, ok := current[id+".s0.r0"]
+	if !ok {
+		return 0, 0
+	}
+	return t.Units, t.TaskCPUShare
+}
+
+// TestAllocatorMovesUnitsToTheNewJob: a job alone on a node gets all its
+// units; once a second job arrives, the quality policy gives the young job
+// (whose loss still falls) more of the node than the converged one at the
+// next epochs, and the nodes' tasks carry the units and CPU shares.
+func TestAllocatorMovesUnitsToTheNewJob(t *testing.T) {
+	tc, n := startAllocCluster(t, string(alloc.Quality))
+	old := tc.submit(allocJob("old", ""))
+	waitFor(t, "the first job holds the node", func() bool { u, share := unitsOf(n, old); return u == 4 && share == 1 })
+	waitFor(t, "the first job converges", func() bool { s := tc.job(old); return s.Step > 3000 })
+	young := tc.submit(allocJob("young", ""))
+	waitFor(t, "the young job gets most units", func() bool {
+		uo, _ := unitsOf(n, old)
+		uy, share := unitsOf(n, young)
+		return uy == 3 && uo == 1 && share == 0.75
+	})
+	s := tc.job(young)
+	if s.Alloc == nil || s.Alloc.Units != 3 || s.Alloc.Priority != 1 || s.Generation < 2 {
+		t.Errorf("young job's alloc status %+v, generation %d; want 3 units, priority 1", s.Alloc, s.Generation)
+	}
+	var d api.AllocStatus
+	tc.call("GET", "/v1/alloc", nil, 200, &d)
+	if d.Policy != "quality" || d.Epochs == 0 || d.At == nil || len(d.Jobs) != 2 || d.DecisionMS < 0 {
+		t.Errorf("GET /v1/alloc: %+v", d)
+	}
+}
+
+// TestPriorityPolicyFollowsThePriorities: under the priority policy a
+// heavy enough priority keeps the converged job ahead of the young one.
+func TestPriorityPolicyFollowsThePriorities(t *testing.T) {
+	tc, n := startAllocCluster(t, string(alloc.Priority))
+	old := tc.submit(allocJob("old", "priority = 1e6\n"))
+	waitFor(t, "the first job converges", func() bool { s := tc.job(old); return s.Step > 3000 })
+	young := tc.submit(allocJob("young", ""))
+	waitFor(t, "the weighted job keeps most units", func() bool {
+		uo, _ := unitsOf(n, old)
+		uy, _ := unitsOf(n, young)
+		s := tc.job(young)
+		return uo == 3 && uy == 1 && s.Alloc != nil && s.Alloc.Quality > 0
+	})
+}
+
+// TestFairPolicySplitsTheNode: fair share gives two jobs on a node of 4
+// units two each.
+func TestFairPolicySplitsTheNode(t *testing.T) {
+	tc, n := startAllocCluster(t, string(alloc.Fair))
+	a := tc.submit(allocJob("a", ""))
+	b := tc.submit(allocJob("b", ""))
+	waitFor(t, "an even split", func() bool {
+		ua, _ := unitsOf(n, a)
+		ub, share := unitsOf(n, b)
+		return ua == 2 && ub == 2 && share == 0.5
+	})
+}
+
+// TestJobStopsAtItsTargetLossReduction: with the allocator off, a job with
+// target_loss_reduction ends done once its measured quality reaches it,
+// long before its last step.
+func TestJobStopsAtItsTargetLossReduction(t *testing.T) {
+	tc, _ := startAllocCluster(t, AllocOff)
+	trace := filepath.Join(t.TempDir(), "target.jsonl")
+	id := tc.submit(allocJob("target", fmt.Sprintf("target_loss_reduction = 0.9\ntrace = %q\n", trace)))
+	s := tc.waitJob(id)
+	if s.State != api.JobDone || s.Reason != "reached target loss reduction 0.9" || s.Step >= s.Steps {
+		t.Fatalf("job %s: %s (%q) at step %d of %d", id, s.State, s.Reason, s.Step, s.Steps)
+	}
+	if s.Alloc == nil || s.Alloc.Quality < 0.9 || s.Alloc.Target != 0.9 || s.Alloc.Units < 1 {
+		t.Errorf("alloc status %+v", s.Alloc)
+	}
+	if p, l := s.Alloc.PredictedLoss, s.Alloc.Loss; !(math.Abs(p-l) <= 0.1*l) {
+		t.Errorf("predicted loss %g, measured %g: want within 10%%", p, l)
+	}
+	var lines []alloc.TraceLine
+	waitFor(t, "the trace reaches the last step", func() bool {
+		f, err := os.Open(trace)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		lines, err = alloc.ReadTrace(trace, f)
+		return err == nil && len(lines) > 0 && lines[len(lines)-1].Step == s.Step
+	})
+	timed := 0
+	for _, l := range lines {
+		if l.Units != s.Alloc.Units || l.Loss != 1/(1+float64(l.Step)) {
+			t.Fatalf("trace line %+v: want the fake node's loss and %d units", l, s.Alloc.Units)
+		}
+		if l.StepSeconds > 0 {
+			timed++
+		}
+	}
+	if timed == 0 {
+		t.Error("no trace line has a step time")
+	}
+}
+
+func TestAllocConfigIsChecked(t *testing.T) {
+	cat := loadTestCatalog(t)
+	for _, cfg := range []Config{{Catalog: cat, AllocPolicy: "greedy"}, {Catalog: cat, AllocPolicy: "fair", AllocEpoch: -time.Second}} {
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "alloc") {
+			t.Errorf("%q %v: got %v, want an alloc error", cfg.AllocPolicy, cfg.AllocEpoch, err)
+		}
+	}
+}
+
+func TestThinKeepsTheFirstPointAndTheNewerHalf(t *testing.T) {
+	h := make([]alloc.Point, maxHistory+1)
+	for i := range h {
+		h[i] = alloc.Point{Iter: float64(i), Loss: 1}
+	}
+	got := thin(h)
+	if len(got) > maxHistory || got[0].Iter != 0 || got[len(got)-1].Iter != float64(maxHistory) {
+		t.Fatalf("thinned to %d points, first %v, last %v", len(got), got[0], got[len(got)-1])
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Iter <= got[i-1].Iter {
+			t.Fatalf("not in order at %d: %v", i, got[i-1:i+1])
+		}
+	}
+}
+
+// TestAdoptedJobIsTrackedAgain: a running job taken up after a restart of
+// the coordinator (no record yet) gets one from its next report, with the
+// units its task holds.
+func TestAdoptedJobIsTrackedAgain(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), AllocPolicy: "fair", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jf, err := config.ParseJob("job.toml", []byte(allocJob("adopted", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{req: api.RegisterRequest{Name: "cpu-a", Type: "cpu", Units: 4}, state: api.NodeAlive}
+	j := &job{id: "j1", file: jf, state: api.JobRunning, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 1}}}}
+	task := &taskRun{job: j, node: n, task: api.Task{TaskID: "j1.s0.r0", Role: api.RoleStage, Units: 3, TaskCPUShare: 0.75}}
+	j.tasks = []*taskRun{task}
+	now := time.Now()
+	for step := int64(1); step <= 2; step++ {
+		c.recordProgress(task, api.TaskReport{TaskID: task.task.TaskID, Step: step, Loss: 1 / float64(step)}, now)
+	}
+	if j.alloc == nil || j.alloc.units != 3 || len(j.alloc.history) != 2 || j.alloc.history[0].Loss != 1 {
+		t.Fatalf("record %+v", j.alloc)
+	}
+}
