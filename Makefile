@@ -79,8 +79,10 @@ install-files:
 	done
 	install -m 0644 config/systemd/heterpsd-node@.service.d/gpu.conf $(DESTDIR)$(UNITDIR)/heterpsd-node@.service.d/
 	install -m 0644 config/systemd/heterps.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/heterps.conf
-	cp -R config/examples/. $(DESTDIR)$(DATADIR)/examples/
+	for d in catalogs jobs models problems; do cp -R config/examples/$$d $(DESTDIR)$(DATADIR)/examples/ || exit 1; done
 	cp -R config/systemd/examples/. $(DESTDIR)$(DATADIR)/examples/systemd/
+	install -d $(DESTDIR)$(DATADIR)/examples/grafana
+	install -m 0644 config/grafana/heterps.json $(DESTDIR)$(DATADIR)/examples/grafana/
 	install -m 0644 docs/deploy.md $(DESTDIR)$(DOCDIR)/
 
 # A seeded Poisson stream of small jobs on a live loopback cluster under the
