@@ -59,3 +59,9 @@ func readNamedOrFile(kind, nameOrPath string) (string, []byte, error) {
 	src, err := ReadFile(nameOrPath)
 	return nameOrPath, src, err
 }
+
+// ReadCatalogSource returns a catalog's text: the file at nameOrPath, or
+// the built-in catalog of that name; label names it in errors.
+func ReadCatalogSource(nameOrPath string) (label string, src []byte, err error) {
+	return readNamedOrFile(ExampleCatalogs, nameOrPath)
+}

@@ -39,3 +39,16 @@ func TestBuiltInExamplesLoadByName(t *testing.T) {
 		t.Errorf("examples: %v %v", ExampleNames(ExampleCatalogs), ExampleNames(ExampleJobs))
 	}
 }
+
+func TestReadCatalogSourceByNameOrPath(t *testing.T) {
+	label, src, err := ReadCatalogSource("local")
+	if err != nil || len(src) == 0 || label != "config/examples/catalogs/local.toml" {
+		t.Fatalf("built-in local: %q, %d bytes, %v", label, len(src), err)
+	}
+	if _, err := ParseCatalog(label, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadCatalogSource("no-such-catalog"); err == nil {
+		t.Error("an unknown name was accepted")
+	}
+}

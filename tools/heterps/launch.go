@@ -57,7 +57,7 @@ func parseLaunchFlags(args []string, stderr io.Writer) (*launchFlags, error) {
 	fs.BoolVar(&f.slurm, "slurm", false, "the hosts of $SLURM_JOB_NODELIST, cores from $SLURM_JOB_CPUS_PER_NODE, $SLURM_TASKS_PER_NODE or $SLURM_CPUS_ON_NODE; started with srun")
 	fs.StringVar(&f.hostfile, "hostfile", "", "the hosts of this file (`host slots=N type=T` per line); started with ssh")
 	fs.StringVar(&f.rsh, "rsh", "", "the remote shell, split at spaces; it gets the host (at {host}, else after it) and then a shell command line (default: oarsh, srun ... -w {host} sh -c, or ssh)")
-	fs.StringVar(&f.catalog, "catalog", "config/examples/catalogs/local.toml", "resource catalog: the coordinator's, and the types of the hosts ([[node]] entries named like a host, else the CPU type matching its cores)")
+	fs.StringVar(&f.catalog, "catalog", "local", "resource catalog (a file, or a built-in one: local, cloud, grid5000): the coordinator's, and the types of the hosts ([[node]] entries named like a host, else the CPU type matching its cores)")
 	fs.StringVar(&f.typ, "type", "", "the catalog type every host offers (default: the hostfile's type=, else from the catalog)")
 	fs.IntVar(&f.basePort, "base-port", 7070, "the coordinator listens on this port, node daemon k on base+1+2k (stage links) and base+2+2k (PS); 0 picks free ports")
 	fs.StringVar(&f.heterpsd, "heterpsd", "", "heterpsd's path on the hosts (default: heterpsd beside this binary, else on PATH here: the same path on every host)")
@@ -139,18 +139,18 @@ type hostOffer struct {
 }
 
 func prepareLaunch(f *launchFlags) (*launchPlan, error) {
-	job, err := os.ReadFile(f.job)
+	label, job, err := readJob(f.job) // a built-in job by name, relative paths resolved against the file
 	if err != nil {
 		return nil, err
 	}
-	if _, err := config.ParseJob(f.job, job); err != nil {
+	if _, err := config.ParseJob(label, job); err != nil {
 		return nil, err
 	}
-	catSrc, err := config.ReadFile(f.catalog)
+	catLabel, catSrc, err := config.ReadCatalogSource(f.catalog)
 	if err != nil {
 		return nil, err
 	}
-	cat, err := config.ParseCatalog(f.catalog, catSrc)
+	cat, err := config.ParseCatalog(catLabel, catSrc)
 	if err != nil {
 		return nil, err
 	}
