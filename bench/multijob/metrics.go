@@ -144,24 +144,9 @@ func computeMetrics(jobs []jobRecord, epoch float64) metrics {
 	if epochs > 0 {
 		m.AvgQuality, m.AvgQualityFit = sum/float64(epochs), sumFit/float64(epochs)
 	}
-	m.MeanTimeTo90, m.P50TimeTo90, m.P95TimeTo90 = summarise(to90)
-	m.MeanTimeTo95, m.P50TimeTo95, m.P95TimeTo95 = summarise(to95)
+	m.MeanTimeTo90, m.P50TimeTo90, m.P95TimeTo90 = alloc.Summarise(to90)
+	m.MeanTimeTo95, m.P50TimeTo95, m.P95TimeTo95 = alloc.Summarise(to95)
 	return m
-}
-
-// summarise returns the mean, median and 95th percentile (as heterps sim).
-func summarise(v []float64) (mean, p50, p95 float64) {
-	if len(v) == 0 {
-		return 0, 0, 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	for _, x := range s {
-		mean += x
-	}
-	mean /= float64(len(s))
-	pick := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return mean, pick(0.5), pick(0.95)
 }
 
 // relErr is |sim - real| / real (NaN when real is 0).

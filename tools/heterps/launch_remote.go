@@ -241,13 +241,8 @@ func waitExited(ds []remoteDaemon, d time.Duration) []remoteDaemon {
 // before it returns, whatever happens.
 func (p *launchPlan) run(ctx context.Context, stderr io.Writer) (api.JobStatus, error) {
 	var none api.JobStatus
-	logDir, keep := p.f.logDir, p.f.logDir != ""
-	if logDir == "" {
-		var err error
-		if logDir, err = os.MkdirTemp("", "heterps-launch-"); err != nil {
-			return none, err
-		}
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+	logDir, keep, err := logDirectory(p.f.logDir, "heterps-launch-")
+	if err != nil {
 		return none, err
 	}
 	secret, err := newSecret()

@@ -164,13 +164,8 @@ func nodeOffers(cat *config.Catalog, n int) []offer {
 // returns, whatever happens.
 func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offers []offer, stderr io.Writer) (api.JobStatus, error) {
 	var none api.JobStatus
-	dir, keep := f.logDir, f.logDir != ""
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "heterps-run-"); err != nil {
-			return none, err
-		}
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, keep, err := logDirectory(f.logDir, "heterps-run-")
+	if err != nil {
 		return none, err
 	}
 	var kids children
@@ -392,4 +387,15 @@ func terminate(procs []*child) {
 			<-c.exited
 		}
 	}
+}
+
+// logDirectory returns where the daemons' logs go: dir, created if need
+// be and kept, or a fresh temporary directory named prefix* that the
+// caller removes unless the job fails (keep false).
+func logDirectory(dir, prefix string) (path string, keep bool, err error) {
+	if dir == "" {
+		path, err = os.MkdirTemp("", prefix)
+		return path, false, err
+	}
+	return dir, true, os.MkdirAll(dir, 0o755)
 }

@@ -336,8 +336,8 @@ func simulate(c simConfig, p alloc.Policy) (simResult, error) {
 		to90, to95 = append(to90, j.t90-j.arrival), append(to95, j.t95-j.arrival)
 		res.MakespanS = math.Max(res.MakespanS, j.done)
 	}
-	res.MeanTimeTo90, res.P50TimeTo90, res.P95TimeTo90 = summarise(to90)
-	res.MeanTimeTo95, res.P50TimeTo95, res.P95TimeTo95 = summarise(to95)
+	res.MeanTimeTo90, res.P50TimeTo90, res.P95TimeTo90 = alloc.Summarise(to90)
+	res.MeanTimeTo95, res.P50TimeTo95, res.P95TimeTo95 = alloc.Summarise(to95)
 	return res, nil
 }
 
@@ -401,18 +401,6 @@ func (j *simJob) advance(t, epoch float64, noise *rand.Rand) {
 	if len(j.hist) > maxHistory {
 		j.hist = append(j.hist[:1], j.hist[len(j.hist)-maxHistory+1:]...)
 	}
-}
-
-// summarise returns the mean, median and 95th percentile.
-func summarise(v []float64) (mean, p50, p95 float64) {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	for _, x := range s {
-		mean += x
-	}
-	mean /= float64(len(s))
-	pick := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return mean, pick(0.5), pick(0.95)
 }
 
 func printSim(w io.Writer, c simConfig, results []simResult) {
