@@ -327,6 +327,12 @@ func decideReplan(ctx context.Context, in replanInput) (*replanDecision, error) 
 	return d, nil
 }
 
+// sameDecision reports whether two evaluations advised the same: no move
+// to the same plan.
+func sameDecision(a, b api.Replan) bool {
+	return a.Move == b.Move && slices.Equal(a.NewAssign, b.NewAssign) && slices.Equal(a.NewUnits, b.NewUnits)
+}
+
 func stageUnits(p *sched.Plan) []int {
 	out := make([]int, len(p.Stages))
 	for i, s := range p.Stages {
@@ -426,6 +432,10 @@ func (c *Coordinator) applyReplan(in replanInput, d *replanDecision, err error, 
 	d.rec.Time = now
 	if d.rec.Move == moveNone && samePlan(in.cur, d.plan) {
 		return // nothing to report: the corrected problem confirms the plan
+	}
+	if n := len(r.records); n > 0 && d.rec.Move == moveNone && sameDecision(r.records[n-1], d.rec) {
+		r.records[n-1] = d.rec // the same advice again: the newest figures, not another line
+		return
 	}
 	r.records = append(r.records, d.rec)
 	if len(r.records) > maxReplanRecords {

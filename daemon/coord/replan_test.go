@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -56,8 +57,8 @@ func scaleType(t *testing.T, cat *config.Catalog, typ string, f float64) *config
 }
 
 // trueCluster makes fake nodes run at the speeds of a true problem: each
-// stage replica advances a step per heartbeat and reports the throughput
-// the true problem gives its layers on its units; each PS shard writes
+// stage replica advances a step per heartbeat and reports its share of
+// the throughput the true problem gives its stage; each PS shard writes
 // its file of every checkpoint the job's stages have all reached.
 type trueCluster struct {
 	t     *testing.T
@@ -87,7 +88,8 @@ func (tr *trueCluster) report(typ string, t api.Task, r *api.TaskReport) {
 		return
 	}
 	ti, _ := tr.truth.TypeIndex(typ)
-	x := tr.truth.StageThroughput(sched.Segment{First: t.FirstLayer, Last: t.LastLayer, Type: ti, Units: t.Units})
+	units := int(math.Round(float64(t.Units) * tr.truth.Batch / float64(t.Batch))) // the stage's: batches split by units
+	x := tr.truth.StageThroughput(sched.Segment{First: t.FirstLayer, Last: t.LastLayer, Type: ti, Units: units})
 	r.Step = min(t.Steps, max(r.Step, t.FirstStep)+1)
 	r.Loss = 1 / (1 + float64(r.Step))
 	r.Batch = t.Batch
@@ -107,17 +109,24 @@ func (tr *trueCluster) report(typ string, t api.Task, r *api.TaskReport) {
 // of t's job has reached and returns the shard's newest reports. tr.mu is
 // held.
 func (tr *trueCluster) checkpoint(t api.Task) []api.ShardCheckpoint {
-	replicas := 0
-	for _, l := range t.Layout {
-		replicas += l.Replicas
-	}
-	steps := tr.steps[t.JobID]
-	if len(steps) < replicas || t.CheckpointEvery <= 0 {
-		return tr.files[t.TaskID]
+	var stages []string // the stage tasks of the job, as resized
+	for i, l := range t.Layout {
+		for k := range l.Replicas {
+			if len(t.Members) == 0 || slices.Contains(t.Members, k) {
+				stages = append(stages, fmt.Sprintf("%s.s%d.r%d", t.JobID, i, k))
+			}
+		}
 	}
 	reached := t.Steps
-	for _, s := range steps {
+	for _, id := range stages {
+		s, ok := tr.steps[t.JobID][id]
+		if !ok {
+			return tr.files[t.TaskID]
+		}
 		reached = min(reached, s)
+	}
+	if t.CheckpointEvery <= 0 {
+		return nil
 	}
 	for step := max(tr.written[t.TaskID], t.FirstStep) + 1; step <= reached; step++ {
 		if step%t.CheckpointEvery != 0 && step != t.Steps {
@@ -269,5 +278,55 @@ func checkChain(t *testing.T, chain []api.JobStatus) {
 		if err != nil || man.Step != cp.Step || !ids[man.JobID] {
 			t.Fatalf("job %s restores %s: manifest %+v (%v), want step %d of a job of %v", s.ID, cp.Dir, man, err, cp.Step, ids)
 		}
+	}
+}
+
+// TestReplanResizesASingleStageJobInPlace: on CPU nodes only, the catalog
+// claims half the CPU's speed, so the job gets 4 units to reach its
+// throughput floor where 2 would do; once measured, the job drops a
+// 2-unit replica at a step boundary, without a restart, and the
+// re-planner, confirming the plan at later checkpoints, moves it no more.
+func TestReplanResizesASingleStageJobInPlace(t *testing.T) {
+	base := loadTestCatalog(t)
+	wrong := scaleType(t, base, "cpu", 0.5)
+	tc := startCluster(t, func(c *Config) { c.Catalog = wrong })
+	// Units cost about the same per sample at 2 and 4 (near-linear
+	// speed-up): a 1% gain is worth taking here.
+	src := strings.NewReplacer("throughput_limit = 1000.0", "throughput_limit = 50000.0",
+		"enabled = true", "enabled = true\ngain = 0.01").Replace(fmt.Sprintf(replanJob, t.TempDir()))
+	jf, err := config.ParseJob(jobFileName, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := config.LoadModel(jf.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := map[string]int{"cpu": 4}
+	truth, err := JobProblem(jf, m, liveCatalog(base, free))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := sched.Run(context.Background(), "exact", truth, sched.Options{})
+	if err != nil || !want.Feasible || len(want.Stages) != 1 || want.Stages[0].Units != 2 {
+		t.Fatalf("the true plan: %v %+v, want one stage of 2 units", err, want)
+	}
+	tr := &trueCluster{t: t, truth: truth, steps: map[string]map[string]int64{}, written: map[string]int64{},
+		files: map[string][]api.ShardCheckpoint{}}
+	tc.start(tr.node("cpu-a", "cpu", 2, 9111))
+	tc.start(tr.node("cpu-b", "cpu", 2, 9112))
+	id := tc.submit(src)
+	s := tc.waitJob(id)
+	if s.State != api.JobDone || s.Step != s.Steps || s.RestartedAs != "" {
+		t.Fatalf("%s %q at step %d of %d, restarted as %q", s.State, s.Reason, s.Step, s.Steps, s.RestartedAs)
+	}
+	if got := planOf(t, s); !samePlan(&got, want) || len(s.Stages) != 1 || len(s.Stages[0].Nodes) != 1 {
+		t.Errorf("ends on %v units %v on nodes %v, want %v units %v on one node", got.Assign, stageUnits(&got),
+			s.Stages, want.Assign, stageUnits(want))
+	}
+	r := s.Replan
+	if r == nil || len(r.Replans) != 1 || r.Replans[0].Move != moveResize || r.Replans[0].FromStep != r.Replans[0].Step ||
+		!slices.Equal(r.Replans[0].OldUnits, []int{4}) || !slices.Equal(r.Replans[0].NewUnits, []int{2}) {
+		t.Fatalf("replans %+v, want one resize in place from 4 units to 2", r)
 	}
 }
