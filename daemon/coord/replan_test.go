@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
@@ -328,5 +330,128 @@ func TestReplanResizesASingleStageJobInPlace(t *testing.T) {
 	if r == nil || len(r.Replans) != 1 || r.Replans[0].Move != moveResize || r.Replans[0].FromStep != r.Replans[0].Step ||
 		!slices.Equal(r.Replans[0].OldUnits, []int{4}) || !slices.Equal(r.Replans[0].NewUnits, []int{2}) {
 		t.Fatalf("replans %+v, want one resize in place from 4 units to 2", r)
+	}
+}
+
+// replanFixture is the first test's job, problem and plans, for the
+// unit tests of the decision.
+func replanFixture(t *testing.T) (jf *config.Job, m *config.Model, wrong *config.Catalog, first *sched.Plan) {
+	t.Helper()
+	jf, err := config.ParseJob(jobFileName, []byte(fmt.Sprintf(replanJob, t.TempDir())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = config.LoadModel(jf.Model); err != nil {
+		t.Fatal(err)
+	}
+	wrong = liveCatalog(scaleType(t, loadTestCatalog(t), "cpu", 0.5), map[string]int{"cpu": 16, "gpu": 4})
+	p, err := JobProblem(jf, m, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err = sched.Run(context.Background(), jf.Method, p, sched.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return jf, m, wrong, first
+}
+
+// TestDecideReplanPaysForTheMove: a move is charged the steps trained
+// again since the checkpoint and its start-up at the new plan's price, and
+// taken only when the gain passes replan.gain.
+func TestDecideReplanPaysForTheMove(t *testing.T) {
+	jf, m, wrong, first := replanFixture(t)
+	in := replanInput{j: &job{id: "j1"}, file: jf, model: m, cat: wrong, cur: first, scales: map[string]float64{"cpu": 0.5},
+		step: 20, from: 20, total: 200}
+	decide := func(in replanInput) api.Replan {
+		t.Helper()
+		d, err := decideReplan(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.rec
+	}
+	free := decide(in)
+	if free.Move != moveRestart || free.Gain <= jf.Replan.Gain || slices.Equal(free.NewAssign, first.Assign) {
+		t.Fatalf("a free move: %+v, want a restart onto another plan", free)
+	}
+	lost := in
+	lost.from = 10
+	withLost := decide(lost)
+	perStep := free.NewCost / float64(in.total-in.from)
+	if got, want := withLost.NewCost-free.NewCost, 10*perStep; math.Abs(got-want) > 1e-9*want {
+		t.Errorf("10 steps trained again cost %g more, want %g", got, want)
+	}
+	slow := in
+	slow.moveS = 3600
+	if d := decide(slow); d.Move != moveNone || d.NewCost <= free.NewCost || d.Gain >= free.Gain {
+		t.Errorf("an hour's start-up: %+v, want no move and a higher cost", d)
+	}
+	strict := in
+	f := *jf
+	f.Replan.Gain = free.Gain + 0.01
+	strict.file = &f
+	if d := decide(strict); d.Move != moveNone || d.Gain != free.Gain {
+		t.Errorf("a gain of %g below replan.gain %g: %+v, want no move", free.Gain, f.Replan.Gain, d)
+	}
+	unmeasured := in
+	unmeasured.scales = map[string]float64{}
+	if d := decide(unmeasured); d.Move != moveNone || !slices.Equal(d.NewAssign, first.Assign) {
+		t.Errorf("without factors: %+v, want the current plan again", d)
+	}
+}
+
+// TestMeasureReplanWarmsUpAndSmooths: measurements count only after the
+// warm-up, once per step; the first seeds a type's factor, later ones
+// move it by replan.smoothing; compute seconds take precedence over
+// samples/s; a move's start-up is timed until the first step.
+func TestMeasureReplanWarmsUpAndSmooths(t *testing.T) {
+	jf, m, wrong, _ := replanFixture(t)
+	c := &Coordinator{cfg: Config{Catalog: wrong}.withDefaults(), log: slog.New(slog.DiscardHandler)}
+	p, err := JobProblem(jf, m, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := sched.Run(context.Background(), "cpu", p, sched.Options{}) // one CPU stage
+	if err != nil || len(plan.Stages) != 1 {
+		t.Fatalf("%v %+v", err, plan)
+	}
+	j := &job{id: "j1", file: jf, model: m, plan: plan, gen: 1, state: api.JobRunning}
+	run := &taskRun{job: j, task: api.Task{TaskID: "j1.s0.r0", Role: api.RoleStage, Units: plan.Stages[0].Units, Batch: jf.Batch}}
+	j.tasks = []*taskRun{run}
+	raw, err := c.rawThroughputs(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	report := func(step int64, samplesPerS, stepSeconds float64) *replanState {
+		run.report = api.TaskReport{TaskID: run.task.TaskID, Step: step, SamplesPerS: samplesPerS, StepSeconds: stepSeconds, Batch: jf.Batch}
+		c.measureReplan(j, started.Add(2*time.Second))
+		return j.replan
+	}
+	r := report(0, 0, 0)
+	r.movedAt = started
+	if r = report(3, raw[0]/2, 0); r.samples != 0 || len(r.scales) != 0 {
+		t.Fatalf("before the warm-up of %d steps: %+v", jf.Replan.Warmup, r)
+	}
+	if r.moves != 1 || r.moveSeconds != 2 {
+		t.Errorf("start-up: %d moves, %g s, want 1 of 2 s", r.moves, r.moveSeconds)
+	}
+	if r = report(6, raw[0]/2, 0); r.samples != 1 || math.Abs(r.scales["cpu"]-2) > 1e-9 {
+		t.Fatalf("half the predicted throughput: %+v, want a factor of 2", r)
+	}
+	if r = report(6, raw[0], 0); r.samples != 1 {
+		t.Fatalf("the same step counted twice: %+v", r)
+	}
+	if r = report(7, raw[0], 0); math.Abs(r.scales["cpu"]-1.5) > 1e-9 {
+		t.Fatalf("then the prediction: %+v, want 2 smoothed halfway to 1", r)
+	}
+	if r = report(8, raw[0], float64(jf.Batch)/(raw[0]/4.5)); math.Abs(r.scales["cpu"]-3) > 1e-9 {
+		t.Fatalf("compute seconds of 4.5x the prediction: %+v, want 1.5 smoothed halfway to 4.5", r)
+	}
+	j.started, j.hourly = started.Add(-time.Hour), 2
+	r.moving = true
+	next := r.handOn(j, started)
+	if next.spent != 2 || !next.movedAt.Equal(started) || next.scales["cpu"] != r.scales["cpu"] || next.gen != -1 {
+		t.Errorf("handed on %+v, want 2 spent, the move timed from now and the factors", next)
 	}
 }
