@@ -30,8 +30,9 @@ import (
 //     plus the free ones. Keeping the current plan costs the rest of the
 //     run, step to the end, at its corrected cost per sample; moving costs
 //     the new plan's from the checkpoint (the steps after it are trained
-//     again) plus the start-up of the move at the new plan's price
-//     (measured from the chain's earlier moves, else replan.move_seconds).
+//     again) plus the start-up of the move at the new plan's price (the
+//     mean time from the chain's earlier restarts, moves or not, to their
+//     first step, else replan.move_seconds).
 //     The job moves when that is cheaper by more than replan.gain.
 //   - move: a single-stage BSP job whose new plan only has fewer units of
 //     the same type, reachable by dropping whole replicas, is resized in
@@ -46,7 +47,9 @@ import (
 // roofline) only on average over the layers that ran. The measured compute
 // seconds leave out waiting for partners, so a transfer-bound stage looks
 // faster than its ET. The state lives in the coordinator's memory: a
-// restarted coordinator starts the factors again from 1.
+// restarted coordinator starts the factors again from 1. Under an
+// allocation policy (alloc.go) the allocator owns the jobs' units and
+// nothing is re-planned.
 
 // maxReplanRecords caps the evaluations a chain's status lists (the newest).
 const maxReplanRecords = 32
@@ -68,9 +71,9 @@ type replanState struct {
 	// the first plan's predicted cost of the whole run.
 	spent      float64
 	firstTotal float64
-	// moveSeconds is the mean measured start-up of the chain's moves (0:
-	// none measured), moves how many it averages; movedAt is when the
-	// move that started this job was decided, until its first step.
+	// moveSeconds is the mean measured start-up of the chain's restarts
+	// (0: none measured), moves how many it averages; movedAt is when the
+	// restart that started this job was made, until its first step.
 	moveSeconds float64
 	moves       int
 	movedAt     time.Time
@@ -96,8 +99,8 @@ func (c *Coordinator) ensureReplan(j *job) *replanState {
 }
 
 // handOn is the state a restart of old starts with: the factors and the
-// records, old's measured cost added. A move's start-up is timed from
-// now. c.mu is held.
+// records, old's measured cost added. Its start-up is timed from now.
+// c.mu is held.
 func (r *replanState) handOn(old *job, now time.Time) *replanState {
 	if r == nil {
 		return nil
@@ -107,9 +110,7 @@ func (r *replanState) handOn(old *job, now time.Time) *replanState {
 	if !old.started.IsZero() {
 		n.spent += old.hourly * now.Sub(old.started).Hours()
 	}
-	if r.moving {
-		n.movedAt = now
-	}
+	n.movedAt = now
 	return n
 }
 
@@ -395,6 +396,9 @@ func unitSubset(reps []replica, want int) []int {
 // replanTick measures every running job with [replan] enabled and
 // evaluates those at a new checkpoint, planning without c.mu.
 func (c *Coordinator) replanTick(ctx context.Context, now time.Time) {
+	if c.allocPolicy() != "" {
+		return
+	}
 	c.mu.Lock()
 	var due []replanInput
 	for _, j := range c.jobs {
