@@ -114,6 +114,9 @@ func (r *replanState) handOn(old *job, now time.Time) *replanState {
 	return n
 }
 
+// isMoving reports whether the job restarts to move to a better plan.
+func (r *replanState) isMoving() bool { return r != nil && r.moving }
+
 // correct multiplies p's layer times on each type by its scale factor.
 // It reports whether any factor applied.
 func (r *replanState) correct(p *sched.Problem) bool {
@@ -473,7 +476,7 @@ func (c *Coordinator) restartToMove(j *job, d *replanDecision, now time.Time) {
 // c.mu is held.
 func replanRestarted(old, j *job) {
 	r := j.replan
-	if r == nil || !old.replan.moving || len(r.records) == 0 {
+	if r == nil || !old.replan.isMoving() || len(r.records) == 0 {
 		return
 	}
 	last := &r.records[len(r.records)-1]

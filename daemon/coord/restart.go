@@ -128,7 +128,8 @@ func (c *Coordinator) restart(old *job) {
 	if old.resizeTo != nil { // not a failure: batchrestart.go
 		j.restarts, j.carry = old.restarts, old.resizeTo
 	}
-	if j.replan = old.replan.handOn(old, now); old.replan != nil && old.replan.moving { // not a failure: replan.go
+	j.replan = old.replan.handOn(old, now)
+	if old.replan.isMoving() { // not a failure: replan.go
 		j.restarts = old.restarts
 	}
 	c.mu.Unlock()
