@@ -44,6 +44,13 @@ import (
 //	deadband = 0.05            # dynamic: relative imbalance left alone
 //	min_batch = 1              # no replica's batch below this
 //	resize = "in-place"        # or "restart": from the newest checkpoint (needs checkpoint.every)
+//
+//	[replan]                   # re-plan from measured throughput (BSP, needs checkpoint.every)
+//	enabled = true
+//	gain = 0.05                # move when the rest of the run gets this much cheaper, move paid
+//	warmup = 20                # steps after each start before throughput counts
+//	smoothing = 0.5            # EMA weight of a new measurement, in (0, 1]
+//	move_seconds = 30          # a move's start-up time until one was measured
 type Job struct {
 	Version         int           `toml:"version"`
 	Name            string        `toml:"name"`
@@ -63,6 +70,7 @@ type Job struct {
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
 	Checkpoint      JobCheckpoint `toml:"checkpoint"`
 	Batching        JobBatching   `toml:"batching"`
+	Replan          JobReplan     `toml:"replan"` // re-planning from measured throughput (job_replan.go)
 	// Priority weighs the job's gains under the coordinator's priority
 	// allocation policy (default 1); TargetLossReduction, when set, stops
 	// the job once its normalised loss reduction reaches it; Trace, when
@@ -215,6 +223,7 @@ func (j *Job) applyDefaults() {
 	if b.Resize == "" {
 		b.Resize = ResizeInPlace
 	}
+	j.Replan.applyDefaults()
 }
 
 func (j *Job) validate(loc *Locator) error {
@@ -280,6 +289,7 @@ func (j *Job) validate(loc *Locator) error {
 	}
 	j.validateBatching(loc, &errs)
 	j.validateAlloc(loc, &errs)
+	j.validateReplan(loc, &errs)
 	return errs.err()
 }
 

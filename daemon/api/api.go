@@ -318,6 +318,52 @@ type JobStatus struct {
 	// Alloc is the allocator's view of the job, while the coordinator runs
 	// one (--alloc-policy) and the job has run.
 	Alloc *JobAlloc `json:"alloc,omitempty"`
+	// Replan is the re-planner's view of a job with [replan] enabled.
+	Replan *ReplanStatus `json:"replan,omitempty"`
+}
+
+// ReplanStatus is what re-planning from measured throughput did for a
+// job's restart chain: its current per-type scale factors on the
+// profile's layer times (measured time / predicted time, 1 when not
+// measured), each re-plan, and the chain's measured cost so far next to
+// what the first plan predicted for the steps trained so far.
+type ReplanStatus struct {
+	Scales map[string]float64 `json:"scales"`
+	// Samples counts the measurements folded into Scales.
+	Samples int      `json:"samples"`
+	Replans []Replan `json:"replans"`
+	// MeasuredCost is prices x units placed x hours running, summed over
+	// the chain's jobs; FirstPlanCost the first plan's predicted cost of
+	// the steps trained so far (FirstPlanTotal of the whole run).
+	MeasuredCost   float64 `json:"measured_cost"`
+	FirstPlanCost  float64 `json:"first_plan_cost"`
+	FirstPlanTotal float64 `json:"first_plan_total"`
+	// MoveSeconds is the start-up time a move is charged: measured from
+	// the chain's moves and restarts, or the job file's.
+	MoveSeconds float64 `json:"move_seconds"`
+}
+
+// Replan is one decision to move a job: at Step, the predicted cost of
+// the rest of the run on the old plan and on the new one (the move
+// included: the steps since the checkpoint trained again and the
+// start-up), the relative gain, the scale factors that predicted it, and
+// how the job moved ("restart" from the checkpoint at FromStep as job
+// NewJob, or "resize" in place).
+type Replan struct {
+	Time      time.Time          `json:"time"`
+	Job       string             `json:"job"`
+	Step      int64              `json:"step"`
+	FromStep  int64              `json:"from_step"`
+	OldCost   float64            `json:"old_cost"`
+	NewCost   float64            `json:"new_cost"`
+	Gain      float64            `json:"gain"`
+	Scales    map[string]float64 `json:"scales"`
+	OldAssign []string           `json:"old_assign"`
+	NewAssign []string           `json:"new_assign"`
+	OldUnits  []int              `json:"old_units"`
+	NewUnits  []int              `json:"new_units"`
+	Move      string             `json:"move"`
+	NewJob    string             `json:"new_job,omitempty"`
 }
 
 // BatchingStatus is a job's batching mode and, in dynamic mode, the

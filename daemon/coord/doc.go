@@ -13,7 +13,9 @@
 // file asks for checkpoint.restarts and that fails while running is
 // restarting instead, until it is resubmitted as a new job restored from its
 // latest checkpoint (restart.go); so is a job whose batch controller
-// resizes by restarting (batching.resize = "restart", batchrestart.go).
+// resizes by restarting (batching.resize = "restart", batchrestart.go), or
+// that re-planning from measured throughput moves to a better plan
+// (replan.go: [replan] in the job file; it may also resize in place).
 // The batch controller balances a job's lanes (lanes.go, balance.go).
 // Checkpoints whose shards span several nodes are completed here: the
 // coordinator writes a step's manifest once every shard has reported its

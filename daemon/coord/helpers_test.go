@@ -202,6 +202,9 @@ type fakeNode struct {
 	stride int64
 	// stall, when closed, stops the heartbeats (the node "dies").
 	stall chan struct{}
+	// report, when set, makes up each heartbeat's report on a task
+	// instead of the default progress (called with mu held).
+	report func(t api.Task, r *api.TaskReport)
 
 	mu       sync.Mutex
 	tasks    map[string]api.Task // as last assigned
@@ -269,7 +272,9 @@ func (n *fakeNode) progress() []api.TaskReport {
 	for id, t := range n.tasks {
 		r := n.reports[id]
 		r.TaskID = id
-		if t.Role == api.RoleStage && r.State != api.TaskDone {
+		if n.report != nil {
+			n.report(t, &r)
+		} else if t.Role == api.RoleStage && r.State != api.TaskDone {
 			r.Step = min(t.Steps, r.Step+max(1, n.stride))
 			r.Loss = 1 / (1 + float64(r.Step))
 			r.SamplesPerS = float64(t.Batch) * 10

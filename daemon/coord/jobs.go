@@ -52,9 +52,10 @@ type job struct {
 	lost []lostNode
 
 	balance   *jobBalance
-	carry     *batchCarry // batches a restart hands on (batchrestart.go)
-	resizeTo  *batchCarry // set while restarting to resize its batches
-	alloc     *jobAlloc   // the allocator's record (alloc_job.go); nil: not tracked
+	carry     *batchCarry  // batches a restart hands on (batchrestart.go)
+	resizeTo  *batchCarry  // set while restarting to resize its batches
+	alloc     *jobAlloc    // the allocator's record (alloc_job.go); nil: not tracked
+	replan    *replanState // re-planning from measured throughput (replan.go); nil: not yet running or not enabled
 	idemKey   string
 	verified  bool   // its restore checkpoint was verified in full
 	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
@@ -467,6 +468,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	s.Batching = j.balance.status()
 	s.Alloc = c.jobAllocStatus(j)
+	s.Replan = replanStatus(j, s.CostSoFar)
 	if j.waiting() {
 		s.QueuePosition = c.queuePosition(j)
 	}

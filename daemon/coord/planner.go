@@ -187,9 +187,13 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 	if err != nil {
 		return nil, err
 	}
-	plan, err := sched.Run(ctx, j.file.Method, p, sched.Options{Seed: j.file.Seed})
+	method := j.file.Method
+	if j.replan.correct(p) { // measured speeds (replan.go): plan as the re-planner did
+		method = "exact"
+	}
+	plan, err := sched.Run(ctx, method, p, sched.Options{Seed: j.file.Seed})
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("method %s did not finish within %s", j.file.Method, c.cfg.PlanTimeout)
+		return nil, fmt.Errorf("method %s did not finish within %s", method, c.cfg.PlanTimeout)
 	}
 	if err == nil && j.model.HasTowers() && len(plan.Stages) == 1 {
 		plan.Stages[0].Last = len(j.model.Shapes()) - 1 // the one merged layer is every layer
@@ -212,7 +216,8 @@ func liveCatalog(cat *config.Catalog, free map[string]int) *config.Catalog {
 
 // cluster is the registry as placement of j sees it: the live nodes it
 // may use (without its suspects if avoid is set) in registration order,
-// the nodes already hosting a stage replica of a running job, and how many
+// the nodes already hosting a stage replica of a running job other than j
+// (a running j's own units count as free to re-plan it), and how many
 // tasks each node hosts. c.mu is held.
 func (c *Coordinator) cluster(j *job, avoid bool) cluster {
 	cl := cluster{busy: map[*node]bool{}, load: map[*node]int{}}
@@ -223,7 +228,7 @@ func (c *Coordinator) cluster(j *job, avoid bool) cluster {
 		}
 	}
 	for _, o := range c.jobs {
-		if o.state != api.JobRunning {
+		if o.state != api.JobRunning || o == j {
 			continue
 		}
 		for _, t := range o.tasks {

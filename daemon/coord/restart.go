@@ -82,6 +82,7 @@ func (c *Coordinator) restartLoop(ctx context.Context) {
 		for _, j := range due {
 			c.restart(j)
 		}
+		c.replanTick(ctx, now)
 	})
 }
 
@@ -127,6 +128,10 @@ func (c *Coordinator) restart(old *job) {
 	if old.resizeTo != nil { // not a failure: batchrestart.go
 		j.restarts, j.carry = old.restarts, old.resizeTo
 	}
+	j.replan = old.replan.handOn(old, now)
+	if old.replan.isMoving() { // not a failure: replan.go
+		j.restarts = old.restarts
+	}
 	c.mu.Unlock()
 
 	cp, err := newestVerified(jf.Checkpoint.Dir, chain, known, jf.TotalSteps())
@@ -154,6 +159,7 @@ func (c *Coordinator) restart(old *job) {
 	}
 	c.save(j)
 	old.restartedAs = j.id
+	replanRestarted(old, j)
 	from := "the start"
 	if j.ckpt.restored != nil {
 		from = fmt.Sprintf("step %d", j.ckpt.restored.Step)

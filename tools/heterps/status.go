@@ -236,6 +236,7 @@ func printJob(w io.Writer, s api.JobStatus) {
 		fmt.Fprintf(w, ": %s", r.Reason)
 	}
 	fmt.Fprintf(w, "\n  steps %d/%d, loss %.4f, %.4g samples/s, %.1f s, cost %.4g\n", s.Step, s.Steps, r.Loss, r.SamplesPerS, r.Seconds, r.Cost)
+	printReplans(w, s.Replan)
 	if len(r.Stages) == 0 {
 		return
 	}
