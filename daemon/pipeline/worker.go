@@ -205,11 +205,12 @@ func (w *Worker) Close() error {
 }
 
 // Step runs step (1-based; steps go in order). It starts pulling the dense
-// parameters, then for each micro-batch takes its input, pulls its rows and
-// runs forward (after the dense pull is in), sending the output downstream
-// in the background; then for each micro-batch gets the output's gradient
-// (the loss on the last stage, else from downstream), runs backward and
-// sends the input's gradient upstream in the background. During the last
+// parameters, then, in the order of Config.Schedule, for each micro-batch
+// takes its input, pulls its rows and runs forward (after the dense pull is
+// in), sending the output downstream in the background, and gets the
+// output's gradient (the loss on the last stage, else from downstream),
+// runs backward and sends the input's gradient upstream in the background.
+// During the last
 // micro-batch's backward each layer's gradients, micro-batches weighted by
 // their rows, go to the parameter servers as soon as they are final, while
 // the layers below still run; the step ends when every push and send has.
