@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"fmt"
+
+	"github.com/heterps/heterps/config"
 )
 
 // Schedules. A step runs each micro-batch's forward and backward once; the
@@ -50,9 +52,9 @@ type Schedule string
 const (
 	// OneFOneB is 1F1B: warm-up forwards, then one forward and one
 	// backward, then the remaining backwards. The default.
-	OneFOneB Schedule = "1f1b"
+	OneFOneB Schedule = config.ScheduleOneFOneB
 	// FillDrain is GPipe's: every forward, then every backward.
-	FillDrain Schedule = "fill-drain"
+	FillDrain Schedule = config.ScheduleFillDrain
 )
 
 // ParseSchedule returns the schedule named s; "" is OneFOneB.
