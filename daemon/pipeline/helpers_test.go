@@ -157,8 +157,12 @@ type job struct {
 	shares []Share
 	// rows[stage][replica] is the rows each worker's last step processed.
 	rows [][]int
-	// schedule is every worker's Config.Schedule.
-	schedule Schedule
+	// schedule is every worker's Config.Schedule, unless schedules names
+	// the stage's.
+	schedule  Schedule
+	schedules []Schedule
+	// wrap, if set, wraps each worker's transport for its links.
+	wrap func(stage int, t wire.Transport) wire.Transport
 	// peak[stage][replica] is the largest Result.PeakLive of its steps.
 	peak [][]int
 	// tuneWire, if set, changes the workers' transports' wire config.
@@ -282,7 +286,14 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	if stage < len(j.shares) {
 		cfg.Share = j.shares[stage]
 	}
-	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)
+	if stage < len(j.schedules) {
+		cfg.Schedule = j.schedules[stage]
+	}
+	var tr wire.Transport = trs[nodeID(stage, replica)]
+	if j.wrap != nil {
+		tr = j.wrap(stage, tr)
+	}
+	cfg.Prev, cfg.Next = PartnerLinks(tr, stage, replica, j.replicas, nodeID)
 	if stage == 0 {
 		cfg.Batches = batches
 	}

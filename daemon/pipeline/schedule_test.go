@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,4 +226,74 @@ func TestOneFOneBWithTinyQueues(t *testing.T) {
 			sameTraining(t, c.String(), small, ref, smallLosses, refLosses)
 		})
 	}
+}
+
+// lateGradients holds back each gradient the last stage sends for
+// micro-batch m until it has received micro-batch m+2's activation, by
+// which time its one layer copy has run micro-batch m+1's backward over
+// the buffers micro-batch m's gradient came from.
+type lateGradients struct {
+	wire.Transport
+	micros int
+	mu     sync.Mutex
+	got    map[[2]uint64]chan struct{} // closed once (step, micro)'s activation is in
+}
+
+func (l *lateGradients) arrived(step, micro uint64) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := [2]uint64{step, micro}
+	if l.got[k] == nil {
+		l.got[k] = make(chan struct{})
+	}
+	return l.got[k]
+}
+
+func (l *lateGradients) Recv(ctx context.Context, from string, stream uint32) (*wire.MessageView, error) {
+	m, err := l.Transport.Recv(ctx, from, stream)
+	if err == nil && m.Type == wire.MsgActivation {
+		close(l.arrived(m.Meta.Step, m.Meta.Micro))
+	}
+	return m, err
+}
+
+func (l *lateGradients) Send(ctx context.Context, to string, stream uint32, m *wire.Message) error {
+	if later := m.Meta.Micro + 2; m.Type == wire.MsgGradient && later < uint64(l.micros) {
+		select {
+		case <-l.arrived(m.Meta.Step, later):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return l.Transport.Send(ctx, to, stream, m)
+}
+
+// The last stage keeps one layer copy and may run the next micro-batch's
+// backward while the previous one's input gradient still waits to be
+// sent: what it sends is its own copy, not the layers' buffers. Upstream
+// runs fill-drain here, so that it sends every activation without waiting
+// for a gradient; the gradients that come late still train as prompt ones.
+func TestLastStageSendsItsGradientsWhateverItRunsNext(t *testing.T) {
+	checkLeaks(t)
+	const steps, micro = 2, 4
+	c := pipeCase{stages: twoStages, replicas: []int{1, 1}, micro: micro}
+	run := func(late bool) (*job, [][]float64) {
+		j := newJob(t, modelConfig(t, adamAdagrad), c.stages, c.replicas, steps, ps.BSP)
+		j.micro, j.schedules = micro, []Schedule{FillDrain, OneFOneB}
+		if late {
+			j.wrap = func(stage int, tr wire.Transport) wire.Transport {
+				if stage == 0 {
+					return tr
+				}
+				return &lateGradients{Transport: tr, micros: micro, got: map[[2]uint64]chan struct{}{}}
+			}
+		}
+		losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) {
+			return fixedBatches(func(step int64) *data.Batch { return testBatch(61, uint64(step), 13) })
+		})
+		return j, losses
+	}
+	prompt, promptLosses := run(false)
+	late, lateLosses := run(true)
+	sameTraining(t, "late gradients", prompt, late, promptLosses, lateLosses)
 }
