@@ -297,3 +297,31 @@ func TestLastStageSendsItsGradientsWhateverItRunsNext(t *testing.T) {
 	late, lateLosses := run(true)
 	sameTraining(t, "late gradients", prompt, late, promptLosses, lateLosses)
 }
+
+// A worker builds only the layer copies its schedule keeps live: stage 0
+// of 3 with 8 micro-batches, 3 under 1F1B and 8 under fill-drain, and each
+// micro-batch still gets its own gradient buffers.
+func TestWorkerBuildsTheLayerCopiesItsScheduleHolds(t *testing.T) {
+	cfg := modelConfig(t, adamAdagrad)
+	for s, want := range map[Schedule]int{OneFOneB: 3, FillDrain: 8} {
+		w, err := NewWorker(Config{Job: testJob, Stages: 3, Layers: Range{0, 2}, Model: buildStageModel(t, cfg, Range{0, 2}),
+			Backend: native.MustCPU(), PS: &ps.Client{}, Next: []Link{{Peer: "x", Stream: 1}},
+			Batches: fixedBatches(func(int64) *data.Batch { return nil }), MicroBatches: 8, Schedule: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if len(w.copies) != want || len(w.grads) != 8 {
+			t.Errorf("%s: %d layer copies and %d micro-batch gradients, want %d and 8", s, len(w.copies), len(w.grads), want)
+		}
+		seen := map[native.Buffer]bool{}
+		for _, g := range w.grads {
+			for _, b := range g.dense {
+				if seen[b] {
+					t.Fatalf("%s: two micro-batches share a gradient buffer", s)
+				}
+				seen[b] = true
+			}
+		}
+	}
+}
