@@ -26,7 +26,8 @@ import (
 // Deadlock freedom with bounded queues. A worker's compute waits only in
 // receives: an activation from upstream (forward) or a gradient from
 // downstream (backward); its sends go through the step's sender, which
-// never holds up compute. A send may wait for room in the receiver's
+// never holds up compute (its queue takes a step's sends: two a
+// micro-batch, at most 2*MaxMicroBatches = 64). A send may wait for room in the receiver's
 // queue (wire QueueBytes: at least one message always fits), that is for
 // the receiver to take an earlier message of the same link, which it does
 // when its compute reaches that receive. So the waits form a cycle only if
