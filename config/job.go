@@ -23,6 +23,7 @@ import (
 //	method = "exact"           # a scheduling method of `heterps plan`
 //	mode = "bsp"               # or "asp"
 //	micro_batches = 4          # per step, so that stages overlap; default 1
+//	schedule = "1f1b"          # or "fill-drain": order of a pipeline stage's forwards and backwards
 //	seed = 1
 //	priority = 2               # optional: weight under --alloc-policy priority; default 1
 //	target_loss_reduction = 0.9  # optional: stop once the normalised loss reduction reaches it
@@ -65,6 +66,7 @@ type Job struct {
 	Method          string        `toml:"method"`
 	Mode            string        `toml:"mode"`
 	MicroBatches    int           `toml:"micro_batches"` // per step; 0 = 1
+	Schedule        string        `toml:"schedule"`      // ScheduleOneFOneB (default) or ScheduleFillDrain
 	Seed            uint64        `toml:"seed"`
 	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
@@ -128,6 +130,15 @@ type JobCheckpoint struct {
 	// died, a task failed); 0 = never.
 	Restarts int `toml:"restarts"`
 }
+
+// Pipeline schedules (daemon/pipeline): 1F1B alternates a stage's
+// forwards and backwards after a warm-up, holding at most the pipeline's
+// depth of micro-batches' activations; fill-drain runs every forward before
+// any backward. Both train alike, bit for bit.
+const (
+	ScheduleOneFOneB  = "1f1b"
+	ScheduleFillDrain = "fill-drain"
+)
 
 // Job defaults and limits.
 const (
@@ -201,6 +212,9 @@ func (j *Job) applyDefaults() {
 	if j.Mode == "" {
 		j.Mode = "bsp"
 	}
+	if j.Schedule == "" {
+		j.Schedule = ScheduleOneFOneB
+	}
 	if j.Optimizer != nil {
 		j.Optimizer.defaults()
 	}
@@ -260,6 +274,9 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("micro_batches", "must be in [0, %d], got %d", MaxMicroBatches, j.MicroBatches))
 	case j.Batch > 0 && j.MicroBatches > j.Batch:
 		errs.add(loc.Errorf("micro_batches", "%d micro-batches of a batch of %d: each needs a row", j.MicroBatches, j.Batch))
+	}
+	if j.Schedule != ScheduleOneFOneB && j.Schedule != ScheduleFillDrain {
+		errs.add(loc.Errorf("schedule", "unknown schedule %q (want %q or %q)", j.Schedule, ScheduleOneFOneB, ScheduleFillDrain))
 	}
 	if j.Mode != "bsp" && j.Mode != "asp" {
 		errs.add(loc.Errorf("mode", "unknown mode %q (want bsp or asp)", j.Mode))

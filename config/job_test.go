@@ -32,8 +32,12 @@ func TestJobDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Version != 1 || j.Name != "ctrdnn" || j.Method != DefaultJobMethod || j.Mode != "bsp" || j.Optimizer != nil {
-		t.Errorf("defaults: got version %d name %q method %q mode %q optimizer %v", j.Version, j.Name, j.Method, j.Mode, j.Optimizer)
+	if j.Version != 1 || j.Name != "ctrdnn" || j.Method != DefaultJobMethod || j.Mode != "bsp" || j.Optimizer != nil || j.Schedule != ScheduleOneFOneB {
+		t.Errorf("defaults: got version %d name %q method %q mode %q optimizer %v schedule %q", j.Version, j.Name, j.Method, j.Mode, j.Optimizer, j.Schedule)
+	}
+	j, err = ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\nschedule = \"fill-drain\"\n"))
+	if err != nil || j.Schedule != ScheduleFillDrain {
+		t.Errorf("schedule = \"fill-drain\": got %q (%v)", j.Schedule, err)
 	}
 }
 
@@ -72,6 +76,7 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"epochs without samples", "batch = 8\nepochs = 1\n", "samples", 0},
 		{"negative steps", "batch = 8\nsteps = -3\n", "steps", 5},
 		{"bad mode", "batch = 8\nsteps = 1\nmode = \"ssp\"\n", "mode", 6},
+		{"bad schedule", "batch = 8\nsteps = 1\nschedule = \"gpipe\"\n", "schedule", 6},
 		{"bad method", "batch = 8\nsteps = 1\nmethod = \"no way\"\n", "method", 6},
 		{"negative limit", "batch = 8\nsteps = 1\nthroughput_limit = -1.0\n", "throughput_limit", 6},
 		{"bad optimiser", "batch = 8\nsteps = 1\n[optimizer]\nkind = \"lbfgs\"\n", "optimizer.kind", 7},

@@ -195,6 +195,10 @@ type Task struct {
 	Seed         uint64 `json:"seed"`
 	Mode         string `json:"mode"` // ModeBSP or ModeASP
 
+	// Schedule orders a pipeline stage's forwards and backwards
+	// (pipeline.ParseSchedule: "1f1b", "fill-drain"); "" is 1f1b.
+	Schedule string `json:"schedule,omitempty"`
+
 	PS   []string `json:"ps"`   // ps_addr (else data_addr) of every PS shard, in shard order
 	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order
 	Prev []string `json:"prev"` // data_addr of the replicas of stage-1, in replica order

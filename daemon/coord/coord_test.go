@@ -531,10 +531,11 @@ func TestFinalCheckpointWait(t *testing.T) {
 	}
 }
 
-// TestTasksCarryTheJobsMicroBatches: micro_batches reaches every stage task.
+// TestTasksCarryTheJobsMicroBatches: micro_batches and schedule reach
+// every stage task.
 func TestTasksCarryTheJobsMicroBatches(t *testing.T) {
 	tc := startCluster(t, nil)
-	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\nmicro_batches = 4", 1)
+	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\nmicro_batches = 4\nschedule = \"fill-drain\"", 1)
 	nodes := tc.nodesFor(tc.expectedPlan(job))
 	if s := tc.waitJob(tc.submit(job)); s.State != api.JobDone {
 		t.Fatalf("job %s: %s", s.State, s.Reason)
@@ -545,8 +546,8 @@ func TestTasksCarryTheJobsMicroBatches(t *testing.T) {
 		for _, task := range received {
 			if task.Role == api.RoleStage {
 				stages++
-				if task.MicroBatches != 4 {
-					t.Errorf("task %s: %d micro-batches, want 4", task.TaskID, task.MicroBatches)
+				if task.MicroBatches != 4 || task.Schedule != "fill-drain" {
+					t.Errorf("task %s: %d micro-batches, schedule %q; want 4, fill-drain", task.TaskID, task.MicroBatches, task.Schedule)
 				}
 			}
 		}

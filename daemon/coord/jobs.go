@@ -272,7 +272,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	j.balance = newBalance(j, pl)
 	j.tasks, j.hourly = nil, 0
 	jf := j.file
-	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches,
+	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches, Schedule: jf.Schedule,
 		SecretFile: c.cfg.SecretFile, Plain: c.plainDataPlane(),
 		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every, FirstStep: j.firstStep(), Generation: j.gen}
 	if j.ckpt.restored != nil {

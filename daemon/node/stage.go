@@ -99,6 +99,10 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if err := checkLayout(s, replicas); err != nil {
 		return fail(err)
 	}
+	schedule, err := pipeline.ParseSchedule(s.Schedule)
+	if err != nil {
+		return fail(permanent(err))
+	}
 	cfg, err := config.ParseModel("job "+s.JobID+" model", []byte(s.Model))
 	if err != nil {
 		return fail(permanent(err))
@@ -135,7 +139,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
-		MicroBatches: s.MicroBatches}
+		MicroBatches: s.MicroBatches, Schedule: schedule}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
 		in, err := stageInput(ctx, s, cfg)

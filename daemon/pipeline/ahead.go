@@ -134,7 +134,7 @@ func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input) {
 		return
 	}
 	for m := range ins {
-		sparse := w.copies[m].tables
+		sparse := w.copies[0].tables
 		tables := make([][]float32, len(sparse))
 		err := each(len(sparse), func(e int) (err error) {
 			tables[e], err = w.fetchTable(w.ctx, step, sparse[e], ins[m].plan.tables[e])

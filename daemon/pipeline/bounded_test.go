@@ -50,7 +50,8 @@ func TestStageWorkerOfAHugeVocabularyBuildsInBoundedMemory(t *testing.T) {
 		}
 		w, err := NewWorker(Config{Job: testJob, Stages: 2, Layers: Range{First: 0, Last: 3}, Model: m,
 			Backend: native.MustCPU(), PS: &ps.Client{}, Next: []Link{{Peer: "x", Stream: 1}},
-			Batches: fixedBatches(func(int64) *data.Batch { return nil }), MicroBatches: MaxMicroBatches})
+			Batches: fixedBatches(func(int64) *data.Batch { return nil }), MicroBatches: MaxMicroBatches,
+			Schedule: FillDrain}) // a layer copy per micro-batch, the most there is
 		if err != nil {
 			t.Fatal(err)
 		}

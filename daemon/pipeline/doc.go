@@ -13,13 +13,20 @@
 // the rows its embedding layers need and runs forward, sending the output
 // downstream in the background, so that stage i+1 works on micro-batch m
 // while stage i computes m+1. The last stage runs the loss and backward of
-// each micro-batch as soon as its forward is done; the others, once all
-// forwards are out, take the gradients back in order and run backward,
-// sending each input gradient upstream in the background. Each micro-batch
-// has its own copy of the stage's layers (layers keep their forward state
-// for backward) sharing the dense values. Finally the worker pushes the
-// step's gradients — the micro-batches' weighted by their rows n_m/n — while
-// the last sends finish. Every exchange is bounded by the step timeout; a
+// each micro-batch as soon as its forward is done; the others take the
+// gradients back in order and run backward, sending each input gradient
+// upstream in the background, as Config.Schedule orders: under 1F1B (the
+// default) stage i of S runs min(S-i-1, M) warm-up forwards, then one
+// forward and one backward in turn, then the remaining backwards; under
+// fill-drain (GPipe) all forwards, then all backwards (schedule.go). A
+// micro-batch in flight holds a copy of the stage's layers (layers keep
+// their forward state for backward), sharing the dense values; a worker
+// keeps as many copies as its schedule has micro-batches live — min(S-i, M)
+// under 1F1B, M under fill-drain, 1 on the last stage — and reports the
+// step's peak in Result.PeakLive. Each micro-batch's parameter gradients
+// are kept apart from its copy until the step's last backward, when the
+// worker pushes them, weighted by rows n_m/n, while the last sends finish:
+// both schedules train bit for bit alike. Every exchange is bounded by the step timeout; a
 // dropped connection or a silent peer ends the step with an error, never a
 // hang.
 //
@@ -107,7 +114,9 @@
 // Limits of this version: models with towers run only as a single stage;
 // global gradient-norm clipping is refused; activations are exchanged from
 // host memory (GPU buffers are copied through it); a step that fails is
-// not retried (its pushes are exactly-once, so a caller may rerun it); a
-// step's activations in flight on one connection should stay under the
-// wire's QueueBytes (64 MiB by default), or a stalled reader closes it.
+// not retried (its pushes are exactly-once, so a caller may rerun it);
+// under fill-drain a step's gradients queued on one connection should stay
+// under the wire's QueueBytes (64 MiB by default) while the stage still
+// runs forwards, or a reader stalled for ReadTimeout closes it (1F1B takes
+// them as it goes).
 package pipeline

@@ -157,6 +157,16 @@ type job struct {
 	shares []Share
 	// rows[stage][replica] is the rows each worker's last step processed.
 	rows [][]int
+	// schedule is every worker's Config.Schedule, unless schedules names
+	// the stage's.
+	schedule  Schedule
+	schedules []Schedule
+	// wrap, if set, wraps each worker's transport for its links.
+	wrap func(stage int, t wire.Transport) wire.Transport
+	// peak[stage][replica] is the largest Result.PeakLive of its steps.
+	peak [][]int
+	// tuneWire, if set, changes the workers' transports' wire config.
+	tuneWire func(*wire.Config)
 }
 
 func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
@@ -232,7 +242,11 @@ func (j *job) transports() map[string]*wire.TCPTransport {
 	out := map[string]*wire.TCPTransport{}
 	for st, n := range j.replicas {
 		for r := range n {
-			tr, err := wire.NewTCPTransport("127.0.0.1:0", wireConfig(nodeID(st, r)))
+			wc := wireConfig(nodeID(st, r))
+			if j.tuneWire != nil {
+				j.tuneWire(&wc)
+			}
+			tr, err := wire.NewTCPTransport("127.0.0.1:0", wc)
 			if err != nil {
 				j.t.Fatal(err)
 			}
@@ -267,12 +281,19 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	j.t.Helper()
 	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
 		Model: buildStageModel(j.t, j.cfg, j.stages[stage]), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
-		MicroBatches: j.micro, LastStep: int64(j.lastStep),
+		MicroBatches: j.micro, LastStep: int64(j.lastStep), Schedule: j.schedule,
 		StepTimeout: timeout}
 	if stage < len(j.shares) {
 		cfg.Share = j.shares[stage]
 	}
-	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)
+	if stage < len(j.schedules) {
+		cfg.Schedule = j.schedules[stage]
+	}
+	var tr wire.Transport = trs[nodeID(stage, replica)]
+	if j.wrap != nil {
+		tr = j.wrap(stage, tr)
+	}
+	cfg.Prev, cfg.Next = PartnerLinks(tr, stage, replica, j.replicas, nodeID)
 	if stage == 0 {
 		cfg.Batches = batches
 	}
@@ -309,9 +330,9 @@ func (j *job) train(ws [][]*Worker, first, last int64) [][]float64 {
 	j.t.Helper()
 	final := len(ws) - 1
 	losses := make([][]float64, len(ws[final]))
-	j.rows = make([][]int, len(ws))
+	j.rows, j.peak = make([][]int, len(ws)), make([][]int, len(ws))
 	for st := range ws {
-		j.rows[st] = make([]int, len(ws[st]))
+		j.rows[st], j.peak[st] = make([]int, len(ws[st])), make([]int, len(ws[st]))
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -330,6 +351,7 @@ func (j *job) train(ws [][]*Worker, first, last int64) [][]float64 {
 						losses[r] = append(losses[r], res.Loss)
 					}
 					j.rows[st][r] = res.Samples
+					j.peak[st][r] = max(j.peak[st][r], res.PeakLive)
 				}
 			}()
 		}

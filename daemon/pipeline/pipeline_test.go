@@ -346,6 +346,7 @@ func TestNewWorkerRefusesBadConfigs(t *testing.T) {
 		"parameters without PS":  func(c *Config) { c.PS = nil },
 		"stage beyond the count": func(c *Config) { c.Stage = 2 },
 		"too many micro-batches": func(c *Config) { c.MicroBatches = MaxMicroBatches + 1 },
+		"unknown schedule":       func(c *Config) { c.Schedule = "gpipe" },
 	} {
 		c := base()
 		change(&c)

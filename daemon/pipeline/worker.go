@@ -43,8 +43,13 @@ type Config struct {
 	// micro-batches that flow through the stages one after another; every
 	// stage of a job must use the same number. 0 means 1; at most
 	// MaxMicroBatches, so that a step's messages fit the wire's per-stream
-	// queues (a stage reads its gradients only after all its forwards).
+	// queues (under fill-drain a stage reads its gradients only after all
+	// its forwards).
 	MicroBatches int
+	// Schedule orders the micro-batches' forwards and backwards
+	// (schedule.go); "" is OneFOneB. Stages of a job may differ: the
+	// messages are the same.
+	Schedule Schedule
 	// PS holds the stage's parameters; required if Layers have any. Mode
 	// is the servers' mode: BSP pulls wait for the previous step's update,
 	// ASP pulls take what is there.
@@ -78,6 +83,10 @@ type Result struct {
 	// forward and backward (with the loss), waiting for the output's
 	// gradients, and pushing gradients (with the last sends).
 	Input, Pull, Compute, Downstream, Push time.Duration
+	// PeakLive is the most micro-batches whose forward state (a layer copy
+	// each) the replica held at once during the step: M on a stage that
+	// is not the last under fill-drain, min(S-i, M) under 1F1B.
+	PeakLive int
 }
 
 // Worker runs one replica of one stage, a step at a time. It is owned by
@@ -86,7 +95,9 @@ type Worker struct {
 	cfg    Config
 	job    uint64
 	last   bool
-	copies []*modelCopy // one per micro-batch
+	copies []*modelCopy // the layer copies, liveBound of them
+	grads  []microGrad  // one per micro-batch
+	warm   int          // forwards before the first backward (warmup)
 
 	ctx      context.Context // ends at Close; bounds prefetches
 	cancel   context.CancelFunc
@@ -120,6 +131,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 		cfg.StepTimeout = DefaultStepTimeout
 	}
 	cfg.MicroBatches = max(cfg.MicroBatches, 1)
+	if cfg.Schedule == "" {
+		cfg.Schedule = OneFOneB
+	}
 	w := &Worker{cfg: cfg, job: ps.JobKey(cfg.Job), last: cfg.Stage == cfg.Stages-1, prefetch: make(chan prefetched, 1)}
 	w.cfg.Prev, w.cfg.Next = slices.Clone(cfg.Prev), slices.Clone(cfg.Next)
 	w.shares = []shareChange{{from: 0, share: firstShare(&cfg)}}
@@ -128,7 +142,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 			links[i].job = w.job
 		}
 	}
-	for m := range cfg.MicroBatches {
+	w.warm = warmup(cfg.Schedule, cfg.Stage, cfg.Stages, cfg.MicroBatches)
+	for m := range liveBound(cfg.Schedule, cfg.Stage, cfg.Stages, cfg.MicroBatches) {
 		model := cfg.Model
 		var shared []*nn.Param
 		if m > 0 {
@@ -142,8 +157,10 @@ func NewWorker(cfg Config) (*Worker, error) {
 		if err != nil {
 			return fail(err)
 		}
+		c.micro = -1
 		w.copies = append(w.copies, c)
 	}
+	w.grads = newMicroGrads(cfg.Backend, w.copies, cfg.MicroBatches)
 	if cfg.PS == nil && len(w.copies[0].dense)+len(w.copies[0].tables) > 0 {
 		return fail(errors.New("the stage has parameters and no parameter-server client"))
 	}
@@ -174,6 +191,9 @@ func (c *Config) check() error {
 	case c.MicroBatches < 0 || c.MicroBatches > MaxMicroBatches:
 		return fmt.Errorf("%d micro-batches, want at most %d", c.MicroBatches, MaxMicroBatches)
 	}
+	if _, err := ParseSchedule(string(c.Schedule)); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -185,11 +205,12 @@ func (w *Worker) Close() error {
 }
 
 // Step runs step (1-based; steps go in order). It starts pulling the dense
-// parameters, then for each micro-batch takes its input, pulls its rows and
-// runs forward (after the dense pull is in), sending the output downstream
-// in the background; then for each micro-batch gets the output's gradient
-// (the loss on the last stage, else from downstream), runs backward and
-// sends the input's gradient upstream in the background. During the last
+// parameters, then, in the order of Config.Schedule, for each micro-batch
+// takes its input, pulls its rows and runs forward (after the dense pull is
+// in), sending the output downstream in the background, and gets the
+// output's gradient (the loss on the last stage, else from downstream),
+// runs backward and sends the input's gradient upstream in the background.
+// During the last
 // micro-batch's backward each layer's gradients, micro-batches weighted by
 // their rows, go to the parameter servers as soon as they are final, while
 // the layers below still run; the step ends when every push and send has.
@@ -266,13 +287,14 @@ type stepState struct {
 	// pieces[m] bounds the rows of micro-batch m's output sent to each
 	// downstream partner (their gradients come back in the same pieces).
 	pieces [][]int
+	live   int // micro-batches holding a layer copy (acquire, release)
 }
 
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
-		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies)),
+		outs: make([]nn.Activation, len(w.grads)), ins: make([]input, len(w.grads)),
 		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1,
-		share: w.askFor(step), pieces: make([][]int, len(w.copies))}
+		share: w.askFor(step), pieces: make([][]int, len(w.grads))}
 }
 
 func (w *Worker) step(st *stepState) (Result, error) {
@@ -289,18 +311,15 @@ func (w *Worker) step(st *stepState) (Result, error) {
 	if err != nil {
 		return st.res, fmt.Errorf("input: %w", err)
 	}
-	lossSum := 0.0
-	for m := range w.copies {
-		sum, err := w.forward(st, m, stage0)
-		if err != nil {
-			return st.res, fmt.Errorf("micro-batch %d: %w", m, err)
-		}
-		lossSum += sum
+	for _, c := range w.copies { // a failed step may have left some held
+		c.micro = -1
+	}
+	lossSum, err := w.runSchedule(st, stage0)
+	if err != nil {
+		return st.res, err
 	}
 	if w.last {
 		st.res.Loss = lossSum / float64(st.res.Samples)
-	} else if err := w.backwards(st); err != nil {
-		return st.res, err
 	}
 	if err := bg.wait(); err != nil {
 		return st.res, err
@@ -313,14 +332,17 @@ func (w *Worker) step(st *stepState) (Result, error) {
 // on the last stage also the loss and backward (returning the summed
 // loss), elsewhere it queues the output for downstream.
 func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) {
-	c := w.copies[m]
 	in, err := w.input(st.ctx, st.step, m, stage0)
 	if err != nil {
 		return 0, fmt.Errorf("input: %w", err)
 	}
+	c, err := w.acquire(st, m)
+	if err != nil {
+		return 0, err
+	}
 	st.ins[m] = in
-	c.rows = in.batch.Size
-	st.res.Samples += c.rows
+	w.grads[m].begin(c, in.batch.Size)
+	st.res.Samples += in.batch.Size
 	st.clk.lap(&st.res.Input)
 	local, err := w.pullRows(st.ctx, st.step, c, in)
 	if err != nil {
@@ -347,27 +369,25 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 	return sum, err
 }
 
-// backwards takes each micro-batch's output gradient from downstream, in
-// order, runs backward and queues the input's gradient.
-func (w *Worker) backwards(st *stepState) error {
-	for m := range w.copies {
-		dout, err := w.recvGradients(st.ctx, st.step, m, st.outs[m], st.pieces[m])
-		if err != nil {
-			return fmt.Errorf("gradient of micro-batch %d: %w", m, err)
-		}
-		st.clk.lap(&st.res.Downstream)
-		if err := w.backward(st, m, dout); err != nil {
-			return fmt.Errorf("backward of micro-batch %d: %w", m, err)
-		}
-		st.clk.lap(&st.res.Compute)
+// backwardFromDownstream takes micro-batch m's output gradient from
+// downstream, runs backward and queues the input's gradient.
+func (w *Worker) backwardFromDownstream(st *stepState, m int) error {
+	dout, err := w.recvGradients(st.ctx, st.step, m, st.outs[m], st.pieces[m])
+	if err != nil {
+		return fmt.Errorf("gradient of micro-batch %d: %w", m, err)
 	}
+	st.clk.lap(&st.res.Downstream)
+	if err := w.backward(st, m, dout); err != nil {
+		return fmt.Errorf("backward of micro-batch %d: %w", m, err)
+	}
+	st.clk.lap(&st.res.Compute)
 	return nil
 }
 
 // lossAndBackward runs the loss and backward of micro-batch m on the last
 // stage and returns the summed loss.
 func (w *Worker) lossAndBackward(st *stepState, m int) (float64, error) {
-	c := w.copies[m]
+	c := w.grads[m].copy
 	sum, dout, err := c.model.Loss.Forward(c.step, st.outs[m])
 	if err != nil {
 		return 0, err
@@ -381,23 +401,58 @@ func (w *Worker) lossAndBackward(st *stepState, m int) (float64, error) {
 	return sum, nil
 }
 
-// backward runs micro-batch m's backward from dout and queues the input's
-// gradient upstream; on the last micro-batch it pushes each layer's
-// gradients as soon as the layer is done.
+// backward runs micro-batch m's backward from dout, queues the input's
+// gradient upstream and releases its layer copy; on the last micro-batch
+// it pushes each layer's gradients as soon as the layer is done.
 func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
 	var done func(layer int)
-	if m == len(w.copies)-1 {
+	if m == len(w.grads)-1 {
 		weight := w.weight(st.res.Samples)
 		st.scale = w.aspScale(st.share, st.res.Samples)
 		done = func(layer int) { w.pushLayer(st, weight, layer) }
 	}
-	r := w.cfg.Layers
-	din, err := w.copies[m].model.BackwardRangeThen(w.copies[m].step, r.First, r.Last, dout, done)
+	r, c := w.cfg.Layers, w.grads[m].copy
+	w.grads[m].useDense(c)
+	din, err := c.model.BackwardRangeThen(c.step, r.First, r.Last, dout, done)
 	if err != nil {
 		return err
 	}
+	if w.reusedBeforeSent() {
+		if din, err = cloneActivation(w.cfg.Backend, din); err != nil {
+			return fmt.Errorf("keep the input gradient for its send: %w", err)
+		}
+	}
 	w.sendGradients(st.snd, st.step, m, din, st.ins[m].rows)
-	return nil
+	return w.release(st, m)
+}
+
+// reusedBeforeSent reports whether a layer copy may run its next backward,
+// overwriting the input gradient it holds, before the sender has sent it.
+// On the last stage it may: its next forward needs only the next
+// activation, which upstream sends before it waits for this gradient.
+// Elsewhere it may not: the copy's next backward needs a gradient that
+// downstream sends only after the activation the sender queued after this
+// gradient.
+func (w *Worker) reusedBeforeSent() bool {
+	return w.last && w.cfg.Stage > 0 && len(w.copies) < len(w.grads)
+}
+
+// cloneActivation returns a copy of a's buffers.
+func cloneActivation(be native.Backend, a nn.Activation) (nn.Activation, error) {
+	out := nn.Activation{Rows: a.Rows, Parts: slices.Clone(a.Parts)}
+	for j, p := range out.Parts {
+		if p.Buf == nil {
+			continue
+		}
+		h, err := hostFloats(be, p.Buf)
+		if err != nil {
+			return nn.Activation{}, err
+		}
+		if out.Parts[j].Buf, err = toBuffer(be, slices.Clone(h)); err != nil {
+			return nn.Activation{}, err
+		}
+	}
+	return out, nil
 }
 
 // weight is the push weight of a step of rows rows: b_k in BSP, 1 in ASP
@@ -552,11 +607,11 @@ func (w *Worker) microInputs(ctx context.Context, step int64) ([]input, error) {
 	if b == nil || b.Size < 1 {
 		return nil, errors.New("empty batch")
 	}
-	bounds, err := microBounds(b.Size, len(w.copies))
+	bounds, err := microBounds(b.Size, len(w.grads))
 	if err != nil {
 		return nil, err
 	}
-	ins := make([]input, len(w.copies))
+	ins := make([]input, len(w.grads))
 	for m := range ins {
 		mb := sliceBatch(b, bounds[m], bounds[m+1])
 		plan, err := planRows(mb, w.copies[0].tables)
@@ -601,7 +656,7 @@ func (w *Worker) pieceBounds(st *stepState, rows int) ([]int, error) {
 	n := len(w.cfg.Next)
 	if n > 1 && len(st.share.Next) == n {
 		if st.split == nil {
-			st.split = newRowSplit(st.share.Next, len(w.copies))
+			st.split = newRowSplit(st.share.Next, len(w.grads))
 		}
 		return st.split.next(rows)
 	}

@@ -16,12 +16,18 @@
 // uses exactly N units: one stage of N data-parallel replicas, synchronised
 // (BSP) through one parameter-server shard on a node of the stage.
 //
+// For each batch size it also trains a 2-stage pipeline (pipeline.go)
+// under the 1F1B and fill-drain schedules, --pipeline-micro micro-batches
+// a step, and prints each one's samples/s and the most micro-batches each
+// stage held live at once; --pipeline-only runs just that.
+//
 // With --in-process it runs the coordinator and the node daemons in this
 // process instead (coord.New, node.New): one Go runtime for all of them,
 // which is not what `heterps run` does, but lets --cpuprofile see the
 // daemons. It measures; it asserts nothing.
 //
 //	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--unit cpu-1t] [--in-process]
+//	                        [--pipeline-micro 8] [--pipeline-only]
 package main
 
 import (
@@ -63,6 +69,8 @@ type options struct {
 	unit        string // the catalog type every node offers one unit of
 	inProcess   bool
 	timeout     time.Duration
+	pipeMicro   int  // micro-batches a step of the pipeline runs
+	pipeOnly    bool // run only the pipeline
 }
 
 func main() {
@@ -74,6 +82,8 @@ func main() {
 	flag.StringVar(&o.unit, "unit", "cpu-1t", "the catalog type each node offers one unit of (cpu-2t with --nodes 1 is what make run plans on this machine)")
 	flag.BoolVar(&o.inProcess, "in-process", false, "run the coordinator and node daemons in this process (coord.New, node.New) instead of `heterps run`")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a distributed run after this long")
+	flag.IntVar(&o.pipeMicro, "pipeline-micro", 8, "micro-batches a step of the 2-stage pipeline runs")
+	flag.BoolVar(&o.pipeOnly, "pipeline-only", false, "run only the 2-stage pipeline under each schedule")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file (it sees the daemons only with --in-process)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -102,6 +112,14 @@ func parseOptions(o *options, batches, nodes string) error {
 	}
 	if o.steps < 2 {
 		return fmt.Errorf("--steps %d: want >= 2 (the first step is not timed)", o.steps)
+	}
+	if o.pipeMicro < 1 || o.pipeMicro > config.MaxMicroBatches {
+		return fmt.Errorf("--pipeline-micro %d: want 1..%d", o.pipeMicro, config.MaxMicroBatches)
+	}
+	for _, b := range o.batches {
+		if b < o.pipeMicro {
+			return fmt.Errorf("--batches %d: below --pipeline-micro %d (each micro-batch needs a row)", b, o.pipeMicro)
+		}
 	}
 	return nil
 }
@@ -148,7 +166,9 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	distribute, mode := distributor(inProcess), fmt.Sprintf("in-process: coordinator and node daemons in this one process, GOMAXPROCS=%d", runtime.GOMAXPROCS(0))
-	if !o.inProcess {
+	if o.pipeOnly {
+		mode = "pipeline only: the stages' workers in this process"
+	} else if !o.inProcess {
 		dir, err := os.MkdirTemp("", "bench-dist-run-")
 		if err != nil {
 			return err
@@ -171,9 +191,13 @@ func run(ctx context.Context, o options, w io.Writer) error {
 }
 
 // runBatch prints one block: single-process training at 1 and 2 threads,
-// then the distributed runs and their stages.
+// then the distributed runs and their stages, then the 2-stage pipeline
+// under each schedule.
 func runBatch(ctx context.Context, o options, unit config.CatalogType, model *config.Model, batch int, distribute distributor, w io.Writer) error {
 	fmt.Fprintf(w, "\n== batch %d\n", batch)
+	if o.pipeOnly {
+		return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, w)
+	}
 	var ref float64
 	for _, threads := range []int{1, 2} {
 		rate := 0.0
@@ -214,7 +238,7 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 	for _, l := range stageLines {
 		fmt.Fprintln(w, l)
 	}
-	return nil
+	return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, w)
 }
 
 // benchCatalog is a catalog of one type, unit, with n units on n nodes of
