@@ -38,7 +38,7 @@ import (
 // cores is slow).
 const (
 	interval  = 50 * time.Millisecond
-	hbTimeout = 2 * time.Second
+	hbTimeout = 3 * time.Second
 	patience  = 90 * time.Second
 )
 
