@@ -10,9 +10,15 @@ starts 1 server and 2 workers. Same model as ctrdnn_single.py: the
 (paddle.static.nn.sparse_embedding), whose rows Adam updates only when a
 batch touches them (the_one_ps's SparseAdamSGDRule, chosen from the
 optimizer); the dense parameters are Adam's, on the server too in async
-mode. Worker i trains on batches i, i+W, i+2W, ... and prints one JSON
-object with its timed window's wall-clock start and end, so that the
-caller can add the workers' samples over the union of their windows.
+mode. Worker i trains on batches i, i+W, i+2W, ... written to a text
+file in the dataset's MultiSlot format, through exe.train_from_dataset:
+fleet's DistMultiTrainer with its DownpourLite device worker, which pulls
+the dense parameters from the server (a plain exe.run of the transformed
+program only pushes: the worker's dense parameters never change). It
+prints one JSON object with its timed window's wall-clock start and end,
+so that the caller can add the workers' samples over the union of their
+windows; the loss is the mean of the last 50 batches' as the trainer
+printed them.
 """
 import argparse
 import json
@@ -31,10 +37,10 @@ import ctrdata  # noqa: E402
 
 def build(meta):
     slots, dim = meta["slots"], meta["dim"]
-    # distributed_lookup_table takes ids as [N, 1]: the batch's B x slots
-    # ids in one column, looked up at once, then one row of slots x dim
-    # per sample.
-    ids = paddle.static.data("ids", [-1, 1], "int64")
+    # The dataset feeds each sample's slots ids as one sequence (LoD level
+    # 1): [B x slots, 1], the column distributed_lookup_table takes, looked
+    # up at once, then one row of slots x dim per sample.
+    ids = paddle.static.data("ids", [-1, 1], "int64", lod_level=1)
     dense = paddle.static.data("dense", [-1, meta["dense"]], "float32")
     label = paddle.static.data("label", [-1, 1], "float32")
     emb = paddle.static.nn.sparse_embedding(
@@ -45,7 +51,52 @@ def build(meta):
         x = paddle.static.nn.fc(x, h, activation="relu")
     logit = paddle.static.nn.fc(x, 1)
     loss = paddle.mean(F.binary_cross_entropy_with_logits(logit, label))
-    return loss
+    return [ids, dense, label], loss
+
+
+def write_slots(path, batches, first, count):
+    """Writes count batches, cycling from index first, in the MultiSlot text
+    format the dataset reads: per sample, each slot's value count then its
+    values, in the order of the inputs (ids, dense, label)."""
+    with open(path, "w") as f:
+        for i in range(first, first + count):
+            ids, dense, labels = batches[i % len(batches)]
+            for s in range(len(labels)):
+                f.write(" ".join([str(ids.shape[1])] + [str(v) for v in ids[s]] +
+                                 [str(dense.shape[1])] + [repr(float(v)) for v in dense[s]] +
+                                 ["1", repr(float(labels[s][0]))]) + "\n")
+
+
+def train(exe, inputs, loss, path, batch, threads):
+    """Trains on the file with fleet's DistMultiTrainer (the device worker
+    pulls the dense parameters from the server and pushes gradients; a
+    plain exe.run of the program would push but never pull). Returns the
+    loss of each batch, as the trainer prints it."""
+    dataset = paddle.distributed.QueueDataset()
+    dataset.init(batch_size=batch, thread_num=threads, use_var=inputs, pipe_command="cat")
+    dataset.set_filelist([path])
+    # The trainer prints fetched values from C++ to fd 1: catch them there.
+    out = path + ".fetched"
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(out, "w") as f:
+        os.dup2(f.fileno(), 1)
+        try:
+            exe.train_from_dataset(paddle.static.default_main_program(), dataset, fetch_list=[loss],
+                                   fetch_info=["loss"], print_period=1)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+    losses = []
+    with open(out) as f:
+        for line in f:
+            if "loss" in line:  # time: [...], batch: [3], loss[1]:[0.643588]
+                try:
+                    losses.append(float(line.rsplit(":", 1)[1].split()[0].strip("[]")))
+                except (IndexError, ValueError):
+                    pass
+    return losses
 
 
 def main():
@@ -59,7 +110,7 @@ def main():
     paddle.seed(1)
     fleet.init()
     meta, batches = ctrdata.load(args.data)
-    loss = build(meta)
+    inputs, loss = build(meta)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     opt = fleet.distributed_optimizer(paddle.optimizer.Adam(learning_rate=1e-3), strategy)
@@ -68,30 +119,28 @@ def main():
         fleet.init_server()
         fleet.run_server()
         return
+    me, workers = fleet.worker_index(), fleet.worker_num()
+    mine = batches[me::workers]
+    warm = os.path.join(args.data, f"worker{me}-warmup.txt")
+    timed = os.path.join(args.data, f"worker{me}-timed.txt")
+    write_slots(warm, mine, 0, max(args.warmup, 1))
+    write_slots(timed, mine, args.warmup, args.steps)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
-    me, workers = fleet.worker_index(), fleet.worker_num()
-    mine = batches[me::workers]
-    prog = paddle.static.default_main_program()
-
-    def step(i):
-        ids, dense, labels = mine[i % len(mine)]
-        out, = exe.run(prog, feed={"ids": ids.reshape(-1, 1), "dense": dense, "label": labels}, fetch_list=[loss])
-        return float(np.asarray(out).reshape(-1)[0])
-
-    for i in range(args.warmup):
-        step(i)
+    train(exe, inputs, loss, warm, meta["batch"], args.threads)
     fleet.barrier_worker()
     start = time.time()
-    losses = [step(args.warmup + i) for i in range(args.steps)]
+    losses = train(exe, inputs, loss, timed, meta["batch"], args.threads)
     end = time.time()
+    fleet.barrier_worker()
     fleet.stop_worker()
     print(json.dumps({
         "paddle": paddle.__version__, "worker": me, "workers": workers, "threads": args.threads,
         "steps": args.steps, "batch": meta["batch"], "start": start, "end": end,
         "samples_per_s": args.steps * meta["batch"] / (end - start),
-        "loss_last50": float(np.mean(losses[-50:])),
+        "losses_seen": len(losses),
+        "loss_last50": float(np.mean(losses[-50:])) if losses else float("nan"),
     }))
 
 
