@@ -99,6 +99,18 @@ def train(exe, inputs, loss, path, batch, threads):
     return losses
 
 
+def server_cpu():
+    """The server's CPU seconds so far (user + system, all its threads), read
+    from /proc for the pid bench/paddle passes in BENCH_PS_SERVER_PID; 0
+    when it is not set."""
+    pid = os.environ.get("BENCH_PS_SERVER_PID")
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -130,14 +142,15 @@ def main():
     fleet.init_worker()
     train(exe, inputs, loss, warm, meta["batch"], args.threads)
     fleet.barrier_worker()
-    start = time.time()
+    start, cpu, server = time.time(), time.process_time(), server_cpu()
     losses = train(exe, inputs, loss, timed, meta["batch"], args.threads)
-    end = time.time()
+    end, cpu, server = time.time(), time.process_time() - cpu, server_cpu() - server
     fleet.barrier_worker()
     fleet.stop_worker()
     print(json.dumps({
         "paddle": paddle.__version__, "worker": me, "workers": workers, "threads": args.threads,
         "steps": args.steps, "batch": meta["batch"], "start": start, "end": end,
+        "cpu_seconds": cpu, "server_cpu_seconds": server,
         "samples_per_s": args.steps * meta["batch"] / (end - start),
         "losses_seen": len(losses),
         "loss_last50": float(np.mean(losses[-50:])) if losses else float("nan"),

@@ -20,6 +20,8 @@ import (
 type measured struct {
 	samplesPerS float64
 	loss        float64
+	samples     float64 // trained in the timed part
+	cpuSeconds  float64 // user + system CPU the processes spent on them, 0 if unknown
 	err         error
 }
 
@@ -58,6 +60,8 @@ func buildHeterps(ctx context.Context, dir string, o options) (heterpsTools, err
 type trainResult struct {
 	State       api.JobState `json:"state"` // heterps run only
 	Reason      string       `json:"reason"`
+	Steps       int64        `json:"steps"`
+	Batch       int          `json:"batch"` // heterps train only
 	Loss        float64      `json:"loss"`
 	SamplesPerS float64      `json:"samples_per_s"`
 }
@@ -97,7 +101,10 @@ func (t heterpsTools) command(ctx context.Context, o options, name string, args 
 	if runErr != nil || (r.State != "" && r.State != api.JobDone) {
 		return measured{err: fmt.Errorf("heterps %s (%v): %s %s: %s", args[0], runErr, r.State, r.Reason, tail(stderr.Bytes()))}
 	}
-	return measured{samplesPerS: r.SamplesPerS, loss: r.Loss}
+	// The whole command's CPU, start included; wait4 counts the node daemons
+	// heterps run started and reaped.
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return measured{samplesPerS: r.SamplesPerS, loss: r.Loss, samples: float64(r.Steps) * float64(o.batch), cpuSeconds: cpu.Seconds()}
 }
 
 // tail is the end of a child's standard error, enough to say why it failed.

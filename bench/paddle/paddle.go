@@ -32,6 +32,9 @@ type singleResult struct {
 	Paddle      string  `json:"paddle"`
 	SamplesPerS float64 `json:"samples_per_s"`
 	Loss        float64 `json:"loss_last50"`
+	Steps       int     `json:"steps"`
+	Batch       int     `json:"batch"`
+	CPU         float64 `json:"cpu_seconds"`
 }
 
 // paddleSingle trains with Paddle in one process on threads threads.
@@ -54,7 +57,7 @@ func paddleSingle(ctx context.Context, o options, dir string, threads int) measu
 	if err := lastJSON(stdout.Bytes(), &r); err != nil {
 		return measured{err: fmt.Errorf("ctrdnn_single.py: %w", err)}
 	}
-	return measured{samplesPerS: r.SamplesPerS, loss: r.Loss}
+	return measured{samplesPerS: r.SamplesPerS, loss: r.Loss, samples: float64(r.Steps * r.Batch), cpuSeconds: r.CPU}
 }
 
 // threadEnv caps a Paddle process's math libraries at threads threads.
@@ -85,27 +88,34 @@ type workerResult struct {
 	Start  float64 `json:"start"`
 	End    float64 `json:"end"`
 	Loss   float64 `json:"loss_last50"`
+	CPU    float64 `json:"cpu_seconds"`        // the worker's, in its window
+	Server float64 `json:"server_cpu_seconds"` // the server's, in the worker's window
 }
 
 // aggregate is the PS job's throughput: all workers' timed samples over
-// the union of their timed windows (they start together only roughly, so
-// this is the lower of the two honest readings; the sum of each worker's
-// own rate would be higher), and their mean loss.
+// the union of their timed windows (a barrier starts them together, but
+// they end apart: this is the lower of the two honest readings, the sum of
+// each worker's own rate the higher), their mean loss, and the CPU of the
+// workers and the server (the largest server figure a worker saw: their
+// windows overlap).
 func aggregate(ws []workerResult) (measured, error) {
 	if len(ws) == 0 {
 		return measured{}, errors.New("no worker results")
 	}
 	start, end := ws[0].Start, ws[0].End
-	samples, loss := 0, 0.0
+	samples, loss, cpu, server := 0, 0.0, 0.0, 0.0
 	for _, w := range ws {
 		start, end = min(start, w.Start), max(end, w.End)
 		samples += w.Steps * w.Batch
 		loss += w.Loss
+		cpu += w.CPU
+		server = max(server, w.Server)
 	}
 	if end <= start {
 		return measured{}, fmt.Errorf("workers' timed windows [%f, %f] are empty", start, end)
 	}
-	return measured{samplesPerS: float64(samples) / (end - start), loss: loss / float64(len(ws))}, nil
+	return measured{samplesPerS: float64(samples) / (end - start), loss: loss / float64(len(ws)),
+		samples: float64(samples), cpuSeconds: cpu + server}, nil
 }
 
 // psEnv is the fleet role environment shared by every process of a job of
@@ -169,10 +179,14 @@ func paddlePSRun(ctx context.Context, o options, dir string) measured {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	var serverPID int
 	command := func(worker int) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, o.pythonPS, filepath.Join(scripts, "ctrdnn_ps.py"), "--data", dir,
 			"--steps", strconv.Itoa(o.steps), "--warmup", strconv.Itoa(o.warmup))
 		cmd.Env = append(append(append(os.Environ(), threadEnv(1)...), psEnv(ports, filepath.Join(dir, "gloo"))...), roleEnv(ports, worker)...)
+		if worker >= 0 {
+			cmd.Env = append(cmd.Env, fmt.Sprintf("BENCH_PS_SERVER_PID=%d", serverPID))
+		}
 		cmd.WaitDelay = 10 * time.Second // a killed worker's children may hold its pipes
 		return cmd
 	}
@@ -182,6 +196,7 @@ func paddlePSRun(ctx context.Context, o options, dir string) measured {
 	if err := server.Start(); err != nil {
 		return measured{err: fmt.Errorf("paddle PS server: %w", err)}
 	}
+	serverPID = server.Process.Pid
 	results, err := runWorkers(ctx, cancel, command)
 	server.Process.Kill() // it serves until killed; it has nothing to save
 	server.Wait()

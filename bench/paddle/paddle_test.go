@@ -12,14 +12,14 @@ import (
 
 func TestAggregateCountsSamplesOverTheUnionOfWindows(t *testing.T) {
 	m, err := aggregate([]workerResult{
-		{Worker: 0, Steps: 10, Batch: 100, Start: 100, End: 102, Loss: 0.4},
-		{Worker: 1, Steps: 10, Batch: 100, Start: 101, End: 104, Loss: 0.6},
+		{Worker: 0, Steps: 10, Batch: 100, Start: 100, End: 102, Loss: 0.4, CPU: 1.5, Server: 0.5},
+		{Worker: 1, Steps: 10, Batch: 100, Start: 101, End: 104, Loss: 0.6, CPU: 2, Server: 0.75},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.samplesPerS != 2000.0/4 || m.loss != 0.5 {
-		t.Fatalf("aggregate = %+v, want 500 samples/s (2000 samples over [100, 104]), loss 0.5", m)
+	if m.samplesPerS != 2000.0/4 || m.loss != 0.5 || m.samples != 2000 || m.cpuSeconds != 4.25 {
+		t.Fatalf("aggregate = %+v, want 500 samples/s (2000 samples over [100, 104]), loss 0.5, 4.25 CPU s (both workers' and the larger server figure)", m)
 	}
 	if _, err := aggregate(nil); err == nil {
 		t.Fatal("aggregate of no workers: no error")
@@ -74,7 +74,10 @@ func fakePython(t *testing.T, worker string) string {
 }
 
 func TestPaddlePSRunAddsTheWorkersAndStopsTheServer(t *testing.T) {
-	py := fakePython(t, `echo "I1201 log line"; echo "{\"worker\": $PADDLE_TRAINER_ID, \"steps\": 10, \"batch\": 4, \"start\": 100, \"end\": 101, \"loss_last50\": 0.5}"`)
+	// Each worker checks that it was told the server's pid, for the
+	// server's CPU time.
+	py := fakePython(t, `[ -n "$BENCH_PS_SERVER_PID" ] && [ -d "/proc/$BENCH_PS_SERVER_PID" ] || { echo "no server pid" >&2; exit 1; }
+echo "I1201 log line"; echo "{\"worker\": $PADDLE_TRAINER_ID, \"steps\": 10, \"batch\": 4, \"start\": 100, \"end\": 101, \"loss_last50\": 0.5}"`)
 	start := time.Now()
 	m := paddlePSRun(t.Context(), options{pythonPS: py, steps: 10, batch: 4, timeout: time.Minute}, t.TempDir())
 	if m.err != nil {
@@ -103,7 +106,7 @@ func TestPaddlePSRunStopsTheOtherWorkersWhenOneFails(t *testing.T) {
 func TestReportPrintsRatiosAndWhyFiguresAreMissing(t *testing.T) {
 	r := report{
 		single: []singleRow{
-			{threads: 1, heterps: measured{samplesPerS: 3000, loss: 0.3}, paddle: measured{samplesPerS: 1000, loss: 0.4}},
+			{threads: 1, heterps: measured{samplesPerS: 3000, loss: 0.3, samples: 600, cpuSeconds: 0.2}, paddle: measured{samplesPerS: 1000, loss: 0.4}},
 			{threads: 2, heterps: measured{samplesPerS: 6000, loss: 0.3}, paddle: measured{err: errors.New("no module named paddle")}},
 		},
 		heterpsPS: measured{samplesPerS: 5000, loss: 0.3},
@@ -116,7 +119,7 @@ func TestReportPrintsRatiosAndWhyFiguresAreMissing(t *testing.T) {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
 	out := strings.Join(lines, "\n")
-	for _, want := range []string{"1 3000 1000 3.00x 0.3000 0.4000", "2 6000 not measured - 0.3000 -",
+	for _, want := range []string{"1 3000 1000 3.00x 3000 - 0.3000 0.4000", "2 6000 not measured - - - 0.3000 -",
 		"Paddle single process, 2 threads: no module named paddle", ": 2000 samples/s",
 		"heterps train - 3.00x", "heterps run, 2 nodes - 2.50x"} {
 		if !strings.Contains(out, want) {
