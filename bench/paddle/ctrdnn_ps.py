@@ -118,6 +118,10 @@ def main():
     ap.add_argument("--steps", type=int, default=200, help="timed steps per worker")
     ap.add_argument("--warmup", type=int, default=20)
     args = ap.parse_args()
+    # train_from_dataset writes <program id>_train_desc.prototxt into the
+    # working directory: keep it out of the caller's, in the data folder.
+    args.data = os.path.abspath(args.data)
+    os.chdir(args.data)
     paddle.enable_static()
     paddle.seed(1)
     fleet.init()
