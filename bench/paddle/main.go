@@ -144,4 +144,6 @@ func printSetup(w io.Writer, o options) {
 	fmt.Fprintln(w, "Adam on the dense parameters, lazy sparse Adam on the table (only the rows a batch touches move);")
 	fmt.Fprintf(w, "Paddle: the %d batches of synthetic:1 that bench/pytorch also uses, cycled, %d warm-up steps untimed;\n", o.batches, o.warmup)
 	fmt.Fprintln(w, "heterps: the synthetic:1 stream itself (the same generator), every step timed (heterps train's and heterps run's own figures)")
+	fmt.Fprintf(w, "PS batch: each Paddle worker's step is %d samples (fleet's data parallelism); heterps run splits the job's %d over its %d replicas\n",
+		o.batch, o.batch, psWorkers)
 }
