@@ -48,6 +48,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/config"
 )
@@ -245,6 +246,7 @@ func run(ctx context.Context, o options) error {
 	b.header()
 	res := b.runAll(ctx)
 	printAll(w, res, o)
+	header.WriteLoadAfter(w)
 	if b.failed(res) {
 		fmt.Fprintf(os.Stderr, "bench/batching: a run failed; the daemons' logs are in %s\n", dir)
 	} else {
@@ -328,7 +330,7 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // header says what runs where: machine, load, versions and the setup.
 func (b *bench) header() {
-	fmt.Fprintf(b.w, "bench/batching: %s\n", loopback.Machine())
+	header.Collect("bench/batching").Write(b.w)
 	for _, m := range b.o.models {
 		fmt.Fprintf(b.w, "job: %s on %s, %s, %d steps of global batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units (PS on one of the nodes); loss: %s\n",
 			m.name, m.data, strings.ToUpper(strings.Join(b.o.syncs, " and ")), m.steps, m.batch, b.limits[m.name], replicas, m.loss)

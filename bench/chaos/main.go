@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/loopback"
 )
 
@@ -158,6 +159,7 @@ func run(ctx context.Context, o options) error {
 	results := b.runAll(ctx)
 	printTable(w, results)
 	printTargets(w, results)
+	header.WriteLoadAfter(w)
 	failed := false
 	for _, r := range results {
 		failed = failed || r.err != nil
@@ -184,7 +186,7 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // header says what runs where: machine, load, versions and the setup.
 func (b *bench) header() {
-	fmt.Fprintf(b.w, "bench/chaos: %s\n", loopback.Machine())
+	header.Collect("bench/chaos").Write(b.w)
 	fmt.Fprintf(b.w, "job: %s on %s, BSP, %d steps of batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units; checkpoint every %d steps, restarts = %d\n",
 		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.every, b.o.restarts)
 	fmt.Fprintf(b.w, "cluster per scenario: heterpsd coordinator (fresh state dir, fixed port, --heartbeat %v: dead after 3 missed) + %d node daemons of 1x %s (1 thread), plain loopback, lease = %q; faults at %.0f %% of the steps\n",

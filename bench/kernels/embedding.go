@@ -13,7 +13,7 @@ import (
 func embeddingBag() {
 	const rows, batch, slots = 1 << 20, 512, 26
 	rng := rand.New(rand.NewPCG(5, 6))
-	fmt.Printf("Embedding bag, %d-row table, batch %d x %d slots (1 id per bag, Zipf-skewed ids), sum pooling\n", rows, batch, slots)
+	fmt.Fprintf(output, "Embedding bag, %d-row table, batch %d x %d slots (1 id per bag, Zipf-skewed ids), sum pooling\n", rows, batch, slots)
 	w := table()
 	fmt.Fprintln(w, "dim\tISA\tfwd us\tfwd Mrows/s\tfwd GB/s\tbwd us\tmemcpy GB/s\t")
 	zipf := rand.NewZipf(rng, 1.1, 1, rows-1)
@@ -42,5 +42,5 @@ func embeddingBag() {
 		}
 	}
 	w.Flush()
-	fmt.Println()
+	fmt.Fprintln(output)
 }

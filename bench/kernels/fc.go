@@ -11,7 +11,7 @@ import (
 // fused backward with the bias gradient, and the two backward GEMMs)
 // against its three raw sgemm calls alone.
 func fcLayer() {
-	fmt.Println("FC layer forward+backward (bias+ReLU, 3 GEMMs) vs its raw OpenBLAS sgemm calls, batch 512")
+	fmt.Fprintln(output, "FC layer forward+backward (bias+ReLU, 3 GEMMs) vs its raw OpenBLAS sgemm calls, batch 512")
 	w := table()
 	fmt.Fprintln(w, "shape\tISA\tlayer ms\tsgemm ms\tlayer/sgemm\tGFLOP/s\t")
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -41,6 +41,6 @@ func fcLayer() {
 		}
 	}
 	w.Flush()
-	fmt.Println("target: layer/sgemm <= 1.15")
-	fmt.Println()
+	fmt.Fprintln(output, "target: layer/sgemm <= 1.15")
+	fmt.Fprintln(output)
 }

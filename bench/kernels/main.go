@@ -8,28 +8,38 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"text/tabwriter"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/native"
 )
 
 var (
 	minTime = flag.Duration("mintime", 300*time.Millisecond, "minimum measuring time per figure")
 	threads = flag.Int("threads", 1, "kernel threads")
+	outPath = flag.String("out", "", header.OutUsage)
 )
+
+// output is where the tables go: stdout, and the results file with --out.
+var output io.Writer = os.Stdout
 
 func main() {
 	flag.Parse()
-	fmt.Printf("heterps kernel benchmarks — %s/%s, %d CPUs, GOMAXPROCS %d, kernel threads %d\n",
+	res, err := header.Begin(*outPath, header.Collect("bench/kernels"))
+	must(err)
+	output = res
+	fmt.Fprintf(output, "heterps kernel benchmarks — %s/%s, %d CPUs, GOMAXPROCS %d, kernel threads %d\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), *threads)
-	fmt.Printf("ISAs supported: %v; each figure is the best of several timed runs of at least %v\n\n", native.SupportedISAs(), *minTime)
+	fmt.Fprintf(output, "ISAs supported: %v; each figure is the best of several timed runs of at least %v\n\n", native.SupportedISAs(), *minTime)
 	fcLayer()
 	memoryBound()
 	embeddingBag()
+	must(res.Close())
 }
 
 // backend returns a CPU backend for isa with the configured thread count.
@@ -80,5 +90,5 @@ func must(err error) {
 }
 
 func table() *tabwriter.Writer {
-	return tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	return tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 }

@@ -53,7 +53,7 @@ func memoryBound() {
 			return func() { must(b.Update(adam, out, g, m1, m2)) }
 		}},
 	}
-	fmt.Printf("Memory-bound kernels on 32 MiB arrays vs memcpy of 32 MiB in the same run (%d threads)\n", *threads)
+	fmt.Fprintf(output, "Memory-bound kernels on 32 MiB arrays vs memcpy of 32 MiB in the same run (%d threads)\n", *threads)
 	w := table()
 	fmt.Fprintln(w, "op\tISA\tms\tGB/s\tmemcpy GB/s\tof memcpy\tvs scalar\t")
 	for _, op := range ops {
@@ -70,6 +70,6 @@ func memoryBound() {
 		}
 	}
 	w.Flush()
-	fmt.Println("targets: >= 60% of memcpy bandwidth; avx512 >= 1.5x scalar")
-	fmt.Println()
+	fmt.Fprintln(output, "targets: >= 60% of memcpy bandwidth; avx512 >= 1.5x scalar")
+	fmt.Fprintln(output)
 }

@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/daemon/alloc"
 )
@@ -121,7 +122,7 @@ func run(ctx context.Context, o options) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	machine := loopback.Machine() // before the load of the runs
+	machine := header.Collect("bench/multijob") // before the load of the runs
 	heterpsd, err := loopback.Build(ctx, dir)
 	if err != nil {
 		return err
@@ -144,6 +145,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var buf bytes.Buffer
 	report(&buf, machine, o, stream, results)
+	header.WriteLoadAfter(&buf)
 	os.Stdout.Write(buf.Bytes())
 	if o.out == "" {
 		return nil
@@ -152,8 +154,8 @@ func run(ctx context.Context, o options) error {
 }
 
 // report writes the header, the table and the simulator's errors.
-func report(w io.Writer, machine string, o options, stream []streamJob, results []policyResult) {
-	fmt.Fprintf(w, "bench/multijob: %s\n", machine)
+func report(w io.Writer, machine header.Info, o options, stream []streamJob, results []policyResult) {
+	machine.Write(w)
 	counts := map[string]int{}
 	for _, j := range stream {
 		counts[j.kind.name]++

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/heterps/heterps/bench/internal/ctrbench"
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/native"
@@ -30,10 +32,18 @@ var (
 	batch   = flag.Int("batch", 512, "samples per step")
 	nbatch  = flag.Int("batches", 64, "distinct batches held in memory and cycled")
 	threads = flag.String("threads", "1,2", "thread counts to compare")
+	outPath = flag.String("out", "", header.OutUsage)
 )
+
+// output is where the table goes: stdout, and the results file with --out.
+var output io.Writer = os.Stdout
 
 func main() {
 	flag.Parse()
+	torch := header.Python{Interpreter: *python, Packages: []header.Package{{Label: "PyTorch", Dist: "torch"}}}
+	res, err := header.Begin(*outPath, header.Collect("bench/pytorch", torch))
+	check(err)
+	output = res
 	cfg, err := config.LoadModel("ctrdnn")
 	check(err)
 	batches, err := ctrbench.MakeBatches(cfg, *nbatch, *batch)
@@ -43,11 +53,11 @@ func main() {
 	defer os.RemoveAll(dir)
 	check(ctrbench.WriteBatches(dir, cfg, batches))
 
-	fmt.Printf("CTR-DNN training, heterps vs PyTorch — batch %d, %d timed steps after %d warm-up, %d CPUs\n",
+	fmt.Fprintf(output, "CTR-DNN training, heterps vs PyTorch — batch %d, %d timed steps after %d warm-up, %d CPUs\n",
 		*batch, *steps, *warmup, runtime.NumCPU())
-	fmt.Println("same model (26x9 embedding of a 1,000,001-row table, FC 512-256-128-32-1), same synthetic batches,")
-	fmt.Println("Adam on dense parameters, sparse-row Adam on the embedding (PyTorch: SparseAdam), lr 1e-3")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(output, "same model (26x9 embedding of a 1,000,001-row table, FC 512-256-128-32-1), same synthetic batches,")
+	fmt.Fprintln(output, "Adam on dense parameters, sparse-row Adam on the embedding (PyTorch: SparseAdam), lr 1e-3")
+	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "threads\theterps samples/s\tPyTorch samples/s\theterps/PyTorch\tsgemm GFLOP/s\tGEMM-bound limit\tof limit\theterps loss\tPyTorch loss\t")
 	var torchVersion string
 	for _, f := range strings.Split(*threads, ",") {
@@ -61,8 +71,9 @@ func main() {
 			ours/theirs.SamplesPerS, gflops, limit, 100*ours/limit, ourLoss, theirs.Loss)
 	}
 	w.Flush()
-	fmt.Printf("PyTorch %s (PyPI wheel, MKL/oneDNN CPU kernels); heterps %s with OpenBLAS sgemm\n", torchVersion, backendName())
-	fmt.Println("targets: heterps/PyTorch >= 2.5x at 1 and 2 threads; GEMM-bound limit = FC FLOPs per sample / sgemm FLOP/s on the same shapes")
+	fmt.Fprintf(output, "PyTorch %s (PyPI wheel, MKL/oneDNN CPU kernels); heterps %s with OpenBLAS sgemm\n", torchVersion, backendName())
+	fmt.Fprintln(output, "targets: heterps/PyTorch >= 2.5x at 1 and 2 threads; GEMM-bound limit = FC FLOPs per sample / sgemm FLOP/s on the same shapes")
+	check(res.Close())
 }
 
 func check(err error) {

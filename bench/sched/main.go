@@ -14,12 +14,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/sched"
 )
@@ -35,12 +37,18 @@ var (
 func main() {
 	seed := flag.Uint64("seed", 1, "seed of the catalogs and of the randomised methods")
 	psRatio := flag.Float64("ps-ratio", 0.1, "parameter-server cores per unit (priced as CPU cores)")
+	outPath := flag.String("out", "", header.OutUsage)
 	flag.Parse()
+	res, err := header.Begin(*outPath, header.Collect("bench/sched"))
+	if err != nil {
+		fail(err)
+	}
+	output = res
 	start := time.Now()
-	fmt.Printf("heterps scheduling benchmark: Go %s, %d CPUs, seed %d, ps_ratio %g\n", runtime.Version(), runtime.NumCPU(), *seed, *psRatio)
-	fmt.Println("Problems: ctrdnn-like models on synthetic catalogs, those of `heterps catalog synth --types N --seed S --problem")
-	fmt.Println("--layers L` with ps_type = \"cpu\" and the ps_ratio above; layer times estimated from device descriptors, not")
-	fmt.Println("measured. Costs are relative to exact (1.000 = optimal).")
+	fmt.Fprintf(output, "heterps scheduling benchmark: Go %s, %d CPUs, seed %d, ps_ratio %g\n", runtime.Version(), runtime.NumCPU(), *seed, *psRatio)
+	fmt.Fprintln(output, "Problems: ctrdnn-like models on synthetic catalogs, those of `heterps catalog synth --types N --seed S --problem")
+	fmt.Fprintln(output, "--layers L` with ps_type = \"cpu\" and the ps_ratio above; layer times estimated from device descriptors, not")
+	fmt.Fprintln(output, "measured. Costs are relative to exact (1.000 = optimal).")
 	b := bench{seed: *seed, psRatio: *psRatio}
 	if err := b.table1(); err != nil {
 		fail(err)
@@ -54,8 +62,14 @@ func main() {
 	if err := b.table3(); err != nil {
 		fail(err)
 	}
-	fmt.Printf("\ntotal %.1f s\n", time.Since(start).Seconds())
+	fmt.Fprintf(output, "\ntotal %.1f s\n", time.Since(start).Seconds())
+	if err := res.Close(); err != nil {
+		fail(err)
+	}
 }
+
+// output is where the tables go: stdout, and the results file with --out.
+var output io.Writer = os.Stdout
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "bench/sched:", err)
@@ -106,8 +120,8 @@ func registered() []string {
 // table1: every method against exact, per number of types and layers.
 func (b bench) table1() error {
 	methods := registered()
-	fmt.Printf("\nTable 1: cost relative to exact / scheduling time, per method (inf: no feasible plan)\n\n")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(output, "\nTable 1: cost relative to exact / scheduling time, per method (inf: no feasible plan)\n\n")
+	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "types\tlayers\texact cost\texact time\t")
 	for _, m := range methods {
 		fmt.Fprintf(w, "%s\t\t", m)
@@ -133,7 +147,7 @@ func (b bench) table1() error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Println("(rl-rnn is left out of the 64 x 64 row to bound the benchmark's run time)")
+	fmt.Fprintln(output, "(rl-rnn is left out of the 64 x 64 row to bound the benchmark's run time)")
 	return nil
 }
 
@@ -163,9 +177,9 @@ func (b bench) methodRow(w *tabwriter.Writer, label string, p *sched.Problem, me
 // zooTable: every method against exact on the zoo models' own layers.
 func (b bench) zooTable() error {
 	methods := registered()
-	fmt.Printf("\nTable 1b: the zoo models' layers (config/examples/models), cost relative to exact / scheduling time\n")
-	fmt.Printf("(rl-rnn left out to bound the run time; matchnet's towers are scheduled as one layer sequence)\n\n")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(output, "\nTable 1b: the zoo models' layers (config/examples/models), cost relative to exact / scheduling time\n")
+	fmt.Fprintf(output, "(rl-rnn left out to bound the run time; matchnet's towers are scheduled as one layer sequence)\n\n")
+	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "model\ttypes\texact cost\texact time\t")
 	for _, m := range methods {
 		fmt.Fprintf(w, "%s\t\t", m)
@@ -192,10 +206,10 @@ func (b bench) zooTable() error {
 
 // table2: brute force against rl and exact where brute force finishes.
 func (b bench) table2() error {
-	fmt.Printf("\nTable 2: brute force vs rl and exact on ctrdnn-like models (costs relative to bf). bf enumerates every\n")
-	fmt.Printf("assignment and provisions it by the breakpoint rule, cutting an assignment's unit walk short once a lower\n")
-	fmt.Printf("bound shows it cannot beat the best so far.\n\n")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(output, "\nTable 2: brute force vs rl and exact on ctrdnn-like models (costs relative to bf). bf enumerates every\n")
+	fmt.Fprintf(output, "assignment and provisions it by the breakpoint rule, cutting an assignment's unit walk short once a lower\n")
+	fmt.Fprintf(output, "bound shows it cannot beat the best so far.\n\n")
+	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "types\tlayers\tassignments\tbf time\tbf cost\trl time\trl cost\texact time\texact cost\tbf/exact time\t")
 	for _, row := range [][2]int{{2, 8}, {2, 12}, {2, 16}, {2, 20}, {3, 8}, {3, 12}, {4, 8}, {4, 12}} {
 		p, err := b.problem(row[0], row[1])
@@ -225,8 +239,8 @@ func (b bench) table2() error {
 
 // table3: the provisioning rules on the exact plan's assignment.
 func (b bench) table3() error {
-	fmt.Printf("\nTable 3: provisioning rules on exact's assignment, cost relative to the breakpoint rule (optimal for it)\n\n")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(output, "\nTable 3: provisioning rules on exact's assignment, cost relative to the breakpoint rule (optimal for it)\n\n")
+	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "types\tlayers\tstages\t")
 	for _, r := range sched.Rules() {
 		fmt.Fprintf(w, "%s\t", r)

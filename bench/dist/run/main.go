@@ -26,8 +26,13 @@
 // which is not what `heterps run` does, but lets --cpuprofile see the
 // daemons. It measures; it asserts nothing.
 //
+// With --wire it first runs bench/dist/wirebw and the daemon/ps PushPull
+// benchmark, and --also repeats the runs on other units, so that one
+// invocation records all of bench/results/dist.txt (--out).
+//
 //	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--unit cpu-1t] [--in-process]
 //	                        [--pipeline-micro 8] [--pipeline-only]
+//	    [--wire] [--also cpu-2t:1] [--out bench/results/dist.txt]
 package main
 
 import (
@@ -45,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
@@ -85,21 +91,54 @@ func main() {
 	flag.IntVar(&o.pipeMicro, "pipeline-micro", 8, "micro-batches a step of the 2-stage pipeline runs")
 	flag.BoolVar(&o.pipeOnly, "pipeline-only", false, "run only the 2-stage pipeline under each schedule")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file (it sees the daemons only with --in-process)")
+	wire := flag.Bool("wire", false, "first run bench/dist/wirebw and the daemon/ps PushPull benchmark (child processes) into the output")
+	also := flag.String("also", "", "then repeat the runs on other units: semicolon-separated UNIT:NODES, e.g. cpu-2t:1 (the plan make run gets here)")
+	outPath := flag.String("out", "", header.OutUsage)
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := parseOptions(&o, *batches, *nodes)
+	var passes []pass
+	if err == nil {
+		passes, err = parsePasses(*also)
+	}
+	var res *header.Results
+	if err == nil {
+		res, err = header.Begin(*outPath, header.Collect("bench/dist/run"))
+	}
+	if err == nil && *wire {
+		err = runParts(ctx, wireParts, res)
+	}
 	if err == nil {
 		var stop func()
 		if stop, err = cpuprof.Start(*cpuProfile); err == nil {
-			err = run(ctx, o, os.Stdout)
+			err = runPasses(ctx, o, passes, res)
 			stop()
 		}
+	}
+	if err == nil {
+		err = res.Close()
 	}
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/dist/run:", err)
 		os.Exit(1)
 	}
+}
+
+// runPasses runs o, then o on each pass's unit and node counts, a blank
+// line between them.
+func runPasses(ctx context.Context, o options, passes []pass, w io.Writer) error {
+	if err := run(ctx, o, w); err != nil {
+		return err
+	}
+	for _, p := range passes {
+		o.unit, o.nodes = p.unit, p.nodes
+		fmt.Fprintln(w)
+		if err := run(ctx, o, w); err != nil {
+			return fmt.Errorf("--also %s: %w", p.unit, err)
+		}
+	}
+	return nil
 }
 
 func parseOptions(o *options, batches, nodes string) error {

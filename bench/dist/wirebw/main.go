@@ -31,6 +31,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/daemon/wire/pki"
 	"github.com/heterps/heterps/internal/cpuprof"
@@ -40,17 +41,28 @@ func main() {
 	budget := flag.Int("budget", 128<<20, "bytes sent per size and round")
 	rounds := flag.Int("rounds", 3, "rounds per size; the best counts")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	outPath := flag.String("out", "", header.OutUsage)
 	flag.Parse()
-	stop, err := cpuprof.Start(*cpuProfile)
+	res, err := header.Begin(*outPath, header.Collect("bench/dist/wirebw"))
 	if err == nil {
-		err = run(*budget, *rounds)
-		stop()
+		output = res
+		var stop func()
+		if stop, err = cpuprof.Start(*cpuProfile); err == nil {
+			err = run(*budget, *rounds)
+			stop()
+		}
+	}
+	if err == nil {
+		err = res.Close()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wirebw:", err)
 		os.Exit(1)
 	}
 }
+
+// output is where the table goes: stdout, and the results file with --out.
+var output io.Writer = os.Stdout
 
 var sizes = []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}
 
@@ -74,7 +86,7 @@ func run(budget, rounds int) error {
 	defer wt.close()
 
 	start := time.Now()
-	fmt.Printf("%8s %10s %10s %6s %10s %6s %10s %6s %8s\n", "size", "raw MB/s", "wire copy", "ratio", "wire view", "ratio", "wire TLS", "ratio", "TLS/copy")
+	fmt.Fprintf(output, "%8s %10s %10s %6s %10s %6s %10s %6s %8s\n", "size", "raw MB/s", "wire copy", "ratio", "wire view", "ratio", "wire TLS", "ratio", "TLS/copy")
 	for _, size := range sizes {
 		count := max(4, budget/size)
 		// Warm up every path (buffers, pools, TCP windows) untimed.
@@ -110,10 +122,10 @@ func run(budget, rounds int) error {
 			bestTLS = best(bestTLS, d)
 		}
 		rawMBs, copyMBs, viewMBs, tlsMBs := mbps(size*count, bestRaw), mbps(size*count, bestCopy), mbps(size*count, bestView), mbps(size*count, bestTLS)
-		fmt.Printf("%8s %10.0f %10.0f %6.2f %10.0f %6.2f %10.0f %6.2f %8.2f\n", human(size), rawMBs, copyMBs, copyMBs/rawMBs,
+		fmt.Fprintf(output, "%8s %10.0f %10.0f %6.2f %10.0f %6.2f %10.0f %6.2f %8.2f\n", human(size), rawMBs, copyMBs, copyMBs/rawMBs,
 			viewMBs, viewMBs/rawMBs, tlsMBs, tlsMBs/rawMBs, tlsMBs/copyMBs)
 	}
-	fmt.Printf("(%d rounds per size, best of each; %v in all)\n", rounds, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(output, "(%d rounds per size, best of each; %v in all)\n", rounds, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -3,12 +3,8 @@ package loopback
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
-	"time"
 
 	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
@@ -25,31 +21,6 @@ func Build(ctx context.Context, dir string) (string, error) {
 		}
 	}
 	return heterpsd, nil
-}
-
-// Machine says when and where a benchmark runs: the time, the CPUs, the
-// load average, the Go version and the tree's commit.
-func Machine() string {
-	load, _ := os.ReadFile("/proc/loadavg")
-	fields := strings.Fields(string(load))
-	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	return fmt.Sprintf("%s; %d CPUs (%s), load avg %s; %s, heterps %s",
-		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), cpuModel(), strings.Join(fields[:min(3, len(fields))], " "),
-		runtime.Version(), strings.TrimSpace(string(commit)))
-}
-
-// cpuModel is the CPU's model name, if /proc/cpuinfo says.
-func cpuModel() string {
-	info, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.SplitSeq(string(info), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
 }
 
 // Catalog is a catalog named name of one type, unit, with n units on n

@@ -1,0 +1,216 @@
+// Package header is the header every benchmark program prints above its
+// results, and the results file the program writes itself: when and on
+// what it ran (date, CPU model, cores, load average before and after) and
+// with what (Go, OpenBLAS, the heterps commit, the Python packages of the
+// competitor it drove), so that no results file needs a hand-typed header.
+package header
+
+/*
+#cgo LDFLAGS: -lopenblas
+char *openblas_get_config(void);
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Package is one Python distribution a benchmark drove and its version.
+type Package struct {
+	Label   string // what the header calls it, e.g. "PyTorch"
+	Dist    string // the distribution's name on the package index, e.g. "torch"
+	Version string // "" until looked up; "not installed" when absent
+}
+
+// Info is what the header says.
+type Info struct {
+	Program  string
+	Time     time.Time
+	CPU      string // model name
+	CPUs     int    // logical CPUs
+	Cores    int    // physical cores, 0 when /proc/cpuinfo does not say
+	Load     string // the three load averages
+	Go       string
+	OpenBLAS string
+	Commit   string
+	Python   []Package
+}
+
+// Collect gathers the header of program now, before it measures anything.
+// Each python entry names an interpreter and the packages to look up in it.
+func Collect(program string, python ...Python) Info {
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	model, cores := parseCPUInfo(string(cpuinfo))
+	info := Info{Program: program, Time: time.Now().UTC(), CPU: model, CPUs: runtime.NumCPU(), Cores: cores,
+		Load: LoadAverage(), Go: runtime.Version(), OpenBLAS: openBLAS(), Commit: commit()}
+	for _, p := range python {
+		info.Python = append(info.Python, p.Versions()...)
+	}
+	return info
+}
+
+// Write prints the header: lines that start with "# ".
+func (i Info) Write(w io.Writer) error {
+	cores := ""
+	if i.Cores > 0 {
+		cores = fmt.Sprintf(", %d cores", i.Cores)
+	}
+	versions := []string{i.Go, "OpenBLAS " + i.OpenBLAS, "heterps " + i.Commit}
+	for _, p := range i.Python {
+		versions = append(versions, p.Label+" "+p.Version)
+	}
+	_, err := fmt.Fprintf(w, "# %s: %s\n# machine: %s, %d CPUs%s; load average before %s\n# versions: %s\n",
+		i.Program, i.Time.Format(time.RFC3339), i.CPU, i.CPUs, cores, i.Load, strings.Join(versions, ", "))
+	return err
+}
+
+// WriteLoadAfter prints the footer line: the load average now, after the
+// benchmark ran.
+func WriteLoadAfter(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "# load average after %s\n", LoadAverage())
+	return err
+}
+
+// LoadAverage is the 1, 5 and 15 minute load averages, "unknown" where
+// /proc/loadavg cannot be read.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return parseLoadAvg(string(b))
+}
+
+func parseLoadAvg(s string) string {
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// parseCPUInfo returns the first model name in /proc/cpuinfo's text and
+// the number of distinct (physical id, core id) pairs.
+func parseCPUInfo(text string) (model string, cores int) {
+	model = "unknown CPU"
+	seen := map[string]bool{}
+	physical := ""
+	for line := range strings.SplitSeq(text, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch k {
+		case "model name":
+			if model == "unknown CPU" {
+				model = v
+			}
+		case "physical id":
+			physical = v
+		case "core id":
+			seen[physical+"/"+v] = true
+		}
+	}
+	return model, len(seen)
+}
+
+// openBLAS is the linked library's own version and core, as
+// openblas_get_config says, else the Debian package's version.
+func openBLAS() string {
+	if v, ok := parseOpenBLASConfig(C.GoString(C.openblas_get_config())); ok {
+		return v
+	}
+	out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "libopenblas0").Output()
+	if err != nil || len(out) == 0 {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out)) + " (Debian package)"
+}
+
+// parseOpenBLASConfig turns "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY
+// Haswell MAX_THREADS=64" into "0.3.21 (DYNAMIC_ARCH NO_AFFINITY Haswell
+// MAX_THREADS=64)"; false when the text names no version.
+func parseOpenBLASConfig(config string) (string, bool) {
+	f := strings.Fields(config)
+	if len(f) < 2 || f[0] != "OpenBLAS" || !strings.ContainsAny(f[1][:1], "0123456789") {
+		return "", false
+	}
+	if len(f) == 2 {
+		return f[1], true
+	}
+	return fmt.Sprintf("%s (%s)", f[1], strings.Join(f[2:], " ")), true
+}
+
+// commit is the tree's short commit, with "+changes" when tracked files
+// differ from it; "unknown" outside a git checkout.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		c += "+changes"
+	}
+	return c
+}
+
+// Python names an interpreter and the packages a benchmark used from it.
+type Python struct {
+	Interpreter string
+	Packages    []Package
+}
+
+// versionScript prints a JSON object of each named distribution's version
+// ("" when it is not installed), read from its metadata without importing
+// it (importing torch or paddle takes seconds).
+const versionScript = `
+import json, sys
+from importlib import metadata
+out = {}
+for d in sys.argv[1:]:
+    try:
+        out[d] = metadata.version(d)
+    except metadata.PackageNotFoundError:
+        out[d] = ""
+print(json.dumps(out))
+`
+
+// Versions looks the packages up in the interpreter. A package it cannot
+// find, or an interpreter that does not run, reads "not installed" or the
+// reason.
+func (p Python) Versions() []Package {
+	out := make([]Package, len(p.Packages))
+	copy(out, p.Packages)
+	args := []string{"-c", versionScript}
+	for _, pkg := range p.Packages {
+		args = append(args, pkg.Dist)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := exec.CommandContext(ctx, p.Interpreter, args...).Output()
+	var found map[string]string
+	if err == nil {
+		err = json.Unmarshal(js, &found)
+	}
+	for i := range out {
+		switch {
+		case err != nil:
+			out[i].Version = fmt.Sprintf("unknown (%s: %v)", p.Interpreter, err)
+		case found[out[i].Dist] == "":
+			out[i].Version = "not installed"
+		default:
+			out[i].Version = found[out[i].Dist]
+		}
+	}
+	return out
+}
