@@ -15,6 +15,7 @@ import (
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/native"
+	"golang.org/x/sync/errgroup"
 )
 
 // DefaultStepTimeout bounds a step when Config.StepTimeout is 0.
@@ -201,12 +202,16 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	snd := startSender(ctx, cancel)
-	st := w.newStepState(ctx, step, snd, &group{cancel: cancel})
+	// The phases run on bg's context: the first failed pull or push
+	// cancels it, so that they stop waiting. The sender keeps the step's:
+	// bg's Wait cancels bgCtx, and sends queued by then must still go.
+	bg, bgCtx := errgroup.WithContext(ctx)
+	st := w.newStepState(bgCtx, step, snd, bg)
 	res, err := w.step(st)
 	if err != nil {
 		cancel()
 	}
-	err = withConsequences(err, st.bg.wait(), snd.wait())
+	err = withConsequences(err, st.bg.Wait(), snd.wait())
 	st.gate.open(err == nil)
 	w.ahead = nil
 	if err == nil && w.hasStep(step+1) {
@@ -222,7 +227,8 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 // withConsequences joins a step's error with those of its background pulls
 // and pushes (bg) and sends (snd), the step's own first: it is the cause.
 // Once the step has failed, the background work it cancelled reports
-// context.Canceled, which says nothing and is dropped.
+// context.Canceled, which says nothing and is dropped, and a background
+// error that the step already returned (its Wait) is not repeated.
 func withConsequences(err, bg, snd error) error {
 	if snd != nil {
 		snd = fmt.Errorf("send: %w", snd)
@@ -231,7 +237,7 @@ func withConsequences(err, bg, snd error) error {
 		return errors.Join(bg, snd)
 	}
 	for _, e := range []error{bg, snd} {
-		if e != nil && !errors.Is(e, context.Canceled) {
+		if e != nil && !errors.Is(e, context.Canceled) && !errors.Is(err, e) {
 			err = errors.Join(err, e)
 		}
 	}
@@ -252,7 +258,7 @@ type stepState struct {
 	ctx   context.Context
 	step  int64
 	snd   *sender
-	bg    *group // the dense pull and the pushes
+	bg    *errgroup.Group // the dense pull and the pushes
 	clk   clock
 	res   Result
 	dense chan error // the dense pull's outcome, once
@@ -268,7 +274,7 @@ type stepState struct {
 	pieces [][]int
 }
 
-func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
+func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.copies)), ins: make([]input, len(w.copies)),
 		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1,
@@ -277,7 +283,7 @@ func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *
 
 func (w *Worker) step(st *stepState) (Result, error) {
 	ctx, step, bg := st.ctx, st.step, st.bg
-	bg.start(func() error {
+	bg.Go(func() error {
 		err := w.pullDense(ctx, step)
 		if err != nil {
 			err = fmt.Errorf("pull dense parameters: %w", err)
@@ -302,7 +308,7 @@ func (w *Worker) step(st *stepState) (Result, error) {
 	} else if err := w.backwards(st); err != nil {
 		return st.res, err
 	}
-	if err := bg.wait(); err != nil {
+	if err := bg.Wait(); err != nil {
 		return st.res, err
 	}
 	st.clk.lap(&st.res.Push)
