@@ -17,6 +17,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/apiclient"
 	"github.com/heterps/heterps/daemon/retry"
 	"github.com/heterps/heterps/daemon/wire"
 )
@@ -149,9 +150,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.TLS != nil {
 		a.http.TLSClientConfig = cfg.TLS.Clone() // the server name comes from the coordinator's URL
 	}
-	a.ctl = control{base: cfg.Coordinator, client: &http.Client{Transport: a.http, Timeout: 30 * time.Second}}
+	a.ctl = control{client: apiclient.New(cfg.Coordinator, &http.Client{Transport: a.http, Timeout: 30 * time.Second})}
 	if cfg.Secret != nil {
-		a.ctl.key = api.ControlKey(cfg.Secret)
+		a.ctl.client.Key = api.ControlKey(cfg.Secret)
 	}
 	cg, err := findCgroupCPU(procSelfCgroup, cgroupV2Root, os.Getpid(), min(cfg.Units*cfg.Threads, runtime.NumCPU()))
 	a.throttle, a.noCgroup = newCPUThrottle(cg), err
