@@ -221,6 +221,13 @@ func (c *coordClient) nodes(ctx context.Context) ([]api.NodeStatus, error) {
 	return s, err
 }
 
+// alloc returns the allocator's policy and last decision (GET /v1/alloc).
+func (c *coordClient) alloc(ctx context.Context) (api.AllocStatus, error) {
+	var a api.AllocStatus
+	err := c.Get(ctx, "/v1/alloc", &a)
+	return a, err
+}
+
 func (c *coordClient) cancel(ctx context.Context, id string) error {
 	var s api.JobStatus
 	return c.Delete(ctx, "/v1/jobs/"+id, &s)
