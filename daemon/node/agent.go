@@ -17,6 +17,8 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/apiclient"
+	"github.com/heterps/heterps/daemon/retry"
 	"github.com/heterps/heterps/daemon/wire"
 )
 
@@ -148,9 +150,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.TLS != nil {
 		a.http.TLSClientConfig = cfg.TLS.Clone() // the server name comes from the coordinator's URL
 	}
-	a.ctl = control{base: cfg.Coordinator, client: &http.Client{Transport: a.http, Timeout: 30 * time.Second}}
+	a.ctl = control{client: apiclient.New(cfg.Coordinator, &http.Client{Transport: a.http, Timeout: 30 * time.Second})}
 	if cfg.Secret != nil {
-		a.ctl.key = api.ControlKey(cfg.Secret)
+		a.ctl.client.Key = api.ControlKey(cfg.Secret)
 	}
 	cg, err := findCgroupCPU(procSelfCgroup, cgroupV2Root, os.Getpid(), min(cfg.Units*cfg.Threads, runtime.NumCPU()))
 	a.throttle, a.noCgroup = newCPUThrottle(cg), err
@@ -300,7 +302,7 @@ var errRegisterTimeout = errors.New("no coordinator answered")
 // (then the id is empty), the coordinator refuses it, or deadline (when
 // not zero) passes.
 func (a *Agent) register(ctx context.Context, req api.RegisterRequest, deadline time.Time) (string, time.Duration, error) {
-	wait := 100 * time.Millisecond
+	backoff := registerRetry.Start()
 	for {
 		resp, err := a.ctl.register(ctx, req)
 		switch {
@@ -314,15 +316,19 @@ func (a *Agent) register(ctx context.Context, req api.RegisterRequest, deadline 
 		}
 		a.log.Warn("register", "err", err)
 		a.checkLease()
+		wait, _ := backoff.Next()
 		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			return "", 0, fmt.Errorf("%w at %s within register_timeout %s: %w", errRegisterTimeout, a.cfg.Coordinator, a.cfg.RegisterTimeout, err)
 		}
-		if !sleep(ctx, wait) {
+		if retry.Sleep(ctx, wait) != nil {
 			return "", 0, nil
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
+
+// registerRetry spaces the tries to register; jitter keeps the nodes of a
+// cluster from all hitting a restarted coordinator at once.
+var registerRetry = retry.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // heartbeatLoop heartbeats every interval until ctx ends or the
 // coordinator forgets the node.
@@ -378,13 +384,5 @@ func (a *Agent) shutdown(id string) {
 	a.http.CloseIdleConnections()
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleep waits for d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, d) == nil }

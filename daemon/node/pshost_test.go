@@ -48,11 +48,11 @@ func TestStageDataMustFitTheModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = openData(api.Task{Data: "avazu:../data/testdata/avazu_sample.csv", DataShards: 1}, cfg)
+	_, err = openData(api.Task{Data: "avazu:../data/testdata/avazu_sample.csv", DataShards: 1}, cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "reads 26 sparse slots; the data has 22") {
 		t.Fatalf("openData: %v", err)
 	}
-	src, err := openData(api.Task{Data: "criteo:../data/testdata/criteo_sample.csv", DataShards: 1}, cfg)
+	src, err := openData(api.Task{Data: "criteo:../data/testdata/criteo_sample.csv", DataShards: 1}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

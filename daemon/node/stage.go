@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -142,7 +143,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		MicroBatches: s.MicroBatches, Schedule: schedule}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
-		in, err := stageInput(ctx, s, cfg)
+		in, err := stageInput(ctx, s, cfg, a.taskLog(s))
 		if err != nil {
 			return fail(permanent(err))
 		}
@@ -165,8 +166,8 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 // DataStart. A generator's shard is opened at the record the trained steps
 // reached (the segment's reader jumps there: data.Options.Start); a file,
 // whose data wraps around at its end, is read and dropped up to it.
-func stageInput(ctx context.Context, s api.Task, cfg *config.Model) (*pipeline.ShardedInput, error) {
-	src, err := openData(s, cfg)
+func stageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, error) {
+	src, err := openData(s, cfg, epochLogger(log, s.Data))
 	if err != nil {
 		return nil, err
 	}
@@ -227,10 +228,11 @@ func (a *Agent) psClient(s api.Task) (*ps.Client, error) {
 }
 
 // openData opens the replica's shard of the job's training split, read
-// again from the start whenever it ends.
-func openData(s api.Task, cfg *config.Model) (data.Source, error) {
+// again from the start whenever it ends, calling onEpoch (unless nil) as
+// each pass after the first begins.
+func openData(s api.Task, cfg *config.Model, onEpoch func(epoch int)) (data.Source, error) {
 	opts := data.Options{Vocab: cfg.Input.Vocab, Shard: s.DataShard, Shards: s.DataShards, Split: data.SplitTrain}
-	src, err := data.Repeat(func() (data.Source, error) { return data.Open(s.Data, opts) })
+	src, err := data.RepeatEpochs(func() (data.Source, error) { return data.Open(s.Data, opts) }, onEpoch)
 	if err != nil {
 		return nil, fmt.Errorf("data %q: %w", s.Data, err)
 	}
@@ -239,6 +241,13 @@ func openData(s api.Task, cfg *config.Model) (data.Source, error) {
 		return nil, fmt.Errorf("data %q: %w", s.Data, err)
 	}
 	return src, nil
+}
+
+// epochLogger says "epoch N" on log when a pass over the data file spec
+// begins again from its start, so that a job that trains on more samples
+// than its file holds says so.
+func epochLogger(log *slog.Logger, spec string) func(epoch int) {
+	return func(epoch int) { log.Info(fmt.Sprintf("epoch %d", epoch), "data", spec, "epoch", epoch) }
 }
 
 // busyTime is a replica's compute time per step (forward, backward and

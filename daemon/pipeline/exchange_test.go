@@ -211,3 +211,16 @@ func TestStepErrorsPutTheCauseFirst(t *testing.T) {
 		t.Errorf("nothing failed: %v", got)
 	}
 }
+
+// TestStepErrorsSayABackgroundFailureOnce: the step's background group
+// returns its first error on every Wait, so a step that failed on it (as
+// such, or wrapped by the phase that waited for it) reports it once.
+func TestStepErrorsSayABackgroundFailureOnce(t *testing.T) {
+	push := errors.New("push emb: shard 1: connection reset")
+	for _, stepErr := range []error{push, fmt.Errorf("micro-batch 0: %w", push)} {
+		got := withConsequences(stepErr, push, nil)
+		if n := strings.Count(got.Error(), push.Error()); n != 1 {
+			t.Errorf("step error %q with the same background error: %q says it %d times, want once", stepErr, got, n)
+		}
+	}
+}

@@ -138,34 +138,3 @@ func each(n int, f func(i int) error) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
-
-// group runs functions in the background and joins their errors; the
-// first failure calls cancel (the step's), so that the rest stop waiting.
-type group struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   []error
-}
-
-func (g *group) start(f func() error) {
-	g.wg.Go(func() {
-		if err := f(); err != nil {
-			g.mu.Lock()
-			g.errs = append(g.errs, err)
-			g.mu.Unlock()
-			g.cancel()
-		}
-	})
-}
-
-// wait waits for every started function and joins the errors not yet
-// returned by an earlier wait.
-func (g *group) wait() error {
-	g.wg.Wait()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	err := errors.Join(g.errs...)
-	g.errs = nil
-	return err
-}

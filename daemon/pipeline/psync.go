@@ -112,7 +112,7 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 		if l != layer {
 			continue
 		}
-		st.bg.start(func() error {
+		st.bg.Go(func() error {
 			g, err := w.denseGradient(i)
 			if err != nil {
 				return err
@@ -131,7 +131,7 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 		if emb.index != layer {
 			continue
 		}
-		st.bg.start(func() error {
+		st.bg.Go(func() error {
 			ids, rows, err := w.sparseGradient(e)
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/native"
+	"golang.org/x/sync/errgroup"
 )
 
 // DefaultStepTimeout bounds a step when Config.StepTimeout is 0.
@@ -222,12 +223,16 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	snd := startSender(ctx, cancel)
-	st := w.newStepState(ctx, step, snd, &group{cancel: cancel})
+	// The phases run on bg's context: the first failed pull or push
+	// cancels it, so that they stop waiting. The sender keeps the step's:
+	// bg's Wait cancels bgCtx, and sends queued by then must still go.
+	bg, bgCtx := errgroup.WithContext(ctx)
+	st := w.newStepState(bgCtx, step, snd, bg)
 	res, err := w.step(st)
 	if err != nil {
 		cancel()
 	}
-	err = withConsequences(err, st.bg.wait(), snd.wait())
+	err = withConsequences(err, st.bg.Wait(), snd.wait())
 	st.gate.open(err == nil)
 	w.ahead = nil
 	if err == nil && w.hasStep(step+1) {
@@ -243,7 +248,8 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 // withConsequences joins a step's error with those of its background pulls
 // and pushes (bg) and sends (snd), the step's own first: it is the cause.
 // Once the step has failed, the background work it cancelled reports
-// context.Canceled, which says nothing and is dropped.
+// context.Canceled, which says nothing and is dropped, and a background
+// error that the step already returned (its Wait) is not repeated.
 func withConsequences(err, bg, snd error) error {
 	if snd != nil {
 		snd = fmt.Errorf("send: %w", snd)
@@ -252,7 +258,7 @@ func withConsequences(err, bg, snd error) error {
 		return errors.Join(bg, snd)
 	}
 	for _, e := range []error{bg, snd} {
-		if e != nil && !errors.Is(e, context.Canceled) {
+		if e != nil && !errors.Is(e, context.Canceled) && !errors.Is(err, e) {
 			err = errors.Join(err, e)
 		}
 	}
@@ -273,7 +279,7 @@ type stepState struct {
 	ctx   context.Context
 	step  int64
 	snd   *sender
-	bg    *group // the dense pull and the pushes
+	bg    *errgroup.Group // the dense pull and the pushes
 	clk   clock
 	res   Result
 	dense chan error // the dense pull's outcome, once
@@ -290,7 +296,7 @@ type stepState struct {
 	live   int // micro-batches holding a layer copy (acquire, release)
 }
 
-func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *group) *stepState {
+func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.grads)), ins: make([]input, len(w.grads)),
 		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1,
@@ -299,7 +305,7 @@ func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *
 
 func (w *Worker) step(st *stepState) (Result, error) {
 	ctx, step, bg := st.ctx, st.step, st.bg
-	bg.start(func() error {
+	bg.Go(func() error {
 		err := w.pullDense(ctx, step)
 		if err != nil {
 			err = fmt.Errorf("pull dense parameters: %w", err)
@@ -321,7 +327,7 @@ func (w *Worker) step(st *stepState) (Result, error) {
 	if w.last {
 		st.res.Loss = lossSum / float64(st.res.Samples)
 	}
-	if err := bg.wait(); err != nil {
+	if err := bg.Wait(); err != nil {
 		return st.res, err
 	}
 	st.clk.lap(&st.res.Push)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/heterps/heterps/daemon/retry"
 )
 
 // Dial connects to addr and runs the handshake as the dialer. With wantPeer
@@ -119,7 +121,7 @@ func (l *Listener) Close() error {
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	backoff := backoff{min: 5 * time.Millisecond, max: time.Second}
+	backoff := retry.Policy{Min: 5 * time.Millisecond, Max: time.Second}.Start()
 	for {
 		nc, err := l.ln.Accept()
 		if errors.Is(err, net.ErrClosed) {
@@ -127,12 +129,12 @@ func (l *Listener) acceptLoop() {
 		}
 		if err != nil { // e.g. out of file descriptors: wait and retry
 			l.cfg.Logger.Error("wire: accept", "addr", l.ln.Addr().String(), "err", err)
-			if !backoff.wait(l.ctx) {
+			if !backoff.Wait(l.ctx) {
 				return
 			}
 			continue
 		}
-		backoff.reset()
+		backoff.Reset()
 		pc, evicted := l.pending.admit(nc)
 		for _, old := range evicted {
 			old.Close()
@@ -190,23 +192,3 @@ func (l *Listener) authenticate(pc *pendingConn) {
 		c.Close()
 	}
 }
-
-// backoff is an exponential wait between retries.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-// wait sleeps for the next interval; false means ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	b.cur = min(max(2*b.cur, b.min), b.max)
-	t := time.NewTimer(b.cur)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (b *backoff) reset() { b.cur = 0 }

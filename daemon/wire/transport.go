@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/heterps/heterps/daemon/retry"
 )
 
 // Transport moves messages between this node and its peers. TCPTransport is
@@ -302,7 +304,7 @@ func (t *TCPTransport) adopt(c *Conn, p *peer) {
 // dialLoop keeps a connection to p up until ctx ends.
 func (t *TCPTransport) dialLoop(ctx context.Context, p *peer) {
 	defer t.wg.Done()
-	retry := backoff{min: 20 * time.Millisecond, max: 2 * time.Second}
+	backoff := retry.Policy{Min: 20 * time.Millisecond, Max: 2 * time.Second}.Start()
 	for {
 		c, err := Dial(ctx, p.addr, t.cfg, p.id)
 		if err != nil {
@@ -314,12 +316,12 @@ func (t *TCPTransport) dialLoop(ctx context.Context, p *peer) {
 				level = slog.LevelWarn
 			}
 			t.cfg.Logger.Log(ctx, level, "wire: dial peer", "peer", p.id, "addr", p.addr, "err", err)
-			if !retry.wait(ctx) {
+			if !backoff.Wait(ctx) {
 				return
 			}
 			continue
 		}
-		retry.reset()
+		backoff.Reset()
 		if !t.install(p, c) {
 			c.Close()
 			return
@@ -329,7 +331,7 @@ func (t *TCPTransport) dialLoop(ctx context.Context, p *peer) {
 		case <-ctx.Done():
 			return
 		}
-		if !retry.wait(ctx) {
+		if !backoff.Wait(ctx) {
 			return
 		}
 	}

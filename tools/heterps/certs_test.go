@@ -77,10 +77,10 @@ func TestClientFlagsTakeTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.base != "https://127.0.0.1:7070" {
-		t.Errorf("base %q: host:port with a certificate means https", c.base)
+	if c.Base != "https://127.0.0.1:7070" {
+		t.Errorf("base %q: host:port with a certificate means https", c.Base)
 	}
-	cfg := c.http.Transport.(*http.Transport).TLSClientConfig
+	cfg := c.HTTP.Transport.(*http.Transport).TLSClientConfig
 	if cfg == nil || len(cfg.Certificates) != 1 || cfg.RootCAs == nil {
 		t.Fatalf("TLS client config %+v, want the certificate and the CA", cfg)
 	}

@@ -320,7 +320,7 @@ func (p *launchPlan) startAndRun(ctx context.Context, l *launched, secret []byte
 	}
 	c := newCoordClient(url)
 	defer c.close()
-	c.key = api.ControlKey(bytes.TrimSpace(secret))
+	c.Key = api.ControlKey(bytes.TrimSpace(secret))
 	return runJob(ctx, c, &l.kids, len(p.daemons), p.jobTOML, stderr, "heterps launch", url)
 }
 

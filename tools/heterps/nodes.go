@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -70,7 +68,7 @@ func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return failTo(stderr, exitUsage, err)
 	}
 	defer c.close()
-	c.retry = cliRetry(requestRetryFor, stderr)
+	c.retryFor(requestRetryFor, stderr)
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
@@ -128,7 +126,7 @@ func runThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return failTo(stderr, exitUsage, err)
 	}
 	defer c.close()
-	c.retry = cliRetry(requestRetryFor, stderr)
+	c.retryFor(requestRetryFor, stderr)
 	s, err := c.throttle(ctx, f.rest[0], req)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
@@ -162,11 +160,7 @@ func parseThrottle(rest []string) (api.ThrottleRequest, error) {
 }
 
 func (c *coordClient) throttle(ctx context.Context, node string, req api.ThrottleRequest) (api.NodeStatus, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return api.NodeStatus{}, err
-	}
 	var s api.NodeStatus
-	err = c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(node)+"/throttle", api.ContentTypeJSON, body, &s)
+	err := c.PostJSON(ctx, "/v1/nodes/"+url.PathEscape(node)+"/throttle", req, &s)
 	return s, err
 }

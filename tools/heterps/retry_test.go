@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/apiclient"
+	"github.com/heterps/heterps/daemon/retry"
 )
 
 const exampleJob = "../../config/examples/jobs/ctrdnn-local.toml"
@@ -198,10 +199,10 @@ func TestRetriesAreBounded(t *testing.T) {
 	c := newCoordClient(srv.URL)
 	defer c.close()
 	var notes bytes.Buffer
-	c.retry = retryPolicy{first: time.Millisecond, max: 4 * time.Millisecond, giveUp: 50 * time.Millisecond, notices: &notes}
+	c.Retry = retry.Policy{Min: time.Millisecond, Max: 4 * time.Millisecond, GiveUp: 50 * time.Millisecond}
+	c.OnRetry = retryNotices(&notes)
 	_, err := c.job(context.Background(), "down")
-	var unavailable unavailableError
-	if !errors.As(err, &unavailable) || !strings.Contains(err.Error(), "gave up after retrying for 50ms") {
+	if !apiclient.Unavailable(err) || !strings.Contains(err.Error(), "gave up after retrying for 50ms") {
 		t.Errorf("always 504: %v, want it given up", err)
 	}
 	if n := strings.Count(notes.String(), "retrying in"); n < 2 || n != calls["/v1/jobs/down"]-1 {

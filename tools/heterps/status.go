@@ -64,7 +64,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return failTo(stderr, exitUsage, err)
 	}
 	defer c.close()
-	c.retry = cliRetry(requestRetryFor, stderr)
+	c.retryFor(requestRetryFor, stderr)
 	if f.job == "" {
 		jobs, err := c.jobs(ctx)
 		if err != nil {
@@ -78,6 +78,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return failTo(stderr, exitFailure, err)
 		}
 		printJobList(stdout, jobs)
+		if a, err := c.alloc(ctx); err != nil {
+			fmt.Fprintf(stderr, "heterps: allocator: %v\n", err)
+		} else {
+			printAllocDecision(stdout, a)
+		}
 		fmt.Fprintln(stdout)
 		printNodeList(stdout, nodes, time.Now())
 		return exitOK
@@ -100,6 +105,51 @@ func printJobList(w io.Writer, jobs []api.JobStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%.4g\t%.4g\t%.4g\n", s.ID, s.Name, s.State, s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
 	}
 	tw.Flush()
+}
+
+// printAllocDecision prints a line with the allocator's last decision:
+// when, how long it took and each job's units (and what it had), or that
+// none was made yet. It prints nothing when the allocator is off.
+func printAllocDecision(w io.Writer, a api.AllocStatus) {
+	if a.Policy == "" || a.Policy == "off" {
+		return
+	}
+	fmt.Fprintf(w, "allocator %s, every %s: ", a.Policy, (time.Duration(a.EpochMS) * time.Millisecond).String())
+	if a.At == nil {
+		fmt.Fprintln(w, "no decision yet")
+		return
+	}
+	fmt.Fprintf(w, "decision %d at %s (%.1f ms):", a.Epochs, a.At.Local().Format(time.TimeOnly), a.DecisionMS)
+	if len(a.Jobs) == 0 {
+		fmt.Fprint(w, " no running jobs")
+	}
+	for i, g := range a.Jobs {
+		if i > 0 {
+			fmt.Fprint(w, ";")
+		}
+		fmt.Fprintf(w, " %s %d unit(s) on %s (was %d, quality %.3f)", g.JobID, g.Units, g.Node, g.Was, g.Quality)
+	}
+	fmt.Fprintln(w)
+}
+
+// printJobAlloc prints the allocator's view of a job: its units, loss
+// beside the fitted curve's prediction, quality against its target, and
+// priority.
+func printJobAlloc(w io.Writer, a *api.JobAlloc) {
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(w, "  allocator: %d unit(s), loss %.4f", a.Units, a.Loss)
+	if a.PredictedLoss != 0 {
+		fmt.Fprintf(w, " (predicted %.4f)", a.PredictedLoss)
+	} else {
+		fmt.Fprint(w, " (no fit yet)")
+	}
+	fmt.Fprintf(w, ", quality %.3f", a.Quality)
+	if a.Target > 0 {
+		fmt.Fprintf(w, " of target %.3f", a.Target)
+	}
+	fmt.Fprintf(w, ", priority %g\n", a.Priority)
 }
 
 // printNodeList shows the nodes a coordinator knows: who they are, what
@@ -237,6 +287,7 @@ func printJob(w io.Writer, s api.JobStatus) {
 	}
 	fmt.Fprintf(w, "\n  steps %d/%d, loss %.4f, %.4g samples/s, %.1f s, cost %.4g\n", s.Step, s.Steps, r.Loss, r.SamplesPerS, r.Seconds, r.Cost)
 	printReplans(w, s.Replan)
+	printJobAlloc(w, s.Alloc)
 	if len(r.Stages) == 0 {
 		return
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,11 +11,12 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/apiclient"
+	"github.com/heterps/heterps/daemon/retry"
 	"github.com/heterps/heterps/daemon/wire"
 )
 
@@ -90,7 +90,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return failTo(stderr, exitUsage, err)
 	}
 	defer c.close()
-	c.retry = cliRetry(requestRetryFor, stderr)
+	c.retryFor(requestRetryFor, stderr)
 	id, err := c.submit(ctx, src)
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
@@ -103,7 +103,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitOK
 	}
 	update, done := jobProgress(stderr)
-	c.retry = cliRetry(waitRetryFor, stderr)
+	c.retryFor(waitRetryFor, stderr)
 	s, err := c.waitJob(ctx, id, update, stderr)
 	done()
 	if err != nil {
@@ -145,40 +145,27 @@ func (f *coordFlags) client() (*coordClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.http.Transport.(*http.Transport).TLSClientConfig = cfg
+		c.HTTP.Transport.(*http.Transport).TLSClientConfig = cfg
 	}
 	if f.secretFile != "" {
 		secret, err := wire.LoadSecret(f.secretFile)
 		if err != nil {
 			return nil, err
 		}
-		c.key = api.ControlKey(secret)
+		c.Key = api.ControlKey(secret)
 	}
 	return c, nil
 }
 
-type coordClient struct {
-	base  string
-	http  *http.Client
-	key   []byte      // api.ControlKey of the cluster secret; nil: unsigned requests
-	retry retryPolicy // zero: no retries
-}
+// coordClient is the CLI's client of the coordinator: the one shared with
+// the nodes (apiclient), and the calls the commands make.
+type coordClient struct{ *apiclient.Client }
 
 func newCoordClient(base string) *coordClient {
-	return &coordClient{base: strings.TrimSuffix(base, "/"),
-		http: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
+	return &coordClient{apiclient.New(base, &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second})}
 }
 
-func (c *coordClient) close() { c.http.CloseIdleConnections() }
-
-// retryPolicy says how a coordClient retries a request that the
-// coordinator could not take (unavailableError): waits from first doubling
-// up to max, until the request has failed for giveUp.
-type retryPolicy struct {
-	first, max time.Duration
-	giveUp     time.Duration // 0: no retries
-	notices    io.Writer     // a line each time a wait starts
-}
+func (c *coordClient) close() { c.HTTP.CloseIdleConnections() }
 
 // How long submit and status keep retrying one request while the
 // coordinator is unreachable (a restart takes seconds), and how long
@@ -188,124 +175,22 @@ const (
 	waitRetryFor    = 10 * time.Minute
 )
 
-// cliRetry is the CLI's backoff: 100 ms doubling to 5 s, for giveUp.
-func cliRetry(giveUp time.Duration, notices io.Writer) retryPolicy {
-	return retryPolicy{first: 100 * time.Millisecond, max: 5 * time.Second, giveUp: giveUp, notices: notices}
+// cliRetry is the CLI's backoff: 100 ms growing to 5 s, with jitter.
+var cliRetry = retry.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// retryFor makes c retry a request that the coordinator could not take
+// (apiclient.Unavailable) for giveUp, saying so on notices before each wait.
+func (c *coordClient) retryFor(giveUp time.Duration, notices io.Writer) {
+	c.Retry = cliRetry
+	c.Retry.GiveUp = giveUp
+	c.OnRetry = retryNotices(notices)
 }
 
-// unavailableError is a failure that retrying may cure: the coordinator
-// refused the connection (nothing was sent), answered 502, 503 or 504, or
-// dropped the connection of a GET (which is safe to send again).
-type unavailableError struct{ error }
-
-func (e unavailableError) Unwrap() error { return e.error }
-
-// request is one call of the coordinator's API.
-type request struct {
-	method, path, contentType string
-	body                      []byte
-	idempotencyKey            string // for a submission; the same for each try
-}
-
-// do sends a request and decodes the JSON reply into out; a non-2xx
-// status becomes an error with the coordinator's message.
-func (c *coordClient) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
-	return c.send(ctx, request{method: method, path: path, contentType: contentType, body: body}, out)
-}
-
-// send sends r, and again after a wait while the coordinator is
-// unavailable and c.retry allows.
-func (c *coordClient) send(ctx context.Context, r request, out any) error {
-	var failingSince time.Time
-	wait := c.retry.first
-	for {
-		err := c.sendOnce(ctx, r, out)
-		var unavailable unavailableError
-		if err == nil || c.retry.giveUp <= 0 || !errors.As(err, &unavailable) {
-			return err
-		}
-		if failingSince.IsZero() {
-			failingSince = time.Now()
-		}
-		left := c.retry.giveUp - time.Since(failingSince)
-		if left <= 0 {
-			return fmt.Errorf("%w (gave up after retrying for %s)", err, c.retry.giveUp)
-		}
-		wait = min(wait, left)
-		fmt.Fprintf(c.retry.notices, "heterps: %v; retrying in %s\n", err, wait.Round(time.Millisecond))
-		if err := sleep(ctx, wait); err != nil {
-			return fmt.Errorf("coordinator: %s %s: %w (while waiting to retry)", r.method, r.path, err)
-		}
-		wait = min(2*wait, c.retry.max)
+// retryNotices writes a line for each wait before a retry.
+func retryNotices(w io.Writer) func(error, time.Duration) {
+	return func(err error, wait time.Duration) {
+		fmt.Fprintf(w, "heterps: %v; retrying in %s\n", err, wait.Round(time.Millisecond))
 	}
-}
-
-// sleep waits for d or until ctx ends, returning ctx's error then.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// sendOnce sends r once, signed afresh (a signature is good for one
-// request only).
-func (c *coordClient) sendOnce(ctx context.Context, r request, out any) error {
-	req, err := http.NewRequestWithContext(ctx, r.method, c.base+r.path, bytes.NewReader(r.body))
-	if err != nil {
-		return err
-	}
-	if r.contentType != "" {
-		req.Header.Set("Content-Type", r.contentType)
-	}
-	if r.idempotencyKey != "" {
-		req.Header.Set(api.IdempotencyKeyHeader, r.idempotencyKey)
-	}
-	if c.key != nil {
-		api.Sign(req, r.body, c.key, time.Now())
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		err = fmt.Errorf("coordinator: %w", err)
-		if refused(err) || r.method == http.MethodGet && dropped(err) {
-			err = unavailableError{err}
-		}
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("coordinator: %s %s: %w", r.method, r.path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e api.Error
-		msg := strings.TrimSpace(string(raw))
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		err := fmt.Errorf("coordinator: %s %s: %s: %s", r.method, r.path, resp.Status, msg)
-		switch resp.StatusCode {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			err = unavailableError{err}
-		}
-		return err
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("coordinator: %s %s: %w", r.method, r.path, err)
-	}
-	return nil
-}
-
-// refused says the connection was refused: the request was not sent.
-func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
-
-// dropped says the connection broke before a reply came.
-func dropped(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // submit submits a job file under a fresh idempotency key, which every
@@ -313,32 +198,39 @@ func dropped(err error) bool {
 // whose reply was lost can answer the next with the same job.
 func (c *coordClient) submit(ctx context.Context, jobTOML []byte) (string, error) {
 	var r api.SubmitResponse
-	err := c.send(ctx, request{method: http.MethodPost, path: "/v1/jobs", contentType: api.ContentTypeTOML, body: jobTOML,
-		idempotencyKey: api.NewIdempotencyKey()}, &r)
+	err := c.Do(ctx, apiclient.Request{Method: http.MethodPost, Path: "/v1/jobs", ContentType: api.ContentTypeTOML, Body: jobTOML,
+		IdempotencyKey: api.NewIdempotencyKey()}, &r)
 	return r.JobID, err
 }
 
 func (c *coordClient) job(ctx context.Context, id string) (api.JobStatus, error) {
 	var s api.JobStatus
-	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+id, "", nil, &s)
+	err := c.Get(ctx, "/v1/jobs/"+id, &s)
 	return s, err
 }
 
 func (c *coordClient) jobs(ctx context.Context) ([]api.JobStatus, error) {
 	var s []api.JobStatus
-	err := c.do(ctx, http.MethodGet, "/v1/jobs", "", nil, &s)
+	err := c.Get(ctx, "/v1/jobs", &s)
 	return s, err
 }
 
 func (c *coordClient) nodes(ctx context.Context) ([]api.NodeStatus, error) {
 	var s []api.NodeStatus
-	err := c.do(ctx, http.MethodGet, "/v1/nodes", "", nil, &s)
+	err := c.Get(ctx, "/v1/nodes", &s)
 	return s, err
+}
+
+// alloc returns the allocator's policy and last decision (GET /v1/alloc).
+func (c *coordClient) alloc(ctx context.Context) (api.AllocStatus, error) {
+	var a api.AllocStatus
+	err := c.Get(ctx, "/v1/alloc", &a)
+	return a, err
 }
 
 func (c *coordClient) cancel(ctx context.Context, id string) error {
 	var s api.JobStatus
-	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+id, "", nil, &s)
+	return c.Delete(ctx, "/v1/jobs/"+id, &s)
 }
 
 // pollEvery is how often waitJob asks for the job's status.
