@@ -157,6 +157,8 @@ type job struct {
 	shares []Share
 	// rows[stage][replica] is the rows each worker's last step processed.
 	rows [][]int
+	// configure, if set, finishes each worker's Config before NewWorker.
+	configure func(cfg *Config, trs map[string]*wire.TCPTransport)
 }
 
 func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
@@ -275,6 +277,9 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(stage, replica)], stage, replica, j.replicas, nodeID)
 	if stage == 0 {
 		cfg.Batches = batches
+	}
+	if j.configure != nil {
+		j.configure(&cfg, trs)
 	}
 	w, err := NewWorker(cfg)
 	if err != nil {

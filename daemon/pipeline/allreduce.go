@@ -1,0 +1,237 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/heterps/heterps/daemon/wire"
+)
+
+// Dense synchronisation by allreduce. With Config.Allreduce set, the
+// replicas of a data-parallel stage keep their dense parameters themselves:
+// as backward leaves a layer, each of its dense gradients is reduced among
+// the stage's members for the step by a ring allreduce over the wire
+// transport, and every replica applies the model's optimiser to its own
+// copy with the reduced gradient. Sparse rows stay on the parameter
+// servers.
+//
+// The ring is the step's members in ascending replica order. A gradient of
+// L floats is cut into n chunks (chunks(L, n)); reduce-scatter passes
+// chunk c around the ring starting at member c, each member adding its own
+// part to what it received, so that member c-1 (mod n) ends with the sum
+// over the ring in a fixed order; allgather then passes every finished
+// chunk on, copied byte for byte. Every member thus holds the same bytes,
+// and the order of the additions depends on the membership alone, never
+// on timing. A chunk travels as messages of at most ringPiece floats.
+//
+// The sum is weighted as the parameter servers weigh pushes: member k
+// multiplies its gradient by its rows b_k before the reduction, the
+// messages carry the rows summed so far (Meta.Batch), and the owner of a
+// finished chunk divides it by Σb, so that variable batches stay exact.
+// A stage of one member skips all of it: its gradient is used as it is,
+// bit for bit as single-process training uses it.
+
+// Allreduce is what a worker needs to reduce its stage's dense gradients
+// among the stage's replicas.
+type Allreduce struct {
+	Transport wire.Transport
+	// Peers[r] is the transport node id of replica r of the stage.
+	Peers []string
+	// TotalSteps is the job's step count that PSParams was given: the
+	// learning-rate schedule's length.
+	TotalSteps int64
+}
+
+// ringPiece bounds the floats one ring message carries.
+const ringPiece = 1 << 18
+
+// Bounds of the ring's stream numbering (ringStream).
+const (
+	maxRingStages = 1 << 8
+	maxRingParams = 1 << 10
+)
+
+// ringStream is the stream replica from sends the pieces of dense
+// parameter param of stage to its successor on the ring. Bit 31 keeps it
+// apart from EdgeStream and the greeting streams, bit 28 from RingLinks'.
+func ringStream(stage, from, param int) uint32 {
+	return 1<<31 | 1<<28 | uint32(stage)<<20 | uint32(from)<<10 | uint32(param)
+}
+
+// RingLinks returns a link to every other replica of the stage (peers as
+// in Allreduce.Peers), for greeting them before the first step: every
+// pair gets one stream, the same at both ends.
+func RingLinks(t wire.Transport, stage, replica int, peers []string) []Link {
+	var out []Link
+	for r, p := range peers {
+		if r == replica {
+			continue
+		}
+		lo, hi := min(r, replica), max(r, replica)
+		out = append(out, Link{Transport: t, Peer: p, Stream: 1<<31 | uint32(stage)<<20 | uint32(lo)<<10 | uint32(hi)})
+	}
+	return out
+}
+
+func (a *Allreduce) check(stage, replica int, params int) error {
+	switch {
+	case stage >= maxRingStages:
+		return fmt.Errorf("allreduce: stage %d, want below %d", stage, maxRingStages)
+	case params > maxRingParams:
+		return fmt.Errorf("allreduce: %d dense parameters in the stage, want at most %d", params, maxRingParams)
+	case replica >= len(a.Peers):
+		return fmt.Errorf("allreduce: replica %d of %d peers", replica, len(a.Peers))
+	case a.Transport == nil && len(a.Peers) > 1:
+		return errors.New("allreduce: no transport")
+	}
+	return nil
+}
+
+// ring is one step's ring: the members in order and this replica's place.
+type ring struct {
+	t                wire.Transport
+	job              uint64
+	stage, step      int64
+	members          []int
+	peers            []string
+	pos              int
+	prevNode, nextNd string
+}
+
+func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, replica int) (*ring, error) {
+	pos, ok := slices.BinarySearch(members, replica)
+	if !ok {
+		return nil, fmt.Errorf("allreduce: replica %d is not among the members %v", replica, members)
+	}
+	for _, m := range members {
+		if m >= len(a.Peers) {
+			return nil, fmt.Errorf("allreduce: member %d, but %d peers are known", m, len(a.Peers))
+		}
+	}
+	n := len(members)
+	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, peers: a.Peers, pos: pos,
+		prevNode: a.Peers[members[(pos+n-1)%n]], nextNd: a.Peers[members[(pos+1)%n]]}, nil
+}
+
+// reduce replaces g, this member's gradient of dense parameter param over
+// rows rows, by the rows-weighted mean of every member's: Σ b_k g_k / Σ b.
+func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) error {
+	n := len(r.members)
+	if n == 1 {
+		return nil
+	}
+	fb := float32(rows)
+	for i := range g {
+		g[i] *= fb
+	}
+	bounds := chunks(len(g), n)
+	chunk := func(c int) []float32 { c = ((c % n) + n) % n; return g[bounds[c]:bounds[c+1]] }
+	send := ringStream(int(r.stage), r.members[r.pos], param)
+	recv := ringStream(int(r.stage), r.members[(r.pos+n-1)%n], param)
+	// Reduce-scatter: at round s, send chunk pos-s (with the rows summed
+	// into it), receive chunk pos-s-1 and add this member's part to it.
+	acc := rows
+	for s := range n - 1 {
+		if err := r.sendChunk(ctx, send, param, chunk(r.pos-s), acc); err != nil {
+			return err
+		}
+		got, err := r.recvChunk(ctx, recv, param, chunk(r.pos-s-1), true)
+		if err != nil {
+			return err
+		}
+		acc = got + rows
+	}
+	// This member now holds chunk pos+1 summed over the ring.
+	own := chunk(r.pos + 1)
+	total := float32(acc)
+	for i := range own {
+		own[i] /= total
+	}
+	// Allgather: at round s, pass chunk pos+1-s on, receive chunk pos-s.
+	for s := range n - 1 {
+		if err := r.sendChunk(ctx, send, param, chunk(r.pos+1-s), acc); err != nil {
+			return err
+		}
+		if _, err := r.recvChunk(ctx, recv, param, chunk(r.pos-s), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *ring) meta(param, piece, rows int) wire.Meta {
+	return wire.Meta{Job: r.job, Stage: uint64(r.stage), Replica: uint64(r.members[r.pos]), Step: uint64(r.step),
+		Key: uint64(param), Micro: uint64(piece), Batch: uint64(rows)}
+}
+
+// sendChunk sends c in pieces of at most ringPiece floats, each carrying
+// rows; an empty chunk still sends one (empty) piece, which carries rows.
+func (r *ring) sendChunk(ctx context.Context, stream uint32, param int, c []float32, rows int) error {
+	for piece, lo := 0, 0; piece == 0 || lo < len(c); piece, lo = piece+1, lo+ringPiece {
+		hi := min(lo+ringPiece, len(c))
+		m := &wire.Message{Type: wire.MsgGradient, Meta: r.meta(param, piece, rows),
+			Tensors: []wire.Tensor{wire.F32Tensor(c[lo:hi], hi-lo)}}
+		if err := r.t.Send(ctx, r.nextNd, stream, m); err != nil {
+			return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", param, r.nextNd, err)
+		}
+	}
+	return nil
+}
+
+// recvChunk receives the pieces of chunk c from the ring's predecessor and
+// adds them to c (add) or copies them over it, and returns the rows they
+// carry.
+func (r *ring) recvChunk(ctx context.Context, stream uint32, param int, c []float32, add bool) (int, error) {
+	rows := 0
+	for piece, lo := 0, 0; piece == 0 || lo < len(c); piece, lo = piece+1, lo+ringPiece {
+		hi := min(lo+ringPiece, len(c))
+		got, err := r.recvPiece(ctx, stream, param, piece, c[lo:hi], add)
+		if err != nil {
+			return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", param, r.prevNode, err)
+		}
+		rows = got
+	}
+	return rows, nil
+}
+
+func (r *ring) recvPiece(ctx context.Context, stream uint32, param, piece int, dst []float32, add bool) (int, error) {
+	m, err := r.t.Recv(ctx, r.prevNode, stream)
+	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
+		m.Release()
+		m, err = r.t.Recv(ctx, r.prevNode, stream)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer m.Release()
+	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) || m.Meta.Micro != uint64(piece) {
+		return 0, fmt.Errorf("got %v for step %d parameter %d piece %d, want step %d parameter %d piece %d",
+			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro, r.step, param, piece)
+	}
+	if err := m.Want(wire.Float32); err != nil {
+		return 0, err
+	}
+	v, ok := m.Tensors[0].Float32View()
+	if !ok {
+		v, err = m.Tensors[0].Float32s(nil)
+		if err != nil {
+			return 0, err
+		}
+	}
+	if len(v) != len(dst) {
+		return 0, fmt.Errorf("piece %d holds %d floats, want %d", piece, len(v), len(dst))
+	}
+	if m.Meta.Batch < 1 || m.Meta.Batch > 1<<40 {
+		return 0, fmt.Errorf("piece %d carries %d rows", piece, m.Meta.Batch)
+	}
+	if add {
+		for i, x := range v {
+			dst[i] += x
+		}
+	} else {
+		copy(dst, v)
+	}
+	return int(m.Meta.Batch), nil
+}

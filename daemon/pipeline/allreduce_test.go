@@ -1,0 +1,283 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+// ringTransports starts n transports, every pair peered, named ring-i.
+func ringTransports(t *testing.T, n int) ([]wire.Transport, []string) {
+	t.Helper()
+	trs := make([]*wire.TCPTransport, n)
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("ring-%d", i)
+		tr, err := wire.NewTCPTransport("127.0.0.1:0", wireConfig(names[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = tr
+	}
+	for hi := range n {
+		for lo := range hi {
+			peerPair(t, trs[hi], names[hi], trs[lo], names[lo])
+		}
+	}
+	out := make([]wire.Transport, n)
+	for i, tr := range trs {
+		out[i] = tr
+	}
+	return out, names
+}
+
+// peerPair makes a and b peers, the larger id first (it waits to be
+// dialled and would turn away a dial from a peer it does not know yet).
+func peerPair(t *testing.T, a *wire.TCPTransport, an string, b *wire.TCPTransport, bn string) {
+	t.Helper()
+	if an < bn {
+		a, an, b, bn = b, bn, a, an
+	}
+	if err := a.AddPeer(bn, b.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddPeer(an, a.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reduceAll runs one ring reduction of grads (one per member, rows[k]
+// rows each) and returns what every member holds afterwards.
+func reduceAll(t *testing.T, trs []wire.Transport, names []string, step int64, grads [][]float32, rows []int) [][]float32 {
+	t.Helper()
+	n := len(grads)
+	a := &Allreduce{Peers: names}
+	out := make([][]float32, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() {
+			ak := *a
+			ak.Transport = trs[k]
+			r, err := newRing(&ak, 1, 0, step, iotaInts(n), k)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			out[k] = slices.Clone(grads[k])
+			errs[k] = r.reduce(context.Background(), 3, out[k], rows[k])
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// The ring leaves every member with the same bytes, the rows-weighted mean
+// of the members' gradients, for lengths below, at and above the member
+// count and for chunks of several pieces; and the same inputs give the
+// same bytes again (the order of the additions is fixed).
+func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
+	checkLeaks(t)
+	for _, tc := range []struct {
+		members, length int
+	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {2, 2*ringPiece + 3}} {
+		t.Run(fmt.Sprintf("%d members, %d floats", tc.members, tc.length), func(t *testing.T) {
+			trs, names := ringTransports(t, tc.members)
+			rng := rand.New(rand.NewPCG(uint64(tc.members), uint64(tc.length)))
+			grads := make([][]float32, tc.members)
+			rows := make([]int, tc.members)
+			total := 0
+			for k := range grads {
+				rows[k] = 1 + rng.IntN(9)
+				total += rows[k]
+				for range tc.length {
+					grads[k] = append(grads[k], rng.Float32()*2-1)
+				}
+			}
+			got := reduceAll(t, trs, names, 1, grads, rows)
+			for k := 1; k < tc.members; k++ {
+				if !slices.Equal(got[k], got[0]) {
+					t.Fatalf("member %d holds other bytes than member 0", k)
+				}
+			}
+			for i := range tc.length {
+				want := 0.0
+				for k := range grads {
+					want += float64(rows[k]) * float64(grads[k][i]) / float64(total)
+				}
+				if d := math.Abs(float64(got[0][i]) - want); d > 1e-5 {
+					t.Fatalf("element %d: %g, weighted mean %g", i, got[0][i], want)
+				}
+			}
+			again := reduceAll(t, trs, names, 2, grads, rows)
+			if !slices.Equal(again[0], got[0]) {
+				t.Fatal("the same gradients reduced to other bytes the second time")
+			}
+		})
+	}
+}
+
+// allreduceEverywhere makes every stage of j keep its dense parameters by
+// allreduce among its replicas.
+func allreduceEverywhere(j *job) {
+	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
+		n := j.replicas[cfg.Stage]
+		peers := make([]string, n)
+		for r := range n {
+			peers[r] = nodeID(cfg.Stage, r)
+		}
+		me := peers[cfg.Replica]
+		for r := range cfg.Replica {
+			peerPair(j.t.(*testing.T), trs[me], me, trs[peers[r]], peers[r])
+		}
+		cfg.Allreduce = &Allreduce{Transport: trs[me], Peers: peers, TotalSteps: j.steps}
+	}
+}
+
+// denseOf returns every replica's dense values, stage by stage.
+func denseOf(t *testing.T, ws [][]*Worker) [][]map[string][]float32 {
+	t.Helper()
+	out := make([][]map[string][]float32, len(ws))
+	for st := range ws {
+		for _, w := range ws[st] {
+			v, err := w.DenseValues()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[st] = append(out[st], v)
+		}
+	}
+	return out
+}
+
+// allreduceDiff compares an allreduce job with a single-process model:
+// the dense parameters held by replica 0 of each stage, and every table
+// row on the parameter servers. Replicas must hold identical bytes.
+func allreduceDiff(t *testing.T, j *job, ws [][]*Worker, ref *nn.Model) float64 {
+	t.Helper()
+	held := map[string][]float32{}
+	for st, reps := range denseOf(t, ws) {
+		for r, v := range reps {
+			for name, x := range v {
+				if r == 0 {
+					held[name] = x
+				} else if !slices.Equal(x, reps[0][name]) {
+					t.Fatalf("stage %d: replica %d's %s differs from replica 0's", st, r, name)
+				}
+			}
+		}
+	}
+	c := j.client(0, 0)
+	all := iota64(testVocab)
+	worst := 0.0
+	for _, p := range ref.Params() {
+		want, _ := native.Host(p.Value)
+		got, ok := held[p.Name]
+		if p.Sparse {
+			var err error
+			if got, _, err = c.Pull(context.Background(), p.Name, all, j.steps); err != nil {
+				t.Fatal(err)
+			}
+			want, ok = tableRows(want, p.Cols, all), true
+		}
+		if !ok || len(got) != len(want) {
+			t.Fatalf("%s: %d values held, %d in the model", p.Name, len(got), len(want))
+		}
+		for i := range got {
+			d := math.Abs(float64(got[i]) - float64(want[i]))
+			if math.IsNaN(d) {
+				d = math.Inf(1)
+			}
+			worst = max(worst, d)
+		}
+	}
+	return worst
+}
+
+// One replica per stage with allreduce: no ring traffic, the local
+// optimiser runs the servers' kernel and schedule, so training stays
+// bit-identical to single-process training (Adam, two stages).
+func TestAllreduceOneReplicaEqualsSingleProcessBitForBit(t *testing.T) {
+	checkLeaks(t)
+	const steps, size = 5, 6
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), size) }
+	j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, steps, ps.BSP)
+	allreduceEverywhere(j)
+	ws := j.workers(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+	losses := j.train(ws, 1, steps)
+	ref, refLosses := reference(t, cfg, steps, batch)
+	if !slices.Equal(losses[0], refLosses) {
+		t.Fatalf("losses %v, single-process %v", losses[0], refLosses)
+	}
+	if d := allreduceDiff(t, j, ws, ref); d != 0 {
+		t.Fatalf("parameters differ from single-process training by up to %g, want bit-identical", d)
+	}
+	if _, v, err := j.client(0, 0).PullBlock(context.Background(), "fc3.weight", 0); err != nil || v != 0 {
+		t.Fatalf("the servers' fc3.weight is at version %d (%v), want 0: dense gradients went to the servers too", v, err)
+	}
+}
+
+// Data-parallel replicas with unequal batches reduce their gradients
+// among themselves: after the steps every replica holds the same bytes,
+// and the model equals single-process training on the stacked batch to
+// float32 rounding (as the parameter servers' weighting does; tolerance
+// 2e-6 after 4 SGD-momentum steps), also across a 2 -> 1 pipeline.
+func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
+	checkLeaks(t)
+	const steps, tolerance = 4, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	sizes := []int{3, 5, 4}
+	for _, tc := range []struct {
+		name     string
+		stages   []Range
+		replicas []int
+	}{
+		{"one stage, 2 replicas", []Range{{0, 5}}, []int{2}},
+		{"one stage, 3 replicas", []Range{{0, 5}}, []int{3}},
+		{"2 replicas stacked into 1", []Range{{0, 3}, {4, 5}}, []int{2, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := tc.replicas[0]
+			stacked := func(step int64) *data.Batch {
+				var bs []*data.Batch
+				for r := range n {
+					bs = append(bs, testBatch(10+uint64(r), uint64(step), sizes[r]))
+				}
+				b, err := concatBatches(bs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			ref, _ := reference(t, cfg, steps, stacked)
+			j := newJob(t, cfg, tc.stages, tc.replicas, steps, ps.BSP)
+			allreduceEverywhere(j)
+			ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+				return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), sizes[r]) })
+			})
+			j.train(ws, 1, steps)
+			d := allreduceDiff(t, j, ws, ref)
+			t.Logf("largest difference from single-process training: %g", d)
+			if d > tolerance || math.IsNaN(d) {
+				t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+			}
+		})
+	}
+}
