@@ -23,6 +23,7 @@ import (
 //	method = "exact"           # a scheduling method of `heterps plan`
 //	mode = "bsp"               # or "asp"
 //	micro_batches = 4          # per step, so that stages overlap; default 1
+//	dense_sync = "auto"        # allreduce | ps | auto: how data-parallel replicas sync dense parameters
 //	seed = 1
 //	priority = 2               # optional: weight under --alloc-policy priority; default 1
 //	target_loss_reduction = 0.9  # optional: stop once the normalised loss reduction reaches it
@@ -58,6 +59,7 @@ type Job struct {
 	Method          string        `toml:"method"`
 	Mode            string        `toml:"mode"`
 	MicroBatches    int           `toml:"micro_batches"` // per step; 0 = 1
+	DenseSync       string        `toml:"dense_sync"`    // DenseSyncAuto, DenseSyncAllreduce or DenseSyncPS
 	Seed            uint64        `toml:"seed"`
 	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
@@ -97,6 +99,15 @@ type JobBatching struct {
 const (
 	ResizeInPlace = "in-place"
 	ResizeRestart = "restart"
+)
+
+// Dense synchronisation methods (dense_sync). Auto lets the coordinator
+// pick per stage, allreduce where the stage has several replicas and
+// enough dense bytes to move (daemon/coord's denseSync).
+const (
+	DenseSyncAuto      = "auto"
+	DenseSyncAllreduce = "allreduce"
+	DenseSyncPS        = "ps"
 )
 
 // Batching modes.
@@ -196,6 +207,9 @@ func (j *Job) applyDefaults() {
 	if j.Optimizer != nil {
 		j.Optimizer.defaults()
 	}
+	if j.DenseSync == "" {
+		j.DenseSync = DenseSyncAuto
+	}
 	b := &j.Batching
 	if b.Mode == "" {
 		b.Mode = BatchingAuto
@@ -279,8 +293,35 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
 	}
 	j.validateBatching(loc, &errs)
+	j.validateDenseSync(loc, &errs)
 	j.validateAlloc(loc, &errs)
 	return errs.err()
+}
+
+// validateDenseSync checks dense_sync. Allreduce keeps the dense parameters
+// on the replicas, which the parameter servers' checkpoints do not see:
+// such a job may not checkpoint or restore yet.
+func (j *Job) validateDenseSync(loc *Locator, errs *errorList) {
+	switch j.DenseSync {
+	case DenseSyncAuto, DenseSyncPS:
+		return
+	case DenseSyncAllreduce:
+	default:
+		errs.add(loc.Errorf("dense_sync", "unknown method %q (want auto, allreduce or ps)", j.DenseSync))
+		return
+	}
+	switch {
+	case j.Mode == "asp":
+		errs.add(loc.Errorf("dense_sync", "allreduce needs mode = \"bsp\" (asynchronous replicas share no step to reduce)"))
+	case j.Checkpoint.Every > 0 || j.Checkpoint.Restore != "":
+		errs.add(loc.Errorf("dense_sync", "allreduce keeps dense parameters on the replicas, which checkpoints do not hold yet: use dense_sync = \"ps\" (or auto) with [checkpoint]"))
+	}
+}
+
+// AllreduceAllowed reports whether dense_sync = "auto" may pick allreduce
+// for this job: BSP without checkpoints (see validateDenseSync).
+func (j *Job) AllreduceAllowed() bool {
+	return j.Mode != "asp" && j.Checkpoint.Every == 0 && j.Checkpoint.Restore == ""
 }
 
 func (j *Job) validateBatching(loc *Locator, errs *errorList) {

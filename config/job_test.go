@@ -35,6 +35,19 @@ func TestJobDefaults(t *testing.T) {
 	if j.Version != 1 || j.Name != "ctrdnn" || j.Method != DefaultJobMethod || j.Mode != "bsp" || j.Optimizer != nil {
 		t.Errorf("defaults: got version %d name %q method %q mode %q optimizer %v", j.Version, j.Name, j.Method, j.Mode, j.Optimizer)
 	}
+	if j.DenseSync != DenseSyncAuto || !j.AllreduceAllowed() {
+		t.Errorf("dense_sync defaults to %q (allreduce allowed: %v), want auto, allowed", j.DenseSync, j.AllreduceAllowed())
+	}
+}
+
+func TestJobDenseSyncAllreduce(t *testing.T) {
+	j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \"allreduce\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.DenseSync != DenseSyncAllreduce {
+		t.Errorf("dense_sync = %q, want allreduce", j.DenseSync)
+	}
 }
 
 func TestJobTotalSteps(t *testing.T) {
@@ -82,6 +95,9 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"restarts without checkpoints", "batch = 8\nsteps = 1\n[checkpoint]\nrestarts = 2\n", "checkpoint.restarts", 7},
 		{"negative restarts", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = -1\n", "checkpoint.restarts", 9},
 		{"restarts of an ASP job", "batch = 8\nsteps = 1\nmode = \"asp\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n", "checkpoint.restarts", 10},
+		{"unknown dense sync", "batch = 8\nsteps = 1\ndense_sync = \"nccl\"\n", "dense_sync", 6},
+		{"allreduce in ASP", "batch = 8\nsteps = 1\nmode = \"asp\"\ndense_sync = \"allreduce\"\n", "dense_sync", 7},
+		{"allreduce with checkpoints", "batch = 8\nsteps = 1\ndense_sync = \"allreduce\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\n", "dense_sync", 6},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
