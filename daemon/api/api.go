@@ -151,6 +151,12 @@ const (
 	RolePS    = "ps"    // holds one parameter-server shard
 )
 
+// Dense synchronisation of a stage (Task.DenseSync).
+const (
+	DenseSyncPS        = "ps"
+	DenseSyncAllreduce = "allreduce"
+)
+
 // Synchronisation modes of a job.
 const (
 	ModeBSP = "bsp" // bulk synchronous: a step's update waits for every replica
@@ -194,6 +200,13 @@ type Task struct {
 	Steps        int64  `json:"steps"`
 	Seed         uint64 `json:"seed"`
 	Mode         string `json:"mode"` // ModeBSP or ModeASP
+	// DenseSync is how the stage keeps its dense parameters: DenseSyncPS
+	// (or empty) on the parameter servers, DenseSyncAllreduce on its
+	// replicas, reduced among them over the data plane (pipeline.Allreduce);
+	// Ring then holds the data_addr of every replica of the stage, in
+	// replica order.
+	DenseSync string   `json:"dense_sync,omitempty"`
+	Ring      []string `json:"ring,omitempty"`
 
 	PS   []string `json:"ps"`   // ps_addr (else data_addr) of every PS shard, in shard order
 	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order

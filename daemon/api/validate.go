@@ -154,7 +154,7 @@ func (t *Task) Validate() error {
 	if t.TaskID == "" || t.JobID == "" {
 		return errors.New("task: task_id and job_id are required")
 	}
-	errs := []error{t.validateRole(), t.validateRun(), t.validatePeers()}
+	errs := []error{t.validateRole(), t.validateRun(), t.validatePeers(), t.validateDenseSync()}
 	if t.Plain && t.SecretFile != "" {
 		errs = append(errs, errors.New("plain and secret_file exclude each other"))
 	}
@@ -223,6 +223,32 @@ func (t *Task) validatePeers() error {
 		for i, a := range list.addrs {
 			errs = append(errs, CheckAddr(fmt.Sprintf("%s[%d]", list.field, i), a))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *Task) validateDenseSync() error {
+	switch t.DenseSync {
+	case "", DenseSyncPS:
+		if len(t.Ring) > 0 {
+			return errors.New("ring: only with dense_sync allreduce")
+		}
+		return nil
+	case DenseSyncAllreduce:
+	default:
+		return fmt.Errorf("dense_sync: %.20q is not ps or allreduce", t.DenseSync)
+	}
+	switch {
+	case t.Role != RoleStage:
+		return errors.New("dense_sync: allreduce is for stage replicas")
+	case t.Mode != ModeBSP:
+		return errors.New("dense_sync: allreduce needs bsp")
+	case len(t.Ring) != t.Replicas:
+		return fmt.Errorf("ring: %d addresses for %d replicas", len(t.Ring), t.Replicas)
+	}
+	errs := make([]error, len(t.Ring))
+	for i, a := range t.Ring {
+		errs[i] = CheckAddr(fmt.Sprintf("ring[%d]", i), a)
 	}
 	return errors.Join(errs...)
 }
