@@ -24,7 +24,10 @@ import (
 // over the ring in a fixed order; allgather then passes every finished
 // chunk on, copied byte for byte. Every member thus holds the same bytes,
 // and the order of the additions depends on the membership alone, never
-// on timing. A chunk travels as messages of at most ringPiece floats.
+// on timing. A chunk travels as messages of at most ringPiece floats, each
+// with the ring's members: a replica whose predecessor saw other members
+// for the step (a resize that reached them at different steps) fails the
+// step rather than mix two rings.
 //
 // The sum is weighted as the parameter servers weigh pushes: member k
 // multiplies its gradient by its rows b_k before the reduction, the
@@ -96,6 +99,7 @@ type ring struct {
 	stage, step      int64
 	members          []int
 	peers            []string
+	members64        []int64 // members, as every message carries them
 	pos              int
 	prevNode, nextNd string
 }
@@ -111,8 +115,12 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 		}
 	}
 	n := len(members)
-	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, peers: a.Peers, pos: pos,
-		prevNode: a.Peers[members[(pos+n-1)%n]], nextNd: a.Peers[members[(pos+1)%n]]}, nil
+	m64 := make([]int64, n)
+	for i, m := range members {
+		m64[i] = int64(m)
+	}
+	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
+		peers: a.Peers, prevNode: a.Peers[members[(pos+n-1)%n]], nextNd: a.Peers[members[(pos+1)%n]]}, nil
 }
 
 // reduce replaces g, this member's gradient of dense parameter param over
@@ -172,7 +180,7 @@ func (r *ring) sendChunk(ctx context.Context, stream uint32, param int, c []floa
 	for piece, lo := 0, 0; piece == 0 || lo < len(c); piece, lo = piece+1, lo+ringPiece {
 		hi := min(lo+ringPiece, len(c))
 		m := &wire.Message{Type: wire.MsgGradient, Meta: r.meta(param, piece, rows),
-			Tensors: []wire.Tensor{wire.F32Tensor(c[lo:hi], hi-lo)}}
+			Tensors: []wire.Tensor{wire.F32Tensor(c[lo:hi], hi-lo), wire.I64Tensor(r.members64, len(r.members64))}}
 		if err := r.t.Send(ctx, r.nextNd, stream, m); err != nil {
 			return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", param, r.nextNd, err)
 		}
@@ -210,8 +218,12 @@ func (r *ring) recvPiece(ctx context.Context, stream uint32, param, piece int, d
 		return 0, fmt.Errorf("got %v for step %d parameter %d piece %d, want step %d parameter %d piece %d",
 			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro, r.step, param, piece)
 	}
-	if err := m.Want(wire.Float32); err != nil {
+	if err := m.Want(wire.Float32, wire.Int64); err != nil {
 		return 0, err
+	}
+	if members, err := m.Tensors[1].Int64s(nil); err != nil || !slices.Equal(members, r.members64) {
+		return 0, fmt.Errorf("step %d: the predecessor's ring is %v, this replica's %v (%v): a resize reached the replicas at different steps",
+			r.step, members, r.members, err)
 	}
 	v, ok := m.Tensors[0].Float32View()
 	if !ok {

@@ -6,8 +6,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
@@ -279,5 +281,110 @@ func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
 				t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
 			}
 		})
+	}
+}
+
+// A resize that drops replica 1 of 3 from step k+1 rebuilds the ring from
+// the members left: replicas 0 and 2 reduce between themselves with their
+// new batches, stay bit-identical, and the model equals single-process
+// training on the stacked batches of each step's members.
+func TestAllreduceRingFollowsAResize(t *testing.T) {
+	checkLeaks(t)
+	const k, steps, tolerance = 2, 5, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	before := Share{Members: []int{0, 1, 2}, Batches: []int{3, 5, 4}}
+	after := Share{Members: []int{0, 2}, Batches: []int{7, 5}}
+	batchOf := func(replica int, step int64, size int) *data.Batch {
+		return testBatch(10+uint64(replica), uint64(step), size)
+	}
+	stacked := func(s Share, step int64) *data.Batch {
+		var bs []*data.Batch
+		for i, r := range s.Members {
+			bs = append(bs, batchOf(r, step, s.Batches[i]))
+		}
+		b, err := concatBatches(bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
+		if step > k {
+			return stacked(after, step)
+		}
+		return stacked(before, step)
+	})
+
+	j := newJob(t, cfg, []Range{{0, 5}}, []int{3}, steps, ps.BSP)
+	j.lastStep = steps
+	allreduceEverywhere(j)
+	trs := j.transports()
+	var ws []*Worker
+	for r := range 3 {
+		input := func(_ context.Context, step int64, s Share) (*data.Batch, error) {
+			_, b, ok := s.of(r)
+			if !ok {
+				return nil, fmt.Errorf("replica %d asked for step %d's input while not a member", r, step)
+			}
+			return batchOf(r, step, b), nil
+		}
+		w := j.elasticWorker(trs, r, before, input)
+		if from, err := w.Resize(k+1, after); err != nil || from != k+1 {
+			t.Fatalf("replica %d: Resize = %d, %v; want %d", r, from, err, k+1)
+		}
+		ws = append(ws, w)
+	}
+	for _, s := range j.shards {
+		if err := s.SetMembers(0, k+1, after.Members); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for r, w := range ws {
+		wg.Go(func() {
+			for step := int64(1); step <= steps && w.Member(step) && errs[r] == nil; step++ {
+				_, errs[r] = w.Step(context.Background(), step)
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", r, err)
+		}
+	}
+	d := allreduceDiff(t, j, [][]*Worker{{ws[0], ws[2]}}, ref)
+	t.Logf("largest difference from single-process training: %g", d)
+	if d > tolerance || math.IsNaN(d) {
+		t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+	}
+}
+
+// Replicas that disagree on a step's ring (a resize that reached them at
+// different steps) fail the step, naming both rings, rather than mix them.
+func TestRingRefusesAPredecessorWithOtherMembers(t *testing.T) {
+	checkLeaks(t)
+	trs, names := ringTransports(t, 3)
+	a := Allreduce{Peers: names}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for k, members := range [][]int{{0, 1}, {0, 1, 2}} {
+		wg.Go(func() {
+			ak := a
+			ak.Transport = trs[k]
+			r, err := newRing(&ak, 1, 0, 1, members, k)
+			if err == nil {
+				err = r.reduce(ctx, 0, []float32{1, 2, 3}, 1)
+			}
+			errs[k] = err
+			cancel() // replica 0 waits for a replica 1 that has given up
+		})
+	}
+	wg.Wait()
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "different steps") {
+		t.Fatalf("replica 1 (members 0, 1, 2) got %v from a predecessor with members 0, 1; want a refusal", errs[1])
 	}
 }
