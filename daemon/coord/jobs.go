@@ -292,8 +292,12 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
+		sync := denseSync(jf, j.model, s.First, s.Last, len(reps))
 		for k, r := range reps {
 			t := base
+			if t.DenseSync = sync; sync == api.DenseSyncAllreduce {
+				t.Ring = addrs[i]
+			}
 			t.TaskID, t.Role = fmt.Sprintf("%s.s%d.r%d", j.id, i, k), api.RoleStage
 			t.Stage, t.Replica, t.Replicas, t.Units = i, k, len(reps), r.units
 			t.FirstLayer, t.LastLayer = s.First, s.Last

@@ -124,6 +124,10 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		return s.Next[replica]
 	})
 	links := append(append([]pipeline.Link{}, prev...), next...)
+	allreduce := denseAllreduce(s, a.transport)
+	if allreduce != nil {
+		links = append(links, pipeline.RingLinks(a.transport, s.Stage, s.Replica, s.Ring)...)
+	}
 	peers := make([]string, len(links))
 	for i, l := range links {
 		peers[i] = l.Peer
@@ -135,7 +139,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
-		MicroBatches: s.MicroBatches}
+		MicroBatches: s.MicroBatches, Allreduce: allreduce}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
 		in, err := stageInput(ctx, s, cfg)
@@ -153,6 +157,16 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	undo = append(undo, func() { w.Close() })
 	return w, cleanup, nil
+}
+
+// denseAllreduce is the worker's Allreduce for a task whose stage keeps its
+// dense parameters by allreduce among its replicas (their data addresses,
+// which are their transport ids, in s.Ring); nil otherwise.
+func denseAllreduce(s api.Task, t wire.Transport) *pipeline.Allreduce {
+	if s.DenseSync != api.DenseSyncAllreduce {
+		return nil
+	}
+	return &pipeline.Allreduce{Transport: t, Peers: s.Ring, TotalSteps: s.Steps}
 }
 
 // stageInput opens stage 0's data: the task's shard, past the batches of

@@ -1,0 +1,46 @@
+package coord
+
+import (
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// AllreduceMinBytes is where dense_sync = "auto" switches a stage to
+// allreduce: when the stage has at least two replicas and its dense
+// parameters' bytes times its replicas reach it. Below it the parameter
+// servers' push/pull costs about as much and keeps the dense blocks where
+// checkpoints find them. bench/dist measures both methods (--dense-sync).
+const AllreduceMinBytes = 1 << 20
+
+// denseSync is the method stage [first, last] with replicas replicas uses:
+// the job file's, or for auto the rule of AllreduceMinBytes (never for a
+// job that allreduce does not allow: ASP or checkpointed).
+func denseSync(jf *config.Job, m *config.Model, first, last, replicas int) string {
+	switch jf.DenseSync {
+	case config.DenseSyncAllreduce:
+		return api.DenseSyncAllreduce
+	case config.DenseSyncPS:
+		return api.DenseSyncPS
+	}
+	if !jf.AllreduceAllowed() || replicas < 2 {
+		return api.DenseSyncPS
+	}
+	if denseBytes(m, first, last)*int64(replicas) >= AllreduceMinBytes {
+		return api.DenseSyncAllreduce
+	}
+	return api.DenseSyncPS
+}
+
+// denseBytes is the size of the dense parameters of layers [first, last]:
+// every layer's weights except the tables of embedding and NCE layers,
+// which are sparse and stay on the parameter servers.
+func denseBytes(m *config.Model, first, last int) int64 {
+	var n int64
+	for i, s := range m.Shapes() {
+		if i < first || i > last || s.Kind == "embedding" || s.Kind == "nce" {
+			continue
+		}
+		n += s.Weights
+	}
+	return 4 * n
+}
