@@ -1,0 +1,75 @@
+package node
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// dpJobVariant writes the data-parallel job with extra lines appended and
+// the model's path made absolute, and returns its path.
+func dpJobVariant(t *testing.T, extra string) string {
+	t.Helper()
+	src, err := os.ReadFile("testdata/dp-job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := strings.Replace(string(src), `"testdata/tiny.toml"`, `"`+mustAbs(t, "testdata/tiny.toml")+`"`, 1) + extra
+	path := t.TempDir() + "/job.toml"
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// blockPushes counts the dense-block pushes the nodes' clients made.
+func blockPushes(t *testing.T, regs ...prometheus.Gatherer) uint64 {
+	var n uint64
+	for _, reg := range regs {
+		for _, m := range families(t, reg)["heterps_ps_request_duration_seconds"].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["op"] == "push" && labels["param"] == "block" {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// TestDataParallelAllreduceJob trains the one-stage, two-replica job on two
+// node daemons through the parameter server and with dense_sync =
+// "allreduce": with allreduce the replicas push no dense block (they
+// greet each other and reduce over the data plane), and the job ends with
+// the loss of the parameter-server run (bit for bit here: two equal
+// batches of 32 weigh by exact powers of two either way).
+func TestDataParallelAllreduceJob(t *testing.T) {
+	loss := map[string]float64{}
+	for _, sync := range []string{"ps", "allreduce"} {
+		t.Run(sync, func(t *testing.T) {
+			cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+			_, ra := cl.startObservedNode("a", "cpu")
+			_, rb := cl.startObservedNode("b", "cpu")
+			cl.waitNodes(2)
+			s := cl.waitJob(cl.submit(dpJobVariant(t, "dense_sync = \""+sync+"\"\n")), final)
+			if s.State != api.JobDone || s.Step != 20 || len(s.Stages) != 1 || len(s.Stages[0].Nodes) != 2 {
+				t.Fatalf("job %s (%s): step %d, stages %+v", s.State, s.Reason, s.Step, s.Stages)
+			}
+			pushes := blockPushes(t, ra, rb)
+			if (pushes == 0) != (sync == "allreduce") {
+				t.Errorf("%d dense-block pushes to the parameter server", pushes)
+			}
+			loss[sync] = s.Loss
+		})
+	}
+	t.Logf("final loss: ps %v, allreduce %v", loss["ps"], loss["allreduce"])
+	if d := math.Abs(loss["ps"] - loss["allreduce"]); !(d < 1e-6) {
+		t.Fatalf("final loss %v with allreduce, %v through the parameter server", loss["allreduce"], loss["ps"])
+	}
+}
