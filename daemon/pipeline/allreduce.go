@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 )
 
@@ -45,6 +46,13 @@ type Allreduce struct {
 	// TotalSteps is the job's step count that PSParams was given: the
 	// learning-rate schedule's length.
 	TotalSteps int64
+	// Mirror, if set, reaches the parameter servers as replica 0 of the
+	// stage's MirrorStage: the ring's first member pushes each reduced
+	// gradient there, and the servers apply it with the same kernel, so
+	// that their blocks (values and optimiser state) stay bit-identical to
+	// the replicas' for checkpoints. Without it the servers' blocks keep
+	// their starting values.
+	Mirror *ps.Client
 }
 
 // ringPiece bounds the floats one ring message carries.

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -137,7 +138,12 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 
 // allreduceEverywhere makes every stage of j keep its dense parameters by
 // allreduce among its replicas.
-func allreduceEverywhere(j *job) {
+func allreduceEverywhere(j *job) { allreduceWith(j, false) }
+
+// allreduceWith is allreduceEverywhere, each stage mirroring its blocks
+// on the servers if mirror (the job made by newJobFrom with every stage
+// marked).
+func allreduceWith(j *job, mirror bool) {
 	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
 		n := j.replicas[cfg.Stage]
 		peers := make([]string, n)
@@ -149,7 +155,25 @@ func allreduceEverywhere(j *job) {
 			peerPair(j.t.(*testing.T), trs[me], me, trs[peers[r]], peers[r])
 		}
 		cfg.Allreduce = &Allreduce{Transport: trs[me], Peers: peers, TotalSteps: j.steps}
+		if mirror {
+			cfg.Allreduce.Mirror = j.clientAs(MirrorStage(cfg.Stage, len(j.stages)), 0, nodeID(cfg.Stage, cfg.Replica)+"-mirror")
+		}
 	}
+}
+
+// clientAs is a client of j's servers that pushes as replica of stage.
+func (j *job) clientAs(stage, replica int, node string) *ps.Client {
+	j.t.Helper()
+	c, err := ps.NewClient(ps.ClientConfig{Job: testJob, Stage: stage, Replica: replica, Shards: psShards,
+		Timeout: 20 * time.Second,
+		Dial: func(ctx context.Context, _ int) (*wire.Conn, error) {
+			return wire.Dial(ctx, j.psAddr, wireConfig(node), "ps")
+		}})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // denseOf returns every replica's dense values, stage by stage.
@@ -386,5 +410,69 @@ func TestRingRefusesAPredecessorWithOtherMembers(t *testing.T) {
 	wg.Wait()
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "different steps") {
 		t.Fatalf("replica 1 (members 0, 1, 2) got %v from a predecessor with members 0, 1; want a refusal", errs[1])
+	}
+}
+
+// The ring's first member mirrors the reduced gradients on the parameter
+// servers: their blocks stay bit-identical to the replicas' (values and,
+// through the same kernel, optimiser state), so a checkpoint of step k
+// holds the allreduce job's state. A job restored from it, synchronising
+// through the servers as restored jobs do, ends bit-identical to the
+// uninterrupted allreduce job (equal batches of 4: the servers' weights
+// 1/2 and the ring's 4/8 scale by powers of two, so both sum alike).
+func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
+	checkLeaks(t)
+	const k, steps = 3, 6
+	cfg := modelConfig(t, adamAdagrad)
+	stages, replicas, marked := []Range{{0, 5}}, []int{2}, []bool{true}
+	batches := func(r int) func(context.Context, int64) (*data.Batch, error) {
+		return fixedBatches(func(step int64) *data.Batch { return testBatch(20+uint64(r), uint64(step), 4) })
+	}
+
+	whole := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, marked, "")
+	allreduceWith(whole, true)
+	ws := whole.workers(batches)
+	whole.train(ws, 1, steps)
+	held := denseOf(t, ws)[0]
+	if !maps.EqualFunc(held[0], held[1], slices.Equal) {
+		t.Fatal("the replicas hold different dense parameters")
+	}
+	mirror := whole.client(0, 0)
+	for name, v := range held[0] {
+		got, version, err := mirror.PullBlock(context.Background(), name, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if version != steps || !slices.Equal(got, v) {
+			t.Fatalf("%s: the servers' mirror at version %d differs from the replicas'", name, version)
+		}
+	}
+
+	part := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, marked, "")
+	allreduceWith(part, true)
+	part.train(part.workers(batches), 1, k)
+	dir, err := ps.CheckpointAll(context.Background(), t.TempDir(), k, part.shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, nil, dir)
+	restored.train(restored.workers(batches), k+1, steps)
+	ctx := context.Background()
+	for name, v := range held[0] {
+		got, _, err := restored.client(0, 0).PullBlock(ctx, name, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, v) {
+			t.Fatalf("%s: restored at step %d and trained through the servers, differs from the allreduce run", name, k)
+		}
+	}
+	ids := iota64(testVocab)
+	for _, name := range []string{"embedding0.table", "embedding1.table"} {
+		a, _, errA := whole.client(0, 0).Pull(ctx, name, ids, steps)
+		b, _, errB := restored.client(0, 0).Pull(ctx, name, ids, steps)
+		if errA != nil || errB != nil || !slices.Equal(a, b) {
+			t.Fatalf("%s: rows differ between the runs (%v, %v)", name, errA, errB)
+		}
 	}
 }

@@ -54,16 +54,17 @@ func (w *Worker) initAllreduce() error {
 	return nil
 }
 
-// loadDense gives the dense parameters their starting values, once: the
-// parameter servers hold them as declared (or restored) and are not
-// updated afterwards, the replicas keeping their own.
-func (w *Worker) loadDense(ctx context.Context) error {
+// loadDense gives the dense parameters their starting values, once, as of
+// the step before step (the first): the parameter servers hold them as
+// declared, and later only as the mirror pushes them (Allreduce.Mirror);
+// the replicas keep their own.
+func (w *Worker) loadDense(ctx context.Context, step int64) error {
 	if w.local.loaded {
 		return nil
 	}
 	dense := w.copies[0].dense
 	err := each(len(dense), func(i int) error {
-		v, _, err := w.cfg.PS.PullBlock(ctx, dense[i].Name, 0)
+		v, _, err := w.cfg.PS.PullBlock(ctx, dense[i].Name, step-1)
 		if err != nil {
 			return err
 		}
@@ -125,6 +126,11 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 	}
 	if err := w.cfg.Backend.Update(w.local.optim.At(st.step), p.Value, gb, w.local.state[i]...); err != nil {
 		return fmt.Errorf("%s: update: %w", p.Name, err)
+	}
+	if m := w.local.cfg.Mirror; m != nil && r.members[0] == w.cfg.Replica {
+		if err := m.PushBlock(st.ctx, p.Name, st.step, 1, g); err != nil {
+			return fmt.Errorf("%s: mirror on the parameter servers: %w", p.Name, err)
+		}
 	}
 	return nil
 }

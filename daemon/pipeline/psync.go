@@ -22,7 +22,7 @@ func (w *Worker) after(step int64) int64 {
 // them, else pulled now.
 func (w *Worker) pullDense(ctx context.Context, step int64) error {
 	if w.local != nil {
-		return w.loadDense(ctx)
+		return w.loadDense(ctx, step)
 	}
 	if had, err := w.takeDenseAhead(ctx, step); had {
 		return err
