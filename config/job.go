@@ -298,9 +298,10 @@ func (j *Job) validate(loc *Locator) error {
 	return errs.err()
 }
 
-// validateDenseSync checks dense_sync. Allreduce keeps the dense parameters
-// on the replicas, which the parameter servers' checkpoints do not see:
-// such a job may not checkpoint or restore yet.
+// validateDenseSync checks dense_sync. A restored job syncs through the
+// parameter servers, which restore the dense optimiser state that
+// allreduce replicas could not pull: allreduce with restore is refused
+// (an automatic restart of an allreduce job goes on through the servers).
 func (j *Job) validateDenseSync(loc *Locator, errs *errorList) {
 	switch j.DenseSync {
 	case DenseSyncAuto, DenseSyncPS:
@@ -313,15 +314,15 @@ func (j *Job) validateDenseSync(loc *Locator, errs *errorList) {
 	switch {
 	case j.Mode == "asp":
 		errs.add(loc.Errorf("dense_sync", "allreduce needs mode = \"bsp\" (asynchronous replicas share no step to reduce)"))
-	case j.Checkpoint.Every > 0 || j.Checkpoint.Restore != "":
-		errs.add(loc.Errorf("dense_sync", "allreduce keeps dense parameters on the replicas, which checkpoints do not hold yet: use dense_sync = \"ps\" (or auto) with [checkpoint]"))
+	case j.Checkpoint.Restore != "":
+		errs.add(loc.Errorf("dense_sync", "a restored job syncs its dense parameters through the parameter servers, which restore their optimiser state: use dense_sync = \"ps\" (or auto) with checkpoint.restore"))
 	}
 }
 
 // AllreduceAllowed reports whether dense_sync = "auto" may pick allreduce
-// for this job: BSP without checkpoints (see validateDenseSync).
+// for this job: BSP, not restored (see validateDenseSync).
 func (j *Job) AllreduceAllowed() bool {
-	return j.Mode != "asp" && j.Checkpoint.Every == 0 && j.Checkpoint.Restore == ""
+	return j.Mode != "asp" && j.Checkpoint.Restore == ""
 }
 
 func (j *Job) validateBatching(loc *Locator, errs *errorList) {

@@ -41,7 +41,7 @@ func TestJobDefaults(t *testing.T) {
 }
 
 func TestJobDenseSyncAllreduce(t *testing.T) {
-	j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \"allreduce\"\n"))
+	j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \"allreduce\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"restarts of an ASP job", "batch = 8\nsteps = 1\nmode = \"asp\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n", "checkpoint.restarts", 10},
 		{"unknown dense sync", "batch = 8\nsteps = 1\ndense_sync = \"nccl\"\n", "dense_sync", 6},
 		{"allreduce in ASP", "batch = 8\nsteps = 1\nmode = \"asp\"\ndense_sync = \"allreduce\"\n", "dense_sync", 7},
-		{"allreduce with checkpoints", "batch = 8\nsteps = 1\ndense_sync = \"allreduce\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\n", "dense_sync", 6},
+		{"allreduce with restore", "batch = 8\nsteps = 1\ndense_sync = \"allreduce\"\n[checkpoint]\nrestore = \"/x\"\n", "dense_sync", 6},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

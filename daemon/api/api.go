@@ -200,13 +200,10 @@ type Task struct {
 	Steps        int64  `json:"steps"`
 	Seed         uint64 `json:"seed"`
 	Mode         string `json:"mode"` // ModeBSP or ModeASP
-	// DenseSync is how the stage keeps its dense parameters: DenseSyncPS
-	// (or empty) on the parameter servers, DenseSyncAllreduce on its
-	// replicas, reduced among them over the data plane (pipeline.Allreduce);
-	// Ring then holds the data_addr of every replica of the stage, in
-	// replica order.
-	DenseSync string   `json:"dense_sync,omitempty"`
-	Ring      []string `json:"ring,omitempty"`
+	// Ring, for a stage replica whose stage syncs its dense parameters by
+	// allreduce (StageLayout.DenseSync), is the data_addr of every replica
+	// of the stage, in replica order.
+	Ring []string `json:"ring,omitempty"`
 
 	PS   []string `json:"ps"`   // ps_addr (else data_addr) of every PS shard, in shard order
 	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order
@@ -263,6 +260,12 @@ type StageLayout struct {
 	FirstLayer int `json:"first_layer"`
 	LastLayer  int `json:"last_layer"`
 	Replicas   int `json:"replicas"`
+	// DenseSync is how the stage keeps its dense parameters: DenseSyncPS
+	// (or empty) on the parameter servers; DenseSyncAllreduce on its
+	// replicas, reduced among them over the data plane, the servers
+	// holding a mirror that the ring's first member updates when the job
+	// checkpoints (pipeline.MirrorStage).
+	DenseSync string `json:"dense_sync,omitempty"`
 }
 
 // JobState is a job's place in its lifecycle.

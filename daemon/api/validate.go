@@ -228,22 +228,23 @@ func (t *Task) validatePeers() error {
 }
 
 func (t *Task) validateDenseSync() error {
-	switch t.DenseSync {
-	case "", DenseSyncPS:
-		if len(t.Ring) > 0 {
-			return errors.New("ring: only with dense_sync allreduce")
+	allreduce := false
+	for i, l := range t.Layout {
+		switch l.DenseSync {
+		case "", DenseSyncPS:
+		case DenseSyncAllreduce:
+			if t.Mode != ModeBSP {
+				return fmt.Errorf("layout[%d].dense_sync: allreduce needs bsp", i)
+			}
+			allreduce = allreduce || (t.Role == RoleStage && i == t.Stage)
+		default:
+			return fmt.Errorf("layout[%d].dense_sync: %.20q is not ps or allreduce", i, l.DenseSync)
 		}
-		return nil
-	case DenseSyncAllreduce:
-	default:
-		return fmt.Errorf("dense_sync: %.20q is not ps or allreduce", t.DenseSync)
 	}
 	switch {
-	case t.Role != RoleStage:
-		return errors.New("dense_sync: allreduce is for stage replicas")
-	case t.Mode != ModeBSP:
-		return errors.New("dense_sync: allreduce needs bsp")
-	case len(t.Ring) != t.Replicas:
+	case !allreduce && len(t.Ring) > 0:
+		return errors.New("ring: only for a replica of a stage with dense_sync allreduce")
+	case allreduce && len(t.Ring) != t.Replicas:
 		return fmt.Errorf("ring: %d addresses for %d replicas", len(t.Ring), t.Replicas)
 	}
 	errs := make([]error, len(t.Ring))

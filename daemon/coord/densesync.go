@@ -13,9 +13,15 @@ import (
 const AllreduceMinBytes = 1 << 20
 
 // denseSync is the method stage [first, last] with replicas replicas uses:
-// the job file's, or for auto the rule of AllreduceMinBytes (never for a
-// job that allreduce does not allow: ASP or checkpointed).
-func denseSync(jf *config.Job, m *config.Model, first, last, replicas int) string {
+// the job file's, or for auto the rule of AllreduceMinBytes (never for an
+// ASP job). A job restored from a checkpoint (restore, or an automatic
+// restart) syncs through the parameter servers whatever the file says:
+// they restore the dense blocks' optimiser state, which the replicas could
+// not pull.
+func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, restored bool) string {
+	if restored {
+		return api.DenseSyncPS
+	}
 	switch jf.DenseSync {
 	case config.DenseSyncAllreduce:
 		return api.DenseSyncAllreduce

@@ -38,14 +38,17 @@ func TestDenseSyncRule(t *testing.T) {
 		{"auto, whole model on 2 replicas", job("auto", ""), 0, 2, api.DenseSyncAllreduce},
 		{"auto, one replica", job("auto", ""), 0, 1, api.DenseSyncPS},
 		{"auto, only the small last layers", job("auto", ""), last - 1, 4, api.DenseSyncPS},
-		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, api.DenseSyncPS},
+		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, api.DenseSyncAllreduce},
 		{"auto, asp", job("auto", "mode = \"asp\"\n"), 0, 2, api.DenseSyncPS},
 		{"ps", job("ps", ""), 0, 4, api.DenseSyncPS},
 		{"allreduce, one replica", job("allreduce", ""), 0, 1, api.DenseSyncAllreduce},
 	} {
-		if got := denseSync(tc.jf, m, tc.first, last, tc.reps); got != tc.want {
+		if got := denseSync(tc.jf, m, tc.first, last, tc.reps, false); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+	if got := denseSync(job("allreduce", ""), m, 0, last, 2, true); got != api.DenseSyncPS {
+		t.Errorf("a restored allreduce job: %s, want ps (the servers restore the optimiser state)", got)
 	}
 }
 
@@ -67,8 +70,8 @@ func TestAllreduceTasksCarryTheirRing(t *testing.T) {
 			if task.Role != api.RoleStage {
 				continue
 			}
-			if task.DenseSync != api.DenseSyncAllreduce || len(task.Ring) != task.Replicas {
-				t.Fatalf("task %s: dense_sync %q with ring %v, want allreduce over its %d replicas", task.TaskID, task.DenseSync, task.Ring, task.Replicas)
+			if sync := task.Layout[task.Stage].DenseSync; sync != api.DenseSyncAllreduce || len(task.Ring) != task.Replicas {
+				t.Fatalf("task %s: dense_sync %q with ring %v, want allreduce over its %d replicas", task.TaskID, sync, task.Ring, task.Replicas)
 			}
 			if r, ok := rings[task.Stage]; ok && !slices.Equal(r, task.Ring) {
 				t.Errorf("stage %d: rings %v and %v", task.Stage, r, task.Ring)

@@ -288,14 +288,14 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
-		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps)})
+		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps),
+			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.ckpt.restored != nil)})
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
-		sync := denseSync(jf, j.model, s.First, s.Last, len(reps))
 		for k, r := range reps {
 			t := base
-			if t.DenseSync = sync; sync == api.DenseSyncAllreduce {
+			if base.Layout[i].DenseSync == api.DenseSyncAllreduce {
 				t.Ring = addrs[i]
 			}
 			t.TaskID, t.Role = fmt.Sprintf("%s.s%d.r%d", j.id, i, k), api.RoleStage

@@ -1,12 +1,16 @@
 package node
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/ckpt"
+	"github.com/heterps/heterps/daemon/ps"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -71,5 +75,41 @@ func TestDataParallelAllreduceJob(t *testing.T) {
 	t.Logf("final loss: ps %v, allreduce %v", loss["ps"], loss["allreduce"])
 	if d := math.Abs(loss["ps"] - loss["allreduce"]); !(d < 1e-6) {
 		t.Fatalf("final loss %v with allreduce, %v through the parameter server", loss["allreduce"], loss["ps"])
+	}
+}
+
+// TestAllreduceJobCheckpointsAndRestores: a two-replica allreduce job with
+// two PS shards on two nodes checkpoints every 5 steps (its ring's first
+// member mirrors the dense blocks on the servers); its step-20 files equal
+// those of the same job through the parameter servers, and a job restored
+// from its step 10 (which syncs through the servers) ends with them too,
+// bit for bit (equal batches of 32 weigh by powers of two either way).
+func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
+	rootA, rootB, rootC := t.TempDir(), t.TempDir(), t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+
+	a := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("dense_sync = \"allreduce\"\n[checkpoint]\ndir = %q\nevery = 5\n", rootA))), final)
+	if a.State != api.JobDone || a.Checkpoint == nil || a.Checkpoint.Step != 20 {
+		t.Fatalf("allreduce job %s (%s), latest checkpoint %+v", a.State, a.Reason, a.Checkpoint)
+	}
+	for _, step := range []int64{5, 10, 15, 20} {
+		if m, err := ckpt.VerifyDir(ckpt.StepDir(rootA, step)); err != nil || m.Shards != 2 || len(m.Files) != 2 {
+			t.Errorf("step %d: manifest %+v (%v)", step, m, err)
+		}
+	}
+	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("dense_sync = \"ps\"\n[checkpoint]\ndir = %q\nevery = 20\n", rootB))), final)
+	c := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", rootC, ckpt.StepDir(rootA, 10)))), final)
+	for _, s := range []api.JobStatus{b, c} {
+		if s.State != api.JobDone || s.Step != 20 {
+			t.Fatalf("job %s %s at step %d: %s", s.ID, s.State, s.Step, s.Reason)
+		}
+	}
+	for shard := range 2 {
+		name := ps.FileName(shard, 2)
+		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootB, 20), name))
+		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootC, 20), name))
 	}
 }
