@@ -50,3 +50,24 @@ func denseBytes(m *config.Model, first, last int) int64 {
 	}
 	return 4 * n
 }
+
+// allreduceMembersFixed says why a job whose stage syncs by allreduce keeps
+// its replicas: the replicas would have to agree on the step the ring
+// changes at, and a step in flight when a replica dies cannot be finished
+// without it (the parameter servers finish it for a PS-synced stage). A
+// dead replica's node fails the job instead, which restarts from its
+// latest checkpoint (through the servers) when the job file allows.
+const allreduceMembersFixed = "a stage that syncs its dense parameters by allreduce cannot change its replicas in place yet (batches it can): use dense_sync = \"ps\", or checkpoint.restarts to restart after a node dies"
+
+// syncsByAllreduce reports whether any stage of j syncs by allreduce.
+func syncsByAllreduce(j *job) bool {
+	for _, t := range j.tasks {
+		for _, l := range t.task.Layout {
+			if l.DenseSync == api.DenseSyncAllreduce {
+				return true
+			}
+		}
+		return false // every task carries the same layout
+	}
+	return false
+}
