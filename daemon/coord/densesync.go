@@ -7,10 +7,15 @@ import (
 
 // AllreduceMinBytes is where dense_sync = "auto" switches a stage to
 // allreduce: when the stage has at least two replicas and its dense
-// parameters' bytes times its replicas reach it. Below it the parameter
-// servers' push/pull costs about as much and keeps the dense blocks where
-// checkpoints find them. bench/dist measures both methods (--dense-sync).
-const AllreduceMinBytes = 1 << 20
+// parameters' bytes times its replicas reach it. Measured with
+// pipeline.BenchmarkDenseSync on the 2-core development machine (loopback,
+// loaded): one step's sync of a block of 64 KiB took 0.2-2.7 ms by the
+// ring against 1.8-6.5 ms through a PS shard (2 and 4 replicas), 1 MiB
+// 5-9 ms against 12-16 ms, 4 MiB 37-65 ms against 72-286 ms; the ring
+// never lost. Small models stay on the servers all the same: there the
+// difference is a fraction of a millisecond a step, and a PS-synced stage
+// shrinks in place when a replica's node dies (allreduceMembersFixed).
+const AllreduceMinBytes = 256 << 10
 
 // denseSync is the method stage [first, last] with replicas replicas uses:
 // the job file's, or for auto the rule of AllreduceMinBytes (never for an

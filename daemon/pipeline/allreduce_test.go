@@ -20,7 +20,7 @@ import (
 )
 
 // ringTransports starts n transports, every pair peered, named ring-i.
-func ringTransports(t *testing.T, n int) ([]wire.Transport, []string) {
+func ringTransports(t testing.TB, n int) ([]wire.Transport, []string) {
 	t.Helper()
 	trs := make([]*wire.TCPTransport, n)
 	names := make([]string, n)
@@ -47,7 +47,7 @@ func ringTransports(t *testing.T, n int) ([]wire.Transport, []string) {
 
 // peerPair makes a and b peers, the larger id first (it waits to be
 // dialled and would turn away a dial from a peer it does not know yet).
-func peerPair(t *testing.T, a *wire.TCPTransport, an string, b *wire.TCPTransport, bn string) {
+func peerPair(t testing.TB, a *wire.TCPTransport, an string, b *wire.TCPTransport, bn string) {
 	t.Helper()
 	if an < bn {
 		a, an, b, bn = b, bn, a, an
@@ -274,10 +274,11 @@ func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
 		name     string
 		stages   []Range
 		replicas []int
+		micro    int
 	}{
-		{"one stage, 2 replicas", []Range{{0, 5}}, []int{2}},
-		{"one stage, 3 replicas", []Range{{0, 5}}, []int{3}},
-		{"2 replicas stacked into 1", []Range{{0, 3}, {4, 5}}, []int{2, 1}},
+		{"one stage, 2 replicas", []Range{{0, 5}}, []int{2}, 1},
+		{"one stage, 3 replicas, 2 micro-batches", []Range{{0, 5}}, []int{3}, 2},
+		{"2 replicas stacked into 1", []Range{{0, 3}, {4, 5}}, []int{2, 1}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := tc.replicas[0]
@@ -294,6 +295,7 @@ func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
 			}
 			ref, _ := reference(t, cfg, steps, stacked)
 			j := newJob(t, cfg, tc.stages, tc.replicas, steps, ps.BSP)
+			j.micro = tc.micro
 			allreduceEverywhere(j)
 			ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
 				return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), sizes[r]) })
