@@ -113,3 +113,47 @@ func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
 		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootC, 20), name))
 	}
 }
+
+// TestAllreduceJobRestartsWhenAReplicaDies: an allreduce stage does not
+// shrink in place when the node of a replica without a PS shard dies (the
+// step in flight needs that replica): the job fails and restarts from its
+// latest checkpoint, on the nodes left, through the parameter servers, and
+// trains to its last step.
+func TestAllreduceJobRestartsWhenAReplicaDies(t *testing.T) {
+	root := t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	stops := map[string]func(){}
+	for _, name := range []string{"a", "b", "c"} {
+		stops[name] = cl.startNode(name, "cpu")
+	}
+	cl.waitNodes(3)
+	src, err := os.ReadFile(longDPJob(t, 400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "job.toml")
+	job := string(src) + fmt.Sprintf("dense_sync = \"allreduce\"\n[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Checkpoint != nil || s.State.Final() })
+	if s.State != api.JobRunning || len(s.Stages[0].Nodes) != 2 || len(s.PS) != 1 {
+		t.Fatalf("before the kill: %s (%s), stages %+v, ps %v", s.State, s.Reason, s.Stages, s.PS)
+	}
+	victim := s.Stages[0].Nodes[0]
+	if victim == s.PS[0] {
+		victim = s.Stages[0].Nodes[1]
+	}
+	stops[victim]()
+
+	s = cl.waitJob(id, final)
+	if s.State != api.JobFailed || s.RestartedAs == "" || s.Generation != 1 {
+		t.Fatalf("after the kill: job %s (%q) generation %d, restarted as %q; want failed and restarted, not shrunk",
+			s.State, s.Reason, s.Generation, s.RestartedAs)
+	}
+	r := cl.waitJob(s.RestartedAs, final)
+	if r.State != api.JobDone || r.Step != 400 || r.RestoredFrom == nil || r.RestoredFrom.Step%20 != 0 {
+		t.Fatalf("restart %s: %s (%s) at step %d, restored from %+v", r.ID, r.State, r.Reason, r.Step, r.RestoredFrom)
+	}
+}
