@@ -102,14 +102,13 @@ func (a *Allreduce) check(stage, replica int, params int) error {
 
 // ring is one step's ring: the members in order and this replica's place.
 type ring struct {
-	t                wire.Transport
-	job              uint64
-	stage, step      int64
-	members          []int
-	peers            []string
-	members64        []int64 // members, as every message carries them
-	pos              int
-	prevNode, nextNd string
+	t                  wire.Transport
+	job                uint64
+	stage, step        int64
+	members            []int
+	members64          []int64 // members, as every message carries them
+	pos                int
+	prevNode, nextNode string
 }
 
 func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, replica int) (*ring, error) {
@@ -128,7 +127,7 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 		m64[i] = int64(m)
 	}
 	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
-		peers: a.Peers, prevNode: a.Peers[members[(pos+n-1)%n]], nextNd: a.Peers[members[(pos+1)%n]]}, nil
+		prevNode: a.Peers[members[(pos+n-1)%n]], nextNode: a.Peers[members[(pos+1)%n]]}, nil
 }
 
 // reduce replaces g, this member's gradient of dense parameter param over
@@ -189,8 +188,8 @@ func (r *ring) sendChunk(ctx context.Context, stream uint32, param int, c []floa
 		hi := min(lo+ringPiece, len(c))
 		m := &wire.Message{Type: wire.MsgGradient, Meta: r.meta(param, piece, rows),
 			Tensors: []wire.Tensor{wire.F32Tensor(c[lo:hi], hi-lo), wire.I64Tensor(r.members64, len(r.members64))}}
-		if err := r.t.Send(ctx, r.nextNd, stream, m); err != nil {
-			return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", param, r.nextNd, err)
+		if err := r.t.Send(ctx, r.nextNode, stream, m); err != nil {
+			return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", param, r.nextNode, err)
 		}
 	}
 	return nil
