@@ -381,6 +381,9 @@ type StageStatus struct {
 	StepSeconds         []float64 `json:"step_seconds"`
 	PredictedThroughput float64   `json:"predicted_throughput"`
 	MeasuredThroughput  float64   `json:"measured_throughput"` // sum of the replicas' samples/s
+	// DenseSync is how the stage syncs its dense parameters: DenseSyncPS
+	// or DenseSyncAllreduce (StageLayout.DenseSync); empty before placement.
+	DenseSync string `json:"dense_sync,omitempty"`
 }
 
 // NodeState is a node's liveness.

@@ -59,8 +59,14 @@ func TestAllreduceTasksCarryTheirRing(t *testing.T) {
 	tc := startCluster(t, nil)
 	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\ndense_sync = \"allreduce\"", 1)
 	nodes := tc.nodesFor(tc.expectedPlan(job))
-	if s := tc.waitJob(tc.submit(job)); s.State != api.JobDone {
+	s := tc.waitJob(tc.submit(job))
+	if s.State != api.JobDone {
 		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	for _, st := range s.Stages {
+		if st.DenseSync != api.DenseSyncAllreduce {
+			t.Errorf("status of stage %d: dense_sync %q, want allreduce", st.Stage, st.DenseSync)
+		}
 	}
 	rings := map[int][]string{} // stage -> the ring its tasks carry
 	addrs := map[int][]string{} // stage -> replica -> the node's data address

@@ -502,6 +502,9 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 				continue
 			}
 			st.Nodes = append(st.Nodes, t.nodeName)
+			if i < len(t.task.Layout) {
+				st.DenseSync = t.task.Layout[i].DenseSync
+			}
 			st.Batches = append(st.Batches, t.task.Batch)
 			st.StepSeconds = append(st.StepSeconds, t.report.StepSeconds)
 			st.MeasuredThroughput += t.report.SamplesPerS

@@ -230,13 +230,13 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 			fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process, loss %.4f, run took %.1f s\n",
 				n, n, unit.Name, sync+",", res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
 			for _, st := range res.stages {
-				stageLines = append(stageLines, fmt.Sprintf("%5d  %-9s  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
-					n, sync, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
+				stageLines = append(stageLines, fmt.Sprintf("%5d  %-9s  %-9s  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
+					n, sync, st.DenseSync, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
 			}
 		}
 	}
 	fmt.Fprintln(w, "per stage: measured throughput against the cost model's prediction (roofline estimates from the catalog)")
-	fmt.Fprintln(w, "nodes  sync       stage  type    units   predicted    measured   ratio")
+	fmt.Fprintln(w, "nodes  asked      synced     stage  type    units   predicted    measured   ratio")
 	for _, l := range stageLines {
 		fmt.Fprintln(w, l)
 	}
