@@ -25,10 +25,11 @@ import (
 // over the ring in a fixed order; allgather then passes every finished
 // chunk on, copied byte for byte. Every member thus holds the same bytes,
 // and the order of the additions depends on the membership alone, never
-// on timing. A chunk travels as messages of at most ringPiece floats, each
-// with the ring's members: a replica whose predecessor saw other members
-// for the step (a resize that reached them at different steps) fails the
-// step rather than mix two rings.
+// on timing. A chunk travels as messages of at most ringPiece floats,
+// passed on piece by piece as they arrive (the ring is pipelined within a
+// chunk), each with the ring's members: a replica whose predecessor saw
+// other members for the step (a resize that reached them at different
+// steps) fails the step rather than mix two rings.
 //
 // The sum is weighted as the parameter servers weigh pushes: member k
 // multiplies its gradient by its rows b_k before the reduction, the
@@ -55,8 +56,8 @@ type Allreduce struct {
 	Mirror *ps.Client
 }
 
-// ringPiece bounds the floats one ring message carries.
-const ringPiece = 1 << 18
+// ringPiece bounds the floats one ring message carries (256 KiB).
+const ringPiece = 1 << 16
 
 // Bounds of the ring's stream numbering (ringStream).
 const (
@@ -132,6 +133,9 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 
 // reduce replaces g, this member's gradient of dense parameter param over
 // rows rows, by the rows-weighted mean of every member's: Σ b_k g_k / Σ b.
+// Chunks travel piece by piece, and a member passes each piece on as soon
+// as it has added its part to it (reduce-scatter) or received it
+// (allgather), so that large chunks stream around the ring.
 func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) error {
 	n := len(r.members)
 	if n == 1 {
@@ -143,75 +147,104 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 	}
 	bounds := chunks(len(g), n)
 	chunk := func(c int) []float32 { c = ((c % n) + n) % n; return g[bounds[c]:bounds[c+1]] }
-	send := ringStream(int(r.stage), r.members[r.pos], param)
-	recv := ringStream(int(r.stage), r.members[(r.pos+n-1)%n], param)
-	// Reduce-scatter: at round s, send chunk pos-s (with the rows summed
-	// into it), receive chunk pos-s-1 and add this member's part to it.
-	acc := rows
-	for s := range n - 1 {
-		if err := r.sendChunk(ctx, send, param, chunk(r.pos-s), acc); err != nil {
+	x := &ringExchange{r: r, ctx: ctx, param: param,
+		sendStream: ringStream(int(r.stage), r.members[r.pos], param), recvStream: ringStream(int(r.stage), r.members[(r.pos+n-1)%n], param)}
+	// Reduce-scatter: round s sends chunk pos-s and receives chunk
+	// pos-s-1, to which this member adds its part; round s+1 sends that
+	// chunk on, piece by piece as it is added. The messages carry the rows
+	// summed into the chunk so far.
+	c := chunk(r.pos)
+	for j, piece := range pieces(c) {
+		if err := x.send(0, j, piece, rows); err != nil {
 			return err
 		}
-		got, err := r.recvChunk(ctx, recv, param, chunk(r.pos-s-1), true)
-		if err != nil {
-			return err
-		}
-		acc = got + rows
 	}
-	// This member now holds chunk pos+1 summed over the ring.
-	own := chunk(r.pos + 1)
-	total := float32(acc)
-	for i := range own {
-		own[i] /= total
-	}
-	// Allgather: at round s, pass chunk pos+1-s on, receive chunk pos-s.
+	total := 0
 	for s := range n - 1 {
-		if err := r.sendChunk(ctx, send, param, chunk(r.pos+1-s), acc); err != nil {
-			return err
+		c = chunk(r.pos - s - 1)
+		last := s == n-2
+		for j, piece := range pieces(c) {
+			got, err := x.recvInto(s, j, piece, true)
+			if err != nil {
+				return err
+			}
+			sum := got + rows
+			if last { // the chunk is summed over the ring: this member owns it
+				total = sum
+				div := float32(total)
+				for i := range piece {
+					piece[i] /= div
+				}
+			}
+			if err := x.send(s+1, j, piece, sum); err != nil {
+				return err
+			}
 		}
-		if _, err := r.recvChunk(ctx, recv, param, chunk(r.pos-s), false); err != nil {
-			return err
+	}
+	// Allgather: round s receives chunk pos-s, finished by its owner, and
+	// passes it on unless the next member owns it.
+	for s := range n - 1 {
+		c = chunk(r.pos - s)
+		for j, piece := range pieces(c) {
+			if _, err := x.recvInto(n-1+s, j, piece, false); err != nil {
+				return err
+			}
+			if s < n-2 {
+				if err := x.send(n+s, j, piece, total); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
 }
 
-func (r *ring) meta(param, piece, rows int) wire.Meta {
-	return wire.Meta{Job: r.job, Stage: uint64(r.stage), Replica: uint64(r.members[r.pos]), Step: uint64(r.step),
-		Key: uint64(param), Micro: uint64(piece), Batch: uint64(rows)}
+// pieces cuts a chunk into pieces of at most ringPiece floats; an empty
+// chunk is one empty piece (it still carries the rows).
+func pieces(c []float32) [][]float32 {
+	out := [][]float32{c[:min(ringPiece, len(c))]}
+	for lo := ringPiece; lo < len(c); lo += ringPiece {
+		out = append(out, c[lo:min(lo+ringPiece, len(c))])
+	}
+	return out
 }
 
-// sendChunk sends c in pieces of at most ringPiece floats, each carrying
-// rows; an empty chunk still sends one (empty) piece, which carries rows.
-func (r *ring) sendChunk(ctx context.Context, stream uint32, param int, c []float32, rows int) error {
-	for piece, lo := 0, 0; piece == 0 || lo < len(c); piece, lo = piece+1, lo+ringPiece {
-		hi := min(lo+ringPiece, len(c))
-		m := &wire.Message{Type: wire.MsgGradient, Meta: r.meta(param, piece, rows),
-			Tensors: []wire.Tensor{wire.F32Tensor(c[lo:hi], hi-lo), wire.I64Tensor(r.members64, len(r.members64))}}
-		if err := r.t.Send(ctx, r.nextNode, stream, m); err != nil {
-			return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", param, r.nextNode, err)
-		}
+// ringExchange is one reduction's traffic with the ring's neighbours.
+// Round t is the t-th chunk a member sends (0 .. 2(n-1)-1: reduce-scatter,
+// then allgather); messages carry it with the piece in Meta.Micro, so that
+// a member notices a predecessor out of step.
+type ringExchange struct {
+	r                      *ring
+	ctx                    context.Context
+	param                  int
+	sendStream, recvStream uint32
+}
+
+func ringMicro(round, piece int) uint64 { return uint64(round)<<32 | uint64(piece) }
+
+func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
+	r := x.r
+	m := &wire.Message{Type: wire.MsgGradient,
+		Meta: wire.Meta{Job: r.job, Stage: uint64(r.stage), Replica: uint64(r.members[r.pos]), Step: uint64(r.step),
+			Key: uint64(x.param), Micro: ringMicro(round, piece), Batch: uint64(rows)},
+		Tensors: []wire.Tensor{wire.F32Tensor(v, len(v)), wire.I64Tensor(r.members64, len(r.members64))}}
+	if err := r.t.Send(x.ctx, r.nextNode, x.sendStream, m); err != nil {
+		return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", x.param, r.nextNode, err)
 	}
 	return nil
 }
 
-// recvChunk receives the pieces of chunk c from the ring's predecessor and
-// adds them to c (add) or copies them over it, and returns the rows they
-// carry.
-func (r *ring) recvChunk(ctx context.Context, stream uint32, param int, c []float32, add bool) (int, error) {
-	rows := 0
-	for piece, lo := 0, 0; piece == 0 || lo < len(c); piece, lo = piece+1, lo+ringPiece {
-		hi := min(lo+ringPiece, len(c))
-		got, err := r.recvPiece(ctx, stream, param, piece, c[lo:hi], add)
-		if err != nil {
-			return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", param, r.prevNode, err)
-		}
-		rows = got
+// recvInto receives piece piece of the predecessor's round round, adds it
+// to dst (add) or copies it over dst, and returns the rows it carries.
+func (x *ringExchange) recvInto(round, piece int, dst []float32, add bool) (int, error) {
+	rows, err := x.r.recvPiece(x.ctx, x.recvStream, x.param, ringMicro(round, piece), dst, add)
+	if err != nil {
+		return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", x.param, x.r.prevNode, err)
 	}
 	return rows, nil
 }
 
-func (r *ring) recvPiece(ctx context.Context, stream uint32, param, piece int, dst []float32, add bool) (int, error) {
+func (r *ring) recvPiece(ctx context.Context, stream uint32, param int, micro uint64, dst []float32, add bool) (int, error) {
 	m, err := r.t.Recv(ctx, r.prevNode, stream)
 	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
 		m.Release()
@@ -221,9 +254,9 @@ func (r *ring) recvPiece(ctx context.Context, stream uint32, param, piece int, d
 		return 0, err
 	}
 	defer m.Release()
-	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) || m.Meta.Micro != uint64(piece) {
-		return 0, fmt.Errorf("got %v for step %d parameter %d piece %d, want step %d parameter %d piece %d",
-			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro, r.step, param, piece)
+	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) || m.Meta.Micro != micro {
+		return 0, fmt.Errorf("got %v for step %d parameter %d round %d piece %d, want step %d parameter %d round %d piece %d",
+			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro>>32, uint32(m.Meta.Micro), r.step, param, micro>>32, uint32(micro))
 	}
 	if err := m.Want(wire.Float32, wire.Int64); err != nil {
 		return 0, err
@@ -240,10 +273,10 @@ func (r *ring) recvPiece(ctx context.Context, stream uint32, param, piece int, d
 		}
 	}
 	if len(v) != len(dst) {
-		return 0, fmt.Errorf("piece %d holds %d floats, want %d", piece, len(v), len(dst))
+		return 0, fmt.Errorf("piece %d holds %d floats, want %d", uint32(micro), len(v), len(dst))
 	}
 	if m.Meta.Batch < 1 || m.Meta.Batch > 1<<40 {
-		return 0, fmt.Errorf("piece %d carries %d rows", piece, m.Meta.Batch)
+		return 0, fmt.Errorf("piece %d carries %d rows", uint32(micro), m.Meta.Batch)
 	}
 	if add {
 		for i, x := range v {

@@ -99,7 +99,7 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 	checkLeaks(t)
 	for _, tc := range []struct {
 		members, length int
-	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {2, 2*ringPiece + 3}} {
+	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {2, 2*ringPiece + 3}, {3, 5*ringPiece + 1}} {
 		t.Run(fmt.Sprintf("%d members, %d floats", tc.members, tc.length), func(t *testing.T) {
 			trs, names := ringTransports(t, tc.members)
 			rng := rand.New(rand.NewPCG(uint64(tc.members), uint64(tc.length)))
