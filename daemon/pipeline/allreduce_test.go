@@ -182,7 +182,7 @@ func denseOf(t *testing.T, ws [][]*Worker) [][]map[string][]float32 {
 	out := make([][]map[string][]float32, len(ws))
 	for st := range ws {
 		for _, w := range ws[st] {
-			v, err := w.DenseValues()
+			v, err := w.denseValues()
 			if err != nil {
 				t.Fatal(err)
 			}

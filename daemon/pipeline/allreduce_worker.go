@@ -135,9 +135,9 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 	return nil
 }
 
-// DenseValues returns a copy of the stage's dense parameters' values by
+// denseValues returns a copy of the stage's dense parameters' values by
 // name, as the replica holds them now (between steps).
-func (w *Worker) DenseValues() (map[string][]float32, error) {
+func (w *Worker) denseValues() (map[string][]float32, error) {
 	out := map[string][]float32{}
 	for _, p := range w.copies[0].dense {
 		h, err := hostFloats(w.cfg.Backend, p.Value)
