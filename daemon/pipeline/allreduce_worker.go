@@ -135,20 +135,6 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 	return nil
 }
 
-// denseValues returns a copy of the stage's dense parameters' values by
-// name, as the replica holds them now (between steps).
-func (w *Worker) denseValues() (map[string][]float32, error) {
-	out := map[string][]float32{}
-	for _, p := range w.copies[0].dense {
-		h, err := hostFloats(w.cfg.Backend, p.Value)
-		if err != nil {
-			return nil, err
-		}
-		out[p.Name] = append([]float32(nil), h[:p.Len()]...)
-	}
-	return out, nil
-}
-
 func iotaInts(n int) []int {
 	out := make([]int, n)
 	for i := range out {
