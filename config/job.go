@@ -24,6 +24,7 @@ import (
 //	mode = "bsp"               # or "asp"
 //	micro_batches = 4          # per step, so that stages overlap; default 1
 //	schedule = "1f1b"          # or "fill-drain": order of a pipeline stage's forwards and backwards
+//	dense_sync = "ps"          # ps (default) | allreduce | auto: how data-parallel replicas sync dense parameters
 //	seed = 1
 //	priority = 2               # optional: weight under --alloc-policy priority; default 1
 //	target_loss_reduction = 0.9  # optional: stop once the normalised loss reduction reaches it
@@ -67,6 +68,7 @@ type Job struct {
 	Mode            string        `toml:"mode"`
 	MicroBatches    int           `toml:"micro_batches"` // per step; 0 = 1
 	Schedule        string        `toml:"schedule"`      // ScheduleOneFOneB (default) or ScheduleFillDrain
+	DenseSync       string        `toml:"dense_sync"`    // DenseSyncAuto, DenseSyncAllreduce or DenseSyncPS
 	Seed            uint64        `toml:"seed"`
 	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
@@ -107,6 +109,15 @@ type JobBatching struct {
 const (
 	ResizeInPlace = "in-place"
 	ResizeRestart = "restart"
+)
+
+// Dense synchronisation methods (dense_sync). Auto lets the coordinator
+// pick per stage, allreduce where the stage has several replicas and
+// enough dense bytes to move (daemon/coord's denseSync).
+const (
+	DenseSyncAuto      = "auto"
+	DenseSyncAllreduce = "allreduce"
+	DenseSyncPS        = "ps"
 )
 
 // Batching modes.
@@ -218,6 +229,12 @@ func (j *Job) applyDefaults() {
 	if j.Optimizer != nil {
 		j.Optimizer.defaults()
 	}
+	if j.DenseSync == "" {
+		// The parameter servers until a benchmark of whole jobs shows
+		// allreduce ahead: allreduce stages cannot shrink in place when a
+		// replica's node dies (they restart from a checkpoint).
+		j.DenseSync = DenseSyncPS
+	}
 	b := &j.Batching
 	if b.Mode == "" {
 		b.Mode = BatchingAuto
@@ -305,9 +322,37 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
 	}
 	j.validateBatching(loc, &errs)
+	j.validateDenseSync(loc, &errs)
 	j.validateAlloc(loc, &errs)
 	j.validateReplan(loc, &errs)
 	return errs.err()
+}
+
+// validateDenseSync checks dense_sync. A restored job syncs through the
+// parameter servers, which restore the dense optimiser state that
+// allreduce replicas could not pull: allreduce with restore is refused
+// (an automatic restart of an allreduce job goes on through the servers).
+func (j *Job) validateDenseSync(loc *Locator, errs *errorList) {
+	switch j.DenseSync {
+	case DenseSyncAuto, DenseSyncPS:
+		return
+	case DenseSyncAllreduce:
+	default:
+		errs.add(loc.Errorf("dense_sync", "unknown method %q (want auto, allreduce or ps)", j.DenseSync))
+		return
+	}
+	switch {
+	case j.Mode == "asp":
+		errs.add(loc.Errorf("dense_sync", "allreduce needs mode = \"bsp\" (asynchronous replicas share no step to reduce)"))
+	case j.Checkpoint.Restore != "":
+		errs.add(loc.Errorf("dense_sync", "a restored job syncs its dense parameters through the parameter servers, which restore their optimiser state: use dense_sync = \"ps\" (or auto) with checkpoint.restore"))
+	}
+}
+
+// AllreduceAllowed reports whether dense_sync = "auto" may pick allreduce
+// for this job: BSP, not restored (see validateDenseSync).
+func (j *Job) AllreduceAllowed() bool {
+	return j.Mode != "asp" && j.Checkpoint.Restore == ""
 }
 
 func (j *Job) validateBatching(loc *Locator, errs *errorList) {

@@ -39,6 +39,23 @@ func TestJobDefaults(t *testing.T) {
 	if err != nil || j.Schedule != ScheduleFillDrain {
 		t.Errorf("schedule = \"fill-drain\": got %q (%v)", j.Schedule, err)
 	}
+	if j.DenseSync != DenseSyncPS {
+		t.Errorf("dense_sync defaults to %q, want ps", j.DenseSync)
+	}
+	j, err = ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \"auto\"\n"))
+	if err != nil || !j.AllreduceAllowed() {
+		t.Errorf("dense_sync = \"auto\": allreduce allowed %v (%v), want allowed", j != nil && j.AllreduceAllowed(), err)
+	}
+}
+
+func TestJobDenseSyncAllreduce(t *testing.T) {
+	j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \"allreduce\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.DenseSync != DenseSyncAllreduce {
+		t.Errorf("dense_sync = %q, want allreduce", j.DenseSync)
+	}
 }
 
 func TestJobTotalSteps(t *testing.T) {
@@ -87,6 +104,9 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"restarts without checkpoints", "batch = 8\nsteps = 1\n[checkpoint]\nrestarts = 2\n", "checkpoint.restarts", 7},
 		{"negative restarts", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = -1\n", "checkpoint.restarts", 9},
 		{"restarts of an ASP job", "batch = 8\nsteps = 1\nmode = \"asp\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n", "checkpoint.restarts", 10},
+		{"unknown dense sync", "batch = 8\nsteps = 1\ndense_sync = \"nccl\"\n", "dense_sync", 6},
+		{"allreduce in ASP", "batch = 8\nsteps = 1\nmode = \"asp\"\ndense_sync = \"allreduce\"\n", "dense_sync", 7},
+		{"allreduce with restore", "batch = 8\nsteps = 1\ndense_sync = \"allreduce\"\n[checkpoint]\nrestore = \"/x\"\n", "dense_sync", 6},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -151,6 +151,12 @@ const (
 	RolePS    = "ps"    // holds one parameter-server shard
 )
 
+// Dense synchronisation of a stage (Task.DenseSync).
+const (
+	DenseSyncPS        = "ps"
+	DenseSyncAllreduce = "allreduce"
+)
+
 // Synchronisation modes of a job.
 const (
 	ModeBSP = "bsp" // bulk synchronous: a step's update waits for every replica
@@ -194,6 +200,10 @@ type Task struct {
 	Steps        int64  `json:"steps"`
 	Seed         uint64 `json:"seed"`
 	Mode         string `json:"mode"` // ModeBSP or ModeASP
+	// Ring, for a stage replica whose stage syncs its dense parameters by
+	// allreduce (StageLayout.DenseSync), is the data_addr of every replica
+	// of the stage, in replica order.
+	Ring []string `json:"ring,omitempty"`
 
 	// Schedule orders a pipeline stage's forwards and backwards
 	// (pipeline.ParseSchedule: "1f1b", "fill-drain"); "" is 1f1b.
@@ -254,6 +264,12 @@ type StageLayout struct {
 	FirstLayer int `json:"first_layer"`
 	LastLayer  int `json:"last_layer"`
 	Replicas   int `json:"replicas"`
+	// DenseSync is how the stage keeps its dense parameters: DenseSyncPS
+	// (or empty) on the parameter servers; DenseSyncAllreduce on its
+	// replicas, reduced among them over the data plane, the servers
+	// holding a mirror that the ring's first member updates when the job
+	// checkpoints (pipeline.MirrorStage).
+	DenseSync string `json:"dense_sync,omitempty"`
 }
 
 // JobState is a job's place in its lifecycle.
@@ -415,6 +431,9 @@ type StageStatus struct {
 	StepSeconds         []float64 `json:"step_seconds"`
 	PredictedThroughput float64   `json:"predicted_throughput"`
 	MeasuredThroughput  float64   `json:"measured_throughput"` // sum of the replicas' samples/s
+	// DenseSync is how the stage syncs its dense parameters: DenseSyncPS
+	// or DenseSyncAllreduce (StageLayout.DenseSync); empty before placement.
+	DenseSync string `json:"dense_sync,omitempty"`
 }
 
 // NodeState is a node's liveness.

@@ -96,6 +96,12 @@ func TestTaskValidate(t *testing.T) {
 	if err := ps.Validate(); err != nil {
 		t.Fatalf("valid ps task: %v", err)
 	}
+	ring := validTask()
+	ring.Layout = []StageLayout{{FirstLayer: 0, LastLayer: 2, Replicas: 2, DenseSync: DenseSyncAllreduce}}
+	ring.Ring = []string{"127.0.0.1:7004", "127.0.0.1:7005"}
+	if err := ring.Validate(); err != nil {
+		t.Fatalf("valid allreduce task: %v", err)
+	}
 	tlsOnly := ps
 	tlsOnly.SecretFile = "" // a cluster authenticated by mutual TLS alone
 	if err := tlsOnly.Validate(); err != nil {
@@ -120,6 +126,15 @@ func TestTaskValidate(t *testing.T) {
 		{"bad next", func(t *Task) { t.Next = []string{"nowhere"} }, "next[0]"},
 		{"secret and plain", func(t *Task) { t.SecretFile = "/s" }, "secret_file"},
 		{"checkpoint without dir", func(t *Task) { t.CheckpointEvery = 5 }, "checkpoint_every"},
+		{"unknown dense sync", func(t *Task) { t.Layout = []StageLayout{{Replicas: 2, DenseSync: "nccl"}} }, "dense_sync"},
+		{"allreduce without its ring", func(t *Task) { t.Layout = []StageLayout{{Replicas: 2, DenseSync: DenseSyncAllreduce}} }, "ring"},
+		{"allreduce in asp", func(t *Task) {
+			t.Layout, t.Ring, t.Mode = []StageLayout{{Replicas: 2, DenseSync: DenseSyncAllreduce}}, []string{"127.0.0.1:1", "127.0.0.1:2"}, ModeASP
+		}, "bsp"},
+		{"bad ring address", func(t *Task) {
+			t.Layout, t.Ring = []StageLayout{{Replicas: 2, DenseSync: DenseSyncAllreduce}}, []string{"127.0.0.1:1", "x"}
+		}, "ring[1]"},
+		{"ring without allreduce", func(t *Task) { t.Ring = []string{"127.0.0.1:1", "127.0.0.1:2"} }, "ring"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			task := validTask()

@@ -154,7 +154,7 @@ func (t *Task) Validate() error {
 	if t.TaskID == "" || t.JobID == "" {
 		return errors.New("task: task_id and job_id are required")
 	}
-	errs := []error{t.validateRole(), t.validateRun(), t.validatePeers()}
+	errs := []error{t.validateRole(), t.validateRun(), t.validatePeers(), t.validateDenseSync()}
 	if t.Plain && t.SecretFile != "" {
 		errs = append(errs, errors.New("plain and secret_file exclude each other"))
 	}
@@ -223,6 +223,33 @@ func (t *Task) validatePeers() error {
 		for i, a := range list.addrs {
 			errs = append(errs, CheckAddr(fmt.Sprintf("%s[%d]", list.field, i), a))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *Task) validateDenseSync() error {
+	allreduce := false
+	for i, l := range t.Layout {
+		switch l.DenseSync {
+		case "", DenseSyncPS:
+		case DenseSyncAllreduce:
+			if t.Mode != ModeBSP {
+				return fmt.Errorf("layout[%d].dense_sync: allreduce needs bsp", i)
+			}
+			allreduce = allreduce || (t.Role == RoleStage && i == t.Stage)
+		default:
+			return fmt.Errorf("layout[%d].dense_sync: %.20q is not ps or allreduce", i, l.DenseSync)
+		}
+	}
+	switch {
+	case !allreduce && len(t.Ring) > 0:
+		return errors.New("ring: only for a replica of a stage with dense_sync allreduce")
+	case allreduce && len(t.Ring) != t.Replicas:
+		return fmt.Errorf("ring: %d addresses for %d replicas", len(t.Ring), t.Replicas)
+	}
+	errs := make([]error, len(t.Ring))
+	for i, a := range t.Ring {
+		errs[i] = CheckAddr(fmt.Sprintf("ring[%d]", i), a)
 	}
 	return errors.Join(errs...)
 }

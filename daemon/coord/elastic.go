@@ -23,7 +23,8 @@ import (
 // built yet. The batch controller (balance.go) also changes the batches
 // of ASP jobs, where each replica applies them from its own next step,
 // and of pipelines, by lanes (lanes.go: resizeLanes); neither changes
-// members.
+// members. A stage that syncs by allreduce changes its batches only
+// (allreduceMembersFixed).
 
 // canResize reports why j's replica set cannot change, or "".
 func canResize(j *job) string {
@@ -42,7 +43,7 @@ func canResize(j *job) string {
 // without them: the survivors take their share of the batch from the next
 // step. It reports whether it did. c.mu is held.
 func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
-	if canResize(j) != "" {
+	if canResize(j) != "" || syncsByAllreduce(j) {
 		return false
 	}
 	var left []*taskRun
@@ -149,6 +150,9 @@ func (c *Coordinator) patch(id string, req api.ResizeRequest) (api.JobStatus, er
 		if !current[r] {
 			return api.JobStatus{}, badRequest("resize: replica %d is not one of job %s's (adding replicas is not built yet)", r, id)
 		}
+	}
+	if len(req.Replicas) != len(current) && syncsByAllreduce(j) {
+		return api.JobStatus{}, httpErrorf(http.StatusConflict, "resize job %s: %s", id, allreduceMembersFixed)
 	}
 	from := c.resize(j, req.Replicas, req.Batches)
 	c.log.Info("job resized", "job", id, "replicas", req.Replicas, "batches", req.Batches, "from_step", from, "generation", j.gen)

@@ -1,7 +1,11 @@
 package coord
 
 import (
+	"errors"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
@@ -33,5 +37,32 @@ func TestResizeStartsAtTheOpenStep(t *testing.T) {
 		if tr.task.Generation != 2 || tr.task.FromStep != 10 || len(tr.task.Members) != 2 {
 			t.Errorf("task %s replica %d: %+v", tr.task.TaskID, tr.task.Replica, tr.task)
 		}
+	}
+}
+
+// TestAllreduceStagesKeepTheirReplicas: a job whose stage syncs by
+// allreduce is not shrunk when a replica's node dies (it fails, and
+// restarts from a checkpoint if allowed), and a PATCH that drops a replica
+// is refused naming why; the replicas would have to agree on the step.
+func TestAllreduceStagesKeepTheirReplicas(t *testing.T) {
+	c := &Coordinator{cfg: Config{Catalog: &config.Catalog{}}.withDefaults()}
+	c.log = c.cfg.Logger
+	jf := &config.Job{Batch: 64, Mode: api.ModeBSP}
+	j := &job{id: "j1", file: jf, state: api.JobRunning, gen: 1, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 2}}}}
+	layout := []api.StageLayout{{Replicas: 2, DenseSync: api.DenseSyncAllreduce}}
+	nodes := []*node{{id: "a"}, {id: "b"}}
+	for r := range 2 {
+		j.tasks = append(j.tasks, &taskRun{job: j, node: nodes[r], task: api.Task{TaskID: "s", Role: api.RoleStage, Replica: r, Units: 1,
+			Batch: 32, Layout: layout}, report: api.TaskReport{Step: 5}})
+	}
+	j.tasks = append(j.tasks, &taskRun{job: j, node: nodes[0], task: api.Task{TaskID: "ps", Role: api.RolePS, Layout: layout}})
+	c.jobs = append(c.jobs, j)
+	if c.shrink(j, nodes[1], time.Now()) || len(j.tasks) != 3 || j.gen != 1 {
+		t.Fatalf("shrunk an allreduce job: %d tasks, generation %d", len(j.tasks), j.gen)
+	}
+	_, err := c.patch("j1", api.ResizeRequest{Stage: 0, Replicas: []int{0}, Batches: []int{64}})
+	var he *httpError
+	if !errors.As(err, &he) || he.status != http.StatusConflict || !strings.Contains(he.msg, "allreduce") {
+		t.Fatalf("PATCH dropping a replica of an allreduce stage: %v, want 409 naming allreduce", err)
 	}
 }

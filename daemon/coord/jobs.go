@@ -289,12 +289,16 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
-		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps)})
+		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps),
+			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.ckpt.restored != nil)})
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
 		for k, r := range reps {
 			t := base
+			if base.Layout[i].DenseSync == api.DenseSyncAllreduce {
+				t.Ring = addrs[i]
+			}
 			t.TaskID, t.Role = fmt.Sprintf("%s.s%d.r%d", j.id, i, k), api.RoleStage
 			t.Stage, t.Replica, t.Replicas, t.Units = i, k, len(reps), r.units
 			t.FirstLayer, t.LastLayer = s.First, s.Last
@@ -500,6 +504,9 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 				continue
 			}
 			st.Nodes = append(st.Nodes, t.nodeName)
+			if i < len(t.task.Layout) {
+				st.DenseSync = t.task.Layout[i].DenseSync
+			}
 			st.Batches = append(st.Batches, t.task.Batch)
 			st.StepSeconds = append(st.StepSeconds, t.report.StepSeconds)
 			st.MeasuredThroughput += t.report.SamplesPerS

@@ -349,8 +349,13 @@ func buildShards(spec api.Task, tasks []*task, memory int64, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
+	allreduce := make([]bool, len(spec.Layout))
+	for i, l := range spec.Layout {
+		allreduce[i] = l.DenseSync == api.DenseSyncAllreduce
+	}
+	pipeline.MirrorBlocks(blocks, len(ranges), allreduce)
 	all := pipeline.ShardConfigs(pipeline.ShardSpec{Job: spec.JobID, Model: cfg.Name, Shards: len(spec.PS),
-		Mode: psMode(spec.Mode), Replicas: replicas, Backend: backend}, tables, blocks)
+		Mode: psMode(spec.Mode), Replicas: replicas, Allreduce: allreduce, Backend: backend}, tables, blocks)
 	tasks = slices.SortedFunc(slices.Values(tasks), func(x, y *task) int { return x.spec.Shard - y.spec.Shard })
 	var shards []*ps.Shard // in index order, as ps.CheckpointAll wants them
 	for _, t := range tasks {

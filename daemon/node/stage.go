@@ -129,6 +129,16 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		return s.Next[replica]
 	})
 	links := append(append([]pipeline.Link{}, prev...), next...)
+	allreduce, err := a.denseAllreduce(s)
+	if err != nil {
+		return fail(err)
+	}
+	if allreduce != nil {
+		if allreduce.Mirror != nil {
+			undo = append(undo, func() { allreduce.Mirror.Close() })
+		}
+		links = append(links, pipeline.RingLinks(a.transport, s.Stage, s.Replica, s.Ring)...)
+	}
 	peers := make([]string, len(links))
 	for i, l := range links {
 		peers[i] = l.Peer
@@ -140,7 +150,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
-		MicroBatches: s.MicroBatches, Schedule: schedule}
+		MicroBatches: s.MicroBatches, Schedule: schedule, Allreduce: allreduce}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
 		in, err := stageInput(ctx, s, cfg, a.taskLog(s))
@@ -158,6 +168,28 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	undo = append(undo, func() { w.Close() })
 	return w, cleanup, nil
+}
+
+// denseAllreduce is the worker's Allreduce for a task whose stage keeps its
+// dense parameters by allreduce among its replicas (their data addresses,
+// which are their transport ids, in s.Ring); nil otherwise. A job that
+// checkpoints also gets the client that mirrors the blocks on the
+// parameter servers (pipeline.MirrorStage), for its checkpoints.
+func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
+	if s.Stage >= len(s.Layout) || s.Layout[s.Stage].DenseSync != api.DenseSyncAllreduce {
+		return nil, nil
+	}
+	ar := &pipeline.Allreduce{Transport: a.transport, Peers: s.Ring, TotalSteps: s.Steps}
+	if s.CheckpointDir != "" {
+		mirror := s
+		mirror.Stage, mirror.Replica = pipeline.MirrorStage(s.Stage, len(s.Layout)), 0
+		mirror.TaskID += ".mirror"
+		var err error
+		if ar.Mirror, err = a.psClient(mirror); err != nil {
+			return nil, fmt.Errorf("mirror client: %w", err)
+		}
+	}
+	return ar, nil
 }
 
 // stageInput opens stage 0's data: the task's shard, past the batches of

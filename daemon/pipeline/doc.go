@@ -83,6 +83,26 @@
 // sample counts alike when the replicas' batches differ. Equal batches give
 // exactly 1: plain asynchronous SGD, bit for bit.
 //
+// # Dense parameters by allreduce
+//
+// With Config.Allreduce (a BSP job's dense_sync = "allreduce") a stage's
+// replicas keep their dense parameters themselves (allreduce.go): they
+// pull them once, at the first step, and as backward leaves a layer each
+// of its dense gradients is reduced among the step's members by a ring
+// allreduce over the wire transport (reduce-scatter, then allgather; fixed
+// ring order and chunking, so every replica holds the same bytes whatever
+// the timing), weighted b_k/sum(b) by the rows each message carries; every
+// replica then applies the servers' optimiser kernel and schedule to its
+// copy. One replica reduces nothing and stays bit-identical to
+// single-process training. Sparse rows stay on the servers. When the job
+// checkpoints, the ring's first member also pushes each reduced gradient
+// to the stage's MirrorStage, a one-replica stage under which the servers
+// keep the blocks, so that their values and optimiser state, and hence
+// checkpoints, match the replicas bit for bit. A step's ring is its
+// Share's members: a Resize rebuilds it from the step it takes effect at,
+// which every replica must agree on (ring messages carry the members, and
+// a replica whose predecessor disagrees fails the step).
+//
 // # Elastic stages
 //
 // A stage's replicas are a membership that may change at a step boundary

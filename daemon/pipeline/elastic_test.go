@@ -100,6 +100,9 @@ func (j *job) elasticWorker(trs map[string]*wire.TCPTransport, replica int, shar
 		Model: buildModel(j.t, j.cfg), Backend: native.MustCPU(), PS: j.client(0, replica), Mode: j.mode,
 		LastStep: int64(j.lastStep), StepTimeout: 30 * time.Second, Input: input, Share: share}
 	cfg.Prev, cfg.Next = PartnerLinks(trs[nodeID(0, replica)], 0, replica, j.replicas, nodeID)
+	if j.configure != nil {
+		j.configure(&cfg, trs)
+	}
 	w, err := NewWorker(cfg)
 	if err != nil {
 		j.t.Fatal(err)

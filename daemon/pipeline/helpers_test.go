@@ -167,9 +167,20 @@ type job struct {
 	peak [][]int
 	// tuneWire, if set, changes the workers' transports' wire config.
 	tuneWire func(*wire.Config)
+	// configure, if set, finishes each worker's Config before NewWorker.
+	configure func(cfg *Config, trs map[string]*wire.TCPTransport)
 }
 
 func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode) *job {
+	t.Helper()
+	return newJobFrom(t, cfg, stages, replicas, steps, mode, nil, "")
+}
+
+// newJobFrom is newJob whose stages marked in allreduce keep their dense
+// blocks under their MirrorStage, and whose shards, if restoreDir is set,
+// are restored from that checkpoint.
+func newJobFrom(t testing.TB, cfg *config.Model, stages []Range, replicas []int, steps int64, mode ps.Mode,
+	allreduce []bool, restoreDir string) *job {
 	t.Helper()
 	j := &job{t: t, cfg: cfg, stages: stages, replicas: replicas, steps: steps, mode: mode}
 	declared, err := DeclareModel(native.MustCPU(), cfg, testSeed)
@@ -180,10 +191,17 @@ func newJob(t testing.TB, cfg *config.Model, stages []Range, replicas []int, ste
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := ShardSpec{Job: testJob, Model: cfg.Name, Shards: psShards, Mode: mode, Replicas: replicas,
+	MirrorBlocks(blocks, len(stages), allreduce)
+	spec := ShardSpec{Job: testJob, Model: cfg.Name, Shards: psShards, Mode: mode, Replicas: replicas, Allreduce: allreduce,
 		WaitTimeout: 20 * time.Second, Backend: native.MustCPU()}
+	cfgs := ShardConfigs(spec, tables, blocks)
 	var shards []*ps.Shard
-	for _, c := range ShardConfigs(spec, tables, blocks) {
+	if restoreDir != "" {
+		if shards, err = ps.RestoreAll(cfgs, restoreDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cfgs[len(shards):] {
 		s, err := ps.NewShard(c)
 		if err != nil {
 			t.Fatal(err)
@@ -296,6 +314,9 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	cfg.Prev, cfg.Next = PartnerLinks(tr, stage, replica, j.replicas, nodeID)
 	if stage == 0 {
 		cfg.Batches = batches
+	}
+	if j.configure != nil {
+		j.configure(&cfg, trs)
 	}
 	w, err := NewWorker(cfg)
 	if err != nil {

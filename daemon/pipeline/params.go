@@ -90,12 +90,33 @@ func psOptim(o config.Optimizer, total int64) ps.OptimConfig {
 		Cosine: o.Schedule == "cosine", TotalSteps: total}
 }
 
+// MirrorStage is the stage under which the parameter servers keep the
+// dense blocks of stage st (of a job of stages stages) when st syncs them
+// by allreduce: a stage of one replica, the ring's first member, which
+// pushes the reduced gradient there each step (Allreduce.Mirror), so that
+// the servers hold bit-identical values and optimiser state for
+// checkpoints.
+func MirrorStage(st, stages int) int { return stages + st }
+
+// MirrorBlocks moves the blocks of the stages that sync by allreduce
+// (allreduce[st]) of a job of stages stages to their MirrorStage.
+func MirrorBlocks(blocks []ps.BlockSpec, stages int, allreduce []bool) {
+	for i, b := range blocks {
+		if b.Stage < len(allreduce) && allreduce[b.Stage] {
+			blocks[i].Stage = MirrorStage(b.Stage, stages)
+		}
+	}
+}
+
 // ShardSpec is what ShardConfigs needs besides the parameters.
 type ShardSpec struct {
-	Job, Model  string
-	Shards      int
-	Mode        ps.Mode
-	Replicas    []int // per stage
+	Job, Model string
+	Shards     int
+	Mode       ps.Mode
+	Replicas   []int // per stage
+	// Allreduce marks the stages that sync their dense blocks by
+	// allreduce: their MirrorStage has one replica (MirrorBlocks).
+	Allreduce   []bool
 	WaitTimeout time.Duration
 	Backend     native.Backend // the CPU backend
 }
@@ -106,6 +127,11 @@ func ShardConfigs(spec ShardSpec, tables []ps.TableSpec, blocks []ps.BlockSpec) 
 	replicas := map[int]int{}
 	for st, n := range spec.Replicas {
 		replicas[st] = n
+	}
+	for st, on := range spec.Allreduce {
+		if on {
+			replicas[MirrorStage(st, len(spec.Replicas))] = 1
+		}
 	}
 	out := make([]ps.Config, spec.Shards)
 	for i := range out {

@@ -21,6 +21,9 @@ func (w *Worker) after(step int64) int64 {
 // the state after step-1: from the pulls ahead if the previous step made
 // them, else pulled now.
 func (w *Worker) pullDense(ctx context.Context, step int64) error {
+	if w.local != nil {
+		return w.loadDense(ctx, step)
+	}
 	if had, err := w.takeDenseAhead(ctx, step); had {
 		return err
 	}
@@ -104,12 +107,17 @@ func (w *Worker) fetchTable(ctx context.Context, step int64, t sparseTable, tp t
 // pushLayer starts pushing the gradients of layer's parameters for the
 // step, each in the background on st.bg; once a push is in, it pulls the
 // parameter ahead for the next step (dense) or counts it towards the gate
-// of the next batch's rows (tables). Call it once the gradients are final:
+// of the next batch's rows (tables). With Config.Allreduce the dense
+// gradients are reduced among the stage's replicas and applied locally
+// instead (reduceLayer). Call it once the gradients are final:
 // after the last micro-batch's backward through the layer.
 func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 	first := w.copies[0]
+	if w.local != nil {
+		w.reduceLayer(st, layer)
+	}
 	for i, l := range first.denseLayer {
-		if l != layer {
+		if l != layer || w.local != nil {
 			continue
 		}
 		st.bg.Go(func() error {

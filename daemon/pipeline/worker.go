@@ -68,7 +68,11 @@ type Config struct {
 	Input func(ctx context.Context, step int64, share Share) (*data.Batch, error)
 	// Share is the stage's make-up at the start (Resize changes it); if
 	// empty, the replica is the only member the worker knows of.
-	Share       Share
+	Share Share
+	// Allreduce, if set, keeps the stage's dense parameters on its
+	// replicas, synchronised by allreduce (allreduce.go), instead of on the
+	// parameter servers.
+	Allreduce   *Allreduce
 	StepTimeout time.Duration // 0 = DefaultStepTimeout
 	// LastStep, if not 0, is the job's last step: nothing is read or
 	// pulled ahead for the steps after it (a pull creates rows, and a
@@ -106,6 +110,7 @@ type Worker struct {
 	prefetch chan prefetched // holds the next step's batch, once asked for
 	next     int64           // the step prefetch is fetching, 0 if none
 	ahead    *denseAhead     // the dense pulls ahead for the next step, if any
+	local    *localDense     // the dense optimiser of an allreduce stage; nil otherwise
 
 	shareMu sync.Mutex    // guards shares and asked: Resize comes from other goroutines
 	shares  []shareChange // ascending by from; shares[0].from is 0
@@ -164,6 +169,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.grads = newMicroGrads(cfg.Backend, w.copies, cfg.MicroBatches)
 	if cfg.PS == nil && len(w.copies[0].dense)+len(w.copies[0].tables) > 0 {
 		return fail(errors.New("the stage has parameters and no parameter-server client"))
+	}
+	if err := w.initAllreduce(); err != nil {
+		return fail(err)
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w, nil
@@ -290,6 +298,7 @@ type stepState struct {
 	scale float32     // ASP: what the step's gradients are multiplied by (aspScale)
 	share Share       // the stage's make-up for the step
 	split *rowSplit   // splits the micro-batches among several downstream partners by Share.Next
+	ring  *ring       // allreduce: the step's ring, once built
 	// pieces[m] bounds the rows of micro-batch m's output sent to each
 	// downstream partner (their gradients come back in the same pieces).
 	pieces [][]int

@@ -217,6 +217,7 @@ type runStage struct {
 	Nodes               []string `json:"nodes"`
 	PredictedThroughput float64  `json:"predicted_throughput"`
 	MeasuredThroughput  float64  `json:"measured_throughput"`
+	DenseSync           string   `json:"dense_sync,omitempty"` // ps or allreduce
 }
 
 // resultOf assembles a job's result from its status.
@@ -240,7 +241,7 @@ func resultOf(s api.JobStatus) (runResult, error) {
 	for _, st := range s.Stages {
 		r.Stages = append(r.Stages, runStage{Stage: st.Stage, Type: st.Type, Units: st.Units, FirstLayer: st.FirstLayer,
 			LastLayer: st.LastLayer, Nodes: st.Nodes, PredictedThroughput: st.PredictedThroughput,
-			MeasuredThroughput: st.MeasuredThroughput})
+			MeasuredThroughput: st.MeasuredThroughput, DenseSync: st.DenseSync})
 	}
 	return r, nil
 }

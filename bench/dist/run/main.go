@@ -26,11 +26,16 @@
 // which is not what `heterps run` does, but lets --cpuprofile see the
 // daemons. It measures; it asserts nothing.
 //
+// --dense-sync runs each node count once per method of synchronising the
+// stage's dense parameters (the job file's dense_sync): through the
+// parameter server (ps), by ring allreduce among the replicas (allreduce),
+// or as the coordinator picks (auto).
+//
 // With --wire it first runs bench/dist/wirebw and the daemon/ps PushPull
 // benchmark, and --also repeats the runs on other units, so that one
 // invocation records all of bench/results/dist.txt (--out).
 //
-//	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--unit cpu-1t] [--in-process]
+//	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--dense-sync allreduce,ps] [--unit cpu-1t] [--in-process]
 //	                        [--pipeline-micro 8] [--pipeline-only]
 //	    [--wire] [--also cpu-2t:1] [--out bench/results/dist.txt]
 package main
@@ -71,6 +76,7 @@ type options struct {
 	steps       int
 	batches     []int
 	nodes       []int
+	denseSync   []string // the job file's dense_sync, one run each
 	catalogPath string
 	unit        string // the catalog type every node offers one unit of
 	inProcess   bool
@@ -84,6 +90,7 @@ func main() {
 	flag.IntVar(&o.steps, "steps", 300, "training steps of every run")
 	batches := flag.String("batches", "512", "comma-separated batch sizes (each split over a stage's replicas); one block of runs per size")
 	nodes := flag.String("nodes", "2,4", "comma-separated node counts of the distributed runs")
+	denseSync := flag.String("dense-sync", "auto", "comma-separated dense_sync methods (allreduce, ps, auto), one run each per node count")
 	flag.StringVar(&o.catalogPath, "catalog", "config/examples/catalogs/local.toml", "catalog whose --unit type the nodes offer")
 	flag.StringVar(&o.unit, "unit", "cpu-1t", "the catalog type each node offers one unit of (cpu-2t with --nodes 1 is what make run plans on this machine)")
 	flag.BoolVar(&o.inProcess, "in-process", false, "run the coordinator and node daemons in this process (coord.New, node.New) instead of `heterps run`")
@@ -96,7 +103,7 @@ func main() {
 	outPath := flag.String("out", "", header.OutUsage)
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := parseOptions(&o, *batches, *nodes)
+	err := parseOptions(&o, *batches, *nodes, *denseSync)
 	var passes []pass
 	if err == nil {
 		passes, err = parsePasses(*also)
@@ -141,8 +148,11 @@ func runPasses(ctx context.Context, o options, passes []pass, w io.Writer) error
 	return nil
 }
 
-func parseOptions(o *options, batches, nodes string) error {
+func parseOptions(o *options, batches, nodes, denseSync string) error {
 	var err error
+	if o.denseSync, err = denseSyncs(denseSync); err != nil {
+		return err
+	}
 	if o.batches, err = positiveInts("--batches", batches); err != nil {
 		return err
 	}
@@ -172,6 +182,20 @@ func positiveInts(name, list string) ([]int, error) {
 			return nil, fmt.Errorf("%s %q: want a comma-separated list of integers >= 1", name, list)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+// denseSyncs parses --dense-sync.
+func denseSyncs(list string) ([]string, error) {
+	var out []string
+	for s := range strings.SplitSeq(list, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case config.DenseSyncAllreduce, config.DenseSyncPS, config.DenseSyncAuto:
+			out = append(out, s)
+		default:
+			return nil, fmt.Errorf("--dense-sync %q: %q is not allreduce, ps or auto", list, s)
+		}
 	}
 	return out, nil
 }
@@ -257,23 +281,25 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 		if err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}
-		dctx, cancel := context.WithTimeout(ctx, o.timeout)
-		res, err := distribute(dctx, cat, jobTOML(n, batch, o.steps, limit), n)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%d nodes: %w", n, err)
-		}
-		res.limit = limit
-		overJob := float64(res.steps) * float64(batch) / res.jobSeconds
-		fmt.Fprintf(w, "%d nodes (%dx %s), plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process, loss %.4f, run took %.1f s\n",
-			n, n, unit.Name, res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
-		for _, st := range res.stages {
-			stageLines = append(stageLines, fmt.Sprintf("%5d  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
-				n, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
+		for _, sync := range o.denseSync {
+			dctx, cancel := context.WithTimeout(ctx, o.timeout)
+			res, err := distribute(dctx, cat, jobTOML(n, batch, o.steps, limit, sync), n)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%d nodes, dense_sync %s: %w", n, sync, err)
+			}
+			res.limit = limit
+			overJob := float64(res.steps) * float64(batch) / res.jobSeconds
+			fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process, loss %.4f, run took %.1f s\n",
+				n, n, unit.Name, sync+",", res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
+			for _, st := range res.stages {
+				stageLines = append(stageLines, fmt.Sprintf("%5d  %-9s  %-9s  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
+					n, sync, st.DenseSync, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
+			}
 		}
 	}
 	fmt.Fprintln(w, "per stage: measured throughput against the cost model's prediction (roofline estimates from the catalog)")
-	fmt.Fprintln(w, "nodes  stage  type    units   predicted    measured   ratio")
+	fmt.Fprintln(w, "nodes  asked      synced     stage  type    units   predicted    measured   ratio")
 	for _, l := range stageLines {
 		fmt.Fprintln(w, l)
 	}
@@ -293,10 +319,10 @@ func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
 	return cat
 }
 
-// jobTOML is the job file of a run on n nodes.
-func jobTOML(n, batch, steps int, limit float64) []byte {
-	return fmt.Appendf(nil, "version = 1\nname = \"bench-%d\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
-		n, modelName, dataSpec, batch, steps, limit)
+// jobTOML is the job file of a run on n nodes with dense_sync sync.
+func jobTOML(n, batch, steps int, limit float64, sync string) []byte {
+	return fmt.Appendf(nil, "version = 1\nname = \"bench-%d\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\ndense_sync = %q\n",
+		n, modelName, dataSpec, batch, steps, limit, sync)
 }
 
 // singleProcess trains with nn.Trainer, reading the next batch while a

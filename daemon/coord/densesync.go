@@ -1,0 +1,78 @@
+package coord
+
+import (
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// AllreduceMinBytes is where dense_sync = "auto" switches a stage to
+// allreduce: when the stage has at least two replicas and its dense
+// parameters' bytes times its replicas reach it. Measured with
+// pipeline.BenchmarkDenseSync on the 2-core development machine (loopback,
+// loaded): one step's sync of a block of 64 KiB took 0.2-2.7 ms by the
+// ring against 1.8-6.5 ms through a PS shard (2 and 4 replicas), 1 MiB
+// 5-9 ms against 12-16 ms, 4 MiB 37-65 ms against 72-286 ms; the ring
+// never lost. Small models stay on the servers all the same: there the
+// difference is a fraction of a millisecond a step, and a PS-synced stage
+// shrinks in place when a replica's node dies (allreduceMembersFixed).
+const AllreduceMinBytes = 256 << 10
+
+// denseSync is the method stage [first, last] with replicas replicas uses:
+// the job file's, or for auto the rule of AllreduceMinBytes (never for an
+// ASP job). A job restored from a checkpoint (restore, or an automatic
+// restart) syncs through the parameter servers whatever the file says:
+// they restore the dense blocks' optimiser state, which the replicas could
+// not pull.
+func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, restored bool) string {
+	if restored {
+		return api.DenseSyncPS
+	}
+	switch jf.DenseSync {
+	case config.DenseSyncAllreduce:
+		return api.DenseSyncAllreduce
+	case config.DenseSyncPS:
+		return api.DenseSyncPS
+	}
+	if !jf.AllreduceAllowed() || replicas < 2 {
+		return api.DenseSyncPS
+	}
+	if denseBytes(m, first, last)*int64(replicas) >= AllreduceMinBytes {
+		return api.DenseSyncAllreduce
+	}
+	return api.DenseSyncPS
+}
+
+// denseBytes is the size of the dense parameters of layers [first, last]:
+// every layer's weights except the tables of embedding and NCE layers,
+// which are sparse and stay on the parameter servers.
+func denseBytes(m *config.Model, first, last int) int64 {
+	var n int64
+	for i, s := range m.Shapes() {
+		if i < first || i > last || s.Kind == "embedding" || s.Kind == "nce" {
+			continue
+		}
+		n += s.Weights
+	}
+	return 4 * n
+}
+
+// allreduceMembersFixed says why a job whose stage syncs by allreduce keeps
+// its replicas: the replicas would have to agree on the step the ring
+// changes at, and a step in flight when a replica dies cannot be finished
+// without it (the parameter servers finish it for a PS-synced stage). A
+// dead replica's node fails the job instead, which restarts from its
+// latest checkpoint (through the servers) when the job file allows.
+const allreduceMembersFixed = "a stage that syncs its dense parameters by allreduce cannot change its replicas in place yet (batches it can): use dense_sync = \"ps\", or checkpoint.restarts to restart after a node dies"
+
+// syncsByAllreduce reports whether any stage of j syncs by allreduce.
+func syncsByAllreduce(j *job) bool {
+	for _, t := range j.tasks {
+		for _, l := range t.task.Layout {
+			if l.DenseSync == api.DenseSyncAllreduce {
+				return true
+			}
+		}
+		return false // every task carries the same layout
+	}
+	return false
+}

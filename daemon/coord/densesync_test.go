@@ -1,0 +1,100 @@
+package coord
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// The auto rule: allreduce for a stage of at least two replicas whose dense
+// bytes times replicas reach AllreduceMinBytes, in a job that allows it;
+// an explicit choice wins (allreduce even for one replica).
+func TestDenseSyncRule(t *testing.T) {
+	m, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(m.Layers) - 1
+	all := denseBytes(m, 0, last)
+	if all < AllreduceMinBytes/2 || denseBytes(m, 0, 0) != 0 {
+		t.Fatalf("ctrdnn: %d dense bytes in all, %d in the embedding layer; want about 1.2 MB and 0", all, denseBytes(m, 0, 0))
+	}
+	job := func(sync, extra string) *config.Job {
+		jf, err := config.ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \""+sync+"\"\n"+extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jf
+	}
+	for _, tc := range []struct {
+		name        string
+		jf          *config.Job
+		first, reps int
+		want        string
+	}{
+		{"auto, whole model on 2 replicas", job("auto", ""), 0, 2, api.DenseSyncAllreduce},
+		{"auto, one replica", job("auto", ""), 0, 1, api.DenseSyncPS},
+		{"auto, only the small last layers", job("auto", ""), last - 1, 4, api.DenseSyncPS},
+		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, api.DenseSyncAllreduce},
+		{"auto, asp", job("auto", "mode = \"asp\"\n"), 0, 2, api.DenseSyncPS},
+		{"ps", job("ps", ""), 0, 4, api.DenseSyncPS},
+		{"allreduce, one replica", job("allreduce", ""), 0, 1, api.DenseSyncAllreduce},
+	} {
+		if got := denseSync(tc.jf, m, tc.first, last, tc.reps, false); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	if got := denseSync(job("allreduce", ""), m, 0, last, 2, true); got != api.DenseSyncPS {
+		t.Errorf("a restored allreduce job: %s, want ps (the servers restore the optimiser state)", got)
+	}
+}
+
+// TestAllreduceTasksCarryTheirRing: with dense_sync = "allreduce" every
+// stage task says so and lists the data addresses of its stage's replicas
+// in replica order.
+func TestAllreduceTasksCarryTheirRing(t *testing.T) {
+	tc := startCluster(t, nil)
+	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\ndense_sync = \"allreduce\"", 1)
+	nodes := tc.nodesFor(tc.expectedPlan(job))
+	s := tc.waitJob(tc.submit(job))
+	if s.State != api.JobDone {
+		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+	for _, st := range s.Stages {
+		if st.DenseSync != api.DenseSyncAllreduce {
+			t.Errorf("status of stage %d: dense_sync %q, want allreduce", st.Stage, st.DenseSync)
+		}
+	}
+	rings := map[int][]string{} // stage -> the ring its tasks carry
+	addrs := map[int][]string{} // stage -> replica -> the node's data address
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for _, task := range received {
+			if task.Role != api.RoleStage {
+				continue
+			}
+			if sync := task.Layout[task.Stage].DenseSync; sync != api.DenseSyncAllreduce || len(task.Ring) != task.Replicas {
+				t.Fatalf("task %s: dense_sync %q with ring %v, want allreduce over its %d replicas", task.TaskID, sync, task.Ring, task.Replicas)
+			}
+			if r, ok := rings[task.Stage]; ok && !slices.Equal(r, task.Ring) {
+				t.Errorf("stage %d: rings %v and %v", task.Stage, r, task.Ring)
+			}
+			rings[task.Stage] = task.Ring
+			if addrs[task.Stage] == nil {
+				addrs[task.Stage] = make([]string, task.Replicas)
+			}
+			addrs[task.Stage][task.Replica] = n.req.DataAddr
+		}
+	}
+	if len(rings) == 0 {
+		t.Fatal("no stage tasks")
+	}
+	for st, r := range rings {
+		if !slices.Equal(r, addrs[st]) {
+			t.Errorf("stage %d: ring %v, its replicas are at %v", st, r, addrs[st])
+		}
+	}
+}

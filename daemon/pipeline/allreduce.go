@@ -1,0 +1,289 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+)
+
+// Dense synchronisation by allreduce. With Config.Allreduce set, the
+// replicas of a data-parallel stage keep their dense parameters themselves:
+// as backward leaves a layer, each of its dense gradients is reduced among
+// the stage's members for the step by a ring allreduce over the wire
+// transport, and every replica applies the model's optimiser to its own
+// copy with the reduced gradient. Sparse rows stay on the parameter
+// servers.
+//
+// The ring is the step's members in ascending replica order. A gradient of
+// L floats is cut into n chunks (chunks(L, n)); reduce-scatter passes
+// chunk c around the ring starting at member c, each member adding its own
+// part to what it received, so that member c-1 (mod n) ends with the sum
+// over the ring in a fixed order; allgather then passes every finished
+// chunk on, copied byte for byte. Every member thus holds the same bytes,
+// and the order of the additions depends on the membership alone, never
+// on timing. A chunk travels as messages of at most ringPiece floats,
+// passed on piece by piece as they arrive (the ring is pipelined within a
+// chunk), each with the ring's members: a replica whose predecessor saw
+// other members for the step (a resize that reached them at different
+// steps) fails the step rather than mix two rings.
+//
+// The sum is weighted as the parameter servers weigh pushes: member k
+// multiplies its gradient by its rows b_k before the reduction, the
+// messages carry the rows summed so far (Meta.Batch), and the owner of a
+// finished chunk divides it by Σb, so that variable batches stay exact.
+// A stage of one member skips all of it: its gradient is used as it is,
+// bit for bit as single-process training uses it.
+
+// Allreduce is what a worker needs to reduce its stage's dense gradients
+// among the stage's replicas.
+type Allreduce struct {
+	Transport wire.Transport
+	// Peers[r] is the transport node id of replica r of the stage.
+	Peers []string
+	// TotalSteps is the job's step count that PSParams was given: the
+	// learning-rate schedule's length.
+	TotalSteps int64
+	// Mirror, if set, reaches the parameter servers as replica 0 of the
+	// stage's MirrorStage: the ring's first member pushes each reduced
+	// gradient there, and the servers apply it with the same kernel, so
+	// that their blocks (values and optimiser state) stay bit-identical to
+	// the replicas' for checkpoints. Without it the servers' blocks keep
+	// their starting values.
+	Mirror *ps.Client
+}
+
+// ringPiece bounds the floats one ring message carries (256 KiB).
+const ringPiece = 1 << 16
+
+// Bounds of the ring's stream numbering (ringStream).
+const (
+	maxRingStages = 1 << 8
+	maxRingParams = 1 << 10
+)
+
+// ringStream is the stream replica from sends the pieces of dense
+// parameter param of stage to its successor on the ring. Bit 31 keeps it
+// apart from EdgeStream and the greeting streams, bit 28 from RingLinks'.
+func ringStream(stage, from, param int) uint32 {
+	return 1<<31 | 1<<28 | uint32(stage)<<20 | uint32(from)<<10 | uint32(param)
+}
+
+// RingLinks returns a link to every other replica of the stage (peers as
+// in Allreduce.Peers), for greeting them before the first step: every
+// pair gets one stream, the same at both ends.
+func RingLinks(t wire.Transport, stage, replica int, peers []string) []Link {
+	var out []Link
+	for r, p := range peers {
+		if r == replica {
+			continue
+		}
+		lo, hi := min(r, replica), max(r, replica)
+		out = append(out, Link{Transport: t, Peer: p, Stream: 1<<31 | uint32(stage)<<20 | uint32(lo)<<10 | uint32(hi)})
+	}
+	return out
+}
+
+func (a *Allreduce) check(stage, replica int, params int) error {
+	switch {
+	case stage >= maxRingStages:
+		return fmt.Errorf("allreduce: stage %d, want below %d", stage, maxRingStages)
+	case params > maxRingParams:
+		return fmt.Errorf("allreduce: %d dense parameters in the stage, want at most %d", params, maxRingParams)
+	case replica >= len(a.Peers):
+		return fmt.Errorf("allreduce: replica %d of %d peers", replica, len(a.Peers))
+	case a.Transport == nil && len(a.Peers) > 1:
+		return errors.New("allreduce: no transport")
+	}
+	return nil
+}
+
+// ring is one step's ring: the members in order and this replica's place.
+type ring struct {
+	t                  wire.Transport
+	job                uint64
+	stage, step        int64
+	members            []int
+	members64          []int64 // members, as every message carries them
+	pos                int
+	prevNode, nextNode string
+}
+
+func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, replica int) (*ring, error) {
+	pos, ok := slices.BinarySearch(members, replica)
+	if !ok {
+		return nil, fmt.Errorf("allreduce: replica %d is not among the members %v", replica, members)
+	}
+	for _, m := range members {
+		if m >= len(a.Peers) {
+			return nil, fmt.Errorf("allreduce: member %d, but %d peers are known", m, len(a.Peers))
+		}
+	}
+	n := len(members)
+	m64 := make([]int64, n)
+	for i, m := range members {
+		m64[i] = int64(m)
+	}
+	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
+		prevNode: a.Peers[members[(pos+n-1)%n]], nextNode: a.Peers[members[(pos+1)%n]]}, nil
+}
+
+// reduce replaces g, this member's gradient of dense parameter param over
+// rows rows, by the rows-weighted mean of every member's: Σ b_k g_k / Σ b.
+// Chunks travel piece by piece, and a member passes each piece on as soon
+// as it has added its part to it (reduce-scatter) or received it
+// (allgather), so that large chunks stream around the ring.
+func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) error {
+	n := len(r.members)
+	if n == 1 {
+		return nil
+	}
+	fb := float32(rows)
+	for i := range g {
+		g[i] *= fb
+	}
+	bounds := chunks(len(g), n)
+	chunk := func(c int) []float32 { c = ((c % n) + n) % n; return g[bounds[c]:bounds[c+1]] }
+	x := &ringExchange{r: r, ctx: ctx, param: param,
+		sendStream: ringStream(int(r.stage), r.members[r.pos], param), recvStream: ringStream(int(r.stage), r.members[(r.pos+n-1)%n], param)}
+	// Reduce-scatter: round s sends chunk pos-s and receives chunk
+	// pos-s-1, to which this member adds its part; round s+1 sends that
+	// chunk on, piece by piece as it is added. The messages carry the rows
+	// summed into the chunk so far.
+	c := chunk(r.pos)
+	for j, piece := range pieces(c) {
+		if err := x.send(0, j, piece, rows); err != nil {
+			return err
+		}
+	}
+	total := 0
+	for s := range n - 1 {
+		c = chunk(r.pos - s - 1)
+		last := s == n-2
+		for j, piece := range pieces(c) {
+			got, err := x.recvInto(s, j, piece, true)
+			if err != nil {
+				return err
+			}
+			sum := got + rows
+			if last { // the chunk is summed over the ring: this member owns it
+				total = sum
+				div := float32(total)
+				for i := range piece {
+					piece[i] /= div
+				}
+			}
+			if err := x.send(s+1, j, piece, sum); err != nil {
+				return err
+			}
+		}
+	}
+	// Allgather: round s receives chunk pos-s, finished by its owner, and
+	// passes it on unless the next member owns it.
+	for s := range n - 1 {
+		c = chunk(r.pos - s)
+		for j, piece := range pieces(c) {
+			if _, err := x.recvInto(n-1+s, j, piece, false); err != nil {
+				return err
+			}
+			if s < n-2 {
+				if err := x.send(n+s, j, piece, total); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// pieces cuts a chunk into pieces of at most ringPiece floats; an empty
+// chunk is one empty piece (it still carries the rows).
+func pieces(c []float32) [][]float32 {
+	out := [][]float32{c[:min(ringPiece, len(c))]}
+	for lo := ringPiece; lo < len(c); lo += ringPiece {
+		out = append(out, c[lo:min(lo+ringPiece, len(c))])
+	}
+	return out
+}
+
+// ringExchange is one reduction's traffic with the ring's neighbours.
+// Round t is the t-th chunk a member sends (0 .. 2(n-1)-1: reduce-scatter,
+// then allgather); messages carry it with the piece in Meta.Micro, so that
+// a member notices a predecessor out of step.
+type ringExchange struct {
+	r                      *ring
+	ctx                    context.Context
+	param                  int
+	sendStream, recvStream uint32
+}
+
+func ringMicro(round, piece int) uint64 { return uint64(round)<<32 | uint64(piece) }
+
+func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
+	r := x.r
+	m := &wire.Message{Type: wire.MsgGradient,
+		Meta: wire.Meta{Job: r.job, Stage: uint64(r.stage), Replica: uint64(r.members[r.pos]), Step: uint64(r.step),
+			Key: uint64(x.param), Micro: ringMicro(round, piece), Batch: uint64(rows)},
+		Tensors: []wire.Tensor{wire.F32Tensor(v, len(v)), wire.I64Tensor(r.members64, len(r.members64))}}
+	if err := r.t.Send(x.ctx, r.nextNode, x.sendStream, m); err != nil {
+		return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", x.param, r.nextNode, err)
+	}
+	return nil
+}
+
+// recvInto receives piece piece of the predecessor's round round, adds it
+// to dst (add) or copies it over dst, and returns the rows it carries.
+func (x *ringExchange) recvInto(round, piece int, dst []float32, add bool) (int, error) {
+	rows, err := x.r.recvPiece(x.ctx, x.recvStream, x.param, ringMicro(round, piece), dst, add)
+	if err != nil {
+		return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", x.param, x.r.prevNode, err)
+	}
+	return rows, nil
+}
+
+func (r *ring) recvPiece(ctx context.Context, stream uint32, param int, micro uint64, dst []float32, add bool) (int, error) {
+	m, err := r.t.Recv(ctx, r.prevNode, stream)
+	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
+		m.Release()
+		m, err = r.t.Recv(ctx, r.prevNode, stream)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer m.Release()
+	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) || m.Meta.Micro != micro {
+		return 0, fmt.Errorf("got %v for step %d parameter %d round %d piece %d, want step %d parameter %d round %d piece %d",
+			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro>>32, uint32(m.Meta.Micro), r.step, param, micro>>32, uint32(micro))
+	}
+	if err := m.Want(wire.Float32, wire.Int64); err != nil {
+		return 0, err
+	}
+	if members, err := m.Tensors[1].Int64s(nil); err != nil || !slices.Equal(members, r.members64) {
+		return 0, fmt.Errorf("step %d: the predecessor's ring is %v, this replica's %v (%v): a resize reached the replicas at different steps",
+			r.step, members, r.members, err)
+	}
+	v, ok := m.Tensors[0].Float32View()
+	if !ok {
+		v, err = m.Tensors[0].Float32s(nil)
+		if err != nil {
+			return 0, err
+		}
+	}
+	if len(v) != len(dst) {
+		return 0, fmt.Errorf("piece %d holds %d floats, want %d", uint32(micro), len(v), len(dst))
+	}
+	if m.Meta.Batch < 1 || m.Meta.Batch > 1<<40 {
+		return 0, fmt.Errorf("piece %d carries %d rows", uint32(micro), m.Meta.Batch)
+	}
+	if add {
+		for i, x := range v {
+			dst[i] += x
+		}
+	} else {
+		copy(dst, v)
+	}
+	return int(m.Meta.Batch), nil
+}

@@ -1,0 +1,494 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+// ringTransports starts n transports, every pair peered, named ring-i.
+func ringTransports(t testing.TB, n int) ([]wire.Transport, []string) {
+	t.Helper()
+	trs := make([]*wire.TCPTransport, n)
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("ring-%d", i)
+		tr, err := wire.NewTCPTransport("127.0.0.1:0", wireConfig(names[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		trs[i] = tr
+	}
+	for hi := range n {
+		for lo := range hi {
+			peerPair(t, trs[hi], names[hi], trs[lo], names[lo])
+		}
+	}
+	out := make([]wire.Transport, n)
+	for i, tr := range trs {
+		out[i] = tr
+	}
+	return out, names
+}
+
+// peerPair makes a and b peers, the larger id first (it waits to be
+// dialled and would turn away a dial from a peer it does not know yet).
+func peerPair(t testing.TB, a *wire.TCPTransport, an string, b *wire.TCPTransport, bn string) {
+	t.Helper()
+	if an < bn {
+		a, an, b, bn = b, bn, a, an
+	}
+	if err := a.AddPeer(bn, b.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddPeer(an, a.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reduceAll runs one ring reduction of grads (one per member, rows[k]
+// rows each) and returns what every member holds afterwards.
+func reduceAll(t *testing.T, trs []wire.Transport, names []string, step int64, grads [][]float32, rows []int) [][]float32 {
+	t.Helper()
+	n := len(grads)
+	a := &Allreduce{Peers: names}
+	out := make([][]float32, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() {
+			ak := *a
+			ak.Transport = trs[k]
+			r, err := newRing(&ak, 1, 0, step, iotaInts(n), k)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			out[k] = slices.Clone(grads[k])
+			errs[k] = r.reduce(context.Background(), 3, out[k], rows[k])
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// The ring leaves every member with the same bytes, the rows-weighted mean
+// of the members' gradients, for lengths below, at and above the member
+// count and for chunks of several pieces; and the same inputs give the
+// same bytes again (the order of the additions is fixed).
+func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
+	checkLeaks(t)
+	for _, tc := range []struct {
+		members, length int
+	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {2, 2*ringPiece + 3}, {3, 5*ringPiece + 1}} {
+		t.Run(fmt.Sprintf("%d members, %d floats", tc.members, tc.length), func(t *testing.T) {
+			trs, names := ringTransports(t, tc.members)
+			rng := rand.New(rand.NewPCG(uint64(tc.members), uint64(tc.length)))
+			grads := make([][]float32, tc.members)
+			rows := make([]int, tc.members)
+			total := 0
+			for k := range grads {
+				rows[k] = 1 + rng.IntN(9)
+				total += rows[k]
+				for range tc.length {
+					grads[k] = append(grads[k], rng.Float32()*2-1)
+				}
+			}
+			got := reduceAll(t, trs, names, 1, grads, rows)
+			for k := 1; k < tc.members; k++ {
+				if !slices.Equal(got[k], got[0]) {
+					t.Fatalf("member %d holds other bytes than member 0", k)
+				}
+			}
+			for i := range tc.length {
+				want := 0.0
+				for k := range grads {
+					want += float64(rows[k]) * float64(grads[k][i]) / float64(total)
+				}
+				if d := math.Abs(float64(got[0][i]) - want); d > 1e-5 {
+					t.Fatalf("element %d: %g, weighted mean %g", i, got[0][i], want)
+				}
+			}
+			again := reduceAll(t, trs, names, 2, grads, rows)
+			if !slices.Equal(again[0], got[0]) {
+				t.Fatal("the same gradients reduced to other bytes the second time")
+			}
+		})
+	}
+}
+
+// allreduceEverywhere makes every stage of j keep its dense parameters by
+// allreduce among its replicas.
+func allreduceEverywhere(j *job) { allreduceWith(j, false) }
+
+// allreduceWith is allreduceEverywhere, each stage mirroring its blocks
+// on the servers if mirror (the job made by newJobFrom with every stage
+// marked).
+func allreduceWith(j *job, mirror bool) {
+	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
+		n := j.replicas[cfg.Stage]
+		peers := make([]string, n)
+		for r := range n {
+			peers[r] = nodeID(cfg.Stage, r)
+		}
+		me := peers[cfg.Replica]
+		for r := range cfg.Replica {
+			peerPair(j.t.(*testing.T), trs[me], me, trs[peers[r]], peers[r])
+		}
+		cfg.Allreduce = &Allreduce{Transport: trs[me], Peers: peers, TotalSteps: j.steps}
+		if mirror {
+			cfg.Allreduce.Mirror = j.clientAs(MirrorStage(cfg.Stage, len(j.stages)), 0, nodeID(cfg.Stage, cfg.Replica)+"-mirror")
+		}
+	}
+}
+
+// clientAs is a client of j's servers that pushes as replica of stage.
+func (j *job) clientAs(stage, replica int, node string) *ps.Client {
+	j.t.Helper()
+	c, err := ps.NewClient(ps.ClientConfig{Job: testJob, Stage: stage, Replica: replica, Shards: psShards,
+		Timeout: 20 * time.Second,
+		Dial: func(ctx context.Context, _ int) (*wire.Conn, error) {
+			return wire.Dial(ctx, j.psAddr, wireConfig(node), "ps")
+		}})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// denseOf returns every replica's dense values, stage by stage.
+func denseOf(t *testing.T, ws [][]*Worker) [][]map[string][]float32 {
+	t.Helper()
+	out := make([][]map[string][]float32, len(ws))
+	for st := range ws {
+		for _, w := range ws[st] {
+			v, err := w.denseValues()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[st] = append(out[st], v)
+		}
+	}
+	return out
+}
+
+// allreduceDiff compares an allreduce job with a single-process model:
+// the dense parameters held by replica 0 of each stage, and every table
+// row on the parameter servers. Replicas must hold identical bytes.
+func allreduceDiff(t *testing.T, j *job, ws [][]*Worker, ref *nn.Model) float64 {
+	t.Helper()
+	held := map[string][]float32{}
+	for st, reps := range denseOf(t, ws) {
+		for r, v := range reps {
+			for name, x := range v {
+				if r == 0 {
+					held[name] = x
+				} else if !slices.Equal(x, reps[0][name]) {
+					t.Fatalf("stage %d: replica %d's %s differs from replica 0's", st, r, name)
+				}
+			}
+		}
+	}
+	c := j.client(0, 0)
+	all := iota64(testVocab)
+	worst := 0.0
+	for _, p := range ref.Params() {
+		want, _ := native.Host(p.Value)
+		got, ok := held[p.Name]
+		if p.Sparse {
+			var err error
+			if got, _, err = c.Pull(context.Background(), p.Name, all, j.steps); err != nil {
+				t.Fatal(err)
+			}
+			want, ok = tableRows(want, p.Cols, all), true
+		}
+		if !ok || len(got) != len(want) {
+			t.Fatalf("%s: %d values held, %d in the model", p.Name, len(got), len(want))
+		}
+		for i := range got {
+			d := math.Abs(float64(got[i]) - float64(want[i]))
+			if math.IsNaN(d) {
+				d = math.Inf(1)
+			}
+			worst = max(worst, d)
+		}
+	}
+	return worst
+}
+
+// One replica per stage with allreduce: no ring traffic, the local
+// optimiser runs the servers' kernel and schedule, so training stays
+// bit-identical to single-process training (Adam, two stages).
+func TestAllreduceOneReplicaEqualsSingleProcessBitForBit(t *testing.T) {
+	checkLeaks(t)
+	const steps, size = 5, 6
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), size) }
+	j := newJob(t, cfg, []Range{{0, 2}, {3, 5}}, []int{1, 1}, steps, ps.BSP)
+	allreduceEverywhere(j)
+	ws := j.workers(func(int) func(context.Context, int64) (*data.Batch, error) { return fixedBatches(batch) })
+	losses := j.train(ws, 1, steps)
+	ref, refLosses := reference(t, cfg, steps, batch)
+	if !slices.Equal(losses[0], refLosses) {
+		t.Fatalf("losses %v, single-process %v", losses[0], refLosses)
+	}
+	if d := allreduceDiff(t, j, ws, ref); d != 0 {
+		t.Fatalf("parameters differ from single-process training by up to %g, want bit-identical", d)
+	}
+	if _, v, err := j.client(0, 0).PullBlock(context.Background(), "fc3.weight", 0); err != nil || v != 0 {
+		t.Fatalf("the servers' fc3.weight is at version %d (%v), want 0: dense gradients went to the servers too", v, err)
+	}
+}
+
+// Data-parallel replicas with unequal batches reduce their gradients
+// among themselves: after the steps every replica holds the same bytes,
+// and the model equals single-process training on the stacked batch to
+// float32 rounding (as the parameter servers' weighting does; tolerance
+// 2e-6 after 4 SGD-momentum steps), also across a 2 -> 1 pipeline.
+func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
+	checkLeaks(t)
+	const steps, tolerance = 4, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	sizes := []int{3, 5, 4}
+	for _, tc := range []struct {
+		name     string
+		stages   []Range
+		replicas []int
+		micro    int
+	}{
+		{"one stage, 2 replicas", []Range{{0, 5}}, []int{2}, 1},
+		{"one stage, 3 replicas, 2 micro-batches", []Range{{0, 5}}, []int{3}, 2},
+		{"2 replicas stacked into 1", []Range{{0, 3}, {4, 5}}, []int{2, 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := tc.replicas[0]
+			stacked := func(step int64) *data.Batch {
+				var bs []*data.Batch
+				for r := range n {
+					bs = append(bs, testBatch(10+uint64(r), uint64(step), sizes[r]))
+				}
+				b, err := concatBatches(bs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			ref, _ := reference(t, cfg, steps, stacked)
+			j := newJob(t, cfg, tc.stages, tc.replicas, steps, ps.BSP)
+			j.micro = tc.micro
+			allreduceEverywhere(j)
+			ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+				return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), sizes[r]) })
+			})
+			j.train(ws, 1, steps)
+			d := allreduceDiff(t, j, ws, ref)
+			t.Logf("largest difference from single-process training: %g", d)
+			if d > tolerance || math.IsNaN(d) {
+				t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+			}
+		})
+	}
+}
+
+// A resize that drops replica 1 of 3 from step k+1 rebuilds the ring from
+// the members left: replicas 0 and 2 reduce between themselves with their
+// new batches, stay bit-identical, and the model equals single-process
+// training on the stacked batches of each step's members.
+func TestAllreduceRingFollowsAResize(t *testing.T) {
+	checkLeaks(t)
+	const k, steps, tolerance = 2, 5, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	before := Share{Members: []int{0, 1, 2}, Batches: []int{3, 5, 4}}
+	after := Share{Members: []int{0, 2}, Batches: []int{7, 5}}
+	batchOf := func(replica int, step int64, size int) *data.Batch {
+		return testBatch(10+uint64(replica), uint64(step), size)
+	}
+	stacked := func(s Share, step int64) *data.Batch {
+		var bs []*data.Batch
+		for i, r := range s.Members {
+			bs = append(bs, batchOf(r, step, s.Batches[i]))
+		}
+		b, err := concatBatches(bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
+		if step > k {
+			return stacked(after, step)
+		}
+		return stacked(before, step)
+	})
+
+	j := newJob(t, cfg, []Range{{0, 5}}, []int{3}, steps, ps.BSP)
+	j.lastStep = steps
+	allreduceEverywhere(j)
+	trs := j.transports()
+	var ws []*Worker
+	for r := range 3 {
+		input := func(_ context.Context, step int64, s Share) (*data.Batch, error) {
+			_, b, ok := s.of(r)
+			if !ok {
+				return nil, fmt.Errorf("replica %d asked for step %d's input while not a member", r, step)
+			}
+			return batchOf(r, step, b), nil
+		}
+		w := j.elasticWorker(trs, r, before, input)
+		if from, err := w.Resize(k+1, after); err != nil || from != k+1 {
+			t.Fatalf("replica %d: Resize = %d, %v; want %d", r, from, err, k+1)
+		}
+		ws = append(ws, w)
+	}
+	for _, s := range j.shards {
+		if err := s.SetMembers(0, k+1, after.Members); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for r, w := range ws {
+		wg.Go(func() {
+			for step := int64(1); step <= steps && w.Member(step) && errs[r] == nil; step++ {
+				_, errs[r] = w.Step(context.Background(), step)
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", r, err)
+		}
+	}
+	d := allreduceDiff(t, j, [][]*Worker{{ws[0], ws[2]}}, ref)
+	t.Logf("largest difference from single-process training: %g", d)
+	if d > tolerance || math.IsNaN(d) {
+		t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+	}
+}
+
+// Replicas that disagree on a step's ring (a resize that reached them at
+// different steps) fail the step, naming both rings, rather than mix them.
+func TestRingRefusesAPredecessorWithOtherMembers(t *testing.T) {
+	checkLeaks(t)
+	trs, names := ringTransports(t, 3)
+	a := Allreduce{Peers: names}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for k, members := range [][]int{{0, 1}, {0, 1, 2}} {
+		wg.Go(func() {
+			ak := a
+			ak.Transport = trs[k]
+			r, err := newRing(&ak, 1, 0, 1, members, k)
+			if err == nil {
+				err = r.reduce(ctx, 0, []float32{1, 2, 3}, 1)
+			}
+			errs[k] = err
+			cancel() // replica 0 waits for a replica 1 that has given up
+		})
+	}
+	wg.Wait()
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "different steps") {
+		t.Fatalf("replica 1 (members 0, 1, 2) got %v from a predecessor with members 0, 1; want a refusal", errs[1])
+	}
+}
+
+// The ring's first member mirrors the reduced gradients on the parameter
+// servers: their blocks stay bit-identical to the replicas' (values and,
+// through the same kernel, optimiser state), so a checkpoint of step k
+// holds the allreduce job's state. A job restored from it, synchronising
+// through the servers as restored jobs do, ends bit-identical to the
+// uninterrupted allreduce job (equal batches of 4: the servers' weights
+// 1/2 and the ring's 4/8 scale by powers of two, so both sum alike).
+func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
+	checkLeaks(t)
+	const k, steps = 3, 6
+	cfg := modelConfig(t, adamAdagrad)
+	stages, replicas, marked := []Range{{0, 5}}, []int{2}, []bool{true}
+	batches := func(r int) func(context.Context, int64) (*data.Batch, error) {
+		return fixedBatches(func(step int64) *data.Batch { return testBatch(20+uint64(r), uint64(step), 4) })
+	}
+
+	whole := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, marked, "")
+	allreduceWith(whole, true)
+	ws := whole.workers(batches)
+	whole.train(ws, 1, steps)
+	held := denseOf(t, ws)[0]
+	if !maps.EqualFunc(held[0], held[1], slices.Equal) {
+		t.Fatal("the replicas hold different dense parameters")
+	}
+	mirror := whole.client(0, 0)
+	for name, v := range held[0] {
+		got, version, err := mirror.PullBlock(context.Background(), name, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if version != steps || !slices.Equal(got, v) {
+			t.Fatalf("%s: the servers' mirror at version %d differs from the replicas'", name, version)
+		}
+	}
+
+	part := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, marked, "")
+	allreduceWith(part, true)
+	part.train(part.workers(batches), 1, k)
+	dir, err := ps.CheckpointAll(context.Background(), t.TempDir(), k, part.shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, nil, dir)
+	restored.train(restored.workers(batches), k+1, steps)
+	ctx := context.Background()
+	for name, v := range held[0] {
+		got, _, err := restored.client(0, 0).PullBlock(ctx, name, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, v) {
+			t.Fatalf("%s: restored at step %d and trained through the servers, differs from the allreduce run", name, k)
+		}
+	}
+	ids := iota64(testVocab)
+	for _, name := range []string{"embedding0.table", "embedding1.table"} {
+		a, _, errA := whole.client(0, 0).Pull(ctx, name, ids, steps)
+		b, _, errB := restored.client(0, 0).Pull(ctx, name, ids, steps)
+		if errA != nil || errB != nil || !slices.Equal(a, b) {
+			t.Fatalf("%s: rows differ between the runs (%v, %v)", name, errA, errB)
+		}
+	}
+}
+
+// denseValues returns a copy of the stage's dense parameters' values by
+// name, as the replica holds them now (between steps).
+func (w *Worker) denseValues() (map[string][]float32, error) {
+	out := map[string][]float32{}
+	for _, p := range w.copies[0].dense {
+		h, err := hostFloats(w.cfg.Backend, p.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[p.Name] = append([]float32(nil), h[:p.Len()]...)
+	}
+	return out, nil
+}

@@ -1,0 +1,144 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/native"
+)
+
+// localDense is an allreduce stage's own optimiser for its dense
+// parameters: the schedule PSParams gives the parameter servers and a
+// state per parameter, updated with the same kernel (Backend.Update) as
+// the servers and nn's Trainer.
+type localDense struct {
+	cfg   *Allreduce
+	optim ps.OptimConfig
+	state [][]native.Buffer // per dense parameter
+	// loaded: the parameters hold the values the stage started from
+	// (pulled once from the parameter servers, which declared them).
+	loaded bool
+	// everyPeer: the worker was given no Share, so the ring of every step
+	// is all of cfg.Peers.
+	everyPeer bool
+}
+
+// initAllreduce prepares the local optimiser of a worker whose Config asks
+// for Allreduce; nothing otherwise.
+func (w *Worker) initAllreduce() error {
+	a := w.cfg.Allreduce
+	if a == nil {
+		return nil
+	}
+	if w.cfg.Mode == ps.ASP {
+		return errors.New("allreduce: needs BSP (asynchronous replicas have no common step to reduce)")
+	}
+	dense := w.copies[0].dense
+	if err := a.check(w.cfg.Stage, w.cfg.Replica, len(dense)); err != nil {
+		return err
+	}
+	d := &localDense{cfg: a, optim: psOptim(w.cfg.Model.Config.Optimizer, a.TotalSteps),
+		everyPeer: len(w.cfg.Share.Members) == 0, state: make([][]native.Buffer, len(dense))}
+	for i, p := range dense {
+		for range d.optim.Hyper.StateBuffers() {
+			buf, err := toBuffer(w.cfg.Backend, make([]float32, p.Len()))
+			if err != nil {
+				return err
+			}
+			d.state[i] = append(d.state[i], buf)
+		}
+	}
+	w.local = d
+	return nil
+}
+
+// loadDense gives the dense parameters their starting values, once, as of
+// the step before step (the first): the parameter servers hold them as
+// declared, and later only as the mirror pushes them (Allreduce.Mirror);
+// the replicas keep their own.
+func (w *Worker) loadDense(ctx context.Context, step int64) error {
+	if w.local.loaded {
+		return nil
+	}
+	dense := w.copies[0].dense
+	err := each(len(dense), func(i int) error {
+		v, _, err := w.cfg.PS.PullBlock(ctx, dense[i].Name, step-1)
+		if err != nil {
+			return err
+		}
+		return w.uploadDense(i, v)
+	})
+	w.local.loaded = err == nil
+	return err
+}
+
+// stepRing returns the step's ring, built on first use from the members of
+// the step's share (every peer when the worker knows no share).
+func (w *Worker) stepRing(st *stepState) (*ring, error) {
+	if st.ring != nil {
+		return st.ring, nil
+	}
+	members := st.share.Members
+	if w.local.everyPeer {
+		members = iotaInts(len(w.local.cfg.Peers))
+	}
+	r, err := newRing(w.local.cfg, w.job, w.cfg.Stage, st.step, members, w.cfg.Replica)
+	if err != nil {
+		return nil, err
+	}
+	st.ring = r
+	return r, nil
+}
+
+// reduceLayer starts, in the background, the allreduce and the local
+// update of every dense parameter of layer: called as backward leaves it.
+func (w *Worker) reduceLayer(st *stepState, layer int) {
+	first := w.copies[0]
+	r, err := w.stepRing(st)
+	for i, l := range first.denseLayer {
+		if l != layer {
+			continue
+		}
+		st.bg.Go(func() error {
+			if err != nil {
+				return err
+			}
+			return w.reduceAndApply(st, r, i)
+		})
+	}
+}
+
+func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
+	p := w.copies[0].dense[i]
+	g, err := w.denseGradient(i)
+	if err != nil {
+		return err
+	}
+	g = g[:p.Len()]
+	if err := r.reduce(st.ctx, i, g, st.res.Samples); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	gb, err := toBuffer(w.cfg.Backend, g)
+	if err != nil {
+		return err
+	}
+	if err := w.cfg.Backend.Update(w.local.optim.At(st.step), p.Value, gb, w.local.state[i]...); err != nil {
+		return fmt.Errorf("%s: update: %w", p.Name, err)
+	}
+	if m := w.local.cfg.Mirror; m != nil && r.members[0] == w.cfg.Replica {
+		if err := m.PushBlock(st.ctx, p.Name, st.step, 1, g); err != nil {
+			return fmt.Errorf("%s: mirror on the parameter servers: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+func iotaInts(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
