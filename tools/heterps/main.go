@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/heterps/heterps/native"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's
@@ -38,6 +40,7 @@ const (
 )
 
 func main() {
+	native.FixOpenBLASCore() // may run the program again with OPENBLAS_CORETYPE set
 	os.Exit(dispatch(os.Args[1:]))
 }
 

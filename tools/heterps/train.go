@@ -43,6 +43,7 @@ type trainResult struct {
 	Model       string  `json:"model"`
 	Data        string  `json:"data"`
 	Backend     string  `json:"backend"`
+	OpenBLAS    string  `json:"openblas_core"` // the GEMM kernels OpenBLAS runs (native.FixOpenBLASCore)
 	Steps       int64   `json:"steps"`
 	Batch       int     `json:"batch"`
 	Threads     int     `json:"threads"`
@@ -171,7 +172,7 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err != nil {
 		return nil, err
 	}
-	res := &trainResult{Model: cfg.Name, Data: f.data, Backend: backend.Name(), Batch: f.batch, Threads: f.threads}
+	res := &trainResult{Model: cfg.Name, Data: f.data, Backend: backend.Name(), OpenBLAS: native.OpenBLASCore(), Batch: f.batch, Threads: f.threads}
 	if f.checkpoint != "" {
 		if res.ResumedFrom, err = resumeIfPresent(tr, f.checkpoint, f.batch); err != nil {
 			return nil, err

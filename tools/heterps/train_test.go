@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heterps/heterps/native"
 )
 
 func trainCLI(t *testing.T, args ...string) (int, string, string) {
@@ -290,5 +294,36 @@ lr = 0.1
 		"--threads", "1", "--eval-samples", "0")
 	if code != exitUsage || !strings.Contains(errs, "dense") {
 		t.Fatalf("libsvm without dense=3 for a model of 3 dense features: exit %d: %s", code, errs)
+	}
+}
+
+// TestBinaryRunsOpenBLASOnItsCPUsKernels: the built heterps re-runs itself
+// with OPENBLAS_CORETYPE when OpenBLAS fell back to a generic core on a
+// CPU with AVX2 or AVX-512 (Debian's 0.3.21 on recent Xeons), so training
+// runs the vector GEMM kernels.
+func TestBinaryRunsOpenBLASOnItsCPUsKernels(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "heterps")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "train", "--model", "linreg", "--data", "regress:1", "--steps", "2", "--batch", "8", "--json")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool {
+		return strings.HasPrefix(e, "OPENBLAS_CORETYPE=") || strings.HasPrefix(e, "HETERPS_OPENBLAS_REEXEC=")
+	})
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("heterps train: %v\n%s", err, out)
+	}
+	var res trainResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	loaded := native.OpenBLASCore() // this test binary does not fix its own
+	want := native.OpenBLASCoreFor(loaded, native.AVX512.Supported(), native.AVX2.Supported())
+	if want == "" {
+		want = loaded
+	}
+	if res.OpenBLAS != want {
+		t.Errorf("heterps ran OpenBLAS core %q, want %q (this test binary loaded %q)", res.OpenBLAS, want, loaded)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
 )
 
 // Exit statuses.
@@ -51,7 +52,10 @@ const (
 // peers do.
 const stopGrace = 8 * time.Second
 
-func main() { os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	native.FixOpenBLASCore() // may run the daemon again with OPENBLAS_CORETYPE set (same PID)
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 // runMain is main but for the exit: the signals end the daemon's context.
 func runMain(args []string, stdout, stderr io.Writer) int {
