@@ -235,14 +235,6 @@ func (in *policyInput) dynamic(dyn []float32, l int, st stageState) {
 	}
 }
 
-// typeRows writes the features of every type at layer l into phi [types x
-// typeFeatures], the dynamic ones from dyn [types x dynamicFeatures].
-func (in *policyInput) typeRows(phi []float32, l int, dyn []float32) {
-	for t := range in.types {
-		in.typeRow(phi[t*typeFeatures:(t+1)*typeFeatures], l, t, dyn)
-	}
-}
-
 // typeRow writes type t's features at layer l into f.
 func (in *policyInput) typeRow(f []float32, l, t int, dyn []float32) {
 	copy(f, in.static[l][t*typeFeatures:(t+1)*typeFeatures])

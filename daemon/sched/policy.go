@@ -193,12 +193,6 @@ func (ro *rollout) input(x []float32, i, l int) {
 	ro.in.typeRow(x[n:n+typeFeatures], l-1, ro.actions[i][l-1], ro.dyn[l-1][i*T*D:(i+1)*T*D])
 }
 
-// typeRows writes assignment i's type features at layer l into phi.
-func (ro *rollout) typeRows(phi []float32, i, l int) {
-	T, D := ro.in.types, dynamicFeatures
-	ro.in.typeRows(phi, l, ro.dyn[l][i*T*D:(i+1)*T*D])
-}
-
 // forward runs the policy over the layers for s assignments, picking each
 // layer's type with pick.
 func (pol *Policy) forward(be native.Backend, in *policyInput, s int, pick picker) (*rollout, error) {
@@ -210,7 +204,6 @@ func (pol *Policy) forward(be native.Backend, in *policyInput, s int, pick picke
 	ro.c = append(ro.c, make(native.HostBuffer, s*H))
 	ro.h = append(ro.h, make(native.HostBuffer, s*H))
 	w, b, m := native.HostBuffer(pol.W), native.HostBuffer(pol.B), native.HostBuffer(pol.M)
-	phi := make([]float32, T*K)
 	states := make([]stageState, s)
 	for i := range states {
 		states[i].typ = -1
@@ -251,11 +244,19 @@ func (pol *Policy) forward(be native.Backend, in *policyInput, s int, pick picke
 		gemm(false, false, s, Ha, H, 1, hidden, H, pol.U, Ha, 1, q, Ha)
 		logits := make(native.HostBuffer, s*T)
 		att := make(native.HostBuffer, s*T*Ha)
+		// phi = the layer's static features + each assignment's dynamic
+		// ones (the static rows are zero in the dynamic columns), so the
+		// static products are made once per layer.
+		static, D := native.HostBuffer(in.static[l]), dynamicFeatures
+		staticAtt := make(native.HostBuffer, T*Ha)
+		gemm(false, false, T, Ha, K, 1, static, K, pol.A, Ha, 0, staticAtt, Ha)
 		for i := range s {
-			ro.typeRows(phi, i, l)
-			row, e := logits[i*T:(i+1)*T], att[i*T*Ha:(i+1)*T*Ha]
-			gemm(false, false, T, 1, K, 1, phi, K, u[i*K:(i+1)*K], 1, 0, row, 1)
-			gemm(false, false, T, Ha, K, 1, phi, K, pol.A, Ha, 0, e, Ha)
+			row, e, ui := logits[i*T:(i+1)*T], att[i*T*Ha:(i+1)*T*Ha], u[i*K:(i+1)*K]
+			dyn := native.HostBuffer(ro.dyn[l][i*T*D : (i+1)*T*D])
+			gemm(false, false, T, 1, K, 1, static, K, ui, 1, 0, row, 1)
+			gemm(false, false, T, 1, D, 1, dyn, D, ui[featSwitch:], 1, 1, row, 1)
+			copy(e, staticAtt)
+			gemm(false, false, T, Ha, D, 1, dyn, D, pol.A[featSwitch*Ha:], Ha, 1, e, Ha)
 			if err := be.BiasAct(native.Tanh, T, Ha, e, q[i*Ha:(i+1)*Ha], e); err != nil {
 				return nil, err
 			}
@@ -295,13 +296,14 @@ func (pol *Policy) backward(be native.Backend, ro *rollout, adv []float64, entro
 	de, dpre := make(native.HostBuffer, T*Ha), make(native.HostBuffer, T*Ha)
 	m, recurrent := native.HostBuffer(pol.M), native.HostBuffer(pol.W[I*G:])
 	dhNext := make(native.HostBuffer, s*H)
-	phi := make([]float32, T*K)
 	var dcNext native.Buffer // nil: no gradient from beyond the last layer
 	for l := n - 1; l >= 0; l-- {
 		// d(-adv * log softmax)/dlogits = adv * (probs - onehot), over S;
 		// the logits are phi u, so du = phi^T dlogits.
 		du := make(native.HostBuffer, s*K)
 		dq := make(native.HostBuffer, s*Ha)
+		static, D := native.HostBuffer(ro.in.static[l]), dynamicFeatures
+		dpreSum := make(native.HostBuffer, T*Ha)
 		dlogits := make(native.HostBuffer, T)
 		for i := range s {
 			probs := ro.probs[l][i*T : (i+1)*T]
@@ -312,8 +314,9 @@ func (pol *Policy) backward(be native.Backend, ro *rollout, adv []float64, entro
 				dlogits[t] = scale*q + float32(entropy/float64(s))*q*(float32(logOrZero(q))+float32(h))
 			}
 			dlogits[ro.actions[i][l]] -= scale
-			ro.typeRows(phi, i, l)
-			gemm(true, false, K, 1, T, 1, phi, K, dlogits, 1, 0, du[i*K:(i+1)*K], 1)
+			dui, dyn := du[i*K:(i+1)*K], native.HostBuffer(ro.dyn[l][i*T*D:(i+1)*T*D])
+			gemm(true, false, K, 1, T, 1, static, K, dlogits, 1, 0, dui, 1)
+			gemm(true, false, D, 1, T, 1, dyn, D, dlogits, 1, 1, dui[featSwitch:], 1)
 			// The attention term: logits += tanh(phi A + q_i) Va.
 			e := ro.att[l][i*T*Ha : (i+1)*T*Ha]
 			gemm(true, false, Ha, 1, T, 1, e, Ha, dlogits, 1, 1, g.va, 1)
@@ -322,8 +325,12 @@ func (pol *Policy) backward(be native.Backend, ro *rollout, adv []float64, entro
 			if err := be.BiasActBackward(native.Tanh, T, Ha, e, de, dpre, dq[i*Ha:(i+1)*Ha]); err != nil {
 				return nil, err
 			}
-			gemm(true, false, K, Ha, T, 1, phi, K, dpre, Ha, 1, g.a, Ha)
+			for j, x := range dpre {
+				dpreSum[j] += x
+			}
+			gemm(true, false, D, Ha, T, 1, dyn, D, dpre, Ha, 1, g.a[featSwitch*Ha:], Ha)
 		}
+		gemm(true, false, K, Ha, T, 1, static, K, dpreSum, Ha, 1, g.a, Ha)
 		gemm(true, false, H, Ha, s, 1, ro.h[l+1], H, dq, Ha, 1, g.u, Ha)
 		addColumnSums(g.ca, dq, s, Ha)
 		gemm(true, false, H, K, s, 1, ro.h[l+1], H, du, K, 1, g.m, K)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 
 	"github.com/heterps/heterps/native"
@@ -21,17 +20,16 @@ func init() {
 // variables so that tests can shrink the budget and switch learning off.
 var (
 	rlHidden    = 32
-	rlBatch     = 64     // plans per policy update, the imitated best one included
-	rlSamples   = 100000 // plans sampled in all, at most
-	rlRestarts  = 4      // independent policies trained on shares of the budget
+	rlBatch     = 64    // plans per policy update, the imitated best one included
+	rlSamples   = 20000 // plans sampled in all, at most
+	rlRestarts  = 4     // independent policies trained on shares of the budget
 	rlLR        = 0.01
 	rlEntropy   = 0.05 // initial weight of the entropy bonus, annealed to 0
-	rlImitate   = 2.0  // advantage of the best plan found so far (self-imitation)
+	rlImitate   = 5.0  // advantage of the best plan found so far (self-imitation)
 	rlClip      = 5.0  // gradient norm cap
 	rlConverged = 0.995
 	rlPatience  = 20  // updates with a converged policy before a restart stops
 	rlInfeasble = 1.0 // reward below the reference plan's for an infeasible one
-	rlRisk      = 0.0 // risk-seeking quantile: samples below it get no advantage (0: all count)
 	rlSettle    = 200 // updates at most, after the budget, for the decision to reach the best plan
 )
 
@@ -190,13 +188,17 @@ type trainer struct {
 	pol     *Policy
 	r       *rand.Rand
 	updates int
+	// best is the cheapest plan this restart sampled, the one it imitates:
+	// restarts imitating only their own keep searching apart.
+	best     []int
+	bestCost float64
 	// lastMaxProb is meanMaxProb of the last batch.
 	lastMaxProb float64
 	adam        [][2]native.HostBuffer // first and second moments per parameter
 }
 
 func newTrainer(p *Problem, be native.Backend, pol *Policy, r *rand.Rand, sr *search) *trainer {
-	t := &trainer{sr: sr, be: be, pol: pol, r: r}
+	t := &trainer{sr: sr, be: be, pol: pol, r: r, bestCost: inf}
 	for _, w := range pol.params() {
 		t.adam = append(t.adam, [2]native.HostBuffer{make(native.HostBuffer, len(w)), make(native.HostBuffer, len(w))})
 	}
@@ -220,13 +222,13 @@ func (t *trainer) decide() ([]int, error) {
 func (t *trainer) settle(ctx context.Context) ([]int, error) {
 	for u := 0; ; u++ {
 		assign, err := t.decide()
-		if err != nil || u >= rlSettle || t.sr.best == nil || t.sr.e.cost(assign) <= t.sr.bestCost {
+		if err != nil || u >= rlSettle || t.best == nil || t.sr.e.cost(assign) <= t.bestCost {
 			return assign, err
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		best := t.sr.best
+		best := t.best
 		ro, err := t.pol.forward(t.be, t.sr.in, 1, func(_, l int, _ []float32) int { return best[l] })
 		if err != nil {
 			return nil, err
@@ -264,7 +266,7 @@ func (t *trainer) update(ctx context.Context, entropy float64) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		best := t.sr.best // replayed as the batch's last row
+		best := t.best // replayed as the batch's last row
 		pick := sampler(t.r)
 		if best != nil {
 			sample := pick
@@ -302,16 +304,10 @@ func (t *trainer) advantages(actions [][]int, replayed bool) []float64 {
 	var mean float64
 	for i, a := range sampled {
 		rewards[i] = t.sr.reward(a)
-		mean += rewards[i] / float64(len(sampled))
-	}
-	if rlRisk > 0 {
-		sorted := slices.Clone(rewards)
-		slices.Sort(sorted)
-		q := sorted[int(rlRisk*float64(len(sorted)-1))]
-		for i, r := range rewards {
-			rewards[i] = math.Max(r, q)
+		if c := t.sr.e.cost(a); c < t.bestCost {
+			t.best, t.bestCost = append([]int(nil), a...), c
 		}
-		mean = q
+		mean += rewards[i] / float64(len(sampled))
 	}
 	var sq float64
 	for _, r := range rewards {
