@@ -115,7 +115,7 @@ func TestRLPolicyDecidesTheOptimumOfATinyProblem(t *testing.T) {
 func TestRLPolicyDecisionWithinTwoPercent(t *testing.T) {
 	r := newRand(5)
 	checked := 0
-	for checked < 8 {
+	for checked < 12 {
 		p := randomProblem(r, 3+r.IntN(4), 1+r.IntN(3))
 		opt := mustRun(t, "exact", p, Options{})
 		if !opt.Feasible {
