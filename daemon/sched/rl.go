@@ -33,17 +33,19 @@ var (
 	rlSettle    = 200 // updates at most, after the budget, for the decision to reach the best plan
 )
 
-// reinforce trains policies on the problem with REINFORCE and answers with
-// the most likely assignment of the best of them. Each of rlRestarts
+// reinforce trains policies on the problem with REINFORCE; the policy's
+// decision is the most likely assignment of the best of them. Each of rlRestarts
 // restarts trains its own policy (from Options.Policy when set, else from a
 // fresh seeded one) on a share of the budget: it samples batches of
 // assignments, rewards each with minus the log of its cost relative to the
 // first feasible plan seen (infeasible plans get less than any feasible one,
 // graded by how far their stages fall short), subtracts the batch's mean
 // reward, and steps Adam on the policy gradient, with an entropy bonus
-// annealed to zero. Each batch also replays the best plan sampled so far
-// (by any restart) with a fixed positive advantage: self-imitation, which
-// pulls the policy's own decision to the best plan its search has found.
+// annealed to zero. Each batch also replays the best plan the restart has
+// sampled so far with a fixed positive advantage (self-imitation), and
+// after the budget the restart trains on that plan alone until its policy's
+// most likely assignment costs no more (settle): this pulls the policy's
+// own decision to the best plan its search has found.
 //
 // The plan is the cheaper of the policy's decision and the best plan
 // sampled, and reports both costs (PolicyCost, BestSampledCost, Decision).
@@ -86,7 +88,7 @@ func (m reinforce) Schedule(ctx context.Context, p *Problem) (*Plan, error) {
 		} else {
 			pol = pol.clone()
 		}
-		t := newTrainer(p, be, pol, r, sr)
+		t := newTrainer(be, pol, r, sr)
 		if err := t.train(ctx, m.budget()/restarts); err != nil {
 			return nil, err
 		}
@@ -197,7 +199,7 @@ type trainer struct {
 	adam        [][2]native.HostBuffer // first and second moments per parameter
 }
 
-func newTrainer(p *Problem, be native.Backend, pol *Policy, r *rand.Rand, sr *search) *trainer {
+func newTrainer(be native.Backend, pol *Policy, r *rand.Rand, sr *search) *trainer {
 	t := &trainer{sr: sr, be: be, pol: pol, r: r, bestCost: inf}
 	for _, w := range pol.params() {
 		t.adam = append(t.adam, [2]native.HostBuffer{make(native.HostBuffer, len(w)), make(native.HostBuffer, len(w))})
