@@ -4,7 +4,8 @@
 // layer times estimated from the device descriptors (roofline).
 //
 // Table 1 gives each method's cost relative to exact and its scheduling
-// time; Table 2 sets brute force against exact on the sizes brute force can
+// time (for rl and rl-rnn also the trained policy's own decision and the best
+// plan sampled in training, of which the plan is the cheaper); Table 2 sets brute force against exact on the sizes brute force can
 // finish, as in Table 2 of the HeterPS paper; Table 3 compares the
 // provisioning rules on the exact plan's assignment. Nothing is asserted:
 // the numbers are measured in this run.
@@ -123,10 +124,7 @@ func (b bench) table1() error {
 	fmt.Fprintf(output, "\nTable 1: cost relative to exact / scheduling time, per method (inf: no feasible plan)\n\n")
 	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "types\tlayers\texact cost\texact time\t")
-	for _, m := range methods {
-		fmt.Fprintf(w, "%s\t\t", m)
-	}
-	fmt.Fprintln(w)
+	methodHeader(w, methods)
 	rows := [][2]int{}
 	for _, t := range typeCounts {
 		for _, l := range layerCounts {
@@ -151,6 +149,34 @@ func (b bench) table1() error {
 	return nil
 }
 
+// learned methods report their policy's own decision and their best sample.
+func learned(m string) bool { return m == "rl" || m == "rl-rnn" }
+
+func methodHeader(w *tabwriter.Writer, methods []string) {
+	for _, m := range methods {
+		if learned(m) {
+			fmt.Fprintf(w, "%s\t%s policy\t%s sampled\t\t", m, m, m)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t\t", m)
+	}
+	fmt.Fprintln(w)
+}
+
+// decision is a learned plan's policy and best-sample costs relative to ref.
+func decision(p, ref *sched.Plan) string {
+	rel := func(c float64) string {
+		switch {
+		case c == 0:
+			return "inf"
+		case !ref.Feasible:
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", c/ref.Cost)
+	}
+	return rel(p.PolicyCost) + "\t" + rel(p.BestSampledCost)
+}
+
 // methodRow prints exact's cost and time, then every method's cost
 // relative to exact and its time (skipped methods print "-").
 func (b bench) methodRow(w *tabwriter.Writer, label string, p *sched.Problem, methods []string, skip func(string) bool) error {
@@ -162,11 +188,18 @@ func (b bench) methodRow(w *tabwriter.Writer, label string, p *sched.Problem, me
 	for _, m := range methods {
 		if skip(m) {
 			fmt.Fprint(w, "-\t-\t")
+			if learned(m) {
+				fmt.Fprint(w, "-\t-\t")
+			}
 			continue
 		}
 		pl, err := b.run(m, p)
 		if err != nil {
 			return err
+		}
+		if learned(m) {
+			fmt.Fprintf(w, "%s\t%s\t%s\t", relative(pl, ex), decision(pl, ex), seconds(pl.SchedSeconds))
+			continue
 		}
 		fmt.Fprintf(w, "%s\t%s\t", relative(pl, ex), seconds(pl.SchedSeconds))
 	}
@@ -181,10 +214,7 @@ func (b bench) zooTable() error {
 	fmt.Fprintf(output, "(rl-rnn left out to bound the run time; matchnet's towers are scheduled as one layer sequence)\n\n")
 	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "model\ttypes\texact cost\texact time\t")
-	for _, m := range methods {
-		fmt.Fprintf(w, "%s\t\t", m)
-	}
-	fmt.Fprintln(w)
+	methodHeader(w, methods)
 	for _, name := range []string{"ctrdnn", "matchnet", "2emb", "nce"} {
 		m, err := config.LoadModel(name)
 		if err != nil {
@@ -210,7 +240,7 @@ func (b bench) table2() error {
 	fmt.Fprintf(output, "assignment and provisions it by the breakpoint rule, cutting an assignment's unit walk short once a lower\n")
 	fmt.Fprintf(output, "bound shows it cannot beat the best so far.\n\n")
 	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "types\tlayers\tassignments\tbf time\tbf cost\trl time\trl cost\texact time\texact cost\tbf/exact time\t")
+	fmt.Fprintln(w, "types\tlayers\tassignments\tbf time\tbf cost\trl time\trl cost\trl policy\trl sampled\texact time\texact cost\tbf/exact time\t")
 	for _, row := range [][2]int{{2, 8}, {2, 12}, {2, 16}, {2, 20}, {3, 8}, {3, 12}, {4, 8}, {4, 12}} {
 		p, err := b.problem(row[0], row[1])
 		if err != nil {
@@ -230,8 +260,8 @@ func (b bench) table2() error {
 				return err
 			}
 		}
-		fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fx\t\n", row[0], row[1], bf.Evaluations,
-			seconds(bf.SchedSeconds), cost(bf), seconds(rl.SchedSeconds), relative(rl, bf),
+		fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fx\t\n", row[0], row[1], bf.Evaluations,
+			seconds(bf.SchedSeconds), cost(bf), seconds(rl.SchedSeconds), relative(rl, bf), decision(rl, bf),
 			seconds(ex.SchedSeconds), relative(ex, bf), bf.SchedSeconds/ex.SchedSeconds)
 	}
 	return w.Flush()

@@ -33,7 +33,19 @@ type Plan struct {
 	SchedSeconds float64  `json:"sched_seconds"`
 	Provision    string   `json:"provision"`
 	Evaluations  int      `json:"evaluations,omitempty"` // cost-model evaluations a search method made
+	// Learned methods (rl, rl-rnn): the cost of the trained policy's own
+	// decision (its most likely assignment) and of the best plan it sampled
+	// while training (0 when infeasible), and which of the two the plan is.
+	PolicyCost      float64 `json:"policy_cost,omitempty"`
+	BestSampledCost float64 `json:"best_sampled_cost,omitempty"`
+	Decision        string  `json:"decision,omitempty"`
 }
+
+// Plan.Decision values.
+const (
+	DecisionPolicy  = "policy"  // the policy's most likely assignment
+	DecisionSampled = "sampled" // the best assignment sampled in training, cheaper than the policy's
+)
 
 // newPlan builds a feasible plan from provisioned segments.
 func (p *Problem) newPlan(assign []int, segs []Segment, psCores int, rule string) *Plan {

@@ -12,30 +12,39 @@ import (
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 
-	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/native"
 )
 
 // Policy is a learned scheduling policy (HeterPS): a recurrent network that
-// reads the layers in order and, at each, outputs a softmax over the
-// resource types. Its input at layer l is the layer's features (one-hot
-// index, one-hot kind, input and weight sizes, compute and communication
-// time) and the type chosen for layer l-1. The cell is an LSTM or an Elman
-// RNN. A policy can be saved and reused as the starting point on another
-// problem with the same number of types.
+// reads the layers in order and, at each, scores every resource type. Its
+// input at layer l is the layer's features (kind, sizes, position, share of
+// the model's cost) and the type features of the type chosen for layer l-1;
+// a type's score is its feature vector (features.go: its rate, times and
+// parallel fractions relative to the layer's best type, the stage-boundary
+// cost of switching to it) dotted with M h + Mb, plus an additive attention
+// term Va . tanh(phi A + h U + Ca) that lets the policy prefer a type whose
+// features are not extreme in any direction; so one policy serves
+// problems with any number of types: it can be pre-trained on random
+// problems and fine-tuned on another. The cell is an LSTM or an Elman RNN.
 type Policy struct {
-	Cell   string    `json:"cell"` // "lstm" or "elman"
-	Types  int       `json:"types"`
-	Inputs int       `json:"inputs"`
-	Hidden int       `json:"hidden"`
-	W      []float32 `json:"w"` // [(Inputs+Hidden) x gates]: input and recurrent weights
-	B      []float32 `json:"b"` // [gates]
-	V      []float32 `json:"v"` // [Hidden x Types]: output weights
-	C      []float32 `json:"c"` // [Types]: output bias
-	// Stay is added to the logit of the previous layer's type: a learned
-	// preference for extending the current stage rather than starting one.
-	Stay []float32 `json:"stay"` // [1]
+	Cell     string    `json:"cell"` // "lstm" or "elman"
+	Inputs   int       `json:"inputs"`
+	Features int       `json:"features"`
+	Hidden   int       `json:"hidden"`
+	W        []float32 `json:"w"`  // [(Inputs+Hidden) x gates]: input and recurrent weights
+	B        []float32 `json:"b"`  // [gates]
+	M        []float32 `json:"m"`  // [Hidden x Features]: hidden state to type-feature weights
+	Mb       []float32 `json:"mb"` // [Features]: the weights' state-independent part
+	// The attention term, of width Attention.
+	Attention int       `json:"attention"`
+	A         []float32 `json:"a"`  // [Features x Attention]
+	U         []float32 `json:"u"`  // [Hidden x Attention]
+	Ca        []float32 `json:"ca"` // [Attention]
+	Va        []float32 `json:"va"` // [Attention]
 }
+
+// rlAttention is the attention width of new policies.
+const rlAttention = 16
 
 // Cells.
 const (
@@ -43,13 +52,9 @@ const (
 	CellElman = "elman"
 )
 
-// Feature layout: one-hot layer index (capped), one-hot kind, 4 scalars,
-// one-hot previous type (plus "none" for the first layer).
-const maxIndexFeature = 64
-
-var kindFeatures = append(slices.Clone(config.LayerKinds), "other")
-
-func inputSize(types int) int { return maxIndexFeature + len(kindFeatures) + 4 + types + 1 }
+// inputSize: layer features, the previous choice's type features, a
+// first-layer flag.
+func inputSize() int { return layerFeatureCount() + typeFeatures + 1 }
 
 func (pol *Policy) gates() int {
 	if pol.Cell == CellLSTM {
@@ -58,8 +63,8 @@ func (pol *Policy) gates() int {
 	return pol.Hidden
 }
 
-func newPolicy(cell string, types, hidden int, r *rand.Rand) *Policy {
-	pol := &Policy{Cell: cell, Types: types, Inputs: inputSize(types), Hidden: hidden}
+func newPolicy(cell string, hidden int, r *rand.Rand) *Policy {
+	pol := &Policy{Cell: cell, Inputs: inputSize(), Features: typeFeatures, Hidden: hidden}
 	g := pol.gates()
 	pol.W = uniformInit(r, (pol.Inputs+hidden)*g, 1/math.Sqrt(float64(pol.Inputs+hidden)))
 	pol.B = make([]float32, g)
@@ -68,9 +73,13 @@ func newPolicy(cell string, types, hidden int, r *rand.Rand) *Policy {
 			pol.B[j] = 1
 		}
 	}
-	pol.V = uniformInit(r, hidden*types, 1/math.Sqrt(float64(hidden)))
-	pol.C = make([]float32, types)
-	pol.Stay = []float32{rlStayInit}
+	pol.M = uniformInit(r, hidden*typeFeatures, 1/math.Sqrt(float64(hidden)))
+	pol.Mb = make([]float32, typeFeatures)
+	pol.Attention = rlAttention
+	pol.A = uniformInit(r, typeFeatures*rlAttention, 1/math.Sqrt(float64(typeFeatures)))
+	pol.U = uniformInit(r, hidden*rlAttention, 1/math.Sqrt(float64(hidden)))
+	pol.Ca = make([]float32, rlAttention)
+	pol.Va = uniformInit(r, rlAttention, 1/math.Sqrt(float64(rlAttention)))
 	return pol
 }
 
@@ -84,8 +93,13 @@ func uniformInit(r *rand.Rand, n int, scale float64) []float32 {
 
 func (pol *Policy) clone() *Policy {
 	c := *pol
-	c.W, c.B, c.V, c.C, c.Stay = slices.Clone(pol.W), slices.Clone(pol.B), slices.Clone(pol.V), slices.Clone(pol.C), slices.Clone(pol.Stay)
+	c.W, c.B, c.M, c.Mb = slices.Clone(pol.W), slices.Clone(pol.B), slices.Clone(pol.M), slices.Clone(pol.Mb)
+	c.A, c.U, c.Ca, c.Va = slices.Clone(pol.A), slices.Clone(pol.U), slices.Clone(pol.Ca), slices.Clone(pol.Va)
 	return &c
+}
+
+func (pol *Policy) params() []native.HostBuffer {
+	return []native.HostBuffer{pol.W, pol.B, pol.M, pol.Mb, pol.A, pol.U, pol.Ca, pol.Va}
 }
 
 // Save writes the policy as JSON.
@@ -111,48 +125,17 @@ func (pol *Policy) check() error {
 	if pol.Cell != CellLSTM && pol.Cell != CellElman {
 		return fmt.Errorf("sched: policy: unknown cell %q", pol.Cell)
 	}
-	if pol.Types < 1 || pol.Hidden < 1 || pol.Inputs != inputSize(pol.Types) ||
-		len(pol.W) != (pol.Inputs+pol.Hidden)*pol.gates() || len(pol.B) != pol.gates() ||
-		len(pol.V) != pol.Hidden*pol.Types || len(pol.C) != pol.Types || len(pol.Stay) != 1 {
-		return errPolicyShape
+	if pol.Hidden < 1 || pol.Inputs != inputSize() || pol.Features != typeFeatures {
+		return fmt.Errorf("%w: %d inputs and %d type features, this build reads %d and %d (a policy from another version?)",
+			errPolicyShape, pol.Inputs, pol.Features, inputSize(), typeFeatures)
+	}
+	if len(pol.W) != (pol.Inputs+pol.Hidden)*pol.gates() || len(pol.B) != pol.gates() ||
+		len(pol.M) != pol.Hidden*pol.Features || len(pol.Mb) != pol.Features || pol.Attention < 1 ||
+		len(pol.A) != pol.Features*pol.Attention || len(pol.U) != pol.Hidden*pol.Attention ||
+		len(pol.Ca) != pol.Attention || len(pol.Va) != pol.Attention {
+		return fmt.Errorf("%w: parameter lengths do not fit hidden size %d", errPolicyShape, pol.Hidden)
 	}
 	return nil
-}
-
-// layerFeatures returns each layer's features (without the previous type):
-// one-hot index, one-hot kind, log sizes, and the layer's mean compute and
-// communication times, normalised over the layers.
-func layerFeatures(p *Problem) [][]float32 {
-	n, nt := len(p.Layers), len(p.Types)
-	width := maxIndexFeature + len(kindFeatures) + 4
-	feats := make([][]float32, n)
-	oct, odt := make([]float64, n), make([]float64, n)
-	var maxOct, maxOdt float64
-	for l, ly := range p.Layers {
-		for t := range nt {
-			oct[l] += ly.OCT[t] / float64(nt)
-			odt[l] += ly.ODT[t] / float64(nt)
-		}
-		maxOct, maxOdt = math.Max(maxOct, oct[l]), math.Max(maxOdt, odt[l])
-	}
-	for l, ly := range p.Layers {
-		f := make([]float32, width)
-		f[min(l, maxIndexFeature-1)] = 1
-		kind := slices.Index(kindFeatures, ly.Kind)
-		if kind < 0 {
-			kind = len(kindFeatures) - 1
-		}
-		f[maxIndexFeature+kind] = 1
-		at := maxIndexFeature + len(kindFeatures)
-		f[at] = float32(math.Log1p(float64(ly.InputSize)) / 20)
-		f[at+1] = float32(math.Log1p(float64(ly.WeightSize)) / 20)
-		f[at+2] = float32(oct[l] / maxOct)
-		if maxOdt > 0 {
-			f[at+3] = float32(odt[l] / maxOdt)
-		}
-		feats[l] = f
-	}
-	return feats
 }
 
 // rollout holds one batch of S sampled assignments and everything the
@@ -160,20 +143,14 @@ func layerFeatures(p *Problem) [][]float32 {
 // zero states at 0.
 type rollout struct {
 	s       int
-	feats   [][]float32
+	in      *policyInput
+	x       []native.HostBuffer // [S x Inputs]
 	gates   []native.HostBuffer // [S x gates] (LSTM: activated gates)
 	c, h    []native.HostBuffer // [S x Hidden]
 	probs   []native.HostBuffer // [S x Types]
+	att     []native.HostBuffer // [S x Types x Attention]: tanh(phi A + h U + Ca)
+	dyn     [][]float32         // [S x Types x dynamicFeatures]: the dynamic type features
 	actions [][]int             // [S][layers]
-}
-
-// previous is the row of W's previous-type block that assignment i reads
-// at layer l: the type of layer l-1, or Types for the first layer.
-func (ro *rollout) previous(i, l, types int) int {
-	if l == 0 {
-		return types
-	}
-	return ro.actions[i][l-1]
 }
 
 // picker chooses assignment i's type for layer l from the policy's
@@ -204,34 +181,46 @@ func mostLikely(_, _ int, probs []float32) int {
 	return best
 }
 
+// input writes the cell's input for assignment i at layer l into x: the
+// layer's features and those its previous layer's type had when chosen.
+func (ro *rollout) input(x []float32, i, l int) {
+	n := copy(x, ro.in.layers[l])
+	if l == 0 {
+		x[len(x)-1] = 1
+		return
+	}
+	T, D := ro.in.types, dynamicFeatures
+	ro.in.typeRow(x[n:n+typeFeatures], l-1, ro.actions[i][l-1], ro.dyn[l-1][i*T*D:(i+1)*T*D])
+}
+
 // forward runs the policy over the layers for s assignments, picking each
-// layer's type with pick. The input is mostly one-hot, so instead of one
-// GEMM on [features, previous type, h] it adds the features' product with W
-// (the same for every assignment), the W row of each assignment's previous
-// type, and h times the recurrent block of W.
-func (pol *Policy) forward(be native.Backend, feats [][]float32, s int, pick picker) (*rollout, error) {
-	n, H, T, G := len(feats), pol.Hidden, pol.Types, pol.gates()
-	F := len(feats[0])
-	ro := &rollout{s: s, feats: feats, actions: make([][]int, s)}
+// layer's type with pick.
+func (pol *Policy) forward(be native.Backend, in *policyInput, s int, pick picker) (*rollout, error) {
+	n, H, T, G, K, I := len(in.layers), pol.Hidden, in.types, pol.gates(), pol.Features, pol.Inputs
+	ro := &rollout{s: s, in: in, actions: make([][]int, s)}
 	for i := range ro.actions {
 		ro.actions[i] = make([]int, n)
 	}
 	ro.c = append(ro.c, make(native.HostBuffer, s*H))
 	ro.h = append(ro.h, make(native.HostBuffer, s*H))
-	w, b, v, c := native.HostBuffer(pol.W), native.HostBuffer(pol.B), native.HostBuffer(pol.V), native.HostBuffer(pol.C)
-	recurrent := w[pol.Inputs*G:]
+	w, b, m := native.HostBuffer(pol.W), native.HostBuffer(pol.B), native.HostBuffer(pol.M)
+	states := make([]stageState, s)
+	for i := range states {
+		states[i].typ = -1
+	}
 	for l := range n {
-		base := make(native.HostBuffer, G)
-		gemm(false, false, 1, G, F, 1, feats[l], F, w, G, 0, base, G)
-		z := make(native.HostBuffer, s*G)
-		gemm(false, false, s, G, H, 1, ro.h[l], H, recurrent, G, 0, z, G)
+		dyn := make([]float32, s*T*dynamicFeatures)
 		for i := range s {
-			prev := w[(F+ro.previous(i, l, T))*G:][:G]
-			row := z[i*G : (i+1)*G]
-			for j := range row {
-				row[j] += base[j] + prev[j]
-			}
+			in.dynamic(dyn[i*T*dynamicFeatures:(i+1)*T*dynamicFeatures], l, states[i])
 		}
+		ro.dyn = append(ro.dyn, dyn)
+		x := make(native.HostBuffer, s*I)
+		for i := range s {
+			ro.input(x[i*I:(i+1)*I], i, l)
+		}
+		z := make(native.HostBuffer, s*G)
+		gemm(false, false, s, G, I, 1, x, I, w, G, 0, z, G)
+		gemm(false, false, s, G, H, 1, ro.h[l], H, w[I*G:], G, 1, z, G)
 		gates, cell, hidden := make(native.HostBuffer, s*G), make(native.HostBuffer, s*H), make(native.HostBuffer, s*H)
 		var err error
 		if pol.Cell == CellLSTM {
@@ -242,61 +231,113 @@ func (pol *Policy) forward(be native.Backend, feats [][]float32, s int, pick pic
 		if err != nil {
 			return nil, err
 		}
+		u := make(native.HostBuffer, s*K)
+		for i := range s {
+			copy(u[i*K:(i+1)*K], pol.Mb)
+		}
+		gemm(false, false, s, K, H, 1, hidden, H, m, K, 1, u, K)
+		Ha := pol.Attention
+		q := make(native.HostBuffer, s*Ha)
+		for i := range s {
+			copy(q[i*Ha:(i+1)*Ha], pol.Ca)
+		}
+		gemm(false, false, s, Ha, H, 1, hidden, H, pol.U, Ha, 1, q, Ha)
 		logits := make(native.HostBuffer, s*T)
-		gemm(false, false, s, T, H, 1, hidden, H, v, T, 0, logits, T)
-		if err := be.BiasAct(native.Identity, s, T, logits, c, logits); err != nil {
-			return nil, err
-		}
-		if l > 0 {
-			for i := range s {
-				logits[i*T+ro.actions[i][l-1]] += pol.Stay[0]
+		att := make(native.HostBuffer, s*T*Ha)
+		// phi = the layer's static features + each assignment's dynamic
+		// ones (the static rows are zero in the dynamic columns), so the
+		// static products are made once per layer.
+		static, D := native.HostBuffer(in.static[l]), dynamicFeatures
+		staticAtt := make(native.HostBuffer, T*Ha)
+		gemm(false, false, T, Ha, K, 1, static, K, pol.A, Ha, 0, staticAtt, Ha)
+		for i := range s {
+			row, e, ui := logits[i*T:(i+1)*T], att[i*T*Ha:(i+1)*T*Ha], u[i*K:(i+1)*K]
+			dyn := native.HostBuffer(ro.dyn[l][i*T*D : (i+1)*T*D])
+			gemm(false, false, T, 1, K, 1, static, K, ui, 1, 0, row, 1)
+			gemm(false, false, T, 1, D, 1, dyn, D, ui[featSwitch:], 1, 1, row, 1)
+			copy(e, staticAtt)
+			gemm(false, false, T, Ha, D, 1, dyn, D, pol.A[featSwitch*Ha:], Ha, 1, e, Ha)
+			if err := be.BiasAct(native.Tanh, T, Ha, e, q[i*Ha:(i+1)*Ha], e); err != nil {
+				return nil, err
 			}
+			gemm(false, false, T, 1, Ha, 1, e, Ha, pol.Va, 1, 1, row, 1)
 		}
+		ro.att = append(ro.att, att)
 		if err := be.Softmax(s, T, logits, logits, false); err != nil {
 			return nil, err
 		}
 		for i := range s {
 			ro.actions[i][l] = pick(i, l, logits[i*T:(i+1)*T])
+			states[i] = in.extend(states[i], l, ro.actions[i][l])
 		}
-		ro.gates, ro.probs = append(ro.gates, gates), append(ro.probs, logits)
+		ro.x, ro.gates, ro.probs = append(ro.x, x), append(ro.gates, gates), append(ro.probs, logits)
 		ro.c, ro.h = append(ro.c, cell), append(ro.h, hidden)
 	}
 	return ro, nil
 }
 
 // policyGrads has the shapes of a Policy's parameters.
-type policyGrads struct{ w, b, v, c, stay native.HostBuffer }
+type policyGrads struct{ w, b, m, mb, a, u, ca, va native.HostBuffer }
+
+func (g *policyGrads) all() []native.HostBuffer {
+	return []native.HostBuffer{g.w, g.b, g.m, g.mb, g.a, g.u, g.ca, g.va}
+}
 
 // backward returns the gradient of the REINFORCE loss
 // -(1/S) sum_i sum_l (adv_i log pi(a_il) + entropy * H(pi_il)) by
 // backpropagation through time; the entropy term keeps the policy exploring.
 func (pol *Policy) backward(be native.Backend, ro *rollout, adv []float64, entropy float64) (*policyGrads, error) {
-	n, s, H, T, G := len(ro.probs), ro.s, pol.Hidden, pol.Types, pol.gates()
+	n, s, H, T, G, K, I := len(ro.probs), ro.s, pol.Hidden, ro.in.types, pol.gates(), pol.Features, pol.Inputs
 	g := &policyGrads{w: make(native.HostBuffer, len(pol.W)), b: make(native.HostBuffer, len(pol.B)),
-		v: make(native.HostBuffer, len(pol.V)), c: make(native.HostBuffer, len(pol.C)), stay: make(native.HostBuffer, 1)}
-	v, recurrent := native.HostBuffer(pol.V), native.HostBuffer(pol.W[pol.Inputs*G:])
+		m: make(native.HostBuffer, len(pol.M)), mb: make(native.HostBuffer, len(pol.Mb)),
+		a: make(native.HostBuffer, len(pol.A)), u: make(native.HostBuffer, len(pol.U)),
+		ca: make(native.HostBuffer, len(pol.Ca)), va: make(native.HostBuffer, len(pol.Va))}
+	Ha := pol.Attention
+	de, dpre := make(native.HostBuffer, T*Ha), make(native.HostBuffer, T*Ha)
+	m, recurrent := native.HostBuffer(pol.M), native.HostBuffer(pol.W[I*G:])
 	dhNext := make(native.HostBuffer, s*H)
 	var dcNext native.Buffer // nil: no gradient from beyond the last layer
 	for l := n - 1; l >= 0; l-- {
-		// d(-adv * log softmax)/dlogits = adv * (probs - onehot), over S.
-		dlogits := make(native.HostBuffer, s*T)
+		// d(-adv * log softmax)/dlogits = adv * (probs - onehot), over S;
+		// the logits are phi u, so du = phi^T dlogits.
+		du := make(native.HostBuffer, s*K)
+		dq := make(native.HostBuffer, s*Ha)
+		static, D := native.HostBuffer(ro.in.static[l]), dynamicFeatures
+		dpreSum := make(native.HostBuffer, T*Ha)
+		dlogits := make(native.HostBuffer, T)
 		for i := range s {
 			probs := ro.probs[l][i*T : (i+1)*T]
 			scale := float32(adv[i] / float64(s))
 			h := entropyOf(probs)
 			for t, q := range probs {
 				// d(-H)/dz_t = q_t (log q_t + H)
-				dlogits[i*T+t] = scale*q + float32(entropy/float64(s))*q*(float32(logOrZero(q))+float32(h))
+				dlogits[t] = scale*q + float32(entropy/float64(s))*q*(float32(logOrZero(q))+float32(h))
 			}
-			dlogits[i*T+ro.actions[i][l]] -= scale
-			if l > 0 {
-				g.stay[0] += dlogits[i*T+ro.actions[i][l-1]]
+			dlogits[ro.actions[i][l]] -= scale
+			dui, dyn := du[i*K:(i+1)*K], native.HostBuffer(ro.dyn[l][i*T*D:(i+1)*T*D])
+			gemm(true, false, K, 1, T, 1, static, K, dlogits, 1, 0, dui, 1)
+			gemm(true, false, D, 1, T, 1, dyn, D, dlogits, 1, 1, dui[featSwitch:], 1)
+			// The attention term: logits += tanh(phi A + q_i) Va.
+			e := ro.att[l][i*T*Ha : (i+1)*T*Ha]
+			gemm(true, false, Ha, 1, T, 1, e, Ha, dlogits, 1, 1, g.va, 1)
+			clear(de)
+			gemm(false, false, T, Ha, 1, 1, dlogits, 1, pol.Va, Ha, 0, de, Ha)
+			if err := be.BiasActBackward(native.Tanh, T, Ha, e, de, dpre, dq[i*Ha:(i+1)*Ha]); err != nil {
+				return nil, err
 			}
+			for j, x := range dpre {
+				dpreSum[j] += x
+			}
+			gemm(true, false, D, Ha, T, 1, dyn, D, dpre, Ha, 1, g.a[featSwitch*Ha:], Ha)
 		}
-		gemm(true, false, H, T, s, 1, ro.h[l+1], H, dlogits, T, 1, g.v, T)
-		addColumnSums(g.c, dlogits, s, T)
+		gemm(true, false, K, Ha, T, 1, static, K, dpreSum, Ha, 1, g.a, Ha)
+		gemm(true, false, H, Ha, s, 1, ro.h[l+1], H, dq, Ha, 1, g.u, Ha)
+		addColumnSums(g.ca, dq, s, Ha)
+		gemm(true, false, H, K, s, 1, ro.h[l+1], H, du, K, 1, g.m, K)
+		addColumnSums(g.mb, du, s, K)
 		dh := slices.Clone(dhNext)
-		gemm(false, true, s, H, T, 1, dlogits, T, v, T, 1, dh, H)
+		gemm(false, true, s, H, K, 1, du, K, m, K, 1, dh, H)
+		gemm(false, true, s, H, Ha, 1, dq, Ha, pol.U, Ha, 1, dh, H)
 		dz := make(native.HostBuffer, s*G)
 		if pol.Cell == CellLSTM {
 			dcPrev := make(native.HostBuffer, s*H)
@@ -307,40 +348,12 @@ func (pol *Policy) backward(be native.Backend, ro *rollout, adv []float64, entro
 		} else if err := be.BiasActBackward(native.Tanh, s, H, ro.h[l+1], dh, dz, nil); err != nil {
 			return nil, err
 		}
-		pol.accumulateInputGrads(g, ro, l, dz)
+		addColumnSums(g.b, dz, s, G)
+		gemm(true, false, I, G, s, 1, ro.x[l], I, dz, G, 1, g.w, G)
+		gemm(true, false, H, G, s, 1, ro.h[l], H, dz, G, 1, g.w[I*G:], G)
 		gemm(false, true, s, H, G, 1, dz, G, recurrent, G, 0, dhNext, H)
 	}
 	return g, nil
-}
-
-// accumulateInputGrads adds layer l's share of the gradients of b and W,
-// given dz, the gradient of the gate pre-activations: the features' rows get
-// the features times the column sums of dz, each previous type's row its
-// assignments' rows of dz, and the recurrent block h_{l-1}^T dz.
-func (pol *Policy) accumulateInputGrads(g *policyGrads, ro *rollout, l int, dz native.HostBuffer) {
-	s, H, G := ro.s, pol.Hidden, pol.gates()
-	feats := ro.feats[l]
-	sums := make(native.HostBuffer, G)
-	addColumnSums(sums, dz, s, G)
-	for j, x := range sums {
-		g.b[j] += x
-	}
-	for f, x := range feats {
-		if x == 0 {
-			continue
-		}
-		row := g.w[f*G : (f+1)*G]
-		for j := range row {
-			row[j] += x * sums[j]
-		}
-	}
-	for i := range s {
-		row := g.w[(len(feats)+ro.previous(i, l, pol.Types))*G:][:G]
-		for j, x := range dz[i*G : (i+1)*G] {
-			row[j] += x
-		}
-	}
-	gemm(true, false, H, G, s, 1, ro.h[l], H, dz, G, 1, g.w[pol.Inputs*G:], G)
 }
 
 func entropyOf(probs []float32) float64 {
@@ -395,14 +408,14 @@ func addColumnSums(dst, m native.HostBuffer, rows, cols int) {
 // clip scales the gradients down to a global norm of at most limit.
 func (g *policyGrads) clip(limit float64) {
 	var sq float64
-	for _, buf := range []native.HostBuffer{g.w, g.b, g.v, g.c, g.stay} {
+	for _, buf := range g.all() {
 		for _, x := range buf {
 			sq += float64(x) * float64(x)
 		}
 	}
 	if norm := math.Sqrt(sq); norm > limit {
 		scale := float32(limit / norm)
-		for _, buf := range []native.HostBuffer{g.w, g.b, g.v, g.c, g.stay} {
+		for _, buf := range g.all() {
 			for i := range buf {
 				buf[i] *= scale
 			}

@@ -17,30 +17,39 @@ func init() {
 }
 
 // REINFORCE settings; Options.Budget overrides the sampled plans. They are
-// variables so that tests can shrink the budget.
+// variables so that tests can shrink the budget and switch learning off.
 var (
-	rlHidden     = 32
-	rlBatch      = 64     // plans sampled per policy update
-	rlSamples    = 100000 // plans sampled in all, at most
-	rlLR         = 0.003
-	rlEntropy    = 0.05 // weight of the entropy bonus that keeps the policy exploring
-	rlBaseline   = 0.9  // moving-average decay of the reward baseline
-	rlClip       = 5.0  // gradient norm cap
-	rlConverged  = 0.995
-	rlPatience   = 20  // updates with a converged policy before stopping
-	rlInfeasible = 1.0 // reward below the reference plan's for an infeasible one
-	rlStayInit   = float32(2)
+	rlHidden    = 32
+	rlBatch     = 64    // plans per policy update, the imitated best one included
+	rlSamples   = 20000 // plans sampled in all, at most
+	rlRestarts  = 4     // independent policies trained on shares of the budget
+	rlLR        = 0.01
+	rlEntropy   = 0.05 // initial weight of the entropy bonus, annealed to 0
+	rlImitate   = 5.0  // advantage of the best plan found so far (self-imitation)
+	rlClip      = 5.0  // gradient norm cap
+	rlConverged = 0.995
+	rlPatience  = 20  // updates with a converged policy before a restart stops
+	rlInfeasble = 1.0 // reward below the reference plan's for an infeasible one
+	rlSettle    = 200 // updates at most, after the budget, for the decision to reach the best plan
 )
 
-// reinforce trains a Policy on the problem with REINFORCE: it samples
-// batches of assignments, rewards each with minus the log of its cost
-// relative to the first feasible plan seen (infeasible plans get less than
-// any feasible one, graded by how far their stages fall short), subtracts a
-// moving-average baseline, and steps Adam on the policy gradient. The answer
-// is the cheaper of the final policy's most likely assignment and the best
-// one sampled. Seeded by Options.Seed. Options.Policy, when set, receives
-// the trained policy; unless it is the zero Policy, it is also the starting
-// point.
+// reinforce trains policies on the problem with REINFORCE; the policy's
+// decision is the most likely assignment of the best of them. Each of rlRestarts
+// restarts trains its own policy (from Options.Policy when set, else from a
+// fresh seeded one) on a share of the budget: it samples batches of
+// assignments, rewards each with minus the log of its cost relative to the
+// first feasible plan seen (infeasible plans get less than any feasible one,
+// graded by how far their stages fall short), subtracts the batch's mean
+// reward, and steps Adam on the policy gradient, with an entropy bonus
+// annealed to zero. Each batch also replays the best plan the restart has
+// sampled so far with a fixed positive advantage (self-imitation), and
+// after the budget the restart trains on that plan alone until its policy's
+// most likely assignment costs no more (settle): this pulls the policy's
+// own decision to the best plan its search has found.
+//
+// The plan is the cheaper of the policy's decision and the best plan
+// sampled, and reports both costs (PolicyCost, BestSampledCost, Decision).
+// Options.Policy, when set, receives the chosen policy.
 type reinforce struct {
 	o    Options
 	cell string
@@ -62,33 +71,53 @@ func (m reinforce) Schedule(ctx context.Context, p *Problem) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := rand.New(rand.NewPCG(m.o.Seed, 0x5ca1ab1e))
-	pol := newPolicy(m.cell, len(p.Types), rlHidden, r)
-	if m.o.Policy != nil && m.o.Policy.Types != 0 {
-		if m.o.Policy.Cell != m.cell || m.o.Policy.Types != len(p.Types) {
-			return nil, fmt.Errorf("%w: the policy is a %s over %d types, the problem has %d types", errPolicyShape, m.o.Policy.Cell, m.o.Policy.Types, len(p.Types))
-		}
-		if err := m.o.Policy.check(); err != nil {
-			return nil, err
-		}
-		pol = m.o.Policy.clone()
-	}
-	t := &trainer{p: p, be: be, pol: pol, r: r, e: newEvaluator(p, m.o.Provision), feats: layerFeatures(p)}
-	if err := t.train(ctx, m.budget()); err != nil {
-		return nil, err
-	}
-	final, err := pol.forward(be, t.feats, 1, mostLikely)
+	start, err := m.startPolicy()
 	if err != nil {
 		return nil, err
 	}
-	choice := final.actions[0]
-	if t.best != nil && t.e.cost(t.best) < t.e.cost(choice) {
-		choice = t.best
+	sr := newSearch(p, m.o.Provision)
+	restarts := max(1, min(rlRestarts, m.budget()/(rlBatch*4)))
+	var chosen *Policy
+	var chosenAssign []int
+	chosenCost := math.Inf(1)
+	for k := range restarts {
+		r := rand.New(rand.NewPCG(m.o.Seed, 0x5ca1ab1e+uint64(k)))
+		pol := start
+		if pol == nil {
+			pol = newPolicy(m.cell, rlHidden, r)
+		} else {
+			pol = pol.clone()
+		}
+		t := newTrainer(be, pol, r, sr)
+		if err := t.train(ctx, m.budget()/restarts); err != nil {
+			return nil, err
+		}
+		assign, err := t.settle(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c := sr.e.cost(assign); chosen == nil || c < chosenCost {
+			chosen, chosenAssign, chosenCost = pol, assign, c
+		}
 	}
 	if m.o.Policy != nil {
-		*m.o.Policy = *pol
+		*m.o.Policy = *chosen
 	}
-	return t.e.plan(choice), nil
+	return sr.answer(chosenAssign), nil
+}
+
+// startPolicy is Options.Policy when it is set and not the zero Policy.
+func (m reinforce) startPolicy() (*Policy, error) {
+	if m.o.Policy == nil || m.o.Policy.Cell == "" {
+		return nil, nil
+	}
+	if m.o.Policy.Cell != m.cell {
+		return nil, fmt.Errorf("%w: the policy is a %s, the method trains a %s", errPolicyShape, m.o.Policy.Cell, m.cell)
+	}
+	if err := m.o.Policy.check(); err != nil {
+		return nil, err
+	}
+	return m.o.Policy, nil
 }
 
 func (m reinforce) budget() int {
@@ -98,46 +127,132 @@ func (m reinforce) budget() int {
 	return rlSamples
 }
 
-type trainer struct {
-	p     *Problem
-	be    native.Backend
-	pol   *Policy
-	r     *rand.Rand
-	e     *evaluator
-	feats [][]float32
-
+// search is what the restarts share: the evaluator and the best plan
+// sampled.
+type search struct {
+	p        *Problem
+	e        *evaluator
+	in       *policyInput
 	ref      float64 // cost of the first feasible plan, the reward's unit
-	baseline float64
-	updates  int
-	adam     [5][2]native.HostBuffer // first and second moments of W, B, V, C, Stay
 	best     []int
 	bestCost float64
 }
 
-func (t *trainer) train(ctx context.Context, budget int) error {
-	t.bestCost = inf
-	for i, n := range []int{len(t.pol.W), len(t.pol.B), len(t.pol.V), len(t.pol.C), 1} {
-		t.adam[i] = [2]native.HostBuffer{make(native.HostBuffer, n), make(native.HostBuffer, n)}
+func newSearch(p *Problem, rule string) *search {
+	return &search{p: p, e: newEvaluator(p, rule), in: newPolicyInput(p), bestCost: inf}
+}
+
+// answer is the plan of the policy's decision, or of the best plan sampled
+// when that is cheaper, with both costs.
+func (sr *search) answer(decision []int) *Plan {
+	pc := sr.e.cost(decision)
+	choice, which := decision, DecisionPolicy
+	if sr.best != nil && sr.bestCost < pc {
+		choice, which = sr.best, DecisionSampled
 	}
-	converged := 0
-	for sampled := 0; sampled < budget && converged < rlPatience; sampled += rlBatch {
+	plan := sr.e.plan(choice)
+	plan.Decision = which
+	plan.PolicyCost, plan.BestSampledCost = finiteOrZero(pc), finiteOrZero(sr.bestCost)
+	return plan
+}
+
+func finiteOrZero(c float64) float64 {
+	if math.IsInf(c, 0) {
+		return 0
+	}
+	return c
+}
+
+// reward is -log(cost/ref) for a feasible assignment; an infeasible one gets
+// rlInfeasble less than the reference, minus the log of how far the
+// slowest stage, on all its type's units, falls short of the limit.
+func (sr *search) reward(a []int) float64 {
+	if c := sr.e.cost(a); !math.IsInf(c, 1) {
+		if sr.ref == 0 {
+			sr.ref = c
+		}
+		if c < sr.bestCost {
+			sr.best, sr.bestCost = append([]int(nil), a...), c
+		}
+		return -math.Log(c / sr.ref)
+	}
+	segs := Segments(a)
+	for i := range segs {
+		segs[i].Units = sr.p.Types[segs[i].Type].MaxUnits
+	}
+	shortfall := math.Max(sr.p.ThroughputLimit/sr.p.PipelineThroughput(segs), 1)
+	return -rlInfeasble - math.Log(shortfall)
+}
+
+type trainer struct {
+	sr      *search
+	be      native.Backend
+	pol     *Policy
+	r       *rand.Rand
+	updates int
+	// best is the cheapest plan this restart sampled, the one it imitates:
+	// restarts imitating only their own keep searching apart.
+	best     []int
+	bestCost float64
+	// lastMaxProb is meanMaxProb of the last batch.
+	lastMaxProb float64
+	adam        [][2]native.HostBuffer // first and second moments per parameter
+}
+
+func newTrainer(be native.Backend, pol *Policy, r *rand.Rand, sr *search) *trainer {
+	t := &trainer{sr: sr, be: be, pol: pol, r: r, bestCost: inf}
+	for _, w := range pol.params() {
+		t.adam = append(t.adam, [2]native.HostBuffer{make(native.HostBuffer, len(w)), make(native.HostBuffer, len(w))})
+	}
+	return t
+}
+
+// decide is the policy's own decision: its most likely assignment.
+func (t *trainer) decide() ([]int, error) {
+	ro, err := t.pol.forward(t.be, t.sr.in, 1, mostLikely)
+	if err != nil {
+		return nil, err
+	}
+	return ro.actions[0], nil
+}
+
+// settle ends self-imitation: it trains the policy on the best plan
+// sampled alone (the REINFORCE gradient of a batch of that one plan with a
+// positive advantage, i.e. its log-likelihood) until the policy's decision
+// costs no more than that plan, for at most rlSettle updates, and returns
+// the decision.
+func (t *trainer) settle(ctx context.Context) ([]int, error) {
+	for u := 0; ; u++ {
+		assign, err := t.decide()
+		if err != nil || u >= rlSettle || t.best == nil || t.sr.e.cost(assign) <= t.bestCost {
+			return assign, err
+		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
-		ro, err := t.pol.forward(t.be, t.feats, rlBatch, sampler(t.r))
+		best := t.best
+		ro, err := t.pol.forward(t.be, t.sr.in, 1, func(_, l int, _ []float32) int { return best[l] })
 		if err != nil {
-			return err
+			return nil, err
 		}
-		adv := t.advantages(ro.actions)
-		g, err := t.pol.backward(t.be, ro, adv, rlEntropy)
+		g, err := t.pol.backward(t.be, ro, []float64{1}, 0)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		g.clip(rlClip)
 		if err := t.step(g); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (t *trainer) train(ctx context.Context, budget int) error {
+	converged := 0
+	for sampled := 0; sampled < budget && converged < rlPatience; sampled += rlBatch {
+		if err := t.update(ctx, rlEntropy*math.Max(0, 1-float64(sampled)/float64(budget))); err != nil {
 			return err
 		}
-		if meanMaxProb(ro) > rlConverged {
+		if t.lastMaxProb > rlConverged {
 			converged++
 		} else {
 			converged = 0
@@ -146,60 +261,79 @@ func (t *trainer) train(ctx context.Context, budget int) error {
 	return nil
 }
 
-// advantages rewards each sampled assignment and subtracts the baseline,
-// which then moves towards the batch's mean reward.
-func (t *trainer) advantages(actions [][]int) []float64 {
-	rewards := make([]float64, len(actions))
-	var mean float64
-	for i, a := range actions {
-		rewards[i] = t.reward(a)
-		mean += rewards[i] / float64(len(actions))
-	}
-	if t.updates == 0 {
-		t.baseline = mean
-	}
-	adv := make([]float64, len(actions))
-	var sq float64
-	for i, r := range rewards {
-		adv[i] = r - t.baseline
-		sq += (r - mean) * (r - mean)
-	}
-	if sd := math.Sqrt(sq / float64(len(rewards))); sd > 1e-9 {
-		for i := range adv {
-			adv[i] /= sd
+// update samples a batch, replays the best plan so far in its last row,
+// and steps the policy.
+func (t *trainer) update(ctx context.Context, entropy float64) error {
+	{
+		if err := ctx.Err(); err != nil {
+			return err
 		}
+		best := t.best // replayed as the batch's last row
+		pick := sampler(t.r)
+		if best != nil {
+			sample := pick
+			pick = func(i, l int, probs []float32) int {
+				if i == rlBatch-1 {
+					return best[l]
+				}
+				return sample(i, l, probs)
+			}
+		}
+		ro, err := t.pol.forward(t.be, t.sr.in, rlBatch, pick)
+		if err != nil {
+			return err
+		}
+		adv := t.advantages(ro.actions, best != nil)
+		g, err := t.pol.backward(t.be, ro, adv, entropy)
+		if err != nil {
+			return err
+		}
+		g.clip(rlClip)
+		t.lastMaxProb = meanMaxProb(ro)
+		return t.step(g)
 	}
-	t.baseline = rlBaseline*t.baseline + (1-rlBaseline)*mean
-	return adv
 }
 
-// reward is -log(cost/ref) for a feasible assignment; an infeasible one gets
-// rlInfeasible less than the reference, minus the log of how far the
-// slowest stage, on all its type's units, falls short of the limit.
-func (t *trainer) reward(a []int) float64 {
-	if c := t.e.cost(a); !math.IsInf(c, 1) {
-		if t.ref == 0 {
-			t.ref = c
-		}
-		if c < t.bestCost {
+// advantages rewards each sampled assignment and normalises the rewards to
+// zero mean and unit deviation over the batch; the replayed best plan, when
+// replayed is set (the last row), gets rlImitate.
+func (t *trainer) advantages(actions [][]int, replayed bool) []float64 {
+	sampled := actions
+	if replayed {
+		sampled = actions[:len(actions)-1]
+	}
+	rewards := make([]float64, len(sampled))
+	var mean float64
+	for i, a := range sampled {
+		rewards[i] = t.sr.reward(a)
+		if c := t.sr.e.cost(a); c < t.bestCost {
 			t.best, t.bestCost = append([]int(nil), a...), c
 		}
-		return -math.Log(c / t.ref)
+		mean += rewards[i] / float64(len(sampled))
 	}
-	segs := Segments(a)
-	for i := range segs {
-		segs[i].Units = t.p.Types[segs[i].Type].MaxUnits
+	var sq float64
+	for _, r := range rewards {
+		sq += (r - mean) * (r - mean)
 	}
-	shortfall := math.Max(t.p.ThroughputLimit/t.p.PipelineThroughput(segs), 1)
-	return -rlInfeasible - math.Log(shortfall)
+	sd := math.Sqrt(sq / float64(len(rewards)))
+	adv := make([]float64, len(actions))
+	for i, r := range rewards {
+		if sd > 1e-9 {
+			adv[i] = (r - mean) / sd
+		}
+	}
+	if replayed {
+		adv[len(adv)-1] = rlImitate
+	}
+	return adv
 }
 
 // step applies Adam to every parameter.
 func (t *trainer) step(g *policyGrads) error {
 	t.updates++
 	o := native.Optim{Kind: native.Adam, LR: float32(rlLR), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: int64(t.updates)}
-	params := []native.HostBuffer{t.pol.W, t.pol.B, t.pol.V, t.pol.C, t.pol.Stay}
-	for i, grad := range []native.HostBuffer{g.w, g.b, g.v, g.c, g.stay} {
+	params := t.pol.params()
+	for i, grad := range g.all() {
 		if err := t.be.Update(o, params[i], grad, t.adam[i][0], t.adam[i][1]); err != nil {
 			return fmt.Errorf("rl: adam: %w", err)
 		}

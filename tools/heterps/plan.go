@@ -66,7 +66,7 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	fs.Uint64Var(&f.opts.Seed, "seed", 1, "seed of the randomised methods")
 	fs.IntVar(&f.opts.Budget, "budget", 0, "cost evaluations of bo (at most 400) and genetic, plans sampled by rl (0: their defaults)")
 	fs.Int64Var(&f.opts.MaxPlans, "max-plans", sched.DefaultMaxPlans, "bf refuses problems with more assignments")
-	fs.StringVar(&f.loadPolicy, "load-policy", "", "rl, rl-rnn: start from the policy in this file (same number of types)")
+	fs.StringVar(&f.loadPolicy, "load-policy", "", "rl, rl-rnn: fine-tune the policy in this file (any number of types; same cell)")
 	fs.StringVar(&f.savePolicy, "save-policy", "", "rl, rl-rnn: write the trained policy to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -258,8 +258,10 @@ func printPlan(w io.Writer, p *sched.Problem, plan *sched.Plan) {
 		fmt.Fprintf(w, "infeasible: %s\n", plan.Reason)
 		return
 	}
-	fmt.Fprintf(w, "cost %.6g, throughput %.6g samples/s (limit %.6g), time %.6g s, scheduled in %.3g s\n\n",
+	fmt.Fprintf(w, "cost %.6g, throughput %.6g samples/s (limit %.6g), time %.6g s, scheduled in %.3g s\n",
 		plan.Cost, plan.Throughput, p.ThroughputLimit, plan.TimeS, plan.SchedSeconds)
+	printDecision(w, plan)
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "stage\tlayers\ttype\tunits\tthroughput\tcost share\t")
 	hourly, units := hourlyPrice(p, plan), 0
@@ -275,6 +277,23 @@ func printPlan(w io.Writer, p *sched.Problem, plan *sched.Plan) {
 	fmt.Fprintf(tw, "total\t\t\t%d\t%.6g\t%s\t\n", units+plan.PSCores, plan.Throughput, totalShare(hourly))
 	tw.Flush()
 	printProvisionings(w, p, plan)
+}
+
+// printDecision says, for a learned method, what the trained policy itself
+// decided and what the best plan it sampled cost, and which one the plan is.
+func printDecision(w io.Writer, plan *sched.Plan) {
+	if plan.Decision == "" {
+		return
+	}
+	fmt.Fprintf(w, "the policy's own decision costs %s, the best plan sampled in training %s; this plan is the %s\n",
+		costOrInfeasible(plan.PolicyCost), costOrInfeasible(plan.BestSampledCost), plan.Decision)
+}
+
+func costOrInfeasible(c float64) string {
+	if c == 0 {
+		return "infeasible"
+	}
+	return fmt.Sprintf("%.6g", c)
 }
 
 // printProvisionings compares the provisioning rules on the plan's assignment.

@@ -166,9 +166,21 @@ func TestPlanSavesAndReusesRLPolicies(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errs, "policy") {
 		t.Fatalf("LSTM policy into rl-rnn: exit %d: %s %s", code, out, errs)
 	}
-	code, _, errs = plan(t, "--problem", exampleProblem, "--method", "rl", "--budget", "256", "--load-policy", pol, "--json")
+	code, out, errs = plan(t, "--problem", exampleProblem, "--method", "rl", "--budget", "256", "--load-policy", pol, "--json")
 	if code != exitOK {
 		t.Fatalf("reuse: exit %d: %s", code, errs)
+	}
+	var got sched.Plan
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PolicyCost <= 0 || got.BestSampledCost <= 0 || (got.Decision != sched.DecisionPolicy && got.Decision != sched.DecisionSampled) ||
+		got.Cost != min(got.PolicyCost, got.BestSampledCost) {
+		t.Fatalf("rl --json: policy_cost %v best_sampled_cost %v decision %q cost %v", got.PolicyCost, got.BestSampledCost, got.Decision, got.Cost)
+	}
+	code, out, _ = plan(t, "--problem", exampleProblem, "--method", "rl", "--budget", "256")
+	if code != exitOK || !strings.Contains(out, "the policy's own decision costs") {
+		t.Fatalf("rl text output lacks the policy's decision: %s", out)
 	}
 	if code, _, _ := plan(t, "--problem", exampleProblem, "--method", "exact", "--save-policy", pol); code != exitUsage {
 		t.Fatalf("--save-policy with exact: exit %d", code)
