@@ -50,7 +50,7 @@ for n in "${names[@]}"; do
       py=$(torch_env)
       run pytorch go run ./bench/pytorch -python "$py" ;;
     sched) run sched go run ./bench/sched ;;
-    dist) run dist go run ./bench/dist/run --wire --batches 512,2048 --also cpu-2t:1 ;;
+    dist) run dist go run ./bench/dist/run --wire --batches 512,2048 --dense-sync ps,allreduce --also cpu-2t:1 ;;
     paddle)
       py=$(paddle_env bench/.venv-paddle "paddlepaddle==3.3.1")
       pyps=$(paddle_env bench/.venv-paddle-ps "paddlepaddle==2.6.2" "protobuf<5")

@@ -29,6 +29,7 @@ var (
 var output io.Writer = os.Stdout
 
 func main() {
+	native.FixOpenBLASCore() // the vector GEMM kernels, as heterps and heterpsd run them
 	flag.Parse()
 	res, err := header.Begin(*outPath, header.Collect("bench/kernels"))
 	must(err)

@@ -35,6 +35,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/ctrbench"
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/native"
 )
 
 const (
@@ -54,6 +55,7 @@ type options struct {
 }
 
 func main() {
+	native.FixOpenBLASCore() // the vector GEMM kernels, as heterps and heterpsd run them
 	var o options
 	flag.StringVar(&o.python, "python", "bench/.venv-paddle/bin/python", "Python with paddlepaddle 3.x (single-process training)")
 	flag.StringVar(&o.pythonPS, "python-ps", "bench/.venv-paddle-ps/bin/python", "Python with paddlepaddle 2.6 (parameter-server mode)")

@@ -39,6 +39,7 @@ var (
 var output io.Writer = os.Stdout
 
 func main() {
+	native.FixOpenBLASCore() // the vector GEMM kernels, as heterps and heterpsd run them
 	flag.Parse()
 	torch := header.Python{Interpreter: *python, Packages: []header.Package{{Label: "PyTorch", Dist: "torch"}}}
 	res, err := header.Begin(*outPath, header.Collect("bench/pytorch", torch))

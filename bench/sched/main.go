@@ -25,6 +25,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/native"
 )
 
 var (
@@ -36,6 +37,7 @@ var (
 )
 
 func main() {
+	native.FixOpenBLASCore() // the vector GEMM kernels, as heterps and heterpsd run them
 	seed := flag.Uint64("seed", 1, "seed of the catalogs and of the randomised methods")
 	psRatio := flag.Float64("ps-ratio", 0.1, "parameter-server cores per unit (priced as CPU cores)")
 	outPath := flag.String("out", "", header.OutUsage)

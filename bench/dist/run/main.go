@@ -86,6 +86,7 @@ type options struct {
 }
 
 func main() {
+	native.FixOpenBLASCore() // the vector GEMM kernels, as heterps and heterpsd run them
 	var o options
 	flag.IntVar(&o.steps, "steps", 300, "training steps of every run")
 	batches := flag.String("batches", "512", "comma-separated batch sizes (each split over a stage's replicas); one block of runs per size")
