@@ -205,7 +205,7 @@ func (b *builder) forward(m *config.Model, i int, s config.LayerShape, g int, sr
 		k := 1 + l.Negatives
 		rows := b.add(Op{Name: name + "/gather", Kind: KindGather, Group: g, FLOPs: float64(B * k * (s.In + 1)),
 			Bytes: float64(8 * B * k * (s.In + 1)), Out: int64(4 * B * k * (s.In + 1)), Mem: 4 * s.Weights,
-			Dims: [3]int{l.Classes, s.In + 1, B * k}})
+			Dims: [3]int{l.Classes, s.In + 1, B * k}}, input) // the targets and sampled negatives
 		logits := matmul(name+"/logits", g, B, k, s.In)
 		lo.out = b.add(logits, in, rows)
 		lo.saved = []int{in, rows}

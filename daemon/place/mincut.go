@@ -8,8 +8,9 @@ import (
 
 // mincut is the Scotch-like baseline: balanced partitioning of the
 // co-location groups with communication cost. For k = 1..devices it splits
-// the groups, in graph order, into contiguous parts over the k fastest
-// devices in proportion to their speed, then refines with greedy moves of
+// the groups over the k fastest devices in proportion to their speed in two
+// ways — contiguous runs in graph order, and parts grown breadth-first along
+// the edges (greedy graph growing) — then refines each with greedy moves of
 // one group to another device (Fiduccia–Mattheyses style, over all devices)
 // while the partition objective — the largest device load plus the time of
 // the cut edges' transfers, penalised when memory overflows — drops. Of the
@@ -23,12 +24,13 @@ func mincut(ctx context.Context, s *Simulator, _ Options, out *Outcome) ([]int, 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		assign := pg.contiguous(order[:k])
-		pg.refine(assign)
-		p := GroupPlacement(s.g, assign)
-		out.Evaluated++
-		if c := s.Cost(p); c < bestCost {
-			best, bestCost = p, c
+		for _, assign := range [][]int{pg.contiguous(order[:k]), pg.grown(order[:k])} {
+			pg.refine(assign)
+			p := GroupPlacement(s.g, assign)
+			out.Evaluated++
+			if c := s.Cost(p); c < bestCost {
+				best, bestCost = p, c
+			}
 		}
 	}
 	return best, nil
@@ -91,6 +93,60 @@ func (pg *partitionGraph) contiguous(devs []int) []int {
 		}
 		assign[g] = devs[part]
 		acc += pg.times[g][ref]
+	}
+	return assign
+}
+
+// grown fills one device after the other with the groups reached
+// breadth-first (edges in either direction) from the first unassigned
+// group, until the device has its speed's share of the total time.
+func (pg *partitionGraph) grown(devs []int) []int {
+	G := len(pg.times)
+	adj := make([][]int, G)
+	for _, e := range pg.edges {
+		adj[e.from] = append(adj[e.from], e.to)
+		adj[e.to] = append(adj[e.to], e.from)
+	}
+	ref := devs[0]
+	var total, speed float64
+	for g := range G {
+		total += pg.times[g][ref]
+	}
+	for _, d := range devs {
+		speed += pg.s.devs[d].PeakFLOPS
+	}
+	assign := slices.Repeat([]int{-1}, G)
+	next := 0 // lowest group that may be unassigned
+	for part, d := range devs {
+		share := total * pg.s.devs[d].PeakFLOPS / speed
+		last := part == len(devs)-1
+		acc := 0.0
+		var queue []int
+		for acc < share || last {
+			if len(queue) == 0 {
+				for next < G && assign[next] >= 0 {
+					next++
+				}
+				if next == G {
+					break
+				}
+				queue = append(queue, next)
+				assign[next] = d
+			}
+			g := queue[0]
+			queue = queue[1:]
+			acc += pg.times[g][ref]
+			for _, h := range adj[g] {
+				if assign[h] < 0 {
+					assign[h] = d
+					queue = append(queue, h)
+				}
+			}
+		}
+		for _, g := range queue { // reached but over the share: back to the pool
+			assign[g] = -1
+		}
+		next = 0
 	}
 	return assign
 }
