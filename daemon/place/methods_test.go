@@ -158,7 +158,7 @@ func TestRLFindsTheOptimumOfATinyGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Seed: 1, RL: RLOptions{Samples: 4000}}
+	o := Options{Seed: 1}
 	rl, err := Place(t.Context(), "rl", s, o)
 	if err != nil {
 		t.Fatal(err)

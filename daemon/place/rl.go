@@ -15,9 +15,9 @@ import (
 type RLOptions struct {
 	Hidden   int     // LSTM units (default 32)
 	Batch    int     // placements sampled per policy update (default 32)
-	Samples  int     // placements sampled in all, at most (default 20000)
-	LR       float64 // Adam's learning rate (default 0.01); negative means 0, for tests
-	Entropy  float64 // initial weight of the entropy bonus, annealed to 0 (default 0.05)
+	Samples  int     // placements sampled in all, at most (default 30000)
+	LR       float64 // Adam's learning rate (default 0.003); negative means 0, for tests
+	Entropy  float64 // initial weight of the entropy bonus, annealed to 0 (default 0.3)
 	Baseline float64 // moving-average decay of the reward baseline (default 0.9)
 }
 
@@ -29,15 +29,15 @@ func (o RLOptions) withDefaults() RLOptions {
 	}
 	def(&o.Hidden, 32)
 	def(&o.Batch, 32)
-	def(&o.Samples, 20000)
+	def(&o.Samples, 30000)
 	switch {
 	case o.LR == 0:
-		o.LR = 0.01
+		o.LR = 0.003
 	case o.LR < 0:
 		o.LR = 0
 	}
 	if o.Entropy == 0 {
-		o.Entropy = 0.05
+		o.Entropy = 0.3
 	}
 	if o.Baseline == 0 {
 		o.Baseline = 0.9
