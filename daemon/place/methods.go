@@ -113,7 +113,7 @@ func exact(ctx context.Context, s *Simulator, o Options, out *Outcome) ([]int, e
 		bound = 1 << 18
 	}
 	if n := math.Pow(float64(D), float64(G)); n > bound {
-		return nil, fmt.Errorf("%d devices ^ %d groups = %.3g placements, more than the bound %.3g", D, G, n, bound)
+		return nil, fmt.Errorf("%w: %d devices ^ %d groups = %.3g, more than the bound %.3g", ErrTooLarge, D, G, n, bound)
 	}
 	e := &enumerator{s: s, class: deviceClasses(s.devs), assign: make([]int, G), bestCost: math.Inf(1), ctx: ctx}
 	e.used = make([]int, len(s.devs))
