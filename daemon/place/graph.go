@@ -16,8 +16,8 @@ const (
 	KindGatherGrad   = "gather_grad"   // its backward (sparse rows)
 	KindConcat       = "concat"        // copies [Dims[0] x Dims[1]]
 	KindLoss         = "loss"          // loss and its gradient on [Dims[0] x Dims[1]]
-	KindUpdate       = "update"        // dense optimiser step on Dims[0] weights
-	KindSparseUpdate = "sparse_update" // optimiser step on Dims[0] rows of Dims[1]
+	KindUpdate       = "update"        // dense optimiser step on Dims[0] weights, Dims[1] floats of state each
+	KindSparseUpdate = "sparse_update" // optimiser step on Dims[0] rows of Dims[1], Dims[2] states
 	KindSimilarity   = "similarity"    // cosine/dot of two towers, forward or backward
 	KindLSTM         = "lstm"          // LSTM cell pointwise part on [Dims[0] x Dims[1]]
 	KindLSTMGrad     = "lstm_grad"     // its backward
@@ -89,7 +89,7 @@ func matmul(name string, group, m, n, k int) Op {
 func update(name string, group int, n int64, states int) Op {
 	fn := float64(n)
 	return Op{Name: name, Kind: KindUpdate, Group: group, FLOPs: 10 * fn, Bytes: 4 * fn * float64(3+2*states),
-		Mem: 4 * n * int64(states), Dims: [3]int{int(min(n, 1<<30))}}
+		Mem: 4 * n * int64(states), Dims: [3]int{int(min(n, 1<<30)), states}}
 }
 
 // optimiserStates is the floats of state an optimiser keeps per weight.
@@ -247,7 +247,7 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 				Dims: [3]int{int(min(m.Input.Vocab, 1<<30)), l.Dim, B * slots}}, dy)
 			upd := update(name+"/sparse_update", g, int64(B*slots)*int64(l.Dim), sparse)
 			upd.Kind, upd.Mem = KindSparseUpdate, 4*s.Weights*int64(sparse)
-			upd.Dims = [3]int{B * slots, l.Dim}
+			upd.Dims = [3]int{B * slots, l.Dim, sparse}
 			b.add(upd, gg)
 			if s.In > 0 {
 				dx = []int{gg}
@@ -273,7 +273,7 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 			dr := b.add(drows, dy, lo.saved[0])
 			upd := update(name+"/sparse_update", g, int64(B*k)*int64(s.In+1), sparse)
 			upd.Kind, upd.Mem = KindSparseUpdate, 4*s.Weights*int64(sparse)
-			upd.Dims = [3]int{B * k, s.In + 1}
+			upd.Dims = [3]int{B * k, s.In + 1, sparse}
 			b.add(upd, dr)
 			dx = []int{b.add(matmul(name+"/logits_dx", g, B, s.In, k), dy, lo.saved[1])}
 		}

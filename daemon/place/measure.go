@@ -102,12 +102,13 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 		return nil, nil
 	}
 	d0, d1, d2 := op.Dims[0], op.Dims[1], op.Dims[2]
-	for _, n := range []int{d0 * d1, d0 * d2, d1 * d2} {
-		if n > measureMaxFloats || n < 0 {
-			return nil, nil
-		}
+	switch op.Kind {
+	case KindGather, KindGatherGrad, KindSparseUpdate:
+		d0 = min(d0, measureMaxRows) // a table's rows; the ids touch few
 	}
-	adam := native.Optim{Kind: native.Adam, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+	if tooBig(op.Kind, d0, d1, d2) {
+		return nil, nil
+	}
 	switch op.Kind {
 	case KindMatMul:
 		m, n, k := d0, d1, d2
@@ -123,7 +124,7 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 		src, dst := be.Alloc(d0*d1), be.Alloc(d0*d1)
 		return func() error { return be.Copy(dst, src) }, nil
 	case KindGather, KindGatherGrad:
-		rows, dim, n := min(d0, measureMaxRows), d1, d2
+		rows, dim, n := d0, d1, d2
 		offsets, ids := bags(n, rows)
 		if op.Kind == KindGather {
 			table, out := be.Alloc(rows*dim), be.Alloc(n*dim)
@@ -135,16 +136,21 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 			return err
 		}, nil
 	case KindUpdate:
-		w, g, m, v := be.Alloc(d0), be.Alloc(d0), be.Alloc(d0), be.Alloc(d0)
-		return func() error { return be.Update(adam, w, g, m, v) }, nil
+		o, w, g := optimiser(d1), be.Alloc(d0), be.Alloc(d0)
+		state := allocs(be, o.StateBuffers(), d0)
+		return func() error { return be.Update(o, w, g, state...) }, nil
 	case KindSparseUpdate:
-		rows, dim := min(d0, measureMaxRows), d1
-		table, m, v, g := be.Alloc(rows*dim), be.Alloc(rows*dim), be.Alloc(rows*dim), be.Alloc(rows*dim)
-		idx := make([]int64, rows)
+		// The rows of a batch land anywhere in the table: spread them over
+		// one twice as large.
+		n, dim, o := d0, d1, optimiser(d2)
+		rows := 2 * n
+		table, g := be.Alloc(rows*dim), be.Alloc(n*dim)
+		state := allocs(be, o.StateBuffers(), rows*dim)
+		idx := make([]int64, n)
 		for i := range idx {
-			idx[i] = int64(i)
+			idx[i] = int64(2 * i)
 		}
-		return func() error { return be.UpdateRows(adam, table, rows, dim, idx, g, m, v) }, nil
+		return func() error { return be.UpdateRows(o, table, rows, dim, idx, g, state...) }, nil
 	case KindLoss:
 		logits, dx := be.Alloc(d0*d1), be.Alloc(d0*d1)
 		if d1 == 1 {
@@ -164,6 +170,50 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 		return func() error { return be.LSTMBackward(d0, d1, gates, cp, c, dh, dc, dz, dcp) }, nil
 	}
 	return nil, nil
+}
+
+// tooBig reports whether some buffer of the op's kernel would exceed
+// measureMaxFloats.
+func tooBig(kind string, d0, d1, d2 int) bool {
+	sizes := []int{d0 * d1}
+	switch kind {
+	case KindMatMul:
+		sizes = []int{d0 * d2, d2 * d1, d0 * d1}
+	case KindGather, KindGatherGrad:
+		sizes = []int{d0 * d1, d2 * d1}
+	case KindSparseUpdate:
+		sizes = []int{2 * d0 * d1}
+	case KindLSTM, KindLSTMGrad:
+		sizes = []int{4 * d0 * d1}
+	case KindUpdate:
+		sizes = []int{d0}
+	}
+	for _, n := range sizes {
+		if n > measureMaxFloats || n < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// optimiser is the optimiser keeping states floats per weight: SGD, Adagrad
+// or Adam.
+func optimiser(states int) native.Optim {
+	switch states {
+	case 0:
+		return native.Optim{Kind: native.SGD, LR: 1e-3, Step: 1}
+	case 1:
+		return native.Optim{Kind: native.Adagrad, LR: 1e-2, Eps: 1e-8, Step: 1}
+	}
+	return native.Optim{Kind: native.Adam, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+}
+
+func allocs(be native.Backend, k, n int) []native.Buffer {
+	bufs := make([]native.Buffer, k)
+	for i := range bufs {
+		bufs[i] = be.Alloc(n)
+	}
+	return bufs
 }
 
 // bags is n one-id bags with ids spread over rows (a fixed stride, so that

@@ -133,7 +133,7 @@ func (n *nmt) embeddingBackward(name string, st *cells) {
 	gg := n.add(Op{Name: name + "/gather_grad", Kind: KindGatherGrad, Group: g, FLOPs: float64(B * T * H),
 		Bytes: float64(8 * B * T * H), Out: int64(4 * B * T * H), Dims: [3]int{n.c.Vocab, H, B * T}}, ins...)
 	u := update(name+"/sparse_update", g, int64(B*T*H), 2)
-	u.Kind, u.Mem, u.Dims = KindSparseUpdate, int64(8*n.c.Vocab*H), [3]int{B * T, H}
+	u.Kind, u.Mem, u.Dims = KindSparseUpdate, int64(8*n.c.Vocab*H), [3]int{B * T, H, 2}
 	n.add(u, gg)
 }
 
