@@ -15,13 +15,13 @@ import (
 type RLOptions struct {
 	Hidden   int     // LSTM units (default 32)
 	Batch    int     // placements sampled per policy update (default 32)
-	Samples  int     // placements sampled in all, at most (default 30000)
+	Samples  int     // placements sampled in all, at most (default 2000 per group, 20000..100000)
 	LR       float64 // Adam's learning rate (default 0.003); negative means 0, for tests
 	Entropy  float64 // initial weight of the entropy bonus, annealed to 0 (default 0.3)
 	Baseline float64 // moving-average decay of the reward baseline (default 0.9)
 }
 
-func (o RLOptions) withDefaults() RLOptions {
+func (o RLOptions) withDefaults(groups int) RLOptions {
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -29,7 +29,7 @@ func (o RLOptions) withDefaults() RLOptions {
 	}
 	def(&o.Hidden, 32)
 	def(&o.Batch, 32)
-	def(&o.Samples, 30000)
+	def(&o.Samples, min(max(2000*groups, 20000), 100000))
 	switch {
 	case o.LR == 0:
 		o.LR = 0.003
@@ -74,7 +74,7 @@ func reinforce(ctx context.Context, s *Simulator, o Options, out *Outcome) ([]in
 	if err != nil {
 		return nil, err
 	}
-	ro := o.RL.withDefaults()
+	ro := o.RL.withDefaults(len(s.g.Groups))
 	r := rand.New(rand.NewPCG(o.Seed, 0x91ace))
 	x := groupFeatures(s)
 	pol := newPolicy(len(x[0]), len(s.devs), ro.Hidden, r)
