@@ -40,6 +40,10 @@ type Op struct {
 	Mem    int64   // bytes held on the op's device for the whole step: parameters, optimiser state, saved outputs
 	Inputs []int   // producer ops
 	Dims   [3]int  // kernel shape, for measuring (see the kinds)
+	// NextStep are the ops that read this op's output in the next step: an
+	// optimiser update's new weights must reach the devices of the ops that
+	// use them before the next step can run them.
+	NextStep []int
 }
 
 // Graph is the op graph of one training step.
@@ -61,6 +65,11 @@ type builder struct {
 func (b *builder) group(name string) int {
 	b.g.Groups = append(b.g.Groups, name)
 	return len(b.g.Groups) - 1
+}
+
+// feeds records that the next step's ops read op's output.
+func (b *builder) feeds(op int, next ...int) {
+	b.g.Ops[op].NextStep = append(b.g.Ops[op].NextStep, next...)
 }
 
 func (b *builder) add(op Op, inputs ...int) int {
@@ -85,11 +94,11 @@ func matmul(name string, group, m, n, k int) Op {
 }
 
 // update is an optimiser step on n weights with states floats of state per
-// weight.
+// weight; its output is the new weights.
 func update(name string, group int, n int64, states int) Op {
 	fn := float64(n)
 	return Op{Name: name, Kind: KindUpdate, Group: group, FLOPs: 10 * fn, Bytes: 4 * fn * float64(3+2*states),
-		Mem: 4 * n * int64(states), Dims: [3]int{int(min(n, 1<<30)), states}}
+		Out: 4 * n, Mem: 4 * n * int64(states), Dims: [3]int{int(min(n, 1<<30)), states}}
 }
 
 // optimiserStates is the floats of state an optimiser keeps per weight.
@@ -248,7 +257,7 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 			upd := update(name+"/sparse_update", g, int64(B*slots)*int64(l.Dim), sparse)
 			upd.Kind, upd.Mem = KindSparseUpdate, 4*s.Weights*int64(sparse)
 			upd.Dims = [3]int{B * slots, l.Dim, sparse}
-			b.add(upd, gg)
+			b.feeds(b.add(upd, gg), lo.out)
 			if s.In > 0 {
 				dx = []int{gg}
 			}
@@ -260,8 +269,9 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 			l := m.Layers[i]
 			dz := b.add(elementwise(name+"/"+l.Act+"_grad", KindActGrad, g, B, s.Out, 2), dy, lo.out)
 			dw := matmul(name+"/matmul_dw", g, s.In, s.Out, B)
-			b.add(update(name+"/update", g, s.Weights, dense), b.add(dw, lo.saved[0], dz))
+			upd := b.add(update(name+"/update", g, s.Weights, dense), b.add(dw, lo.saved[0], dz))
 			dx = []int{b.add(matmul(name+"/matmul_dx", g, B, s.In, s.Out), dz)}
+			b.feeds(upd, b.g.Ops[lo.out].Inputs[0], dx[0])
 		case "cosine", "dot":
 			op := elementwise(name+"/"+s.Kind+"_grad", KindSimilarity, g, B, 2*s.In, 8)
 			d := b.add(op, dy, lo.out)
@@ -274,7 +284,7 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 			upd := update(name+"/sparse_update", g, int64(B*k)*int64(s.In+1), sparse)
 			upd.Kind, upd.Mem = KindSparseUpdate, 4*s.Weights*int64(sparse)
 			upd.Dims = [3]int{B * k, s.In + 1, sparse}
-			b.add(upd, dr)
+			b.feeds(b.add(upd, dr), lo.saved[1])
 			dx = []int{b.add(matmul(name+"/logits_dx", g, B, s.In, k), dy, lo.saved[1])}
 		}
 		for j, src := range lo.sources {

@@ -159,3 +159,17 @@ func TestSyntheticGraphsHaveThePapersShape(t *testing.T) {
 		t.Error("an empty NMT config was accepted")
 	}
 }
+
+// TestUpdatesFeedTheNextStep: the new weights go to the ops that read them.
+func TestUpdatesFeedTheNextStep(t *testing.T) {
+	g := loadGraph(t, "ctrdnn", 512)
+	feeds := func(from, to string) bool {
+		return slices.Contains(g.Ops[opIndex(t, g, from)].NextStep, opIndex(t, g, to))
+	}
+	if !feeds("fc2/update", "fc2/matmul") || !feeds("fc2/update", "fc2/matmul_dx") || !feeds("emb/sparse_update", "emb/gather") {
+		t.Error("updates do not feed the next step's readers of their weights")
+	}
+	if u := g.Ops[opIndex(t, g, "fc2/update")]; u.Out != 4*(512*256+256) {
+		t.Errorf("fc2/update outputs %d bytes", u.Out)
+	}
+}

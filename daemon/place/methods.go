@@ -115,7 +115,7 @@ func exact(ctx context.Context, s *Simulator, o Options, out *Outcome) ([]int, e
 	if n := math.Pow(float64(D), float64(G)); n > bound {
 		return nil, fmt.Errorf("%w: %d devices ^ %d groups = %.3g, more than the bound %.3g", ErrTooLarge, D, G, n, bound)
 	}
-	e := &enumerator{s: s, class: deviceClasses(s.devs), assign: make([]int, G), bestCost: math.Inf(1), ctx: ctx}
+	e := &enumerator{s: s, class: deviceClasses(s), assign: make([]int, G), bestCost: math.Inf(1), ctx: ctx}
 	e.used = make([]int, len(s.devs))
 	if err := e.walk(0); err != nil {
 		return nil, err
@@ -125,21 +125,31 @@ func exact(ctx context.Context, s *Simulator, o Options, out *Outcome) ([]int, e
 }
 
 // deviceClasses gives each device the index of the first device identical
-// to it; identical devices are interchangeable in the simulator.
-func deviceClasses(devs []Device) []int {
-	class := make([]int, len(devs))
-	for i, d := range devs {
+// to it (but for the name) with the same op times; such devices are
+// interchangeable in the simulator.
+func deviceClasses(s *Simulator) []int {
+	class := make([]int, len(s.devs))
+	for i, d := range s.devs {
 		class[i] = i
 		for j := range i {
-			o := devs[j]
+			o := s.devs[j]
 			o.Name = d.Name
-			if o == d {
+			if o == d && sameTimes(s, i, j) {
 				class[i] = class[j]
 				break
 			}
 		}
 	}
 	return class
+}
+
+func sameTimes(s *Simulator, a, b int) bool {
+	for _, t := range s.times {
+		if t[a] != t[b] {
+			return false
+		}
+	}
+	return true
 }
 
 type enumerator struct {

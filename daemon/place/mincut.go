@@ -57,8 +57,14 @@ func newPartitionGraph(s *Simulator) *partitionGraph {
 		load: make([]float64, len(s.devs)), used: make([]int64, len(s.devs))}
 	type key struct{ op, group int }
 	sent := map[key]bool{}
-	for _, op := range s.g.Ops {
+	for v, op := range s.g.Ops {
 		pg.mem[op.Group] += op.Mem
+		for _, next := range op.NextStep {
+			if to := s.g.Ops[next].Group; to != op.Group && !sent[key{v, to}] {
+				sent[key{v, to}] = true
+				pg.edges = append(pg.edges, groupEdge{op.Group, to, op.Out})
+			}
+		}
 		for _, in := range op.Inputs {
 			from := s.g.Ops[in].Group
 			if from == op.Group || sent[key{in, op.Group}] {

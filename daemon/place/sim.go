@@ -25,7 +25,9 @@ type Result struct {
 // input is on its device. An output goes once to each other device that
 // consumes it, right after it is produced, over the producer device's link,
 // which carries one transfer at a time (latency + bytes / min of the two
-// links' bandwidths). A Simulator is used by one goroutine at a time.
+// links' bandwidths). The step ends when the last op is done and the new
+// weights are on every device whose ops read them in the next step
+// (Op.NextStep). A Simulator is used by one goroutine at a time.
 type Simulator struct {
 	g     *Graph
 	devs  []Device
@@ -56,6 +58,11 @@ func NewSimulator(g *Graph, devs []Device) (*Simulator, error) {
 				return nil, fmt.Errorf("place: graph %s: op %d (%s) reads op %d, not an earlier op", g.Name, i, op.Name, in)
 			}
 			s.succ[in] = append(s.succ[in], i)
+		}
+		for _, next := range op.NextStep {
+			if next < 0 || next >= len(g.Ops) {
+				return nil, fmt.Errorf("place: graph %s: op %d (%s) feeds op %d of %d", g.Name, i, op.Name, next, len(g.Ops))
+			}
 		}
 	}
 	n, D := len(g.Ops), len(devs)
@@ -127,23 +134,35 @@ func (s *Simulator) Run(placement []int) (Result, error) {
 		s.avail[v*D+d] = finish
 		for _, w := range s.succ[v] {
 			b := placement[w]
-			at := s.avail[v*D+b]
-			if at < 0 {
-				start := math.Max(finish, link[d])
-				at = start + s.transfer(s.g.Ops[v].Out, d, b)
-				link[d] = at
-				s.avail[v*D+b] = at
-				res.Moved += s.g.Ops[v].Out
-				res.Mem[b] += s.g.Ops[v].Out
-			}
+			at := s.send(v, d, b, finish, link, &res)
 			s.ready[w] = math.Max(s.ready[w], at)
 			if s.pending[w]--; s.pending[w] == 0 {
 				s.heaps[b].push(heapItem{s.ready[w], w})
 			}
 		}
+		for _, w := range s.g.Ops[v].NextStep {
+			res.Step = math.Max(res.Step, s.send(v, d, placement[w], finish, link, &res))
+		}
 	}
 	res.Cost, res.Fits = s.penalise(res.Step, res.Mem)
 	return res, nil
+}
+
+// send makes op v's output, produced on device a at time t, available on
+// device b (once per device) and returns when it is there.
+func (s *Simulator) send(v, a, b int, t float64, link []float64, res *Result) float64 {
+	D := len(s.devs)
+	at := s.avail[v*D+b]
+	if at >= 0 {
+		return at
+	}
+	start := math.Max(t, link[a])
+	at = start + s.transfer(s.g.Ops[v].Out, a, b)
+	link[a] = at
+	s.avail[v*D+b] = at
+	res.Moved += s.g.Ops[v].Out
+	res.Mem[b] += s.g.Ops[v].Out
+	return at
 }
 
 // nextDevice is the device whose next op starts first.

@@ -88,3 +88,19 @@ func TestMalformedPlacementsAreErrors(t *testing.T) {
 		t.Errorf("a graph out of topological order: %v", err)
 	}
 }
+
+// TestNewWeightsMustReachTheNextStepsDevices: an update placed away from
+// the op that reads its weights sends them back before the step ends.
+func TestNewWeightsMustReachTheNextStepsDevices(t *testing.T) {
+	g := chain([]float64{1e9, 1e9}, 5e7) // op 0: the forward, op 1: the update
+	g.Ops[1].NextStep = []int{0}
+	d := testDevice("d", 1e12, 1<<30, 1e10)
+	s := newSim(t, g, d, d)
+	together, apart := run(t, s, []int{0, 0}), run(t, s, []int{0, 1})
+	if math.Abs(together.Step-2e-3) > 1e-9 {
+		t.Errorf("on one device %g s, want 2 ms", together.Step)
+	}
+	if want := 2e-3 + 2*5e-3; math.Abs(apart.Step-want) > 1e-9 || apart.Moved != 1e8 {
+		t.Errorf("apart %g s (want %g: the gradient there, the weights back), moved %d", apart.Step, want, apart.Moved)
+	}
+}

@@ -18,8 +18,9 @@ var DefaultNMT = NMTConfig{Batch: 128, Hidden: 1024, Vocab: 40000, Layers: 2, St
 // nmt builds the graph; groups are kept by name.
 type nmt struct {
 	*builder
-	c      NMTConfig
-	groups map[string]int
+	c       NMTConfig
+	groups  map[string]int
+	gathers map[string]int // embedding lookups by name
 }
 
 func (n *nmt) grp(format string, args ...any) int {
@@ -63,6 +64,7 @@ func NMTGraph(c NMTConfig) (*Graph, error) {
 	input := n.add(Op{Name: "input", Kind: KindInput, Group: n.grp("emb_enc"), Out: int64(8 * B * T), Dims: [3]int{B, 2 * T}})
 	embEnc := n.embedding("emb_enc", input)
 	embDec := n.embedding("emb_dec", input)
+	n.gathers = map[string]int{"emb_enc": embEnc, "emb_dec": embDec}
 	enc, dec := newCells(L, T), newCells(L, T)
 	n.stackForward("enc", enc, embEnc, nil)
 	n.stackForward("dec", dec, embDec, enc)
@@ -90,9 +92,11 @@ func NMTGraph(c NMTConfig) (*Graph, error) {
 	dTop := make([]int, T) // ops carrying the gradient of the decoder's top output at t
 	attnGrad := make([]int, T)
 	var dwOut int
+	var logitsDx []int
 	for t := T - 1; t >= 0; t-- {
 		ag, og := n.grp("attn/t%d", t/c.Chunk), n.grp("softmax/t%d", t/c.Chunk)
 		dx := n.add(n.mm(fmt.Sprintf("softmax/logits_dx%d", t), og, B, 2*H, V), loss[t])
+		logitsDx = append(logitsDx, dx)
 		dw := n.mm(fmt.Sprintf("softmax/logits_dw%d", t), og, 2*H, V, B)
 		if t == T-1 {
 			dwOut = n.add(dw, loss[t], ctx[t])
@@ -104,8 +108,9 @@ func NMTGraph(c NMTConfig) (*Graph, error) {
 		attnGrad[t] = n.add(ga, dx, scores[t], stack)
 		dTop[t] = dx
 	}
-	upd := update("softmax/update", n.grp("softmax/t0"), int64(2*H*V), 2)
-	n.add(upd, dwOut)
+	upd := n.add(update("softmax/update", n.grp("softmax/t0"), int64(2*H*V), 2), dwOut)
+	n.feeds(upd, logits...)
+	n.feeds(upd, logitsDx...)
 	stackGrad := n.add(elementwise("attn/keys_grad", KindConcat, keysG, B*T, H, 0), attnGrad...)
 	n.stackBackward("dec", dec, func(t int) []int { return []int{dTop[t], attnGrad[t]} }, nil)
 	n.stackBackward("enc", enc, func(int) []int { return []int{stackGrad} }, dec)
@@ -134,7 +139,7 @@ func (n *nmt) embeddingBackward(name string, st *cells) {
 		Bytes: float64(8 * B * T * H), Out: int64(4 * B * T * H), Dims: [3]int{n.c.Vocab, H, B * T}}, ins...)
 	u := update(name+"/sparse_update", g, int64(B*T*H), 2)
 	u.Kind, u.Mem, u.Dims = KindSparseUpdate, int64(8*n.c.Vocab*H), [3]int{B * T, H, 2}
-	n.add(u, gg)
+	n.feeds(n.add(u, gg), n.gathers[name])
 }
 
 // stackForward adds the forward cells of one LSTM stack; a decoder (prev
@@ -206,7 +211,9 @@ func (n *nmt) stackBackward(side string, st *cells, top func(t int) []int, next 
 	}
 	for l := range L {
 		u := update(fmt.Sprintf("%s%d/update", side, l), n.grp("%s%d/t0", side, l), int64(2*H*4*H+4*H), 2)
-		n.add(u, st.dw[l][0])
+		upd := n.add(u, st.dw[l][0])
+		n.feeds(upd, st.matmul[l]...)
+		n.feeds(upd, st.dx[l]...)
 	}
 }
 
@@ -279,7 +286,8 @@ func InceptionGraph(c InceptionConfig) (*Graph, error) {
 	head := b.add(matmul("head/fc", headG, c.Batch, 1000, C), x)
 	grad := b.add(elementwise("head/loss", KindLoss, headG, c.Batch, 1000, 8), head)
 	dhead := b.add(matmul("head/fc_dx", headG, c.Batch, C, 1000), grad)
-	b.add(update("head/update", headG, int64(C*1000+1000), 2), b.add(matmul("head/fc_dw", headG, C, 1000, c.Batch), grad, x))
+	hu := b.add(update("head/update", headG, int64(C*1000+1000), 2), b.add(matmul("head/fc_dw", headG, C, 1000, c.Batch), grad, x))
+	b.feeds(hu, head, dhead)
 	// Backward: every op's output gradient, by the op's index.
 	dOut := map[int][]int{x: {dhead}}
 	for k := c.Blocks - 1; k >= 0; k-- {
@@ -316,10 +324,12 @@ func (b *builder) convBackward(fwd, in, g, rows, inC, outC, k int, dOut map[int]
 	dy := dOut[fwd]
 	name := b.g.Ops[fwd].Name
 	dw := b.add(matmul(name+"_dw", g, inC*k*k, outC, rows), append([]int{in}, dy...)...)
-	b.add(update(name+"/update", g, int64(inC*k*k*outC+outC), 2), dw)
+	upd := b.add(update(name+"/update", g, int64(inC*k*k*outC+outC), 2), dw)
+	b.feeds(upd, fwd)
 	if b.g.Ops[in].Kind == KindInput {
 		return
 	}
 	dx := b.add(matmul(name+"_dx", g, rows, inC*k*k, outC), dy...)
+	b.feeds(upd, dx)
 	dOut[in] = append(dOut[in], dx)
 }
