@@ -125,8 +125,10 @@ type layerOps struct {
 
 // FromModel builds the op graph of one training step of m at the given
 // batch: each layer's forward ops in order, the loss, each layer's backward
-// in reverse, and the optimiser updates. A layer's ops (forward, backward and
-// update) form one co-location group, as in the paper.
+// in reverse, and the optimiser updates. Co-location groups follow the
+// paper's (TensorFlow's) rules: a layer's forward and backward ops form one
+// group; a dense layer's weights and their optimiser update another (an
+// embedding's lookups stay with its table and update).
 func FromModel(m *config.Model, batch int) (*Graph, error) {
 	if batch <= 0 || batch > MaxBatch {
 		return nil, fmt.Errorf("place: model %s: batch must be in 1..%d, got %d", m.Name, MaxBatch, batch)
@@ -197,9 +199,7 @@ func (b *builder) forward(m *config.Model, i int, s config.LayerShape, g int, sr
 		lo.out = b.add(elementwise(name+"/concat", KindConcat, g, B, s.Out, 0), dedup(input, in)...)
 	case "fc":
 		l := m.Layers[i]
-		mm := matmul(name+"/matmul", g, B, s.Out, s.In)
-		mm.Mem = 4 * s.Weights
-		z := b.add(mm, in)
+		z := b.add(matmul(name+"/matmul", g, B, s.Out, s.In), in)
 		act := elementwise(name+"/"+l.Act, KindAct, g, B, s.Out, 4)
 		act.Mem = act.Out // saved for the backward
 		lo.out = b.add(act, z)
@@ -269,7 +269,12 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 			l := m.Layers[i]
 			dz := b.add(elementwise(name+"/"+l.Act+"_grad", KindActGrad, g, B, s.Out, 2), dy, lo.out)
 			dw := matmul(name+"/matmul_dw", g, s.In, s.Out, B)
-			upd := b.add(update(name+"/update", g, s.Weights, dense), b.add(dw, lo.saved[0], dz))
+			// The weights live with their optimiser update, a group of its
+			// own (a variable and its apply op, as TensorFlow colocates
+			// them); the layer's ops read them from there.
+			u := update(name+"/update", b.group(name+"/update"), s.Weights, dense)
+			u.Mem += 4 * s.Weights
+			upd := b.add(u, b.add(dw, lo.saved[0], dz))
 			dx = []int{b.add(matmul(name+"/matmul_dx", g, B, s.In, s.Out), dz)}
 			b.feeds(upd, b.g.Ops[lo.out].Inputs[0], dx[0])
 		case "cosine", "dot":

@@ -1,12 +1,10 @@
 package place
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
 
 	"github.com/heterps/heterps/native"
 )
@@ -104,6 +102,7 @@ type episode struct {
 // forward runs the encoder once and the decoder for S placements.
 func (p *policy) forward(be native.Backend, x [][]float32, S int, pick pickFunc) (*episode, error) {
 	G, F, D, H := len(x), p.F, p.D, p.H
+	mm := &gemms{be: be}
 	ep := &episode{S: S, x: x, E: make(native.HostBuffer, G*H), actions: make([][]int, S)}
 	for i := range ep.actions {
 		ep.actions[i] = make([]int, G)
@@ -113,7 +112,7 @@ func (p *policy) forward(be native.Backend, x [][]float32, S int, pick pickFunc)
 	for g := range G {
 		in := append(slices.Clone(native.HostBuffer(x[g])), hPrev...)
 		z := make(native.HostBuffer, 4*H)
-		gemm(false, false, 1, 4*H, F+H, 1, in, F+H, p.We, 4*H, 0, z, 4*H)
+		mm.gemm(false, false, 1, 4*H, F+H, 1, in, F+H, p.We, 4*H, 0, z, 4*H)
 		gates, c, h := make(native.HostBuffer, 4*H), make(native.HostBuffer, H), ep.E[g*H:(g+1)*H]
 		if err := be.LSTMForward(1, H, z, native.HostBuffer(p.Be), cPrev, gates, c, h); err != nil {
 			return nil, err
@@ -138,25 +137,25 @@ func (p *policy) forward(be native.Backend, x [][]float32, S int, pick pickFunc)
 			copy(row[F+D+1:], ep.decH[g][i*H:(i+1)*H])
 		}
 		z := make(native.HostBuffer, S*4*H)
-		gemm(false, false, S, 4*H, I, 1, in, I, p.Wd, 4*H, 0, z, 4*H)
+		mm.gemm(false, false, S, 4*H, I, 1, in, I, p.Wd, 4*H, 0, z, 4*H)
 		gates, c, h := make(native.HostBuffer, S*4*H), make(native.HostBuffer, S*H), make(native.HostBuffer, S*H)
 		if err := be.LSTMForward(S, H, z, native.HostBuffer(p.Bd), ep.decC[g], gates, c, h); err != nil {
 			return nil, err
 		}
 		attn := make(native.HostBuffer, S*G)
-		gemm(false, true, S, G, H, scale, h, H, ep.E, H, 0, attn, G)
+		mm.gemm(false, true, S, G, H, scale, h, H, ep.E, H, 0, attn, G)
 		if err := be.Softmax(S, G, attn, attn, false); err != nil {
 			return nil, err
 		}
 		ctx := make(native.HostBuffer, S*H)
-		gemm(false, false, S, H, G, 1, attn, G, ep.E, H, 0, ctx, H)
+		mm.gemm(false, false, S, H, G, 1, attn, G, ep.E, H, 0, ctx, H)
 		out := make(native.HostBuffer, S*2*H)
 		for i := range S {
 			copy(out[i*2*H:], h[i*H:(i+1)*H])
 			copy(out[i*2*H+H:], ctx[i*H:(i+1)*H])
 		}
 		logits := make(native.HostBuffer, S*D)
-		gemm(false, false, S, D, 2*H, 1, out, 2*H, p.Wo, D, 0, logits, D)
+		mm.gemm(false, false, S, D, 2*H, 1, out, 2*H, p.Wo, D, 0, logits, D)
 		if err := be.BiasAct(native.Identity, S, D, logits, native.HostBuffer(p.Bo), logits); err != nil {
 			return nil, err
 		}
@@ -170,6 +169,9 @@ func (p *policy) forward(be native.Backend, x [][]float32, S int, pick pickFunc)
 		ep.decC, ep.decH = append(ep.decC, c), append(ep.decH, h)
 		ep.attn, ep.out, ep.probs = append(ep.attn, attn), append(ep.out, out), append(ep.probs, logits)
 	}
+	if mm.err != nil {
+		return nil, fmt.Errorf("rl: policy forward: %w", mm.err)
+	}
 	return ep, nil
 }
 
@@ -179,6 +181,7 @@ func (p *policy) forward(be native.Backend, x [][]float32, S int, pick pickFunc)
 func (p *policy) backward(be native.Backend, ep *episode, adv []float64, entropy float64) ([][]float32, error) {
 	G, S, F, D, H := len(ep.x), ep.S, p.F, p.D, p.H
 	I := F + D + 1 + H
+	mm := &gemms{be: be}
 	grads := make([][]float32, 6)
 	for k, w := range p.params() {
 		grads[k] = make([]float32, len(w))
@@ -190,10 +193,10 @@ func (p *policy) backward(be native.Backend, ep *episode, adv []float64, entropy
 	scale := float32(1 / math.Sqrt(float64(H)))
 	for g := G - 1; g >= 0; g-- {
 		dlogits := policyGradLogits(ep, g, adv, entropy, D)
-		gemm(true, false, 2*H, D, S, 1, ep.out[g], 2*H, dlogits, D, 1, dWo, D)
+		mm.gemm(true, false, 2*H, D, S, 1, ep.out[g], 2*H, dlogits, D, 1, dWo, D)
 		columnSums(dBo, dlogits, S, D)
 		dout := make(native.HostBuffer, S*2*H)
-		gemm(false, true, S, 2*H, D, 1, dlogits, D, p.Wo, D, 0, dout, 2*H)
+		mm.gemm(false, true, S, 2*H, D, 1, dlogits, D, p.Wo, D, 0, dout, 2*H)
 		dh := slices.Clone(dhNext)
 		dctx := make(native.HostBuffer, S*H)
 		for i := range S {
@@ -205,8 +208,8 @@ func (p *policy) backward(be native.Backend, ep *episode, adv []float64, entropy
 		// ctx = A E: dA = dctx E^T, dE += A^T dctx.
 		A := ep.attn[g]
 		dA := make(native.HostBuffer, S*G)
-		gemm(false, true, S, G, H, 1, dctx, H, ep.E, H, 0, dA, G)
-		gemm(true, false, G, H, S, 1, A, G, dctx, H, 1, dE, H)
+		mm.gemm(false, true, S, G, H, 1, dctx, H, ep.E, H, 0, dA, G)
+		mm.gemm(true, false, G, H, S, 1, A, G, dctx, H, 1, dE, H)
 		// A = softmax(scale h E^T): dscores = A (dA - sum(A dA)).
 		for i := range S {
 			row, drow := A[i*G:(i+1)*G], dA[i*G:(i+1)*G]
@@ -218,16 +221,16 @@ func (p *policy) backward(be native.Backend, ep *episode, adv []float64, entropy
 				drow[j] = row[j] * (drow[j] - dot)
 			}
 		}
-		gemm(false, false, S, H, G, scale, dA, G, ep.E, H, 1, dh, H)
-		gemm(true, false, G, H, S, scale, dA, G, ep.decH[g+1], H, 1, dE, H)
+		mm.gemm(false, false, S, H, G, scale, dA, G, ep.E, H, 1, dh, H)
+		mm.gemm(true, false, G, H, S, scale, dA, G, ep.decH[g+1], H, 1, dE, H)
 		dz, dcPrev := make(native.HostBuffer, S*4*H), make(native.HostBuffer, S*H)
 		if err := be.LSTMBackward(S, H, ep.decGates[g], ep.decC[g], ep.decC[g+1], dh, dcNext, dz, dcPrev); err != nil {
 			return nil, err
 		}
 		dcNext = dcPrev
-		gemm(true, false, I, 4*H, S, 1, ep.decIn[g], I, dz, 4*H, 1, dWd, 4*H)
+		mm.gemm(true, false, I, 4*H, S, 1, ep.decIn[g], I, dz, 4*H, 1, dWd, 4*H)
 		columnSums(dBd, dz, S, 4*H)
-		gemm(false, true, S, H, 4*H, 1, dz, 4*H, p.Wd[(F+D+1)*4*H:], 4*H, 0, dhNext, H)
+		mm.gemm(false, true, S, H, 4*H, 1, dz, 4*H, p.Wd[(F+D+1)*4*H:], 4*H, 0, dhNext, H)
 	}
 	dhEnc := make(native.HostBuffer, H)
 	var dcEnc native.Buffer
@@ -241,9 +244,12 @@ func (p *policy) backward(be native.Backend, ep *episode, adv []float64, entropy
 			return nil, err
 		}
 		dcEnc = dcPrev
-		gemm(true, false, F+H, 4*H, 1, 1, ep.encIn[g], F+H, dz, 4*H, 1, dWe, 4*H)
+		mm.gemm(true, false, F+H, 4*H, 1, 1, ep.encIn[g], F+H, dz, 4*H, 1, dWe, 4*H)
 		columnSums(dBe, dz, 1, 4*H)
-		gemm(false, true, 1, H, 4*H, 1, dz, 4*H, p.We[F*4*H:], 4*H, 0, dhEnc, H)
+		mm.gemm(false, true, 1, H, 4*H, 1, dz, 4*H, p.We[F*4*H:], 4*H, 0, dhEnc, H)
+	}
+	if mm.err != nil {
+		return nil, fmt.Errorf("rl: policy backward: %w", mm.err)
 	}
 	return grads, nil
 }
@@ -288,27 +294,19 @@ func columnSums(dst []float32, m native.HostBuffer, rows, cols int) {
 	}
 }
 
-// gemm is C = alpha op(A) op(B) + beta C on row-major matrices in pure Go
-// (gonum): the policy's matrices are tiny, so cgo calls and OpenBLAS threads
-// would cost more than they save, and a seeded run stays reproducible.
-func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
+// gemms runs the policy's GEMMs on the backend (OpenBLAS on one thread:
+// deterministic for a seed), keeping the first error so that the maths
+// reads as maths; callers check err once.
+type gemms struct {
+	be  native.Backend
+	err error
+}
+
+// gemm is C = alpha op(A) op(B) + beta C on row-major matrices.
+func (g *gemms) gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	b []float32, ldb int, beta float32, c []float32, ldc int) {
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
+	if g.err != nil {
+		return
 	}
-	br, bc := k, n
-	if transB {
-		br, bc = n, k
-	}
-	op := func(t bool) blas.Transpose {
-		if t {
-			return blas.Trans
-		}
-		return blas.NoTrans
-	}
-	blas32.Gemm(op(transA), op(transB), alpha,
-		blas32.General{Rows: ar, Cols: ac, Stride: lda, Data: a[:(ar-1)*lda+ac]},
-		blas32.General{Rows: br, Cols: bc, Stride: ldb, Data: b[:(br-1)*ldb+bc]}, beta,
-		blas32.General{Rows: m, Cols: n, Stride: ldc, Data: c})
+	g.err = g.be.Gemm(transA, transB, m, n, k, alpha, native.HostBuffer(a), lda, native.HostBuffer(b), ldb, beta, native.HostBuffer(c), ldc)
 }

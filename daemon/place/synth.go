@@ -12,7 +12,7 @@ type NMTConfig struct {
 
 // DefaultNMT is the paper's NMT shape, shortened: 2+2 LSTM layers of 1024
 // units, 10 source and 10 target steps, a 40,000-word vocabulary, batch
-// 128; about 290 ops in 33 co-location groups.
+// 128; about 290 ops in 38 co-location groups.
 var DefaultNMT = NMTConfig{Batch: 128, Hidden: 1024, Vocab: 40000, Layers: 2, Steps: 10, Chunk: 2}
 
 // nmt builds the graph; groups are kept by name.
@@ -52,7 +52,8 @@ func newCells(L, T int) *cells {
 
 // NMTGraph builds the step graph of an attentional seq2seq LSTM model
 // (encoder, decoder, dot-product attention, softmax output per target step)
-// with the backward and Adam updates. Weight gradients of a layer are
+// with the backward and Adam updates; a layer's weights and their update
+// are a co-location group of their own. Weight gradients of a layer are
 // accumulated over its time steps (a chain of GEMMs), as frameworks do.
 func NMTGraph(c NMTConfig) (*Graph, error) {
 	if c.Batch <= 0 || c.Hidden <= 0 || c.Vocab <= 0 || c.Layers <= 0 || c.Steps <= 0 || c.Chunk <= 0 ||
@@ -81,11 +82,7 @@ func NMTGraph(c NMTConfig) (*Graph, error) {
 		top := dec.lstm[L-1][t]
 		scores[t] = n.add(n.mm(fmt.Sprintf("attn/scores%d", t), ag, B, T, H), top, stack)
 		ctx[t] = n.add(n.mm(fmt.Sprintf("attn/ctx%d", t), ag, B, H, T), scores[t], stack)
-		lg := n.mm(fmt.Sprintf("softmax/logits%d", t), og, B, V, 2*H)
-		if t == 0 {
-			lg.Mem = int64(4 * 2 * H * V)
-		}
-		logits[t] = n.add(lg, ctx[t], top)
+		logits[t] = n.add(n.mm(fmt.Sprintf("softmax/logits%d", t), og, B, V, 2*H), ctx[t], top)
 		loss[t] = n.add(elementwise(fmt.Sprintf("softmax/loss%d", t), KindLoss, og, B, V, 8), logits[t])
 	}
 	// Backward, the target steps last to first.
@@ -108,7 +105,9 @@ func NMTGraph(c NMTConfig) (*Graph, error) {
 		attnGrad[t] = n.add(ga, dx, scores[t], stack)
 		dTop[t] = dx
 	}
-	upd := n.add(update("softmax/update", n.grp("softmax/t0"), int64(2*H*V), 2), dwOut)
+	su := update("softmax/update", n.grp("softmax/update"), int64(2*H*V), 2)
+	su.Mem += su.Out // the weights live here
+	upd := n.add(su, dwOut)
 	n.feeds(upd, logits...)
 	n.feeds(upd, logitsDx...)
 	stackGrad := n.add(elementwise("attn/keys_grad", KindConcat, keysG, B*T, H, 0), attnGrad...)
@@ -160,11 +159,7 @@ func (n *nmt) stackForward(side string, st *cells, emb int, prev *cells) {
 			case prev != nil:
 				ins = append(ins, prev.lstm[l][T-1])
 			}
-			mm := matmul(fmt.Sprintf("%s%d/matmul%d", side, l, t), g, B, 4*H, 2*H)
-			if t == 0 {
-				mm.Mem = int64(4 * (2*H*4*H + 4*H))
-			}
-			st.matmul[l][t] = n.add(mm, ins...)
+			st.matmul[l][t] = n.add(matmul(fmt.Sprintf("%s%d/matmul%d", side, l, t), g, B, 4*H, 2*H), ins...)
 			cell := elementwise(fmt.Sprintf("%s%d/lstm%d", side, l, t), KindLSTM, g, B, H, 30)
 			cell.Bytes, cell.Mem = float64(4*B*H*7), int64(4*B*H*6) // gates, c and h saved
 			lstmIns := []int{st.matmul[l][t]}
@@ -210,7 +205,8 @@ func (n *nmt) stackBackward(side string, st *cells, top func(t int) []int, next 
 		}
 	}
 	for l := range L {
-		u := update(fmt.Sprintf("%s%d/update", side, l), n.grp("%s%d/t0", side, l), int64(2*H*4*H+4*H), 2)
+		u := update(fmt.Sprintf("%s%d/update", side, l), n.grp("%s%d/update", side, l), int64(2*H*4*H+4*H), 2)
+		u.Mem += u.Out // the weights live here
 		upd := n.add(u, st.dw[l][0])
 		n.feeds(upd, st.matmul[l]...)
 		n.feeds(upd, st.dx[l]...)
@@ -225,7 +221,7 @@ type InceptionConfig struct {
 
 // DefaultInception is a stack of Inception-v3 "35x35" modules: batch 32,
 // 256 channels, 6 blocks of four branches (1x1; 1x1 then 5x5; 1x1 then two
-// 3x3; pool then 1x1), about 180 ops in 38 groups.
+// 3x3; pool then 1x1), about 200 ops in 57 groups.
 var DefaultInception = InceptionConfig{Batch: 32, Side: 35, Channels: 256, Blocks: 6}
 
 // conv is one convolution layer of a branch: output channels and kernel side.
@@ -233,7 +229,8 @@ type conv struct{ out, k int }
 
 // InceptionGraph builds the step graph of an Inception-like branchy
 // network with its backward and updates; each branch of each block, the
-// stem and the head are co-location groups.
+// stem, the head and each layer's weights with their update are
+// co-location groups.
 func InceptionGraph(c InceptionConfig) (*Graph, error) {
 	if c.Batch <= 0 || c.Side <= 0 || c.Channels < 4 || c.Blocks <= 0 ||
 		c.Batch > 1<<12 || c.Side > 1<<10 || c.Channels > 1<<14 || c.Blocks > 64 {
@@ -248,7 +245,7 @@ func InceptionGraph(c InceptionConfig) (*Graph, error) {
 	var layers []layer // every conv, for the backward
 	addConv := func(name string, g, in, inC int, cv conv) int {
 		op := matmul(name, g, rows, cv.out, inC*cv.k*cv.k)
-		op.Mem = int64(4*(inC*cv.k*cv.k*cv.out+cv.out)) + op.Out
+		op.Mem = op.Out // saved for the backward
 		op.FLOPs += float64(rows * cv.out) // bias and ReLU, fused
 		id := b.add(op, in)
 		layers = append(layers, layer{id, in, g, inC, cv.out, cv.k})
@@ -286,7 +283,7 @@ func InceptionGraph(c InceptionConfig) (*Graph, error) {
 	head := b.add(matmul("head/fc", headG, c.Batch, 1000, C), x)
 	grad := b.add(elementwise("head/loss", KindLoss, headG, c.Batch, 1000, 8), head)
 	dhead := b.add(matmul("head/fc_dx", headG, c.Batch, C, 1000), grad)
-	hu := b.add(update("head/update", headG, int64(C*1000+1000), 2), b.add(matmul("head/fc_dw", headG, C, 1000, c.Batch), grad, x))
+	hu := b.add(variableUpdate(b, "head/update", int64(C*1000+1000)), b.add(matmul("head/fc_dw", headG, C, 1000, c.Batch), grad, x))
 	b.feeds(hu, head, dhead)
 	// Backward: every op's output gradient, by the op's index.
 	dOut := map[int][]int{x: {dhead}}
@@ -311,6 +308,14 @@ func InceptionGraph(c InceptionConfig) (*Graph, error) {
 	return b.g, nil
 }
 
+// variableUpdate is the Adam update of n weights in a group of its own,
+// holding the weights.
+func variableUpdate(b *builder, name string, n int64) Op {
+	u := update(name, b.group(name), n, 2)
+	u.Mem += u.Out
+	return u
+}
+
 func (b *builder) graphGroup(op int) int { return b.g.Ops[op].Group }
 
 func inBlock(g *Graph, group, k int) bool {
@@ -324,7 +329,7 @@ func (b *builder) convBackward(fwd, in, g, rows, inC, outC, k int, dOut map[int]
 	dy := dOut[fwd]
 	name := b.g.Ops[fwd].Name
 	dw := b.add(matmul(name+"_dw", g, inC*k*k, outC, rows), append([]int{in}, dy...)...)
-	upd := b.add(update(name+"/update", g, int64(inC*k*k*outC+outC), 2), dw)
+	upd := b.add(variableUpdate(b, name+"/update", int64(inC*k*k*outC+outC)), dw)
 	b.feeds(upd, fwd)
 	if b.g.Ops[in].Kind == KindInput {
 		return
