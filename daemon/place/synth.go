@@ -245,7 +245,7 @@ func InceptionGraph(c InceptionConfig) (*Graph, error) {
 	var layers []layer // every conv, for the backward
 	addConv := func(name string, g, in, inC int, cv conv) int {
 		op := matmul(name, g, rows, cv.out, inC*cv.k*cv.k)
-		op.Mem = op.Out // saved for the backward
+		op.Mem = op.Out                    // saved for the backward
 		op.FLOPs += float64(rows * cv.out) // bias and ReLU, fused
 		id := b.add(op, in)
 		layers = append(layers, layer{id, in, g, inC, cv.out, cv.k})
