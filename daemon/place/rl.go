@@ -19,6 +19,7 @@ type RLOptions struct {
 	LR       float64 // Adam's learning rate (default 0.003); negative means 0, for tests
 	Entropy  float64 // initial weight of the entropy bonus, annealed to 0 (default 0.3)
 	Baseline float64 // moving-average decay of the reward baseline (default 0.9)
+	Restarts int     // policies trained side by side from different seeds (default 2)
 }
 
 func (o RLOptions) withDefaults(groups int) RLOptions {
@@ -29,6 +30,7 @@ func (o RLOptions) withDefaults(groups int) RLOptions {
 	}
 	def(&o.Hidden, 32)
 	def(&o.Batch, 32)
+	def(&o.Restarts, 2)
 	def(&o.Samples, min(max(2000*groups, 20000), 100000))
 	switch {
 	case o.LR == 0:
@@ -49,6 +51,7 @@ const (
 	rlClip      = 5.0   // gradient norm cap
 	rlConverged = 0.995 // mean largest probability at which the policy is decided
 	rlPatience  = 10    // decided updates in a row before stopping
+	rlAnneal    = 0.6   // share of the samples over which the entropy bonus falls to 0
 )
 
 var (
@@ -67,31 +70,70 @@ func policyBackend() (native.Backend, error) {
 // co-location groups, trained with REINFORCE on the reward -sqrt(cost /
 // ref) (ref: the best single-device step) minus a moving-average baseline,
 // the advantages scaled by the batch's standard deviation, an entropy bonus
-// annealed to zero, Adam. The answer is the trained policy's most likely
-// placement; the best placement sampled on the way is only reported.
+// annealed to zero, Adam. RLOptions.Restarts policies train side by side
+// from different seeds (REINFORCE can settle in a poor local optimum); the
+// answer is the most likely placement of the policy whose own placement is
+// best. The best placement sampled on the way is only reported.
 func reinforce(ctx context.Context, s *Simulator, o Options, out *Outcome) ([]int, error) {
 	be, err := policyBackend()
 	if err != nil {
 		return nil, err
 	}
 	ro := o.RL.withDefaults(len(s.g.Groups))
-	r := rand.New(rand.NewPCG(o.Seed, 0x91ace))
-	x := groupFeatures(s)
-	pol := newPolicy(len(x[0]), len(s.devs), ro.Hidden, r)
-	t := &rlTrainer{s: s, be: be, pol: pol, o: ro, x: x, bestCost: math.Inf(1)}
-	if t.ref, err = singleCost(s); err != nil {
-		return nil, err
-	}
-	if err := t.train(ctx, r); err != nil {
-		return nil, err
-	}
-	ep, err := pol.forward(be, x, 1, argmax)
+	ref, err := singleCost(s)
 	if err != nil {
 		return nil, err
 	}
+	x := groupFeatures(s)
+	runs := make([]restart, ro.Restarts)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i] = trainPolicy(ctx, s.clone(), be, x, ro, ref, rand.New(rand.NewPCG(o.Seed, 0x91ace+uint64(i))))
+		}()
+	}
+	wg.Wait()
+	best := -1
+	out.BestSampledCost = math.Inf(1)
+	for i, r := range runs {
+		if r.err != nil {
+			return nil, r.err
+		}
+		out.Evaluated += r.sampled + 1
+		out.BestSampledCost = math.Min(out.BestSampledCost, r.bestSampled)
+		if best < 0 || r.cost < runs[best].cost {
+			best = i
+		}
+	}
+	out.PolicyCost = runs[best].cost
+	return runs[best].placement, nil
+}
+
+// restart is one trained policy's outcome.
+type restart struct {
+	placement   []int
+	cost        float64 // of placement, the policy's most likely
+	bestSampled float64
+	sampled     int
+	err         error
+}
+
+// trainPolicy trains one policy on s (its own simulator) and returns its
+// most likely placement.
+func trainPolicy(ctx context.Context, s *Simulator, be native.Backend, x [][]float32, ro RLOptions, ref float64, r *rand.Rand) restart {
+	pol := newPolicy(len(x[0]), len(s.devs), ro.Hidden, r)
+	t := &rlTrainer{s: s, be: be, pol: pol, o: ro, x: x, ref: ref, bestCost: math.Inf(1)}
+	if err := t.train(ctx, r); err != nil {
+		return restart{err: err}
+	}
+	ep, err := pol.forward(be, x, 1, argmax)
+	if err != nil {
+		return restart{err: err}
+	}
 	p := GroupPlacement(s.g, ep.actions[0])
-	out.PolicyCost, out.BestSampledCost, out.Evaluated = s.Cost(p), t.bestCost, t.sampled+1
-	return p, nil
+	return restart{placement: p, cost: s.Cost(p), bestSampled: t.bestCost, sampled: t.sampled}
 }
 
 // singleCost is the cost of the best single-device placement.
@@ -131,7 +173,7 @@ func (t *rlTrainer) train(ctx context.Context, r *rand.Rand) error {
 			return err
 		}
 		t.sampled += t.o.Batch
-		entropy := t.o.Entropy * math.Max(0, 1-float64(t.sampled)/float64(t.o.Samples))
+		entropy := t.o.Entropy * math.Max(0, 1-float64(t.sampled)/(rlAnneal*float64(t.o.Samples)))
 		grads, err := t.pol.backward(t.be, ep, t.advantages(ep.actions), entropy)
 		if err != nil {
 			return err

@@ -70,6 +70,15 @@ func NewSimulator(g *Graph, devs []Device) (*Simulator, error) {
 	return s, nil
 }
 
+// clone is a simulator of the same graph, devices and op times with its
+// own scratch, for another goroutine.
+func (s *Simulator) clone() *Simulator {
+	n, D := len(s.g.Ops), len(s.devs)
+	c := *s
+	c.pending, c.ready, c.avail, c.heaps = make([]int, n), make([]float64, n), make([]float64, n*D), make([]opHeap, D)
+	return &c
+}
+
 // Roofline is an op's time on a device: the larger of its compute at peak
 // FLOP/s and its memory traffic at the memory bandwidth, plus the launch
 // latency. Input ops take no time.
