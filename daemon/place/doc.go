@@ -6,7 +6,13 @@
 // event-driven simulator of a placement (sim.go) with per-op times from a
 // roofline or measured with the real kernels (measure.go), and the placement
 // methods single, expert, mincut, exact and rl (methods.go, mincut.go,
-// exact.go, rl.go, seq2seq.go).
+// rl.go, seq2seq.go), and Compare, which runs several and measures each
+// against the best (compare.go).
+//
+// The co-location groups follow the paper's rules as TensorFlow colocates
+// ops: a layer's forward and backward ops form a group, a dense layer's
+// weights with their optimiser update another, an embedding's lookups stay
+// with its table. Methods place whole groups (expert places single ops).
 //
 // Layout rule: place imports only native and config of heterps.
 package place

@@ -175,3 +175,35 @@ func TestRLFindsTheOptimumOfATinyGraph(t *testing.T) {
 		t.Errorf("an untrained policy found the optimum %g s: the test cannot tell learning from luck", best.Result.Cost)
 	}
 }
+
+// TestRLKeepsTheBestOfItsRestarts: rl's answer is the better of its two
+// policies' own placements, here the second's (learning off: the two
+// differ by their seeds alone).
+func TestRLKeepsTheBestOfItsRestarts(t *testing.T) {
+	s := tinyProblem(t)
+	o := Options{Seed: 2, RL: RLOptions{Samples: 64, Restarts: 2, LR: -1}}
+	out, err := Place(t.Context(), "rl", s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := policyBackend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := o.RL.withDefaults(len(s.g.Groups))
+	ref, err := singleCost(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var costs []float64
+	for i := range 2 {
+		r := trainPolicy(t.Context(), s.clone(), be, groupFeatures(s), ro, ref, rand.New(rand.NewPCG(o.Seed, 0x91ace+uint64(i))))
+		costs = append(costs, r.cost)
+	}
+	if costs[1] >= costs[0] {
+		t.Fatalf("restart costs %v: pick a seed where the second policy is the better one", costs)
+	}
+	if want := math.Min(costs[0], costs[1]); out.PolicyCost != want || out.Result.Cost != want {
+		t.Errorf("rl answered %g, the restarts' own placements cost %v", out.PolicyCost, costs)
+	}
+}
