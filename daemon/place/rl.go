@@ -15,7 +15,7 @@ import (
 type RLOptions struct {
 	Hidden   int     // LSTM units (default 32)
 	Batch    int     // placements sampled per policy update (default 32)
-	Samples  int     // placements sampled in all, at most (default 2000 per group, 20000..100000)
+	Samples  int     // placements sampled in all per restart, at most (default 1000 per group, 10000..50000)
 	LR       float64 // Adam's learning rate (default 0.003); negative means 0, for tests
 	Entropy  float64 // initial weight of the entropy bonus, annealed to 0 (default 0.3)
 	Baseline float64 // moving-average decay of the reward baseline (default 0.9)
@@ -31,7 +31,7 @@ func (o RLOptions) withDefaults(groups int) RLOptions {
 	def(&o.Hidden, 32)
 	def(&o.Batch, 32)
 	def(&o.Restarts, 2)
-	def(&o.Samples, min(max(2000*groups, 20000), 100000))
+	def(&o.Samples, min(max(1000*groups, 10000), 50000))
 	switch {
 	case o.LR == 0:
 		o.LR = 0.003

@@ -42,7 +42,7 @@ func parsePlaceFlags(args []string, stderr io.Writer) (*placeFlags, []string, er
 	fs.IntVar(&f.batch, "batch", 512, "samples per step (model graphs)")
 	fs.BoolVar(&f.measure, "measure", false, "measure op times with the real kernels on this machine for the devices marked local")
 	fs.IntVar(&f.reps, "reps", 3, "with --measure: timed runs per kernel, the fastest kept")
-	fs.IntVar(&f.samples, "samples", 0, "rl: placements sampled in all (0: 2000 per co-location group, 20000 to 100000)")
+	fs.IntVar(&f.samples, "samples", 0, "rl: placements sampled per restart (0: 1000 per co-location group, 10000 to 50000)")
 	fs.Uint64Var(&f.seed, "seed", 1, "rl's seed")
 	fs.Float64Var(&f.exactBound, "exact-bound", 0, "exact: most placements to enumerate (0: 2^18)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object")
