@@ -182,7 +182,7 @@ func (t *rlTrainer) train(ctx context.Context, r *rand.Rand) error {
 		if err := t.step(grads); err != nil {
 			return err
 		}
-		if meanMaxProb(ep) > rlConverged {
+		if meanMaxProb(ep) > rlConverged && entropy == 0 {
 			decided++
 		} else {
 			decided = 0
