@@ -207,3 +207,15 @@ func TestRLKeepsTheBestOfItsRestarts(t *testing.T) {
 		t.Errorf("rl answered %g, the restarts' own placements cost %v", out.PolicyCost, costs)
 	}
 }
+
+// TestRLExploresUntilTheEntropyBonusEnds: however fast the policy decides,
+// training goes on while the entropy bonus is on.
+func TestRLExploresUntilTheEntropyBonusEnds(t *testing.T) {
+	out, err := Place(t.Context(), "rl", tinyProblem(t), Options{Seed: 1, RL: RLOptions{Samples: 4000, Restarts: 1, LR: 0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if floor := int(rlAnneal * 4000); out.Evaluated < floor {
+		t.Errorf("stopped after %d placements, before the bonus ended at %d", out.Evaluated, floor)
+	}
+}
