@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/place"
+)
+
+// dataFor is the generator each zoo model trains on here.
+var dataFor = map[string]string{
+	"ctrdnn": "synthetic:1", "ctrdnn-8": "synthetic:1", "ctrdnn-12": "synthetic:1", "ctrdnn-16": "synthetic:1",
+	"ctrdnn-20": "synthetic:1", "2emb": "synthetic:1", "avazu": "synthetic:1", "matchnet": "pairs:1", "nce": "words:1",
+	"linreg": "regress:1",
+}
+
+// simulatorVsMeasured sets the simulator's step of each zoo model with every
+// op on one core of this CPU (op times measured with the kernels) against
+// the step the real trainer (daemon/nn, one thread) takes on batches
+// generated beforehand. Both are best cases — each kernel's fastest of 5
+// runs, the trainer's fastest of 3 x steps steps — because on a shared
+// machine only the fastest run is free of other processes' time.
+func (b *bench) simulatorVsMeasured(batch, steps int) error {
+	fmt.Printf("\n== simulator vs measured: every op on one core of this CPU, batch %d (real: daemon/nn trainer, 1 thread,\n", batch)
+	fmt.Printf("   the fastest of 3 x %d steps on pre-generated batches; simulated: each kernel's fastest of 5 runs)\n", steps)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "model\tsimulated ms\tmeasured ms\tsimulated / measured\t")
+	local, err := place.LoadDevices("local")
+	if err != nil {
+		return err
+	}
+	worst := 0.0
+	for _, name := range config.ZooNames() {
+		spec, ok := dataFor[name]
+		if !ok {
+			continue
+		}
+		sim, real, err := b.compareStep(name, spec, batch, steps, local.Devices[:1])
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		worst = math.Max(worst, math.Abs(sim/real-1))
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.3f\t\n", name, sim*1e3, real*1e3, sim/real)
+	}
+	tw.Flush()
+	fmt.Printf("largest gap %.1f%% (target: within 15%%)\n", 100*worst)
+	return nil
+}
+
+func (b *bench) compareStep(name, spec string, batch, steps int, core []place.Device) (sim, real float64, err error) {
+	cfg, err := config.LoadModel(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	g, err := place.FromModel(cfg, batch)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, err := place.NewSimulator(g, core)
+	if err != nil {
+		return 0, 0, err
+	}
+	m, err := place.Measure(context.Background(), g, b.be, 5)
+	if err != nil {
+		return 0, 0, err
+	}
+	s.UseMeasured(m)
+	r, err := s.Run(make([]int, len(g.Ops)))
+	if err != nil {
+		return 0, 0, err
+	}
+	real, err = b.trainStep(cfg, spec, batch, steps)
+	return r.Step, real, err
+}
+
+// trainStep is the real trainer's seconds per step.
+func (b *bench) trainStep(cfg *config.Model, spec string, batch, steps int) (float64, error) {
+	src, err := data.Open(spec, data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	if err := nn.CheckData(cfg, src.Schema()); err != nil {
+		return 0, err
+	}
+	batches := make([]*data.Batch, steps)
+	for i := range batches {
+		if batches[i], err = src.Next(context.Background(), batch); err != nil {
+			return 0, err
+		}
+	}
+	tr, err := nn.NewTrainer(b.be, cfg, 1, int64(4*steps))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tr.Step(batches[0]); err != nil { // warm-up
+		return 0, err
+	}
+	best := math.Inf(1)
+	for range 3 {
+		for _, bt := range batches {
+			start := time.Now()
+			if _, err := tr.Step(bt); err != nil {
+				return 0, err
+			}
+			best = math.Min(best, time.Since(start).Seconds())
+		}
+	}
+	return best, nil
+}

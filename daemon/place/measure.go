@@ -1,0 +1,228 @@
+package place
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/heterps/heterps/native"
+)
+
+// Measuring bounds: ops larger than this keep their roofline time, so that
+// measuring a big graph stays within seconds and memory.
+const (
+	measureMaxFLOPs  = 2e10
+	measureMaxFloats = 1 << 27 // 512 MiB per buffer
+	measureMaxRows   = 1 << 20 // rows of a measured embedding table
+)
+
+// Measured is per-op times measured on this machine's CPU: Seconds[i] is
+// op i's time, or NaN when it was not measured (its kind has no kernel
+// here, or it is too large).
+type Measured struct {
+	Seconds  []float64
+	Measured int // ops with a measured time
+	Kernels  int // distinct kernel shapes timed
+}
+
+// Measure times every op of g with the real kernels on be (the fastest of
+// reps runs after one warm-up), one timing per distinct kind and shape.
+func Measure(ctx context.Context, g *Graph, be native.Backend, reps int) (*Measured, error) {
+	if reps < 1 {
+		reps = 1
+	}
+	type key struct {
+		kind string
+		dims [3]int
+	}
+	cache := map[key]float64{}
+	m := &Measured{Seconds: make([]float64, len(g.Ops))}
+	for i, op := range g.Ops {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		k := key{op.Kind, op.Dims}
+		sec, ok := cache[k]
+		if !ok {
+			run, err := kernelOf(be, op)
+			if err != nil {
+				return nil, fmt.Errorf("place: measuring op %d (%s): %w", i, op.Name, err)
+			}
+			sec = math.NaN()
+			if run != nil {
+				if sec, err = fastest(run, reps); err != nil {
+					return nil, fmt.Errorf("place: measuring op %d (%s): %w", i, op.Name, err)
+				}
+				m.Kernels++
+			}
+			cache[k] = sec
+		}
+		m.Seconds[i] = sec
+		if !math.IsNaN(sec) {
+			m.Measured++
+		}
+	}
+	return m, nil
+}
+
+// UseMeasured sets the measured times on every Local device.
+func (s *Simulator) UseMeasured(m *Measured) {
+	for d, dev := range s.devs {
+		if !dev.Local {
+			continue
+		}
+		for i, sec := range m.Seconds {
+			if !math.IsNaN(sec) {
+				s.times[i][d] = sec
+			}
+		}
+	}
+}
+
+func fastest(run func() error, reps int) (float64, error) {
+	if err := run(); err != nil {
+		return 0, err
+	}
+	best := math.Inf(1)
+	for range reps {
+		start := time.Now()
+		if err := run(); err != nil {
+			return 0, err
+		}
+		best = math.Min(best, time.Since(start).Seconds())
+	}
+	return best, nil
+}
+
+// kernelOf returns a closure running op's kernel on buffers allocated now,
+// or nil when the op is not measured.
+func kernelOf(be native.Backend, op Op) (func() error, error) {
+	if op.FLOPs > measureMaxFLOPs {
+		return nil, nil
+	}
+	d0, d1, d2 := op.Dims[0], op.Dims[1], op.Dims[2]
+	switch op.Kind {
+	case KindGather, KindGatherGrad, KindSparseUpdate:
+		d0 = min(d0, measureMaxRows) // a table's rows; the ids touch few
+	}
+	if tooBig(op.Kind, d0, d1, d2) {
+		return nil, nil
+	}
+	switch op.Kind {
+	case KindMatMul:
+		m, n, k := d0, d1, d2
+		a, b, c := be.Alloc(m*k), be.Alloc(k*n), be.Alloc(m*n)
+		return func() error { return be.Gemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n) }, nil
+	case KindAct:
+		x, bias, y := be.Alloc(d0*d1), be.Alloc(d1), be.Alloc(d0*d1)
+		return func() error { return be.BiasAct(native.ReLU, d0, d1, x, bias, y) }, nil
+	case KindActGrad:
+		y, dy, dx, db := be.Alloc(d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1), be.Alloc(d1)
+		return func() error { return be.BiasActBackward(native.ReLU, d0, d1, y, dy, dx, db) }, nil
+	case KindConcat:
+		src, dst := be.Alloc(d0*d1), be.Alloc(d0*d1)
+		return func() error { return be.Copy(dst, src) }, nil
+	case KindGather, KindGatherGrad:
+		rows, dim, n := d0, d1, d2
+		offsets, ids := bags(n, rows)
+		if op.Kind == KindGather {
+			table, out := be.Alloc(rows*dim), be.Alloc(n*dim)
+			return func() error { return be.EmbeddingBag(native.PoolSum, table, rows, dim, offsets, ids, out) }, nil
+		}
+		dout := be.Alloc(n * dim)
+		return func() error {
+			_, err := be.EmbeddingBagBackward(native.PoolSum, dim, offsets, ids, dout)
+			return err
+		}, nil
+	case KindUpdate:
+		o, w, g := optimiser(d1), be.Alloc(d0), be.Alloc(d0)
+		state := allocs(be, o.StateBuffers(), d0)
+		return func() error { return be.Update(o, w, g, state...) }, nil
+	case KindSparseUpdate:
+		// The rows of a batch land anywhere in the table: spread them over
+		// one twice as large.
+		n, dim, o := d0, d1, optimiser(d2)
+		rows := 2 * n
+		table, g := be.Alloc(rows*dim), be.Alloc(n*dim)
+		state := allocs(be, o.StateBuffers(), rows*dim)
+		idx := make([]int64, n)
+		for i := range idx {
+			idx[i] = int64(2 * i)
+		}
+		return func() error { return be.UpdateRows(o, table, rows, dim, idx, g, state...) }, nil
+	case KindLoss:
+		logits, dx := be.Alloc(d0*d1), be.Alloc(d0*d1)
+		if d1 == 1 {
+			labels := be.Alloc(d0)
+			return func() error { return be.BCEWithLogitsBackward(d0, logits, labels, 1, dx) }, nil
+		}
+		labels := make([]int64, d0)
+		return func() error {
+			_, err := be.SoftmaxCrossEntropy(d0, d1, logits, labels, 1, dx)
+			return err
+		}, nil
+	case KindLSTM:
+		z, bias, cp, gates, c, h := be.Alloc(4*d0*d1), be.Alloc(4*d1), be.Alloc(d0*d1), be.Alloc(4*d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1)
+		return func() error { return be.LSTMForward(d0, d1, z, bias, cp, gates, c, h) }, nil
+	case KindLSTMGrad:
+		gates, cp, c, dh, dc, dz, dcp := be.Alloc(4*d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1), be.Alloc(4*d0*d1), be.Alloc(d0*d1)
+		return func() error { return be.LSTMBackward(d0, d1, gates, cp, c, dh, dc, dz, dcp) }, nil
+	}
+	return nil, nil
+}
+
+// tooBig reports whether some buffer of the op's kernel would exceed
+// measureMaxFloats.
+func tooBig(kind string, d0, d1, d2 int) bool {
+	sizes := []int{d0 * d1}
+	switch kind {
+	case KindMatMul:
+		sizes = []int{d0 * d2, d2 * d1, d0 * d1}
+	case KindGather, KindGatherGrad:
+		sizes = []int{d0 * d1, d2 * d1}
+	case KindSparseUpdate:
+		sizes = []int{2 * d0 * d1}
+	case KindLSTM, KindLSTMGrad:
+		sizes = []int{4 * d0 * d1}
+	case KindUpdate:
+		sizes = []int{d0}
+	}
+	for _, n := range sizes {
+		if n > measureMaxFloats || n < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// optimiser is the optimiser keeping states floats per weight: SGD, Adagrad
+// or Adam.
+func optimiser(states int) native.Optim {
+	switch states {
+	case 0:
+		return native.Optim{Kind: native.SGD, LR: 1e-3, Step: 1}
+	case 1:
+		return native.Optim{Kind: native.Adagrad, LR: 1e-2, Eps: 1e-8, Step: 1}
+	}
+	return native.Optim{Kind: native.Adam, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+}
+
+func allocs(be native.Backend, k, n int) []native.Buffer {
+	bufs := make([]native.Buffer, k)
+	for i := range bufs {
+		bufs[i] = be.Alloc(n)
+	}
+	return bufs
+}
+
+// bags is n one-id bags with ids spread over rows (a fixed stride, so that
+// the rows touched look like hashed ids).
+func bags(n, rows int) (offsets, ids []int64) {
+	offsets, ids = make([]int64, n+1), make([]int64, n)
+	for i := range n {
+		offsets[i+1] = int64(i + 1)
+		ids[i] = int64((i * 7919) % rows)
+	}
+	return offsets, ids
+}

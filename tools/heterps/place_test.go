@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func placeCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runPlace(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestPlaceJSONReportsEveryMethod: each method's step, search time and
+// distance from the best; the best is 0 from itself; every group is placed.
+func TestPlaceJSONReportsEveryMethod(t *testing.T) {
+	code, out, errs := placeCmd(t, "--model", "ctrdnn", "--devices", "cpu-gpu", "--method", "single,expert,mincut,exact", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got placeJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got.Model != "ctrdnn" || got.Ops != 37 || len(got.Devices) != 2 || len(got.Methods) != 4 {
+		t.Fatalf("%+v", got)
+	}
+	zero := false
+	for _, m := range got.Methods {
+		if m.StepSeconds <= 0 || m.FromBest < 0 || len(m.Placement) != got.Groups || m.Evaluated < 1 {
+			t.Errorf("%+v", m)
+		}
+		zero = zero || m.FromBest == 0
+	}
+	if !zero {
+		t.Error("no method is the best")
+	}
+	if exact := got.Methods[3]; exact.Method != "exact" || exact.FromBest != 0 {
+		t.Errorf("exact is %+.3f from the best", exact.FromBest)
+	}
+}
+
+func TestPlaceTextSkipsExactOnLargeGraphs(t *testing.T) {
+	code, out, errs := placeCmd(t, "--model", "nmt-like", "--devices", "cpu-4gpu", "--method", "single,exact")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "skipped: too many placements") || !strings.Contains(out, "single") {
+		t.Errorf("%s", out)
+	}
+}
+
+func TestPlaceMeasuresTheLocalCPU(t *testing.T) {
+	code, out, errs := placeCmd(t, "--model", "mlp-digits", "--devices", "local", "--method", "single", "--measure", "--reps", "1", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got placeJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Measured == 0 {
+		t.Errorf("measured %d ops (%v)", got.Measured, err)
+	}
+	if code, _, errs := placeCmd(t, "--devices", "cpu-gpu", "--measure"); code != exitUsage || !strings.Contains(errs, "no device marked local") {
+		t.Errorf("--measure without a local device: exit %d, %s", code, errs)
+	}
+}
+
+func TestPlaceBadInputsExitTwo(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "d.toml")
+	if err := os.WriteFile(bad, []byte("[[device]]\nname = \"x\"\nkind = \"fpga\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--method", "bogus"}, "unknown method"},
+		{[]string{"--model", "nope"}, "not in the zoo"},
+		{[]string{"--devices", bad}, "d.toml:3:1: device[0].kind"},
+		{[]string{"--batch", "0"}, "batch"},
+	} {
+		code, _, errs := placeCmd(t, c.args...)
+		if code != exitUsage || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}
