@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -20,24 +21,36 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/daemon/place"
 	"github.com/heterps/heterps/native"
 )
 
 var deviceSets = []string{"local", "cpu-gpu", "cpu-2gpu", "cpu-3gpu-small", "cpu-4gpu"}
 
+// output is where the results go: standard output and, with --out, the
+// results file (written whole at the end).
+var output io.Writer = os.Stdout
+
 func main() {
+	native.FixOpenBLASCore() // measured CPU op times on the kernels heterps runs
 	seed := flag.Uint64("seed", 1, "rl's seed")
 	samples := flag.Int("samples", 0, "rl: placements sampled (0: the default)")
 	batch := flag.Int("batch", 512, "batch of the zoo models' graphs")
 	check := flag.Bool("check-sim", true, "compare the simulator's one-core step of the zoo models with the real trainer's")
 	only := flag.String("graphs", "", "comma-separated graphs (default: the zoo and both synthetic graphs)")
+	outPath := flag.String("out", "", header.OutUsage)
 	flag.Parse()
+	res, err := header.Begin(*outPath, header.Collect("bench/place"))
+	if err != nil {
+		fail(err)
+	}
+	output = res
 	start := time.Now()
-	fmt.Printf("heterps placement benchmark: Go %s, %d CPUs, seed %d, zoo batch %d\n", runtime.Version(), runtime.NumCPU(), *seed, *batch)
-	fmt.Println("Step times are simulated (roofline per op on the device; on \"local\" the CPU op times are measured with the")
-	fmt.Println("real kernels, one thread); \"from best\" is against the best placement any method found for that graph and")
-	fmt.Println("device set; rl is the trained policy's own most likely placement, \"rl sampled\" the best it sampled.")
+	fmt.Fprintf(output, "heterps placement benchmark: Go %s, %d CPUs, seed %d, zoo batch %d\n", runtime.Version(), runtime.NumCPU(), *seed, *batch)
+	fmt.Fprintln(output, "Step times are simulated (roofline per op on the device; on \"local\" the CPU op times are measured with the")
+	fmt.Fprintln(output, "real kernels, one thread); \"from best\" is against the best placement any method found for that graph and")
+	fmt.Fprintln(output, "device set; rl is the trained policy's own most likely placement, \"rl sampled\" the best it sampled.")
 	graphs := place.GraphNames()
 	if *only != "" {
 		graphs = strings.Split(*only, ",")
@@ -58,7 +71,10 @@ func main() {
 		}
 	}
 	b.targets()
-	fmt.Printf("\ntotal %.1f s\n", time.Since(start).Seconds())
+	fmt.Fprintf(output, "\ntotal %.1f s\n", time.Since(start).Seconds())
+	if err := res.Close(); err != nil {
+		fail(err)
+	}
 }
 
 func fail(err error) {
@@ -80,9 +96,9 @@ func (b *bench) graph(name string, batch int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\n== %s: %d ops in %d co-location groups\n", g.Name, len(g.Ops), len(g.Groups))
+	fmt.Fprintf(output, "\n== %s: %d ops in %d co-location groups\n", g.Name, len(g.Ops), len(g.Groups))
 	var measured *place.Measured
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "devices\tn\tsingle ms\texpert ms\tmincut ms\texact ms\trl ms\trl sampled ms\tbest ms\tsingle\texpert\tmincut\texact\trl\trl search s\t")
 	for _, set := range deviceSets {
 		if set == "local" && (name == place.SyntheticNMT || name == place.SyntheticInception) {
@@ -112,7 +128,7 @@ func (b *bench) graph(name string, batch int) error {
 	}
 	tw.Flush()
 	if measured != nil {
-		fmt.Printf("local: %d of %d op times measured (%d kernel shapes)\n", measured.Measured, len(g.Ops), measured.Kernels)
+		fmt.Fprintf(output, "local: %d of %d op times measured (%d kernel shapes)\n", measured.Measured, len(g.Ops), measured.Kernels)
 	}
 	return nil
 }
@@ -174,8 +190,8 @@ func (b *bench) note(graph, set string, rl place.Row, rows []place.Row) {
 }
 
 func (b *bench) targets() {
-	fmt.Println("\n== targets (issue 16, part 3), from this run")
-	fmt.Println("rl within 5% of the best method on every graph (worst device set per graph):")
+	fmt.Fprintln(output, "\n== targets (issue 16, part 3), from this run")
+	fmt.Fprintln(output, "rl within 5% of the best method on every graph (worst device set per graph):")
 	met := 0
 	for _, name := range place.GraphNames() {
 		w, ok := b.rlWorst[name]
@@ -188,15 +204,15 @@ func (b *bench) targets() {
 		} else {
 			met++
 		}
-		fmt.Printf("  %-15s rl %+.1f%% from the best, search at most %.1f s: %s\n", name, 100*w, b.rlSearchMax[name].Seconds(), mark)
+		fmt.Fprintf(output, "  %-15s rl %+.1f%% from the best, search at most %.1f s: %s\n", name, 100*w, b.rlSearchMax[name].Seconds(), mark)
 	}
-	fmt.Printf("  %d of %d graphs\n", met, len(b.rlWorst))
+	fmt.Fprintf(output, "  %d of %d graphs\n", met, len(b.rlWorst))
 	if len(b.nmt) > 0 {
-		fmt.Println("rl better than expert and mincut on the NMT-like graph:")
+		fmt.Fprintln(output, "rl better than expert and mincut on the NMT-like graph:")
 		for _, l := range b.nmt {
-			fmt.Println(l)
+			fmt.Fprintln(output, l)
 		}
-		fmt.Printf("rl search on the NMT-like graph (%s): at most %.1f s (target < 600 s on 2 cores)\n",
+		fmt.Fprintf(output, "rl search on the NMT-like graph (%s): at most %.1f s (target < 600 s on 2 cores)\n",
 			"~300 ops", b.rlSearchMax[place.SyntheticNMT].Seconds())
 	}
 }

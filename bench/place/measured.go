@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -28,9 +27,9 @@ var dataFor = map[string]string{
 // runs, the trainer's fastest of 3 x steps steps — because on a shared
 // machine only the fastest run is free of other processes' time.
 func (b *bench) simulatorVsMeasured(batch, steps int) error {
-	fmt.Printf("\n== simulator vs measured: every op on one core of this CPU, batch %d (real: daemon/nn trainer, 1 thread,\n", batch)
-	fmt.Printf("   the fastest of 3 x %d steps on pre-generated batches; simulated: each kernel's fastest of 5 runs)\n", steps)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(output, "\n== simulator vs measured: every op on one core of this CPU, batch %d (real: daemon/nn trainer, 1 thread,\n", batch)
+	fmt.Fprintf(output, "   the fastest of 3 x %d steps on pre-generated batches; simulated: each kernel's fastest of 5 runs)\n", steps)
+	tw := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "model\tsimulated ms\tmeasured ms\tsimulated / measured\t")
 	local, err := place.LoadDevices("local")
 	if err != nil {
@@ -50,7 +49,7 @@ func (b *bench) simulatorVsMeasured(batch, steps int) error {
 		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.3f\t\n", name, sim*1e3, real*1e3, sim/real)
 	}
 	tw.Flush()
-	fmt.Printf("largest gap %.1f%% (target: within 15%%)\n", 100*worst)
+	fmt.Fprintf(output, "largest gap %.1f%% (target: within 15%%)\n", 100*worst)
 	return nil
 }
 
