@@ -79,7 +79,7 @@ install-files:
 	done
 	install -m 0644 config/systemd/heterpsd-node@.service.d/gpu.conf $(DESTDIR)$(UNITDIR)/heterpsd-node@.service.d/
 	install -m 0644 config/systemd/heterps.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/heterps.conf
-	for d in catalogs jobs models problems; do cp -R config/examples/$$d $(DESTDIR)$(DATADIR)/examples/ || exit 1; done
+	for d in catalogs devices jobs models problems; do cp -R config/examples/$$d $(DESTDIR)$(DATADIR)/examples/ || exit 1; done
 	cp -R config/systemd/examples/. $(DESTDIR)$(DATADIR)/examples/systemd/
 	install -d $(DESTDIR)$(DATADIR)/examples/grafana
 	install -m 0644 config/grafana/heterps.json $(DESTDIR)$(DATADIR)/examples/grafana/
