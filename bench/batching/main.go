@@ -339,7 +339,7 @@ func (b *bench) header() {
 		b.o.heartbeat, replicas, unitType)
 	fmt.Fprintln(b.w, "cpu_share is a duty-cycle throttle (the worker sleeps (1/share-1) x its compute each step); the two cores are shared with other work, see the load")
 	fmt.Fprintln(b.w, "[batching]: the job file's defaults for dynamic (interval 3 reports, smoothing 0.5, deadband 0.05, min_batch 1); variable splits by units x cpu_share at placement")
-	fmt.Fprintln(b.w, "ASP: the rows show what the coordinator does with an ASP job's batching mode in this tree (dynamic batching for ASP is being built)")
+	fmt.Fprintln(b.w, "ASP: the controller balances ASP replicas too; each switches to a new split at its own next step, and a push counts b_k/mean(b)")
 	fmt.Fprintf(b.w, "status polled every %v; step and loss arrive with node heartbeats (every %v), so step times and times to target are per heartbeat, not per step\n", pollEvery, b.o.heartbeat)
 	fmt.Fprintf(b.w, "loss: the status's loss is the last step's (mean over the replicas, unweighted), noisy: an EMA over newly reported steps, weight %.2f;\n", b.o.emaWeight)
 	fmt.Fprintf(b.w, "target loss per model = its H-1 uniform %s run's EMA at %.0f %% of its steps, for every sync mode; time to target from the job's start\n\n",
