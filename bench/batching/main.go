@@ -35,7 +35,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -232,10 +231,13 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options) error {
-	var out bytes.Buffer
-	w := io.MultiWriter(os.Stdout, &out)
 	dir, err := os.MkdirTemp("", "bench-batching-")
 	if err != nil {
+		return err
+	}
+	w, err := header.Begin(o.out, header.Collect("bench/batching"))
+	if err != nil {
+		os.RemoveAll(dir)
 		return err
 	}
 	b := &bench{o: o, dir: dir, w: w}
@@ -246,16 +248,19 @@ func run(ctx context.Context, o options) error {
 	b.header()
 	res := b.runAll(ctx)
 	printAll(w, res, o)
-	header.WriteLoadAfter(w)
 	if b.failed(res) {
 		fmt.Fprintf(os.Stderr, "bench/batching: a run failed; the daemons' logs are in %s\n", dir)
 	} else {
 		os.RemoveAll(dir)
 	}
 	if ctx.Err() != nil {
+		header.WriteLoadAfter(w) // shown; the results file is left as it was
 		return ctx.Err()
 	}
-	return writeOutputs(res, o, out.Bytes())
+	if err := w.Close(); err != nil { // the load average after, and the results file written whole
+		return fmt.Errorf("record the output: %w", err)
+	}
+	return writeOutputs(res, o)
 }
 
 // runAll runs the parts the options select.
@@ -275,14 +280,8 @@ func (b *bench) runAll(ctx context.Context) *results {
 	return res
 }
 
-// writeOutputs records the output, the curves and the plot where the
-// options say.
-func writeOutputs(res *results, o options, text []byte) error {
-	if o.out != "" {
-		if err := os.WriteFile(o.out, text, 0o644); err != nil {
-			return fmt.Errorf("record the output in %s: %w", o.out, err)
-		}
-	}
+// writeOutputs writes the loss curves and the plot the options ask for.
+func writeOutputs(res *results, o options) error {
 	if o.curves != "" {
 		if err := writeCurvesFile(o.curves, res.all(), o); err != nil {
 			return err
@@ -330,7 +329,6 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // header says what runs where: machine, load, versions and the setup.
 func (b *bench) header() {
-	header.Collect("bench/batching").Write(b.w)
 	for _, m := range b.o.models {
 		fmt.Fprintf(b.w, "job: %s on %s, %s, %d steps of global batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units (PS on one of the nodes); loss: %s\n",
 			m.name, m.data, strings.ToUpper(strings.Join(b.o.syncs, " and ")), m.steps, m.batch, b.limits[m.name], replicas, m.loss)

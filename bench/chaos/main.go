@@ -36,7 +36,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -144,10 +143,13 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options) error {
-	var out bytes.Buffer
-	w := io.MultiWriter(os.Stdout, &out)
 	dir, err := os.MkdirTemp("", "bench-chaos-")
 	if err != nil {
+		return err
+	}
+	w, err := header.Begin(o.out, header.Collect("bench/chaos"))
+	if err != nil {
+		os.RemoveAll(dir)
 		return err
 	}
 	b := &bench{o: o, dir: dir, w: w}
@@ -159,7 +161,6 @@ func run(ctx context.Context, o options) error {
 	results := b.runAll(ctx)
 	printTable(w, results)
 	printTargets(w, results)
-	header.WriteLoadAfter(w)
 	failed := false
 	for _, r := range results {
 		failed = failed || r.err != nil
@@ -169,10 +170,8 @@ func run(ctx context.Context, o options) error {
 	} else {
 		os.RemoveAll(dir)
 	}
-	if o.out != "" {
-		if err := os.WriteFile(o.out, out.Bytes(), 0o644); err != nil {
-			return fmt.Errorf("record the output: %w", err)
-		}
+	if err := w.Close(); err != nil { // the load average after, and the results file written whole
+		return fmt.Errorf("record the output: %w", err)
 	}
 	return ctx.Err()
 }
@@ -186,7 +185,6 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // header says what runs where: machine, load, versions and the setup.
 func (b *bench) header() {
-	header.Collect("bench/chaos").Write(b.w)
 	fmt.Fprintf(b.w, "job: %s on %s, BSP, %d steps of batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units; checkpoint every %d steps, restarts = %d\n",
 		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.every, b.o.restarts)
 	fmt.Fprintf(b.w, "cluster per scenario: heterpsd coordinator (fresh state dir, fixed port, --heartbeat %v: dead after 3 missed) + %d node daemons of 1x %s (1 thread), plain loopback, lease = %q; faults at %.0f %% of the steps\n",
