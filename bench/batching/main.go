@@ -50,6 +50,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/native"
 )
 
 const (
@@ -102,6 +103,7 @@ type flagLists struct {
 }
 
 func main() {
+	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run
 	var o options
 	var l flagLists
 	flag.IntVar(&o.steps, "steps", 0, "training steps of every job (0: each model's default: "+modelDefaults("steps")+")")

@@ -48,6 +48,7 @@ import (
 
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/loopback"
+	"github.com/heterps/heterps/native"
 )
 
 const (
@@ -77,6 +78,7 @@ type options struct {
 var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "overhead"}
 
 func main() {
+	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run
 	var o options
 	flag.IntVar(&o.steps, "steps", 1500, "training steps of every job")
 	flag.IntVar(&o.batch, "batch", 256, "samples per step (split over the stage's replicas)")

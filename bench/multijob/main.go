@@ -36,6 +36,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/daemon/alloc"
+	"github.com/heterps/heterps/native"
 )
 
 // options are the command's flags.
@@ -54,6 +55,7 @@ type options struct {
 }
 
 func main() {
+	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "multijob:", err)
