@@ -84,17 +84,21 @@ func printNodes(w io.Writer, nodes []api.NodeStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "id\tname\ttype\tunits\tcpu share\tmode\tstate\ttasks")
 	for _, n := range nodes {
-		tasks := "-"
-		if len(n.Tasks) > 0 {
-			tasks = strings.Join(n.Tasks, ",")
-		}
 		mode := n.CPUShareMode
 		if mode == "" {
 			mode = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.Name, n.Type, n.Units, shareText(n), mode, n.State, tasks)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.Name, n.Type, n.Units, shareText(n), mode, n.State, taskList(n))
 	}
 	tw.Flush()
+}
+
+// taskList is a node's tasks, comma-separated, or "-".
+func taskList(n api.NodeStatus) string {
+	if len(n.Tasks) == 0 {
+		return "-"
+	}
+	return strings.Join(n.Tasks, ",")
 }
 
 // shareText is the share a node applies, and the one asked for when it

@@ -167,11 +167,7 @@ func printNodeList(w io.Writer, nodes []api.NodeStatus, now time.Time) {
 		if n.Reason != "" {
 			state += " (" + n.Reason + ")"
 		}
-		tasks := "-"
-		if len(n.Tasks) > 0 {
-			tasks = strings.Join(n.Tasks, ",")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.ID, n.Type, n.Units, state, heartbeatAge(n.LastHeartbeat, now), tasks)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.ID, n.Type, n.Units, state, heartbeatAge(n.LastHeartbeat, now), taskList(n))
 	}
 	tw.Flush()
 }
