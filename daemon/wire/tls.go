@@ -64,9 +64,9 @@ func checkPrivate(path string) error {
 	return nil
 }
 
-// ClientTLS returns cfg set to verify the server at addr (host:port) by
+// clientTLS returns cfg set to verify the server at addr (host:port) by
 // its host name or IP address.
-func ClientTLS(cfg *tls.Config, addr string) *tls.Config {
+func clientTLS(cfg *tls.Config, addr string) *tls.Config {
 	c := cfg.Clone()
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		c.ServerName = host
@@ -79,7 +79,7 @@ var errTLS = errors.New("tls handshake failed")
 
 // tlsClient runs the client side of a TLS handshake on nc within ctx.
 func tlsClient(ctx context.Context, nc net.Conn, cfg *Config, addr string) (net.Conn, error) {
-	tc := tls.Client(nc, ClientTLS(cfg.TLS, addr))
+	tc := tls.Client(nc, clientTLS(cfg.TLS, addr))
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
