@@ -29,6 +29,7 @@ import (
 //	priority = 2               # optional: weight under --alloc-policy priority; default 1
 //	target_loss_reduction = 0.9  # optional: stop once the normalised loss reduction reaches it
 //	trace = "/tmp/j.jsonl"     # optional: the coordinator writes the job's loss history here
+//	profile = "ctrdnn.toml"    # optional: plan on this problem file of `heterps profile` instead of the catalog's roofline
 //	[optimizer]                # optional: replaces the model's optimizer
 //	kind = "adam"
 //	lr = 0.001
@@ -83,6 +84,11 @@ type Job struct {
 	Priority            float64 `toml:"priority"`
 	TargetLossReduction float64 `toml:"target_loss_reduction"`
 	Trace               string  `toml:"trace"`
+	// Profile, when set, is a problem file written by `heterps profile`
+	// for the job's model: the coordinator plans on its measured layer
+	// times (per type, by name) instead of the catalog's roofline
+	// estimates. It must be readable by the coordinator.
+	Profile string `toml:"profile"`
 
 	loc *Locator
 }
@@ -320,6 +326,9 @@ func (j *Job) validate(loc *Locator) error {
 	}
 	if strings.TrimSpace(j.Checkpoint.Restore) != j.Checkpoint.Restore || strings.ContainsRune(j.Checkpoint.Restore, 0) {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
+	}
+	if strings.TrimSpace(j.Profile) != j.Profile || strings.ContainsRune(j.Profile, 0) {
+		errs.add(loc.Errorf("profile", "%q is not a usable path", j.Profile))
 	}
 	j.validateBatching(loc, &errs)
 	j.validateDenseSync(loc, &errs)

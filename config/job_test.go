@@ -108,6 +108,7 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"allreduce in ASP", "batch = 8\nsteps = 1\nmode = \"asp\"\ndense_sync = \"allreduce\"\n", "dense_sync", 7},
 		{"allreduce with restore", "batch = 8\nsteps = 1\ndense_sync = \"allreduce\"\n[checkpoint]\nrestore = \"/x\"\n", "dense_sync", 6},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
+		{"profile path with spaces around", "batch = 8\nsteps = 1\nprofile = \"p.toml \"\n", "profile", 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseJob("job.toml", []byte(head+tc.body))

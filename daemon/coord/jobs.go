@@ -195,6 +195,14 @@ func (c *Coordinator) check(j *job) error {
 	if err != nil {
 		return err
 	}
+	if jf.Profile != "" {
+		if m.HasTowers() {
+			return jf.Errorf("profile", "model %s has towers and is planned as one merged layer: a per-layer profile does not apply", m.Name)
+		}
+		if _, err := loadProfile(jf, len(m.Shapes())); err != nil {
+			return jf.Errorf("profile", "%v", err)
+		}
+	}
 	j.model, j.modelText = m, string(text)
 	return c.checkRestore(j)
 }
@@ -235,7 +243,8 @@ func checkDistributable(jf *config.Job, m *config.Model) error {
 
 // JobProblem builds the scheduling problem of a job file's model on the
 // catalog, as `heterps plan --model --catalog` does: layer times are
-// roofline estimates from the catalog's device descriptors.
+// roofline estimates from the catalog's device descriptors, or, when the
+// job file names a profile, that file's measured times (profile.go).
 func JobProblem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Problem, error) {
 	spec := sched.DefaultEstimateSpec()
 	spec.Batch = jf.Batch
@@ -249,9 +258,27 @@ func JobProblem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Pr
 	if spec.PSType == "" {
 		spec.PSType = firstCPUType(cat)
 	}
+	var prof *config.Problem
+	if jf.Profile != "" && !spec.Whole {
+		var err error
+		if prof, err = loadProfile(jf, len(m.Shapes())); err != nil {
+			return nil, err
+		}
+		spec.ProfileBatch = prof.ProfileBatch
+	}
 	pc, err := sched.EstimateProblem(m.Shapes(), cat, spec)
 	if err != nil {
 		return nil, err
+	}
+	if prof != nil {
+		if err := applyProfile(pc, prof, jf.Profile); err != nil {
+			return nil, err
+		}
+		if jf.ThroughputLimit == 0 { // the floor derived from the roofline would not fit the measured times
+			if pc.ThroughputLimit, err = sched.AutoLimit(pc); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return sched.NewProblem(pc)
 }

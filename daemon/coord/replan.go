@@ -217,7 +217,7 @@ func (c *Coordinator) measureReplan(j *job, now time.Time) {
 // rawThroughputs is each stage's throughput as the uncorrected profile
 // predicts it. c.mu is held.
 func (c *Coordinator) rawThroughputs(j *job) ([]float64, error) {
-	p, err := JobProblem(c.planFile(j), j.model, c.cfg.Catalog)
+	p, err := JobProblem(c.planFile(j), j.model, onlyTypes(c.cfg.Catalog, planTypes(j.plan)))
 	if err != nil {
 		return nil, err
 	}

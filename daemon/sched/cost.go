@@ -1,6 +1,10 @@
 package sched
 
-import "math"
+import (
+	"math"
+
+	"github.com/heterps/heterps/config"
+)
 
 // Segment is one pipeline stage: layers First..Last (0-based, inclusive) on
 // type Type with Units units.
@@ -145,3 +149,9 @@ func (p *Problem) hourlyPrice(segs []Segment, psCores int) float64 {
 // costFactor is the factor from "price per hour divided by samples/s"
 // to the cost of the run: epochs * M / 3600.
 func (p *Problem) costFactor() float64 { return p.Epochs * p.Samples / 3600 }
+
+// AutoLimit is the throughput floor EstimateProblem picks when its spec
+// gives none, computed on c's layer times as they are now (for a problem
+// whose times were replaced after the estimate, such as by a measured
+// profile). It sets c.ThroughputLimit to 0 first.
+func AutoLimit(c *config.Problem) (float64, error) { return autoLimit(c) }

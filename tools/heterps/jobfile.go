@@ -67,6 +67,9 @@ func resolveJobPaths(label string, src []byte, dir string) ([]byte, error) {
 			doc["data"] = spec.String()
 		}
 	}
+	if p, ok := doc["profile"].(string); ok && !config.IsExampleName(p) {
+		doc["profile"] = abs(p)
+	}
 	if ck, ok := doc["checkpoint"].(map[string]any); ok {
 		for _, key := range []string{"dir", "restore"} {
 			if p, ok := ck[key].(string); ok {
