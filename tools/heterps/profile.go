@@ -36,6 +36,11 @@ type profileFlags struct {
 	model, catalog, typ, out string
 	batch, unitThreads, reps int
 	units                    []int
+	// The synchronisation measured by running the stage (profile_sync.go):
+	// how dense parameters sync, the data the stage reads, and how many
+	// steps are timed (0: none, only the layers and the activations).
+	denseSync, data string
+	syncSteps       int
 }
 
 func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
@@ -50,6 +55,9 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.IntVar(&f.reps, "reps", 5, "repetitions; the fastest is kept")
 	units := fs.String("units", "1,2", "unit counts to time, for fitting alpha (Amdahl)")
 	fs.StringVar(&f.out, "out", "", "write the problem file here (default: standard output)")
+	fs.StringVar(&f.denseSync, "dense-sync", config.DenseSyncPS, "how the job's data-parallel stages sync dense parameters (ps or allreduce): the synchronisation folded into oct and alpha")
+	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
+	fs.IntVar(&f.syncSteps, "sync-steps", 20, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -64,8 +72,11 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 		f.units = append(f.units, k)
 	}
 	slices.Sort(f.units)
-	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 {
-		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads and --reps must be > 0")
+	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 || f.syncSteps < 0 {
+		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads and --reps must be > 0, --sync-steps >= 0")
+	}
+	if f.denseSync != config.DenseSyncPS && f.denseSync != config.DenseSyncAllreduce {
+		return nil, fmt.Errorf("profile: --dense-sync %q: want ps or allreduce", f.denseSync)
 	}
 	return f, nil
 }
@@ -112,11 +123,20 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 	if err := measureTransfer(ctx, f, prob, col); err != nil {
 		return err
 	}
+	var folded []string
+	if f.syncSteps > 0 {
+		if folded, err = measureSync(ctx, cfg, f, prob, col); err != nil {
+			return err
+		}
+	}
 	if err := prob.Validate(); err != nil {
 		return fmt.Errorf("profile: measured problem: %w", err)
 	}
 	printProfile(stderr, prob, col, estimate)
-	return writeProfile(f, cat, col, prob, stdout)
+	for _, line := range folded {
+		fmt.Fprintln(stderr, line)
+	}
+	return writeProfile(f, cat, col, prob, folded, stdout)
 }
 
 func measuredColumn(cat *config.Catalog, name string) (int, error) {
@@ -327,7 +347,7 @@ func printProfile(w io.Writer, p *config.Problem, col int, estimate []config.Pro
 
 // writeProfile writes the problem file with a header that says which type
 // was measured and which are estimated.
-func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Problem, stdout io.Writer) error {
+func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Problem, folded []string, stdout io.Writer) error {
 	body, err := toml.Marshal(p)
 	if err != nil {
 		return err
@@ -342,6 +362,9 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	fmt.Fprintf(&out, "# heterps profile --model %s --catalog %s, B_o = %d, %s\n", f.model, f.catalog, f.batch, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
 	fmt.Fprintf(&out, "# estimated from device descriptors (roofline), not measured: %s\n", strings.Join(estimated, ", "))
+	for _, line := range folded {
+		fmt.Fprintf(&out, "# %s\n", line)
+	}
 	out.Write(body)
 	if f.out == "" {
 		_, err = stdout.Write(out.Bytes())

@@ -14,7 +14,7 @@ import (
 func TestProfileWritesAMeasuredProblemFile(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "p.toml")
 	f, err := parseProfileFlags([]string{"--model", "mlp-digits", "--catalog", "../../config/examples/catalogs/local.toml",
-		"--batch", "64", "--reps", "2", "--units", "1", "--out", out}, &bytes.Buffer{})
+		"--batch", "64", "--reps", "2", "--units", "1", "--sync-steps", "0", "--out", out}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func mustRead(t *testing.T, path string) string {
 func TestPlanReadsAProfileOfTheModel(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "p.toml")
 	f, err := parseProfileFlags([]string{"--model", "mlp-digits", "--catalog", "../../config/examples/catalogs/local.toml",
-		"--batch", "64", "--reps", "1", "--units", "1", "--out", out}, &bytes.Buffer{})
+		"--batch", "64", "--reps", "1", "--units", "1", "--sync-steps", "0", "--out", out}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}

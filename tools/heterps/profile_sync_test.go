@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+)
+
+func foldProblem() *config.Problem {
+	layer := func(oct float64) config.ProblemLayer {
+		return config.ProblemLayer{OCT: []float64{9, oct}, ODT: []float64{1, 1}, Alpha: []float64{0.5, 0.9}, Beta: []float64{0, 0}}
+	}
+	return &config.Problem{Layers: []config.ProblemLayer{layer(0.002), layer(0.006)}}
+}
+
+// TestFoldSyncMakesTheColumnReproduceTheStageRuns: the measured type's
+// oct add up to the 1-replica step, the time beyond the layers' compute
+// goes to the layers by weight, alpha fits the k-replica steps, and the
+// other types are left alone.
+func TestFoldSyncMakesTheColumnReproduceTheStageRuns(t *testing.T) {
+	p := foldProblem()
+	runs := []*stageTimes{{k: 1, step: 0.012}, {k: 2, step: 0.009}}
+	extra, alpha := foldSync(p, 1, []float64{3, 1}, runs)
+	if math.Abs(extra-0.004) > 1e-12 {
+		t.Errorf("extra %g, want 0.004 (0.012 step - 0.008 compute)", extra)
+	}
+	if got := []float64{p.Layers[0].OCT[1], p.Layers[1].OCT[1]}; math.Abs(got[0]-0.005) > 1e-9 || math.Abs(got[1]-0.007) > 1e-9 {
+		t.Errorf("oct %v, want [0.005 0.007]: 3/4 and 1/4 of the 0.004 s added", got)
+	}
+	// 0.012 ((1-a) + a/2) = 0.009 -> a = 0.5
+	if math.Abs(alpha-0.5) > 1e-9 || p.Layers[0].Alpha[1] != 0.5 || p.Layers[1].Alpha[1] != 0.5 {
+		t.Errorf("alpha %g, layers %g %g, want 0.5", alpha, p.Layers[0].Alpha[1], p.Layers[1].Alpha[1])
+	}
+	if p.Layers[0].OCT[0] != 9 || p.Layers[0].Alpha[0] != 0.5 {
+		t.Errorf("another type's column changed: %+v", p.Layers[0])
+	}
+}
+
+func TestFoldSyncScalesWhenTheRuntimeIsFasterAndClampsAlpha(t *testing.T) {
+	p := foldProblem()
+	runs := []*stageTimes{{k: 1, step: 0.004}, {k: 2, step: 0.006}, {k: 4, step: 0.008}}
+	_, alpha := foldSync(p, 1, []float64{1, 1}, runs)
+	if got := p.Layers[0].OCT[1] + p.Layers[1].OCT[1]; math.Abs(got-0.004) > 1e-9 || math.Abs(p.Layers[1].OCT[1]-0.003) > 1e-9 {
+		t.Errorf("oct %g + %g, want 0.001 + 0.003 (scaled to the 0.004 s step)", p.Layers[0].OCT[1], p.Layers[1].OCT[1])
+	}
+	if alpha != 0 {
+		t.Errorf("alpha %g for steps that grow with k, want 0 (clamped)", alpha)
+	}
+}
+
+// TestProfileFoldsTheStageSynchronisation runs heterps profile with the
+// stage measurement on: the file says what it folded, for each k and
+// dense-sync method, replica 0 through the in-process shard and the others
+// over the wire, and its measured column adds up to the measured step.
+func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
+	for _, sync := range []string{"ps", "allreduce"} {
+		t.Run(sync, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "p.toml")
+			f, err := parseProfileFlags([]string{"--model", "ctrdnn", "--catalog", "../../config/examples/catalogs/local.toml",
+				"--batch", "64", "--reps", "1", "--units", "1,2", "--sync-steps", "2", "--dense-sync", sync, "--out", out}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+				t.Fatal(err)
+			}
+			src := mustRead(t, out)
+			for _, want := range []string{"# folded into oct and alpha: the synchronisation of dense_sync = " + sync,
+				"# k = 1: ", "# k = 2: ", "replica 0 (PS local)", "replica 1 (PS wire)", "# alpha = "} {
+				if !strings.Contains(src, want) {
+					t.Errorf("the file lacks %q:\n%s", want, src)
+				}
+			}
+			if sync == "allreduce" && !strings.Contains(src, "ring allreduce") {
+				t.Errorf("allreduce not named:\n%s", src)
+			}
+			if _, err := config.LoadProblem(out); err != nil {
+				t.Fatalf("profile output does not load: %v", err)
+			}
+		})
+	}
+}
+
+func TestProfileRejectsAnUnknownDenseSync(t *testing.T) {
+	if _, err := parseProfileFlags([]string{"--dense-sync", "nccl"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "nccl") {
+		t.Errorf("--dense-sync nccl: %v", err)
+	}
+}
