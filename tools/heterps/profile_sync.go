@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -58,6 +59,9 @@ func stageRun(ctx context.Context, s stageSetup, k int) (*stageTimes, error) {
 	if s.batch < k {
 		return nil, fmt.Errorf("profile: batch %d cannot be split over %d replicas", s.batch, k)
 	}
+	// k node daemons would each schedule goroutines on every CPU: so may
+	// the k replicas here, or they would queue behind one another for Ps.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), k*runtime.NumCPU())))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &stageRunner{setup: s, k: k}

@@ -1,0 +1,365 @@
+// Command profile checks the cost model against measurement on loopback:
+// it profiles this machine with `heterps profile` (layers, activations, and
+// the synchronisation of the chosen dense_sync folded in), then runs ctrdnn
+// with `heterps run` (a coordinator and one heterpsd process per node, built
+// from this tree) on 1, 2 and 4 nodes of one unit each, each job planned
+// from the profile (job file `profile = ...`, a throughput floor making
+// the exact plan use n units), and prints every stage's measured
+// throughput over the profile's prediction (target 0.8-1.2) beside the
+// same stage's measured throughput over the prediction of the catalog's
+// roofline (what the coordinator plans on without a profile).
+//
+//	go run ./bench/profile [--steps 200] [--batch 512] [--nodes 1,2,4] [--dense-sync ps,allreduce] [--out bench/results/profile.txt]
+//
+// Run it from the repository root.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heterps/heterps/bench/internal/header"
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/native"
+)
+
+const (
+	modelName = "ctrdnn"
+	dataSpec  = "synthetic:1"
+)
+
+type options struct {
+	steps, batch, syncSteps int
+	nodes                   []int
+	denseSync               []string
+	catalog, unit           string
+	timeout                 time.Duration
+}
+
+func main() {
+	native.FixOpenBLASCore() // the vector GEMM kernels, as heterps and heterpsd run them
+	var o options
+	flag.IntVar(&o.steps, "steps", 200, "training steps of every job")
+	flag.IntVar(&o.batch, "batch", 512, "the jobs' batch, and the profile's B_o")
+	flag.IntVar(&o.syncSteps, "sync-steps", 50, "heterps profile --sync-steps")
+	nodes := flag.String("nodes", "1,2,4", "comma-separated node counts")
+	sync := flag.String("dense-sync", "ps,allreduce", "comma-separated dense_sync methods: a profile and a run per node count each")
+	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose --unit type the nodes offer")
+	flag.StringVar(&o.unit, "unit", "cpu-1t", "the catalog type each node offers one unit of")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a run after this long")
+	outPath := flag.String("out", "", header.OutUsage)
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := parseLists(&o, *nodes, *sync)
+	var res *header.Results
+	if err == nil {
+		res, err = header.Begin(*outPath, header.Collect("bench/profile"))
+	}
+	if err == nil {
+		err = run(ctx, o, res)
+	}
+	if err == nil {
+		err = res.Close()
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/profile:", err)
+		os.Exit(1)
+	}
+}
+
+func parseLists(o *options, nodes, sync string) error {
+	for s := range strings.SplitSeq(nodes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--nodes %q: want a comma-separated list of integers >= 1", nodes)
+		}
+		o.nodes = append(o.nodes, n)
+	}
+	for s := range strings.SplitSeq(sync, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case config.DenseSyncPS, config.DenseSyncAllreduce:
+			o.denseSync = append(o.denseSync, s)
+		default:
+			return fmt.Errorf("--dense-sync %q: %q is not ps or allreduce", sync, s)
+		}
+	}
+	if o.steps < 2 || o.batch < slices.Max(o.nodes) {
+		return fmt.Errorf("--steps %d, --batch %d: want >= 2 steps and a row per node", o.steps, o.batch)
+	}
+	return nil
+}
+
+func run(ctx context.Context, o options, w io.Writer) error {
+	base, err := config.LoadCatalog(o.catalog)
+	if err != nil {
+		return err
+	}
+	unit, ok := base.Type(o.unit)
+	if !ok {
+		return fmt.Errorf("%s has no type %s", o.catalog, o.unit)
+	}
+	model, err := config.LoadModel(modelName)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "bench-profile-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	t, err := buildTools(ctx, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "bench/profile: %s on %s, batch %d, %d steps, BSP, one-unit %s nodes (heterps run: a coordinator and one heterpsd process per node); %s\n",
+		modelName, dataSpec, o.batch, o.steps, unit.Name, time.Now().UTC().Format(time.RFC3339))
+	for _, sync := range o.denseSync {
+		if err := syncBlock(ctx, o, t, dir, unit, model, sync, w); err != nil {
+			return fmt.Errorf("dense_sync %s: %w", sync, err)
+		}
+	}
+	return nil
+}
+
+// syncBlock profiles for one dense_sync method and runs the jobs planned
+// on that profile.
+func syncBlock(ctx context.Context, o options, t tools, dir string, unit config.CatalogType, model *config.Model, sync string, w io.Writer) error {
+	units := slices.Clone(o.nodes)
+	if !slices.Contains(units, 1) {
+		units = append(units, 1)
+	}
+	slices.Sort(units)
+	profCat, err := catalogFile(dir, "profile", benchCatalog(unit, slices.Max(units)))
+	if err != nil {
+		return err
+	}
+	prof := filepath.Join(dir, "profile-"+sync+".toml")
+	fmt.Fprintf(w, "\n== dense_sync %s\n", sync)
+	args := []string{"profile", "--model", modelName, "--catalog", profCat, "--type", unit.Name, "--unit-threads", "1",
+		"--units", joinInts(units), "--batch", strconv.Itoa(o.batch), "--dense-sync", sync, "--data", dataSpec,
+		"--sync-steps", strconv.Itoa(o.syncSteps), "--out", prof}
+	fmt.Fprintf(w, "heterps %s\n", strings.Join(args, " "))
+	out, err := exec.CommandContext(ctx, t.heterps, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("heterps profile: %w\n%s", err, out)
+	}
+	w.Write(out)
+	fmt.Fprintf(w, "samples/s of each stage, measured over the job, and predicted by the profile and by the catalog's roofline for the same stage\n")
+	fmt.Fprintf(w, "(* the profile's plan would take fewer units, none faster: the run is pinned to n units by the catalog's plan)\n")
+	fmt.Fprintf(w, "%5s  %-5s  %5s  %7s  %10s  %11s  %6s  %10s  %6s\n", "nodes", "stage", "units", "type", "measured", "profile", "m/p", "catalog", "m/p")
+	for _, n := range o.nodes {
+		if err := nodesRun(ctx, o, t, dir, unit, model, sync, prof, n, w); err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// nodesRun runs the job on n nodes planned from the profile and prints
+// its stages' ratios against the profile and the catalog. When no
+// throughput floor makes the profile's exact plan use n units (the profile
+// says more units are no faster, so the planner rightly takes fewer), the
+// job is pinned to n units by the catalog's floor instead, without the
+// profile, and the profile's prediction for the placed stages is computed
+// here from the profile's problem; such lines are marked *.
+func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.CatalogType, model *config.Model, sync, prof string, n int, w io.Writer) error {
+	cat := benchCatalog(unit, n)
+	planProf, mark := prof, ""
+	limit, err := floorFor(ctx, cat, model, jobTOML(n, o.batch, o.steps, 0, sync, prof), n)
+	if errors.Is(err, errNoFloor) {
+		planProf, mark = "", "*"
+		limit, err = floorFor(ctx, cat, model, jobTOML(n, o.batch, o.steps, 0, sync, ""), n)
+	}
+	if err != nil {
+		return err
+	}
+	catPath, err := catalogFile(dir, fmt.Sprintf("run-%d", n), cat)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, o.timeout)
+	r, err := t.run(rctx, catPath, filepath.Join(dir, fmt.Sprintf("job-%s-%d.toml", sync, n)), jobTOML(n, o.batch, o.steps, limit, sync, planProf))
+	cancel()
+	if err != nil {
+		return err
+	}
+	roofline, err := problemOf(cat, model, jobTOML(n, o.batch, o.steps, limit, sync, ""))
+	if err != nil {
+		return err
+	}
+	measured, err := problemOf(cat, model, jobTOML(n, o.batch, o.steps, 1, sync, prof))
+	if err != nil {
+		return err
+	}
+	for _, st := range r.Stages {
+		seg := func(p *sched.Problem) sched.Segment {
+			ty, _ := p.TypeIndex(st.Type)
+			return sched.Segment{First: st.FirstLayer, Last: st.LastLayer, Type: ty, Units: st.Units}
+		}
+		catX, profX := roofline.StageThroughput(seg(roofline)), measured.StageThroughput(seg(measured))
+		fmt.Fprintf(w, "%5d  %-5d  %5d  %7s  %10.0f  %10.0f%1s  %6.3f  %10.0f  %6.3f\n", n, st.Stage, st.Units, st.Type,
+			st.MeasuredThroughput, profX, mark, st.MeasuredThroughput/profX, catX, st.MeasuredThroughput/catX)
+		if mark == "" && math.Abs(profX-st.PredictedThroughput) > 1e-6*profX {
+			return fmt.Errorf("stage %d: the coordinator predicted %g samples/s, the profile gives %g", st.Stage, st.PredictedThroughput, profX)
+		}
+	}
+	return nil
+}
+
+// problemOf is the problem the coordinator plans the job on.
+func problemOf(cat *config.Catalog, model *config.Model, job []byte) (*sched.Problem, error) {
+	jf, err := config.ParseJob("bench.toml", job)
+	if err != nil {
+		return nil, err
+	}
+	return coord.JobProblem(jf, model, cat)
+}
+
+// floorFor finds a throughput floor at which the exact plan of job uses
+// exactly n units of cat (bisection on a log scale), as
+// bench/internal/planlimit does for jobs without a profile.
+func floorFor(ctx context.Context, cat *config.Catalog, model *config.Model, job []byte, n int) (float64, error) {
+	p, err := problemOf(cat, model, job)
+	if err != nil {
+		return 0, err
+	}
+	units := func(limit float64) (int, error) {
+		p.ThroughputLimit = limit
+		plan, err := sched.Run(ctx, "exact", p, sched.Options{Seed: 1})
+		if err != nil || !plan.Feasible {
+			return math.MaxInt, err
+		}
+		total := 0
+		for _, s := range plan.Stages {
+			total += s.Units
+		}
+		return total, nil
+	}
+	lo, hi := 1.0, 1e9
+	for range 200 {
+		mid := math.Sqrt(lo * hi)
+		u, err := units(mid)
+		switch {
+		case err != nil:
+			return 0, err
+		case u == n:
+			return mid, nil
+		case u < n:
+			lo = mid
+		default:
+			hi = mid
+		}
+	}
+	return 0, fmt.Errorf("%w: %d", errNoFloor, n)
+}
+
+var errNoFloor = errors.New("no throughput floor makes the exact plan use exactly this many units")
+
+func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
+	unit.MaxUnits = n
+	cat := &config.Catalog{Version: 1, Name: "bench", Types: []config.CatalogType{unit}}
+	for i := range n {
+		cat.Nodes = append(cat.Nodes, config.CatalogNode{Name: fmt.Sprintf("n%d", i),
+			Address: fmt.Sprintf("127.0.0.1:%d", 7100+i), Units: map[string]int{unit.Name: 1}})
+	}
+	return cat
+}
+
+// catalogFile writes cat into dir and returns the path.
+func catalogFile(dir, name string, cat *config.Catalog) (string, error) {
+	src, err := cat.MarshalTOML()
+	if err != nil {
+		return "", fmt.Errorf("catalog %s: %w", name, err)
+	}
+	path := filepath.Join(dir, "catalog-"+name+".toml")
+	return path, os.WriteFile(path, src, 0o600)
+}
+
+func jobTOML(n, batch, steps int, limit float64, sync, profile string) []byte {
+	job := fmt.Appendf(nil, "version = 1\nname = \"profile-%d\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\ndense_sync = %q\n",
+		n, modelName, dataSpec, batch, steps, limit, sync)
+	if profile != "" {
+		job = fmt.Appendf(job, "profile = %q\n", profile)
+	}
+	return job
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// tools are the binaries the benchmark runs.
+type tools struct{ heterps, heterpsd string }
+
+// buildTools builds heterps and heterpsd from this tree into dir.
+func buildTools(ctx context.Context, dir string) (tools, error) {
+	t := tools{heterps: filepath.Join(dir, "heterps"), heterpsd: filepath.Join(dir, "heterpsd")}
+	for _, b := range []struct{ out, pkg string }{{t.heterps, "./tools/heterps"}, {t.heterpsd, "./daemon/cmd/heterpsd"}} {
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", b.out, b.pkg).CombinedOutput()
+		if err != nil {
+			return t, fmt.Errorf("go build %s (run this from the repository root): %w\n%s", b.pkg, err, out)
+		}
+	}
+	return t, nil
+}
+
+// runResult is the part of `heterps run --json`'s output the benchmark
+// reads.
+type runResult struct {
+	State  api.JobState      `json:"state"`
+	Reason string            `json:"reason"`
+	Stages []api.StageStatus `json:"stages"`
+}
+
+// run runs the job with `heterps run` on the catalog's nodes.
+func (t tools) run(ctx context.Context, catPath, jobPath string, job []byte) (*runResult, error) {
+	if err := os.WriteFile(jobPath, job, 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, t.heterps, "run", "--heterpsd", t.heterpsd, "--catalog", catPath, "--json", jobPath)
+	// SIGTERM lets heterps run cancel the job and stop its daemons.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var r runResult
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return nil, fmt.Errorf("heterps run (%v) printed no result (%w):\n%s", runErr, err, tail(stderr.Bytes()))
+	}
+	if r.State != api.JobDone || runErr != nil {
+		return nil, fmt.Errorf("heterps run (%v): job %s: %s\n%s", runErr, r.State, r.Reason, tail(stderr.Bytes()))
+	}
+	return &r, nil
+}
+
+func tail(b []byte) []byte {
+	const keep = 2000
+	if len(b) > keep {
+		return b[len(b)-keep:]
+	}
+	return b
+}
