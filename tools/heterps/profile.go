@@ -41,6 +41,7 @@ type profileFlags struct {
 	// steps are timed (0: none, only the layers and the activations).
 	denseSync, data string
 	syncSteps       int
+	syncRounds      int
 }
 
 func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
@@ -57,6 +58,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.StringVar(&f.out, "out", "", "write the problem file here (default: standard output)")
 	fs.StringVar(&f.denseSync, "dense-sync", config.DenseSyncPS, "how the job's data-parallel stages sync dense parameters (ps or allreduce): the synchronisation folded into oct and alpha")
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
+	fs.IntVar(&f.syncRounds, "sync-rounds", 3, "rounds of stage runs over the ks; each k keeps its median round")
 	fs.IntVar(&f.syncSteps, "sync-steps", 20, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -72,8 +74,8 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 		f.units = append(f.units, k)
 	}
 	slices.Sort(f.units)
-	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 || f.syncSteps < 0 {
-		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads and --reps must be > 0, --sync-steps >= 0")
+	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 || f.syncSteps < 0 || f.syncRounds < 1 {
+		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads, --reps and --sync-rounds must be > 0, --sync-steps >= 0")
 	}
 	if f.denseSync != config.DenseSyncPS && f.denseSync != config.DenseSyncAllreduce {
 		return nil, fmt.Errorf("profile: --dense-sync %q: want ps or allreduce", f.denseSync)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -315,13 +316,9 @@ const syncWarmup = 3
 func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *config.Problem, col int) ([]string, error) {
 	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, unitThreads: f.unitThreads, denseSync: f.denseSync,
 		warmup: syncWarmup, steps: f.syncSteps}
-	var runs []*stageTimes
-	for _, k := range f.units {
-		t, err := stageRun(ctx, setup, k)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, t)
+	runs, err := stageRounds(f.units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
+	if err != nil {
+		return nil, err
 	}
 	compute := 0.0
 	for _, l := range prob.Layers {
@@ -329,6 +326,29 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 	}
 	extra, alpha := foldSync(prob, col, syncWeights(cfg.Shapes(), f.batch), runs)
 	return describeFold(f, runs, compute, extra, alpha), nil
+}
+
+// stageRounds runs the stage on each k of units, round after round, and
+// keeps for each k the round of the median step time: on a machine shared
+// with other work a burst of load hits one round, not all, and going round
+// the ks spreads slow spells over them alike.
+func stageRounds(units []int, rounds int, run func(k int) (*stageTimes, error)) ([]*stageTimes, error) {
+	byK := make([][]*stageTimes, len(units))
+	for range rounds {
+		for i, k := range units {
+			t, err := run(k)
+			if err != nil {
+				return nil, err
+			}
+			byK[i] = append(byK[i], t)
+		}
+	}
+	out := make([]*stageTimes, len(units))
+	for i, ts := range byK {
+		slices.SortFunc(ts, func(a, b *stageTimes) int { return cmp.Compare(a.step, b.step) })
+		out[i] = ts[len(ts)/2]
+	}
+	return out, nil
 }
 
 // foldSync makes the measured type's column reproduce the stage runs: the
@@ -400,8 +420,8 @@ func syncWeights(shapes []config.LayerShape, b int) []float64 {
 // describeFold says what was measured and folded, one line each.
 func describeFold(f *profileFlags, runs []*stageTimes, compute, extra, alpha float64) []string {
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 }
-	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%d thread(s) each) at batch %d on %s for %d steps after %d, with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
-		f.denseSync, f.unitThreads, f.batch, f.data, f.syncSteps, syncWarmup, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[f.denseSync == config.DenseSyncAllreduce])}
+	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%d thread(s) each) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
+		f.denseSync, f.unitThreads, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[f.denseSync == config.DenseSyncAllreduce])}
 	for _, r := range runs {
 		line := fmt.Sprintf("k = %d: %.2f ms a step", r.k, r.step*1e3)
 		for i, x := range r.replicas {

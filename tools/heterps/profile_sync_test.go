@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
 		t.Run(sync, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "p.toml")
 			f, err := parseProfileFlags([]string{"--model", "ctrdnn", "--catalog", "../../config/examples/catalogs/local.toml",
-				"--batch", "64", "--reps", "1", "--units", "1,2", "--sync-steps", "2", "--dense-sync", sync, "--out", out}, &bytes.Buffer{})
+				"--batch", "64", "--reps", "1", "--units", "1,2", "--sync-steps", "2", "--sync-rounds", "1", "--dense-sync", sync, "--out", out}, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,5 +90,27 @@ func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
 func TestProfileRejectsAnUnknownDenseSync(t *testing.T) {
 	if _, err := parseProfileFlags([]string{"--dense-sync", "nccl"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "nccl") {
 		t.Errorf("--dense-sync nccl: %v", err)
+	}
+}
+
+// TestStageRoundsKeepTheMedianRound: each k keeps its median round, and
+// the rounds go round the ks (k = 1, 2, 1, 2, ...).
+func TestStageRoundsKeepTheMedianRound(t *testing.T) {
+	steps := map[int][]float64{1: {0.9, 0.1, 0.2}, 2: {0.05, 0.3, 0.04}}
+	var order []int
+	runs, err := stageRounds([]int{1, 2}, 3, func(k int) (*stageTimes, error) {
+		order = append(order, k)
+		s := steps[k][0]
+		steps[k] = steps[k][1:]
+		return &stageTimes{k: k, step: s}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].step != 0.2 || runs[1].step != 0.05 {
+		t.Errorf("kept %g and %g, want the medians 0.2 and 0.05", runs[0].step, runs[1].step)
+	}
+	if want := []int{1, 2, 1, 2, 1, 2}; !slices.Equal(order, want) {
+		t.Errorf("ran k in order %v, want %v", order, want)
 	}
 }
