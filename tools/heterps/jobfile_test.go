@@ -47,6 +47,7 @@ model = "models/tiny.toml"
 data = "libsvm,dense=2:data/day_0.svm"
 batch = 8
 steps = 2
+profile = "profiles/p.toml"
 [checkpoint]
 dir = "ck"
 every = 1
@@ -64,8 +65,8 @@ every = 1
 		t.Fatalf("%v\n%s", err, got)
 	}
 	if j.Model != filepath.Join(jobs, "models/tiny.toml") || j.Data != "libsvm,dense=2:"+filepath.Join(jobs, "data/day_0.svm") ||
-		j.Checkpoint.Dir != filepath.Join(jobs, "ck") || j.Steps != 2 {
-		t.Fatalf("resolved job: model %q data %q checkpoint %q", j.Model, j.Data, j.Checkpoint.Dir)
+		j.Checkpoint.Dir != filepath.Join(jobs, "ck") || j.Steps != 2 || j.Profile != filepath.Join(jobs, "profiles/p.toml") {
+		t.Fatalf("resolved job: model %q data %q checkpoint %q profile %q", j.Model, j.Data, j.Checkpoint.Dir, j.Profile)
 	}
 
 	// Nothing relative: the text, comments included, is sent as written.
