@@ -1,7 +1,8 @@
 // Package coord is heterps' coordinator: it keeps the registry of node
 // daemons (alive while they heartbeat), accepts jobs over the HTTP control
 // plane of package api, plans each job with daemon/sched on the catalog's
-// types, places the plan's stage replicas and parameter-server shards on
+// types (the roofline estimates of their device descriptors, or the
+// measured layer times of the job file's profile: profile.go), places the plan's stage replicas and parameter-server shards on
 // registered nodes, hands the resulting tasks to the nodes in their
 // heartbeat replies, and folds the nodes' progress reports into the job's
 // status: step, loss, measured throughput per stage and the cost so far.
