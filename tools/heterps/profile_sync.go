@@ -434,9 +434,13 @@ func describeFold(f *profileFlags, runs []*stageTimes, compute, extra, alpha flo
 		}
 		lines = append(lines, line)
 	}
+	fitted := fmt.Sprintf("alpha = %.4f on every layer: the Amdahl fraction that best fits the k-replica steps (sync that grows with k lowers it; the cost model cannot price a stage that more units slow down, so the fit stops at 0)", alpha)
+	if len(runs) < 2 {
+		fitted = "alpha not fitted to stage runs (only k = 1 was run): as measured from the layers' threads, or estimated"
+	}
 	lines = append(lines,
 		fmt.Sprintf("the layers alone compute in %.2f ms; the %.2f ms more of the 1-replica step are spread over the layers' oct by the floats each synchronises (rows for embeddings, weights for the rest)", compute*1e3, extra*1e3),
-		fmt.Sprintf("alpha = %.4f on every layer: the Amdahl fraction that best fits the k-replica steps (sync that grows with k lowers it)", alpha),
+		fitted,
 		fmt.Sprintf("exact for a job of batch %d (B_o) on this type's one-unit nodes; dense sync does not shrink with a smaller batch, so plan other batches on a profile at their batch", f.batch))
 	return lines
 }
