@@ -34,6 +34,7 @@ func init() {
 
 type profileFlags struct {
 	model, catalog, typ, out string
+	into                     string // an earlier profile whose measured types are kept
 	batch, unitThreads, reps int
 	units                    []int
 	// The synchronisation measured by running the stage (profile_sync.go):
@@ -55,6 +56,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.IntVar(&f.batch, "batch", 256, "profiling batch size B_o")
 	fs.IntVar(&f.reps, "reps", 5, "repetitions; the fastest is kept")
 	units := fs.String("units", "1,2", "unit counts to time, for fitting alpha (Amdahl)")
+	fs.StringVar(&f.into, "into", "", "an earlier profile of the model at the same --batch: keep the types it measured (another --type), replacing only this one")
 	fs.StringVar(&f.out, "out", "", "write the problem file here (default: standard output)")
 	fs.StringVar(&f.denseSync, "dense-sync", config.DenseSyncPS, "how the job's data-parallel stages sync dense parameters (ps or allreduce): the synchronisation folded into oct and alpha")
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
@@ -118,6 +120,12 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	var before []string
+	if f.into != "" {
+		if before, err = measuredBefore(f.into, prob); err != nil {
+			return usageError{err}
+		}
+	}
 	estimate := cloneColumn(prob, col)
 	if err := measureCompute(cfg, f, prob, col); err != nil {
 		return err
@@ -138,7 +146,53 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 	for _, line := range folded {
 		fmt.Fprintln(stderr, line)
 	}
-	return writeProfile(f, cat, col, prob, folded, stdout)
+	return writeProfile(f, cat, col, prob, append(before, folded...), stdout)
+}
+
+// measuredBefore copies into prob the columns an earlier profile (--into)
+// measured, and returns that file's header lines, which say how. The file
+// must be a profile of the same model (layer count) at the same B_o.
+func measuredBefore(path string, prob *config.Problem) ([]string, error) {
+	old, err := config.LoadProblem(path)
+	if err != nil {
+		return nil, fmt.Errorf("profile: --into: %w", err)
+	}
+	if len(old.Layers) != len(prob.Layers) || old.ProfileBatch != prob.ProfileBatch {
+		return nil, fmt.Errorf("profile: --into %s: %d layers at B_o = %d, this profile has %d at %d", path,
+			len(old.Layers), old.ProfileBatch, len(prob.Layers), prob.ProfileBatch)
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("profile: --into: %w", err)
+	}
+	var header []string
+	for line := range strings.Lines(string(src)) {
+		if !strings.HasPrefix(line, "# ") {
+			break
+		}
+		text := strings.TrimSpace(strings.TrimPrefix(line, "# "))
+		if !strings.HasPrefix(text, "estimated from device descriptors") { // this file says which types are estimated
+			header = append(header, "earlier: "+text)
+		}
+	}
+	for t, typ := range prob.Types {
+		oc := slices.IndexFunc(old.Types, func(o config.ProblemType) bool { return o.Name == typ.Name })
+		if oc < 0 || !measuredIn(header, typ.Name) {
+			continue
+		}
+		for l := range prob.Layers {
+			m, p := old.Layers[l], &prob.Layers[l]
+			p.OCT[t], p.ODT[t], p.Alpha[t], p.Beta[t] = m.OCT[oc], m.ODT[oc], m.Alpha[oc], m.Beta[oc]
+		}
+	}
+	return header, nil
+}
+
+// measuredIn reports whether a profile's header says it measured type.
+func measuredIn(header []string, typ string) bool {
+	return slices.ContainsFunc(header, func(l string) bool {
+		return strings.Contains(l, "measured on this machine: "+typ+" ")
+	})
 }
 
 func measuredColumn(cat *config.Catalog, name string) (int, error) {
@@ -356,7 +410,7 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	}
 	var estimated []string
 	for i, t := range cat.Types {
-		if i != col {
+		if i != col && !measuredIn(folded, t.Name) {
 			estimated = append(estimated, t.Name)
 		}
 	}

@@ -90,3 +90,46 @@ func TestPlanReadsAProfileOfTheModel(t *testing.T) {
 		t.Fatalf("profile of another model: exit %d: %s", code, errs)
 	}
 }
+
+// TestProfileIntoKeepsTheTypesMeasuredBefore: profiling a second type
+// --into the first's file keeps the first type's measured columns and
+// header, and marks neither type as estimated.
+func TestProfileIntoKeepsTheTypesMeasuredBefore(t *testing.T) {
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "1t.toml"), filepath.Join(dir, "both.toml")
+	run := func(args ...string) {
+		t.Helper()
+		f, err := parseProfileFlags(append([]string{"--model", "mlp-digits", "--catalog", "../../config/examples/catalogs/local.toml",
+			"--batch", "64", "--reps", "1", "--units", "1", "--sync-steps", "0"}, args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("--type", "cpu-1t", "--out", first)
+	run("--type", "cpu-2t", "--unit-threads", "2", "--into", first, "--out", second)
+	a, err := config.LoadProblem(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.LoadProblem(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range a.Layers {
+		if a.Layers[l].OCT[0] != b.Layers[l].OCT[0] || a.Layers[l].ODT[0] != b.Layers[l].ODT[0] {
+			t.Errorf("layer %d: cpu-1t oct/odt %g/%g became %g/%g", l, a.Layers[l].OCT[0], a.Layers[l].ODT[0], b.Layers[l].OCT[0], b.Layers[l].ODT[0])
+		}
+	}
+	src := mustRead(t, second)
+	if !strings.Contains(src, "# earlier: measured on this machine: cpu-1t ") || !strings.Contains(src, "# measured on this machine: cpu-2t ") ||
+		strings.Contains(src, "not measured: cpu") {
+		t.Errorf("header does not say both types were measured:\n%s", src)
+	}
+	if err := profile(context.Background(), &profileFlags{model: "ctrdnn", catalog: "local", batch: 64, reps: 1, units: []int{1}, unitThreads: 1,
+		denseSync: "ps", syncRounds: 1, into: first}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "layers") {
+		t.Errorf("--into a profile of another model: %v", err)
+	}
+}
