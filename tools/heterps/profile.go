@@ -417,7 +417,9 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "# heterps profile --model %s --catalog %s, B_o = %d, %s\n", f.model, f.catalog, f.batch, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
-	fmt.Fprintf(&out, "# estimated from device descriptors (roofline), not measured: %s\n", strings.Join(estimated, ", "))
+	if len(estimated) > 0 {
+		fmt.Fprintf(&out, "# estimated from device descriptors (roofline), not measured: %s\n", strings.Join(estimated, ", "))
+	}
 	for _, line := range folded {
 		fmt.Fprintf(&out, "# %s\n", line)
 	}
