@@ -162,6 +162,10 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 			_, err := be.SoftmaxCrossEntropy(d0, d1, logits, labels, 1, dx)
 			return err
 		}, nil
+	case KindSimilarity:
+		a, b := make([]float32, d0*d1), make([]float32, d0*d1)
+		out := make([]float64, d0)
+		return func() error { hostDots(a, b, d1, max(d2, 1), out); return nil }, nil
 	case KindLSTM:
 		z, bias, cp, gates, c, h := be.Alloc(4*d0*d1), be.Alloc(4*d1), be.Alloc(d0*d1), be.Alloc(4*d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1)
 		return func() error { return be.LSTMForward(d0, d1, z, bias, cp, gates, c, h) }, nil
@@ -185,6 +189,8 @@ func tooBig(kind string, d0, d1, d2 int) bool {
 		sizes = []int{2 * d0 * d1}
 	case KindLSTM, KindLSTMGrad:
 		sizes = []int{4 * d0 * d1}
+	case KindSimilarity:
+		sizes = []int{d0 * d1}
 	case KindUpdate:
 		sizes = []int{d0}
 	}
@@ -225,4 +231,20 @@ func bags(n, rows int) (offsets, ids []int64) {
 		ids[i] = int64((i * 7919) % rows)
 	}
 	return offsets, ids
+}
+
+// hostDots is the host loop of KindSimilarity: passes dot products per row
+// of a and b (rows of width floats), accumulated in float64 as daemon/nn's
+// similarity and NCE layers do.
+func hostDots(a, b []float32, width, passes int, out []float64) {
+	for i := range out {
+		x, y := a[i*width:(i+1)*width], b[i*width:(i+1)*width]
+		s := 0.0
+		for range passes {
+			for k := range x {
+				s += float64(x[k]) * float64(y[k])
+			}
+		}
+		out[i] = s
+	}
 }

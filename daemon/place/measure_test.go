@@ -7,22 +7,23 @@ import (
 	"github.com/heterps/heterps/native"
 )
 
-// TestMeasureTimesTheKernelsOfAModel: every op of mlp-digits, ctrdnn-like
-// and nce steps with a kernel here gets a measured time, and only the local
-// device's simulated times take it.
+// TestMeasureTimesTheKernelsOfAModel: every op of mlp-digits, ctrdnn-like,
+// nce and matchnet steps but the input gets a measured time (the host loops
+// of the similarity and NCE layers included), and only the local device's
+// simulated times take it.
 func TestMeasureTimesTheKernelsOfAModel(t *testing.T) {
 	be, err := native.NewCPU(native.CPUOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, model := range []string{"mlp-digits", "2emb", "nce"} {
+	for _, model := range []string{"mlp-digits", "2emb", "nce", "matchnet"} {
 		g := loadGraph(t, model, 32)
 		m, err := Measure(t.Context(), g, be, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, op := range g.Ops {
-			unmeasured := op.Kind == KindInput || op.Kind == KindSimilarity
+			unmeasured := op.Kind == KindInput
 			if got := m.Seconds[i]; unmeasured != math.IsNaN(got) || (!unmeasured && !(got > 0)) {
 				t.Errorf("%s: op %s (%s): measured %g s", model, op.Name, op.Kind, got)
 			}
