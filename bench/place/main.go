@@ -66,7 +66,7 @@ func main() {
 		}
 	}
 	if *check {
-		if err := b.simulatorVsMeasured(*batch, 10); err != nil {
+		if err := b.simulatorVsMeasured(*batch, 10, graphs); err != nil {
 			fail(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -26,7 +27,7 @@ var dataFor = map[string]string{
 // generated beforehand. Both are best cases — each kernel's fastest of 5
 // runs, the trainer's fastest of 3 x steps steps — because on a shared
 // machine only the fastest run is free of other processes' time.
-func (b *bench) simulatorVsMeasured(batch, steps int) error {
+func (b *bench) simulatorVsMeasured(batch, steps int, graphs []string) error {
 	fmt.Fprintf(output, "\n== simulator vs measured: every op on one core of this CPU, batch %d (real: daemon/nn trainer, 1 thread,\n", batch)
 	fmt.Fprintf(output, "   the fastest of 3 x %d steps on pre-generated batches; simulated: each kernel's fastest of 5 runs)\n", steps)
 	tw := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -38,7 +39,7 @@ func (b *bench) simulatorVsMeasured(batch, steps int) error {
 	worst := 0.0
 	for _, name := range config.ZooNames() {
 		spec, ok := dataFor[name]
-		if !ok {
+		if !ok || !slices.Contains(graphs, name) {
 			continue
 		}
 		sim, real, err := b.compareStep(name, spec, batch, steps, local.Devices[:1])
