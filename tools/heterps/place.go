@@ -33,6 +33,7 @@ type placeFlags struct {
 	cpuDevices             int
 	coreFLOPS              float64
 	batch, reps, samples   int
+	execute                int
 	seed                   uint64
 	exactBound             float64
 	measure, json          bool
@@ -53,6 +54,7 @@ func parsePlaceFlags(args []string, stderr io.Writer) (*placeFlags, []string, er
 	fs.IntVar(&f.batch, "batch", 512, "samples per step (model graphs)")
 	fs.BoolVar(&f.measure, "measure", false, "measure op times with the real kernels on this machine for the devices marked local")
 	fs.IntVar(&f.reps, "reps", 3, "with --measure: timed runs per kernel, the fastest kept")
+	fs.IntVar(&f.execute, "execute", 0, "run each placement's step for real this many times on this machine's CPU (cpu devices only; their threads) and report the fastest (0: do not)")
 	fs.IntVar(&f.samples, "samples", 0, "rl: placements sampled per restart (0: 1000 per co-location group, 10000 to 50000)")
 	fs.Uint64Var(&f.seed, "seed", 1, "rl's seed")
 	fs.Float64Var(&f.exactBound, "exact-bound", 0, "exact: most placements to enumerate (0: 2^18)")
@@ -63,8 +65,8 @@ func parsePlaceFlags(args []string, stderr io.Writer) (*placeFlags, []string, er
 	if fs.NArg() > 0 {
 		return nil, nil, fmt.Errorf("place: unexpected argument %q", fs.Arg(0))
 	}
-	if f.reps < 1 || f.samples < 0 || f.exactBound < 0 || f.cpuDevices < 0 || f.coreFLOPS < 0 {
-		return nil, nil, errors.New("place: --reps must be >= 1, --samples, --exact-bound, --cpu-devices and --core-flops >= 0")
+	if f.reps < 1 || f.samples < 0 || f.exactBound < 0 || f.cpuDevices < 0 || f.coreFLOPS < 0 || f.execute < 0 {
+		return nil, nil, errors.New("place: --reps must be >= 1, --samples, --exact-bound, --cpu-devices, --core-flops and --execute >= 0")
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
@@ -89,15 +91,18 @@ type placeJSON struct {
 }
 
 type placeMethodJSON struct {
-	Method          string  `json:"method"`
-	Skipped         string  `json:"skipped,omitempty"`
-	StepSeconds     float64 `json:"step_s"`
-	Cost            float64 `json:"cost_s"` // the step, penalised when it does not fit
-	Fits            bool    `json:"fits"`
-	SearchSeconds   float64 `json:"search_s"`
-	FromBest        float64 `json:"from_best"` // cost / best cost - 1
-	Evaluated       int     `json:"evaluated"`
-	MovedBytes      int64   `json:"moved_bytes"`
+	Method        string  `json:"method"`
+	Skipped       string  `json:"skipped,omitempty"`
+	StepSeconds   float64 `json:"step_s"`
+	Cost          float64 `json:"cost_s"` // the step, penalised when it does not fit
+	Fits          bool    `json:"fits"`
+	SearchSeconds float64 `json:"search_s"`
+	FromBest      float64 `json:"from_best"` // cost / best cost - 1
+	Evaluated     int     `json:"evaluated"`
+	MovedBytes    int64   `json:"moved_bytes"`
+	// MeasuredStep is the fastest step of the placement executed for real
+	// (--execute).
+	MeasuredStep    float64 `json:"measured_step_s,omitempty"`
 	PolicyCost      float64 `json:"policy_cost_s,omitempty"`
 	BestSampledCost float64 `json:"best_sampled_cost_s,omitempty"`
 	// Placement is each co-location group's device ("mixed" when its ops
@@ -134,6 +139,9 @@ func runPlace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return failTo(stderr, exitFailure, err)
 	}
 	out := placeReport(g, devs.Devices, rows, measured)
+	if err := executePlacements(ctx, f, g, devs.Devices, rows, &out); err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
 	if f.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -249,6 +257,24 @@ func measureLocal(ctx context.Context, f *placeFlags, g *place.Graph, s *place.S
 	return m.Measured, nil
 }
 
+// executePlacements runs each method's placement for real with --execute.
+func executePlacements(ctx context.Context, f *placeFlags, g *place.Graph, devs []place.Device, rows []place.Row, out *placeJSON) error {
+	if f.execute == 0 {
+		return nil
+	}
+	for i, r := range rows {
+		if r.Outcome == nil {
+			continue
+		}
+		ex, err := place.Execute(ctx, g, devs, r.Outcome.Placement, f.execute)
+		if err != nil {
+			return fmt.Errorf("place: --execute: %s's placement: %w", r.Method, err)
+		}
+		out.Methods[i].MeasuredStep = ex.Step
+	}
+	return nil
+}
+
 func placeReport(g *place.Graph, devs []place.Device, rows []place.Row, measured int) placeJSON {
 	out := placeJSON{Model: g.Name, Ops: len(g.Ops), Groups: len(g.Groups), Measured: measured}
 	for _, d := range devs {
@@ -297,6 +323,9 @@ func printPlace(w io.Writer, r placeJSON) {
 	for _, m := range r.Methods {
 		if m.Skipped != "" {
 			fmt.Fprintf(w, "%s skipped: %s\n", m.Method, m.Skipped)
+		}
+		if m.MeasuredStep > 0 {
+			fmt.Fprintf(w, "%s executed for real: %.3f ms a step (simulated %.3f ms)\n", m.Method, m.MeasuredStep*1e3, m.StepSeconds*1e3)
 		}
 		if m.Method == "rl" && m.Skipped == "" {
 			fmt.Fprintf(w, "rl: the trained policy's own placement %.3f ms (reported above); the best it sampled while training %.3f ms\n",

@@ -141,3 +141,24 @@ func TestPlaceOnTheDevicesOfARegisteredNode(t *testing.T) {
 		t.Errorf("unknown node: exit %d: %s", code, errs)
 	}
 }
+
+// TestPlaceExecutesThePlacements: --execute runs each placement's step on
+// this machine's cores and reports the measured step; GPUs cannot run here.
+func TestPlaceExecutesThePlacements(t *testing.T) {
+	code, out, errs := placeCmd(t, "--model", "mlp-digits", "--batch", "32", "--devices", "local", "--method", "single,mincut", "--execute", "2", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got placeJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, m := range got.Methods {
+		if !(m.MeasuredStep > 0) {
+			t.Errorf("%s: measured step %g", m.Method, m.MeasuredStep)
+		}
+	}
+	if code, _, errs := placeCmd(t, "--model", "mlp-digits", "--devices", "cpu-gpu", "--method", "single", "--execute", "1"); code != exitFailure || !strings.Contains(errs, "only cpu devices") {
+		t.Errorf("--execute on a GPU: exit %d: %s", code, errs)
+	}
+}
