@@ -16,6 +16,9 @@ type Executed struct {
 	Step  float64   // the fastest step, seconds
 	Steps []float64 // every timed step, seconds
 	Moved int64     // bytes copied between devices per step
+	// OpSeconds is each op's fastest time over the timed steps, as it ran
+	// inside the step (its inputs as the ops before left the caches).
+	OpSeconds []float64
 }
 
 // Execute runs the step of g under placement for real, reps times after
@@ -35,13 +38,19 @@ func Execute(ctx context.Context, g *Graph, devs []Device, placement []int, reps
 	if _, err := x.step(ctx); err != nil { // warm-up: page in the buffers
 		return nil, err
 	}
-	out := &Executed{Step: math.Inf(1), Moved: x.moved}
+	out := &Executed{Step: math.Inf(1), Moved: x.moved, OpSeconds: make([]float64, len(g.Ops))}
+	for i := range out.OpSeconds {
+		out.OpSeconds[i] = math.Inf(1)
+	}
 	for range max(reps, 1) {
 		sec, err := x.step(ctx)
 		if err != nil {
 			return nil, err
 		}
 		out.Steps = append(out.Steps, sec)
+		for i, t := range x.opTime {
+			out.OpSeconds[i] = math.Min(out.OpSeconds[i], t)
+		}
 		out.Step = math.Min(out.Step, sec)
 	}
 	return out, nil
@@ -64,6 +73,7 @@ type executor struct {
 	copies    [][]*copyTo    // per op: its transfers
 	transfers int
 	moved     int64
+	opTime    []float64 // the last step's, per op (each written by its device's goroutine)
 }
 
 func newExecutor(g *Graph, devs []Device, placement []int) (*executor, error) {
@@ -82,7 +92,8 @@ func newExecutor(g *Graph, devs []Device, placement []int) (*executor, error) {
 		bes[d] = be
 	}
 	n := len(g.Ops)
-	x := &executor{g: g, placement: placement, devs: len(devs), run: make([]func() error, n), local: make([][]int, n), copies: make([][]*copyTo, n)}
+	x := &executor{g: g, placement: placement, devs: len(devs), run: make([]func() error, n), local: make([][]int, n),
+		copies: make([][]*copyTo, n), opTime: make([]float64, n)}
 	for i, op := range g.Ops {
 		d := placement[i]
 		if d < 0 || d >= len(devs) {
@@ -200,7 +211,10 @@ func (x *executor) device(ready chan int, link chan *copyTo, stop chan struct{},
 			return
 		case v := <-ready:
 			if run := x.run[v]; run != nil {
-				if err := run(); err != nil {
+				start := time.Now()
+				err := run()
+				x.opTime[v] = time.Since(start).Seconds()
+				if err != nil {
 					select {
 					case failed <- fmt.Errorf("place: execute %s: op %d (%s): %w", x.g.Name, v, x.g.Ops[v].Name, err):
 					default:

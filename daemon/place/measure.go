@@ -248,3 +248,28 @@ func hostDots(a, b []float32, width, passes int, out []float64) {
 		out[i] = s
 	}
 }
+
+// MeasureInStep times every op as it runs inside a step: the whole graph
+// executed on one cpu device of the given threads (Execute), each op's
+// fastest of reps steps. Unlike Measure's kernels, timed alone and hot in
+// the caches, an op here finds its buffers as the ops before it left them
+// (each op has buffers of its own, so its inputs are colder than in the
+// trainer, where it reads what the op before it just wrote); the two bound
+// the trainer's op times from either side. The input takes no time (NaN).
+func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured, error) {
+	dev := Device{Name: "cpu", Kind: "cpu", Threads: max(threads, 1)}
+	ex, err := Execute(ctx, g, []Device{dev}, make([]int, len(g.Ops)), reps)
+	if err != nil {
+		return nil, err
+	}
+	m := &Measured{Seconds: ex.OpSeconds}
+	for i, op := range g.Ops {
+		if op.Kind == KindInput {
+			m.Seconds[i] = math.NaN()
+			continue
+		}
+		m.Measured++
+		m.Kernels++
+	}
+	return m, nil
+}

@@ -61,3 +61,21 @@ func TestLSTMKernelsAreMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasureInStepTimesEveryOpInsideAStep: every op but the input gets
+// the time it took inside a step executed on one device.
+func TestMeasureInStepTimesEveryOpInsideAStep(t *testing.T) {
+	g := loadGraph(t, "2emb", 32)
+	m, err := MeasureInStep(t.Context(), g, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range g.Ops {
+		if got := m.Seconds[i]; (op.Kind == KindInput) != math.IsNaN(got) || (op.Kind != KindInput && !(got > 0)) {
+			t.Errorf("op %s (%s): %g s", op.Name, op.Kind, got)
+		}
+	}
+	if m.Measured != len(g.Ops)-1 {
+		t.Errorf("%d of %d ops measured", m.Measured, len(g.Ops))
+	}
+}
