@@ -2,11 +2,12 @@
 // method on the zoo models and on the NMT- and Inception-like synthetic
 // graphs, on built-in device sets of 2 to 5 devices, in the simulator. On
 // the "local" set (this machine's two cores; zoo models only) the CPU op
-// times are measured with the real kernels. It prints per graph and device set each method's
-// simulated step, its distance from the best found and its search time,
-// then the simulator's step of each zoo model on one core against the real
-// trainer's, and the targets computed from this run. Nothing is
-// asserted.
+// times are measured with the real kernels, and rl's, mincut's and single's
+// placements are also executed for real on the two cores (place.Execute).
+// It prints per graph and device set each method's simulated step, its
+// distance from the best found and its search time, then the simulator's
+// step of each zoo model on one core against the real trainer's, and the
+// issue's targets computed from this run. Nothing is asserted.
 package main
 
 import (
