@@ -19,6 +19,9 @@ type Executed struct {
 	// OpSeconds is each op's fastest time over the timed steps, as it ran
 	// inside the step (its inputs as the ops before left the caches).
 	OpSeconds []float64
+	// Overhead is the fastest step with every kernel skipped: what handing
+	// the ops between goroutines and copying outputs between devices cost.
+	Overhead float64
 }
 
 // Execute runs the step of g under placement for real, reps times after
@@ -53,7 +56,26 @@ func Execute(ctx context.Context, g *Graph, devs []Device, placement []int, reps
 		}
 		out.Step = math.Min(out.Step, sec)
 	}
+	if out.Overhead, err = x.overhead(ctx, max(reps, 1)); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// overhead is the fastest of reps steps run without the kernels.
+func (x *executor) overhead(ctx context.Context, reps int) (float64, error) {
+	runs := x.run
+	x.run = make([]func() error, len(runs))
+	defer func() { x.run = runs }()
+	best := math.Inf(1)
+	for range reps {
+		sec, err := x.step(ctx)
+		if err != nil {
+			return 0, err
+		}
+		best = math.Min(best, sec)
+	}
+	return best, nil
 }
 
 // copyTo is one transfer of an op's output to another device: the ops

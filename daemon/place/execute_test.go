@@ -83,3 +83,29 @@ func TestExecuteRefusesGPUs(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// TestExecuteOverheadSkipsTheKernels: the overhead steps run no kernel
+// and leave the kernels in place for the next step.
+func TestExecuteOverheadSkipsTheKernels(t *testing.T) {
+	g := loadGraph(t, "mlp-digits", 8)
+	placement := make([]int, len(g.Ops))
+	for i, op := range g.Ops {
+		placement[i] = op.Group % 2
+	}
+	x, err := newExecutor(g, cpuDevices(2), placement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	for i := range x.run {
+		x.run[i] = func() error { mu.Lock(); calls++; mu.Unlock(); return nil }
+	}
+	sec, err := x.overhead(t.Context(), 2)
+	if err != nil || !(sec > 0) || calls != 0 {
+		t.Fatalf("overhead %g s, %v, %d kernels ran", sec, err, calls)
+	}
+	if _, err := x.step(t.Context()); err != nil || calls != len(g.Ops) {
+		t.Errorf("after the overhead steps a step ran %d of %d kernels (%v)", calls, len(g.Ops), err)
+	}
+}
