@@ -2,11 +2,12 @@
 // method on the zoo models and on the NMT- and Inception-like synthetic
 // graphs, on built-in device sets of 2 to 5 devices, in the simulator. On
 // the "local" set (this machine's two cores; zoo models only) the CPU op
-// times are measured with the real kernels. It prints per graph and device set each method's
-// simulated step, its distance from the best found and its search time,
-// then the simulator's step of each zoo model on one core against the real
-// trainer's, and the targets computed from this run. Nothing is
-// asserted.
+// times are measured with the real kernels, and rl's, mincut's and single's
+// placements are also executed for real on the two cores (place.Execute).
+// It prints per graph and device set each method's simulated step, its
+// distance from the best found and its search time, then the simulator's
+// step of each zoo model on one core against the real trainer's, and the
+// issue's targets computed from this run. Nothing is asserted.
 package main
 
 import (
@@ -66,7 +67,7 @@ func main() {
 		}
 	}
 	if *check {
-		if err := b.simulatorVsMeasured(*batch, 10); err != nil {
+		if err := b.simulatorVsMeasured(*batch, 10, graphs); err != nil {
 			fail(err)
 		}
 	}
@@ -89,6 +90,7 @@ type bench struct {
 	rlWorst     map[string]float64
 	nmt         []string
 	rlSearchMax map[string]time.Duration
+	rlExecuted  map[string][2]float64 // per graph: rl's placement on local, simulated and executed step
 }
 
 func (b *bench) graph(name string, batch int) error {
@@ -98,6 +100,7 @@ func (b *bench) graph(name string, batch int) error {
 	}
 	fmt.Fprintf(output, "\n== %s: %d ops in %d co-location groups\n", g.Name, len(g.Ops), len(g.Groups))
 	var measured *place.Measured
+	var executed string
 	tw := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "devices\tn\tsingle ms\texpert ms\tmincut ms\texact ms\trl ms\trl sampled ms\tbest ms\tsingle\texpert\tmincut\texact\trl\trl search s\t")
 	for _, set := range deviceSets {
@@ -125,12 +128,49 @@ func (b *bench) graph(name string, batch int) error {
 			return err
 		}
 		b.row(tw, g.Name, set, len(devs.Devices), rows)
+		if set == "local" {
+			if executed, err = b.execute(g, devs.Devices, rows); err != nil {
+				return err
+			}
+		}
 	}
 	tw.Flush()
 	if measured != nil {
 		fmt.Fprintf(output, "local: %d of %d op times measured (%d kernel shapes)\n", measured.Measured, len(g.Ops), measured.Kernels)
 	}
+	if executed != "" {
+		fmt.Fprintf(output, "local, placements executed for real (a 1-thread CPU backend per core, the fastest of %d steps): %s\n", executeReps, executed)
+	}
 	return nil
+}
+
+// executeReps is how many steps of a placement the bench runs for real.
+const executeReps = 10
+
+// execute runs rl's, mincut's and single's placements on this machine's
+// cores for real and returns their simulated and measured steps; it keeps
+// rl's for the targets.
+func (b *bench) execute(g *place.Graph, devs []place.Device, rows []place.Row) (string, error) {
+	var parts []string
+	for _, r := range rows {
+		if r.Outcome == nil || (r.Method != "rl" && r.Method != "mincut" && r.Method != "single") {
+			continue
+		}
+		ex, err := place.Execute(context.Background(), g, devs, r.Outcome.Placement, executeReps)
+		if err != nil {
+			return "", fmt.Errorf("%s: executing %s's placement: %w", g.Name, r.Method, err)
+		}
+		sim := r.Outcome.Result.Step
+		parts = append(parts, fmt.Sprintf("%s %.3f ms simulated, %.3f measured (%.2f; %.3f of it without the kernels)",
+			r.Method, sim*1e3, ex.Step*1e3, sim/ex.Step, ex.Overhead*1e3))
+		if r.Method == "rl" {
+			if b.rlExecuted == nil {
+				b.rlExecuted = map[string][2]float64{}
+			}
+			b.rlExecuted[g.Name] = [2]float64{sim, ex.Step}
+		}
+	}
+	return strings.Join(parts, "; "), nil
 }
 
 func (b *bench) row(tw *tabwriter.Writer, graph, set string, n int, rows []place.Row) {
@@ -214,5 +254,25 @@ func (b *bench) targets() {
 		}
 		fmt.Fprintf(output, "rl search on the NMT-like graph (%s): at most %.1f s (target < 600 s on 2 cores)\n",
 			"~300 ops", b.rlSearchMax[place.SyntheticNMT].Seconds())
+	}
+	if len(b.rlExecuted) > 0 {
+		fmt.Fprintln(output, "rl's final placement on this machine's two cores, executed for real against the simulator (target within 15%):")
+		worst, met := 0.0, 0
+		for _, name := range place.GraphNames() {
+			e, ok := b.rlExecuted[name]
+			if !ok {
+				continue
+			}
+			gap := math.Abs(e[0]/e[1] - 1)
+			worst = math.Max(worst, gap)
+			mark := "met"
+			if gap > 0.15 {
+				mark = "NOT met"
+			} else {
+				met++
+			}
+			fmt.Fprintf(output, "  %-15s simulated %.3f ms, measured %.3f ms (%.2f): %s\n", name, e[0]*1e3, e[1]*1e3, e[0]/e[1], mark)
+		}
+		fmt.Fprintf(output, "  %d of %d graphs, largest gap %.1f%%\n", met, len(b.rlExecuted), 100*worst)
 	}
 }

@@ -17,6 +17,10 @@ type Device struct {
 	LinkBandwidth float64         `toml:"link_bandwidth"` // bytes/s out of it to the other devices
 	LinkLatency   float64         `toml:"link_latency"`   // seconds per transfer (default 10 µs)
 	LaunchLatency float64         `toml:"launch_latency"` // seconds per op (default: cpu 1 µs, gpu 5 µs)
+	// Threads is a cpu device's kernel threads (default 1): a placement
+	// executed for real (Execute) runs its ops on a CPU backend of that
+	// many threads.
+	Threads int `toml:"threads"`
 	// Local marks this machine's own CPU: with measuring on, its op times
 	// are measured with the real kernels instead of the roofline.
 	Local bool `toml:"local"`
@@ -99,6 +103,9 @@ func (d *Devices) validate(loc *config.Locator) error {
 				return loc.Errorf(at+"."+f.field, "must be > 0 (and finite), got %g", f.v)
 			}
 		}
+		if dev.Threads < 0 || dev.Threads > MaxInventoryCores {
+			return loc.Errorf(at+".threads", "must be in 0..%d, got %d", MaxInventoryCores, dev.Threads)
+		}
 		if dev.LinkLatency < 0 || dev.LaunchLatency < 0 || dev.LinkLatency > 1 || dev.LaunchLatency > 1 {
 			return loc.Errorf(at, "link_latency and launch_latency must be in [0, 1] s, got %g and %g", dev.LinkLatency, dev.LaunchLatency)
 		}
@@ -108,6 +115,9 @@ func (d *Devices) validate(loc *config.Locator) error {
 }
 
 func (dev *Device) defaults() {
+	if dev.Threads == 0 && dev.Kind == "cpu" {
+		dev.Threads = 1
+	}
 	if dev.LinkLatency == 0 {
 		dev.LinkLatency = 10e-6
 	}

@@ -18,7 +18,7 @@ const (
 	KindLoss         = "loss"          // loss and its gradient on [Dims[0] x Dims[1]]
 	KindUpdate       = "update"        // dense optimiser step on Dims[0] weights, Dims[1] floats of state each
 	KindSparseUpdate = "sparse_update" // optimiser step on Dims[0] rows of Dims[1], Dims[2] states
-	KindSimilarity   = "similarity"    // cosine/dot of two towers, forward or backward
+	KindSimilarity   = "similarity"    // row dot products in a host loop (float64): Dims = rows, width, passes
 	KindLSTM         = "lstm"          // LSTM cell pointwise part on [Dims[0] x Dims[1]]
 	KindLSTMGrad     = "lstm_grad"     // its backward
 	KindSoftmax      = "softmax"       // softmax on [Dims[0] x Dims[1]]
@@ -84,6 +84,15 @@ func elementwise(name, kind string, group, rows, cols int, flops float64) Op {
 	n := float64(rows) * float64(cols)
 	return Op{Name: name, Kind: kind, Group: group, FLOPs: flops * n, Bytes: 8 * n,
 		Out: int64(4 * n), Dims: [3]int{rows, cols}}
+}
+
+// hostRows is a loop on the host over rows x width floats, passes times
+// (dot products or row updates accumulated in float64, as daemon/nn's
+// similarity and NCE layers do them): two FLOPs per element and pass.
+func hostRows(name string, group, rows, width, passes int) Op {
+	n := float64(rows) * float64(width) * float64(passes)
+	return Op{Name: name, Kind: KindSimilarity, Group: group, FLOPs: 2 * n, Bytes: 8 * n,
+		Out: int64(4 * rows * width), Dims: [3]int{rows, width, passes}}
 }
 
 // matmul is C[m x n] = A[m x k] B[k x n].
@@ -206,17 +215,22 @@ func (b *builder) forward(m *config.Model, i int, s config.LayerShape, g int, sr
 		lo.saved = []int{in}
 	case "cosine", "dot":
 		other := outputOf(fwd, srcs[len(srcs)-1], input)
-		op := elementwise(name+"/"+s.Kind, KindSimilarity, g, B, 2*s.In, 6)
+		op := hostRows(name+"/"+s.Kind, g, B, 2*s.In, 2) // two scores and two norms per row
 		op.Out = int64(4 * B * s.Out)
 		lo.out = b.add(op, in, other)
 	case "nce":
+		// The K negatives are drawn once per batch and shared by its rows
+		// (daemon/nn's NCE): the layer gathers B+K table rows, not B(1+K).
 		l := m.Layers[i]
-		k := 1 + l.Negatives
-		rows := b.add(Op{Name: name + "/gather", Kind: KindGather, Group: g, FLOPs: float64(B * k * (s.In + 1)),
-			Bytes: float64(8 * B * k * (s.In + 1)), Out: int64(4 * B * k * (s.In + 1)), Mem: 4 * s.Weights,
-			Dims: [3]int{l.Classes, s.In + 1, B * k}}, input) // the targets and sampled negatives
-		logits := matmul(name+"/logits", g, B, k, s.In)
-		lo.out = b.add(logits, in, rows)
+		k, n := 1+l.Negatives, B+l.Negatives
+		rows := b.add(Op{Name: name + "/gather", Kind: KindGather, Group: g, FLOPs: float64(n * (s.In + 1)),
+			Bytes: float64(8 * n * (s.In + 1)), Out: int64(4 * n * (s.In + 1)), Mem: 4 * s.Weights,
+			Dims: [3]int{l.Classes, s.In + 1, n}}, input) // the targets and sampled negatives
+		neg := b.add(matmul(name+"/logits", g, B, k, s.In), in, rows)
+		// The targets' dot products and the logits' biases, a host loop.
+		dots := hostRows(name+"/target_dots", g, B, s.In, 1)
+		dots.Out = int64(4 * B * k)
+		lo.out = b.add(dots, neg, in, rows)
 		lo.saved = []int{in, rows}
 	}
 	return lo
@@ -278,19 +292,32 @@ func (b *builder) backward(m *config.Model, shapes []config.LayerShape, groups [
 			dx = []int{b.add(matmul(name+"/matmul_dx", g, B, s.In, s.Out), dz)}
 			b.feeds(upd, b.g.Ops[lo.out].Inputs[0], dx[0])
 		case "cosine", "dot":
-			op := elementwise(name+"/"+s.Kind+"_grad", KindSimilarity, g, B, 2*s.In, 8)
+			op := hostRows(name+"/"+s.Kind+"_grad", g, B, 2*s.In, 2) // four row updates per row
 			d := b.add(op, dy, lo.out)
 			dx = []int{d, d}
 		case "nce":
+			// The gathered rows' gradient: the targets' rows and, for the
+			// K shared negatives, dlogits^T [K x B] times h [B x in]; then
+			// merged per class (the embedding-bag backward) and updated.
 			l := m.Layers[i]
-			k := 1 + l.Negatives
-			drows := matmul(name+"/logits_drows", g, k*B, s.In, 1)
+			k, n := 1+l.Negatives, B+l.Negatives
+			drows := matmul(name+"/logits_drows", g, k, s.In+1, B)
+			drows.Out = int64(4 * n * (s.In + 1))
 			dr := b.add(drows, dy, lo.saved[0])
-			upd := update(name+"/sparse_update", g, int64(B*k)*int64(s.In+1), sparse)
+			ndx := b.add(matmul(name+"/logits_dx", g, B, s.In, k), dy, lo.saved[1])
+			// The targets' rows' gradients and their share of the input's
+			// gradient, host loops over the batch.
+			tg := hostRows(name+"/target_grads", g, B, s.In, 2)
+			tg.Out = int64(4 * B * s.In)
+			dxOp := b.add(tg, dy, lo.saved[0], lo.saved[1], ndx)
+			merge := b.add(Op{Name: name + "/rows_grad", Kind: KindGatherGrad, Group: g, FLOPs: float64(n * (s.In + 1)),
+				Bytes: float64(8 * n * (s.In + 1)), Out: int64(4 * n * (s.In + 1)),
+				Dims: [3]int{l.Classes, s.In + 1, n}}, dr, dxOp)
+			upd := update(name+"/sparse_update", g, int64(n)*int64(s.In+1), sparse)
 			upd.Kind, upd.Mem = KindSparseUpdate, 4*s.Weights*int64(sparse)
-			upd.Dims = [3]int{B * k, s.In + 1, sparse}
-			b.feeds(b.add(upd, dr), lo.saved[1])
-			dx = []int{b.add(matmul(name+"/logits_dx", g, B, s.In, k), dy, lo.saved[1])}
+			upd.Dims = [3]int{n, s.In + 1, sparse}
+			b.feeds(b.add(upd, merge), lo.saved[1])
+			dx = []int{dxOp}
 		}
 		for j, src := range lo.sources {
 			if src >= 0 && j < len(dx) {

@@ -178,3 +178,29 @@ func TestUpdatesFeedTheNextStep(t *testing.T) {
 		t.Errorf("fc2/update outputs %d bytes", u.Out)
 	}
 }
+
+// TestNCEGraphSharesItsNegatives: daemon/nn's NCE layer draws K negatives
+// per batch, shared by its rows, so a step gathers, merges and updates B+K
+// table rows (not B(1+K)), and its host loops over the batch (the targets'
+// dot products and gradients) are ops of their own.
+func TestNCEGraphSharesItsNegatives(t *testing.T) {
+	const batch, negatives = 64, 8 // the nce zoo model samples 8
+	g := loadGraph(t, "nce", batch)
+	rows := map[string]int{}
+	for _, op := range g.Ops {
+		rows[op.Name] = op.Dims[2]
+		if op.Kind == KindSparseUpdate {
+			rows[op.Name] = op.Dims[0]
+		}
+	}
+	for _, name := range []string{"output/gather", "output/rows_grad", "output/sparse_update"} {
+		if rows[name] != batch+negatives {
+			t.Errorf("%s touches %d rows, want %d", name, rows[name], batch+negatives)
+		}
+	}
+	for _, name := range []string{"output/target_dots", "output/target_grads"} {
+		if rows[name] == 0 {
+			t.Errorf("no %s op", name)
+		}
+	}
+}

@@ -162,6 +162,10 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 			_, err := be.SoftmaxCrossEntropy(d0, d1, logits, labels, 1, dx)
 			return err
 		}, nil
+	case KindSimilarity:
+		a, b := make([]float32, d0*d1), make([]float32, d0*d1)
+		out := make([]float64, d0)
+		return func() error { hostDots(a, b, d1, max(d2, 1), out); return nil }, nil
 	case KindLSTM:
 		z, bias, cp, gates, c, h := be.Alloc(4*d0*d1), be.Alloc(4*d1), be.Alloc(d0*d1), be.Alloc(4*d0*d1), be.Alloc(d0*d1), be.Alloc(d0*d1)
 		return func() error { return be.LSTMForward(d0, d1, z, bias, cp, gates, c, h) }, nil
@@ -185,6 +189,8 @@ func tooBig(kind string, d0, d1, d2 int) bool {
 		sizes = []int{2 * d0 * d1}
 	case KindLSTM, KindLSTMGrad:
 		sizes = []int{4 * d0 * d1}
+	case KindSimilarity:
+		sizes = []int{d0 * d1}
 	case KindUpdate:
 		sizes = []int{d0}
 	}
@@ -225,4 +231,45 @@ func bags(n, rows int) (offsets, ids []int64) {
 		ids[i] = int64((i * 7919) % rows)
 	}
 	return offsets, ids
+}
+
+// hostDots is the host loop of KindSimilarity: passes dot products per row
+// of a and b (rows of width floats), accumulated in float64 as daemon/nn's
+// similarity and NCE layers do.
+func hostDots(a, b []float32, width, passes int, out []float64) {
+	for i := range out {
+		x, y := a[i*width:(i+1)*width], b[i*width:(i+1)*width]
+		s := 0.0
+		for range passes {
+			for k := range x {
+				s += float64(x[k]) * float64(y[k])
+			}
+		}
+		out[i] = s
+	}
+}
+
+// MeasureInStep times every op as it runs inside a step: the whole graph
+// executed on one cpu device of the given threads (Execute), each op's
+// fastest of reps steps. Unlike Measure's kernels, timed alone and hot in
+// the caches, an op here finds its buffers as the ops before it left them
+// (each op has buffers of its own, so its inputs are colder than in the
+// trainer, where it reads what the op before it just wrote); the two bound
+// the trainer's op times from either side. The input takes no time (NaN).
+func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured, error) {
+	dev := Device{Name: "cpu", Kind: "cpu", Threads: max(threads, 1)}
+	ex, err := Execute(ctx, g, []Device{dev}, make([]int, len(g.Ops)), reps)
+	if err != nil {
+		return nil, err
+	}
+	m := &Measured{Seconds: ex.OpSeconds}
+	for i, op := range g.Ops {
+		if op.Kind == KindInput {
+			m.Seconds[i] = math.NaN()
+			continue
+		}
+		m.Measured++
+		m.Kernels++
+	}
+	return m, nil
 }

@@ -7,22 +7,23 @@ import (
 	"github.com/heterps/heterps/native"
 )
 
-// TestMeasureTimesTheKernelsOfAModel: every op of mlp-digits, ctrdnn-like
-// and nce steps with a kernel here gets a measured time, and only the local
-// device's simulated times take it.
+// TestMeasureTimesTheKernelsOfAModel: every op of mlp-digits, ctrdnn-like,
+// nce and matchnet steps but the input gets a measured time (the host loops
+// of the similarity and NCE layers included), and only the local device's
+// simulated times take it.
 func TestMeasureTimesTheKernelsOfAModel(t *testing.T) {
 	be, err := native.NewCPU(native.CPUOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, model := range []string{"mlp-digits", "2emb", "nce"} {
+	for _, model := range []string{"mlp-digits", "2emb", "nce", "matchnet"} {
 		g := loadGraph(t, model, 32)
 		m, err := Measure(t.Context(), g, be, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, op := range g.Ops {
-			unmeasured := op.Kind == KindInput || op.Kind == KindSimilarity
+			unmeasured := op.Kind == KindInput
 			if got := m.Seconds[i]; unmeasured != math.IsNaN(got) || (!unmeasured && !(got > 0)) {
 				t.Errorf("%s: op %s (%s): measured %g s", model, op.Name, op.Kind, got)
 			}
@@ -58,5 +59,23 @@ func TestLSTMKernelsAreMeasured(t *testing.T) {
 		if (op.Kind == KindLSTM || op.Kind == KindLSTMGrad) && !(m.Seconds[i] > 0) {
 			t.Errorf("%s: %g", op.Name, m.Seconds[i])
 		}
+	}
+}
+
+// TestMeasureInStepTimesEveryOpInsideAStep: every op but the input gets
+// the time it took inside a step executed on one device.
+func TestMeasureInStepTimesEveryOpInsideAStep(t *testing.T) {
+	g := loadGraph(t, "2emb", 32)
+	m, err := MeasureInStep(t.Context(), g, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range g.Ops {
+		if got := m.Seconds[i]; (op.Kind == KindInput) != math.IsNaN(got) || (op.Kind != KindInput && !(got > 0)) {
+			t.Errorf("op %s (%s): %g s", op.Name, op.Kind, got)
+		}
+	}
+	if m.Measured != len(g.Ops)-1 {
+		t.Errorf("%d of %d ops measured", m.Measured, len(g.Ops))
 	}
 }

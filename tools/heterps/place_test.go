@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/heterps/heterps/daemon/api"
 )
 
 func placeCmd(t *testing.T, args ...string) (int, string, string) {
@@ -88,5 +90,75 @@ func TestPlaceBadInputsExitTwo(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, errs, c.want)
 		}
+	}
+}
+
+// TestPlaceOnTheDevicesOfAnInventoryFile: --inventory builds the devices
+// from a node's inventory (here as GET /v1/nodes lists a node): the CPU and
+// each GPU.
+func TestPlaceOnTheDevicesOfAnInventoryFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.json")
+	inv := `{"id": "n1", "name": "gpubox", "state": "alive", "cores": 8, "memory_bytes": 68719476736,
+		"gpus": [{"name": "V100", "memory_bytes": 17179869184, "multiprocessors": 80}, {"name": "V100", "memory_bytes": 17179869184, "multiprocessors": 80}]}`
+	if err := os.WriteFile(path, []byte(inv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := placeCmd(t, "--model", "ctrdnn", "--inventory", path, "--method", "single,mincut", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got placeJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Join(got.Devices, ",") != "cpu0,gpu0,gpu1" {
+		t.Errorf("devices %v, want the CPU and the two GPUs", got.Devices)
+	}
+	if code, _, errs := placeCmd(t, "--model", "ctrdnn", "--inventory", path, "--devices", "cpu-gpu"); code != exitUsage || !strings.Contains(errs, "one of --devices, --node and --inventory") {
+		t.Errorf("--inventory with --devices: exit %d: %s", code, errs)
+	}
+}
+
+// TestPlaceOnTheDevicesOfARegisteredNode: --node reads the inventory the
+// node registered with the coordinator.
+func TestPlaceOnTheDevicesOfARegisteredNode(t *testing.T) {
+	url := startCoordinator(t)
+	var reg api.RegisterResponse
+	postJSON(t, url, "/v1/nodes/register", api.RegisterRequest{Name: "cpubox", DataAddr: "127.0.0.1:7001", Type: "cpu-1t", Units: 1,
+		Cores: 6, MemoryBytes: 8 << 30, CPUShare: 1, CPUShareMode: api.CPUShareNone}, &reg)
+	code, out, errs := placeCmd(t, "--model", "mlp-digits", "--node", "cpubox", "--coordinator", url, "--cpu-devices", "3", "--method", "single", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got placeJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Join(got.Devices, ",") != "cpu0,cpu1,cpu2" {
+		t.Errorf("devices %v, want 3 thread groups of the node's 6 cores", got.Devices)
+	}
+	if code, _, errs := placeCmd(t, "--model", "mlp-digits", "--node", "nobody", "--coordinator", url); code != exitUsage || !strings.Contains(errs, `no node "nobody"`) {
+		t.Errorf("unknown node: exit %d: %s", code, errs)
+	}
+}
+
+// TestPlaceExecutesThePlacements: --execute runs each placement's step on
+// this machine's cores and reports the measured step; GPUs cannot run here.
+func TestPlaceExecutesThePlacements(t *testing.T) {
+	code, out, errs := placeCmd(t, "--model", "mlp-digits", "--batch", "32", "--devices", "local", "--method", "single,mincut", "--execute", "2", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got placeJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, m := range got.Methods {
+		if !(m.MeasuredStep > 0) {
+			t.Errorf("%s: measured step %g", m.Method, m.MeasuredStep)
+		}
+	}
+	if code, _, errs := placeCmd(t, "--model", "mlp-digits", "--devices", "cpu-gpu", "--method", "single", "--execute", "1"); code != exitFailure || !strings.Contains(errs, "only cpu devices") {
+		t.Errorf("--execute on a GPU: exit %d: %s", code, errs)
 	}
 }
