@@ -42,7 +42,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,7 +50,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -342,47 +340,25 @@ func singleProcess(ctx context.Context, model *config.Model, threads, batch, ste
 		return 0, err
 	}
 	defer src.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type next struct {
-		b   *data.Batch
-		err error
+	batches, err := data.PrefetchBatches(ctx, src, batch, 2, steps)
+	if err != nil {
+		return 0, err
 	}
-	batches := make(chan next, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() {
-		defer close(batches)
-		for range steps {
-			b, err := src.Next(ctx, batch)
-			select {
-			case batches <- next{b, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
+	defer batches.Close() // before src.Close
 	var start time.Time
 	samples := 0
 	for i := 0; i < steps; i++ {
-		nb, ok := <-batches
-		if !ok {
-			return 0, errors.New("data ended")
+		b, err := batches.Next(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("batch %d: %w", i, err)
 		}
-		if nb.err != nil {
-			return 0, nb.err
-		}
-		if _, err := tr.Step(nb.b); err != nil {
+		if _, err := tr.Step(b); err != nil {
 			return 0, err
 		}
 		if i == 0 {
 			start = time.Now()
 		} else {
-			samples += nb.b.Size
+			samples += b.Size
 		}
 	}
 	return float64(samples) / time.Since(start).Seconds(), nil
