@@ -25,6 +25,9 @@ type Model struct {
 	entries []entry
 	towers  []string
 	Loss    Loss
+	// serial runs backward without a side lane (the reference in tests).
+	serial   bool
+	sideJobs int // jobs the last backward ran on its side lane, for tests
 }
 
 type entry struct {
@@ -194,8 +197,30 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 	return m.backward(s, dout, nil)
 }
 
-// backward is Backward calling done(i), if not nil, after entry i.
+// backward is Backward calling done(i), if not nil, after entry i. Unless
+// a caller waits for each layer (done) or the model is told to stay serial,
+// a CPU backend of two or more threads runs the weight gradients on a side
+// lane, which is drained before backward returns.
 func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
+	if done != nil || s.side != nil || m.serial {
+		return m.backwardOn(s, dout, done)
+	}
+	main, side, ok := splitLanes(s.Backend)
+	if !ok {
+		return m.backwardOn(s, dout, nil)
+	}
+	l := startLane(side)
+	ls := *s
+	ls.Backend, ls.side = main, l
+	err := m.backwardOn(&ls, dout, nil)
+	if werr := l.wait(); err == nil {
+		err = werr
+	}
+	m.sideJobs = l.ran
+	return err
+}
+
+func (m *Model) backwardOn(s *Step, dout Activation, done func(layer int)) error {
 	grads := map[string]Activation{lastTower(m): dout}
 	for i := len(m.entries) - 1; i >= 0; i-- {
 		e := m.entries[i]
