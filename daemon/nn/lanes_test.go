@@ -156,8 +156,8 @@ func TestOneThreadRunsNoLane(t *testing.T) {
 // (GEMMs large enough to split, lanes on) end with the same parameters.
 func TestEqualThreadCountsAreBitIdentical(t *testing.T) {
 	cfg := laneModel(t)
-	cfg.Layers[2].Out, cfg.Layers[3].In = 256, 256 // fc1 big enough to split
+	cfg.Layers[2].Out, cfg.Layers[3].In = 512, 512 // fc1's forward GEMM splits: 512x512x117
 	a, b := cpuThreads(t, 2), cpuThreads(t, 2)
-	trs := trainCopies(t, cfg, 256, 8, []native.Backend{a, b}, func(*Trainer) {})
+	trs := trainCopies(t, cfg, 512, 6, []native.Backend{a, b}, func(*Trainer) {})
 	sameParams(t, trs[0], trs[1])
 }
