@@ -50,6 +50,9 @@ func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w i
 	}
 	fmt.Fprintf(w, "single process, 2 threads against 1: %.2fx (target %.1fx); the GEMM-bound limit scales %.2fx\n",
 		rates[2]/rates[1], targetScaling, limits[2]/limits[1])
+	if err := phasesBlock(model, batch, w); err != nil {
+		return 0, err
+	}
 	return max(rates[1], rates[2]), nil
 }
 

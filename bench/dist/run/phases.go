@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/native"
+)
+
+// phaseReps is how many steps each phase is timed over (the fastest counts).
+const phaseReps = 30
+
+// phaseTimes are the fastest times of one training step's phases.
+type phaseTimes struct {
+	names                       []string // "forward fc1", "backward fc1", ... in the order they run
+	times                       map[string]time.Duration
+	draw                        time.Duration // one batch from the generator (on the prefetching goroutine)
+	loss, backward, step        time.Duration
+	optDense, optSparse, optAll time.Duration
+}
+
+// phasesBlock prints each phase of a ctrdnn step at 1 and 2 threads: the
+// layers one by one (backward without the side lane, as ProfileLayers
+// runs them), the whole backward and optimiser step as training runs them,
+// the generator's batch, and the whole step.
+func phasesBlock(model *config.Model, batch int, w io.Writer) error {
+	var res [2]*phaseTimes
+	for i, threads := range []int{1, 2} {
+		p, err := measurePhases(model, threads, batch)
+		if err != nil {
+			return fmt.Errorf("phases at %d threads: %w", threads, err)
+		}
+		res[i] = p
+	}
+	fmt.Fprintf(w, "phases of one step (fastest of %d):       1 thread    2 threads   1t/2t\n", phaseReps)
+	row := func(name string, a, b time.Duration) {
+		fmt.Fprintf(w, "  %-36s %9.0f us %9.0f us   %.2f\n", name, us(a), us(b), float64(a)/float64(b))
+	}
+	for _, n := range res[0].names {
+		row(n, res[0].times[n], res[1].times[n])
+	}
+	row("loss", res[0].loss, res[1].loss)
+	row("backward, as trained (side lane at 2t)", res[0].backward, res[1].backward)
+	row("optimiser: dense parameters alone", res[0].optDense, res[1].optDense)
+	row("optimiser: sparse tables alone", res[0].optSparse, res[1].optSparse)
+	row("optimiser, as trained", res[0].optAll, res[1].optAll)
+	row("step (forward+loss+backward+optimiser)", res[0].step, res[1].step)
+	row("generator batch (prefetched, off the step)", res[0].draw, res[1].draw)
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func measurePhases(model *config.Model, threads, batch int) (*phaseTimes, error) {
+	be, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	if err != nil {
+		return nil, err
+	}
+	tr, err := nn.NewTrainer(be, model, 1, 1000)
+	if err != nil {
+		return nil, err
+	}
+	src, err := data.Open(dataSpec, data.Options{Vocab: model.Input.Vocab, Split: data.SplitTrain})
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	const never = time.Duration(1<<63 - 1)
+	p := &phaseTimes{times: map[string]time.Duration{}, draw: never, loss: never, backward: never, step: never,
+		optDense: never, optSparse: never, optAll: never}
+	batches := make([]*data.Batch, phaseReps)
+	for i := range batches {
+		start := time.Now()
+		if batches[i], err = src.Next(context.Background(), batch); err != nil {
+			return nil, err
+		}
+		p.draw = min(p.draw, time.Since(start))
+	}
+	for _, b := range batches[:5] { // warm-up: optimiser state, scratch buffers
+		if _, err := tr.Step(b); err != nil {
+			return nil, err
+		}
+	}
+	layers, err := tr.Model.ProfileLayers(&nn.Step{Backend: be, Batch: batches[0], Train: true}, phaseReps)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range layers {
+		p.names = append(p.names, "forward "+l.Name)
+		p.times["forward "+l.Name] = l.Forward
+	}
+	for i := len(layers) - 1; i >= 0; i-- {
+		n := "backward " + layers[i].Name + " (" + layers[i].Kind + ")"
+		p.names = append(p.names, n)
+		p.times[n] = layers[i].Backward
+	}
+	var dense, sparse []*nn.Param
+	for _, prm := range tr.Model.Params() {
+		if prm.Sparse {
+			sparse = append(sparse, prm)
+		} else {
+			dense = append(dense, prm)
+		}
+	}
+	for _, b := range batches {
+		if err := timeStep(tr, be, b, p, dense, sparse); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// timeStep runs one training step phase by phase, keeping the fastest
+// times in p; the optimiser's parts run on copies of nothing: each applies
+// one more update, which only moves the weights on.
+func timeStep(tr *nn.Trainer, be native.Backend, b *data.Batch, p *phaseTimes, dense, sparse []*nn.Param) error {
+	s := &nn.Step{Backend: be, Batch: b, Train: true}
+	begin := time.Now()
+	out, err := tr.Model.Forward(s)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	_, dout, err := tr.Model.Loss.Forward(s, out)
+	if err != nil {
+		return err
+	}
+	p.loss = min(p.loss, time.Since(start))
+	start = time.Now()
+	if err := tr.Model.Backward(s, dout); err != nil {
+		return err
+	}
+	p.backward = min(p.backward, time.Since(start))
+	start = time.Now()
+	if err := tr.Opt.Apply(be, tr.Model.Params()); err != nil {
+		return err
+	}
+	p.optAll = min(p.optAll, time.Since(start))
+	p.step = min(p.step, time.Since(begin))
+	for _, part := range []struct {
+		params []*nn.Param
+		best   *time.Duration
+	}{{dense, &p.optDense}, {sparse, &p.optSparse}} {
+		start = time.Now()
+		if err := tr.Opt.Apply(be, part.params); err != nil {
+			return err
+		}
+		*part.best = min(*part.best, time.Since(start))
+	}
+	return nil
+}
