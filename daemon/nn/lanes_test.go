@@ -134,14 +134,48 @@ func TestLanesMatchTheSerialOrderBitForBit(t *testing.T) {
 		}
 	})
 	lanes, serial := trs[0], trs[1]
-	// 3 FC layers: fc1's two input parts and one each for fc2 and logit.
-	if lanes.Model.sideJobs != 4 || lanes.Opt.sideJobs != 1 {
-		t.Fatalf("side lanes ran %d backward and %d optimiser jobs, want 4 and 1", lanes.Model.sideJobs, lanes.Opt.sideJobs)
+	// 3 FC layers: a weight gradient for each of fc1's two input parts and
+	// for fc2 and logit, then the update of each layer's weight and bias.
+	if lanes.Model.sideJobs != 4+6 {
+		t.Fatalf("the side lane ran %d jobs, want 10", lanes.Model.sideJobs)
 	}
 	if serial.Model.sideJobs != 0 || serial.Opt.sideJobs != 0 {
 		t.Fatal("the serial reference used a side lane")
 	}
 	sameParams(t, lanes, serial)
+}
+
+// TestUpdatesDuringBackwardMatchApplyAfter: at one thread a step updates
+// each layer right after its backward; the parameters equal those of
+// Gradients then Apply.
+func TestUpdatesDuringBackwardMatchApplyAfter(t *testing.T) {
+	one := cpuThreads(t, 1)
+	n := 0
+	trs := trainCopies(t, laneModel(t), 16, 20, []native.Backend{one, one}, func(tr *Trainer) {
+		if n++; n == 2 {
+			tr.Opt.serial = true
+		}
+	})
+	sameParams(t, trs[0], trs[1])
+}
+
+// TestApplySparseBesideDense: Apply itself (clipping on, or a caller such
+// as a data-parallel worker) updates the sparse tables on a side lane at 2
+// threads, with the serial order's result.
+func TestApplySparseBesideDense(t *testing.T) {
+	cfg := laneModel(t)
+	cfg.Optimizer.ClipNorm = 1e9 // on, never reached: Step updates after backward
+	two := cpuThreads(t, 2)
+	n := 0
+	trs := trainCopies(t, cfg, 16, 10, []native.Backend{two, two}, func(tr *Trainer) {
+		if n++; n == 2 {
+			tr.Model.serial, tr.Opt.serial = true, true
+		}
+	})
+	if trs[0].Opt.sideJobs != 1 || trs[1].Opt.sideJobs != 0 {
+		t.Fatalf("Apply's side lane ran %d and %d jobs, want 1 and 0", trs[0].Opt.sideJobs, trs[1].Opt.sideJobs)
+	}
+	sameParams(t, trs[0], trs[1])
 }
 
 // TestOneThreadRunsNoLane: a 1-thread backend has no threads to spare.

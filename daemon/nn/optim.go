@@ -113,6 +113,22 @@ func (o *Optimizer) update(b native.Backend, p *Param, cfg config.Optimizer, sca
 	return b.UpdateRows(opt, p.Value, p.Rows, p.Cols, g.IDs, g.Rows, p.State...)
 }
 
+// updatesEachLayer reports whether a step may update each layer as soon as
+// its gradients are final: not when clipping needs the global norm first.
+func (o *Optimizer) updatesEachLayer() bool { return o.Dense.ClipNorm <= 0 && !o.serial }
+
+// updateNow applies the current step's update (Step already counted) to p.
+func (o *Optimizer) updateNow(b native.Backend, p *Param) error {
+	cfg := o.Dense
+	if p.Sparse {
+		cfg = o.Sparse
+	}
+	if err := o.update(b, p, cfg, 1); err != nil {
+		return fmt.Errorf("optimiser: %s: %w", p.Name, err)
+	}
+	return nil
+}
+
 // optKinds maps config optimiser names to kernel kinds.
 var optKinds = map[string]native.OptKind{"sgd": native.SGD, "adagrad": native.Adagrad, "adam": native.Adam}
 
