@@ -21,13 +21,16 @@ type phaseTimes struct {
 	times                       map[string]time.Duration
 	draw                        time.Duration // one batch from the generator (on the prefetching goroutine)
 	loss, backward, step        time.Duration
+	unfused                     time.Duration // forward, loss, backward, then Apply
 	optDense, optSparse, optAll time.Duration
 }
 
 // phasesBlock prints each phase of a ctrdnn step at 1 and 2 threads: the
 // layers one by one (backward without the side lane, as ProfileLayers
-// runs them), the whole backward and optimiser step as training runs them,
-// the generator's batch, and the whole step.
+// runs them), the whole backward (with the side lane at 2 threads), the
+// optimiser's update after it (dense and sparse alone, and together), the
+// step done that way and as nn.Trainer.Step does it (each layer updated as
+// soon as its backward is done), and the generator's batch.
 func phasesBlock(model *config.Model, batch int, w io.Writer) error {
 	var res [2]*phaseTimes
 	for i, threads := range []int{1, 2} {
@@ -48,8 +51,9 @@ func phasesBlock(model *config.Model, batch int, w io.Writer) error {
 	row("backward, as trained (side lane at 2t)", res[0].backward, res[1].backward)
 	row("optimiser: dense parameters alone", res[0].optDense, res[1].optDense)
 	row("optimiser: sparse tables alone", res[0].optSparse, res[1].optSparse)
-	row("optimiser, as trained", res[0].optAll, res[1].optAll)
-	row("step (forward+loss+backward+optimiser)", res[0].step, res[1].step)
+	row("optimiser after backward (Apply)", res[0].optAll, res[1].optAll)
+	row("forward, loss, backward, then Apply", res[0].unfused, res[1].unfused)
+	row("step as trained (updates in backward)", res[0].step, res[1].step)
 	row("generator batch (prefetched, off the step)", res[0].draw, res[1].draw)
 	return nil
 }
@@ -71,7 +75,7 @@ func measurePhases(model *config.Model, threads, batch int) (*phaseTimes, error)
 	}
 	defer src.Close()
 	const never = time.Duration(1<<63 - 1)
-	p := &phaseTimes{times: map[string]time.Duration{}, draw: never, loss: never, backward: never, step: never,
+	p := &phaseTimes{times: map[string]time.Duration{}, draw: never, loss: never, backward: never, step: never, unfused: never,
 		optDense: never, optSparse: never, optAll: never}
 	batches := make([]*data.Batch, phaseReps)
 	for i := range batches {
@@ -115,9 +119,9 @@ func measurePhases(model *config.Model, threads, batch int) (*phaseTimes, error)
 	return p, nil
 }
 
-// timeStep runs one training step phase by phase, keeping the fastest
-// times in p; the optimiser's parts run on copies of nothing: each applies
-// one more update, which only moves the weights on.
+// timeStep runs one training step phase by phase, then one as training
+// does, keeping the fastest times in p; the optimiser's parts alone each
+// apply one more update, which only moves the weights on.
 func timeStep(tr *nn.Trainer, be native.Backend, b *data.Batch, p *phaseTimes, dense, sparse []*nn.Param) error {
 	s := &nn.Step{Backend: be, Batch: b, Train: true}
 	begin := time.Now()
@@ -141,7 +145,12 @@ func timeStep(tr *nn.Trainer, be native.Backend, b *data.Batch, p *phaseTimes, d
 		return err
 	}
 	p.optAll = min(p.optAll, time.Since(start))
-	p.step = min(p.step, time.Since(begin))
+	p.unfused = min(p.unfused, time.Since(begin))
+	start = time.Now()
+	if _, err := tr.Step(b); err != nil {
+		return err
+	}
+	p.step = min(p.step, time.Since(start))
 	for _, part := range []struct {
 		params []*nn.Param
 		best   *time.Duration
