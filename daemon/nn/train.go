@@ -135,8 +135,13 @@ func (t *Trainer) Evaluate(ctx context.Context, src data.Source, batchSize, maxS
 		labels  []float32
 		correct int
 	)
-	for m.Samples < maxSamples {
-		batch, err := src.Next(ctx, min(batchSize, maxSamples-m.Samples))
+	batches, err := prefetchUpTo(ctx, src, batchSize, maxSamples)
+	if err != nil {
+		return m, err
+	}
+	defer batches.Close() // before the caller closes src
+	for {
+		batch, err := batches.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -185,6 +190,22 @@ func (t *Trainer) Evaluate(ctx context.Context, src data.Source, batchSize, maxS
 		m.Fit = &Fit{MSE: mse, R2: r2}
 	}
 	return m, nil
+}
+
+// prefetchUpTo reads batches of batchSize from src on another goroutine,
+// the last one cut to maxSamples in all.
+func prefetchUpTo(ctx context.Context, src data.Source, batchSize, maxSamples int) (*data.Prefetcher[*data.Batch], error) {
+	left := maxSamples // the reader goroutine's own
+	return data.Prefetch(ctx, 2, 0, func(ctx context.Context) (*data.Batch, error) {
+		if left <= 0 {
+			return nil, io.EOF
+		}
+		b, err := src.Next(ctx, min(batchSize, left))
+		if err == nil {
+			left -= b.Size
+		}
+		return b, err
+	})
 }
 
 // countCorrect counts right predictions: the class for classifiers, a
