@@ -32,14 +32,22 @@ type phaseTimes struct {
 // step done that way and as nn.Trainer.Step does it (each layer updated as
 // soon as its backward is done), and the generator's batch.
 func phasesBlock(model *config.Model, batch int, w io.Writer) error {
-	var res [2]*phaseTimes
+	var runs [2]*phaseRun
 	for i, threads := range []int{1, 2} {
-		p, err := measurePhases(model, threads, batch)
+		r, err := newPhaseRun(model, threads, batch)
 		if err != nil {
 			return fmt.Errorf("phases at %d threads: %w", threads, err)
 		}
-		res[i] = p
+		runs[i] = r
 	}
+	for i := range phaseReps { // interleaved, so that both thread counts see the same load
+		for _, r := range runs {
+			if err := r.rep(i); err != nil {
+				return fmt.Errorf("phases at %d threads: %w", r.tr.Backend.(*native.CPU).Threads(), err)
+			}
+		}
+	}
+	res := [2]*phaseTimes{runs[0].p, runs[1].p}
 	fmt.Fprintf(w, "phases of one step (fastest of %d):       1 thread    2 threads   1t/2t\n", phaseReps)
 	row := func(name string, a, b time.Duration) {
 		fmt.Fprintf(w, "  %-36s %9.0f us %9.0f us   %.2f\n", name, us(a), us(b), float64(a)/float64(b))
@@ -60,7 +68,16 @@ func phasesBlock(model *config.Model, batch int, w io.Writer) error {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func measurePhases(model *config.Model, threads, batch int) (*phaseTimes, error) {
+// phaseRun is one thread count's trainer, batches and times.
+type phaseRun struct {
+	be            native.Backend
+	tr            *nn.Trainer
+	batches       []*data.Batch
+	dense, sparse []*nn.Param
+	p             *phaseTimes
+}
+
+func newPhaseRun(model *config.Model, threads, batch int) (*phaseRun, error) {
 	be, err := native.NewCPU(native.CPUOptions{Threads: threads})
 	if err != nil {
 		return nil, err
@@ -75,48 +92,56 @@ func measurePhases(model *config.Model, threads, batch int) (*phaseTimes, error)
 	}
 	defer src.Close()
 	const never = time.Duration(1<<63 - 1)
-	p := &phaseTimes{times: map[string]time.Duration{}, draw: never, loss: never, backward: never, step: never, unfused: never,
-		optDense: never, optSparse: never, optAll: never}
-	batches := make([]*data.Batch, phaseReps)
-	for i := range batches {
+	r := &phaseRun{be: be, tr: tr, batches: make([]*data.Batch, phaseReps), p: &phaseTimes{times: map[string]time.Duration{},
+		draw: never, loss: never, backward: never, step: never, unfused: never, optDense: never, optSparse: never, optAll: never}}
+	for i := range r.batches {
 		start := time.Now()
-		if batches[i], err = src.Next(context.Background(), batch); err != nil {
+		if r.batches[i], err = src.Next(context.Background(), batch); err != nil {
 			return nil, err
 		}
-		p.draw = min(p.draw, time.Since(start))
+		r.p.draw = min(r.p.draw, time.Since(start))
 	}
-	for _, b := range batches[:5] { // warm-up: optimiser state, scratch buffers
+	for _, b := range r.batches[:5] { // warm-up: optimiser state, scratch buffers
 		if _, err := tr.Step(b); err != nil {
 			return nil, err
 		}
 	}
-	layers, err := tr.Model.ProfileLayers(&nn.Step{Backend: be, Batch: batches[0], Train: true}, phaseReps)
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range layers {
-		p.names = append(p.names, "forward "+l.Name)
-		p.times["forward "+l.Name] = l.Forward
-	}
-	for i := len(layers) - 1; i >= 0; i-- {
-		n := "backward " + layers[i].Name + " (" + layers[i].Kind + ")"
-		p.names = append(p.names, n)
-		p.times[n] = layers[i].Backward
-	}
-	var dense, sparse []*nn.Param
 	for _, prm := range tr.Model.Params() {
 		if prm.Sparse {
-			sparse = append(sparse, prm)
+			r.sparse = append(r.sparse, prm)
 		} else {
-			dense = append(dense, prm)
+			r.dense = append(r.dense, prm)
 		}
 	}
-	for _, b := range batches {
-		if err := timeStep(tr, be, b, p, dense, sparse); err != nil {
-			return nil, err
+	return r, nil
+}
+
+// rep times the layers one by one, then a step phase by phase and one as
+// training runs it, on batch i.
+func (r *phaseRun) rep(i int) error {
+	layers, err := r.tr.Model.ProfileLayers(&nn.Step{Backend: r.be, Batch: r.batches[i], Train: true}, 1)
+	if err != nil {
+		return err
+	}
+	p := r.p
+	if p.names == nil {
+		for _, l := range layers {
+			p.names = append(p.names, "forward "+l.Name)
+		}
+		for k := len(layers) - 1; k >= 0; k-- {
+			p.names = append(p.names, "backward "+layers[k].Name+" ("+layers[k].Kind+")")
 		}
 	}
-	return p, nil
+	for k, l := range layers {
+		fwd, bwd := p.names[k], p.names[len(p.names)-1-k]
+		if old, ok := p.times[fwd]; !ok || l.Forward < old {
+			p.times[fwd] = l.Forward
+		}
+		if old, ok := p.times[bwd]; !ok || l.Backward < old {
+			p.times[bwd] = l.Backward
+		}
+	}
+	return timeStep(r.tr, r.be, r.batches[i], p, r.dense, r.sparse)
 }
 
 // timeStep runs one training step phase by phase, then one as training

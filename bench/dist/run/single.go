@@ -32,8 +32,11 @@ func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w i
 	}
 	rates := map[int]float64{}
 	limits := map[int]float64{}
-	for _, threads := range []int{1, 2} {
-		for range singleRuns { // the best of a few: the reference must not be a slow outlier of this noisy machine
+	// The best of a few, the thread counts interleaved: the reference must
+	// not be a slow outlier of this noisy machine, and both thread counts
+	// should see the same load.
+	for range singleRuns {
+		for _, threads := range []int{1, 2} {
 			r, err := singleProcess(ctx, model, threads, batch, steps)
 			if err != nil {
 				return 0, fmt.Errorf("single process, %d threads: %w", threads, err)
@@ -45,6 +48,8 @@ func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w i
 			}
 			limits[threads] = max(limits[threads], l)
 		}
+	}
+	for _, threads := range []int{1, 2} {
 		fmt.Fprintf(w, "single process (nn.Trainer), %d thread(s): %8.0f samples/s (best of %d); GEMM-bound limit %8.0f samples/s (%d GEMMs a step alone); %.2f of the limit (target %.2f)\n",
 			threads, rates[threads], singleRuns, limits[threads], len(calls), rates[threads]/limits[threads], targetOfLimit)
 	}
@@ -127,7 +132,7 @@ func gemmBound(calls []gemmCall, threads, batch int) (float64, error) {
 		}
 		ops[i] = operands{random(aRows * c.lda), random(bRows * c.ldb), random(c.m * c.ldc)}
 	}
-	const passes = 20
+	const passes = 50
 	best := time.Duration(1<<63 - 1)
 	for range passes {
 		start := time.Now()
