@@ -52,6 +52,9 @@ func (o *Optimizer) Apply(b native.Backend, params []*Param) error {
 		return err
 	}
 	main, side, ok := splitLanes(b)
+	if !ok || o.serial {
+		return o.updateAll(b, params, scale)
+	}
 	var dense, sparse []*Param
 	for _, p := range params {
 		if p.Sparse {
@@ -60,7 +63,7 @@ func (o *Optimizer) Apply(b native.Backend, params []*Param) error {
 			dense = append(dense, p)
 		}
 	}
-	if !ok || o.serial || len(sparse) == 0 || len(dense) == 0 {
+	if len(sparse) == 0 || len(dense) == 0 {
 		return o.updateAll(b, params, scale)
 	}
 	// A sparse table's touched rows are few (one piece, one thread): they
