@@ -81,6 +81,13 @@ func (b *CPU) ISA() ISA { return b.isa }
 // Threads returns the number of threads ops split across.
 func (b *CPU) Threads() int { return b.threads }
 
+// WithThreads returns a backend with b's ISA whose ops split across n
+// threads (at least 1), for work that runs beside other work on b's cores
+// (see nn's backward lanes). b itself is unchanged.
+func (b *CPU) WithThreads(n int) *CPU {
+	return &CPU{isa: b.isa, threads: max(n, 1)}
+}
+
 func (b *CPU) cisa() C.hps_isa { return C.hps_isa(b.isa) }
 
 // Alloc returns n zeroed floats.

@@ -57,11 +57,19 @@ func (b *CPU) Gemm(transA, transB bool, m, n, k int, alpha float32, a Buffer, ld
 // into one block of rows per thread, rounded to 16 rows: OpenBLAS's own
 // threads spin after each call and fight the Go scheduler for the cores,
 // which made 2-thread training slower than 1-thread. Results depend on the
-// thread count in the last bits (OpenBLAS blocks by the call's shape), as
+// thread count in the last bits (OpenBLAS blocks by the call's shape, and
+// takes its small-matrix path for some shapes, e.g. 128x32 over 512), as
 // they did with OpenBLAS's own threads; runs with equal thread counts are
-// bit-identical.
+// bit-identical, which is why the rule is a fixed one by shape and not a
+// measurement at start-up that could pick differently from run to run.
+//
+// A piece needs 2^23 multiply-adds (8.4M): on the 2-core Xeon (OpenBLAS
+// 0.3.21, SkylakeX kernels), best of 200 interleaved calls, ctrdnn's
+// shapes split in two gained 1.4-1.8x at 61-67M multiply-adds, 0.95-1.47x
+// at 16.8M and lost (0.56-0.98x) at 2.1-8.4M, where the second goroutine's
+// start and the smaller blocks cost more than half the GEMM.
 func (b *CPU) gemmGrain(m, n, k int) int {
-	const minWork = 1 << 18 // multiply-adds below which splitting costs more than it saves
+	const minWork = 1 << 23 // multiply-adds a piece needs for the split to pay (see above)
 	if b.threads <= 1 || m*n*k < minWork*b.threads || m < 32 {
 		return m
 	}

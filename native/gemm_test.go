@@ -155,7 +155,7 @@ func TestGemmSplitAcrossThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := newRNG(11)
-	for _, sh := range [][3]int{{512, 247, 512}, {247, 512, 512}, {97, 300, 190}, {33, 1000, 64}} {
+	for _, sh := range [][3]int{{512, 247, 512}, {247, 512, 512}, {97, 600, 500}, {33, 1000, 800}} {
 		m, n, k := sh[0], sh[1], sh[2]
 		if three.gemmGrain(m, n, k) >= m {
 			t.Fatalf("%v is not split", sh)
@@ -183,6 +183,24 @@ func TestGemmSplitAcrossThreads(t *testing.T) {
 				checkGuards(t, "split gemm", full)
 				assertClose(t, "split gemm", got, want, 1e-5, 2e-4) // k up to 1000 terms in [-1, 1]
 			}
+		}
+	}
+}
+
+// TestGemmGrainKeepsSmallGEMMsWhole: at 2 threads a GEMM is split only
+// when each half has at least 2^23 multiply-adds; smaller ones lost time
+// when split (see gemmGrain).
+func TestGemmGrainKeepsSmallGEMMsWhole(t *testing.T) {
+	two, err := NewCPU(CPUOptions{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		m, n, k int
+		split   bool
+	}{{512, 32, 128, false}, {512, 512, 13, false}, {256, 256, 128, false}, {512, 128, 256, true}, {512, 512, 234, true}} {
+		if got := two.gemmGrain(c.m, c.n, c.k) < c.m; got != c.split {
+			t.Errorf("%dx%dx%d: split %v, want %v", c.m, c.n, c.k, got, c.split)
 		}
 	}
 }

@@ -57,4 +57,12 @@
 // a writer; every Next's blocking read, and that wait, end when its context
 // does, after which the stream is over (what the cut-off read had taken is
 // lost) and Next returns the context's error.
+//
+// # Reading ahead
+//
+// [Prefetch] and [PrefetchBatches] prepare the next items on a goroutine of
+// their own while the caller trains on the current one: the same items in
+// the same order, the error that ended the reading after the items before
+// it, and a Close that stops and waits for the goroutine, which its opener
+// calls before closing the source.
 package data

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"slices"
 )
 
 // PairsConfig describes the query-document generator for two-tower
@@ -56,10 +55,11 @@ func (c PairsConfig) validate(vocab int64) error {
 type Pairs struct {
 	*sampleStream
 	cfg     PairsConfig
-	cdf     []float64 // popularity CDF over ranks
-	ids     [][]int64 // [slot][rank], slots 0..2*Slots-1: hashed ids, distinct across slots
-	partner [][]int   // [query slot][query rank]: the document rank
-	ranks   []int     // the query ranks of the sample being drawn
+	cdf     []float64  // popularity CDF over ranks
+	law     *rankTable // draws from cdf
+	ids     [][]int64  // [slot][rank], slots 0..2*Slots-1: hashed ids, distinct across slots
+	partner [][]int    // [query slot][query rank]: the document rank
+	ranks   []int      // the query ranks of the sample being drawn
 }
 
 // NewPairs builds the generator's planted query-document relation and opens
@@ -73,6 +73,7 @@ func NewPairs(cfg PairsConfig, opts Options) (*Pairs, error) {
 		return nil, err
 	}
 	g := &Pairs{cfg: cfg, cdf: zipfCDF(cfg.IDsPerSlot, cfg.Zipf), ranks: make([]int, cfg.Slots)}
+	g.law = newRankTable(g.cdf)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x7061697273)) // "pairs"
 	taken := make(map[int64]bool, 2*cfg.Slots*cfg.IDsPerSlot)
 	g.ids = make([][]int64, 2*cfg.Slots)
@@ -114,8 +115,7 @@ func (g *Pairs) draw(rng *rand.Rand, rec *record) {
 
 // rank draws a rank from the popularity law.
 func (g *Pairs) rank(rng *rand.Rand) int {
-	r, _ := slices.BinarySearch(g.cdf, rng.Float64())
-	return min(r, len(g.cdf)-1)
+	return g.law.rank(rng.Float64())
 }
 
 // sampleStream is what the generators (Pairs, Words) share: it numbers

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 )
 
@@ -76,6 +75,7 @@ type Synthetic struct {
 type plantedModel struct {
 	cfg     SyntheticConfig
 	cdf     []float64   // popularity CDF over ranks
+	ranks   *rankTable  // draws from cdf
 	ids     [][]int64   // [slot][rank]: hashed id, distinct across all slots
 	weights [][]float64 // [slot][rank]: logit weight
 	denseW  []float64
@@ -96,6 +96,7 @@ func NewSynthetic(cfg SyntheticConfig, opts Options) (*Synthetic, error) {
 
 func newPlantedModel(cfg SyntheticConfig, vocab int64) *plantedModel {
 	m := &plantedModel{cfg: cfg, cdf: zipfCDF(cfg.IDsPerSlot, cfg.Zipf)}
+	m.ranks = newRankTable(m.cdf)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x706c616e746564)) // "planted"
 	taken := make(map[int64]bool, cfg.Slots*cfg.IDsPerSlot)
 	m.ids = make([][]int64, cfg.Slots)
@@ -207,8 +208,7 @@ func (g *Synthetic) draw(i int64, rec *record) {
 	g.pcg.Seed(g.cfg.Seed, mix64(uint64(i)))
 	logit := g.cfg.Bias
 	for s := range g.cfg.Slots {
-		r, _ := slices.BinarySearch(g.cdf, g.rng.Float64())
-		r = min(r, len(g.cdf)-1)
+		r := g.ranks.rank(g.rng.Float64())
 		rec.ids = append(rec.ids, g.ids[s][r])
 		rec.endBag()
 		logit += g.weights[s][r]

@@ -131,3 +131,15 @@ func TestSyntheticConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkSyntheticNext512(b *testing.B) {
+	g, err := NewSynthetic(DefaultSynthetic(1), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := g.Next(context.Background(), 512); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

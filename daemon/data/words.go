@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 )
 
 // WordsConfig describes the synthetic corpus for word-embedding models. The
@@ -49,8 +48,9 @@ func (c WordsConfig) validate(vocab int64) error {
 type Words struct {
 	*sampleStream
 	cfg     WordsConfig
-	cdf     []float64 // frequency CDF over word ids
-	partner [][]int   // [context position][centre word]: the context word
+	cdf     []float64  // frequency CDF over word ids
+	law     *rankTable // draws from cdf
+	partner [][]int    // [context position][centre word]: the context word
 }
 
 // NewWords builds the generator's planted partners and opens a stream.
@@ -63,6 +63,7 @@ func NewWords(cfg WordsConfig, opts Options) (*Words, error) {
 		return nil, err
 	}
 	g := &Words{cfg: cfg, cdf: zipfCDF(cfg.Words, cfg.Zipf)}
+	g.law = newRankTable(g.cdf)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x776f726473)) // "words"
 	g.partner = make([][]int, cfg.Context)
 	for k := range g.partner {
@@ -95,6 +96,5 @@ func (g *Words) draw(rng *rand.Rand, rec *record) {
 
 // word draws a word id from the frequency law.
 func (g *Words) word(rng *rand.Rand) int {
-	w, _ := slices.BinarySearch(g.cdf, rng.Float64())
-	return min(w, len(g.cdf)-1)
+	return g.law.rank(rng.Float64())
 }

@@ -101,8 +101,14 @@ func (l *FC) Backward(s *Step, dout Activation) (Activation, error) {
 		wp := l.W.Value.Slice(row*out, (row+p.Width)*out)
 		gp := l.W.Grad.Slice(row*out, (row+p.Width)*out)
 		row += p.Width
-		if err := be.Gemm(true, false, p.Width, out, rows, 1, p.Buf, p.Width, dz, out, 0, gp, out); err != nil {
-			return Activation{}, fmt.Errorf("%s: weight gradient: %w", l.shape.Name, err)
+		weightGrad := func(be native.Backend) error {
+			if err := be.Gemm(true, false, p.Width, out, rows, 1, p.Buf, p.Width, dz, out, 0, gp, out); err != nil {
+				return fmt.Errorf("%s: weight gradient: %w", l.shape.Name, err)
+			}
+			return nil
+		}
+		if err := s.offPath(weightGrad); err != nil {
+			return Activation{}, err
 		}
 		part := Part{Width: p.Width, NeedGrad: p.NeedGrad}
 		if p.NeedGrad {

@@ -16,6 +16,9 @@ type Step struct {
 	// the batch's content (NCE's negatives) is drawn from Source, so that it
 	// does not depend on where the step runs.
 	Source *data.Batch
+	// side, during a backward pass with lanes, takes the work off the
+	// critical path (see lane).
+	side *lane
 }
 
 // source is the batch whose content seeds per-batch draws.

@@ -25,6 +25,10 @@ type Model struct {
 	entries []entry
 	towers  []string
 	Loss    Loss
+	// serial runs backward without a side lane (the reference in tests).
+	serial   bool
+	sideJobs int  // jobs the last backward ran on its side lane, for tests
+	distinct int8 // paramsDistinct: 0 not known yet, 1 yes, -1 no
 }
 
 type entry struct {
@@ -194,8 +198,74 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 	return m.backward(s, dout, nil)
 }
 
-// backward is Backward calling done(i), if not nil, after entry i.
+// backward is Backward calling done(i), if not nil, after entry i. Unless
+// a caller waits for each layer (done) or the model is told to stay serial,
+// a CPU backend of two or more threads runs the weight gradients on a side
+// lane, which is drained before backward returns.
 func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
+	if done != nil || s.side != nil {
+		return m.backwardOn(s, dout, func(i int) error { done(i); return nil })
+	}
+	return m.backwardLanes(s, dout, nil)
+}
+
+// backwardLanes is backward on a main and a side lane when the backend
+// splits into two (see lane), else on s alone, calling after(i, ls), if not
+// nil, on this goroutine once entry i's backward has returned: ls is the
+// step the layers ran with, whose offPath queues work behind entry i's
+// weight gradients. Both lanes are done when it returns.
+func (m *Model) backwardLanes(s *Step, dout Activation, after func(layer int, ls *Step) error) error {
+	var each func(int) error
+	main, side, ok := splitLanes(s.Backend)
+	if !ok || m.serial {
+		if after != nil {
+			each = func(i int) error { return after(i, s) }
+		}
+		return m.backwardOn(s, dout, each)
+	}
+	l := startLane(side)
+	ls := *s
+	ls.Backend, ls.side = main, l
+	if after != nil {
+		each = func(i int) error { return after(i, &ls) }
+	}
+	err := m.backwardOn(&ls, dout, each)
+	if werr := l.wait(); err == nil {
+		err = werr
+	}
+	m.sideJobs = l.ran
+	return err
+}
+
+// paramsDistinct reports whether no parameter belongs to two entries, so
+// that an entry's parameters are final once its backward has run.
+func (m *Model) paramsDistinct() bool {
+	if m.distinct == 0 {
+		m.distinct = 1
+		seen := map[*Param]bool{}
+		for _, p := range m.Params() {
+			if seen[p] {
+				m.distinct = -1
+			}
+			seen[p] = true
+		}
+	}
+	return m.distinct > 0
+}
+
+// entryParams are the parameters of entry i (Params, for one entry).
+func (m *Model) entryParams(i int) []*Param {
+	e := m.entries[i]
+	if e.layer != nil {
+		return e.layer.Params()
+	}
+	if p, ok := e.join.(interface{ Params() []*Param }); ok {
+		return p.Params()
+	}
+	return nil
+}
+
+func (m *Model) backwardOn(s *Step, dout Activation, done func(layer int) error) error {
 	grads := map[string]Activation{lastTower(m): dout}
 	for i := len(m.entries) - 1; i >= 0; i-- {
 		e := m.entries[i]
@@ -213,7 +283,9 @@ func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 			grads[e.tower] = din
 		}
 		if done != nil {
-			done(i)
+			if err := done(i); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,8 @@ type Optimizer struct {
 	Dense, Sparse config.Optimizer
 	Step          int64 // updates applied so far
 	TotalSteps    int64 // for the cosine schedule; 0 = unknown
+	serial        bool  // update sparse after dense parameters (the reference in tests)
+	sideJobs      int   // updates the last Apply ran on a side lane, for tests
 }
 
 // NewOptimizer builds the optimiser a model file asks for.
@@ -49,6 +51,35 @@ func (o *Optimizer) Apply(b native.Backend, params []*Param) error {
 	if err != nil {
 		return err
 	}
+	main, side, ok := splitLanes(b)
+	if !ok || o.serial {
+		return o.updateAll(b, params, scale)
+	}
+	var dense, sparse []*Param
+	for _, p := range params {
+		if p.Sparse {
+			sparse = append(sparse, p)
+		} else {
+			dense = append(dense, p)
+		}
+	}
+	if len(sparse) == 0 || len(dense) == 0 {
+		return o.updateAll(b, params, scale)
+	}
+	// A sparse table's touched rows are few (one piece, one thread): they
+	// update beside the dense parameters instead of after them.
+	l := startLane(side)
+	l.submit(func(be native.Backend) error { return o.updateAll(be, sparse, scale) })
+	err = o.updateAll(main, dense, scale)
+	if werr := l.wait(); err == nil {
+		err = werr
+	}
+	o.sideJobs = l.ran
+	return err
+}
+
+// updateAll updates params one after the other on b.
+func (o *Optimizer) updateAll(b native.Backend, params []*Param, scale float32) error {
 	for _, p := range params {
 		cfg := o.Dense
 		if p.Sparse {
@@ -83,6 +114,22 @@ func (o *Optimizer) update(b native.Backend, p *Param, cfg config.Optimizer, sca
 		return err
 	}
 	return b.UpdateRows(opt, p.Value, p.Rows, p.Cols, g.IDs, g.Rows, p.State...)
+}
+
+// updatesEachLayer reports whether a step may update each layer as soon as
+// its gradients are final: not when clipping needs the global norm first.
+func (o *Optimizer) updatesEachLayer() bool { return o.Dense.ClipNorm <= 0 && !o.serial }
+
+// updateNow applies the current step's update (Step already counted) to p.
+func (o *Optimizer) updateNow(b native.Backend, p *Param) error {
+	cfg := o.Dense
+	if p.Sparse {
+		cfg = o.Sparse
+	}
+	if err := o.update(b, p, cfg, 1); err != nil {
+		return fmt.Errorf("optimiser: %s: %w", p.Name, err)
+	}
+	return nil
 }
 
 // optKinds maps config optimiser names to kernel kinds.

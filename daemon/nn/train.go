@@ -33,14 +33,43 @@ func NewTrainer(b native.Backend, cfg *config.Model, seed uint64, totalSteps int
 }
 
 // Step runs forward, loss, backward and one optimiser update on batch and
-// returns the batch's mean loss.
+// returns the batch's mean loss. Unless clipping needs every gradient first,
+// each layer's parameters are updated as soon as its backward is done (on
+// the side lane, behind its weight gradients, when the backend splits), so
+// that the update overlaps the rest of the backward pass; every element's
+// update depends on that element only, so the result is the same.
 func (t *Trainer) Step(batch *data.Batch) (float64, error) {
 	s := &Step{Backend: t.Backend, Batch: batch, Train: true}
-	loss, err := t.Gradients(s)
+	if !t.Opt.updatesEachLayer() || !t.Model.paramsDistinct() {
+		loss, err := t.Gradients(s)
+		if err != nil {
+			return 0, err
+		}
+		if err := t.Opt.Apply(t.Backend, t.Model.Params()); err != nil {
+			return 0, err
+		}
+		return loss, nil
+	}
+	loss, dout, err := t.forwardLoss(s)
 	if err != nil {
 		return 0, err
 	}
-	if err := t.Opt.Apply(t.Backend, t.Model.Params()); err != nil {
+	t.Opt.Step++
+	err = t.Model.backwardLanes(s, dout, func(i int, ls *Step) error {
+		for _, p := range t.Model.entryParams(i) {
+			if p.Sparse { // the last layers' updates: on this lane, beside the side lane's
+				if err := t.Opt.updateNow(ls.Backend, p); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := ls.offPath(func(be native.Backend) error { return t.Opt.updateNow(be, p) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	return loss, nil
@@ -49,24 +78,34 @@ func (t *Trainer) Step(batch *data.Batch) (float64, error) {
 // Gradients runs forward, loss and backward, leaving the gradients in the
 // parameters without updating them (data-parallel workers push these).
 func (t *Trainer) Gradients(s *Step) (float64, error) {
-	if s.Batch == nil || s.Batch.Size == 0 {
-		return 0, errors.New("train step: empty batch")
-	}
-	out, err := t.Model.Forward(s)
+	loss, dout, err := t.forwardLoss(s)
 	if err != nil {
 		return 0, err
-	}
-	sum, dout, err := t.Model.Loss.Forward(s, out)
-	if err != nil {
-		return 0, err
-	}
-	if math.IsNaN(sum) || math.IsInf(sum, 0) {
-		return 0, fmt.Errorf("train step %d: loss is %v (diverged; lower the learning rate)", t.Opt.Step+1, sum)
 	}
 	if err := t.Model.Backward(s, dout); err != nil {
 		return 0, err
 	}
-	return sum / float64(s.Batch.Size), nil
+	return loss, nil
+}
+
+// forwardLoss runs forward and the loss, returning the batch's mean loss
+// and the gradient of the summed loss with respect to the output.
+func (t *Trainer) forwardLoss(s *Step) (float64, Activation, error) {
+	if s.Batch == nil || s.Batch.Size == 0 {
+		return 0, Activation{}, errors.New("train step: empty batch")
+	}
+	out, err := t.Model.Forward(s)
+	if err != nil {
+		return 0, Activation{}, err
+	}
+	sum, dout, err := t.Model.Loss.Forward(s, out)
+	if err != nil {
+		return 0, Activation{}, err
+	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return 0, Activation{}, fmt.Errorf("train step %d: loss is %v (diverged; lower the learning rate)", t.Opt.Step+1, sum)
+	}
+	return sum / float64(s.Batch.Size), dout, nil
 }
 
 // Metrics summarise a model on held-out data. AUC applies to CTR models
@@ -96,8 +135,13 @@ func (t *Trainer) Evaluate(ctx context.Context, src data.Source, batchSize, maxS
 		labels  []float32
 		correct int
 	)
-	for m.Samples < maxSamples {
-		batch, err := src.Next(ctx, min(batchSize, maxSamples-m.Samples))
+	batches, err := prefetchUpTo(ctx, src, batchSize, maxSamples)
+	if err != nil {
+		return m, err
+	}
+	defer batches.Close() // before the caller closes src
+	for {
+		batch, err := batches.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -146,6 +190,22 @@ func (t *Trainer) Evaluate(ctx context.Context, src data.Source, batchSize, maxS
 		m.Fit = &Fit{MSE: mse, R2: r2}
 	}
 	return m, nil
+}
+
+// prefetchUpTo reads batches of batchSize from src on another goroutine,
+// the last one cut to maxSamples in all.
+func prefetchUpTo(ctx context.Context, src data.Source, batchSize, maxSamples int) (*data.Prefetcher[*data.Batch], error) {
+	left := maxSamples // the reader goroutine's own
+	return data.Prefetch(ctx, 2, 0, func(ctx context.Context) (*data.Batch, error) {
+		if left <= 0 {
+			return nil, io.EOF
+		}
+		b, err := src.Next(ctx, min(batchSize, left))
+		if err == nil {
+			left -= b.Size
+		}
+		return b, err
+	})
 }
 
 // countCorrect counts right predictions: the class for classifiers, a

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -243,19 +242,20 @@ func openEpochs(spec string, opts data.Options) (data.Source, *atomic.Int64, err
 // "epoch N" when a step is the first of a new pass over a data file.
 func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Source, epoch *atomic.Int64, res *trainResult, prog *progress,
 	trace *trainTrace) error {
-	ctx, cancel := context.WithCancel(ctx)
-	batches, wait := prefetch(ctx, src, epoch, f.batch, f.steps-int(tr.Opt.Step))
-	// The reader may be blocked handing over a batch nobody will take:
-	// cancel before waiting for it.
-	defer func() {
-		cancel()
-		wait()
-	}()
+	batches, err := prefetchEpochs(ctx, src, epoch, f.batch, f.steps-int(tr.Opt.Step))
+	if err != nil {
+		return err
+	}
+	defer batches.Close() // before the caller closes src
 	start := time.Now()
 	var lossEMA float64
-	for next := range batches {
-		if next.err != nil {
-			return next.err
+	for {
+		next, err := batches.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
 		}
 		if next.epoch > int64(res.Epochs) && res.Epochs > 0 {
 			prog.line(fmt.Sprintf("epoch %d", next.epoch))
@@ -305,36 +305,21 @@ func ema(prev, v float64, first bool) float64 {
 	return 0.98*prev + 0.02*v
 }
 
-type batchOrErr struct {
+type epochBatch struct {
 	batch *data.Batch
 	epoch int64 // the pass over the data it came from, 0 for a generator
-	err   error
 }
 
-// prefetch reads up to steps batches of size into a channel of depth 2,
-// each with the epoch it came from. The returned wait blocks until the
-// reader goroutine has exited.
-func prefetch(ctx context.Context, src data.Source, epoch *atomic.Int64, size, steps int) (<-chan batchOrErr, func()) {
-	out := make(chan batchOrErr, 2)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(out)
-		for range max(steps, 0) {
-			b, err := src.Next(ctx, size)
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			select {
-			case out <- batchOrErr{b, epoch.Load(), err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
+// prefetchEpochs reads up to steps batches of size on another goroutine,
+// two ahead of the step, each with the epoch it came from.
+func prefetchEpochs(ctx context.Context, src data.Source, epoch *atomic.Int64, size, steps int) (*data.Prefetcher[epochBatch], error) {
+	if steps <= 0 {
+		return data.Prefetch(ctx, 1, 0, func(context.Context) (epochBatch, error) { return epochBatch{}, io.EOF })
+	}
+	return data.Prefetch(ctx, 2, steps, func(ctx context.Context) (epochBatch, error) {
+		b, err := src.Next(ctx, size)
+		return epochBatch{b, epoch.Load()}, err
 	})
-	return out, wg.Wait
 }
 
 // evaluate scores the model on the held-out split.

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/native"
 )
 
@@ -325,5 +328,62 @@ func TestBinaryRunsOpenBLASOnItsCPUsKernels(t *testing.T) {
 	}
 	if res.OpenBLAS != want {
 		t.Errorf("heterps ran OpenBLAS core %q, want %q (this test binary loaded %q)", res.OpenBLAS, want, loaded)
+	}
+}
+
+// TestTrainPrefetchKeepsTheBatchOrder: heterps train reads batches on
+// another goroutine; its losses are those of a plain loop that reads each
+// batch right before its step.
+func TestTrainPrefetchKeepsTheBatchOrder(t *testing.T) {
+	const steps = 12
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	code, _, errs := trainCLI(t, "--model", "linreg", "--data", "synthetic:4", "--steps", fmt.Sprint(steps), "--batch", "16",
+		"--threads", "1", "--eval-samples", "0", "--trace", trace)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	raw, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for line := range strings.Lines(string(raw)) {
+		var l struct{ Loss float64 }
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l.Loss)
+	}
+	cfg, err := config.LoadModel("linreg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := native.NewCPU(native.CPUOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := nn.NewTrainer(be, cfg, 1, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := data.Open("synthetic:4", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var want []float64
+	for range steps {
+		b, err := src.Next(context.Background(), 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, err := tr.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, loss)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("losses with prefetch %v\nwithout %v", got, want)
 	}
 }

@@ -16,6 +16,11 @@
 // uses exactly N units: one stage of N data-parallel replicas, synchronised
 // (BSP) through one parameter-server shard on a node of the stage.
 //
+// The single-process lines (single.go) also print the GEMM-bound limit at
+// the same thread count and batch (the GEMMs one training step issues,
+// timed alone through native.CPU), the share of it reached, and the 2/1
+// thread scaling; --single-only runs just those.
+//
 // For each batch size it also trains a 2-stage pipeline (pipeline.go)
 // under the 1F1B and fill-drain schedules, --pipeline-micro micro-batches
 // a step, and prints each one's samples/s and the most micro-batches each
@@ -36,13 +41,12 @@
 // invocation records all of bench/results/dist.txt (--out).
 //
 //	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--dense-sync allreduce,ps] [--unit cpu-1t] [--in-process]
-//	                        [--pipeline-micro 8] [--pipeline-only]
+//	                        [--pipeline-micro 8] [--pipeline-only] [--single-only]
 //	    [--wire] [--also cpu-2t:1] [--out bench/results/dist.txt]
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,7 +55,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -83,6 +86,7 @@ type options struct {
 	timeout     time.Duration
 	pipeMicro   int  // micro-batches a step of the pipeline runs
 	pipeOnly    bool // run only the pipeline
+	singleOnly  bool // run only single-process training
 }
 
 func main() {
@@ -98,6 +102,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a distributed run after this long")
 	flag.IntVar(&o.pipeMicro, "pipeline-micro", 8, "micro-batches a step of the 2-stage pipeline runs")
 	flag.BoolVar(&o.pipeOnly, "pipeline-only", false, "run only the 2-stage pipeline under each schedule")
+	flag.BoolVar(&o.singleOnly, "single-only", false, "run only single-process training and its GEMM-bound limit")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file (it sees the daemons only with --in-process)")
 	wire := flag.Bool("wire", false, "first run bench/dist/wirebw and the daemon/ps PushPull benchmark (child processes) into the output")
 	also := flag.String("also", "", "then repeat the runs on other units: semicolon-separated UNIT:NODES, e.g. cpu-2t:1 (the plan make run gets here)")
@@ -262,18 +267,9 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 	if o.pipeOnly {
 		return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, w)
 	}
-	var ref float64
-	for _, threads := range []int{1, 2} {
-		rate := 0.0
-		for range singleRuns { // the best of a few: the reference must not be a slow outlier of this noisy machine
-			r, err := singleProcess(ctx, model, threads, batch, o.steps)
-			if err != nil {
-				return fmt.Errorf("single process, %d threads: %w", threads, err)
-			}
-			rate = max(rate, r)
-		}
-		ref = max(ref, rate)
-		fmt.Fprintf(w, "single process (nn.Trainer), %d thread(s): %8.0f samples/s (best of %d)\n", threads, rate, singleRuns)
+	ref, err := singleBlock(ctx, model, batch, o.steps, w)
+	if err != nil || o.singleOnly {
+		return err
 	}
 	var stageLines []string
 	for _, n := range o.nodes {
@@ -342,47 +338,25 @@ func singleProcess(ctx context.Context, model *config.Model, threads, batch, ste
 		return 0, err
 	}
 	defer src.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type next struct {
-		b   *data.Batch
-		err error
+	batches, err := data.PrefetchBatches(ctx, src, batch, 2, steps)
+	if err != nil {
+		return 0, err
 	}
-	batches := make(chan next, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() {
-		defer close(batches)
-		for range steps {
-			b, err := src.Next(ctx, batch)
-			select {
-			case batches <- next{b, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
+	defer batches.Close() // before src.Close
 	var start time.Time
 	samples := 0
 	for i := 0; i < steps; i++ {
-		nb, ok := <-batches
-		if !ok {
-			return 0, errors.New("data ended")
+		b, err := batches.Next(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("batch %d: %w", i, err)
 		}
-		if nb.err != nil {
-			return 0, nb.err
-		}
-		if _, err := tr.Step(nb.b); err != nil {
+		if _, err := tr.Step(b); err != nil {
 			return 0, err
 		}
 		if i == 0 {
 			start = time.Now()
 		} else {
-			samples += nb.b.Size
+			samples += b.Size
 		}
 	}
 	return float64(samples) / time.Since(start).Seconds(), nil

@@ -1,0 +1,197 @@
+package nn
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/native"
+)
+
+// laneCTR is ctrdnn's shape, small enough that with batches of 16 rows no
+// GEMM is split into row blocks, so that every op's result is the same at
+// any thread count and lanes can be compared with the serial order bit for
+// bit.
+const laneCTR = `version = 1
+name = "smallctr"
+task = "ctr"
+[input]
+dense = 13
+slots = 26
+vocab = 100001
+[[layer]]
+name = "emb"
+kind = "embedding"
+dim = 4
+[[layer]]
+name = "concat"
+kind = "concat"
+[[layer]]
+name = "fc1"
+kind = "fc"
+in = 117
+out = 32
+act = "relu"
+[[layer]]
+name = "fc2"
+kind = "fc"
+in = 32
+out = 16
+act = "relu"
+[[layer]]
+name = "logit"
+kind = "fc"
+in = 16
+out = 1
+[loss]
+kind = "bce"
+[optimizer]
+kind = "adam"
+lr = 0.01
+[sparse_optimizer]
+kind = "adam"
+lr = 0.01
+`
+
+func cpuThreads(t *testing.T, n int) *native.CPU {
+	t.Helper()
+	b, err := native.NewCPU(native.CPUOptions{Threads: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// trainCopies trains one trainer per backend on the same batches, calling
+// each one's setup first, and returns the trainers.
+func trainCopies(t *testing.T, cfg *config.Model, size, steps int, backends []native.Backend, setup func(*Trainer)) []*Trainer {
+	t.Helper()
+	var trs []*Trainer
+	for _, b := range backends {
+		tr, err := NewTrainer(b, cfg, 7, int64(steps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		setup(tr)
+		trs = append(trs, tr)
+	}
+	src := openData(t, "synthetic:2", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	for range steps {
+		b, err := src.Next(context.Background(), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range trs {
+			if _, err := tr.Step(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return trs
+}
+
+// sameParams fails unless a and b hold bit-identical parameter values.
+func sameParams(t *testing.T, a, b *Trainer) {
+	t.Helper()
+	pa, pb := a.Model.Params(), b.Model.Params()
+	for i := range pa {
+		va, err := hostFloats(a.Backend, pa[i].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb, err := hostFloats(b.Backend, pb[i].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range va {
+			if math.Float32bits(va[j]) != math.Float32bits(vb[j]) {
+				t.Fatalf("%s[%d]: %v and %v", pa[i].Name, j, va[j], vb[j])
+			}
+		}
+	}
+}
+
+func laneModel(t *testing.T) *config.Model {
+	t.Helper()
+	cfg, err := config.ParseModel("smallctr.toml", []byte(laneCTR))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestLanesMatchTheSerialOrderBitForBit: at 2 threads the weight gradients
+// and the sparse update run on a side lane; the parameters after training
+// equal those of the serial order.
+func TestLanesMatchTheSerialOrderBitForBit(t *testing.T) {
+	two := cpuThreads(t, 2)
+	n := 0
+	trs := trainCopies(t, laneModel(t), 16, 20, []native.Backend{two, two}, func(tr *Trainer) {
+		if n++; n == 2 {
+			tr.Model.serial, tr.Opt.serial = true, true
+		}
+	})
+	lanes, serial := trs[0], trs[1]
+	// 3 FC layers: a weight gradient for each of fc1's two input parts and
+	// for fc2 and logit, then the update of each layer's weight and bias.
+	if lanes.Model.sideJobs != 4+6 {
+		t.Fatalf("the side lane ran %d jobs, want 10", lanes.Model.sideJobs)
+	}
+	if serial.Model.sideJobs != 0 || serial.Opt.sideJobs != 0 {
+		t.Fatal("the serial reference used a side lane")
+	}
+	sameParams(t, lanes, serial)
+}
+
+// TestUpdatesDuringBackwardMatchApplyAfter: at one thread a step updates
+// each layer right after its backward; the parameters equal those of
+// Gradients then Apply.
+func TestUpdatesDuringBackwardMatchApplyAfter(t *testing.T) {
+	one := cpuThreads(t, 1)
+	n := 0
+	trs := trainCopies(t, laneModel(t), 16, 20, []native.Backend{one, one}, func(tr *Trainer) {
+		if n++; n == 2 {
+			tr.Opt.serial = true
+		}
+	})
+	sameParams(t, trs[0], trs[1])
+}
+
+// TestApplySparseBesideDense: Apply itself (clipping on, or a caller such
+// as a data-parallel worker) updates the sparse tables on a side lane at 2
+// threads, with the serial order's result.
+func TestApplySparseBesideDense(t *testing.T) {
+	cfg := laneModel(t)
+	cfg.Optimizer.ClipNorm = 1e9 // on, never reached: Step updates after backward
+	two := cpuThreads(t, 2)
+	n := 0
+	trs := trainCopies(t, cfg, 16, 10, []native.Backend{two, two}, func(tr *Trainer) {
+		if n++; n == 2 {
+			tr.Model.serial, tr.Opt.serial = true, true
+		}
+	})
+	if trs[0].Opt.sideJobs != 1 || trs[1].Opt.sideJobs != 0 {
+		t.Fatalf("Apply's side lane ran %d and %d jobs, want 1 and 0", trs[0].Opt.sideJobs, trs[1].Opt.sideJobs)
+	}
+	sameParams(t, trs[0], trs[1])
+}
+
+// TestOneThreadRunsNoLane: a 1-thread backend has no threads to spare.
+func TestOneThreadRunsNoLane(t *testing.T) {
+	trs := trainCopies(t, laneModel(t), 16, 2, []native.Backend{cpuThreads(t, 1)}, func(*Trainer) {})
+	if trs[0].Model.sideJobs != 0 || trs[0].Opt.sideJobs != 0 {
+		t.Fatal("a 1-thread backend ran a side lane")
+	}
+}
+
+// TestEqualThreadCountsAreBitIdentical: two ctrdnn-wide runs at 2 threads
+// (GEMMs large enough to split, lanes on) end with the same parameters.
+func TestEqualThreadCountsAreBitIdentical(t *testing.T) {
+	cfg := laneModel(t)
+	cfg.Layers[2].Out, cfg.Layers[3].In = 512, 512 // fc1's forward GEMM splits: 512x512x117
+	a, b := cpuThreads(t, 2), cpuThreads(t, 2)
+	trs := trainCopies(t, cfg, 512, 6, []native.Backend{a, b}, func(*Trainer) {})
+	sameParams(t, trs[0], trs[1])
+}
