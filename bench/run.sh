@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # make bench: runs every benchmark and records its output in bench/results/.
 # Each benchmark prints our figure beside the competitor's from the same run.
-# Usage: bench/run.sh [name...]   (names: kernels ctr sched dist paddle place; default all)
+# Usage: bench/run.sh [name...]   (names: kernels ctr sched dist profile paddle place; default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 results=bench/results
 mkdir -p "$results"
 names=("$@")
-((${#names[@]})) || names=(kernels ctr sched dist paddle place)
+((${#names[@]})) || names=(kernels ctr sched dist profile paddle place)
 
 # PyTorch is a benchmark-only dependency, kept in its own virtual env.
 torch_env() {
@@ -51,6 +51,7 @@ for n in "${names[@]}"; do
       py=$(torch_env)
       run pytorch go run ./bench/pytorch -python "$py" ;;
     sched) run sched go run ./bench/sched ;;
+    profile) run profile go run ./bench/profile ;;
     dist) run dist go run ./bench/dist/run --wire --batches 512,2048 --dense-sync ps,allreduce --also cpu-2t:1 ;;
     paddle)
       py=$(paddle_env bench/.venv-paddle "paddlepaddle==3.3.1")
