@@ -12,7 +12,9 @@ import (
 // (grad is len(ids) x dim). In BSP weight is the replica's batch size for
 // the step; in ASP it multiplies the gradient. Rows not yet created are
 // created (a push can reach the row cap). See the package comment for the
-// BSP barrier and the exactly-once rule.
+// BSP barrier and the exactly-once rule. The shard reads grad during the
+// call and copies it only if it keeps it (borrowGrad): the caller may reuse
+// it once PushRows returns.
 func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, grad []float32) (Ack, error) {
 	t, err := s.table(name)
 	if err != nil {
@@ -33,7 +35,7 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 	if err := s.checkOwned(ids); err != nil {
 		return fail(err)
 	}
-	c := &contribution{weight: weight, grad: slices.Clone(grad)}
+	c := &contribution{weight: weight, grad: grad}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	dup, err := t.admit(s.cfg.Mode, id, s.stageMembers(id.Stage))
@@ -54,7 +56,7 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 }
 
 // PushBlock pushes the gradient of a dense block (its length). The weight
-// is as for PushRows.
+// and the use of grad are as for PushRows.
 func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32) (Ack, error) {
 	b, err := s.block(name)
 	if err != nil {
@@ -69,7 +71,7 @@ func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32
 	if len(grad) != len(b.value) {
 		return fail(fmt.Errorf("%d gradient floats for a block of %d: %w", len(grad), len(b.value), ErrArg))
 	}
-	c := &contribution{weight: weight, grad: slices.Clone(grad)}
+	c := &contribution{weight: weight, grad: grad}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	dup, err := b.admit(s.cfg.Mode, id, s.stageMembers(id.Stage))
@@ -89,9 +91,12 @@ func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32
 // accept applies an admitted push (ASP) or adds it to the open step and
 // applies the step if it is complete and not held by a checkpoint (BSP).
 // Under the write lock. A failed apply leaves the version where it was.
+// c.grad is the pusher's: accept copies it when the shard keeps it past the
+// call (borrowGrad).
 func (s *Shard) accept(st *stepped, id PushID, c *contribution,
 	applyStep func(*Shard) error, applyOne func(*Shard, *contribution) error) (Ack, error) {
 	if s.cfg.Mode == ASP {
+		c.grad = slices.Clone(c.grad) // an ASP apply may scale it in place
 		if err := applyOne(s, c); err != nil {
 			return Ack{Version: st.version}, err
 		}
@@ -101,13 +106,23 @@ func (s *Shard) accept(st *stepped, id PushID, c *contribution,
 	}
 	st.add(id.Replica, c)
 	if !st.open.full() || s.held(st.open.step) {
+		c.grad = slices.Clone(c.grad) // it waits for the step's other pushes
 		return Ack{Version: st.version}, nil
 	}
 	if err := applyStep(s); err != nil {
+		c.grad = slices.Clone(c.grad) // the step stays open, holding it
 		return Ack{Version: st.version}, err
 	}
 	return Ack{Applied: true, Version: st.version}, nil
 }
+
+// borrowGrad: a push's gradient is the caller's buffer (the client's for a
+// local shard, the received frame for the service). A BSP push that
+// completes its step is applied before the push returns and the update
+// only reads the gradient (the optimisers' kernels take it const), so the
+// gradient is used in place; one that must wait for the step's other
+// pushes or a checkpoint fence is copied, as is every ASP push. For a
+// one-replica stage this saves a copy of every gradient every step.
 
 func (s *Shard) checkPush(id PushID, stage int, weight float64) error {
 	switch {
