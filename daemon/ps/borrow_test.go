@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -76,5 +77,46 @@ func TestCompletingPushUsesThePushersGradient(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if per := (after.TotalAlloc - before.TotalAlloc) / pushes; per >= n*4/2 {
 		t.Errorf("a push of a %d-float block allocated %d bytes: the gradient was copied", n, per)
+	}
+}
+
+// A push whose ids are not ascending and repeat one is refused (the check
+// on its slots, firstRepeatedSlot), leaves the step open, and the scratch
+// it marked is clear again: the same step's valid push then applies.
+func TestUnsortedRepeatedIDsAreRefused(t *testing.T) {
+	s := newTestShard(t, BSP, 1, adam)
+	g := randFloats(rand.New(rand.NewPCG(11, 12)), 4*testDim)
+	if _, err := s.PushRows(id(0, 1), testTable, 1, []int64{9, 2, 5, 2}, g); err == nil || !strings.Contains(err.Error(), "ids[3] = 2 is listed twice") {
+		t.Fatalf("push with ids 9, 2, 5, 2: %v, want ids[3] listed twice", err)
+	}
+	ack := mustPushRows(t, s, id(0, 1), 1, []int64{9, 2, 5, 7}, g)
+	if !ack.Applied {
+		t.Fatalf("the valid push after the refused one: %+v, want applied", ack)
+	}
+	for i, v := range s.tables[testTable].at {
+		if v != 0 {
+			t.Fatalf("scratch at[%d] = %d after the pushes, want all zero", i, v)
+		}
+	}
+}
+
+func TestFirstRepeatedSlot(t *testing.T) {
+	tb := &table{ids: make([]int64, 10)}
+	for _, tc := range []struct {
+		slots []int
+		want  int
+	}{
+		{nil, -1},
+		{[]int{3}, -1},
+		{[]int{9, 2, 5, 1}, -1},
+		{[]int{9, 2, 5, 2, 9}, 3},
+		{[]int{4, 4}, 1},
+	} {
+		if got := tb.firstRepeatedSlot(tc.slots); got != tc.want {
+			t.Errorf("firstRepeatedSlot(%v) = %d, want %d", tc.slots, got, tc.want)
+		}
+		if slices.ContainsFunc(tb.at, func(v int32) bool { return v != 0 }) {
+			t.Fatalf("after %v the scratch is %v, want all zero", tc.slots, tb.at)
+		}
 	}
 }

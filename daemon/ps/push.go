@@ -29,7 +29,8 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 	if len(grad) != len(ids)*t.spec.Dim {
 		return fail(fmt.Errorf("%d gradient floats for %d rows of %d: %w", len(grad), len(ids), t.spec.Dim, ErrArg))
 	}
-	if i := firstDuplicate(ids); i >= 0 {
+	sorted := slices.IsSorted(ids)
+	if i := firstDuplicateSorted(ids); sorted && i >= 0 {
 		return fail(fmt.Errorf("ids[%d] = %d is listed twice: %w", i, ids[i], ErrArg))
 	}
 	if err := s.checkOwned(ids); err != nil {
@@ -47,6 +48,9 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 	}
 	if c.slots, err = t.ensure(s, ids); err != nil {
 		return fail(err)
+	}
+	if i := t.firstRepeatedSlot(c.slots); !sorted && i >= 0 {
+		return fail(fmt.Errorf("ids[%d] = %d is listed twice: %w", i, ids[i], ErrArg))
 	}
 	ack, err := s.accept(&t.stepped, id, c, t.applyStep, t.applyOne)
 	if err != nil {
@@ -240,12 +244,7 @@ func (b *block) applyOne(s *Shard, c *contribution) error {
 // firstDuplicate returns the index of the first id listed earlier too, or -1.
 func firstDuplicate(ids []int64) int {
 	if slices.IsSorted(ids) { // clients send ascending ids: no map needed
-		for i := 1; i < len(ids); i++ {
-			if ids[i] == ids[i-1] {
-				return i
-			}
-		}
-		return -1
+		return firstDuplicateSorted(ids)
 	}
 	seen := make(map[int64]struct{}, len(ids))
 	for i, id := range ids {
@@ -255,6 +254,42 @@ func firstDuplicate(ids []int64) int {
 		seen[id] = struct{}{}
 	}
 	return -1
+}
+
+// firstDuplicateSorted returns the index of the first id equal to the one
+// before it, or -1: in ascending ids, the first listed earlier too.
+func firstDuplicateSorted(ids []int64) int {
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			return i
+		}
+	}
+	return -1
+}
+
+// firstRepeatedSlot returns the index of the first slot listed earlier
+// too, or -1, marking slots in t.at (left all zero again) instead of
+// hashing ids into a map: the ids of a push that are not ascending (the
+// pipeline's, in the order the embedding's backward merged them) are
+// checked after ensure has found their slots. Such a refused push may have
+// created its rows, as a pull of them would. Under the write lock.
+func (t *table) firstRepeatedSlot(slots []int) int {
+	if cap(t.at) < len(t.ids) {
+		t.at = make([]int32, len(t.ids), cap(t.ids))
+	}
+	at := t.at[:len(t.ids)]
+	found, marked := -1, len(slots)
+	for j, k := range slots {
+		if at[k] != 0 {
+			found, marked = j, j
+			break
+		}
+		at[k] = 1
+	}
+	for _, k := range slots[:marked] {
+		at[k] = 0
+	}
+	return found
 }
 
 // releaseHeld applies every step a checkpoint fence held back.
