@@ -110,6 +110,7 @@ type Worker struct {
 	prefetch chan prefetched // holds the next step's batch, once asked for
 	next     int64           // the step prefetch is fetching, 0 if none
 	ahead    *denseAhead     // the dense pulls ahead for the next step, if any
+	spare    [][]float32     // buffers free for the next pulls ahead (ahead.go)
 	local    *localDense     // the dense optimiser of an allreduce stage; nil otherwise
 
 	shareMu sync.Mutex    // guards shares and asked: Resize comes from other goroutines
@@ -308,7 +309,7 @@ type stepState struct {
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.grads)), ins: make([]input, len(w.grads)),
-		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1,
+		next: newDenseAhead(step+1, len(w.copies[0].dense), w.takeSpare()), gate: newGate(len(w.copies[0].tables)), scale: 1,
 		share: w.askFor(step), pieces: make([][]int, len(w.grads))}
 }
 
