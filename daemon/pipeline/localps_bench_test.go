@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,19 +17,25 @@ import (
 
 // BenchmarkLocalPS is the shape of `make run`'s job: ctrdnn, one stage of
 // one replica whose one BSP shard lives in the same process (the client's
-// Local fast path), batch 512 on a 2-thread backend, beside nn.Trainer on
-// the same backend and batches. Profile it with -cpuprofile to see what
+// Local fast path), batch 512, beside nn.Trainer on the same backend and
+// batches, at 1 and 2 threads. Profile it with -cpuprofile to see what
 // the stage spends that the single process does not.
 func BenchmarkLocalPS(b *testing.B) {
-	const size, threads = 512, 2
 	cfg, err := config.LoadModel("ctrdnn")
 	if err != nil {
 		b.Fatal(err)
 	}
-	backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
-	if err != nil {
-		b.Fatal(err)
+	for _, threads := range []int{1, 2} {
+		backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchLocalPS(b, cfg, backend) })
 	}
+}
+
+func benchLocalPS(b *testing.B, cfg *config.Model, backend native.Backend) {
+	const size = 512
 	next := func(b *testing.B) func(context.Context, int64) (*data.Batch, error) {
 		src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
 		if err != nil {
