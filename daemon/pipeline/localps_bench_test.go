@@ -90,9 +90,11 @@ func benchLocalPS(b *testing.B, cfg *config.Model, backend native.Backend) {
 }
 
 // localPSWorker is a one-stage worker of cfg for a job of steps steps (0:
-// no end) whose one BSP shard it reaches through the client's Local fast
-// path.
-func localPSWorker(t testing.TB, cfg *config.Model, backend native.Backend, steps int64, batches func(context.Context, int64) (*data.Batch, error)) *Worker {
+// no end), the stage's sole replica, whose one BSP shard it reaches
+// through the client's Local fast path; configure, if given, finishes its
+// Config.
+func localPSWorker(t testing.TB, cfg *config.Model, backend native.Backend, steps int64, batches func(context.Context, int64) (*data.Batch, error),
+	configure ...func(*Config)) *Worker {
 	t.Helper()
 	declared, err := DeclareModel(native.MustCPU(), cfg, testSeed)
 	if err != nil {
@@ -119,8 +121,12 @@ func localPSWorker(t testing.TB, cfg *config.Model, backend native.Backend, step
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(Config{Job: testJob, Stages: 1, Layers: stages[0], Model: model, Backend: backend, PS: client,
-		Mode: ps.BSP, Batches: batches, LastStep: steps})
+	wc := Config{Job: testJob, Stages: 1, Layers: stages[0], Model: model, Backend: backend, PS: client,
+		Mode: ps.BSP, Batches: batches, LastStep: steps, SoleReplica: true}
+	for _, f := range configure {
+		f(&wc)
+	}
+	w, err := NewWorker(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
