@@ -44,7 +44,7 @@ func makeRunBlock(ctx context.Context, o makeRunOptions, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	job, err := makeRunJobFile(dir, o.steps)
+	job, err := makeRunJobFile(makeRunJob, dir, o.steps)
 	if err != nil {
 		return err
 	}
@@ -84,17 +84,18 @@ var (
 	batchLine = regexp.MustCompile(`(?m)^batch\s*=\s*(\d+)`)
 )
 
-// makeRunJobFile writes makeRunJob with steps steps into dir.
-func makeRunJobFile(dir string, steps int) (string, error) {
-	raw, err := os.ReadFile(makeRunJob)
+// makeRunJobFile writes the job file src (makeRunJob) with steps steps
+// into dir and returns its path.
+func makeRunJobFile(src, dir string, steps int) (string, error) {
+	raw, err := os.ReadFile(src)
 	if err != nil {
 		return "", fmt.Errorf("%w (run this from the repository root)", err)
 	}
 	if m := batchLine.FindSubmatch(raw); m == nil || string(m[1]) != strconv.Itoa(makeRunBatch) {
-		return "", fmt.Errorf("%s: want batch = %d", makeRunJob, makeRunBatch)
+		return "", fmt.Errorf("%s: want batch = %d", src, makeRunBatch)
 	}
 	if !stepsLine.Match(raw) {
-		return "", fmt.Errorf("%s: no steps line", makeRunJob)
+		return "", fmt.Errorf("%s: no steps line", src)
 	}
 	path := filepath.Join(dir, "make-run-job.toml")
 	return path, os.WriteFile(path, stepsLine.ReplaceAll(raw, fmt.Appendf(nil, "steps = %d", steps)), 0o600)
