@@ -3,7 +3,10 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+
+	"github.com/heterps/heterps/daemon/ps"
 )
 
 // Pulls ahead. In BSP a step's parameters are those after the previous
@@ -22,14 +25,21 @@ type pulled struct {
 }
 
 // denseAhead holds the pulls ahead of the dense parameters for one step:
-// one channel per dense parameter, each filled once.
+// one channel per dense parameter, each filled once, and the buffers the
+// pulls write into (bufs[i] nil: allocate one).
 type denseAhead struct {
 	step int64
 	vals []chan pulled
+	bufs [][]float32
 }
 
-func newDenseAhead(step int64, n int) *denseAhead {
-	a := &denseAhead{step: step, vals: make([]chan pulled, n)}
+// newDenseAhead makes the pulls ahead of n dense parameters for step,
+// into bufs if not nil (one per parameter, from a denseAhead taken whole).
+func newDenseAhead(step int64, n int, bufs [][]float32) *denseAhead {
+	a := &denseAhead{step: step, vals: make([]chan pulled, n), bufs: bufs}
+	if len(a.bufs) != n {
+		a.bufs = make([][]float32, n)
+	}
 	for i := range a.vals {
 		a.vals[i] = make(chan pulled, 1)
 	}
@@ -37,13 +47,33 @@ func newDenseAhead(step int64, n int) *denseAhead {
 }
 
 // pullBlockAhead pulls dense parameter i for a.step in the background,
-// bounded by the worker's life rather than the current step's.
+// bounded by the worker's life rather than the current step's, into the
+// ahead's buffer for it.
 func (w *Worker) pullBlockAhead(a *denseAhead, i int) {
 	p := w.copies[0].dense[i]
+	buf := a.bufs[i]
+	if len(buf) != p.Len() {
+		buf = make([]float32, p.Len())
+	}
 	w.wg.Go(func() {
-		v, _, err := w.cfg.PS.PullBlock(w.ctx, p.Name, w.after(a.step))
-		a.vals[i] <- pulled{v, err}
+		_, err := w.cfg.PS.PullBlockInto(w.ctx, p.Name, w.after(a.step), buf)
+		a.vals[i] <- pulled{buf, err}
 	})
+}
+
+// Buffer reuse: the dense values pulled ahead for step s+1 are uploaded
+// into the model at the start of s+1, after which their buffers are free;
+// takeDenseAhead hands them (w.spare) to the pulls ahead for s+2, made when
+// s+1 starts. Two sets of buffers thus alternate instead of a fresh one per
+// parameter per step (ctrdnn: 1.2 MB a step). Buffers of an ahead that
+// failed or was not taken are never reused: a pull may still write them.
+
+// takeSpare returns the buffers free for the next pulls ahead, if any, and
+// forgets them.
+func (w *Worker) takeSpare() [][]float32 {
+	s := w.spare
+	w.spare = nil
+	return s
 }
 
 // takeDenseAhead uploads the dense parameters pulled ahead for step, if
@@ -67,7 +97,9 @@ func (w *Worker) takeDenseAhead(ctx context.Context, step int64) (bool, error) {
 		if err := w.uploadDense(i, got.v); err != nil {
 			return true, err
 		}
+		a.bufs[i] = got.v
 	}
+	w.spare = a.bufs
 	return true, nil
 }
 
@@ -126,23 +158,115 @@ func (g *gate) wait(ctx context.Context) bool {
 	}
 }
 
-// pullRowsAhead pulls the rows of stage 0's next micro-batches once g
-// opens ok, into each input's tables; on any failure it leaves them for
-// the step to pull itself.
-func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input) {
+// pullRowsAhead pulls the rows of stage 0's next micro-batches into each
+// input's tables: those of touched[e] (the rows the current step updates)
+// once g opens ok, the others at once; with touched nil, all once g opens.
+// On any failure it leaves them for the step to pull itself.
+func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input, touched [][]int64) {
+	sparse := w.copies[0].tables
+	var early []rowsAhead // per micro-batch and table, m*len(sparse)+e
+	if touched != nil {
+		early = make([]rowsAhead, len(ins)*len(sparse))
+		for m := range ins {
+			err := each(len(sparse), func(e int) (err error) {
+				early[m*len(sparse)+e], err = w.pullUntouched(w.ctx, step, sparse[e], ins[m].plan.tables[e], touched[e])
+				return err
+			})
+			if err != nil {
+				return
+			}
+		}
+	}
 	if g == nil || !g.wait(w.ctx) {
 		return
 	}
 	for m := range ins {
-		sparse := w.copies[0].tables
 		tables := make([][]float32, len(sparse))
 		err := each(len(sparse), func(e int) (err error) {
-			tables[e], err = w.fetchTable(w.ctx, step, sparse[e], ins[m].plan.tables[e])
-			return err
+			if early == nil {
+				tables[e], err = w.fetchTable(w.ctx, step, sparse[e], ins[m].plan.tables[e])
+				return err
+			}
+			a := early[m*len(sparse)+e]
+			tables[e] = a.table
+			return w.pullInto(w.ctx, w.after(step), sparse[e], a.table, a.lateIDs, a.lateRows)
 		})
 		if err != nil {
 			return
 		}
 		ins[m].tables = tables
 	}
+}
+
+// Untouched rows. In BSP a step's rows are those after the previous step's
+// update; when the stage has one replica, that update touches only the
+// rows of the previous step's batch. The others hold the same values at
+// both versions, so stage 0 pulls them as soon as it has planned the next
+// batch, during the current step, and only the rows both batches use wait
+// for the step's pushes (touchedRows).
+
+// rowsAhead is a micro-batch's local table of one sparse table, its
+// untouched rows filled, and the rows still to pull once the step's pushes
+// are in: global ids and their local rows.
+type rowsAhead struct {
+	table             []float32
+	lateIDs, lateRows []int64
+}
+
+// pullUntouched makes the local table for tp and pulls into it, at the
+// version before step's, the rows that touched (ascending) does not list.
+func (w *Worker) pullUntouched(ctx context.Context, step int64, t sparseTable, tp tablePlan, touched []int64) (rowsAhead, error) {
+	a := rowsAhead{table: make([]float32, len(tp.ids)*t.table.Cols)}
+	var ids, rows []int64
+	for _, k := range tp.used {
+		id := tp.ids[k]
+		if _, hit := slices.BinarySearch(touched, id); hit {
+			a.lateIDs, a.lateRows = append(a.lateIDs, id), append(a.lateRows, k)
+		} else {
+			ids, rows = append(ids, id), append(rows, k)
+		}
+	}
+	return a, w.pullInto(ctx, w.after(step-1), t, a.table, ids, rows)
+}
+
+// pullInto pulls the rows of ids of table t at version after into the
+// local table at rows.
+func (w *Worker) pullInto(ctx context.Context, after int64, t sparseTable, table []float32, ids, rows []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	v, _, err := w.cfg.PS.Pull(ctx, t.table.Name, ids, after)
+	if err != nil {
+		return err
+	}
+	dim := t.table.Cols
+	if len(v) != len(ids)*dim {
+		return fmt.Errorf("%s: pulled %d floats for %d rows of %d", t.table.Name, len(v), len(ids), dim)
+	}
+	for j, k := range rows {
+		copy(table[int(k)*dim:int(k+1)*dim], v[j*dim:(j+1)*dim])
+	}
+	return nil
+}
+
+// touchedRows returns, per sparse table, the ids (ascending) whose rows
+// step's update may change, when the rows of step+1's batch that it does
+// not list may be pulled before that update lands: BSP, and the replica
+// alone in its stage at step (Config.SoleReplica, and no member added
+// since). Otherwise nil: every row waits for the update.
+func (w *Worker) touchedRows(step int64, ins []input) [][]int64 {
+	if w.cfg.Mode != ps.BSP || !w.cfg.SoleReplica || len(w.askFor(step).Members) != 1 {
+		return nil
+	}
+	touched := make([][]int64, len(w.copies[0].tables))
+	for e := range touched {
+		for _, in := range ins {
+			touched[e] = append(touched[e], in.plan.tables[e].ids...)
+		}
+		if len(ins) > 1 {
+			slices.Sort(touched[e])
+			touched[e] = slices.Compact(touched[e])
+		}
+	}
+	return touched
 }

@@ -129,7 +129,11 @@
 // replica gets a ps.Client whose Dial reaches the shards' services, a
 // wire.Transport with its partners added as peers (the node with the
 // larger id adds its peer before the smaller one dials), its links from
-// PartnerLinks, and a Worker; it then calls Step for steps 1, 2, ... .
+// PartnerLinks, and a Worker; it then calls Step for steps 1, 2, ... . A
+// client with a shard's ps.ClientConfig.Local calls it in process; a stage
+// of one replica says so (Config.SoleReplica), and its stage 0 then pulls
+// the rows of the next batch that the step does not update while the step
+// runs, only the others after its pushes (ahead.go).
 //
 // Limits of this version: models with towers run only as a single stage;
 // global gradient-norm clipping is refused; activations are exchanged from

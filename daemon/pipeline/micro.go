@@ -194,7 +194,10 @@ func (w *Worker) denseGradient(i int) ([]float32, error) {
 func (w *Worker) sparseGradient(e int) ([]int64, []float32, error) {
 	dim := w.copies[0].tables[e].table.Cols
 	weights := microWeights(w.grads)
-	merged := map[int64][]float32{}
+	// Each distinct id gets a row of acc, in order of first appearance;
+	// index maps the id to it (no allocation per id).
+	var index map[int64]int
+	var acc []float32
 	for m := range w.grads {
 		ids, rows, err := w.grads[m].sparse(w.cfg.Backend, e)
 		if err != nil {
@@ -203,25 +206,31 @@ func (w *Worker) sparseGradient(e int) ([]int64, []float32, error) {
 		if len(w.grads) == 1 {
 			return ids, rows, nil
 		}
+		if index == nil {
+			index = make(map[int64]int, 2*len(ids))
+		}
 		for j, id := range ids {
-			acc, ok := merged[id]
+			k, ok := index[id]
 			if !ok {
-				acc = make([]float32, dim)
-				merged[id] = acc
+				k = len(index)
+				index[id] = k
+				acc = append(acc, make([]float32, dim)...)
 			}
+			row := acc[k*dim : (k+1)*dim]
 			for x, v := range rows[j*dim : (j+1)*dim] {
-				acc[x] += weights[m] * v
+				row[x] += weights[m] * v
 			}
 		}
 	}
-	ids := make([]int64, 0, len(merged))
-	for id := range merged {
+	ids := make([]int64, 0, len(index))
+	for id := range index {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	rows := make([]float32, 0, len(ids)*dim)
-	for _, id := range ids {
-		rows = append(rows, merged[id]...)
+	rows := make([]float32, len(ids)*dim)
+	for i, id := range ids {
+		k := index[id]
+		copy(rows[i*dim:(i+1)*dim], acc[k*dim:(k+1)*dim])
 	}
 	return ids, rows, nil
 }

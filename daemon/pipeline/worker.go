@@ -74,6 +74,11 @@ type Config struct {
 	// parameter servers.
 	Allreduce   *Allreduce
 	StepTimeout time.Duration // 0 = DefaultStepTimeout
+	// SoleReplica says the stage has this one replica: no other pushes its
+	// parameters (until Resize adds members). In BSP stage 0 then pulls
+	// the rows of its next batch that the current step does not update
+	// while the step runs, rather than after its pushes (ahead.go).
+	SoleReplica bool
 	// LastStep, if not 0, is the job's last step: nothing is read or
 	// pulled ahead for the steps after it (a pull creates rows, and a
 	// checkpoint of the last step would hold them).
@@ -110,6 +115,7 @@ type Worker struct {
 	prefetch chan prefetched // holds the next step's batch, once asked for
 	next     int64           // the step prefetch is fetching, 0 if none
 	ahead    *denseAhead     // the dense pulls ahead for the next step, if any
+	spare    [][]float32     // buffers free for the next pulls ahead (ahead.go)
 	local    *localDense     // the dense optimiser of an allreduce stage; nil otherwise
 
 	shareMu sync.Mutex    // guards shares and asked: Resize comes from other goroutines
@@ -308,7 +314,7 @@ type stepState struct {
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.grads)), ins: make([]input, len(w.grads)),
-		next: newDenseAhead(step+1, len(w.copies[0].dense)), gate: newGate(len(w.copies[0].tables)), scale: 1,
+		next: newDenseAhead(step+1, len(w.copies[0].dense), w.takeSpare()), gate: newGate(len(w.copies[0].tables)), scale: 1,
 		share: w.askFor(step), pieces: make([][]int, len(w.grads))}
 }
 
@@ -528,7 +534,7 @@ func (w *Worker) stage0Input(ctx context.Context, step int64, g *gate) ([]input,
 		return nil, err
 	}
 	if w.hasStep(step + 1) {
-		w.startPrefetch(step+1, g)
+		w.startPrefetch(step+1, g, w.touchedRows(step, ins))
 	}
 	return ins, nil
 }
@@ -593,13 +599,14 @@ func (w *Worker) batch(ctx context.Context, step int64) ([]input, error) {
 }
 
 // startPrefetch reads step's batch and plans its rows in the background,
-// overlapping the current step, then pulls the rows ahead once g opens.
-func (w *Worker) startPrefetch(step int64, g *gate) {
+// overlapping the current step, then pulls the rows ahead: at once those
+// that touched (touchedRows) does not list, the others once g opens.
+func (w *Worker) startPrefetch(step int64, g *gate, touched [][]int64) {
 	w.next = step
 	w.wg.Go(func() {
 		ins, err := w.microInputs(w.ctx, step)
 		if err == nil {
-			w.pullRowsAhead(g, step, ins)
+			w.pullRowsAhead(g, step, ins, touched)
 		}
 		w.prefetch <- prefetched{ins, err}
 	})

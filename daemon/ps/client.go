@@ -122,7 +122,7 @@ func (c *Client) Close() error {
 // reached version after, and the smallest version they were read at.
 func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int64) ([]float32, int64, error) {
 	defer c.cfg.Metrics.since(opPull, paramTable, time.Now())
-	byShard, at := Partition(ids, c.cfg.Shards)
+	byShard, at := c.partition(ids)
 	replies := make([][]float32, c.cfg.Shards)
 	versions := make([]int64, c.cfg.Shards)
 	err := c.eachShard(func(i int) error {
@@ -193,6 +193,28 @@ func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]flo
 	return v, version, nil
 }
 
+// PullBlockInto is PullBlock into dst, which must have the block's length:
+// a local shard copies the block straight into it, a remote one's reply is
+// decoded into it.
+func (c *Client) PullBlockInto(ctx context.Context, name string, after int64, dst []float32) (int64, error) {
+	defer c.cfg.Metrics.since(opPull, paramBlock, time.Now())
+	i := BlockShard(name, c.cfg.Shards)
+	var version int64
+	var err error
+	if s := c.local(i); s != nil {
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+		version, err = s.PullBlockInto(ctx, name, after, dst)
+	} else {
+		m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(name, after, 0)}
+		version, err = c.pullInto(ctx, i, m, dst)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ps client: pull %q: %w", name, err)
+	}
+	return version, nil
+}
+
 // PushRows pushes the sparse gradient of table for step: distinct ids and
 // their rows (grad is len(ids) x dim), weight the replica's batch size.
 // Every shard gets a push, with no rows if it holds none of the ids, as the
@@ -202,11 +224,14 @@ func (c *Client) PushRows(ctx context.Context, table string, step int64, weight 
 	if len(grad) != len(ids)*dim {
 		return fmt.Errorf("ps client: push %q: %d gradient floats for %d rows of %d: %w", table, len(grad), len(ids), dim, ErrArg)
 	}
-	byShard, at := Partition(ids, c.cfg.Shards)
+	byShard, at := c.partition(ids)
 	err := c.eachShard(func(i int) error {
-		g := make([]float32, len(at[i])*dim)
-		for j, pos := range at[i] {
-			copy(g[j*dim:(j+1)*dim], grad[pos*dim:(pos+1)*dim])
+		g := grad // one shard: its ids are ids, in order
+		if at != nil {
+			g = make([]float32, len(at[i])*dim)
+			for j, pos := range at[i] {
+				copy(g[j*dim:(j+1)*dim], grad[pos*dim:(pos+1)*dim])
+			}
 		}
 		if s := c.local(i); s != nil {
 			_, err := s.PushRows(c.pushID(step), table, float64(weight), byShard[i], g)
@@ -263,6 +288,15 @@ func (c *Client) SetMembers(ctx context.Context, fromStep int64, replicas []int)
 	return nil
 }
 
+// partition splits ids by shard (Partition); with one shard it returns ids
+// as they are and no positions (at is nil): nothing to split or gather.
+func (c *Client) partition(ids []int64) (byShard [][]int64, at [][]int) {
+	if c.cfg.Shards == 1 {
+		return [][]int64{ids}, nil
+	}
+	return Partition(ids, c.cfg.Shards)
+}
+
 // local returns shard i if this process hosts it.
 func (c *Client) local(i int) *Shard {
 	if c.cfg.Local == nil {
@@ -315,6 +349,27 @@ func (c *Client) pullFrom(ctx context.Context, i int, m *wire.Message, rows int)
 	}
 	v, err := t.Float32s(nil)
 	return v, int64(reply.Meta.Step), err
+}
+
+// pullInto sends a block pull to shard i and decodes the reply, which must
+// hold len(dst) floats, into dst.
+func (c *Client) pullInto(ctx context.Context, i int, m *wire.Message, dst []float32) (int64, error) {
+	reply, err := c.call(ctx, i, m, wire.MsgPullReply)
+	if err != nil {
+		return 0, err
+	}
+	defer reply.Release()
+	if err := reply.Want(wire.Float32); err != nil {
+		return 0, fmt.Errorf("shard %d: %w", i, err)
+	}
+	t := &reply.Tensors[0]
+	if t.Len() != len(dst) {
+		return 0, fmt.Errorf("shard %d: reply of %d floats for a buffer of %d", i, t.Len(), len(dst))
+	}
+	if _, err := t.Float32s(dst); err != nil {
+		return 0, fmt.Errorf("shard %d: %w", i, err)
+	}
+	return int64(reply.Meta.Step), nil
 }
 
 func (c *Client) push(ctx context.Context, i int, m *wire.Message) error {

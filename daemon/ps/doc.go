@@ -41,8 +41,10 @@
 //
 // A push carries its identity PushID{Job, Stage, Replica, Step}, which names
 // one push per table or block, and a weight. PushRows sends a sparse
-// gradient (distinct ids and their rows), PushBlock a dense one. Pushes copy
-// their inputs and never wait for other replicas.
+// gradient (distinct ids and their rows), PushBlock a dense one. Pushes never
+// wait for other replicas, and the caller may reuse its inputs once a push
+// returns: a push that completes its BSP step is applied from them in
+// place, one that waits (or an ASP push) is copied.
 //
 // BSP: a step's update of a table or block is applied once every member of
 // its stage for that step has pushed it — by the push that completes the

@@ -57,6 +57,25 @@ func (s *Shard) PullBlock(ctx context.Context, name string, after int64) ([]floa
 	return slices.Clone(b.value), b.version, nil
 }
 
+// PullBlockInto is PullBlock into dst, which must have the block's
+// length: no allocation, for a caller that keeps a buffer per block.
+func (s *Shard) PullBlockInto(ctx context.Context, name string, after int64, dst []float32) (int64, error) {
+	b, err := s.block(name)
+	if err != nil {
+		return 0, err
+	}
+	if len(dst) != len(b.value) {
+		return 0, fmt.Errorf("ps shard %d: pull %q: a buffer of %d floats for a block of %d: %w", s.cfg.Shard, name, len(dst), len(b.value), ErrArg)
+	}
+	if err := s.await(ctx, &b.stepped, after); err != nil {
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	copy(dst, b.value)
+	return b.version, nil
+}
+
 func (s *Shard) await(ctx context.Context, st *stepped, after int64) error {
 	ctx, cancel := s.waitCtx(ctx)
 	defer cancel()

@@ -12,7 +12,9 @@ import (
 // (grad is len(ids) x dim). In BSP weight is the replica's batch size for
 // the step; in ASP it multiplies the gradient. Rows not yet created are
 // created (a push can reach the row cap). See the package comment for the
-// BSP barrier and the exactly-once rule.
+// BSP barrier and the exactly-once rule. The shard reads grad during the
+// call and copies it only if it keeps it (borrowGrad): the caller may reuse
+// it once PushRows returns.
 func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, grad []float32) (Ack, error) {
 	t, err := s.table(name)
 	if err != nil {
@@ -27,13 +29,14 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 	if len(grad) != len(ids)*t.spec.Dim {
 		return fail(fmt.Errorf("%d gradient floats for %d rows of %d: %w", len(grad), len(ids), t.spec.Dim, ErrArg))
 	}
-	if i := firstDuplicate(ids); i >= 0 {
+	sorted := slices.IsSorted(ids)
+	if i := firstDuplicateSorted(ids); sorted && i >= 0 {
 		return fail(fmt.Errorf("ids[%d] = %d is listed twice: %w", i, ids[i], ErrArg))
 	}
 	if err := s.checkOwned(ids); err != nil {
 		return fail(err)
 	}
-	c := &contribution{weight: weight, grad: slices.Clone(grad)}
+	c := &contribution{weight: weight, grad: grad}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	dup, err := t.admit(s.cfg.Mode, id, s.stageMembers(id.Stage))
@@ -46,6 +49,9 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 	if c.slots, err = t.ensure(s, ids); err != nil {
 		return fail(err)
 	}
+	if i := t.firstRepeatedSlot(c.slots); !sorted && i >= 0 {
+		return fail(fmt.Errorf("ids[%d] = %d is listed twice: %w", i, ids[i], ErrArg))
+	}
 	ack, err := s.accept(&t.stepped, id, c, t.applyStep, t.applyOne)
 	if err != nil {
 		return fail(err)
@@ -54,7 +60,7 @@ func (s *Shard) PushRows(id PushID, name string, weight float64, ids []int64, gr
 }
 
 // PushBlock pushes the gradient of a dense block (its length). The weight
-// is as for PushRows.
+// and the use of grad are as for PushRows.
 func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32) (Ack, error) {
 	b, err := s.block(name)
 	if err != nil {
@@ -69,7 +75,7 @@ func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32
 	if len(grad) != len(b.value) {
 		return fail(fmt.Errorf("%d gradient floats for a block of %d: %w", len(grad), len(b.value), ErrArg))
 	}
-	c := &contribution{weight: weight, grad: slices.Clone(grad)}
+	c := &contribution{weight: weight, grad: grad}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	dup, err := b.admit(s.cfg.Mode, id, s.stageMembers(id.Stage))
@@ -89,9 +95,12 @@ func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32
 // accept applies an admitted push (ASP) or adds it to the open step and
 // applies the step if it is complete and not held by a checkpoint (BSP).
 // Under the write lock. A failed apply leaves the version where it was.
+// c.grad is the pusher's: accept copies it when the shard keeps it past the
+// call (borrowGrad).
 func (s *Shard) accept(st *stepped, id PushID, c *contribution,
 	applyStep func(*Shard) error, applyOne func(*Shard, *contribution) error) (Ack, error) {
 	if s.cfg.Mode == ASP {
+		c.grad = slices.Clone(c.grad) // an ASP apply may scale it in place
 		if err := applyOne(s, c); err != nil {
 			return Ack{Version: st.version}, err
 		}
@@ -101,13 +110,23 @@ func (s *Shard) accept(st *stepped, id PushID, c *contribution,
 	}
 	st.add(id.Replica, c)
 	if !st.open.full() || s.held(st.open.step) {
+		c.grad = slices.Clone(c.grad) // it waits for the step's other pushes
 		return Ack{Version: st.version}, nil
 	}
 	if err := applyStep(s); err != nil {
+		c.grad = slices.Clone(c.grad) // the step stays open, holding it
 		return Ack{Version: st.version}, err
 	}
 	return Ack{Applied: true, Version: st.version}, nil
 }
+
+// borrowGrad: a push's gradient is the caller's buffer (the client's for a
+// local shard, the received frame for the service). A BSP push that
+// completes its step is applied before the push returns and the update
+// only reads the gradient (the optimisers' kernels take it const), so the
+// gradient is used in place; one that must wait for the step's other
+// pushes or a checkpoint fence is copied, as is every ASP push. For a
+// one-replica stage this saves a copy of every gradient every step.
 
 func (s *Shard) checkPush(id PushID, stage int, weight float64) error {
 	switch {
@@ -225,12 +244,7 @@ func (b *block) applyOne(s *Shard, c *contribution) error {
 // firstDuplicate returns the index of the first id listed earlier too, or -1.
 func firstDuplicate(ids []int64) int {
 	if slices.IsSorted(ids) { // clients send ascending ids: no map needed
-		for i := 1; i < len(ids); i++ {
-			if ids[i] == ids[i-1] {
-				return i
-			}
-		}
-		return -1
+		return firstDuplicateSorted(ids)
 	}
 	seen := make(map[int64]struct{}, len(ids))
 	for i, id := range ids {
@@ -240,6 +254,42 @@ func firstDuplicate(ids []int64) int {
 		seen[id] = struct{}{}
 	}
 	return -1
+}
+
+// firstDuplicateSorted returns the index of the first id equal to the one
+// before it, or -1: in ascending ids, the first listed earlier too.
+func firstDuplicateSorted(ids []int64) int {
+	for i := 1; i < len(ids); i++ {
+		if ids[i] == ids[i-1] {
+			return i
+		}
+	}
+	return -1
+}
+
+// firstRepeatedSlot returns the index of the first slot listed earlier
+// too, or -1, marking slots in t.at (left all zero again) instead of
+// hashing ids into a map: the ids of a push that are not ascending (the
+// pipeline's, in the order the embedding's backward merged them) are
+// checked after ensure has found their slots. Such a refused push may have
+// created its rows, as a pull of them would. Under the write lock.
+func (t *table) firstRepeatedSlot(slots []int) int {
+	if cap(t.at) < len(t.ids) {
+		t.at = make([]int32, len(t.ids), cap(t.ids))
+	}
+	at := t.at[:len(t.ids)]
+	found, marked := -1, len(slots)
+	for j, k := range slots {
+		if at[k] != 0 {
+			found, marked = j, j
+			break
+		}
+		at[k] = 1
+	}
+	for _, k := range slots[:marked] {
+		at[k] = 0
+	}
+	return found
 }
 
 // releaseHeld applies every step a checkpoint fence held back.

@@ -273,7 +273,7 @@ func (s *Service) pushSparse(sh *Shard, name string, req *wire.MessageView) (*wi
 	if len(g.Shape) != 2 || g.Shape[0] != len(ids) || g.Shape[1] != t.spec.Dim {
 		return nil, fmt.Errorf("sparse push to %q: gradient shape %v, want [%d %d]: %w", name, g.Shape, len(ids), t.spec.Dim, ErrArg)
 	}
-	grad, err := g.Float32s(nil)
+	grad, err := gradient(g)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func (s *Service) pushDense(sh *Shard, name string, req *wire.MessageView) (*wir
 	if g.Len() != len(b.spec.Init) {
 		return nil, fmt.Errorf("dense push to %q: %d gradient floats for a block of %d: %w", name, g.Len(), len(b.spec.Init), ErrArg)
 	}
-	grad, err := g.Float32s(nil)
+	grad, err := gradient(g)
 	if err != nil {
 		return nil, err
 	}
@@ -350,6 +350,16 @@ func (s *Service) ids(req *wire.MessageView, want int) ([]int64, error) {
 		return nil, fmt.Errorf("%v: %d ids, limit %d: %w", req.Type, n, s.opts.MaxIDs, ErrArg)
 	}
 	return req.Tensors[0].Int64s(nil)
+}
+
+// gradient is a pushed gradient tensor, in place in the received frame
+// where this host can read it so: the shard copies what it keeps past the
+// push (borrowGrad), and the frame is released only after the push.
+func gradient(t *wire.TensorView) ([]float32, error) {
+	if v, ok := t.Float32View(); ok {
+		return v, nil
+	}
+	return t.Float32s(nil)
 }
 
 func pushIdentity(sh *Shard, req *wire.MessageView) (PushID, float64, error) {

@@ -139,13 +139,16 @@ func TestClientCallsLocalShardsDirectly(t *testing.T) {
 }
 
 // checkClientAgainstShards runs three steps of pulls and pushes through c
-// and the same calls on the shards of local, comparing every pull.
+// and the same calls on the shards of local, comparing every pull (of
+// blocks both into a new slice and into the caller's buffer).
 func checkClientAgainstShards(t *testing.T, c *Client, local []*Shard) {
 	t.Helper()
 	ctx := context.Background()
+	n := len(local)
 	rng := rand.New(rand.NewPCG(3, 4))
-	ids := []int64{7, 3, 7, 100, 12, 5, 3} // repeats, over both shards
+	ids := []int64{7, 3, 7, 100, 12, 5, 3} // repeats, over both shards of two
 	distinct := []int64{3, 5, 7, 12, 100}
+	into := make([]float32, testLen)
 
 	for step := int64(1); step <= 3; step++ {
 		got, v, err := c.Pull(ctx, testTable, ids, step-1)
@@ -157,7 +160,7 @@ func checkClientAgainstShards(t *testing.T, c *Client, local []*Shard) {
 		}
 		want := make([]float32, 0, len(got))
 		for _, id := range ids {
-			s := local[ShardOf(id, 2)]
+			s := local[ShardOf(id, n)]
 			want = append(want, pullRows(t, s, []int64{id}, step-1)...)
 		}
 		if !bitsEqual(got, want) {
@@ -167,7 +170,7 @@ func checkClientAgainstShards(t *testing.T, c *Client, local []*Shard) {
 		if err := c.PushRows(ctx, testTable, step, 4, distinct, g, testDim); err != nil {
 			t.Fatal(err)
 		}
-		byShard, at := Partition(distinct, 2)
+		byShard, at := Partition(distinct, n)
 		for i, s := range local {
 			var gi []float32
 			for _, pos := range at[i] {
@@ -179,15 +182,58 @@ func checkClientAgainstShards(t *testing.T, c *Client, local []*Shard) {
 		if err := c.PushBlock(ctx, testBlock, step, 4, gb); err != nil {
 			t.Fatal(err)
 		}
-		mustPushBlock(t, local[BlockShard(testBlock, 2)], id(0, step), 4, gb)
+		owner := local[BlockShard(testBlock, n)]
+		mustPushBlock(t, owner, id(0, step), 4, gb)
 		block, v, err := c.PullBlock(ctx, testBlock, step)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v != step || !bitsEqual(block, pullBlock(t, local[BlockShard(testBlock, 2)], step)) {
+		wantBlock := pullBlock(t, owner, step)
+		if v != step || !bitsEqual(block, wantBlock) {
 			t.Fatalf("step %d: block at version %d differs from the in-process shard", step, v)
 		}
+		if v, err = c.PullBlockInto(ctx, testBlock, step, into); err != nil {
+			t.Fatal(err)
+		}
+		if v != step || !bitsEqual(into, wantBlock) {
+			t.Fatalf("step %d: block pulled into a buffer at version %d differs from the in-process shard", step, v)
+		}
 	}
+	if _, err := c.PullBlockInto(ctx, testBlock, 0, make([]float32, testLen+1)); err == nil {
+		t.Error("a block pulled into a buffer of the wrong length: no error")
+	}
+}
+
+// oneShard returns the only shard of job "j".
+func oneShard(t *testing.T) []*Shard {
+	t.Helper()
+	s, err := NewShard(testConfig(t, BSP, 0, 1, 1, adam))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []*Shard{s}
+}
+
+// With one shard the client neither splits ids nor gathers rows
+// (Client.partition): over the wire and in process it still computes what
+// the shard computes.
+func TestOneShardClientMatchesShard(t *testing.T) {
+	checkLeaks(t)
+	t.Run("wire", func(t *testing.T) {
+		c := newClient(t, served(t, ServiceOptions{}, oneShard(t)...), 1, 0)
+		checkClientAgainstShards(t, c, oneShard(t))
+	})
+	t.Run("local", func(t *testing.T) {
+		shard := oneShard(t)[0]
+		c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
+			Dial:  func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") },
+			Local: func(int) *Shard { return shard }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		checkClientAgainstShards(t, c, oneShard(t))
+	})
 }
 
 // request sends one raw request on shard 0's stream and returns the reply.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,7 +39,7 @@ func inProcess(ctx context.Context, cat *config.Catalog, job []byte, n int) (*ou
 	url := "http://" + ln.Addr().String()
 	for i := range n {
 		a, err := node.New(node.Config{Name: fmt.Sprintf("node%d", i), Coordinator: url, Listen: "127.0.0.1:0",
-			PSListen: "127.0.0.1:0", Type: cat.Types[0].Name, Units: 1, Threads: 1, Plain: true, Logger: quiet})
+			PSListen: "127.0.0.1:0", Type: cat.Types[0].Name, Units: 1, Threads: unitThreads(cat.Types[0].Name), Plain: true, Logger: quiet})
 		if err != nil {
 			return nil, err
 		}
@@ -61,6 +63,19 @@ func inProcess(ctx context.Context, cat *config.Catalog, job []byte, n int) (*ou
 	return &outcome{samplesPerS: s.SamplesPerS, steps: s.Step, jobSeconds: s.Finished.Sub(*s.Started).Seconds(),
 		wallSeconds: time.Since(begin).Seconds(), loss: s.Loss, stages: s.Stages}, nil
 }
+
+// unitThreads reads the threads of a CPU unit from its type name ("cpu-2t":
+// 2), as `heterps run` starts its daemons; 1 for other names.
+func unitThreads(typ string) int {
+	if m := threadsSuffix.FindStringSubmatch(typ); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+var threadsSuffix = regexp.MustCompile(`-(\d+)t$`)
 
 // waitJob polls the job until it is final and returns its status if done.
 func waitJob(ctx context.Context, client *http.Client, url, id string) (api.JobStatus, error) {

@@ -36,12 +36,18 @@
 // parameter server (ps), by ring allreduce among the replicas (allreduce),
 // or as the coordinator picks (auto).
 //
+// Unless --make-run-steps is 0 it then measures `make run`'s job shape
+// (makerun.go): config/examples/jobs/ctrdnn-local.toml on the local
+// catalog, one node with its PS in process, at --make-run-steps steps,
+// against `heterps train --model ctrdnn` in the same run, with the ratio;
+// --make-run-only runs just that.
+//
 // With --wire it first runs bench/dist/wirebw and the daemon/ps PushPull
 // benchmark, and --also repeats the runs on other units, so that one
 // invocation records all of bench/results/dist.txt (--out).
 //
 //	go run ./bench/dist/run [--steps 300] [--batches 512,2048] [--nodes 2,4] [--dense-sync allreduce,ps] [--unit cpu-1t] [--in-process]
-//	                        [--pipeline-micro 8] [--pipeline-only] [--single-only]
+//	                        [--pipeline-micro 8] [--pipeline-only] [--single-only] [--make-run-steps 1000] [--make-run-repeats 2] [--make-run-only]
 //	    [--wire] [--also cpu-2t:1] [--out bench/results/dist.txt]
 package main
 
@@ -106,6 +112,10 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file (it sees the daemons only with --in-process)")
 	wire := flag.Bool("wire", false, "first run bench/dist/wirebw and the daemon/ps PushPull benchmark (child processes) into the output")
 	also := flag.String("also", "", "then repeat the runs on other units: semicolon-separated UNIT:NODES, e.g. cpu-2t:1 (the plan make run gets here)")
+	var mr makeRunOptions
+	flag.IntVar(&mr.steps, "make-run-steps", 1000, "steps of make run's job shape against heterps train, after the other runs (0: skip it)")
+	flag.IntVar(&mr.repeats, "make-run-repeats", 2, "runs of each side of the make-run block (the best counts)")
+	makeRunOnly := flag.Bool("make-run-only", false, "run only the make-run block")
 	outPath := flag.String("out", "", header.OutUsage)
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -118,13 +128,21 @@ func main() {
 	if err == nil {
 		res, err = header.Begin(*outPath, header.Collect("bench/dist/run"))
 	}
-	if err == nil && *wire {
+	if err == nil && (mr.steps < 0 || mr.repeats < 1 || (*makeRunOnly && mr.steps == 0)) {
+		err = fmt.Errorf("--make-run-steps %d, --make-run-repeats %d: want steps >= 1 (or 0 to skip) and repeats >= 1", mr.steps, mr.repeats)
+	}
+	if err == nil && *wire && !*makeRunOnly {
 		err = runParts(ctx, wireParts, res)
 	}
 	if err == nil {
 		var stop func()
 		if stop, err = cpuprof.Start(*cpuProfile); err == nil {
-			err = runPasses(ctx, o, passes, res)
+			if !*makeRunOnly {
+				err = runPasses(ctx, o, passes, res)
+			}
+			if err == nil && mr.steps > 0 {
+				err = makeRunBlock(ctx, mr, res)
+			}
 			stop()
 		}
 	}

@@ -1,0 +1,135 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
+)
+
+// BenchmarkLocalPS is the shape of `make run`'s job: ctrdnn, one stage of
+// one replica whose one BSP shard lives in the same process (the client's
+// Local fast path), batch 512, beside nn.Trainer on the same backend and
+// batches, at 1 and 2 threads. Profile it with -cpuprofile to see what
+// the stage spends that the single process does not.
+func BenchmarkLocalPS(b *testing.B) {
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, threads := range []int{1, 2} {
+		backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchLocalPS(b, cfg, backend) })
+	}
+}
+
+func benchLocalPS(b *testing.B, cfg *config.Model, backend native.Backend) {
+	const size = 512
+	next := func(b *testing.B) func(context.Context, int64) (*data.Batch, error) {
+		src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { src.Close() })
+		return func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, size) }
+	}
+	b.Run("single-process", func(b *testing.B) {
+		tr, err := nn.NewTrainer(backend, cfg, testSeed, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		batches := next(b)
+		for b.Loop() {
+			batch, err := batches(context.Background(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tr.Step(batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "samples/s")
+	})
+	b.Run("local-ps", func(b *testing.B) {
+		w := localPSWorker(b, cfg, backend, 0, next(b))
+		ctx := context.Background()
+		if _, err := w.Step(ctx, 1); err != nil { // rows created, prefetch started
+			b.Fatal(err)
+		}
+		var spent Result
+		b.ResetTimer()
+		for i := range b.N {
+			res, err := w.Step(ctx, int64(i)+2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			spent.Input += res.Input
+			spent.Pull += res.Pull
+			spent.Compute += res.Compute
+			spent.Push += res.Push
+		}
+		b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "samples/s")
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{{"input", spent.Input}, {"pull", spent.Pull}, {"compute", spent.Compute}, {"push", spent.Push}} {
+			b.ReportMetric(float64(d.v.Microseconds())/float64(b.N), d.name+"-us/step")
+		}
+	})
+}
+
+// localPSWorker is a one-stage worker of cfg for a job of steps steps (0:
+// no end), the stage's sole replica, whose one BSP shard it reaches
+// through the client's Local fast path; configure, if given, finishes its
+// Config.
+func localPSWorker(t testing.TB, cfg *config.Model, backend native.Backend, steps int64, batches func(context.Context, int64) (*data.Batch, error),
+	configure ...func(*Config)) *Worker {
+	t.Helper()
+	declared, err := DeclareModel(native.MustCPU(), cfg, testSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := []Range{{0, declared.NumLayers() - 1}}
+	tables, blocks, err := PSParams(declared, stages, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs := ShardConfigs(ShardSpec{Job: testJob, Model: cfg.Name, Shards: 1, Mode: ps.BSP, Replicas: []int{1},
+		Backend: native.MustCPU()}, tables, blocks)
+	shard, err := ps.NewShard(cfgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shard.Close() })
+	client, err := ps.NewClient(ps.ClientConfig{Job: testJob, Shards: 1, Local: func(int) *ps.Shard { return shard },
+		Dial: func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := BuildStageModel(backend, cfg, testSeed, stages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := Config{Job: testJob, Stages: 1, Layers: stages[0], Model: model, Backend: backend, PS: client,
+		Mode: ps.BSP, Batches: batches, LastStep: steps, SoleReplica: true}
+	for _, f := range configure {
+		f(&wc)
+	}
+	w, err := NewWorker(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}

@@ -1,0 +1,143 @@
+package pipeline
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/native"
+)
+
+// One stage on a shard in its own process (the client's Local path: no
+// encoding, the gradients used in place, the dense values pulled ahead
+// into reused buffers, the rows the step does not update pulled before its
+// pushes land) trains bit for bit as single-process training (with two
+// micro-batches, as the same worker that pulls every row after the
+// update), and
+// the pulls ahead alternate between two sets of buffers instead of
+// allocating a set a step.
+func TestLocalShardStageEqualsSingleProcessAndReusesBuffers(t *testing.T) {
+	checkLeaks(t)
+	const steps, size = 6, 6
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), size) }
+	_, refLosses := reference(t, cfg, steps, batch)
+	train := func(w *Worker) []float64 {
+		var losses []float64
+		for step := int64(1); step <= steps; step++ {
+			res, err := w.Step(context.Background(), step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			losses = append(losses, res.Loss)
+		}
+		return losses
+	}
+	// Two micro-batches do not sum exactly as one batch: compare with the
+	// same worker that waits for the update to pull every row.
+	twoMicro := func(sole bool) func(*Config) {
+		return func(c *Config) { c.MicroBatches, c.SoleReplica = 2, sole }
+	}
+	early := train(localPSWorker(t, cfg, native.MustCPU(), steps, fixedBatches(batch), twoMicro(true)))
+	waiting := train(localPSWorker(t, cfg, native.MustCPU(), steps, fixedBatches(batch), twoMicro(false)))
+	if !slices.Equal(early, waiting) {
+		t.Fatalf("2 micro-batches: losses %v pulling untouched rows early, %v waiting for the update", early, waiting)
+	}
+	w := localPSWorker(t, cfg, native.MustCPU(), steps, fixedBatches(batch))
+
+	var losses []float64
+	spare := map[int64]*float32{} // after each step, the buffer free for dense parameter 0
+	for step := int64(1); step <= steps; step++ {
+		res, err := w.Step(context.Background(), step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, res.Loss)
+		if len(w.spare) > 0 {
+			spare[step] = unsafeData(w.spare[0])
+		}
+	}
+	if !slices.Equal(losses, refLosses) {
+		t.Fatalf("losses %v, single-process %v", losses, refLosses)
+	}
+	for step := int64(2); step+2 <= steps; step++ {
+		if spare[step] == nil || spare[step] != spare[step+2] {
+			t.Fatalf("dense buffers after steps %d and %d: %p and %p, want the same reused buffer", step, step+2, spare[step], spare[step+2])
+		}
+	}
+}
+
+func unsafeData(s []float32) *float32 {
+	if len(s) == 0 {
+		return nil
+	}
+	return &s[0]
+}
+
+// A sole replica's stage 0 pulls the next batch's rows that the current
+// step does not update at the version before it (pullUntouched): they come
+// at once though the step's update has not landed, hold the values of
+// that version, and only the rows both batches use are left to pull.
+func TestSoleReplicaPullsUntouchedRowsBeforeTheUpdate(t *testing.T) {
+	checkLeaks(t)
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), 6) }
+	w := localPSWorker(t, cfg, native.MustCPU(), 4, fixedBatches(batch))
+	if _, err := w.Step(context.Background(), 1); err != nil { // the servers are at version 1
+		t.Fatal(err)
+	}
+	tables := w.copies[0].tables
+	cur, err := planRows(batch(2), tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := planRows(batch(3), tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touched := w.touchedRows(2, []input{{plan: cur}})
+	if touched == nil {
+		t.Fatal("no touched rows for a sole BSP replica")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for e, tb := range tables {
+		// Step 3's rows, while step 2 has not even started: only the
+		// untouched ones can be had, at version 1.
+		a, err := w.pullUntouched(ctx, 3, tb, next.tables[e], touched[e])
+		if err != nil {
+			t.Fatalf("%s: %v", tb.table.Name, err)
+		}
+		dim, tp := tb.table.Cols, next.tables[e]
+		late := 0
+		for _, k := range tp.used {
+			id := tp.ids[k]
+			if _, hit := slices.BinarySearch(touched[e], id); hit {
+				late++
+				continue
+			}
+			want, _, err := w.cfg.PS.Pull(ctx, tb.table.Name, []int64{id}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(a.table[int(k)*dim:int(k+1)*dim], want) {
+				t.Fatalf("%s: row of id %d pulled early differs from version 1", tb.table.Name, id)
+			}
+		}
+		if len(a.lateIDs) != late || late == len(tp.used) {
+			t.Fatalf("%s: %d rows left to pull, want the %d of %d that both batches use", tb.table.Name, len(a.lateIDs), late, len(tp.used))
+		}
+	}
+	for _, c := range []func(*Config){
+		func(c *Config) { c.SoleReplica = false },
+		func(c *Config) { c.Mode = ps.ASP },
+	} {
+		w := localPSWorker(t, cfg, native.MustCPU(), 4, fixedBatches(batch), c)
+		if w.touchedRows(1, []input{{plan: cur}}) != nil {
+			t.Error("rows pulled before the update for a replica that is not alone in BSP")
+		}
+	}
+}
