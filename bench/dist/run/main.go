@@ -140,7 +140,7 @@ func main() {
 			if !*makeRunOnly {
 				err = runPasses(ctx, o, passes, res)
 			}
-			if err == nil && mr.steps > 0 {
+			if err == nil && mr.steps > 0 && !o.singleOnly {
 				err = makeRunBlock(ctx, mr, res)
 			}
 			stop()
