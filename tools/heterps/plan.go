@@ -38,6 +38,7 @@ type planFlags struct {
 	method, provision, plot                       string
 	loadPolicy, savePolicy, trainPolicy           string
 	freshPolicy                                   bool
+	trainProblems                                 int
 	json, compare                                 bool
 	opts                                          sched.Options
 	spec                                          sched.EstimateSpec
@@ -71,6 +72,7 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	fs.StringVar(&f.savePolicy, "save-policy", "", "rl, rl-rnn: write the trained policy to this file")
 	fs.BoolVar(&f.freshPolicy, "fresh-policy", false, "rl: start from a fresh random policy, not the shipped pre-trained one")
 	fs.StringVar(&f.trainPolicy, "train-policy", "", "pre-train an rl policy on random problems (seeded by --seed; --budget plans per problem) and write it to this `file`; no problem is planned")
+	fs.IntVar(&f.trainProblems, "train-problems", sched.DefaultPretrainProblems, "with --train-policy: random problems to train on")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -244,7 +246,7 @@ func (f *planFlags) attachPolicy() error {
 
 // trainPolicy pre-trains a policy as --train-policy asks and writes it.
 func trainPolicy(ctx context.Context, f *planFlags, stderr io.Writer) int {
-	pol, err := sched.Pretrain(ctx, sched.PretrainOptions{Seed: f.opts.Seed, Budget: f.opts.Budget, Progress: stderr})
+	pol, err := sched.Pretrain(ctx, sched.PretrainOptions{Seed: f.opts.Seed, Problems: f.trainProblems, Budget: f.opts.Budget, Progress: stderr})
 	if err != nil {
 		fmt.Fprintln(stderr, "heterps plan:", err)
 		return exitFailure
