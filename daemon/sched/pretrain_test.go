@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -147,4 +148,37 @@ func TestImproveLowersTheCost(t *testing.T) {
 	if lowered == 0 {
 		t.Fatal("the local search never lowered a cost")
 	}
+}
+
+// TestRLPolicyOnUnseenRandomProblems is the acceptance check, long
+// (minutes), so it runs only with HETERPS_SCHED_LONG=1: on 100 random
+// problems (3-8 layers, 1-4 types; the generator and seeds are not the
+// pre-training's) the policy's own decision, at the default budget, is
+// within 2% of exact.
+func TestRLPolicyOnUnseenRandomProblems(t *testing.T) {
+	if os.Getenv("HETERPS_SCHED_LONG") != "1" {
+		t.Skip("long: set HETERPS_SCHED_LONG=1")
+	}
+	r := newRand(2026)
+	worst, over := 1.0, 0
+	for checked := 0; checked < 100; {
+		p := randomProblem(r, 3+r.IntN(6), 1+r.IntN(4))
+		opt := mustRun(t, "exact", p, Options{})
+		if !opt.Feasible {
+			continue
+		}
+		checked++
+		plan := mustRun(t, "rl", p, Options{Seed: 1})
+		ratio := plan.PolicyCost / opt.Cost
+		if plan.PolicyCost == 0 {
+			ratio = math.Inf(1)
+		}
+		worst = math.Max(worst, ratio)
+		if ratio > 1.02 {
+			over++
+			t.Errorf("problem %d (%d layers, %d types): policy %v, best sampled %v, exact %v", checked, len(p.Layers), len(p.Types),
+				plan.PolicyCost, plan.BestSampledCost, opt.Cost)
+		}
+	}
+	t.Logf("100 problems: worst policy/exact %.4f, %d above 1.02", worst, over)
 }

@@ -46,21 +46,27 @@ var (
 )
 
 // reinforce trains policies on the problem with REINFORCE; the policy's
-// decision is the most likely assignment of the best of them. Each of rlRestarts
-// restarts trains its own policy (from Options.Policy when set, else from a
-// fresh seeded one) on a share of the budget: it samples batches of
-// assignments, rewards each with minus the log of its cost relative to the
-// first feasible plan seen (infeasible plans get less than any feasible one,
-// graded by how far their stages fall short), subtracts the batch's mean
-// reward, and steps Adam on the policy gradient, with an entropy bonus
-// annealed to zero. Each batch also replays the best plan the restart has
-// sampled so far with a fixed positive advantage (self-imitation), and
-// after the budget the restart trains on that plan alone until its policy's
-// most likely assignment costs no more (settle): this pulls the policy's
-// own decision to the best plan its search has found.
+// decision is the most likely assignment of the best of them. Each of
+// rlRestarts restarts trains its own policy on a share of the budget: the
+// even ones fine-tune the start policy (Options.Policy when set, else the
+// shipped pre-trained one for an LSTM, see Pretrain), the odd ones and all
+// of them with Options.FreshPolicy a fresh seeded one. A restart samples
+// batches of assignments, rewards each with minus the log of its cost
+// relative to the first feasible plan seen (infeasible plans get less than
+// any feasible one, graded by how far their stages fall short), normalises
+// the rewards over the batch, and steps Adam on the policy gradient, with
+// an entropy bonus annealed to zero. The best plan of each batch starts a
+// local search on the cost model (improve.go); the best plan the restart
+// has reached so far is replayed in every batch with a fixed positive
+// advantage (self-imitation of an improved plan: expert iteration), and
+// after the budget the restart trains on that plan alone until its
+// policy's most likely assignment costs no more (settle). The policy with
+// the cheapest decision then settles on the best plan of all restarts.
+// This pulls the policy's own decision to the best plan the search found.
 //
 // The plan is the cheaper of the policy's decision and the best plan
-// sampled, and reports both costs (PolicyCost, BestSampledCost, Decision).
+// found (sampled or reached by the local search from a sample), and
+// reports both costs (PolicyCost, BestSampledCost, Decision).
 // Options.Policy, when set, receives the chosen policy.
 type reinforce struct {
 	o    Options
