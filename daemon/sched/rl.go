@@ -22,7 +22,7 @@ var (
 	rlHidden      = 32
 	rlBatch       = 64    // plans per policy update, the imitated best one included
 	rlSamples     = 20000 // plans sampled in all, at most
-	rlWork        = 20_000_000
+	rlWork        = 24_000_000
 	rlRestarts    = 4 // independent policies trained on shares of the budget
 	rlLR          = 0.01
 	rlEntropy     = 0.05 // initial weight of the entropy bonus, annealed to 0
@@ -122,8 +122,13 @@ func (m reinforce) Schedule(ctx context.Context, p *Problem) (*Plan, error) {
 			chosen, chosenAssign, chosenCost = t, assign, c
 		}
 	}
-	// Another restart may have found a cheaper plan than the chosen
-	// policy's: the chosen policy imitates that one too.
+	// The restarts' local searches stop at their share of evaluations: the
+	// best plan of all gets a last one. Another restart may have found a
+	// cheaper plan than the chosen policy's: the chosen policy imitates it.
+	if sr.best != nil {
+		sr.evalsLeft = rlImproveEvals * budget
+		sr.offer(sr.improve(sr.best))
+	}
 	if sr.best != nil && sr.bestCost < chosenCost {
 		chosen.best, chosen.bestCost = sr.best, sr.bestCost
 		if chosenAssign, err = chosen.settle(ctx, rlFinalSettle); err != nil {
@@ -279,12 +284,30 @@ func (t *trainer) decide() ([]int, error) {
 // sampled alone (the REINFORCE gradient of a batch of that one plan with a
 // positive advantage, i.e. its log-likelihood) until the policy's decision
 // costs no more than that plan, for at most limit updates, and returns
-// the decision.
+// the cheapest decision on the way, leaving the policy as it was then.
 func (t *trainer) settle(ctx context.Context, limit int) ([]int, error) {
+	// Imitation can pass through worse decisions on its way (and stall
+	// there, when types look alike to the policy): the policy ends as it
+	// was at its cheapest decision.
+	var kept *Policy
+	var keptAssign []int
+	keptCost := inf
+	defer func() {
+		if kept != nil {
+			*t.pol = *kept
+		}
+	}()
 	for u := 0; ; u++ {
 		assign, err := t.decide()
-		if err != nil || u >= limit || t.best == nil || t.sr.e.cost(assign) <= t.bestCost {
-			return assign, err
+		if err != nil {
+			return nil, err
+		}
+		c := t.sr.e.cost(assign)
+		if keptAssign == nil || c < keptCost {
+			kept, keptAssign, keptCost = t.pol.clone(), assign, c
+		}
+		if u >= limit || t.best == nil || c <= t.bestCost {
+			return keptAssign, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
