@@ -19,6 +19,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -41,7 +42,13 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed of the catalogs and of the randomised methods")
 	psRatio := flag.Float64("ps-ratio", 0.1, "parameter-server cores per unit (priced as CPU cores)")
 	outPath := flag.String("out", "", header.OutUsage)
+	only := flag.String("methods", "", "comma-separated methods of Tables 1 and 1b (default: all); exact always runs")
+	tables := flag.String("tables", "1,1b,2,3", "comma-separated tables to run")
 	flag.Parse()
+	if *only != "" {
+		methodsCompared = strings.Split(*only, ",")
+	}
+	run := func(name string) bool { return slices.Contains(strings.Split(*tables, ","), name) }
 	res, err := header.Begin(*outPath, header.Collect("bench/sched"))
 	if err != nil {
 		fail(err)
@@ -52,18 +59,20 @@ func main() {
 	fmt.Fprintln(output, "Problems: ctrdnn-like models on synthetic catalogs, those of `heterps catalog synth --types N --seed S --problem")
 	fmt.Fprintln(output, "--layers L` with ps_type = \"cpu\" and the ps_ratio above; layer times estimated from device descriptors, not")
 	fmt.Fprintln(output, "measured. Costs are relative to exact (1.000 = optimal).")
+	if *only != "" || *tables != "1,1b,2,3" {
+		fmt.Fprintf(output, "A partial run: tables %s, methods %s.\n", *tables, strings.Join(registered(), ","))
+	}
 	b := bench{seed: *seed, psRatio: *psRatio}
-	if err := b.table1(); err != nil {
-		fail(err)
-	}
-	if err := b.zooTable(); err != nil {
-		fail(err)
-	}
-	if err := b.table2(); err != nil {
-		fail(err)
-	}
-	if err := b.table3(); err != nil {
-		fail(err)
+	for _, t := range []struct {
+		name string
+		run  func() error
+	}{{"1", b.table1}, {"1b", b.zooTable}, {"2", b.table2}, {"3", b.table3}} {
+		if !run(t.name) {
+			continue
+		}
+		if err := t.run(); err != nil {
+			fail(err)
+		}
 	}
 	fmt.Fprintf(output, "\ntotal %.1f s\n", time.Since(start).Seconds())
 	if err := res.Close(); err != nil {

@@ -34,8 +34,9 @@ type Plan struct {
 	Provision    string   `json:"provision"`
 	Evaluations  int      `json:"evaluations,omitempty"` // cost-model evaluations a search method made
 	// Learned methods (rl, rl-rnn): the cost of the trained policy's own
-	// decision (its most likely assignment) and of the best plan it sampled
-	// while training (0 when infeasible), and which of the two the plan is.
+	// decision (its most likely assignment) and of the best plan found while
+	// training, sampled or reached by the local search from a sample (0 when
+	// infeasible), and which of the two the plan is.
 	PolicyCost      float64 `json:"policy_cost,omitempty"`
 	BestSampledCost float64 `json:"best_sampled_cost,omitempty"`
 	Decision        string  `json:"decision,omitempty"`
@@ -44,7 +45,7 @@ type Plan struct {
 // Plan.Decision values.
 const (
 	DecisionPolicy  = "policy"  // the policy's most likely assignment
-	DecisionSampled = "sampled" // the best assignment sampled in training, cheaper than the policy's
+	DecisionSampled = "sampled" // the best assignment found in training, cheaper than the policy's
 )
 
 // newPlan builds a feasible plan from provisioned segments.

@@ -107,11 +107,18 @@ func (pol *Policy) Save(w io.Writer) error {
 	return json.NewEncoder(w).Encode(pol)
 }
 
-// LoadPolicy reads a policy written by Save and checks its shapes.
+// LoadPolicy reads a policy written by Save and checks its shapes; its
+// errors say what is wrong (truncated, not JSON, a parameter of the wrong
+// length), for the caller to name the file.
 func LoadPolicy(r io.Reader) (*Policy, error) {
 	var pol Policy
-	if err := json.NewDecoder(r).Decode(&pol); err != nil {
-		return nil, fmt.Errorf("sched: policy: %w", err)
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pol); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("sched: policy: truncated (the JSON ends early): %w", err)
+		}
+		return nil, fmt.Errorf("sched: policy: not a policy file: %w", err)
 	}
 	if err := pol.check(); err != nil {
 		return nil, err
@@ -123,17 +130,26 @@ var errPolicyShape = errors.New("sched: policy: shapes do not match")
 
 func (pol *Policy) check() error {
 	if pol.Cell != CellLSTM && pol.Cell != CellElman {
-		return fmt.Errorf("sched: policy: unknown cell %q", pol.Cell)
+		return fmt.Errorf("sched: policy: unknown cell %q (want %q or %q)", pol.Cell, CellLSTM, CellElman)
 	}
-	if pol.Hidden < 1 || pol.Inputs != inputSize() || pol.Features != typeFeatures {
-		return fmt.Errorf("%w: %d inputs and %d type features, this build reads %d and %d (a policy from another version?)",
-			errPolicyShape, pol.Inputs, pol.Features, inputSize(), typeFeatures)
+	if pol.Hidden < 1 || pol.Attention < 1 || pol.Inputs != inputSize() || pol.Features != typeFeatures {
+		return fmt.Errorf("%w: %d inputs, %d type features, hidden %d, attention %d; this build reads %d inputs and %d type features (a policy from another version?)",
+			errPolicyShape, pol.Inputs, pol.Features, pol.Hidden, pol.Attention, inputSize(), typeFeatures)
 	}
-	if len(pol.W) != (pol.Inputs+pol.Hidden)*pol.gates() || len(pol.B) != pol.gates() ||
-		len(pol.M) != pol.Hidden*pol.Features || len(pol.Mb) != pol.Features || pol.Attention < 1 ||
-		len(pol.A) != pol.Features*pol.Attention || len(pol.U) != pol.Hidden*pol.Attention ||
-		len(pol.Ca) != pol.Attention || len(pol.Va) != pol.Attention {
-		return fmt.Errorf("%w: parameter lengths do not fit hidden size %d", errPolicyShape, pol.Hidden)
+	want := []struct {
+		name string
+		got  []float32
+		n    int
+	}{
+		{"w", pol.W, (pol.Inputs + pol.Hidden) * pol.gates()}, {"b", pol.B, pol.gates()},
+		{"m", pol.M, pol.Hidden * pol.Features}, {"mb", pol.Mb, pol.Features},
+		{"a", pol.A, pol.Features * pol.Attention}, {"u", pol.U, pol.Hidden * pol.Attention},
+		{"ca", pol.Ca, pol.Attention}, {"va", pol.Va, pol.Attention},
+	}
+	for _, w := range want {
+		if len(w.got) != w.n {
+			return fmt.Errorf("%w: %q has %d values, hidden size %d and attention %d need %d", errPolicyShape, w.name, len(w.got), pol.Hidden, pol.Attention, w.n)
+		}
 	}
 	return nil
 }

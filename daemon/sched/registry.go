@@ -28,6 +28,9 @@ type Options struct {
 	// the zero Policy it is also the policy to start from (same cell and
 	// number of types).
 	Policy *Policy
+	// FreshPolicy makes rl start from a fresh random policy instead of the
+	// shipped pre-trained one.
+	FreshPolicy bool
 }
 
 // Defaults.

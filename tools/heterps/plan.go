@@ -36,7 +36,9 @@ func init() {
 type planFlags struct {
 	problem, model, catalog, profile, saveProblem string
 	method, provision, plot                       string
-	loadPolicy, savePolicy                        string
+	loadPolicy, savePolicy, trainPolicy           string
+	freshPolicy                                   bool
+	trainProblems                                 int
 	json, compare                                 bool
 	opts                                          sched.Options
 	spec                                          sched.EstimateSpec
@@ -68,11 +70,21 @@ func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
 	fs.Int64Var(&f.opts.MaxPlans, "max-plans", sched.DefaultMaxPlans, "bf refuses problems with more assignments")
 	fs.StringVar(&f.loadPolicy, "load-policy", "", "rl, rl-rnn: fine-tune the policy in this file (any number of types; same cell)")
 	fs.StringVar(&f.savePolicy, "save-policy", "", "rl, rl-rnn: write the trained policy to this file")
+	fs.BoolVar(&f.freshPolicy, "fresh-policy", false, "rl: start from a fresh random policy, not the shipped pre-trained one")
+	fs.StringVar(&f.trainPolicy, "train-policy", "", "pre-train an rl policy on random problems (seeded by --seed; --budget plans per problem) and write it to this `file`; no problem is planned")
+	fs.IntVar(&f.trainProblems, "train-problems", sched.DefaultPretrainProblems, "with --train-policy: random problems to train on")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	f.opts.FreshPolicy = f.freshPolicy
+	if f.trainPolicy != "" {
+		if f.problem != "" || f.model != "" {
+			return nil, errors.New("--train-policy trains on random problems: drop --problem and --model")
+		}
+		return f, nil
 	}
 	if (f.problem == "") == (f.model == "") {
 		return nil, errors.New("give either --problem FILE or --model M with --catalog C")
@@ -95,6 +107,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "heterps plan:", err)
 		return exitUsage
+	}
+	if f.trainPolicy != "" {
+		return trainPolicy(ctx, f, stderr)
 	}
 	p, err := f.load(stderr)
 	if err != nil {
@@ -227,6 +242,32 @@ func (f *planFlags) attachPolicy() error {
 	}
 	f.opts.Policy = pol
 	return nil
+}
+
+// trainPolicy pre-trains a policy as --train-policy asks and writes it.
+func trainPolicy(ctx context.Context, f *planFlags, stderr io.Writer) int {
+	pol, err := sched.Pretrain(ctx, sched.PretrainOptions{Seed: f.opts.Seed, Problems: f.trainProblems, Budget: f.opts.Budget, Progress: stderr})
+	if err != nil {
+		fmt.Fprintln(stderr, "heterps plan:", err)
+		return exitFailure
+	}
+	if err := savePolicyFile(pol, f.trainPolicy); err != nil {
+		fmt.Fprintf(stderr, "heterps plan: --train-policy: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func savePolicyFile(pol *sched.Policy, path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pol.Save(out); err != nil {
+		out.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return out.Close()
 }
 
 func (f *planFlags) writePolicy() error {

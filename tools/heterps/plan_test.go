@@ -216,3 +216,48 @@ func TestPlanHelpNamesTheProfileArgument(t *testing.T) {
 		t.Fatalf("--help shows %q", errs)
 	}
 }
+
+// TestPlanTrainsAPolicyAndRefusesCorruptOnes: --train-policy writes a
+// policy that --load-policy reads; a corrupt, truncated or wrong-shape file
+// is refused with an error naming the file and what is wrong.
+func TestPlanTrainsAPolicyAndRefusesCorruptOnes(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "pre.json")
+	code, _, errs := plan(t, "--train-policy", pol, "--train-problems", "1", "--budget", "128", "--seed", "3")
+	if code != exitOK {
+		t.Fatalf("--train-policy: exit %d: %s", code, errs)
+	}
+	if code, _, errs := plan(t, "--problem", exampleProblem, "--method", "rl", "--budget", "256", "--load-policy", pol); code != exitOK {
+		t.Fatalf("--load-policy of the trained policy: exit %d: %s", code, errs)
+	}
+	good, err := os.ReadFile(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var short map[string]any
+	if err := json.Unmarshal(good, &short); err != nil {
+		t.Fatal(err)
+	}
+	short["b"] = []float32{1, 2}
+	wrongShape, _ := json.Marshal(short)
+	for name, c := range map[string]struct {
+		data []byte
+		want string
+	}{
+		"truncated": {good[:len(good)/3], "truncated"},
+		"corrupt":   {[]byte("\x00\x01 not json"), "not a policy file"},
+		"shape":     {wrongShape, `"b" has 2 values`},
+	} {
+		path := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(path, c.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errs := plan(t, "--problem", exampleProblem, "--method", "rl", "--load-policy", path)
+		if code != exitUsage || !strings.Contains(errs, path) || !strings.Contains(errs, c.want) {
+			t.Errorf("%s: exit %d: %s, want the file named and %q", name, code, errs, c.want)
+		}
+	}
+	if code, _, _ := plan(t, "--train-policy", pol, "--problem", exampleProblem); code != exitUsage {
+		t.Errorf("--train-policy with --problem: exit %d", code)
+	}
+}
