@@ -111,3 +111,42 @@ func TestPythonVersionsReadsMetadata(t *testing.T) {
 		t.Fatalf("Versions with no interpreter = %+v", bad)
 	}
 }
+
+// TestCommitIgnoresRecordedResults: a run that rewrote bench/results/ does
+// not mark the next benchmark's tree as changed; any other tracked file does.
+func TestCommitIgnoresRecordedResults(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	mustWrite := func(name, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(name, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	mustWrite("main.go", "package main\n")
+	mustWrite("bench/results/x.txt", "old\n")
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-q", "-m", "init")
+	mustWrite("bench/results/x.txt", "new\n")
+	if c := commit(); strings.HasSuffix(c, "+changes") {
+		t.Errorf("results rewritten only: commit() = %q, want no +changes", c)
+	}
+	mustWrite("main.go", "package main // edited\n")
+	if c := commit(); !strings.HasSuffix(c, "+changes") {
+		t.Errorf("a tracked source edited: commit() = %q, want +changes", c)
+	}
+}
