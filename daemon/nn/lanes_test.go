@@ -3,6 +3,7 @@ package nn
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/heterps/heterps/config"
@@ -194,4 +195,71 @@ func TestEqualThreadCountsAreBitIdentical(t *testing.T) {
 	a, b := cpuThreads(t, 2), cpuThreads(t, 2)
 	trs := trainCopies(t, cfg, 512, 6, []native.Backend{a, b}, func(*Trainer) {})
 	sameParams(t, trs[0], trs[1])
+}
+
+// TestBackwardThenRunsEachDoneBehindItsWeightGradients: a stage's backward
+// that ships each layer's gradients as soon as they are final (done(i))
+// runs the weight gradients on the side lane too, and done(i) sees entry
+// i's gradients exactly as the serial order computes them, in layer order.
+func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
+	cfg := laneModel(t)
+	src := openData(t, "synthetic:3", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	batch, err := src.Next(context.Background(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(serial bool) (*Trainer, [][]float32, []int) {
+		tr, err := NewTrainer(cpuThreads(t, 2), cfg, 7, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Model.serial = serial
+		s := &Step{Backend: tr.Backend, Batch: batch, Train: true}
+		_, dout, err := tr.forwardLoss(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen [][]float32
+		var order []int
+		last := len(tr.Model.entries) - 1
+		_, err = tr.Model.BackwardRangeThen(s, 0, last, dout, func(i int) {
+			order = append(order, i)
+			for _, p := range tr.Model.entryParams(i) {
+				if p.Grad == nil {
+					continue
+				}
+				g, err := hostFloats(tr.Backend, p.Grad)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				seen = append(seen, slices.Clone(g))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr, seen, order
+	}
+	lanes, got, order := run(false)
+	serial, want, wantOrder := run(true)
+	if lanes.Model.sideJobs != 4+len(order) {
+		t.Fatalf("the side lane ran %d jobs, want the 4 weight gradients and %d done calls", lanes.Model.sideJobs, len(order))
+	}
+	if serial.Model.sideJobs != 0 {
+		t.Fatal("the serial reference used a side lane")
+	}
+	if !slices.Equal(order, wantOrder) {
+		t.Fatalf("done order %v, want %v", order, wantOrder)
+	}
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("done saw %d gradients, the serial order %d", len(got), len(want))
+	}
+	for k := range want {
+		for j := range want[k] {
+			if math.Float32bits(got[k][j]) != math.Float32bits(want[k][j]) {
+				t.Fatalf("gradient %d[%d] when done ran: %v, serial %v", k, j, got[k][j], want[k][j])
+			}
+		}
+	}
 }

@@ -198,15 +198,26 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 	return m.backward(s, dout, nil)
 }
 
-// backward is Backward calling done(i), if not nil, after entry i. Unless
-// a caller waits for each layer (done) or the model is told to stay serial,
-// a CPU backend of two or more threads runs the weight gradients on a side
-// lane, which is drained before backward returns.
+// backward is Backward calling done(i), if not nil, once entry i's
+// parameter gradients are final. Unless the model is told to stay serial, a
+// CPU backend of two or more threads runs the weight gradients on a side
+// lane, which is drained before backward returns; done(i) then runs on that
+// lane behind entry i's weight gradients — in layer order, on the lane's
+// goroutine, while the input gradients of the entries below go on.
 func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
-	if done != nil || s.side != nil {
-		return m.backwardOn(s, dout, func(i int) error { done(i); return nil })
+	if s.side != nil { // already inside a pass that owns the lanes
+		var each func(int) error
+		if done != nil {
+			each = func(i int) error { done(i); return nil }
+		}
+		return m.backwardOn(s, dout, each)
 	}
-	return m.backwardLanes(s, dout, nil)
+	if done == nil {
+		return m.backwardLanes(s, dout, nil)
+	}
+	return m.backwardLanes(s, dout, func(i int, ls *Step) error {
+		return ls.offPath(func(native.Backend) error { done(i); return nil })
+	})
 }
 
 // backwardLanes is backward on a main and a side lane when the backend
