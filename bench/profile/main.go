@@ -15,9 +15,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,8 +32,8 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/bench/internal/header"
+	"github.com/heterps/heterps/bench/internal/heterpsbin"
 	"github.com/heterps/heterps/config"
-	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/sched"
 	"github.com/heterps/heterps/native"
@@ -158,7 +156,7 @@ func syncBlock(ctx context.Context, o options, t tools, dir string, unit config.
 		"--units", joinInts(units), "--batch", strconv.Itoa(o.batch), "--dense-sync", sync, "--data", dataSpec,
 		"--sync-steps", strconv.Itoa(o.syncSteps), "--out", prof}
 	fmt.Fprintf(w, "heterps %s\n", strings.Join(args, " "))
-	out, err := exec.CommandContext(ctx, t.heterps, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, t.Heterps, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("heterps profile: %w\n%s", err, out)
 	}
@@ -312,54 +310,18 @@ func joinInts(v []int) string {
 }
 
 // tools are the binaries the benchmark runs.
-type tools struct{ heterps, heterpsd string }
+type tools struct{ heterpsbin.Tools }
 
 // buildTools builds heterps and heterpsd from this tree into dir.
 func buildTools(ctx context.Context, dir string) (tools, error) {
-	t := tools{heterps: filepath.Join(dir, "heterps"), heterpsd: filepath.Join(dir, "heterpsd")}
-	for _, b := range []struct{ out, pkg string }{{t.heterps, "./tools/heterps"}, {t.heterpsd, "./daemon/cmd/heterpsd"}} {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", b.out, b.pkg).CombinedOutput()
-		if err != nil {
-			return t, fmt.Errorf("go build %s (run this from the repository root): %w\n%s", b.pkg, err, out)
-		}
-	}
-	return t, nil
-}
-
-// runResult is the part of `heterps run --json`'s output the benchmark
-// reads.
-type runResult struct {
-	State  api.JobState      `json:"state"`
-	Reason string            `json:"reason"`
-	Stages []api.StageStatus `json:"stages"`
+	t, err := heterpsbin.Build(ctx, dir)
+	return tools{t}, err
 }
 
 // run runs the job with `heterps run` on the catalog's nodes.
-func (t tools) run(ctx context.Context, catPath, jobPath string, job []byte) (*runResult, error) {
+func (t tools) run(ctx context.Context, catPath, jobPath string, job []byte) (*heterpsbin.Result, error) {
 	if err := os.WriteFile(jobPath, job, 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, t.heterps, "run", "--heterpsd", t.heterpsd, "--catalog", catPath, "--json", jobPath)
-	// SIGTERM lets heterps run cancel the job and stop its daemons.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	var r runResult
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("heterps run (%v) printed no result (%w):\n%s", runErr, err, tail(stderr.Bytes()))
-	}
-	if r.State != api.JobDone || runErr != nil {
-		return nil, fmt.Errorf("heterps run (%v): job %s: %s\n%s", runErr, r.State, r.Reason, tail(stderr.Bytes()))
-	}
-	return &r, nil
-}
-
-func tail(b []byte) []byte {
-	const keep = 2000
-	if len(b) > keep {
-		return b[len(b)-keep:]
-	}
-	return b
+	return t.Run(ctx, catPath, jobPath)
 }

@@ -1,21 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
-	"syscall"
-	"time"
 
-	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/bench/internal/heterpsbin"
 )
 
 // makeRunJob is the job `make run` submits.
@@ -48,7 +43,7 @@ func makeRunBlock(ctx context.Context, o makeRunOptions, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var train, run *runResult
+	var train, run *heterpsbin.Result
 	for range o.repeats {
 		tr, err := t.trainCtrdnn(ctx, o.steps)
 		if err != nil {
@@ -103,42 +98,21 @@ func makeRunJobFile(src, dir string, steps int) (string, error) {
 
 // runJobFile runs job with `heterps run` on the built-in local catalog,
 // as `make run` does.
-func (t tools) runJobFile(ctx context.Context, job string) (*runResult, error) {
-	var r runResult
-	if err := t.jsonOf(ctx, &r, t.heterps, "run", "--heterpsd", t.heterpsd, "--catalog", "local", "--json", job); err != nil {
-		return nil, err
-	}
-	if r.State != api.JobDone {
-		return nil, fmt.Errorf("job %s: %s", r.State, r.Reason)
-	}
-	return &r, nil
+func (t tools) runJobFile(ctx context.Context, job string) (*heterpsbin.Result, error) {
+	return t.Run(ctx, "local", job)
 }
 
 // trainCtrdnn trains ctrdnn single-process with `heterps train` on the
 // job's data and batch.
-func (t tools) trainCtrdnn(ctx context.Context, steps int) (*runResult, error) {
+func (t tools) trainCtrdnn(ctx context.Context, steps int) (*heterpsbin.Result, error) {
 	var r struct {
 		Loss        float64 `json:"loss"`
 		SamplesPerS float64 `json:"samples_per_s"`
 	}
-	err := t.jsonOf(ctx, &r, t.heterps, "train", "--model", modelName, "--data", dataSpec, "--steps", strconv.Itoa(steps),
+	err := t.JSON(ctx, &r, "train", "--model", modelName, "--data", dataSpec, "--steps", strconv.Itoa(steps),
 		"--batch", strconv.Itoa(makeRunBatch), "--threads", strconv.Itoa(runtime.NumCPU()), "--eval-samples", "512", "--json")
 	if err != nil {
 		return nil, err
 	}
-	return &runResult{Loss: r.Loss, SamplesPerS: r.SamplesPerS}, nil
-}
-
-// jsonOf runs a command and decodes its standard output into out.
-func (t tools) jsonOf(ctx context.Context, out any, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // heterps run stops its daemons
-	cmd.WaitDelay = 30 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	if err := json.Unmarshal(stdout.Bytes(), out); err != nil || runErr != nil {
-		return fmt.Errorf("%v (output: %v):\n%s", runErr, err, tail(stderr.Bytes()))
-	}
-	return nil
+	return &heterpsbin.Result{Loss: r.Loss, SamplesPerS: r.SamplesPerS}, nil
 }
