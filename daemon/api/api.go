@@ -21,6 +21,8 @@ type GPU struct {
 	Name            string `json:"name"`
 	MemoryBytes     int64  `json:"memory_bytes"`
 	Multiprocessors int    `json:"multiprocessors"`
+	// Driver is the CUDA version of the driver that lists the GPU ("13.0").
+	Driver string `json:"driver,omitempty"`
 }
 
 // RegisterRequest is the body of POST /v1/nodes/register.
