@@ -15,10 +15,15 @@ import (
 // a device descriptor per type for estimating layer times where no profile
 // exists, and the nodes the coordinator can place stages on.
 type Catalog struct {
-	Version int           `toml:"version,omitempty"`
-	Name    string        `toml:"name,omitempty"`
-	Types   []CatalogType `toml:"type"`
-	Nodes   []CatalogNode `toml:"node,omitempty"`
+	Version int    `toml:"version,omitempty"`
+	Name    string `toml:"name,omitempty"`
+	// EmulateGPUs lets nodes without GPUs offer the catalog's GPU types
+	// (their stages train on the CPU): for tests and CPU-only emulations
+	// of a heterogeneous cluster, whose types are labels. Without it the
+	// coordinator refuses a node of a GPU type that lacks the GPUs.
+	EmulateGPUs bool          `toml:"emulate_gpus,omitempty"`
+	Types       []CatalogType `toml:"type"`
+	Nodes       []CatalogNode `toml:"node,omitempty"`
 }
 
 // CatalogType is one resource type. A unit is one CPU core or one GPU.

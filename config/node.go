@@ -20,6 +20,7 @@ import (
 //	type = "cpu-1t"              # a catalog type
 //	units = 1
 //	threads = 1                  # CPU threads per unit
+//	gpus = [0, 1]                # a GPU type's devices (driver ordinals), one per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
 //	tls_cert = "/etc/heterps/tls/gpu-3.pem"  # optional mutual TLS (heterps certs): with all three,
 //	tls_key = "/etc/heterps/tls/gpu-3-key.pem"  # the data plane and the API run in TLS 1.3,
@@ -41,8 +42,13 @@ type Node struct {
 	Type        string `toml:"type"`
 	Units       int    `toml:"units"`
 	Threads     int    `toml:"threads"`
-	SecretFile  string `toml:"secret_file"`
-	Plain       bool   `toml:"plain"`
+	// GPUs are the driver ordinals of the GPUs a node of a GPU type offers,
+	// one per unit (so len(GPUs) == Units); a CPU type names none. The
+	// coordinator checks them against the catalog type's kind and device
+	// model when the node registers.
+	GPUs       []int  `toml:"gpus"`
+	SecretFile string `toml:"secret_file"`
+	Plain      bool   `toml:"plain"`
 	// TLSCert, TLSKey and TLSCA turn on mutual TLS (all three or none):
 	// this machine's certificate and key and the cluster CA, as `heterps
 	// certs` writes them.
@@ -111,6 +117,9 @@ const minCPUShare = 0.01
 
 // maxNodeUnits bounds units and threads (the control plane's own bound).
 const maxNodeUnits = 1 << 16
+
+// maxNodeGPUs bounds the gpus a node file names (api.MaxGPUs).
+const maxNodeGPUs = 256
 
 // LoadNode reads, decodes and validates a node file.
 func LoadNode(path string) (*Node, error) {
@@ -186,6 +195,7 @@ func (n *Node) validate(loc *Locator) error {
 	if n.Threads < 1 || n.Threads > maxNodeUnits {
 		errs.add(loc.Errorf("threads", "must be in 1..%d, got %d", maxNodeUnits, n.Threads))
 	}
+	n.checkGPUs(loc, &errs)
 	if l := n.Lease.Duration; l != 0 && (l < minLease || l > maxLease) {
 		errs.add(loc.Errorf("lease", "must be between %s and %s, got %s", minLease, maxLease, l))
 	}
@@ -197,6 +207,36 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	n.checkAuth(loc, &errs)
 	return errs.err()
+}
+
+// checkGPUs: driver ordinals, each once, one per unit; none on a type
+// whose name says it is a CPU type (config.TypeKind: the node file has no
+// catalog, so the coordinator checks the catalog's kind at registration).
+func (n *Node) checkGPUs(loc *Locator, errs *errorList) {
+	if len(n.GPUs) == 0 {
+		return
+	}
+	if TypeKind(n.Type, "") == KindCPU {
+		errs.add(loc.Errorf("gpus", "type %q is a CPU type: it offers no GPUs (remove gpus, or name a GPU type)", n.Type))
+		return
+	}
+	if len(n.GPUs) > maxNodeGPUs {
+		errs.add(loc.Errorf("gpus", "at most %d GPUs, got %d", maxNodeGPUs, len(n.GPUs)))
+		return
+	}
+	seen := map[int]bool{}
+	for i, g := range n.GPUs {
+		switch {
+		case g < 0:
+			errs.add(loc.Errorf("gpus", "gpus[%d] = %d: a device ordinal is >= 0", i, g))
+		case seen[g]:
+			errs.add(loc.Errorf("gpus", "gpus[%d]: device %d is named twice (one unit = one GPU)", i, g))
+		}
+		seen[g] = true
+	}
+	if len(n.GPUs) != n.Units {
+		errs.add(loc.Errorf("gpus", "%d GPUs for units = %d: a GPU type's unit is one GPU, name one per unit", len(n.GPUs), n.Units))
+	}
 }
 
 // TLS reports whether the node runs mutual TLS.

@@ -156,3 +156,34 @@ tls_ca = "ca.pem"
 		}
 	}
 }
+
+// gpus: one driver ordinal per unit of a GPU type, each once, none
+// negative, none on a CPU type; errors name the gpus line.
+func TestNodeGPUs(t *testing.T) {
+	gpuNode := strings.NewReplacer(`type = "cpu-1t"`, `type = "v100"`, `units = 1`, `units = 2`).Replace(goodNode)
+	n, err := ParseNode("node.toml", []byte(gpuNode+"gpus = [1, 0]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.GPUs) != 2 || n.GPUs[0] != 1 || n.GPUs[1] != 0 {
+		t.Errorf("gpus %v, want [1 0]", n.GPUs)
+	}
+	for _, tc := range []struct{ name, src, want string }{
+		{"duplicate", gpuNode + "gpus = [0, 0]\n", "named twice"},
+		{"negative", gpuNode + "gpus = [0, -1]\n", "-1"},
+		{"fewer than units", gpuNode + "gpus = [0]\n", "1 GPUs for units = 2"},
+		{"more than units", gpuNode + "gpus = [0, 1, 2]\n", "3 GPUs for units = 2"},
+		{"cpu type", goodNode + "gpus = [0]\n", "CPU type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseNode("node.toml", []byte(tc.src))
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a *config.Error", err)
+			}
+			if ce.Field != "gpus" || ce.Line != 9 || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q at line %d field %q, want %q at node.toml:9 field gpus", err, ce.Line, ce.Field, tc.want)
+			}
+		})
+	}
+}

@@ -21,6 +21,8 @@ type GPU struct {
 	Name            string `json:"name"`
 	MemoryBytes     int64  `json:"memory_bytes"`
 	Multiprocessors int    `json:"multiprocessors"`
+	// Driver is the CUDA version of the driver that lists the GPU ("13.0").
+	Driver string `json:"driver,omitempty"`
 }
 
 // RegisterRequest is the body of POST /v1/nodes/register.
@@ -36,6 +38,10 @@ type RegisterRequest struct {
 	Cores       int    `json:"cores"`
 	MemoryBytes int64  `json:"memory_bytes"`
 	GPUs        []GPU  `json:"gpus"`
+	// GPUDevices are the driver ordinals (indexes into GPUs) of the GPUs
+	// the node's units are, one per unit: its node file's gpus. Empty for
+	// a CPU type.
+	GPUDevices []int `json:"gpu_devices,omitempty"`
 	// LeaseMS is how long the node keeps its tasks running while it cannot
 	// reach the coordinator; past it, it stops them (fencing). A job that
 	// failed with the node is not restarted before the lease has run out.

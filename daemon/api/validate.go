@@ -67,6 +67,14 @@ func (r *RegisterRequest) Validate() error {
 			errs = append(errs, fmt.Errorf("gpus[%d]: want a name of at most %d bytes and sizes >= 0", i, MaxNameLen))
 		}
 	}
+	if len(r.GPUDevices) > MaxGPUs {
+		errs = append(errs, fmt.Errorf("gpu_devices: at most %d, got %d", MaxGPUs, len(r.GPUDevices)))
+	}
+	for i, d := range r.GPUDevices {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("gpu_devices[%d]: a device ordinal is >= 0, got %d", i, d))
+		}
+	}
 	if r.LeaseMS < 0 || r.LeaseMS > maxLeaseMS {
 		errs = append(errs, fmt.Errorf("lease_ms: must be in 0..%d, got %d", maxLeaseMS, r.LeaseMS))
 	}

@@ -62,6 +62,9 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	if !ok {
 		return api.RegisterResponse{}, badRequest("register: type %q is not in the catalog (have %s)", req.Type, c.typeNames())
 	}
+	if err := checkNodeGPUs(req, typ, c.cfg.Catalog.EmulateGPUs); err != nil {
+		return api.RegisterResponse{}, badRequest("register: %v", err)
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -33,8 +33,12 @@ type Config struct {
 	Type             string // the catalog type it offers
 	Units            int
 	Threads          int // CPU threads per unit; 0 = 1
-	Secret           []byte
-	Plain            bool // no secret: loopback only
+	// GPUs are a GPU type's devices, driver ordinals, one per unit (the
+	// node file's gpus; gpus.go): stage tasks then run on the CUDA
+	// backend. Empty for a CPU type.
+	GPUs   []int
+	Secret []byte
+	Plain  bool // no secret: loopback only
 	// TLS, if set, is the node's mutual-TLS configuration (wire.LoadTLS):
 	// its data plane runs in TLS and it reaches the coordinator over https.
 	TLS *tls.Config
@@ -73,7 +77,7 @@ const (
 // ConfigFromFile turns a node file into a Config, reading its secret.
 func ConfigFromFile(n *config.Node) (Config, error) {
 	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
-		Units: n.Units, Threads: n.Threads, Plain: n.Plain, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory),
+		Units: n.Units, Threads: n.Threads, GPUs: n.GPUs, Plain: n.Plain, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory),
 		RegisterTimeout: n.RegisterTimeout.Duration}
 	if n.CPUShare != nil {
 		cfg.CPUShare = *n.CPUShare
@@ -108,6 +112,7 @@ type Agent struct {
 	dataAddr  string
 	psAddr    string
 	throttle  *cpuThrottle
+	gpus      *gpuPool
 	noCgroup  error // why the throttle cannot use the cgroup
 	obs       observer
 
@@ -146,7 +151,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Coordinator = u
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), tasks: map[string]*task{}, lease: newLease(cfg.Lease),
-		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}}
+		http: &http.Transport{MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}, gpus: newGPUPool(cfg.GPUs)}
 	if cfg.TLS != nil {
 		a.http.TLSClientConfig = cfg.TLS.Clone() // the server name comes from the coordinator's URL
 	}
@@ -249,8 +254,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		a.log.Warn("inventory", "err", err)
 	}
+	if err := checkOwnGPUs(a.cfg, cudaBuild, inv.GPUs, err); err != nil {
+		a.shutdown("")
+		return fmt.Errorf("refusing to register: %w", err)
+	}
 	req := api.RegisterRequest{Name: a.cfg.Name, DataAddr: a.dataAddr, PSAddr: a.psAddr, Type: a.cfg.Type,
-		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs, LeaseMS: a.cfg.Lease.Milliseconds()}
+		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs, GPUDevices: a.cfg.GPUs,
+		LeaseMS: a.cfg.Lease.Milliseconds()}
 	id := ""
 	a.logWaiting()
 	deadline := a.registerDeadline()

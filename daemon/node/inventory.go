@@ -35,3 +35,6 @@ func TakeInventory() (Inventory, error) {
 	}
 	return Inventory{Cores: cores, MemoryBytes: int64(vm.Total), GPUs: gpus}, nil
 }
+
+// driverVersion formats the driver API's CUDA version (13000 for 13.0).
+func driverVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }

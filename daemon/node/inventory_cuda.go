@@ -7,9 +7,11 @@ import (
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/native"
+	"github.com/heterps/heterps/native/cudadrv"
 )
 
-// With the cuda build, the inventory lists the GPUs the driver sees; a
+// With the cuda build, the inventory lists the GPUs the driver sees (name,
+// memory, multiprocessors and the driver's CUDA version); a
 // machine without a GPU or driver simply has none.
 func init() {
 	gpuInventory = func() ([]api.GPU, error) {
@@ -20,9 +22,13 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
+		v, err := cudadrv.Version()
+		if err != nil {
+			return nil, err
+		}
 		out := make([]api.GPU, len(devs))
 		for i, d := range devs {
-			out[i] = api.GPU{Name: d.Name, MemoryBytes: d.TotalMem, Multiprocessors: d.Multiprocessors}
+			out[i] = api.GPU{Name: d.Name, MemoryBytes: d.TotalMem, Multiprocessors: d.Multiprocessors, Driver: driverVersion(v)}
 		}
 		return out, nil
 	}

@@ -20,3 +20,11 @@ func TestInventoryMatchesTheMachine(t *testing.T) {
 		t.Errorf("the default build lists GPUs: %+v", inv.GPUs)
 	}
 }
+
+func TestDriverVersion(t *testing.T) {
+	for v, want := range map[int]string{13000: "13.0", 12080: "12.8", 11040: "11.4"} {
+		if got := driverVersion(v); got != want {
+			t.Errorf("driverVersion(%d) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -108,10 +108,11 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if err != nil {
 		return fail(permanent(err))
 	}
-	backend, err := native.NewCPU(native.CPUOptions{Threads: s.Units * a.cfg.Threads})
+	backend, release, err := a.stageBackend(s)
 	if err != nil {
 		return fail(err)
 	}
+	undo = append(undo, release)
 	model, err := pipeline.BuildStageModel(backend, cfg, s.Seed, ranges[s.Stage])
 	if err != nil {
 		return fail(permanent(err))
@@ -168,6 +169,30 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	undo = append(undo, func() { w.Close() })
 	return w, cleanup, nil
+}
+
+// stageBackend is the backend task s runs on (gpus.go): one of the node's
+// GPUs for a GPU node, its CPU otherwise. release closes it and frees the
+// GPU.
+func (a *Agent) stageBackend(s api.Task) (native.Backend, func(), error) {
+	kind, gpu, free := nodeKind(a.cfg.GPUs), -1, func() {}
+	if kind == config.KindGPU {
+		var err error
+		if gpu, free, err = a.gpus.acquire(); err != nil {
+			return nil, nil, err
+		}
+	}
+	b, err := stageBackend(kind, gpu, s.Units, a.cfg.Threads)
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	return b, func() {
+		if err := closeBackend(b); err != nil {
+			a.taskLog(s).Warn("closing the backend", "backend", b.Name(), "err", err)
+		}
+		free()
+	}, nil
 }
 
 // denseAllreduce is the worker's Allreduce for a task whose stage keeps its

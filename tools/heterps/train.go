@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,6 +32,7 @@ func init() {
 // trainFlags are the options of `heterps train`.
 type trainFlags struct {
 	model, data, checkpoint, isa string
+	device                       device // --device: cpu or cuda[:N]
 	cpuProfile, trace            string
 	steps, batch, threads        int
 	evalSamples, checkpointEvery int
@@ -93,6 +96,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", 0, "also write the checkpoint every N steps")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for initialisation")
 	fs.StringVar(&f.isa, "isa", "", "force the kernel ISA: scalar, avx2 or avx512")
+	fs.TextVar(&f.device, "device", device{}, "where the kernels run: cpu, or cuda[:N] (GPU N, 0 by default; needs a CUDA build: make build-cuda)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object at the end")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	fs.StringVar(&f.trace, "trace", "", "write the run's (time, step, loss, units, step seconds) as JSON lines to this file, for `heterps sim --trace-dir`")
@@ -106,7 +110,77 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	if f.steps < 0 || f.batch <= 0 || f.threads <= 0 || f.evalSamples < 0 || f.checkpointEvery < 0 {
 		return nil, errors.New("train: --steps, --eval-samples and --checkpoint-every must be >= 0; --batch and --threads > 0")
 	}
+	if f.device.cuda && f.isa != "" {
+		return nil, fmt.Errorf("train: --isa %s is for --device cpu, not %s", f.isa, f.device)
+	}
 	return f, nil
+}
+
+// device is --device: the CPU, or the CUDA GPU of ordinal gpu.
+type device struct {
+	cuda bool
+	gpu  int
+}
+
+func (d device) String() string {
+	if d.cuda {
+		return fmt.Sprintf("cuda:%d", d.gpu)
+	}
+	return "cpu"
+}
+
+// UnmarshalText parses "cpu", "cuda" (GPU 0) or "cuda:N".
+func (d *device) UnmarshalText(b []byte) error {
+	s := string(b)
+	if s == "cpu" {
+		*d = device{}
+		return nil
+	}
+	rest, ok := strings.CutPrefix(s, "cuda")
+	if !ok {
+		return fmt.Errorf("%q: want cpu, cuda or cuda:N", s)
+	}
+	gpu := 0
+	if rest != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(rest, ":"))
+		if !strings.HasPrefix(rest, ":") || err != nil || n < 0 {
+			return fmt.Errorf("%q: want cuda:N with N a GPU ordinal >= 0", s)
+		}
+		gpu = n
+	}
+	*d = device{cuda: true, gpu: gpu}
+	return nil
+}
+
+// MarshalText formats d as --device takes it.
+func (d device) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// errNoCUDA: --device cuda in a build without the CUDA backend.
+var errNoCUDA = errors.New("built without CUDA (make build-cuda / -tags cuda)")
+
+// closingBackend is a backend that holds resources to release (CUDA's
+// stream and cuBLAS handle).
+type closingBackend interface {
+	native.Backend
+	Close() error
+}
+
+// trainBackend is the backend --device names: the CPU one (with --isa and
+// --threads), or the CUDA one (train_cuda.go; a build without CUDA
+// refuses it, exit status 2). close releases it.
+func trainBackend(f *trainFlags) (b native.Backend, close func(), err error) {
+	if !f.device.cuda {
+		cpu, err := newBackend(f.isa, f.threads)
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		return cpu, func() {}, nil
+	}
+	cuda, err := newCUDATrainBackend(f.device.gpu)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--device %s: %w", f.device, err)
+	}
+	return cuda, func() { _ = cuda.Close() }, nil
 }
 
 func runTrain(args []string) int {
@@ -163,10 +237,11 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err != nil {
 		return nil, usageError{err}
 	}
-	backend, err := newBackend(f.isa, f.threads)
+	backend, closeBackend, err := trainBackend(f)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, err
 	}
+	defer closeBackend()
 	tr, err := nn.NewTrainer(backend, cfg, f.seed, int64(f.steps))
 	if err != nil {
 		return nil, err

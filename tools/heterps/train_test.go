@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -385,5 +387,45 @@ func TestTrainPrefetchKeepsTheBatchOrder(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("losses with prefetch %v\nwithout %v", got, want)
+	}
+}
+
+// --device: cpu (the default), cuda (GPU 0) or cuda:N; anything else is a
+// usage error, as is --isa with a GPU.
+func TestTrainDeviceFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want device
+	}{
+		{nil, device{}},
+		{[]string{"--device", "cpu"}, device{}},
+		{[]string{"--device", "cuda"}, device{cuda: true}},
+		{[]string{"--device", "cuda:3"}, device{cuda: true, gpu: 3}},
+	} {
+		f, err := parseTrainFlags(tc.args, io.Discard)
+		if err != nil || f.device != tc.want {
+			t.Errorf("%v: %+v, %v; want %+v", tc.args, f, err, tc.want)
+		}
+	}
+	for _, bad := range [][]string{{"--device", "gpu"}, {"--device", "cuda:"}, {"--device", "cuda:-1"}, {"--device", "cuda1"},
+		{"--device", "cuda:x"}, {"--device", "cuda:0", "--isa", "avx2"}} {
+		if _, err := parseTrainFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
+
+// A build without CUDA refuses --device cuda with exit status 2 and says
+// how to get a CUDA build, before reading any data.
+func TestTrainOnCUDAWithoutCUDAExits2(t *testing.T) {
+	if cudaBuild {
+		t.Skip("a CUDA build: --device cuda needs a GPU (bench/gpu)")
+	}
+	if _, err := newCUDATrainBackend(0); !errors.Is(err, errNoCUDA) {
+		t.Errorf("newCUDATrainBackend: %v, want errNoCUDA", err)
+	}
+	code, _, errs := trainCLI(t, "--device", "cuda:1", "--data", "criteo:/does/not/exist", "--steps", "1")
+	if code != exitUsage || !strings.Contains(errs, "--device cuda:1: built without CUDA (make build-cuda / -tags cuda)") {
+		t.Errorf("exit %d: %q", code, errs)
 	}
 }

@@ -1,0 +1,12 @@
+//go:build !cuda
+
+package main
+
+// cudaBuild: this binary has the CUDA backend.
+const cudaBuild = false
+
+// newCUDATrainBackend refuses: this build has no CUDA backend. The error
+// is the user's to fix (exit status 2).
+func newCUDATrainBackend(int) (closingBackend, error) {
+	return nil, usageError{errNoCUDA}
+}
