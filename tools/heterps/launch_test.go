@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,9 +365,9 @@ func TestLaunchOffers(t *testing.T) {
 	}
 	want := []hostOffer{
 		{host: "dahu-1.grenoble.grid5000.fr", offer: offer{name: "dahu-1.xeon-gold-6130", typ: "xeon-gold-6130", units: 32, threads: 1}},
-		{host: "gemini-1.lyon.grid5000.fr", offer: offer{name: "gemini-1.v100", typ: "v100", units: 8, threads: 1}},
+		{host: "gemini-1.lyon.grid5000.fr", offer: offer{name: "gemini-1.v100", typ: "v100", units: 8, threads: 1, gpus: true}},
 		{host: "gros-77.nancy.grid5000.fr", offer: offer{name: "gros-77.xeon-gold-5220", typ: "xeon-gold-5220", units: 18, threads: 1}},
-		{host: "x", offer: offer{name: "x.t4", typ: "t4", units: 4, threads: 1}},
+		{host: "x", offer: offer{name: "x.t4", typ: "t4", units: 4, threads: 1, gpus: true}},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
@@ -418,5 +419,27 @@ func TestLaunchFlagsAndPorts(t *testing.T) {
 	}
 	if _, err := coordinatorURL("node x", "h"); err == nil {
 		t.Error("a node's line taken for the coordinator's")
+	}
+}
+
+// TestLaunchedGPUNodesNameTheirGPUs: a launched daemon of a GPU type names
+// GPUs 0..units-1 in its node file (else it would be refused at
+// registration); a CPU type's names none. Both files parse.
+func TestLaunchedGPUNodesNameTheirGPUs(t *testing.T) {
+	for _, tc := range []struct {
+		o    offer
+		want []int
+	}{
+		{offer{name: "gemini-1.v100", typ: "v100", units: 3, threads: 1, gpus: true}, []int{0, 1, 2}},
+		{offer{name: "dahu-1.xeon-gold-6130", typ: "xeon-gold-6130", units: 32, threads: 1}, nil},
+	} {
+		file := launchNodeFile(hostOffer{host: "h", offer: tc.o, port: 7100, psPort: 7101}, "http://head:7000", "/etc/heterps/secret")
+		n, err := config.ParseNode(tc.o.name+".toml", file)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.o.name, err, file)
+		}
+		if !slices.Equal(n.GPUs, tc.want) {
+			t.Errorf("%s: gpus %v, want %v", tc.o.name, n.GPUs, tc.want)
+		}
 	}
 }

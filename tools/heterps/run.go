@@ -119,6 +119,7 @@ func findHeterpsd(flagPath string) (string, error) {
 type offer struct {
 	name, typ      string
 	units, threads int
+	gpus           bool // a GPU type: the daemon's units are GPUs 0..units-1
 }
 
 // threadsSuffix reads the threads of a CPU unit from a type name such as

@@ -37,7 +37,7 @@ func TestNodeOffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := nodeOffers(cat, 0)
-	want := []offer{{"local-0.cpu-1t", "cpu-1t", 1, 1}, {"local-0.cpu-2t", "cpu-2t", 1, 2}, {"local-1.cpu-1t", "cpu-1t", 1, 1}}
+	want := []offer{{"local-0.cpu-1t", "cpu-1t", 1, 1, false}, {"local-0.cpu-2t", "cpu-2t", 1, 2, false}, {"local-1.cpu-1t", "cpu-1t", 1, 1, false}}
 	if len(got) != len(want) {
 		t.Fatalf("offers %+v, want %+v", got, want)
 	}
