@@ -33,6 +33,7 @@ import (
 
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/heterpsbin"
+	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/sched"
@@ -183,7 +184,7 @@ func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.C
 	cat := benchCatalog(unit, n)
 	planProf, mark := prof, ""
 	limit, err := floorFor(ctx, cat, model, jobTOML(n, o.batch, o.steps, 0, sync, prof), n)
-	if errors.Is(err, errNoFloor) {
+	if errors.Is(err, planlimit.ErrNoFloor) {
 		planProf, mark = "", "*"
 		limit, err = floorFor(ctx, cat, model, jobTOML(n, o.batch, o.steps, 0, sync, ""), n)
 	}
@@ -252,25 +253,8 @@ func floorFor(ctx context.Context, cat *config.Catalog, model *config.Model, job
 		}
 		return total, nil
 	}
-	lo, hi := 1.0, 1e9
-	for range 200 {
-		mid := math.Sqrt(lo * hi)
-		u, err := units(mid)
-		switch {
-		case err != nil:
-			return 0, err
-		case u == n:
-			return mid, nil
-		case u < n:
-			lo = mid
-		default:
-			hi = mid
-		}
-	}
-	return 0, fmt.Errorf("%w: %d", errNoFloor, n)
+	return planlimit.Bisect(n, units)
 }
-
-var errNoFloor = errors.New("no throughput floor makes the exact plan use exactly this many units")
 
 func benchCatalog(unit config.CatalogType, n int) *config.Catalog {
 	unit.MaxUnits = n

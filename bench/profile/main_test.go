@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/heterps/heterps/bench/internal/planlimit"
 	"github.com/heterps/heterps/config"
 )
 
@@ -41,7 +42,7 @@ func TestFloorPinsTheUnits(t *testing.T) {
 }
 
 // TestNoFloorWhenTheProfileSaysMoreUnitsAreNoFaster: with alpha = 0 the
-// plan never takes a second unit, and floorFor says so with errNoFloor
+// plan never takes a second unit, and floorFor says so with planlimit.ErrNoFloor
 // (the benchmark then pins the units on the catalog's plan).
 func TestNoFloorWhenTheProfileSaysMoreUnitsAreNoFaster(t *testing.T) {
 	unit, m := localUnit(t)
@@ -61,8 +62,8 @@ func TestNoFloorWhenTheProfileSaysMoreUnitsAreNoFaster(t *testing.T) {
 	if err := os.WriteFile(prof, src, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := floorFor(context.Background(), cat, m, jobTOML(2, 512, 10, 0, "ps", prof), 2); !errors.Is(err, errNoFloor) {
-		t.Fatalf("got %v, want errNoFloor", err)
+	if _, err := floorFor(context.Background(), cat, m, jobTOML(2, 512, 10, 0, "ps", prof), 2); !errors.Is(err, planlimit.ErrNoFloor) {
+		t.Fatalf("got %v, want planlimit.ErrNoFloor", err)
 	}
 	if _, err := floorFor(context.Background(), cat, m, jobTOML(1, 512, 10, 0, "ps", prof), 1); err != nil {
 		t.Fatalf("1 unit on the profile: %v", err)

@@ -4,6 +4,7 @@ package planlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -41,14 +42,24 @@ func For(ctx context.Context, cat *config.Catalog, model *config.Model, modelNam
 		}
 		return total, nil
 	}
+	return Bisect(n, units)
+}
+
+// ErrNoFloor says that no throughput floor gives a plan of exactly the
+// units asked for (the plan jumps past n, or more units are no faster).
+var ErrNoFloor = errors.New("no throughput floor makes the exact plan use exactly this many units")
+
+// Bisect finds a floor in [1, 1e9] samples/s at which units(floor), the
+// units of the plan for that floor (non-decreasing in it; math.MaxInt when
+// infeasible), is exactly n, bisecting on a log scale.
+func Bisect(n int, units func(floor float64) (int, error)) (float64, error) {
 	lo, hi := 1.0, 1e9
 	for range 200 {
 		mid := math.Sqrt(lo * hi)
 		u, err := units(mid)
-		if err != nil {
-			return 0, err
-		}
 		switch {
+		case err != nil:
+			return 0, err
 		case u == n:
 			return mid, nil
 		case u < n:
@@ -57,5 +68,5 @@ func For(ctx context.Context, cat *config.Catalog, model *config.Model, modelNam
 			hi = mid
 		}
 	}
-	return 0, fmt.Errorf("no throughput floor makes the plan use exactly %d units", n)
+	return 0, fmt.Errorf("%w: %d", ErrNoFloor, n)
 }
