@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -231,12 +232,11 @@ func (f *planFlags) attachPolicy() error {
 	if f.loadPolicy == "" {
 		return nil
 	}
-	in, err := os.Open(f.loadPolicy)
+	src, err := config.ReadFile(f.loadPolicy) // a regular file of at most 1 MiB (the shipped policy is 104 KB)
 	if err != nil {
 		return fmt.Errorf("--load-policy: %w", err)
 	}
-	defer in.Close()
-	pol, err := sched.LoadPolicy(in)
+	pol, err := sched.LoadPolicy(bytes.NewReader(src))
 	if err != nil {
 		return fmt.Errorf("--load-policy %s: %w", f.loadPolicy, err)
 	}

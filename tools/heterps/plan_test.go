@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/heterps/heterps/config"
@@ -259,5 +260,21 @@ func TestPlanTrainsAPolicyAndRefusesCorruptOnes(t *testing.T) {
 	}
 	if code, _, _ := plan(t, "--train-policy", pol, "--problem", exampleProblem); code != exitUsage {
 		t.Errorf("--train-policy with --problem: exit %d", code)
+	}
+}
+
+// TestLoadPolicyRefusesWhatIsNotARegularFile: --load-policy on a FIFO or a
+// device returns at once naming the path, instead of blocking or reading
+// without end.
+func TestLoadPolicyRefusesWhatIsNotARegularFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "policy.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		code, _, errs := plan(t, "--problem", exampleProblem, "--method", "rl", "--load-policy", path)
+		if code != exitUsage || !strings.Contains(errs, path) || !strings.Contains(errs, "not a regular file") {
+			t.Errorf("%s: exit %d: %s", path, code, errs)
+		}
 	}
 }
