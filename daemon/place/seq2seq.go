@@ -59,26 +59,10 @@ func forgetBias(H int) []float32 {
 type pickFunc func(i, g int, probs []float32) int
 
 func sampleFrom(r *rand.Rand) pickFunc {
-	return func(_, _ int, probs []float32) int {
-		u, acc := float32(r.Float64()), float32(0)
-		for d, q := range probs {
-			if acc += q; u < acc {
-				return d
-			}
-		}
-		return len(probs) - 1
-	}
+	return func(_, _ int, probs []float32) int { return native.SampleCategorical(probs, float32(r.Float64())) }
 }
 
-func argmax(_, _ int, probs []float32) int {
-	best := 0
-	for d, q := range probs {
-		if q > probs[best] {
-			best = d
-		}
-	}
-	return best
-}
+func argmax(_, _ int, probs []float32) int { return native.Argmax(probs) }
 
 // episode is one batch of S placements and what the backward pass needs.
 // Recurrent states are indexed g+1, zero at 0.

@@ -175,27 +175,11 @@ type picker func(i, l int, probs []float32) int
 
 // sampler samples from the probabilities.
 func sampler(r *rand.Rand) picker {
-	return func(_, _ int, probs []float32) int {
-		u, acc := float32(r.Float64()), float32(0)
-		for t, q := range probs {
-			if acc += q; u < acc {
-				return t
-			}
-		}
-		return len(probs) - 1
-	}
+	return func(_, _ int, probs []float32) int { return native.SampleCategorical(probs, float32(r.Float64())) }
 }
 
 // mostLikely takes the most probable type.
-func mostLikely(_, _ int, probs []float32) int {
-	best := 0
-	for t, q := range probs {
-		if q > probs[best] {
-			best = t
-		}
-	}
-	return best
-}
+func mostLikely(_, _ int, probs []float32) int { return native.Argmax(probs) }
 
 // input writes the cell's input for assignment i at layer l into x: the
 // layer's features and those its previous layer's type had when chosen.
