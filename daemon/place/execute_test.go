@@ -16,11 +16,11 @@ func cpuDevices(n int) []Device {
 	return devs
 }
 
-// TestExecuteRunsOpsAfterTheirInputs: on two devices, every op of a zoo
-// model's step runs once, after each of its inputs has run and, from
-// another device, been copied over.
-func TestExecuteRunsOpsAfterTheirInputs(t *testing.T) {
-	g := loadGraph(t, "matchnet", 16)
+// alternatingExecutor is an executor of a model's step on two CPU devices,
+// its co-location groups placed on them in turn.
+func alternatingExecutor(t *testing.T, model string, batch int) (*Graph, *executor) {
+	t.Helper()
+	g := loadGraph(t, model, batch)
 	placement := make([]int, len(g.Ops))
 	for i, op := range g.Ops {
 		placement[i] = op.Group % 2
@@ -29,6 +29,14 @@ func TestExecuteRunsOpsAfterTheirInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, x
+}
+
+// TestExecuteRunsOpsAfterTheirInputs: on two devices, every op of a zoo
+// model's step runs once, after each of its inputs has run and, from
+// another device, been copied over.
+func TestExecuteRunsOpsAfterTheirInputs(t *testing.T) {
+	g, x := alternatingExecutor(t, "matchnet", 16)
 	var mu sync.Mutex
 	ran := map[int]bool{}
 	for i := range g.Ops {
@@ -87,15 +95,7 @@ func TestExecuteRefusesGPUs(t *testing.T) {
 // TestExecuteOverheadSkipsTheKernels: the overhead steps run no kernel
 // and leave the kernels in place for the next step.
 func TestExecuteOverheadSkipsTheKernels(t *testing.T) {
-	g := loadGraph(t, "mlp-digits", 8)
-	placement := make([]int, len(g.Ops))
-	for i, op := range g.Ops {
-		placement[i] = op.Group % 2
-	}
-	x, err := newExecutor(g, cpuDevices(2), placement)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, x := alternatingExecutor(t, "mlp-digits", 8)
 	var mu sync.Mutex
 	calls := 0
 	for i := range x.run {
