@@ -85,7 +85,10 @@ func (c *Coordinator) allocLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			c.writeTraces(c.takeTraces())
+			c.mu.Lock()
+			last := c.takeTraces()
+			c.mu.Unlock()
+			c.writeTraces(last)
 			return
 		case now := <-tick.C:
 			c.allocEpoch(now)

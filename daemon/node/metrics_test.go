@@ -69,8 +69,12 @@ func TestNodeMetricsFollowItsTasks(t *testing.T) {
 	a, reg := cl.startObservedNode("a", "cpu")
 	cl.startNode("b", "gpu")
 	cl.waitNodes(2)
-	if err := a.Ready(); err != nil {
-		t.Errorf("registered node not ready: %v", err)
+	// The coordinator lists a node before the node has read the reply to
+	// its registration: readiness follows within a moment, not at once.
+	for deadline := time.Now().Add(patience); a.Ready() != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("registered node not ready after %v: %v", patience, a.Ready())
+		}
 	}
 	id := cl.submit(longJob(t))
 	var fams map[string]*dto.MetricFamily
