@@ -77,6 +77,47 @@ func LoadProblem(path string) (*Problem, error) {
 	return ParseProblem(name, src)
 }
 
+// ProfileEstimatedPrefix starts the header line of a `heterps profile`
+// file that names the types whose columns are roofline estimates from the
+// catalog's device descriptors, not measurements.
+const ProfileEstimatedPrefix = "# estimated from device descriptors (roofline), not measured: "
+
+// LoadProfile reads a problem file written by `heterps profile`: the
+// problem, and the types its header marks as estimated rather than
+// measured (none for a file without that line, such as a hand-written one).
+func LoadProfile(path string) (*Problem, []string, error) {
+	name, src, err := readNamedOrFile(ExampleProblems, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := ParseProblem(name, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, EstimatedTypes(src), nil
+}
+
+// EstimatedTypes returns the types a profile's header (its leading comment
+// lines) marks as estimated (ProfileEstimatedPrefix).
+func EstimatedTypes(src []byte) []string {
+	var out []string
+	for line := range strings.Lines(string(src)) {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), ProfileEstimatedPrefix)
+		if !ok {
+			continue
+		}
+		for _, name := range strings.Split(rest, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
 // ParseProblem decodes and validates a problem file's contents, named name
 // in errors.
 func ParseProblem(name string, src []byte) (*Problem, error) {

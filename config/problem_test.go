@@ -2,7 +2,9 @@ package config
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -155,5 +157,30 @@ func TestProblemValidateInCode(t *testing.T) {
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Field != "layer[0].beta" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestLoadProfileNamesTheEstimatedTypes: a profile's header line naming
+// the types it only estimated is read back; a file without one has none.
+func TestLoadProfileNamesTheEstimatedTypes(t *testing.T) {
+	_, src, err := ReadExample(ExampleProblems, "two-types")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.toml")
+	header := "# heterps profile --model m\n" + ProfileEstimatedPrefix + "gpu, tpu\n# measured on this machine: cpu\n"
+	if err := os.WriteFile(path, append([]byte(header), src...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, est, err := LoadProfile(path)
+	if err != nil || p == nil || !slices.Equal(est, []string{"gpu", "tpu"}) {
+		t.Fatalf("LoadProfile: %v %v, want gpu and tpu estimated", est, err)
+	}
+	if est := EstimatedTypes(append(append([]byte{}, src...), []byte("\n"+ProfileEstimatedPrefix+"cpu\n")...)); len(est) != 0 {
+		t.Errorf("a line after the header counted: %v", est)
+	}
+	if _, est, err := LoadProfile("two-types"); err != nil || len(est) != 0 {
+		t.Errorf("a problem without the header: %v %v", est, err)
 	}
 }
