@@ -40,6 +40,29 @@ type Plan struct {
 	PolicyCost      float64 `json:"policy_cost,omitempty"`
 	BestSampledCost float64 `json:"best_sampled_cost,omitempty"`
 	Decision        string  `json:"decision,omitempty"`
+	// Sources says, per type name, where the layer times planned on came
+	// from: SourceMeasured (a profile heterps profile measured),
+	// SourceEstimated (roofline estimates from the catalog's device
+	// descriptors) or SourceGiven (a problem file's numbers, whose origin
+	// heterps does not know). The scheduler leaves it nil; whoever built
+	// the problem fills it in.
+	Sources map[string]string `json:"sources,omitempty"`
+}
+
+// Plan.Sources values.
+const (
+	SourceMeasured  = "measured"
+	SourceEstimated = "estimated"
+	SourceGiven     = "given"
+)
+
+// AllSources maps every type of p to source.
+func AllSources(p *Problem, source string) map[string]string {
+	out := make(map[string]string, len(p.Types))
+	for _, t := range p.Types {
+		out[t.Name] = source
+	}
+	return out
 }
 
 // Plan.Decision values.
