@@ -1,6 +1,6 @@
 // Package store keeps the coordinator's state — its jobs with their plans,
 // placements, task generations, checkpoints seen and restart chains, the id
-// counters — in an embedded bbolt
+// counters, the measured profiles it plans on — in an embedded bbolt
 // database, so that a restarted coordinator carries on where it stopped.
 //
 // There is one write path: callers hand the store records (values, never
@@ -29,12 +29,13 @@ import (
 const FileName = "coordinator.db"
 
 var (
-	bucketJobs  = []byte("jobs")
-	bucketMeta  = []byte("meta")
-	keyLastJob  = []byte("last_job")
-	keyLastNode = []byte("last_node")
-	keyVersion  = []byte("version")
-	allBuckets  = [][]byte{bucketJobs, bucketMeta}
+	bucketJobs     = []byte("jobs")
+	bucketMeta     = []byte("meta")
+	bucketProfiles = []byte("profiles") // by ProfileKey; added to version 1 databases as they open
+	keyLastJob     = []byte("last_job")
+	keyLastNode    = []byte("last_node")
+	keyVersion     = []byte("version")
+	allBuckets     = [][]byte{bucketJobs, bucketMeta, bucketProfiles}
 )
 
 // schemaVersion is written once; a database of another version is refused.
@@ -214,6 +215,21 @@ func (s *Store) PutCounters(c Counters) <-chan error {
 		write{bucket: bucketMeta, key: keyLastNode, value: u64(c.LastNode)})
 }
 
+// PutProfile records a measured profile, replacing the one of the same
+// model and type.
+func (s *Store) PutProfile(p Profile) <-chan error {
+	v, err := json.Marshal(p)
+	if err != nil {
+		return failed(fmt.Errorf("store: profile %s: %w", ProfileKey(p.Model, p.Type), err))
+	}
+	return s.enqueue(write{bucket: bucketProfiles, key: []byte(ProfileKey(p.Model, p.Type)), value: v})
+}
+
+// DeleteProfile forgets the profile of model on typ.
+func (s *Store) DeleteProfile(model, typ string) <-chan error {
+	return s.enqueue(write{bucket: bucketProfiles, key: []byte(ProfileKey(model, typ))})
+}
+
 func failed(err error) <-chan error {
 	c := make(chan error, 1)
 	c <- err
@@ -229,12 +245,26 @@ func (s *Store) Load() (*State, error) {
 		meta := tx.Bucket(bucketMeta)
 		st.Counters.LastJob = fromU64(meta.Get(keyLastJob))
 		st.Counters.LastNode = fromU64(meta.Get(keyLastNode))
-		return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 			var j Job
 			if err := json.Unmarshal(v, &j); err != nil {
 				return fmt.Errorf("job %q: %w", k, err)
 			}
 			st.Jobs = append(st.Jobs, j)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketProfiles).ForEach(func(k, v []byte) error {
+			var p Profile
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("profile %q: %w", k, err)
+			}
+			if string(k) != ProfileKey(p.Model, p.Type) {
+				return fmt.Errorf("profile %q: the record is of %s", k, ProfileKey(p.Model, p.Type))
+			}
+			st.Profiles = append(st.Profiles, p)
 			return nil
 		})
 	})

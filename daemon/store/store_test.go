@@ -135,3 +135,32 @@ func TestUnreadableStateIsRefusedNotDropped(t *testing.T) {
 		t.Fatal("opened a corrupt database")
 	}
 }
+
+// TestProfilesSurviveReopening: measured profiles are kept per (model,
+// type), a later one replaces the earlier of the same pair, and a deleted
+// one is gone after reopening.
+func TestProfilesSurviveReopening(t *testing.T) {
+	s, dir := openTemp(t)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	layers := []ProfileLayer{{Name: "emb", OCT: 0.5, ODT: 0.01, Alpha: 0.9, Beta: 0.8}, {Name: "fc", OCT: 0.25, Alpha: 1}}
+	must(t, s.PutProfile(Profile{Model: "ctrdnn", Type: "cpu", ProfileBatch: 256, Fingerprint: "f1", StoredAt: at, Layers: layers}))
+	must(t, s.PutProfile(Profile{Model: "ctrdnn", Type: "gpu", ProfileBatch: 256, StoredAt: at, Layers: layers}))
+	must(t, s.PutProfile(Profile{Model: "mine", Type: "cpu", ProfileBatch: 64, StoredAt: at, Layers: layers[:1]}))
+	must(t, s.PutProfile(Profile{Model: "ctrdnn", Type: "cpu", ProfileBatch: 512, Fingerprint: "f1", StoredAt: at, Layers: layers}))
+	must(t, s.DeleteProfile("ctrdnn", "gpu"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := reopen(t, dir)
+	if len(st.Profiles) != 2 {
+		t.Fatalf("profiles %+v, want ctrdnn/cpu and mine/cpu", st.Profiles)
+	}
+	got := st.Profiles[0]
+	if got.Model != "ctrdnn" || got.Type != "cpu" || got.ProfileBatch != 512 || got.Fingerprint != "f1" || !got.StoredAt.Equal(at) ||
+		len(got.Layers) != 2 || got.Layers[0] != layers[0] {
+		t.Errorf("ctrdnn/cpu read back as %+v", got)
+	}
+	if m := st.Profiles[1]; m.Model != "mine" || len(m.Layers) != 1 {
+		t.Errorf("mine/cpu read back as %+v", m)
+	}
+}

@@ -11,7 +11,8 @@ import (
 // State is everything Load reads.
 type State struct {
 	Counters Counters
-	Jobs     []Job // in submission order
+	Jobs     []Job     // in submission order
+	Profiles []Profile // in key order (ProfileKey)
 }
 
 // Counters are the last ids handed out, so that ids stay unique across
@@ -85,3 +86,30 @@ func sortJobs(jobs []Job) {
 		return 0
 	})
 }
+
+// Profile is one measured profile column: the layer times of one model on
+// one resource type, as `heterps profile` measured them at ProfileBatch.
+type Profile struct {
+	Model        string `json:"model"`
+	Type         string `json:"type"`
+	ProfileBatch int    `json:"profile_batch"`
+	// Fingerprint is the model's layer shapes' fingerprint when the
+	// coordinator knew the model as the profile was stored, else empty.
+	Fingerprint string         `json:"fingerprint,omitempty"`
+	StoredAt    time.Time      `json:"stored_at"`
+	Layers      []ProfileLayer `json:"layers"`
+}
+
+// ProfileLayer is one layer's measured times on one unit at the
+// profile's batch, and their parallel fractions.
+type ProfileLayer struct {
+	Name  string  `json:"name"`
+	OCT   float64 `json:"oct"`
+	ODT   float64 `json:"odt"`
+	Alpha float64 `json:"alpha"`
+	Beta  float64 `json:"beta"`
+}
+
+// ProfileKey is a profile's key: model and type names are identifiers
+// (letters, digits, '.', '_', '-'), so the slash separates them.
+func ProfileKey(model, typ string) string { return model + "/" + typ }
