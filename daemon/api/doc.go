@@ -16,12 +16,21 @@
 //	GET    /v1/jobs/{id}                              -> JobStatus
 //	DELETE /v1/jobs/{id}                              -> JobStatus (cancelled)
 //	GET    /v1/alloc                                  -> AllocStatus (the allocator's last decision)
+//	PUT    /v1/profiles/{model}      profile (TOML)   -> ProfilePutResponse
+//	GET    /v1/profiles                               -> []Profile
+//	DELETE /v1/profiles/{model}[/{type}]              -> []Profile (the ones forgotten)
 //
 // A job is submitted as the job file's TOML text with Content-Type
 // application/toml (see config.ParseJob); errors in it come back with the
 // file's line and column. Every other request body is JSON, decoded strictly:
 // unknown fields, trailing data and bodies over MaxBodyBytes are rejected.
 // Errors are reported as an Error object with a 4xx or 5xx status.
+//
+// A measured profile is stored as the problem file `heterps profile` writes
+// (Content-Type application/toml, at most MaxProfileBytes), decoded and
+// validated as a problem file: the coordinator keeps one record per type it
+// holds, except the types its header marks as estimated
+// (config.ProfileEstimatedPrefix), and plans jobs of that model on them.
 //
 // The CLI marks every try of one submission with the same Idempotency-Key
 // header (IdempotencyKeyHeader, CheckIdempotencyKey). With a cluster

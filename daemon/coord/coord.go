@@ -145,6 +145,13 @@ type Coordinator struct {
 	started time.Time
 	serving atomic.Bool // Serve is serving the API (Ready)
 	alloc   allocDecisions
+
+	// profiles are the stored measured profiles by store.ProfileKey
+	// (profiles.go), under profMu, which is taken alone or inside c.mu,
+	// never around it; profWrite orders the writes of profiles.
+	profMu    sync.Mutex
+	profiles  map[string]store.Profile
+	profWrite sync.Mutex
 }
 
 // New makes a coordinator for a validated catalog. With a StateDir it
@@ -162,7 +169,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
 	c := &Coordinator{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), manifests: make(chan manifestWork, 256),
-		idem: map[string]string{}, started: time.Now()}
+		idem: map[string]string{}, started: time.Now(), profiles: map[string]store.Profile{}}
 	if cfg.StateDir != "" {
 		st, err := store.Open(cfg.StateDir)
 		if err != nil {

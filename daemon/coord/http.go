@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -42,6 +43,10 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/jobs/{id}", c.handleCancel)
 	mux.HandleFunc("PATCH /v1/jobs/{id}", c.handlePatch)
 	mux.HandleFunc("GET /v1/alloc", c.handleAlloc)
+	mux.HandleFunc("PUT /v1/profiles/{model}", c.handlePutProfile)
+	mux.HandleFunc("GET /v1/profiles", c.handleProfiles)
+	mux.HandleFunc("DELETE /v1/profiles/{model}", c.handleDeleteProfiles)
+	mux.HandleFunc("DELETE /v1/profiles/{model}/{type}", c.handleDeleteProfiles)
 	if c.cfg.ControlSecret == nil {
 		return mux
 	}
@@ -49,7 +54,7 @@ func (c *Coordinator) Handler() http.Handler {
 }
 
 // authenticated serves only requests signed with key (api.Verify), each
-// once: it reads the body (at most api.MaxBodyBytes) and checks the
+// once: it reads the body (at most bodyLimit) and checks the
 // signature before next decodes anything, then records the request's nonce
 // (api.NonceCache) and refuses a repeat with 401. Nonces are recorded only
 // after the MAC verified, so only holders of the secret can fill the cache;
@@ -211,12 +216,22 @@ func wantContentType(r *http.Request, want string) error {
 	return nil
 }
 
-// readBody reads a body of at most api.MaxBodyBytes.
+// bodyLimit is the most a request's body may hold: api.MaxProfileBytes
+// for a profile, api.MaxBodyBytes for everything else.
+func bodyLimit(r *http.Request) int64 {
+	if r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/profiles/") {
+		return api.MaxProfileBytes
+	}
+	return api.MaxBodyBytes
+}
+
+// readBody reads a body of at most bodyLimit bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	limit := bodyLimit(r)
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return nil, httpErrorf(http.StatusRequestEntityTooLarge, "body over %d bytes", api.MaxBodyBytes)
+		return nil, httpErrorf(http.StatusRequestEntityTooLarge, "body over %d bytes", limit)
 	}
 	if err != nil {
 		return nil, badRequest("reading the body: %v", err)

@@ -199,7 +199,7 @@ func (c *Coordinator) check(j *job) error {
 		if m.HasTowers() {
 			return jf.Errorf("profile", "model %s has towers and is planned as one merged layer: a per-layer profile does not apply", m.Name)
 		}
-		if _, err := loadProfile(jf, len(m.Shapes())); err != nil {
+		if _, _, err := loadProfile(jf, len(m.Shapes())); err != nil {
 			return jf.Errorf("profile", "%v", err)
 		}
 	}
@@ -244,8 +244,19 @@ func checkDistributable(jf *config.Job, m *config.Model) error {
 // JobProblem builds the scheduling problem of a job file's model on the
 // catalog, as `heterps plan --model --catalog` does: layer times are
 // roofline estimates from the catalog's device descriptors, or, when the
-// job file names a profile, that file's measured times (profile.go).
+// job file names a profile, that file's measured times (profile.go). The
+// coordinator also plans on its stored profiles (jobProblem).
 func JobProblem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Problem, error) {
+	p, _, err := jobProblem(jf, m, cat, nil)
+	return p, err
+}
+
+// jobProblem is JobProblem that, when the job file names no profile, also
+// plans each type with a usable stored profile of the model in stored on
+// that profile's columns (profiles.go), and says where each type's layer
+// times came from.
+func jobProblem(jf *config.Job, m *config.Model, cat *config.Catalog, stored profileSet) (*sched.Problem, problemSources, error) {
+	var src problemSources
 	spec := sched.DefaultEstimateSpec()
 	spec.Batch = jf.Batch
 	spec.Epochs, spec.Samples = 1, jf.TotalSteps()*int64(jf.Batch)
@@ -259,28 +270,44 @@ func JobProblem(jf *config.Job, m *config.Model, cat *config.Catalog) (*sched.Pr
 		spec.PSType = firstCPUType(cat)
 	}
 	var prof *config.Problem
+	var estimated []string
 	if jf.Profile != "" && !spec.Whole {
 		var err error
-		if prof, err = loadProfile(jf, len(m.Shapes())); err != nil {
-			return nil, err
+		if prof, estimated, err = loadProfile(jf, len(m.Shapes())); err != nil {
+			return nil, src, err
 		}
 		spec.ProfileBatch = prof.ProfileBatch
 	}
 	pc, err := sched.EstimateProblem(m.Shapes(), cat, spec)
 	if err != nil {
-		return nil, err
+		return nil, src, err
 	}
-	if prof != nil {
+	var measured []string
+	switch {
+	case prof != nil:
 		if err := applyProfile(pc, prof, jf.Profile); err != nil {
-			return nil, err
+			return nil, src, err
 		}
-		if jf.ThroughputLimit == 0 { // the floor derived from the roofline would not fit the measured times
-			if pc.ThroughputLimit, err = sched.AutoLimit(pc); err != nil {
-				return nil, err
+		for _, t := range pc.Types {
+			if !slices.Contains(estimated, t.Name) {
+				measured = append(measured, t.Name)
 			}
 		}
+	case spec.Whole:
+		if len(stored) > 0 {
+			src.skipped = append(src.skipped, fmt.Sprintf("model %s has towers and is planned as one merged layer: its stored per-layer profiles do not apply", m.Name))
+		}
+	default:
+		measured, src.skipped = applyStored(pc, m, stored)
 	}
-	return sched.NewProblem(pc)
+	if (prof != nil || len(measured) > 0) && jf.ThroughputLimit == 0 { // the floor derived from the roofline would not fit the measured times
+		if pc.ThroughputLimit, err = sched.AutoLimit(pc); err != nil {
+			return nil, src, err
+		}
+	}
+	src.types = sourcesOf(pc, measured)
+	p, err := sched.NewProblem(pc)
+	return p, src, err
 }
 
 func firstCPUType(cat *config.Catalog) string {

@@ -84,7 +84,8 @@ func (c *Coordinator) load() error {
 			c.idem[r.IdempotencyKey] = j.id
 		}
 	}
-	c.log.Info("state loaded", "dir", c.cfg.StateDir, "jobs", len(c.jobs), "last_job", c.lastJob)
+	c.loadProfiles(st.Profiles)
+	c.log.Info("state loaded", "dir", c.cfg.StateDir, "jobs", len(c.jobs), "last_job", c.lastJob, "profiles", len(st.Profiles))
 	return nil
 }
 

@@ -183,9 +183,12 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 			return &sched.Plan{Method: j.file.Method, Reason: fmt.Sprintf("no live node offers the parameter-server type %s", j.file.PSType)}, nil
 		}
 	}
-	p, err := JobProblem(c.planFile(j), j.model, cat)
+	p, src, err := jobProblem(c.planFile(j), j.model, cat, c.storedProfiles(j.model.Name))
 	if err != nil {
 		return nil, err
+	}
+	for _, why := range src.skipped {
+		c.log.Warn("stored profile not used", "job", j.id, "reason", why)
 	}
 	method := j.file.Method
 	if j.replan.correct(p) { // measured speeds (replan.go): plan as the re-planner did
@@ -194,6 +197,9 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 	plan, err := sched.Run(ctx, method, p, sched.Options{Seed: j.file.Seed})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("method %s did not finish within %s", method, c.cfg.PlanTimeout)
+	}
+	if err == nil {
+		plan.Sources = src.types
 	}
 	if err == nil && j.model.HasTowers() && len(plan.Stages) == 1 {
 		plan.Stages[0].Last = len(j.model.Shapes()) - 1 // the one merged layer is every layer

@@ -26,17 +26,17 @@ import (
 // model's layer count.
 
 // loadProfile reads the job's profile and checks it against the model's
-// layers.
-func loadProfile(jf *config.Job, layers int) (*config.Problem, error) {
-	pf, err := config.LoadProblem(jf.Profile)
+// layers; estimated are the types its header marks as roofline estimates.
+func loadProfile(jf *config.Job, layers int) (pf *config.Problem, estimated []string, err error) {
+	pf, estimated, err = config.LoadProfile(jf.Profile)
 	if err != nil {
-		return nil, fmt.Errorf("profile: %w", err)
+		return nil, nil, fmt.Errorf("profile: %w", err)
 	}
 	if len(pf.Layers) != layers {
-		return nil, fmt.Errorf("profile %s has %d layers, model %s plans %d: profile this model (heterps profile --model %s)",
+		return nil, nil, fmt.Errorf("profile %s has %d layers, model %s plans %d: profile this model (heterps profile --model %s)",
 			jf.Profile, len(pf.Layers), jf.Model, layers, jf.Model)
 	}
-	return pf, nil
+	return pf, estimated, nil
 }
 
 // applyProfile replaces p's layer times on every type by the profile's

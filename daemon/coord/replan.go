@@ -217,7 +217,7 @@ func (c *Coordinator) measureReplan(j *job, now time.Time) {
 // rawThroughputs is each stage's throughput as the uncorrected profile
 // predicts it. c.mu is held.
 func (c *Coordinator) rawThroughputs(j *job) ([]float64, error) {
-	p, err := JobProblem(c.planFile(j), j.model, onlyTypes(c.cfg.Catalog, planTypes(j.plan)))
+	p, _, err := jobProblem(c.planFile(j), j.model, onlyTypes(c.cfg.Catalog, planTypes(j.plan)), c.storedProfiles(j.model.Name))
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +239,7 @@ type replanInput struct {
 	file     *config.Job
 	model    *config.Model
 	cat      *config.Catalog
+	stored   profileSet // the model's stored profiles
 	cur      *sched.Plan
 	scales   map[string]float64
 	step     int64 // where the job is
@@ -261,7 +262,7 @@ func (c *Coordinator) replanDue(j *job) (replanInput, bool) {
 		return replanInput{}, false
 	}
 	r.checked = cp.Step
-	in := replanInput{j: j, gen: j.gen, file: c.planFile(j), model: j.model, cur: j.plan, scales: maps.Clone(r.scales),
+	in := replanInput{j: j, gen: j.gen, file: c.planFile(j), model: j.model, stored: c.storedProfiles(j.model.Name), cur: j.plan, scales: maps.Clone(r.scales),
 		step: step, from: cp.Step, total: j.file.TotalSteps(), moveS: j.file.Replan.MoveSeconds}
 	if r.moves > 0 {
 		in.moveS = r.moveSeconds
@@ -289,7 +290,7 @@ type replanDecision struct {
 // decideReplan plans the corrected problem with exact and prices keeping
 // the current plan against moving to the new one. It runs without c.mu.
 func decideReplan(ctx context.Context, in replanInput) (*replanDecision, error) {
-	p, err := JobProblem(in.file, in.model, in.cat)
+	p, src, err := jobProblem(in.file, in.model, in.cat, in.stored)
 	if err != nil {
 		return nil, err
 	}
@@ -302,6 +303,7 @@ func decideReplan(ctx context.Context, in replanInput) (*replanDecision, error) 
 	if err != nil {
 		return nil, fmt.Errorf("planning the corrected problem: %w", err)
 	}
+	plan.Sources = src.types
 	runSamples := p.Epochs * p.Samples
 	batch := float64(in.file.Batch)
 	d := &replanDecision{plan: plan, rec: api.Replan{Job: in.j.id, Step: in.step, FromStep: in.from, Scales: in.scales,
