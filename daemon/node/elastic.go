@@ -152,12 +152,17 @@ func (a *Agent) attachWorker(t *task, w *pipeline.Worker) error {
 	return nil
 }
 
+// inputAhead is how many batches stage 0 reads ahead of its step, as
+// heterps train does: the generator's draws and a file's parsing then run
+// beside the step instead of inside it.
+const inputAhead = 2
+
 // shardedInput reads stage 0's data through a pipeline.ShardedInput: its
 // first segment starts at segmentStart at record DataStart, and src, if
 // not nil, is already positioned for step FirstStep+1. Each segment's data
 // is read again from the start whenever it ends.
 func shardedInput(s api.Task, base data.Options, src data.Source) *pipeline.ShardedInput {
-	in := &pipeline.ShardedInput{Replica: s.Replica, Base: base, Open: func(o data.Options) (data.Source, error) {
+	in := &pipeline.ShardedInput{Replica: s.Replica, Base: base, Ahead: inputAhead, Open: func(o data.Options) (data.Source, error) {
 		first := true
 		return data.Repeat(func() (data.Source, error) {
 			if !first {

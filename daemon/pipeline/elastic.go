@@ -151,11 +151,18 @@ type ShardedInput struct {
 	Base data.Options
 	// Open opens the data with the given options.
 	Open func(data.Options) (data.Source, error)
+	// Ahead, when > 0, reads up to that many of the segment's next batches
+	// on a goroutine of its own while the step trains (the single process
+	// does the same: data.Prefetch). Positions are counted from steps, not
+	// from the reader, so batches read ahead of a share change are dropped
+	// and the new segment starts where it would without them.
+	Ahead int
 
 	from, start int64 // the current segment: its first step and record
 	share       Share
 	src         data.Source
 	next        int64 // the step the reader is positioned for
+	ahead       *data.Prefetcher[*data.Batch]
 }
 
 // Begin sets the segment the reader is in: from step from, at record
@@ -185,12 +192,28 @@ func (in *ShardedInput) Next(ctx context.Context, step int64, share Share) (*dat
 			return nil, err
 		}
 	}
-	b, err := in.src.Next(ctx, batch)
+	b, err := in.read(ctx, batch)
 	if err != nil {
 		return nil, err
 	}
 	in.next = step + 1
 	return b, nil
+}
+
+// read returns the reader's next batch, through the prefetcher when In.Ahead
+// asks for one.
+func (in *ShardedInput) read(ctx context.Context, batch int) (*data.Batch, error) {
+	if in.Ahead <= 0 {
+		return in.src.Next(ctx, batch)
+	}
+	if in.ahead == nil {
+		var err error
+		// The prefetcher's reads end with Close, not with one step's ctx.
+		if in.ahead, err = data.PrefetchBatches(context.Background(), in.src, batch, in.Ahead, 0); err != nil {
+			return nil, err
+		}
+	}
+	return in.ahead.Next(ctx)
 }
 
 // reached returns the record index the stage has reached at step in the
@@ -229,8 +252,12 @@ func (in *ShardedInput) open(step int64, shard, batch int) error {
 	return nil
 }
 
-// Close closes the current reader.
+// Close closes the current reader, after stopping its prefetcher.
 func (in *ShardedInput) Close() error {
+	if in.ahead != nil {
+		in.ahead.Close()
+		in.ahead = nil
+	}
 	if in.src == nil {
 		return nil
 	}

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,12 +135,23 @@ func TestResizeRefusesPartnerChanges(t *testing.T) {
 
 // ShardedInput reads shard i of the members with member i's batch, and
 // after a change the new members start where the stage had got to.
+// The same holds when the input reads ahead: batches read before the
+// change are dropped.
 func TestShardedInputReshardsWhereTheStageGotTo(t *testing.T) {
+	for _, ahead := range []int{0, 1, 3} {
+		t.Run(fmt.Sprintf("ahead=%d", ahead), func(t *testing.T) {
+			checkLeaks(t)
+			shardedInputReshards(t, ahead)
+		})
+	}
+}
+
+func shardedInputReshards(t *testing.T, ahead int) {
 	ctx := context.Background()
 	base := data.Options{Split: data.SplitTrain}
 	open := func(o data.Options) (data.Source, error) { return data.Open("synthetic:2", o) }
 	two, one := Share{Members: []int{0, 1}, Batches: []int{3, 5}}, Share{Members: []int{1}, Batches: []int{8}}
-	in := &ShardedInput{Replica: 1, Base: base, Open: open}
+	in := &ShardedInput{Replica: 1, Base: base, Open: open, Ahead: ahead}
 	in.Begin(1, 0, two, nil, 1)
 	defer in.Close()
 	labels := func(b *data.Batch, err error) []float32 {
@@ -168,6 +181,53 @@ func TestShardedInputReshardsWhereTheStageGotTo(t *testing.T) {
 	whole.Start = max(p0, p1)
 	if want := labels(readOpened(t, open, whole, 8)); !slicesEqual(after, want) {
 		t.Errorf("step 3 after the change: %v, want the 8 records from %d: %v", after, whole.Start, want)
+	}
+}
+
+// countingSource counts the batches asked of it.
+type countingSource struct {
+	data.Source
+	reads atomic.Int64
+}
+
+func (c *countingSource) Next(ctx context.Context, n int) (*data.Batch, error) {
+	c.reads.Add(1)
+	return c.Source.Next(ctx, n)
+}
+
+// With Ahead, the batches after the one asked for are read while the step
+// that asked trains, at most Ahead of them; without it, none.
+func TestShardedInputReadsAhead(t *testing.T) {
+	checkLeaks(t)
+	for _, ahead := range []int{0, 2} {
+		var src *countingSource
+		open := func(o data.Options) (data.Source, error) {
+			s, err := data.Open("synthetic:2", o)
+			src = &countingSource{Source: s}
+			return src, err
+		}
+		share := Share{Members: []int{0}, Batches: []int{4}}
+		in := &ShardedInput{Replica: 0, Base: data.Options{Split: data.SplitTrain}, Open: open, Ahead: ahead}
+		in.Begin(1, 0, share, nil, 1)
+		if _, err := in.Next(context.Background(), 1, share); err != nil {
+			t.Fatal(err)
+		}
+		// The prefetcher holds Ahead batches and blocks on one more.
+		want := int64(1 + ahead)
+		if ahead > 0 {
+			want++
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for src.reads.Load() < want && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // and no more than that
+		if got := src.reads.Load(); got != want {
+			t.Errorf("ahead %d: %d batches read after step 1, want %d", ahead, got, want)
+		}
+		if err := in.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
