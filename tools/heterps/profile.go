@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
@@ -43,6 +44,11 @@ type profileFlags struct {
 	denseSync, data string
 	syncSteps       int
 	syncRounds      int
+	// submit sends the measured types to the coordinator coord reaches,
+	// which stores them per (model, type) and plans the model's jobs on
+	// them (PUT /v1/profiles/{model}).
+	submit bool
+	coord  coordFlags
 }
 
 func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
@@ -62,6 +68,8 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
 	fs.IntVar(&f.syncRounds, "sync-rounds", 3, "rounds of stage runs over the ks; each k keeps its median round")
 	fs.IntVar(&f.syncSteps, "sync-steps", 20, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
+	fs.BoolVar(&f.submit, "submit", false, "also send the measured types (this one and those kept by --into) to the coordinator, which plans the model's jobs on them")
+	f.coord.add(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -93,7 +101,9 @@ func runProfile(args []string) int {
 		}
 		return fail(exitUsage, err)
 	}
-	if err := profile(context.Background(), f, os.Stdout, os.Stderr); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := profile(ctx, f, os.Stdout, os.Stderr); err != nil {
 		return fail(exitFailure, err)
 	}
 	return exitOK
@@ -146,7 +156,14 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 	for _, line := range folded {
 		fmt.Fprintln(stderr, line)
 	}
-	return writeProfile(f, cat, col, prob, append(before, folded...), stdout)
+	header := append(before, folded...)
+	if err := writeProfile(f, cat, col, prob, header, stdout); err != nil {
+		return err
+	}
+	if f.submit {
+		return submitProfile(ctx, f, cfg.Name, measuredOnly(prob, measuredTypes(cat, col, header)), stderr)
+	}
+	return nil
 }
 
 // measuredBefore copies into prob the columns an earlier profile (--into)
@@ -171,7 +188,7 @@ func measuredBefore(path string, prob *config.Problem) ([]string, error) {
 			break
 		}
 		text := strings.TrimSpace(strings.TrimPrefix(line, "# "))
-		if !strings.HasPrefix(text, "estimated from device descriptors") { // this file says which types are estimated
+		if !strings.HasPrefix(line, config.ProfileEstimatedPrefix) { // this file says which types are estimated
 			header = append(header, "earlier: "+text)
 		}
 	}
@@ -193,6 +210,18 @@ func measuredIn(header []string, typ string) bool {
 	return slices.ContainsFunc(header, func(l string) bool {
 		return strings.Contains(l, "measured on this machine: "+typ+" ")
 	})
+}
+
+// measuredTypes is the catalog types a profile measured: the one at col,
+// and those an earlier profile's header lines (--into) say were measured.
+func measuredTypes(cat *config.Catalog, col int, header []string) []string {
+	var out []string
+	for i, t := range cat.Types {
+		if i == col || measuredIn(header, t.Name) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
 }
 
 func measuredColumn(cat *config.Catalog, name string) (int, error) {
@@ -408,9 +437,10 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	if err != nil {
 		return err
 	}
+	measured := measuredTypes(cat, col, folded)
 	var estimated []string
-	for i, t := range cat.Types {
-		if i != col && !measuredIn(folded, t.Name) {
+	for _, t := range cat.Types {
+		if !slices.Contains(measured, t.Name) {
 			estimated = append(estimated, t.Name)
 		}
 	}
@@ -418,7 +448,7 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	fmt.Fprintf(&out, "# heterps profile --model %s --catalog %s, B_o = %d, %s\n", f.model, f.catalog, f.batch, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
 	if len(estimated) > 0 {
-		fmt.Fprintf(&out, "# estimated from device descriptors (roofline), not measured: %s\n", strings.Join(estimated, ", "))
+		fmt.Fprintf(&out, "%s%s\n", config.ProfileEstimatedPrefix, strings.Join(estimated, ", "))
 	}
 	for _, line := range folded {
 		fmt.Fprintf(&out, "# %s\n", line)

@@ -133,3 +133,52 @@ func TestProfileIntoKeepsTheTypesMeasuredBefore(t *testing.T) {
 		t.Errorf("--into a profile of another model: %v", err)
 	}
 }
+
+// TestProfileSubmitStoresTheMeasuredTypes: `heterps profile --submit`
+// sends, signed, the types it measured (this one and those --into kept)
+// to the coordinator, which lists them per (model, type); the types the
+// profile only estimated are not sent.
+func TestProfileSubmitStoresTheMeasuredTypes(t *testing.T) {
+	secret := "0123456789abcdef0123456789abcdef"
+	url := startCoordinatorWith(t, []byte(secret))
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		f, err := parseProfileFlags(append([]string{"--model", "mlp-digits", "--catalog", "../../config/examples/catalogs/local.toml",
+			"--batch", "64", "--reps", "1", "--units", "1", "--sync-steps", "0", "--submit", "--coordinator", url, "--secret-file", secretFile}, args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		if err := profile(context.Background(), f, &bytes.Buffer{}, &stderr); err != nil {
+			t.Fatalf("profile --submit: %v\n%s", err, stderr.String())
+		}
+		return stderr.String()
+	}
+	first := filepath.Join(dir, "1t.toml")
+	if out := run("--type", "cpu-1t", "--out", first); !strings.Contains(out, "stored model mlp-digits on type cpu-1t (4 layers at B_o = 64)") {
+		t.Errorf("no word of the stored profile in:\n%s", out)
+	}
+	c, err := (&coordFlags{url: url, secretFile: secretFile}).client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	ps, err := c.profiles(context.Background())
+	if err != nil || len(ps) != 1 || ps[0].Model != "mlp-digits" || ps[0].Type != "cpu-1t" || ps[0].Layers != 4 || ps[0].ProfileBatch != 64 {
+		t.Fatalf("stored %+v (%v), want mlp-digits on cpu-1t only (cpu-2t was estimated)", ps, err)
+	}
+	run("--type", "cpu-2t", "--unit-threads", "2", "--into", first)
+	if ps, err = c.profiles(context.Background()); err != nil || len(ps) != 2 || ps[0].Type != "cpu-1t" || ps[1].Type != "cpu-2t" {
+		t.Fatalf("after --into: %+v (%v), want cpu-1t and cpu-2t", ps, err)
+	}
+	f, _ := parseProfileFlags([]string{"--model", "mlp-digits", "--catalog", "local", "--batch", "64", "--reps", "1", "--units", "1",
+		"--sync-steps", "0", "--submit", "--coordinator", url}, &bytes.Buffer{})
+	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("unsigned --submit: %v, want the coordinator's 401", err)
+	}
+}
