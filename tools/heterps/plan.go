@@ -43,6 +43,10 @@ type planFlags struct {
 	json, compare                                 bool
 	opts                                          sched.Options
 	spec                                          sched.EstimateSpec
+	// sources is where the loaded problem's layer times came from, per
+	// type (sched.Plan.Sources): given (--problem), estimated (--catalog),
+	// measured (--profile, but for the types its header says it estimated).
+	sources map[string]string
 }
 
 func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
@@ -132,6 +136,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFailure
 	}
+	plan.Sources = f.sources
 	if err := f.writePolicy(); err != nil {
 		fmt.Fprintln(stderr, "heterps plan:", err)
 		return exitFailure
@@ -149,14 +154,18 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // load reads the problem file, or estimates a problem from a model and a
-// catalog.
+// catalog, and sets f.sources.
 func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 	if f.problem != "" {
 		c, err := config.LoadProblem(f.problem)
 		if err != nil {
 			return nil, err
 		}
-		return sched.NewProblem(c)
+		p, err := sched.NewProblem(c)
+		if err == nil {
+			f.sources = sched.AllSources(p, sched.SourceGiven)
+		}
+		return p, err
 	}
 	if f.profile != "" {
 		return f.loadProfile()
@@ -191,13 +200,17 @@ func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 			return nil, fmt.Errorf("--save-problem: %w", err)
 		}
 	}
-	return sched.NewProblem(c)
+	p, err := sched.NewProblem(c)
+	if err == nil {
+		f.sources = sched.AllSources(p, sched.SourceEstimated)
+	}
+	return p, err
 }
 
 // loadProfile reads a problem file written by `heterps profile` and checks
 // that it profiles the model's layers.
 func (f *planFlags) loadProfile() (*sched.Problem, error) {
-	c, err := config.LoadProblem(f.profile)
+	c, estimated, err := config.LoadProfile(f.profile)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +229,17 @@ func (f *planFlags) loadProfile() (*sched.Problem, error) {
 			}
 		}
 	}
-	return sched.NewProblem(c)
+	p, err := sched.NewProblem(c)
+	if err != nil {
+		return nil, err
+	}
+	f.sources = sched.AllSources(p, sched.SourceMeasured)
+	for _, t := range estimated {
+		if _, ok := f.sources[t]; ok {
+			f.sources[t] = sched.SourceEstimated
+		}
+	}
+	return p, nil
 }
 
 // attachPolicy gives rl a policy to start from and to leave its trained
@@ -301,6 +324,9 @@ func printPlan(w io.Writer, p *sched.Problem, plan *sched.Plan) {
 	}
 	fmt.Fprintf(w, "cost %.6g, throughput %.6g samples/s (limit %.6g), time %.6g s, scheduled in %.3g s\n",
 		plan.Cost, plan.Throughput, p.ThroughputLimit, plan.TimeS, plan.SchedSeconds)
+	if line := sourcesLine(plan.Sources); strings.Contains(line, sched.SourceMeasured) {
+		fmt.Fprintf(w, "layer times: %s\n", line)
+	}
 	printDecision(w, plan)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -450,6 +476,7 @@ func comparePlans(ctx context.Context, f *planFlags, p *sched.Problem, stdout, s
 		if err != nil {
 			plan = &sched.Plan{Method: m, Reason: err.Error(), Assign: []string{}, Stages: []sched.Stage{}}
 		}
+		plan.Sources = f.sources
 		plans = append(plans, plan)
 	}
 	best := math.Inf(1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,5 +277,51 @@ func TestLoadPolicyRefusesWhatIsNotARegularFile(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errs, path) || !strings.Contains(errs, "not a regular file") {
 			t.Errorf("%s: exit %d: %s", path, code, errs)
 		}
+	}
+}
+
+// TestPlanJSONSaysWhereLayerTimesCameFrom: `heterps plan --json` carries
+// sources, per type: given for --problem, estimated for --model
+// --catalog, and for --profile measured but for the types the profile's
+// header says it estimated; the fields outside checks read are all there.
+func TestPlanJSONSaysWhereLayerTimesCameFrom(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "p.toml")
+	f, err := parseProfileFlags([]string{"--model", "mlp-digits", "--catalog", "local", "--type", "cpu-1t",
+		"--batch", "64", "--reps", "1", "--units", "1", "--sync-steps", "0", "--out", prof}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want map[string]string
+	}{
+		{[]string{"--problem", exampleProblem}, map[string]string{"cpu": "given", "v100": "given"}},
+		{[]string{"--model", "mlp-digits", "--catalog", "local"}, map[string]string{"cpu-1t": "estimated", "cpu-2t": "estimated"}},
+		{[]string{"--model", "mlp-digits", "--profile", prof}, map[string]string{"cpu-1t": "measured", "cpu-2t": "estimated"}},
+	} {
+		code, out, errs := plan(t, append(c.args, "--json")...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(out), &fields); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"method", "feasible", "cost", "throughput", "time_s", "assign", "stages", "ps_cores", "sched_seconds", "sources"} {
+			if _, ok := fields[k]; !ok {
+				t.Errorf("%v: no %q in %s", c.args, k, out)
+			}
+		}
+		var got sched.Plan
+		json.Unmarshal([]byte(out), &got)
+		if !maps.Equal(got.Sources, c.want) {
+			t.Errorf("%v: sources %v, want %v", c.args, got.Sources, c.want)
+		}
+	}
+	if _, out, _ := plan(t, "--model", "mlp-digits", "--profile", prof); !strings.Contains(out, "layer times: measured on cpu-1t; estimated (roofline) on cpu-2t") {
+		t.Errorf("the table does not say which types were measured:\n%s", out)
 	}
 }

@@ -85,6 +85,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintln(stdout)
 		printNodeList(stdout, nodes, time.Now())
+		if ps, err := c.profiles(ctx); err != nil {
+			fmt.Fprintf(stderr, "heterps: profiles: %v\n", err)
+		} else {
+			printProfileList(stdout, ps)
+		}
 		return exitOK
 	}
 	s, err := c.job(ctx, f.job)
@@ -168,6 +173,21 @@ func printNodeList(w io.Writer, nodes []api.NodeStatus, now time.Time) {
 			state += " (" + n.Reason + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.ID, n.Type, n.Units, state, heartbeatAge(n.LastHeartbeat, now), taskList(n))
+	}
+	tw.Flush()
+}
+
+// printProfileList shows the measured profiles the coordinator stores (the
+// jobs of their models plan on them), nothing when there are none.
+func printProfileList(w io.Writer, ps []api.Profile) {
+	if len(ps) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "profile\ttype\tlayers\tB_o\tstored")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", p.Model, p.Type, p.Layers, p.ProfileBatch, p.StoredAt.Local().Format(time.DateTime))
 	}
 	tw.Flush()
 }
@@ -277,6 +297,9 @@ func printJob(w io.Writer, s api.JobStatus) {
 	if p := r.Plan; p != nil && p.Feasible {
 		fmt.Fprintf(w, "plan (%s): %d stage(s), %d parameter-server shard(s), predicted %.4g samples/s, run cost %.4g\n",
 			p.Method, len(p.Stages), len(r.PSShards), p.Throughput, p.Cost)
+		if line := sourcesLine(p.Sources); line != "" {
+			fmt.Fprintf(w, "  layer times: %s\n", line)
+		}
 	}
 	fmt.Fprintf(w, "job %s (%s): %s", r.Job, r.Name, r.State)
 	if r.Reason != "" {

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
 )
 
 func TestStatusShowsTheBatchSplit(t *testing.T) {
@@ -72,5 +74,30 @@ func TestHeartbeatAge(t *testing.T) {
 	}
 	if got := heartbeatAge(time.Time{}, now); got != "-" {
 		t.Errorf("never: got %q", got)
+	}
+}
+
+// TestStatusSaysWhereLayerTimesCameFrom: a job's status text says which
+// types its plan's layer times were measured on and which estimated.
+func TestStatusSaysWhereLayerTimesCameFrom(t *testing.T) {
+	plan, _ := json.Marshal(sched.Plan{Method: "exact", Feasible: true, Throughput: 10, Cost: 1, Stages: []sched.Stage{{Type: "cpu", Units: 1}},
+		Sources: map[string]string{"gpu": sched.SourceEstimated, "cpu": sched.SourceMeasured, "v100": sched.SourceEstimated}})
+	var out bytes.Buffer
+	printJob(&out, api.JobStatus{ID: "j1", Name: "ctr", State: api.JobRunning, Plan: plan})
+	if want := "  layer times: measured on cpu; estimated (roofline) on gpu, v100\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status:\n%s\nwant %q", out.String(), want)
+	}
+}
+
+func TestStatusListsStoredProfiles(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.Local)
+	var out bytes.Buffer
+	printProfileList(&out, []api.Profile{{Model: "ctrdnn", Type: "cpu-1t", Layers: 7, ProfileBatch: 256, StoredAt: at}})
+	if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), "profile type layers B_o stored ctrdnn cpu-1t 7 256 2026-03-01 12:00:00") {
+		t.Errorf("profiles:\n%s", out.String())
+	}
+	out.Reset()
+	if printProfileList(&out, nil); out.Len() != 0 {
+		t.Errorf("no profiles printed %q", out.String())
 	}
 }
