@@ -4,7 +4,7 @@ GO ?= go
 export CGO_ENABLED := 1
 BIN := bin
 
-.PHONY: all setup build test cuda-check run bench chaos batching-bench multijob-bench fmt lint clean install install-files
+.PHONY: all setup build build-cuda test cuda-check run bench chaos batching-bench multijob-bench fmt lint clean install install-files
 
 all: build
 
@@ -25,6 +25,13 @@ test: setup cuda-check
 # without a GPU (installs the CUDA 13.0 toolkit wheels into ~/.cache once).
 cuda-check:
 	@./scripts/cuda-check.sh
+
+# heterps and heterpsd built with -tags cuda into $(BIN): compiles the
+# kernels with the toolkit cuda-check finds or installs (no GPU needed).
+# The binaries open libcuda and cuBLAS at run time, so they run on
+# CPU-only machines too. Not part of make test (cuda-check compiles there).
+build-cuda: setup
+	@./scripts/cuda-check.sh --build $(BIN)
 
 # The main job on one machine: a coordinator and node daemons on loopback
 # train CTR-DNN on synthetic data as the scheduler planned it (plan, per-stage

@@ -16,8 +16,17 @@
 # Needs no GPU and no libcuda.so. Environment: CUDA_HOME (a toolkit),
 # HETERPS_CUDA_CACHE (where the wheels go), HETERPS_CUDA_WHEELS=1 (use the
 # wheels even when a toolkit is installed).
+#
+# cuda-check.sh --build DIR (make build-cuda) does steps 1 and 2, then
+# builds heterps and heterpsd with -tags cuda into DIR instead of vetting
+# and testing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+OUT_DIR=""
+if [[ ${1:-} == --build ]]; then
+  [[ -n ${2:-} ]] || { echo "usage: $0 [--build DIR]" >&2; exit 2; }
+  OUT_DIR=$2
+fi
 
 # Pinned wheel set: CUDA 13.0 (the toolkit and driver of the project's GPU
 # machines). The cu12 nvcc wheels carry ptxas and libnvvm but no nvcc
@@ -116,8 +125,6 @@ if [[ -n $CU12_INC ]]; then
 fi
 say kernels "$nsrc .cu files for sm_80+sm_90 -> $BUILD/libheterps_cuda.a$cub_note ($(elapsed))"
 
-# ---- 3. go vet ----------------------------------------------------------------------
-t0=$SECONDS
 # Go does not hash libraries named in #cgo LDFLAGS; naming the library's hash in
 # CGO_LDFLAGS (an -L to a directory that need not exist) makes a rebuilt
 # library relink the binaries.
@@ -125,6 +132,18 @@ libsum=$(sha256sum "$BUILD/libheterps_cuda.a" | cut -c1-16)
 export CGO_ENABLED=1
 export CGO_CFLAGS="-I$INC"
 export CGO_LDFLAGS="-L$LIB -L$BUILD/.lib-$libsum"
+
+# ---- --build: the cuda-tagged binaries ---------------------------------------------
+if [[ -n $OUT_DIR ]]; then
+  t0=$SECONDS
+  mkdir -p "$OUT_DIR"
+  go build -tags cuda -o "$OUT_DIR/" ./tools/heterps ./daemon/cmd/heterpsd || fail build "go build -tags cuda"
+  say build "heterps and heterpsd with -tags cuda (CUDA $ver) -> $OUT_DIR/ ($(elapsed))"
+  exit 0
+fi
+
+# ---- 3. go vet ----------------------------------------------------------------------
+t0=$SECONDS
 pkgs=(./native/ ./native/cudadrv/ ./daemon/node/ ./bench/gpu/ctr/)
 go vet -tags cuda "${pkgs[@]}" || fail "go vet" "go vet -tags cuda (CUDA $ver headers)"
 vetted="CUDA $ver"
