@@ -14,9 +14,16 @@ type LayerTime struct {
 	OutWidth int // floats per sample of the layer's output
 }
 
+// syncer is a backend whose operations run asynchronously (CUDA's stream):
+// Sync returns once every operation queued so far has finished.
+type syncer interface{ Sync() error }
+
 // ProfileLayers runs forward, loss and backward reps times on s.Batch and
 // returns, per layer, the fastest forward and backward time seen. The model
 // must be single-tower (profiles of tower models need per-tower stages).
+// On a backend that queues its work (a syncer), each timed layer is
+// waited for before its clock stops and the work before it before its
+// clock starts, so a time is the layer's and not the launch's.
 func (m *Model) ProfileLayers(s *Step, reps int) ([]LayerTime, error) {
 	if len(m.towers) > 0 {
 		return nil, fmt.Errorf("profile: model %s has towers; only single-tower models can be profiled layer by layer", m.Config.Name)
@@ -37,12 +44,19 @@ func (m *Model) ProfileLayers(s *Step, reps int) ([]LayerTime, error) {
 func (m *Model) profileOnce(s *Step, times []LayerTime) error {
 	act := Activation{Rows: s.Batch.Size}
 	for i, e := range m.entries {
-		start := time.Now()
+		start, err := settled(s)
+		if err != nil {
+			return err
+		}
 		out, err := e.layer.Forward(s, act)
 		if err != nil {
 			return err
 		}
-		times[i].Forward = min(times[i].Forward, time.Since(start))
+		took, err := since(s, start)
+		if err != nil {
+			return err
+		}
+		times[i].Forward = min(times[i].Forward, took)
 		act = out
 	}
 	_, grad, err := m.Loss.Forward(s, act)
@@ -50,13 +64,37 @@ func (m *Model) profileOnce(s *Step, times []LayerTime) error {
 		return err
 	}
 	for i := len(m.entries) - 1; i >= 0; i-- {
-		start := time.Now()
+		start, err := settled(s)
+		if err != nil {
+			return err
+		}
 		din, err := m.entries[i].layer.Backward(s, grad)
 		if err != nil {
 			return err
 		}
-		times[i].Backward = min(times[i].Backward, time.Since(start))
+		took, err := since(s, start)
+		if err != nil {
+			return err
+		}
+		times[i].Backward = min(times[i].Backward, took)
 		grad = din
 	}
 	return nil
+}
+
+// settled waits for the backend's queued work, if it queues any, and
+// returns the time then.
+func settled(s *Step) (time.Time, error) {
+	if b, ok := s.Backend.(syncer); ok {
+		if err := b.Sync(); err != nil {
+			return time.Time{}, fmt.Errorf("profile: backend sync: %w", err)
+		}
+	}
+	return time.Now(), nil
+}
+
+// since is the time from start until the backend's queued work is done.
+func since(s *Step, start time.Time) (time.Duration, error) {
+	end, err := settled(s)
+	return end.Sub(start), err
 }

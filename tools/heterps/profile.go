@@ -49,6 +49,9 @@ type profileFlags struct {
 	// them (PUT /v1/profiles/{model}).
 	submit bool
 	coord  coordFlags
+	// device is where the layers are timed: this machine's CPU (k units of
+	// unit-threads each), or one CUDA GPU (one unit).
+	device device
 }
 
 func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
@@ -68,6 +71,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
 	fs.IntVar(&f.syncRounds, "sync-rounds", 3, "rounds of stage runs over the ks; each k keeps its median round")
 	fs.IntVar(&f.syncSteps, "sync-steps", 20, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
+	fs.TextVar(&f.device, "device", device{}, "where the layers are timed: cpu, or cuda[:N] (GPU N is one unit of --type; a CUDA build: make build-cuda)")
 	fs.BoolVar(&f.submit, "submit", false, "also send the measured types (this one and those kept by --into) to the coordinator, which plans the model's jobs on them")
 	f.coord.add(fs)
 	if err := fs.Parse(args); err != nil {
@@ -90,7 +94,32 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	if f.denseSync != config.DenseSyncPS && f.denseSync != config.DenseSyncAllreduce {
 		return nil, fmt.Errorf("profile: --dense-sync %q: want ps or allreduce", f.denseSync)
 	}
+	if f.device.cuda {
+		if err := cudaProfileFlags(f, fs); err != nil {
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+// cudaProfileFlags checks --device cuda against the rest: one GPU is one
+// unit and its run of the whole stage is not built (the synchronisation
+// run trains on CPU workers), so unit counts above 1 and sync steps are
+// refused when asked for and left out by default.
+func cudaProfileFlags(f *profileFlags, fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["units"] && !slices.Equal(f.units, []int{1}) {
+		return fmt.Errorf("profile: --units %v with --device %s: one GPU is one unit; alpha is measured on CPU types only (leave --units out)", f.units, f.device)
+	}
+	if set["sync-steps"] && f.syncSteps > 0 {
+		return fmt.Errorf("profile: --sync-steps %d with --device %s: the synchronisation run trains on CPU workers only (use --sync-steps 0)", f.syncSteps, f.device)
+	}
+	if set["unit-threads"] {
+		return fmt.Errorf("profile: --unit-threads is for --device cpu, not %s", f.device)
+	}
+	f.units, f.syncSteps = []int{1}, 0
+	return nil
 }
 
 func runProfile(args []string) int {
@@ -120,7 +149,11 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{err}
 	}
-	col, err := measuredColumn(cat, f.typ)
+	kind := config.KindCPU
+	if f.device.cuda {
+		kind = config.KindGPU
+	}
+	col, err := measuredColumn(cat, f.typ, kind)
 	if err != nil {
 		return usageError{err}
 	}
@@ -224,14 +257,25 @@ func measuredTypes(cat *config.Catalog, col int, header []string) []string {
 	return out
 }
 
-func measuredColumn(cat *config.Catalog, name string) (int, error) {
+// measuredColumn is the catalog type --type names, by default the first
+// of kind (cpu for --device cpu, gpu for cuda); a named type must be of
+// that kind, so that a CPU's times are never filed under a GPU type nor a
+// GPU's under a CPU type, unless the catalog emulates its GPU types on
+// CPU nodes.
+func measuredColumn(cat *config.Catalog, name, kind string) (int, error) {
 	for i, t := range cat.Types {
-		if (name == "" && t.Kind == config.KindCPU) || t.Name == name {
+		emulated := cat.EmulateGPUs && kind == config.KindCPU && t.Kind == config.KindGPU
+		switch {
+		case name == "" && t.Kind == kind:
+			return i, nil
+		case t.Name == name && t.Kind != kind && !emulated:
+			return 0, fmt.Errorf("profile: type %q is a %s type; --device measures a %s", name, t.Kind, kind)
+		case t.Name == name:
 			return i, nil
 		}
 	}
 	if name == "" {
-		return 0, errors.New("profile: the catalog has no cpu type to measure")
+		return 0, fmt.Errorf("profile: the catalog has no %s type to measure", kind)
 	}
 	return 0, fmt.Errorf("profile: the catalog has no type %q", name)
 }
@@ -256,14 +300,15 @@ func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, co
 	fits := make([][]float64, len(prob.Layers))
 	for _, k := range f.units {
 		threads := k * f.unitThreads
-		if threads > runtime.NumCPU() {
+		if !f.device.cuda && threads > runtime.NumCPU() {
 			fmt.Fprintf(os.Stderr, "profile: skipping %d units: %d threads exceed this machine's %d CPUs\n", k, threads, runtime.NumCPU())
 			continue
 		}
-		b, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		b, release, err := profileBackend(f, threads)
 		if err != nil {
 			return err
 		}
+		defer release()
 		if model == nil {
 			if model, err = nn.Build(b, cfg, 1); err != nil {
 				return err
@@ -289,6 +334,21 @@ func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, co
 		}
 	}
 	return nil
+}
+
+// profileBackend is the backend layers are timed on: the CPU with threads
+// threads, or the GPU --device names (a build without CUDA refuses it,
+// exit status 2). release frees what it holds.
+func profileBackend(f *profileFlags, threads int) (b native.Backend, release func(), err error) {
+	if !f.device.cuda {
+		cpu, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		return cpu, func() {}, err
+	}
+	gpu, err := newCUDATrainBackend(f.device.gpu)
+	if err != nil {
+		return nil, nil, fmt.Errorf("profile: --device %s: %w", f.device, err)
+	}
+	return gpu, func() { _ = gpu.Close() }, nil
 }
 
 // amdahlAlpha solves t_k = t_1 ((1-a) + a/k) for a, clamped to [0, 1].
@@ -348,16 +408,65 @@ func measureTransfer(ctx context.Context, f *profileFlags, prob *config.Problem,
 	if err != nil {
 		return err
 	}
+	crossing, release, err := deviceCrossing(f)
+	if err != nil {
+		return err
+	}
+	defer release()
 	for i := range prob.Layers {
 		width := outWidth(prob, i)
 		rt, err := pair.bestRoundTrip(ctx, f.batch*width, f.reps)
 		if err != nil {
 			return err
 		}
+		copies, err := crossing(f.batch * width)
+		if err != nil {
+			return err
+		}
+		rt += copies
 		prob.Layers[i].ODT[col] = round4(rt)
 		prob.Layers[i].Beta[col] = round4(math.Max(0, 1-latency/rt))
 	}
 	return nil
+}
+
+// deviceCrossing returns what a stage on --device adds to each transfer:
+// nothing on the CPU; on a GPU the fastest of --reps copies of the output
+// activations from the device and of their gradients to it (the stage
+// boundary's host side is where the wire starts).
+func deviceCrossing(f *profileFlags) (crossing func(n int) (float64, error), release func(), err error) {
+	if !f.device.cuda {
+		return func(int) (float64, error) { return 0, nil }, func() {}, nil
+	}
+	b, release, err := profileBackend(f, 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(n int) (float64, error) { return bestCrossing(b, n, f.reps) }, release, nil
+}
+
+// bestCrossing times a download of n floats from b and an upload of n to
+// it, reps times after a warm-up, and returns the fastest in seconds.
+func bestCrossing(b native.Backend, n, reps int) (float64, error) {
+	host := make([]float32, n)
+	dev := b.Alloc(n)
+	best := math.Inf(1)
+	for range reps + 1 {
+		start := time.Now()
+		if err := b.Download(host, dev); err != nil {
+			return 0, fmt.Errorf("profile: device copy: %w", err)
+		}
+		if err := b.Upload(dev, host); err != nil {
+			return 0, fmt.Errorf("profile: device copy: %w", err)
+		}
+		if s, ok := b.(interface{ Sync() error }); ok { // an upload may return before its copy is done
+			if err := s.Sync(); err != nil {
+				return 0, fmt.Errorf("profile: device copy: %w", err)
+			}
+		}
+		best = math.Min(best, time.Since(start).Seconds())
+	}
+	return best, nil
 }
 
 // outWidth is the floats per sample layer i sends on: the next layer's
@@ -446,7 +555,11 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	}
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "# heterps profile --model %s --catalog %s, B_o = %d, %s\n", f.model, f.catalog, f.batch, time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
+	if f.device.cuda {
+		fmt.Fprintf(&out, "# measured on this machine: %s (one unit = GPU %s; alpha kept from the roofline estimate; odt over loopback wire plus the copies to and from the GPU)\n", cat.Types[col].Name, f.device)
+	} else {
+		fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
+	}
 	if len(estimated) > 0 {
 		fmt.Fprintf(&out, "%s%s\n", config.ProfileEstimatedPrefix, strings.Join(estimated, ", "))
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,5 +182,60 @@ func TestProfileSubmitStoresTheMeasuredTypes(t *testing.T) {
 		"--sync-steps", "0", "--submit", "--coordinator", url}, &bytes.Buffer{})
 	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("unsigned --submit: %v, want the coordinator's 401", err)
+	}
+}
+
+// --device cuda profiles one GPU as one unit of a GPU type: unit counts,
+// sync steps and unit threads that assume CPU workers are refused, and a
+// build without CUDA refuses the device (exit status 2) naming the build.
+func TestProfileDeviceFlags(t *testing.T) {
+	for _, bad := range [][]string{
+		{"--device", "gpu"}, {"--device", "cuda:x"}, {"--device", "cuda:-1"},
+		{"--device", "cuda", "--units", "1,2"}, {"--device", "cuda", "--sync-steps", "5"},
+		{"--device", "cuda:1", "--unit-threads", "2"},
+	} {
+		if _, err := parseProfileFlags(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	f, err := parseProfileFlags([]string{"--device", "cuda:1", "--catalog", "cloud"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.device.cuda || f.device.gpu != 1 || !slices.Equal(f.units, []int{1}) || f.syncSteps != 0 {
+		t.Errorf("--device cuda:1: device %v, units %v, sync steps %d; want GPU 1, units [1], no sync run", f.device, f.units, f.syncSteps)
+	}
+	err = profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{})
+	if cudaBuild {
+		t.Skip("a CUDA build: the GPU path needs a GPU (bench/gpu/run.sh)")
+	}
+	var usage usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "built without CUDA") || !strings.Contains(err.Error(), "cuda:1") {
+		t.Errorf("--device cuda:1 in a build without CUDA: %v (want a usage error naming the device and the build)", err)
+	}
+}
+
+// The type a profile files its times under is of the device's kind: a
+// GPU's times never go under a CPU type nor a CPU's under a GPU type,
+// unless the catalog emulates GPU types on CPU nodes.
+func TestProfileTypeMatchesTheDevice(t *testing.T) {
+	cloud, err := config.LoadCatalog("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuType := cloud.Types[slices.IndexFunc(cloud.Types, func(ty config.CatalogType) bool { return ty.Kind == config.KindGPU })].Name
+	cpuType := cloud.Types[slices.IndexFunc(cloud.Types, func(ty config.CatalogType) bool { return ty.Kind == config.KindCPU })].Name
+	if col, err := measuredColumn(cloud, "", config.KindGPU); err != nil || cloud.Types[col].Name != gpuType {
+		t.Errorf("default GPU type: %v, %v; want %s", col, err, gpuType)
+	}
+	if _, err := measuredColumn(cloud, gpuType, config.KindCPU); err == nil || !strings.Contains(err.Error(), "gpu type") {
+		t.Errorf("CPU times under GPU type %s: %v", gpuType, err)
+	}
+	if _, err := measuredColumn(cloud, cpuType, config.KindGPU); err == nil || !strings.Contains(err.Error(), "cpu type") {
+		t.Errorf("GPU times under CPU type %s: %v", cpuType, err)
+	}
+	cloud.EmulateGPUs = true
+	if col, err := measuredColumn(cloud, gpuType, config.KindCPU); err != nil || cloud.Types[col].Name != gpuType {
+		t.Errorf("emulated GPU type measured on the CPU: %v, %v", col, err)
 	}
 }
