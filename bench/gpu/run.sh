@@ -9,7 +9,10 @@
 #   summary.txt  one line per op: GB/s and the fraction of this run's
 #                device-to-device copy, or TFLOP/s and the fraction of this
 #                run's cuBLAS SGEMM 4096^3; and ctrdnn training samples/s
-#                against PyTorch on the same GPU (ctr.txt, ctr_torch.json)
+#                against PyTorch on the same GPU (ctr.txt, ctr_torch.json);
+#                and a 2-stage job (CPU embedding + GPU FC) against an
+#                all-CPU one (run-*.json, cli.txt; profile-gpu.toml from
+#                heterps profile --device cuda, train-gpu.json)
 #
 # The machine needs an NVIDIA driver, a CUDA toolkit (CUDA_HOME, nvcc on
 # PATH, or /usr/local/cuda) and cuBLAS. Go is used when present; a machine
@@ -62,6 +65,7 @@ build_tests() {
   go test -tags cuda -c -o "$dir/native.test" ./native/ || return 1
   go test -tags cuda -c -o "$dir/cudadrv.test" ./native/cudadrv/ || return 1
   go test -tags cuda -c -o "$dir/ctr.test" ./bench/gpu/ctr/ || return 1
+  go build -tags cuda -o "$dir/" ./tools/heterps ./daemon/cmd/heterpsd || return 1
   echo "built with $("$cuda/bin/nvcc" --version | tail -n1), $(go version), CGO_LDFLAGS=$CGO_LDFLAGS"
 }
 
@@ -183,6 +187,64 @@ theirs=$(grep -o '"samples_per_s": [0-9.e+]*' "$OUT/ctr_torch.json" | head -n1 |
 rm -rf "$CTR"
 line=$(awk -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN {
   printf "ctrdnn training, batch 512: heterps %.0f samples/s, PyTorch %.0f samples/s, ratio %.2fx (target >= 1.5x)", a, b, (b > 0 ? a / b : 0) }')
+step "$line"
+echo "$line" >>"$OUT/summary.txt"
+
+# ---- the CLI on the GPU: profile, then a CPU-embedding + GPU-FC pipeline --------------------
+# One catalog: this machine's cores as type cpu, its GPU as type h200. The
+# heuristic method puts the embedding layer on the CPU and the FC layers on
+# the GPU (two stages, two node daemons, the PS shard on the CPU node); the
+# cpu method puts every layer on the CPU. Target: the pipeline is faster.
+step "heterps profile --device cuda, and a 2-stage job with its FC stage on the GPU"
+cat >"$OUT/gpu-catalog.toml" <<'TOML'
+version = 1
+name = "gpu-check"
+[[type]]
+name = "cpu"
+kind = "cpu"
+model = "this machine's cores, one per unit"
+price = 0.04
+max_units = 8
+peak_flops = 1.0e11
+mem_bandwidth = 2.0e10
+link_bandwidth = 5.0e9
+[[type]]
+name = "h200"
+kind = "gpu"
+model = "H200"
+price = 4.0
+max_units = 1
+peak_flops = 6.0e13
+mem_bandwidth = 4.8e12
+link_bandwidth = 5.0e9
+[[node]]
+name = "local"
+address = "127.0.0.1:7071"
+units = { cpu = 1, h200 = 1 }
+TOML
+timeout 300 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type h200 --device cuda \
+  --batch 512 --out "$OUT/profile-gpu.toml" >"$OUT/cli.txt" 2>&1 || status=1
+timeout 120 "$BIN/heterps" train --model ctrdnn --data synthetic --steps 300 --device cuda --json \
+  >"$OUT/train-gpu.json" 2>>"$OUT/cli.txt" || status=1
+pipeline=""
+for method in heuristic cpu; do
+  sed -e "s/@METHOD@/$method/" >"$OUT/job-$method.toml" <<'TOML'
+version = 1
+name = "gpu-check-@METHOD@"
+model = "ctrdnn"
+data = "synthetic:1"
+batch = 2048
+steps = 300
+throughput_limit = 0
+method = "@METHOD@"
+mode = "bsp"
+seed = 1
+TOML
+  timeout 300 "$BIN/heterps" run "$OUT/job-$method.toml" --catalog "$OUT/gpu-catalog.toml" --heterpsd "$BIN/heterpsd" \
+    --json >"$OUT/run-$method.json" 2>>"$OUT/cli.txt" || status=1
+  pipeline+="$method $(grep -o '"samples_per_s": *[0-9.e+]*' "$OUT/run-$method.json" | head -n1 | cut -d: -f2 | tr -d ' ') "
+done
+line=$(echo "$pipeline" | awk '{ printf "ctrdnn job, batch 2048: CPU embedding + GPU FC (heuristic) %.0f samples/s, all-CPU %.0f samples/s, ratio %.2fx (target > 1x)", $2, $4, ($4 > 0 ? $2 / $4 : 0) }')
 step "$line"
 echo "$line" >>"$OUT/summary.txt"
 
