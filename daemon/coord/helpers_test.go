@@ -167,18 +167,40 @@ func (tc *testCluster) waitJob(id string) api.JobStatus {
 	return api.JobStatus{}
 }
 
+// runCoordinator runs a coordinator of cfg without its HTTP listener (tests
+// call its Handler); stop ends it and waits until Run has returned, the
+// state database closed.
+func runCoordinator(t testing.TB, cfg Config) (c *Coordinator, stop func()) {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	return c, func() { cancel(); <-done }
+}
+
+// jobAndModel parses a job file and loads its model.
+func jobAndModel(t testing.TB, jobTOML string) (*config.Job, *config.Model) {
+	t.Helper()
+	jf, err := config.ParseJob("job.toml", []byte(jobTOML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := config.LoadModel(jf.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jf, m
+}
+
 // expectedPlan plans a job file the way the coordinator does, so that
 // tests can provide the nodes its plan needs.
 func (tc *testCluster) expectedPlan(jobTOML string) *sched.Plan {
 	tc.t.Helper()
-	jf, err := config.ParseJob("job.toml", []byte(jobTOML))
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	m, err := config.LoadModel(jf.Model)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
+	jf, m := jobAndModel(tc.t, jobTOML)
 	p, err := JobProblem(jf, m, tc.cat)
 	if err != nil {
 		tc.t.Fatal(err)

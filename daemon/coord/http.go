@@ -137,13 +137,8 @@ func (c *Coordinator) handleThrottle(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Coordinator) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	if err := wantContentType(r, api.ContentTypeTOML); err != nil {
-		writeError(w, err)
-		return
-	}
-	src, err := readBody(w, r)
-	if err != nil {
-		writeError(w, err)
+	src, ok := readTOMLBody(w, r)
+	if !ok {
 		return
 	}
 	key := r.Header.Get(api.IdempotencyKeyHeader)
@@ -226,6 +221,22 @@ func bodyLimit(r *http.Request) int64 {
 }
 
 // readBody reads a body of at most bodyLimit bytes.
+// readTOMLBody reads a TOML request body within the route's limit; on a
+// wrong media type or a failed read it answers the error itself and
+// returns false.
+func readTOMLBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if err := wantContentType(r, api.ContentTypeTOML); err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	src, err := readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return src, true
+}
+
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	limit := bodyLimit(r)
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))

@@ -2,7 +2,6 @@ package coord
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -75,14 +74,8 @@ func TestIdempotencyKeysSurviveARestart(t *testing.T) {
 	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
 	key := api.NewIdempotencyKey()
 	submit := func() string {
-		c, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); c.Run(ctx) }()
-		defer func() { cancel(); <-done }()
+		c, stop := runCoordinator(t, cfg)
+		defer stop()
 		req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(ctrJob))
 		req.Header.Set("Content-Type", api.ContentTypeTOML)
 		req.Header.Set(api.IdempotencyKeyHeader, key)

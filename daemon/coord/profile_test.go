@@ -19,14 +19,7 @@ import (
 // and B_o set to bo, keeping only the named types; it returns the path.
 func writeProfile(t *testing.T, jobTOML string, cat *config.Catalog, slow float64, bo int, types ...string) string {
 	t.Helper()
-	jf, err := config.ParseJob("job.toml", []byte(jobTOML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := config.LoadModel(jf.Model)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jf, m := jobAndModel(t, jobTOML)
 	p, err := JobProblem(jf, m, onlyTypes(cat, types))
 	if err != nil {
 		t.Fatal(err)

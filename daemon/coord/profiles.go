@@ -331,13 +331,8 @@ func sourcesOf(pc *config.Problem, measured []string) map[string]string {
 }
 
 func (c *Coordinator) handlePutProfile(w http.ResponseWriter, r *http.Request) {
-	if err := wantContentType(r, api.ContentTypeTOML); err != nil {
-		writeError(w, err)
-		return
-	}
-	src, err := readBody(w, r)
-	if err != nil {
-		writeError(w, err)
+	src, ok := readTOMLBody(w, r)
+	if !ok {
 		return
 	}
 	resp, err := c.putProfiles(r.PathValue("model"), src)

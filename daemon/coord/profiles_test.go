@@ -24,14 +24,7 @@ import (
 // without any profile: roofline estimates at the default B_o.
 func rooflineProblem(t *testing.T, jobTOML string, cat *config.Catalog) (*config.Job, *config.Model, *config.Problem) {
 	t.Helper()
-	jf, err := config.ParseJob("job.toml", []byte(jobTOML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := config.LoadModel(jf.Model)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jf, m := jobAndModel(t, jobTOML)
 	p, err := JobProblem(jf, m, cat)
 	if err != nil {
 		t.Fatal(err)
@@ -396,13 +389,7 @@ func TestStoredProfileOfOtherLayersIsNotUsed(t *testing.T) {
 func TestStoredProfilesSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Catalog: loadTestCatalog(t), StateDir: dir, Logger: slog.New(slog.DiscardHandler)}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
+	c, stop := runCoordinator(t, cfg)
 	req := httptest.NewRequest(http.MethodPut, "/v1/profiles/ctrdnn", bytes.NewReader(measuredBody(t, ctrJob, cfg.Catalog, 0.1, 256, "cpu")))
 	req.Header.Set("Content-Type", api.ContentTypeTOML)
 	rec := httptest.NewRecorder()
@@ -411,8 +398,7 @@ func TestStoredProfilesSurviveARestart(t *testing.T) {
 		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
 	}
 	first := c.listProfiles()
-	cancel()
-	<-done // Run closes the state database
+	stop() // Run closes the state database
 
 	tc := startCluster(t, func(c *Config) { c.StateDir = dir })
 	ps := tc.profiles()
