@@ -26,12 +26,13 @@ func TestStageDataSaysEachEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
 	for step := range int64(5) { // the file holds 200 records: 150, 50 (a pass ends short), 150, 50, 150
 		if _, err := in.Next(context.Background(), step+1, firstShare(s)); err != nil {
+			in.Close()
 			t.Fatal(err)
 		}
 	}
+	in.Close() // the input reads ahead: its reader logs until it is closed
 	got := logs.String()
 	for _, want := range []string{`msg="epoch 2"`, `msg="epoch 3"`} {
 		if !strings.Contains(got, want) {
