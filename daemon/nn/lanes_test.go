@@ -224,7 +224,7 @@ func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
 		last := len(tr.Model.entries) - 1
 		_, err = tr.Model.BackwardRangeThen(s, 0, last, dout, func(i int) {
 			order = append(order, i)
-			for _, p := range tr.Model.entryParams(i) {
+			for _, p := range tr.Model.LayerParams(i) {
 				if p.Grad == nil {
 					continue
 				}

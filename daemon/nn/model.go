@@ -264,18 +264,6 @@ func (m *Model) paramsDistinct() bool {
 	return m.distinct > 0
 }
 
-// entryParams are the parameters of entry i (Params, for one entry).
-func (m *Model) entryParams(i int) []*Param {
-	e := m.entries[i]
-	if e.layer != nil {
-		return e.layer.Params()
-	}
-	if p, ok := e.join.(interface{ Params() []*Param }); ok {
-		return p.Params()
-	}
-	return nil
-}
-
 func (m *Model) backwardOn(s *Step, dout Activation, done func(layer int) error) error {
 	grads := map[string]Activation{lastTower(m): dout}
 	for i := len(m.entries) - 1; i >= 0; i-- {

@@ -56,7 +56,7 @@ func (t *Trainer) Step(batch *data.Batch) (float64, error) {
 	}
 	t.Opt.Step++
 	err = t.Model.backwardLanes(s, dout, func(i int, ls *Step) error {
-		for _, p := range t.Model.entryParams(i) {
+		for _, p := range t.Model.LayerParams(i) {
 			if p.Sparse { // the last layers' updates: on this lane, beside the side lane's
 				if err := t.Opt.updateNow(ls.Backend, p); err != nil {
 					return err
