@@ -340,6 +340,12 @@ func jobTOML(n, batch, steps int, limit float64, sync string) []byte {
 		n, modelName, dataSpec, batch, steps, limit, sync)
 }
 
+// trainingData opens the training split of the bench's data (dataSpec)
+// for model, as every job of the bench reads it.
+func trainingData(model *config.Model) (data.Source, error) {
+	return data.Open(dataSpec, data.Options{Vocab: model.Input.Vocab, Split: data.SplitTrain})
+}
+
 // singleProcess trains with nn.Trainer, reading the next batch while a
 // step runs, and returns samples/s after the first step.
 func singleProcess(ctx context.Context, model *config.Model, threads, batch, steps int) (float64, error) {
@@ -351,7 +357,7 @@ func singleProcess(ctx context.Context, model *config.Model, threads, batch, ste
 	if err != nil {
 		return 0, err
 	}
-	src, err := data.Open(dataSpec, data.Options{Vocab: model.Input.Vocab, Split: data.SplitTrain})
+	src, err := trainingData(model)
 	if err != nil {
 		return 0, err
 	}

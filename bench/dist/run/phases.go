@@ -86,7 +86,7 @@ func newPhaseRun(model *config.Model, threads, batch int) (*phaseRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := data.Open(dataSpec, data.Options{Vocab: model.Input.Vocab, Split: data.SplitTrain})
+	src, err := trainingData(model)
 	if err != nil {
 		return nil, err
 	}

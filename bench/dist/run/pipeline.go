@@ -65,7 +65,7 @@ func pipelineRun(ctx context.Context, model *config.Model, batch, steps, micro i
 			tr.Close()
 		}
 	}()
-	src, err := data.Open(dataSpec, data.Options{Vocab: model.Input.Vocab, Split: data.SplitTrain})
+	src, err := trainingData(model)
 	if err != nil {
 		return nil, err
 	}

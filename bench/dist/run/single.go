@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
-	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/native"
 )
@@ -89,7 +88,7 @@ func recordGemms(model *config.Model, batch int) ([]gemmCall, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := data.Open(dataSpec, data.Options{Vocab: model.Input.Vocab, Split: data.SplitTrain})
+	src, err := trainingData(model)
 	if err != nil {
 		return nil, err
 	}
