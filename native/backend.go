@@ -167,6 +167,17 @@ type Backend interface {
 	SoftmaxCrossEntropy(rows, cols int, logits Buffer, labels []int64, scale float32, dx Buffer) (float64, error)
 }
 
+// Sync waits until the work b has queued so far is done, for a backend
+// whose operations return before their work has run (CUDA's stream); on
+// one that runs them in the call (the CPU) it returns at once. Timings of
+// device work need it around the timed work.
+func Sync(b Backend) error {
+	if q, ok := b.(interface{ Sync() error }); ok {
+		return q.Sync()
+	}
+	return nil
+}
+
 // Errors that Backend methods wrap.
 var (
 	ErrShape = errors.New("shape mismatch")

@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"time"
+
+	"github.com/heterps/heterps/native"
 )
 
 // LayerTime is one layer's measured cost at one batch size.
@@ -14,14 +16,10 @@ type LayerTime struct {
 	OutWidth int // floats per sample of the layer's output
 }
 
-// syncer is a backend whose operations run asynchronously (CUDA's stream):
-// Sync returns once every operation queued so far has finished.
-type syncer interface{ Sync() error }
-
 // ProfileLayers runs forward, loss and backward reps times on s.Batch and
 // returns, per layer, the fastest forward and backward time seen. The model
 // must be single-tower (profiles of tower models need per-tower stages).
-// On a backend that queues its work (a syncer), each timed layer is
+// On a backend that queues its work (native.Sync), each timed layer is
 // waited for before its clock stops and the work before it before its
 // clock starts, so a time is the layer's and not the launch's.
 func (m *Model) ProfileLayers(s *Step, reps int) ([]LayerTime, error) {
@@ -85,10 +83,8 @@ func (m *Model) profileOnce(s *Step, times []LayerTime) error {
 // settled waits for the backend's queued work, if it queues any, and
 // returns the time then.
 func settled(s *Step) (time.Time, error) {
-	if b, ok := s.Backend.(syncer); ok {
-		if err := b.Sync(); err != nil {
-			return time.Time{}, fmt.Errorf("profile: backend sync: %w", err)
-		}
+	if err := native.Sync(s.Backend); err != nil {
+		return time.Time{}, fmt.Errorf("profile: backend sync: %w", err)
 	}
 	return time.Now(), nil
 }

@@ -200,7 +200,7 @@ func (in *ShardedInput) Next(ctx context.Context, step int64, share Share) (*dat
 	return b, nil
 }
 
-// read returns the reader's next batch, through the prefetcher when In.Ahead
+// read returns the reader's next batch, through the prefetcher when in.Ahead
 // asks for one.
 func (in *ShardedInput) read(ctx context.Context, batch int) (*data.Batch, error) {
 	if in.Ahead <= 0 {

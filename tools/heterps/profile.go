@@ -170,10 +170,15 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 		}
 	}
 	estimate := cloneColumn(prob, col)
-	if err := measureCompute(cfg, f, prob, col); err != nil {
+	gpu, release, err := profileGPU(f)
+	if err != nil {
 		return err
 	}
-	if err := measureTransfer(ctx, f, prob, col); err != nil {
+	defer release()
+	if err := measureCompute(cfg, f, prob, col, gpu); err != nil {
+		return err
+	}
+	if err := measureTransfer(ctx, f, prob, col, gpu); err != nil {
 		return err
 	}
 	var folded []string
@@ -291,24 +296,23 @@ func cloneColumn(p *config.Problem, col int) []config.ProblemLayer {
 }
 
 // measureCompute times every layer's forward+backward at B_o with k units'
-// threads for each k, sets oct from k = 1 and fits alpha to the rest:
-// t_k = t_1 ((1-alpha) + alpha/k).
-func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, col int) error {
+// threads for each k (on gpu instead when it is not nil), sets oct from
+// k = 1 and fits alpha to the rest: t_k = t_1 ((1-alpha) + alpha/k).
+func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, col int, gpu native.Backend) error {
 	batch := randomBatch(cfg, f.batch)
 	var model *nn.Model
 	var t1 []float64
 	fits := make([][]float64, len(prob.Layers))
 	for _, k := range f.units {
 		threads := k * f.unitThreads
-		if !f.device.cuda && threads > runtime.NumCPU() {
+		if gpu == nil && threads > runtime.NumCPU() {
 			fmt.Fprintf(os.Stderr, "profile: skipping %d units: %d threads exceed this machine's %d CPUs\n", k, threads, runtime.NumCPU())
 			continue
 		}
-		b, release, err := profileBackend(f, threads)
+		b, err := unitBackend(gpu, threads)
 		if err != nil {
 			return err
 		}
-		defer release()
 		if model == nil {
 			if model, err = nn.Build(b, cfg, 1); err != nil {
 				return err
@@ -336,19 +340,31 @@ func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, co
 	return nil
 }
 
-// profileBackend is the backend layers are timed on: the CPU with threads
-// threads, or the GPU --device names (a build without CUDA refuses it,
-// exit status 2). release frees what it holds.
-func profileBackend(f *profileFlags, threads int) (b native.Backend, release func(), err error) {
-	if !f.device.cuda {
-		cpu, err := native.NewCPU(native.CPUOptions{Threads: threads})
-		return cpu, func() {}, err
+// unitBackend is what k units are timed on: the GPU, or the CPU with
+// threads threads.
+func unitBackend(gpu native.Backend, threads int) (native.Backend, error) {
+	if gpu != nil {
+		return gpu, nil
 	}
-	gpu, err := newCUDATrainBackend(f.device.gpu)
+	cpu, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	if err != nil {
+		return nil, err
+	}
+	return cpu, nil
+}
+
+// profileGPU opens the GPU --device names, which both the layers' times
+// and the transfers' device copies are measured on; nil for --device cpu.
+// A build without CUDA refuses it (exit status 2). release frees it.
+func profileGPU(f *profileFlags) (gpu native.Backend, release func(), err error) {
+	if !f.device.cuda {
+		return nil, func() {}, nil
+	}
+	b, err := newCUDATrainBackend(f.device.gpu)
 	if err != nil {
 		return nil, nil, fmt.Errorf("profile: --device %s: %w", f.device, err)
 	}
-	return gpu, func() { _ = gpu.Close() }, nil
+	return b, func() { _ = b.Close() }, nil
 }
 
 // amdahlAlpha solves t_k = t_1 ((1-a) + a/k) for a, clamped to [0, 1].
@@ -397,8 +413,10 @@ func randomBatch(cfg *config.Model, size int) *data.Batch {
 // measureTransfer times, over an authenticated loopback wire connection, a
 // round trip of each layer's output activations and their gradients (odt),
 // and of a one-float message (the latency that more units do not shrink:
-// beta = 1 - latency/odt).
-func measureTransfer(ctx context.Context, f *profileFlags, prob *config.Problem, col int) error {
+// beta = 1 - latency/odt). With a gpu, odt also holds the fastest copies
+// of the output activations from the device and of their gradients to it
+// (the stage boundary's host side is where the wire starts).
+func measureTransfer(ctx context.Context, f *profileFlags, prob *config.Problem, col int, gpu native.Backend) error {
 	pair, err := newLoopbackPair()
 	if err != nil {
 		return fmt.Errorf("profile: transfer: %w", err)
@@ -408,41 +426,23 @@ func measureTransfer(ctx context.Context, f *profileFlags, prob *config.Problem,
 	if err != nil {
 		return err
 	}
-	crossing, release, err := deviceCrossing(f)
-	if err != nil {
-		return err
-	}
-	defer release()
 	for i := range prob.Layers {
 		width := outWidth(prob, i)
 		rt, err := pair.bestRoundTrip(ctx, f.batch*width, f.reps)
 		if err != nil {
 			return err
 		}
-		copies, err := crossing(f.batch * width)
-		if err != nil {
-			return err
+		if gpu != nil {
+			copies, err := bestCrossing(gpu, f.batch*width, f.reps)
+			if err != nil {
+				return err
+			}
+			rt += copies
 		}
-		rt += copies
 		prob.Layers[i].ODT[col] = round4(rt)
 		prob.Layers[i].Beta[col] = round4(math.Max(0, 1-latency/rt))
 	}
 	return nil
-}
-
-// deviceCrossing returns what a stage on --device adds to each transfer:
-// nothing on the CPU; on a GPU the fastest of --reps copies of the output
-// activations from the device and of their gradients to it (the stage
-// boundary's host side is where the wire starts).
-func deviceCrossing(f *profileFlags) (crossing func(n int) (float64, error), release func(), err error) {
-	if !f.device.cuda {
-		return func(int) (float64, error) { return 0, nil }, func() {}, nil
-	}
-	b, release, err := profileBackend(f, 1)
-	if err != nil {
-		return nil, nil, err
-	}
-	return func(n int) (float64, error) { return bestCrossing(b, n, f.reps) }, release, nil
 }
 
 // bestCrossing times a download of n floats from b and an upload of n to
@@ -459,10 +459,8 @@ func bestCrossing(b native.Backend, n, reps int) (float64, error) {
 		if err := b.Upload(dev, host); err != nil {
 			return 0, fmt.Errorf("profile: device copy: %w", err)
 		}
-		if s, ok := b.(interface{ Sync() error }); ok { // an upload may return before its copy is done
-			if err := s.Sync(); err != nil {
-				return 0, fmt.Errorf("profile: device copy: %w", err)
-			}
+		if err := native.Sync(b); err != nil { // an upload may return before its copy is done
+			return 0, fmt.Errorf("profile: device copy: %w", err)
 		}
 		best = math.Min(best, time.Since(start).Seconds())
 	}
