@@ -50,7 +50,8 @@ func main() {
 	start := time.Now()
 	fmt.Fprintf(output, "heterps placement benchmark: Go %s, %d CPUs, seed %d, zoo batch %d\n", runtime.Version(), runtime.NumCPU(), *seed, *batch)
 	fmt.Fprintln(output, "Step times are simulated (roofline per op on the device; on \"local\" the CPU op times are measured with the")
-	fmt.Fprintln(output, "real kernels, one thread); \"from best\" is against the best placement any method found for that graph and")
+	fmt.Fprintln(output, "real kernels inside a step run on one core, one thread, and transfers between the cores take the measured")
+	fmt.Fprintln(output, "hand-off latency and copy bandwidth); \"from best\" is against the best placement any method found for that graph and")
 	fmt.Fprintln(output, "device set; rl is the trained policy's own most likely placement, \"rl sampled\" the best it sampled.")
 	graphs := place.GraphNames()
 	if *only != "" {
@@ -117,7 +118,7 @@ func (b *bench) graph(name string, batch int) error {
 		}
 		if set == "local" {
 			if measured == nil {
-				if measured, err = place.Measure(context.Background(), g, b.be, 3); err != nil {
+				if measured, err = place.MeasureLocal(context.Background(), g, 1, measureReps); err != nil {
 					return err
 				}
 			}
@@ -136,7 +137,11 @@ func (b *bench) graph(name string, batch int) error {
 	}
 	tw.Flush()
 	if measured != nil {
-		fmt.Fprintf(output, "local: %d of %d op times measured (%d kernel shapes)\n", measured.Measured, len(g.Ops), measured.Kernels)
+		fmt.Fprintf(output, "local: %d of %d op times measured %s (fastest of %d)", measured.Measured, len(g.Ops), measured.How, measureReps)
+		if l := measured.Link; l != nil {
+			fmt.Fprintf(output, "; link between the cores measured: %.1f us + %.1f GB/s", l.Latency*1e6, l.Bandwidth/1e9)
+		}
+		fmt.Fprintln(output)
 	}
 	if executed != "" {
 		fmt.Fprintf(output, "local, placements executed for real (a 1-thread CPU backend per core, the fastest of %d steps): %s\n", executeReps, executed)
@@ -144,8 +149,14 @@ func (b *bench) graph(name string, batch int) error {
 	return nil
 }
 
-// executeReps is how many steps of a placement the bench runs for real.
-const executeReps = 10
+// executeReps is how many steps of a placement the bench runs for real,
+// and measureReps how many the local op times are the fastest of: this
+// machine is shared, and only the fastest steps are free of other
+// processes' time.
+const (
+	executeReps = 30
+	measureReps = 20
+)
 
 // execute runs rl's, mincut's and single's placements on this machine's
 // cores for real and returns their simulated and measured steps; it keeps

@@ -26,8 +26,9 @@ type Executed struct {
 
 // Execute runs the step of g under placement for real, reps times after
 // one warm-up, on this machine's CPU: each device is a native CPU backend
-// of its Threads whose ops run on a goroutine of its own in the order they
-// become ready (their kernels as Measure times them, on buffers of their
+// of its Threads whose ops run on a goroutine of its own, locked to a
+// thread pinned to a CPU of its own (device d on the d-th CPU this process
+// may use, modulo their number), in the order they become ready (their kernels as Measure times them, on buffers of their
 // own); an output that a consumer on another device needs is copied
 // there, once per device, by the producer device's link goroutine (one
 // copy at a time, as the simulator's links), and so are the updates'
@@ -203,7 +204,10 @@ func (x *executor) step(ctx context.Context) (float64, error) {
 	}
 	var wg sync.WaitGroup
 	for d := range x.devs {
-		wg.Go(func() { x.device(ready[d], links[d], stop, failed, release, done) })
+		wg.Go(func() {
+			defer pinToCPU(d)()
+			x.device(ready[d], links[d], stop, failed, release, done)
+		})
 		wg.Go(func() { linkLoop(links[d], stop, release, done) })
 	}
 	start := time.Now()

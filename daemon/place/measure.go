@@ -22,8 +22,59 @@ const (
 // here, or it is too large).
 type Measured struct {
 	Seconds  []float64
-	Measured int // ops with a measured time
-	Kernels  int // distinct kernel shapes timed
+	Measured int    // ops with a measured time
+	Kernels  int    // distinct kernel shapes timed
+	How      string // MeasuredAlone or MeasuredInStep
+	// Link is the transfer between two cores of this machine, when it was
+	// measured (MeasureLocal); nil keeps the devices' own link figures.
+	Link *Link
+}
+
+// How op times were measured.
+const (
+	MeasuredAlone  = "alone"   // each kernel timed by itself, hot in the caches (Measure)
+	MeasuredInStep = "in-step" // each op timed inside a step executed on one core (MeasureInStep)
+)
+
+// MeasureLocal measures g for the simulator's local devices: the ops in a
+// step executed on one core of threads threads (MeasureInStep) when every
+// op has a kernel here and fits, otherwise each kernel alone (Measure), and
+// the link between two cores (MeasureLink); fastest of reps each.
+func MeasureLocal(ctx context.Context, g *Graph, threads, reps int) (*Measured, error) {
+	var m *Measured
+	var err error
+	if executable(g) {
+		m, err = MeasureInStep(ctx, g, threads, reps)
+	} else {
+		be, berr := native.NewCPU(native.CPUOptions{Threads: max(threads, 1)})
+		if berr != nil {
+			return nil, berr
+		}
+		m, err = Measure(ctx, g, be, reps)
+	}
+	if err != nil {
+		return nil, err
+	}
+	link, err := MeasureLink(ctx, reps)
+	if err != nil {
+		return nil, err
+	}
+	m.Link = &link
+	return m, nil
+}
+
+// executable reports whether every op of g but the input has a kernel
+// here small enough to run (so that Execute can run the graph).
+func executable(g *Graph) bool {
+	for _, op := range g.Ops {
+		if op.Kind == KindInput {
+			continue
+		}
+		if !hasKernel(op) {
+			return false
+		}
+	}
+	return true
 }
 
 // Measure times every op of g with the real kernels on be (the fastest of
@@ -37,7 +88,7 @@ func Measure(ctx context.Context, g *Graph, be native.Backend, reps int) (*Measu
 		dims [3]int
 	}
 	cache := map[key]float64{}
-	m := &Measured{Seconds: make([]float64, len(g.Ops))}
+	m := &Measured{Seconds: make([]float64, len(g.Ops)), How: MeasuredAlone}
 	for i, op := range g.Ops {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -66,8 +117,12 @@ func Measure(ctx context.Context, g *Graph, be native.Backend, reps int) (*Measu
 	return m, nil
 }
 
-// UseMeasured sets the measured times on every Local device.
+// UseMeasured sets the measured times on every Local device, and the
+// measured link, if any, between two Local devices.
 func (s *Simulator) UseMeasured(m *Measured) {
+	if m.Link != nil {
+		s.localLink = m.Link
+	}
 	for d, dev := range s.devs {
 		if !dev.Local {
 			continue
@@ -98,17 +153,10 @@ func fastest(run func() error, reps int) (float64, error) {
 // kernelOf returns a closure running op's kernel on buffers allocated now,
 // or nil when the op is not measured.
 func kernelOf(be native.Backend, op Op) (func() error, error) {
-	if op.FLOPs > measureMaxFLOPs {
+	if !hasKernel(op) {
 		return nil, nil
 	}
-	d0, d1, d2 := op.Dims[0], op.Dims[1], op.Dims[2]
-	switch op.Kind {
-	case KindGather, KindGatherGrad, KindSparseUpdate:
-		d0 = min(d0, measureMaxRows) // a table's rows; the ids touch few
-	}
-	if tooBig(op.Kind, d0, d1, d2) {
-		return nil, nil
-	}
+	d0, d1, d2 := measuredDims(op)
 	switch op.Kind {
 	case KindMatMul:
 		m, n, k := d0, d1, d2
@@ -174,6 +222,30 @@ func kernelOf(be native.Backend, op Op) (func() error, error) {
 		return func() error { return be.LSTMBackward(d0, d1, gates, cp, c, dh, dc, dz, dcp) }, nil
 	}
 	return nil, nil
+}
+
+// hasKernel reports whether op has a kernel here that is small enough to
+// time (kernelOf returns a closure for it).
+func hasKernel(op Op) bool {
+	switch op.Kind {
+	case KindMatMul, KindAct, KindActGrad, KindConcat, KindGather, KindGatherGrad, KindUpdate,
+		KindSparseUpdate, KindLoss, KindSimilarity, KindLSTM, KindLSTMGrad:
+	default:
+		return false
+	}
+	d0, d1, d2 := measuredDims(op)
+	return op.FLOPs <= measureMaxFLOPs && !tooBig(op.Kind, d0, d1, d2)
+}
+
+// measuredDims are op's dimensions as its kernel is timed: an embedding
+// table's rows capped (the ids touch few of them).
+func measuredDims(op Op) (d0, d1, d2 int) {
+	d0, d1, d2 = op.Dims[0], op.Dims[1], op.Dims[2]
+	switch op.Kind {
+	case KindGather, KindGatherGrad, KindSparseUpdate:
+		d0 = min(d0, measureMaxRows)
+	}
+	return d0, d1, d2
 }
 
 // tooBig reports whether some buffer of the op's kernel would exceed
@@ -251,7 +323,8 @@ func hostDots(a, b []float32, width, passes int, out []float64) {
 
 // MeasureInStep times every op as it runs inside a step: the whole graph
 // executed on one cpu device of the given threads (Execute), each op's
-// fastest of reps steps. Unlike Measure's kernels, timed alone and hot in
+// fastest of reps steps, plus its share of handing the ops over (the
+// executed step's Overhead spread evenly over the ops). Unlike Measure's kernels, timed alone and hot in
 // the caches, an op here finds its buffers as the ops before it left them
 // (each op has buffers of its own, so its inputs are colder than in the
 // trainer, where it reads what the op before it just wrote); the two bound
@@ -262,7 +335,7 @@ func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured,
 	if err != nil {
 		return nil, err
 	}
-	m := &Measured{Seconds: ex.OpSeconds}
+	m := &Measured{Seconds: ex.OpSeconds, How: MeasuredInStep}
 	for i, op := range g.Ops {
 		if op.Kind == KindInput {
 			m.Seconds[i] = math.NaN()
@@ -270,6 +343,12 @@ func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured,
 		}
 		m.Measured++
 		m.Kernels++
+	}
+	if m.Measured > 0 {
+		perOp := ex.Overhead / float64(m.Measured)
+		for i := range m.Seconds {
+			m.Seconds[i] += perOp // NaN stays NaN
+		}
 	}
 	return m, nil
 }

@@ -33,6 +33,9 @@ type Simulator struct {
 	devs  []Device
 	times [][]float64 // [op][device] seconds
 	succ  [][]int
+	// localLink, when measured, is every transfer's between two Local
+	// devices instead of their files' link figures.
+	localLink *Link
 
 	// scratch, reused between runs
 	pending []int
@@ -103,6 +106,9 @@ func (s *Simulator) Devices() []Device { return s.devs }
 
 // transfer is the time to send bytes from device a to device b.
 func (s *Simulator) transfer(bytes int64, a, b int) float64 {
+	if l := s.localLink; l != nil && s.devs[a].Local && s.devs[b].Local {
+		return l.Latency + float64(bytes)/l.Bandwidth
+	}
 	bw := math.Min(s.devs[a].LinkBandwidth, s.devs[b].LinkBandwidth)
 	return s.devs[a].LinkLatency + float64(bytes)/bw
 }

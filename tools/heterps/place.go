@@ -15,7 +15,6 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/place"
-	"github.com/heterps/heterps/native"
 )
 
 func init() {
@@ -52,8 +51,8 @@ func parsePlaceFlags(args []string, stderr io.Writer) (*placeFlags, []string, er
 	f.coord.add(fs)
 	fs.StringVar(&f.method, "method", "all", "rl, single, expert, mincut, exact, a comma-separated list, or all")
 	fs.IntVar(&f.batch, "batch", 512, "samples per step (model graphs)")
-	fs.BoolVar(&f.measure, "measure", false, "measure op times with the real kernels on this machine for the devices marked local")
-	fs.IntVar(&f.reps, "reps", 3, "with --measure: timed runs per kernel, the fastest kept")
+	fs.BoolVar(&f.measure, "measure", false, "measure op times with the real kernels on this machine for the devices marked local (inside a step run on one core where every op runs here, else each kernel alone) and the link between two cores")
+	fs.IntVar(&f.reps, "reps", 10, "with --measure: timed steps (or runs per kernel), the fastest kept")
 	fs.IntVar(&f.execute, "execute", 0, "run each placement's step for real this many times on this machine's CPU (cpu devices only; their threads) and report the fastest (0: do not)")
 	fs.IntVar(&f.samples, "samples", 0, "rl: placements sampled per restart (0: 1000 per co-location group, 10000 to 50000)")
 	fs.Uint64Var(&f.seed, "seed", 1, "rl's seed")
@@ -82,12 +81,20 @@ func parsePlaceFlags(args []string, stderr io.Writer) (*placeFlags, []string, er
 
 // placeJSON is `heterps place --json`.
 type placeJSON struct {
-	Model    string            `json:"model"`
-	Devices  []string          `json:"devices"`
-	Ops      int               `json:"ops"`
-	Groups   int               `json:"groups"`
-	Measured int               `json:"measured_ops,omitempty"`
-	Methods  []placeMethodJSON `json:"methods"`
+	Model    string   `json:"model"`
+	Devices  []string `json:"devices"`
+	Ops      int      `json:"ops"`
+	Groups   int      `json:"groups"`
+	Measured int      `json:"measured_ops,omitempty"`
+	// MeasuredHow is how the op times were measured: "in-step" (inside a
+	// step executed on one core) or "alone" (each kernel by itself, when
+	// some op cannot run here).
+	MeasuredHow string `json:"measured_how,omitempty"`
+	// LinkLatency and LinkBandwidth are the measured transfer between two
+	// cores that replaces the local devices' link figures.
+	LinkLatency   float64           `json:"link_latency_s,omitempty"`
+	LinkBandwidth float64           `json:"link_bandwidth_bytes_s,omitempty"`
+	Methods       []placeMethodJSON `json:"methods"`
 }
 
 type placeMethodJSON struct {
@@ -232,29 +239,25 @@ func inventoryOfNode(ctx context.Context, f *placeFlags) (nodeInventory, error) 
 	return nodeInventory{ID: n.ID, Name: n.Name, Cores: n.Cores, MemoryBytes: n.MemoryBytes, GPUs: n.GPUs}, nil
 }
 
-// measureLocal times the graph's ops on this machine's CPU for the local
-// devices when asked; it returns how many ops got a measured time.
-func measureLocal(ctx context.Context, f *placeFlags, g *place.Graph, s *place.Simulator) (int, error) {
+// measureLocal times the graph's ops and the link between two cores on
+// this machine's CPU for the local devices when asked (nil when not).
+func measureLocal(ctx context.Context, f *placeFlags, g *place.Graph, s *place.Simulator) (*place.Measured, error) {
 	if !f.measure {
-		return 0, nil
+		return nil, nil
 	}
 	local := false
 	for _, d := range s.Devices() {
 		local = local || d.Local
 	}
 	if !local {
-		return 0, fmt.Errorf("place: --measure: devices %s has no device marked local = true", f.devices)
+		return nil, fmt.Errorf("place: --measure: devices %s has no device marked local = true", f.devices)
 	}
-	be, err := native.NewCPU(native.CPUOptions{Threads: 1})
+	m, err := place.MeasureLocal(ctx, g, 1, f.reps)
 	if err != nil {
-		return 0, err
-	}
-	m, err := place.Measure(ctx, g, be, f.reps)
-	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	s.UseMeasured(m)
-	return m.Measured, nil
+	return m, nil
 }
 
 // executePlacements runs each method's placement for real with --execute.
@@ -275,8 +278,14 @@ func executePlacements(ctx context.Context, f *placeFlags, g *place.Graph, devs 
 	return nil
 }
 
-func placeReport(g *place.Graph, devs []place.Device, rows []place.Row, measured int) placeJSON {
-	out := placeJSON{Model: g.Name, Ops: len(g.Ops), Groups: len(g.Groups), Measured: measured}
+func placeReport(g *place.Graph, devs []place.Device, rows []place.Row, measured *place.Measured) placeJSON {
+	out := placeJSON{Model: g.Name, Ops: len(g.Ops), Groups: len(g.Groups)}
+	if measured != nil {
+		out.Measured, out.MeasuredHow = measured.Measured, measured.How
+		if l := measured.Link; l != nil {
+			out.LinkLatency, out.LinkBandwidth = l.Latency, l.Bandwidth
+		}
+	}
 	for _, d := range devs {
 		out.Devices = append(out.Devices, d.Name)
 	}
@@ -303,7 +312,11 @@ func placeReport(g *place.Graph, devs []place.Device, rows []place.Row, measured
 func printPlace(w io.Writer, r placeJSON) {
 	fmt.Fprintf(w, "%s: %d ops in %d co-location groups on %s", r.Model, r.Ops, r.Groups, strings.Join(r.Devices, ", "))
 	if r.Measured > 0 {
-		fmt.Fprintf(w, " (%d op times measured on this CPU)", r.Measured)
+		fmt.Fprintf(w, " (%d op times measured on this CPU, %s", r.Measured, r.MeasuredHow)
+		if r.LinkBandwidth > 0 {
+			fmt.Fprintf(w, "; link between cores %.1f us + %.1f GB/s", r.LinkLatency*1e6, r.LinkBandwidth/1e9)
+		}
+		fmt.Fprint(w, ")")
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

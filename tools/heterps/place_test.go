@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/place"
 )
 
 func placeCmd(t *testing.T, args ...string) (int, string, string) {
@@ -66,6 +67,9 @@ func TestPlaceMeasuresTheLocalCPU(t *testing.T) {
 	var got placeJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Measured == 0 {
 		t.Errorf("measured %d ops (%v)", got.Measured, err)
+	}
+	if got.MeasuredHow != place.MeasuredInStep || !(got.LinkLatency > 0) || !(got.LinkBandwidth > 0) {
+		t.Errorf("measured %s, link %g s + %g B/s; want in-step times and a measured link", got.MeasuredHow, got.LinkLatency, got.LinkBandwidth)
 	}
 	if code, _, errs := placeCmd(t, "--devices", "cpu-gpu", "--measure"); code != exitUsage || !strings.Contains(errs, "no device marked local") {
 		t.Errorf("--measure without a local device: exit %d, %s", code, errs)
