@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,30 +36,66 @@ type Executed struct {
 // new weights for the next step's readers (Op.NextStep). A step ends when
 // every op and copy is done. Only cpu devices can execute here.
 func Execute(ctx context.Context, g *Graph, devs []Device, placement []int, reps int) (*Executed, error) {
-	x, err := newExecutor(g, devs, placement)
+	x, err := newExecutor(g, devs, placement, nil)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := x.step(ctx); err != nil { // warm-up: page in the buffers
+	ex, err := executeInTurn(ctx, reps, 0, x)
+	if err != nil {
 		return nil, err
 	}
-	out := &Executed{Step: math.Inf(1), Moved: x.moved, OpSeconds: make([]float64, len(g.Ops))}
-	for i := range out.OpSeconds {
-		out.OpSeconds[i] = math.Inf(1)
-	}
-	for range max(reps, 1) {
-		sec, err := x.step(ctx)
-		if err != nil {
+	return ex[0], nil
+}
+
+// maxRoundsPerRep bounds executeInTurn's rounds beyond reps.
+const maxRoundsPerRep = 100
+
+// executeInTurn runs each executor's step once to warm up (paging in the
+// buffers), then rounds of one step of each in turn, so that all of them
+// see the same load of a shared machine — reps rounds, and more until
+// minTime has passed, at most maxRoundsPerRep per rep, the garbage
+// collected before each — then each one's overhead; it returns their
+// Executed in order and stops their workers.
+func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*executor) ([]*Executed, error) {
+	defer func() {
+		for _, x := range xs {
+			x.close()
+		}
+	}()
+	reps = max(reps, 1)
+	out := make([]*Executed, len(xs))
+	for k, x := range xs {
+		if _, err := x.step(ctx); err != nil {
 			return nil, err
 		}
-		out.Steps = append(out.Steps, sec)
-		for i, t := range x.opTime {
-			out.OpSeconds[i] = math.Min(out.OpSeconds[i], t)
+		out[k] = &Executed{Step: math.Inf(1), Moved: x.moved, OpSeconds: make([]float64, len(x.g.Ops))}
+		for i := range out[k].OpSeconds {
+			out[k].OpSeconds[i] = math.Inf(1)
 		}
-		out.Step = math.Min(out.Step, sec)
 	}
-	if out.Overhead, err = x.overhead(ctx, max(reps, 1)); err != nil {
-		return nil, err
+	start := time.Now()
+	for round := 0; round < reps || (time.Since(start) < minTime && round < maxRoundsPerRep*reps); round++ {
+		// Collect the garbage of earlier rounds outside the timed steps:
+		// a collection's mark workers take a core from a device.
+		runtime.GC()
+		for k, x := range xs {
+			sec, err := x.step(ctx)
+			if err != nil {
+				return nil, err
+			}
+			ex := out[k]
+			ex.Steps = append(ex.Steps, sec)
+			for i, t := range x.opTime {
+				ex.OpSeconds[i] = math.Min(ex.OpSeconds[i], t)
+			}
+			ex.Step = math.Min(ex.Step, sec)
+		}
+	}
+	for k, x := range xs {
+		var err error
+		if out[k].Overhead, err = x.overhead(ctx, reps); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -91,15 +128,50 @@ type executor struct {
 	g         *Graph
 	placement []int
 	devs      int
+	cpus      []int          // per device: the CPU (among those this process may use) its goroutine is pinned to
 	run       []func() error // per op; nil for the input
 	local     [][]int        // per op: consumers on its own device
 	copies    [][]*copyTo    // per op: its transfers
 	transfers int
 	moved     int64
 	opTime    []float64 // the last step's, per op (each written by its device's goroutine)
+
+	// the workers (start, close) and the step they work on
+	ready   []chan int     // per device: its ops that are ready
+	links   []chan *copyTo // per device: its outputs to copy
+	stop    chan struct{}
+	workers sync.WaitGroup
+	cur     *stepState
+	broken  error // why no further step can run
 }
 
-func newExecutor(g *Graph, devs []Device, placement []int) (*executor, error) {
+// opBuffers holds each op's kernel buffers, so that executors of one
+// graph that take turns (CheckPlacement's) run each kernel on the same
+// memory: where a buffer lands (huge pages or not, which cache sets)
+// changes an op's time by up to 2x on this machine's embedding gathers.
+type opBuffers [][]native.Buffer
+
+// sharedAlloc is a backend whose Alloc hands out one op's buffers from
+// an opBuffers in order, allocating (and keeping) those it lacks.
+type sharedAlloc struct {
+	native.Backend
+	bufs *[]native.Buffer
+	next int
+}
+
+func (s *sharedAlloc) Alloc(n int) native.Buffer {
+	defer func() { s.next++ }()
+	if s.next < len(*s.bufs) && (*s.bufs)[s.next].Len() == n {
+		return (*s.bufs)[s.next]
+	}
+	b := s.Backend.Alloc(n)
+	*s.bufs = append((*s.bufs)[:s.next], b)
+	return b
+}
+
+// newExecutor prepares g's step under placement on devs, each op's
+// kernel on buffers of its own (from shared when it is not nil).
+func newExecutor(g *Graph, devs []Device, placement []int, shared opBuffers) (*executor, error) {
 	if len(placement) != len(g.Ops) {
 		return nil, fmt.Errorf("place: execute %s: placement has %d devices for %d ops", g.Name, len(placement), len(g.Ops))
 	}
@@ -115,8 +187,11 @@ func newExecutor(g *Graph, devs []Device, placement []int) (*executor, error) {
 		bes[d] = be
 	}
 	n := len(g.Ops)
-	x := &executor{g: g, placement: placement, devs: len(devs), run: make([]func() error, n), local: make([][]int, n),
-		copies: make([][]*copyTo, n), opTime: make([]float64, n)}
+	x := &executor{g: g, placement: placement, devs: len(devs), cpus: make([]int, len(devs)), run: make([]func() error, n),
+		local: make([][]int, n), copies: make([][]*copyTo, n), opTime: make([]float64, n)}
+	for d := range x.cpus {
+		x.cpus[d] = d
+	}
 	for i, op := range g.Ops {
 		d := placement[i]
 		if d < 0 || d >= len(devs) {
@@ -125,7 +200,11 @@ func newExecutor(g *Graph, devs []Device, placement []int) (*executor, error) {
 		if op.Kind == KindInput {
 			continue
 		}
-		run, err := kernelOf(bes[d], op)
+		be := bes[d]
+		if shared != nil {
+			be = &sharedAlloc{Backend: be, bufs: &shared[i]}
+		}
+		run, err := kernelOf(be, op)
 		if err != nil {
 			return nil, fmt.Errorf("place: execute %s: op %d (%s): %w", g.Name, i, op.Name, err)
 		}
@@ -178,99 +257,134 @@ func (x *executor) copyOf(v, d int) *copyTo {
 	return c
 }
 
-// step runs one step and returns its wall time.
-func (x *executor) step(ctx context.Context) (float64, error) {
+// stepState is one step's progress, shared by the workers.
+type stepState struct {
+	pending   []atomic.Int32 // per op: inputs not yet on its device
+	remaining atomic.Int64   // ops and copies not yet done
+	finished  chan struct{}
+	failed    chan error
+}
+
+// start launches the executor's workers, once: per device one goroutine
+// running its ops, locked to a thread pinned to the device's CPU, and one
+// making its transfers. They live until close, so that a step pays
+// neither their start nor the pinning.
+func (x *executor) start() {
+	if x.ready != nil {
+		return
+	}
+	x.ready, x.links, x.stop = make([]chan int, x.devs), make([]chan *copyTo, x.devs), make(chan struct{})
 	n := len(x.g.Ops)
-	pending := make([]atomic.Int32, n)
-	for i, op := range x.g.Ops {
-		pending[i].Store(int32(len(op.Inputs)))
-	}
-	ready, links := make([]chan int, x.devs), make([]chan *copyTo, x.devs)
-	for d := range ready {
-		ready[d], links[d] = make(chan int, n), make(chan *copyTo, x.transfers)
-	}
-	var remaining atomic.Int64
-	remaining.Store(int64(n + x.transfers))
-	finished, stop, failed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	done := func() {
-		if remaining.Add(-1) == 0 {
-			close(finished)
-		}
-	}
-	release := func(w int) {
-		if pending[w].Add(-1) == 0 {
-			ready[x.placement[w]] <- w
-		}
-	}
-	var wg sync.WaitGroup
 	for d := range x.devs {
-		wg.Go(func() {
-			defer pinToCPU(d)()
-			x.device(ready[d], links[d], stop, failed, release, done)
+		x.ready[d], x.links[d] = make(chan int, n), make(chan *copyTo, x.transfers)
+		x.workers.Go(func() {
+			defer pinToCPU(x.cpus[d])()
+			x.device(d)
 		})
-		wg.Go(func() { linkLoop(links[d], stop, release, done) })
+		x.workers.Go(func() { x.linkLoop(d) })
 	}
+}
+
+// close stops the workers.
+func (x *executor) close() {
+	if x.ready != nil {
+		close(x.stop)
+		x.workers.Wait()
+		x.ready = nil
+	}
+}
+
+// step runs one step and returns its wall time. A step that fails or is
+// cancelled leaves ops of its own in flight: the executor refuses further
+// steps.
+func (x *executor) step(ctx context.Context) (float64, error) {
+	if x.broken != nil {
+		return 0, x.broken
+	}
+	x.start()
+	n := len(x.g.Ops)
+	st := &stepState{pending: make([]atomic.Int32, n), finished: make(chan struct{}), failed: make(chan error, 1)}
+	for i, op := range x.g.Ops {
+		st.pending[i].Store(int32(len(op.Inputs)))
+	}
+	st.remaining.Store(int64(n + x.transfers))
+	x.cur = st // the workers read it after the sends below
 	start := time.Now()
 	for i, op := range x.g.Ops {
 		if len(op.Inputs) == 0 {
-			ready[x.placement[i]] <- i
+			x.ready[x.placement[i]] <- i
 		}
 	}
 	var err error
 	select {
-	case <-finished:
-	case err = <-failed:
+	case <-st.finished:
+	case err = <-st.failed:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	elapsed := time.Since(start).Seconds()
-	close(stop)
-	wg.Wait()
+	if err != nil {
+		x.broken = fmt.Errorf("place: execute %s: an earlier step did not finish: %w", x.g.Name, err)
+	}
 	return elapsed, err
 }
 
-// device runs the ops that become ready on one device, one at a time.
-func (x *executor) device(ready chan int, link chan *copyTo, stop chan struct{}, failed chan error, release func(int), done func()) {
+// done counts an op or a copy of the current step as done.
+func (x *executor) done() {
+	if st := x.cur; st.remaining.Add(-1) == 0 {
+		close(st.finished)
+	}
+}
+
+// release counts one input of op w as on w's device.
+func (x *executor) release(w int) {
+	if x.cur.pending[w].Add(-1) == 0 {
+		x.ready[x.placement[w]] <- w
+	}
+}
+
+// device runs the ops that become ready on device d, one at a time.
+func (x *executor) device(d int) {
 	for {
 		select {
-		case <-stop:
+		case <-x.stop:
 			return
-		case v := <-ready:
+		case v := <-x.ready[d]:
 			if run := x.run[v]; run != nil {
 				start := time.Now()
 				err := run()
 				x.opTime[v] = time.Since(start).Seconds()
 				if err != nil {
 					select {
-					case failed <- fmt.Errorf("place: execute %s: op %d (%s): %w", x.g.Name, v, x.g.Ops[v].Name, err):
+					case x.cur.failed <- fmt.Errorf("place: execute %s: op %d (%s): %w", x.g.Name, v, x.g.Ops[v].Name, err):
 					default:
 					}
-					return
+					continue // the step never finishes: its consumers wait
 				}
 			}
 			for _, w := range x.local[v] {
-				release(w)
+				x.release(w)
 			}
 			for _, c := range x.copies[v] {
-				link <- c
+				x.links[d] <- c
 			}
-			done()
+			x.done()
 		}
 	}
 }
 
-// linkLoop makes one device's transfers, one at a time.
-func linkLoop(link chan *copyTo, stop chan struct{}, release func(int), done func()) {
+// linkLoop makes device d's transfers, one at a time.
+func (x *executor) linkLoop(d int) {
 	for {
 		select {
-		case <-stop:
+		case <-x.stop:
 			return
-		case c := <-link:
+		case c := <-x.links[d]:
 			copy(c.dst, c.src)
 			for _, w := range c.consumers {
-				release(w)
+				x.release(w)
 			}
-			done()
+			x.done()
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package place
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/heterps/heterps/native"
 )
 
 func cpuDevices(n int) []Device {
@@ -25,10 +28,11 @@ func alternatingExecutor(t *testing.T, model string, batch int) (*Graph, *execut
 	for i, op := range g.Ops {
 		placement[i] = op.Group % 2
 	}
-	x, err := newExecutor(g, cpuDevices(2), placement)
+	x, err := newExecutor(g, cpuDevices(2), placement, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(x.close)
 	return g, x
 }
 
@@ -107,5 +111,93 @@ func TestExecuteOverheadSkipsTheKernels(t *testing.T) {
 	}
 	if _, err := x.step(t.Context()); err != nil || calls != len(g.Ops) {
 		t.Errorf("after the overhead steps a step ran %d of %d kernels (%v)", calls, len(g.Ops), err)
+	}
+}
+
+// TestExecutorsShareTheirOpsBuffers: a second executor of the graph given
+// the first one's buffers runs every kernel on the same memory.
+func TestExecutorsShareTheirOpsBuffers(t *testing.T) {
+	g := loadGraph(t, "2emb", 16)
+	shared := make(opBuffers, len(g.Ops))
+	if _, err := newExecutor(g, cpuDevices(1), make([]int, len(g.Ops)), shared); err != nil {
+		t.Fatal(err)
+	}
+	first := firstFloats(shared)
+	if _, err := newExecutor(g, cpuDevices(2), alternating(g), shared); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range firstFloats(shared) {
+		if p != first[i] {
+			t.Errorf("op %s: buffer %d is new memory", g.Ops[i/8].Name, i%8)
+		}
+	}
+	if len(first) == 0 {
+		t.Fatal("no buffers kept")
+	}
+}
+
+// firstFloats is the address of every kept buffer's first float, 8 slots
+// per op.
+func firstFloats(b opBuffers) map[int]*float32 {
+	out := map[int]*float32{}
+	for i, bufs := range b {
+		for k, buf := range bufs {
+			if h := buf.(native.HostBuffer); len(h) > 0 {
+				out[8*i+k] = &h[0]
+			}
+		}
+	}
+	return out
+}
+
+func alternating(g *Graph) []int {
+	p := make([]int, len(g.Ops))
+	for i, op := range g.Ops {
+		p[i] = op.Group % 2
+	}
+	return p
+}
+
+// TestCheckPlacementSimulatesWhatItRan: the check measures op times on
+// each local device alone, simulates the placement with them and runs it;
+// a device set without a local device has nothing to measure on.
+func TestCheckPlacementSimulatesWhatItRan(t *testing.T) {
+	g := loadGraph(t, "mlp-digits", 16)
+	devs := cpuDevices(2)
+	devs[0].Local, devs[1].Local = true, true
+	c, err := CheckPlacement(t.Context(), g, devs, alternating(g), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(c.Simulated > 0) || !(c.Executed.Step > 0) || c.Measured.Link == nil || len(c.Measured.ByDevice) != 2 ||
+		c.Measured.ByDevice[0] == nil || c.Measured.ByDevice[1] == nil {
+		t.Fatalf("simulated %g s, executed %g s, measured %+v", c.Simulated, c.Executed.Step, c.Measured)
+	}
+	s := newSim(t, g, devs...)
+	s.UseMeasured(c.Measured)
+	if r := run(t, s, alternating(g)); r.Step != c.Simulated {
+		t.Errorf("the check's simulated step %g s, its measurements simulate to %g s", c.Simulated, r.Step)
+	}
+	devs[0].Local, devs[1].Local = false, false
+	if _, err := CheckPlacement(t.Context(), g, devs, alternating(g), 1); err == nil || !strings.Contains(err.Error(), "no device is marked local") {
+		t.Errorf("without a local device: %v", err)
+	}
+}
+
+// TestAFailedStepBreaksTheExecutor: an op's error ends its step with that
+// error, and the executor, whose step never finished, refuses the next.
+func TestAFailedStepBreaksTheExecutor(t *testing.T) {
+	g, x := alternatingExecutor(t, "mlp-digits", 8)
+	for i := range x.run {
+		x.run[i] = func() error { return nil }
+	}
+	last := len(g.Ops) / 2
+	x.run[last] = func() error { return errors.New("kernel refused") }
+	if _, err := x.step(t.Context()); err == nil || !strings.Contains(err.Error(), "kernel refused") || !strings.Contains(err.Error(), g.Ops[last].Name) {
+		t.Fatalf("failing op: %v", err)
+	}
+	x.run[last] = func() error { return nil }
+	if _, err := x.step(t.Context()); err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("the step after a failed one: %v", err)
 	}
 }

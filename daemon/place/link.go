@@ -2,62 +2,67 @@ package place
 
 import (
 	"context"
+	"fmt"
 	"math"
-	"time"
 )
 
 // Link is a transfer between two cores of this machine, as measured.
 type Link struct {
-	Latency   float64 // seconds from an op handing its output over to a goroutine on the other core running
-	Bandwidth float64 // bytes/s of a copy, on the other core, of a buffer one core just wrote
+	Latency   float64 // seconds from an op's end to its consumer on the other core starting, for an empty output
+	Bandwidth float64 // bytes/s of the output's copy on the way
 }
 
-// linkBytes is the buffer MeasureLink copies: large enough to leave the
-// first-level caches, as a layer's activations do.
-const linkBytes = 1 << 20
+// Link measuring: a chain of linkHops ops alternating between two cores,
+// with empty outputs and with outputs of linkBytes (large enough to leave
+// the first-level caches, as a layer's activations do).
+const (
+	linkHops  = 16
+	linkBytes = 1 << 20
+)
 
-// MeasureLink measures the link between two cores as Execute uses it: two
-// goroutines pinned to two CPUs (the same one on a single-CPU machine)
-// handing each other work through channels, and one of them copying a
-// buffer the other just wrote. Latency is half the fastest round trip,
-// Bandwidth the fastest copy; reps rounds of each.
+// MeasureLink measures the link between two cores as Execute transfers:
+// a chain of ops that do nothing, alternating between two cpu devices
+// (pinned to two CPUs, the same one on a single-CPU machine), each op's
+// output copied to the next one's device by the producer's link goroutine
+// and handed to the consumer's. Latency is the fastest step over its
+// hops with empty outputs; Bandwidth is linkBytes over what a hop of
+// linkBytes adds to that. Fastest of reps steps each.
 func MeasureLink(ctx context.Context, reps int) (Link, error) {
-	reps = max(reps, 1)
-	const rounds = 64 // round trips per timing
-	src, dst := make([]float32, linkBytes/4), make([]float32, linkBytes/4)
-	toB, toA := make(chan int, 1), make(chan time.Duration, 1)
-	go func() { // core 1: answers each hand-off; copies what core 0 wrote
-		defer pinToCPU(1)()
-		for kind := range toB {
-			if kind == 0 {
-				toA <- 0
-				continue
-			}
-			start := time.Now()
-			copy(dst, src)
-			toA <- time.Since(start)
-		}
-	}()
-	defer close(toB)
-	defer pinToCPU(0)()
-	best := Link{Latency: math.Inf(1)}
-	fastestCopy := time.Duration(math.MaxInt64)
-	for range reps {
-		if err := ctx.Err(); err != nil {
-			return Link{}, err
-		}
-		start := time.Now()
-		for range rounds {
-			toB <- 0
-			<-toA
-		}
-		best.Latency = math.Min(best.Latency, time.Since(start).Seconds()/rounds/2)
-		for i := range src {
-			src[i] = float32(i)
-		}
-		toB <- 1
-		fastestCopy = min(fastestCopy, <-toA)
+	empty, err := perHop(ctx, 0, reps)
+	if err != nil {
+		return Link{}, err
 	}
-	best.Bandwidth = linkBytes / math.Max(fastestCopy.Seconds(), 1e-9)
-	return best, nil
+	full, err := perHop(ctx, linkBytes, reps)
+	if err != nil {
+		return Link{}, err
+	}
+	return Link{Latency: empty, Bandwidth: linkBytes / math.Max(full-empty, 1e-9)}, nil
+}
+
+// perHop is the fastest step of the chain with outputs of bytes, over its
+// hops.
+func perHop(ctx context.Context, bytes int64, reps int) (float64, error) {
+	g := &Graph{Name: "link"}
+	placement := make([]int, linkHops)
+	for i := range linkHops {
+		op := Op{Name: fmt.Sprintf("hop%d", i), Kind: KindConcat, Out: bytes}
+		if i > 0 {
+			op.Inputs = []int{i - 1}
+		}
+		g.Ops = append(g.Ops, op)
+		placement[i] = i % 2
+	}
+	devs := []Device{{Name: "core0", Kind: "cpu", Threads: 1}, {Name: "core1", Kind: "cpu", Threads: 1}}
+	x, err := newExecutor(g, devs, placement, nil)
+	if err != nil {
+		return 0, err
+	}
+	for i := range x.run {
+		x.run[i] = func() error { return nil }
+	}
+	ex, err := executeInTurn(ctx, reps, 0, x)
+	if err != nil {
+		return 0, err
+	}
+	return ex[0].Step / (linkHops - 1), nil
 }

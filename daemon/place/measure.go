@@ -25,6 +25,10 @@ type Measured struct {
 	Measured int    // ops with a measured time
 	Kernels  int    // distinct kernel shapes timed
 	How      string // MeasuredAlone or MeasuredInStep
+	// ByDevice, when set, holds per device of the simulated set the op
+	// times measured on that device's own CPU (nil for devices that are not
+	// local): the cores of a shared machine do not run at one speed.
+	ByDevice [][]float64
 	// Link is the transfer between two cores of this machine, when it was
 	// measured (MeasureLocal); nil keeps the devices' own link figures.
 	Link *Link
@@ -127,7 +131,11 @@ func (s *Simulator) UseMeasured(m *Measured) {
 		if !dev.Local {
 			continue
 		}
-		for i, sec := range m.Seconds {
+		seconds := m.Seconds
+		if d < len(m.ByDevice) && m.ByDevice[d] != nil {
+			seconds = m.ByDevice[d]
+		}
+		for i, sec := range seconds {
 			if !math.IsNaN(sec) {
 				s.times[i][d] = sec
 			}
@@ -323,18 +331,30 @@ func hostDots(a, b []float32, width, passes int, out []float64) {
 
 // MeasureInStep times every op as it runs inside a step: the whole graph
 // executed on one cpu device of the given threads (Execute), each op's
-// fastest of reps steps, plus its share of handing the ops over (the
-// executed step's Overhead spread evenly over the ops). Unlike Measure's kernels, timed alone and hot in
+// fastest of reps steps, calibrated to the fastest step (calibrate). Unlike Measure's kernels, timed alone and hot in
 // the caches, an op here finds its buffers as the ops before it left them
 // (each op has buffers of its own, so its inputs are colder than in the
 // trainer, where it reads what the op before it just wrote); the two bound
 // the trainer's op times from either side. The input takes no time (NaN).
 func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured, error) {
-	dev := Device{Name: "cpu", Kind: "cpu", Threads: max(threads, 1)}
-	ex, err := Execute(ctx, g, []Device{dev}, make([]int, len(g.Ops)), reps)
+	x, err := newExecutor(g, oneCore(threads), make([]int, len(g.Ops)), nil)
 	if err != nil {
 		return nil, err
 	}
+	ex, err := executeInTurn(ctx, reps, 0, x)
+	if err != nil {
+		return nil, err
+	}
+	return inStep(g, ex[0]), nil
+}
+
+// oneCore is the device MeasureInStep runs a graph on.
+func oneCore(threads int) []Device {
+	return []Device{{Name: "cpu", Kind: "cpu", Threads: max(threads, 1)}}
+}
+
+// inStep is the op times of g's one-device execution ex, calibrated.
+func inStep(g *Graph, ex *Executed) *Measured {
 	m := &Measured{Seconds: ex.OpSeconds, How: MeasuredInStep}
 	for i, op := range g.Ops {
 		if op.Kind == KindInput {
@@ -344,11 +364,105 @@ func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured,
 		m.Measured++
 		m.Kernels++
 	}
-	if m.Measured > 0 {
-		perOp := ex.Overhead / float64(m.Measured)
-		for i := range m.Seconds {
-			m.Seconds[i] += perOp // NaN stays NaN
+	calibrate(m, ex)
+	return m
+}
+
+// checkMinTime is how long CheckPlacement's rounds last at least: the
+// fastest step of a small graph must not come from one burst of a shared
+// machine's load.
+const checkMinTime = time.Second
+
+// Checked is a placement's simulated step beside its executed one.
+type Checked struct {
+	Simulated float64   // the simulator's step with the op times and link below
+	Executed  *Executed // the placement run for real
+	// Measured is the op times inside steps run on each local device's CPU
+	// alone (ByDevice; Seconds are the first's), and the link.
+	Measured *Measured
+}
+
+// CheckPlacement holds the simulator against a placement executed for
+// real: it runs reps rounds of one step of g on each local device of devs
+// alone, pinned to that device's CPU (MeasureInStep's op times, per
+// device), and one step of the placement on devs (as Execute), in turn,
+// so that all of them see the same load of a shared machine (reps rounds,
+// more until checkMinTime has passed); it measures
+// the link between two cores, and simulates the placement with those op
+// times on the local devices. All of these executions run each op on the
+// same buffers.
+func CheckPlacement(ctx context.Context, g *Graph, devs []Device, placement []int, reps int) (*Checked, error) {
+	var xs []*executor
+	var locals []int
+	shared := make(opBuffers, len(g.Ops))
+	for d, dev := range devs {
+		if !dev.Local {
+			continue
+		}
+		x, err := newExecutor(g, oneCore(dev.Threads), make([]int, len(g.Ops)), shared)
+		if err != nil {
+			return nil, err
+		}
+		x.cpus[0] = d
+		xs, locals = append(xs, x), append(locals, d)
+	}
+	if len(xs) == 0 {
+		return nil, fmt.Errorf("place: check %s: no device is marked local", g.Name)
+	}
+	placed, err := newExecutor(g, devs, placement, shared)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := executeInTurn(ctx, reps, checkMinTime, append(xs, placed)...)
+	if err != nil {
+		return nil, err
+	}
+	m := &Measured{ByDevice: make([][]float64, len(devs))}
+	for k, d := range locals {
+		one := inStep(g, ex[k])
+		if k == 0 {
+			m.Seconds, m.Measured, m.Kernels, m.How = one.Seconds, one.Measured, one.Kernels, one.How
+		}
+		m.ByDevice[d] = one.Seconds
+	}
+	link, err := MeasureLink(ctx, reps)
+	if err != nil {
+		return nil, err
+	}
+	m.Link = &link
+	s, err := NewSimulator(g, devs)
+	if err != nil {
+		return nil, err
+	}
+	s.UseMeasured(m)
+	r, err := s.Run(placement)
+	if err != nil {
+		return nil, err
+	}
+	return &Checked{Simulated: r.Step, Executed: ex[len(ex)-1], Measured: m}, nil
+}
+
+// calibrate makes m's op times, each the fastest of several steps of a
+// one-device execution ex, add up to ex's fastest step: the sum of
+// per-op minima taken from different steps is faster than any one step
+// was, so the kernel times are scaled by (Step - Overhead) / their sum,
+// and each op gets an even share of the Overhead (handing the ops over).
+func calibrate(m *Measured, ex *Executed) {
+	if m.Measured == 0 {
+		return
+	}
+	sum := 0.0
+	for _, sec := range m.Seconds {
+		if !math.IsNaN(sec) {
+			sum += sec
 		}
 	}
-	return m, nil
+	scale := 1.0
+	if kernels := ex.Step - ex.Overhead; sum > 0 && kernels > 0 {
+		scale = kernels / sum
+	}
+	perOp := math.Min(ex.Overhead, ex.Step) / float64(m.Measured)
+	for i, sec := range m.Seconds {
+		m.Seconds[i] = sec*scale + perOp // NaN stays NaN
+	}
 }

@@ -79,3 +79,40 @@ func TestMeasureInStepTimesEveryOpInsideAStep(t *testing.T) {
 		t.Errorf("%d of %d ops measured", m.Measured, len(g.Ops))
 	}
 }
+
+// TestCalibrateAddsUpToTheFastestStep: per-op minima from different steps
+// are scaled and given their share of the hand-offs so that they add up
+// to the fastest step; the input keeps no time.
+func TestCalibrateAddsUpToTheFastestStep(t *testing.T) {
+	for _, c := range []struct {
+		step, overhead float64
+		want           []float64
+	}{
+		{5, 1, []float64{1.5, 3.5}}, // minima already add up to the step's kernels
+		{9, 1, []float64{2.5, 6.5}}, // the fastest step was twice as slow as its ops' minima
+	} {
+		m := &Measured{Seconds: []float64{math.NaN(), 1, 3}, Measured: 2}
+		calibrate(m, &Executed{Step: c.step, Overhead: c.overhead})
+		if !math.IsNaN(m.Seconds[0]) || m.Seconds[1] != c.want[0] || m.Seconds[2] != c.want[1] {
+			t.Errorf("step %g, overhead %g: %v, want [NaN %v]", c.step, c.overhead, m.Seconds, c.want)
+		}
+	}
+}
+
+// TestUseMeasuredTakesEachDevicesOwnTimes: with times per device, each
+// local device gets its own; devices without any keep the shared ones.
+func TestUseMeasuredTakesEachDevicesOwnTimes(t *testing.T) {
+	g := chain([]float64{1e6, 1e6}, 8)
+	a, b, c := testDevice("core0", 1e10, 1<<30, 1e9), testDevice("core1", 1e10, 1<<30, 1e9), testDevice("core2", 1e10, 1<<30, 1e9)
+	a.Local, b.Local, c.Local = true, true, true
+	s := newSim(t, g, a, b, c)
+	s.UseMeasured(&Measured{Seconds: []float64{1, 2}, ByDevice: [][]float64{{3, 4}, nil}})
+	for _, want := range []struct {
+		dev  int
+		secs [2]float64
+	}{{0, [2]float64{3, 4}}, {1, [2]float64{1, 2}}, {2, [2]float64{1, 2}}} {
+		if got := [2]float64{s.Time(0, want.dev), s.Time(1, want.dev)}; got != want.secs {
+			t.Errorf("device %d: %v, want %v", want.dev, got, want.secs)
+		}
+	}
+}
