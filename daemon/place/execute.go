@@ -54,7 +54,7 @@ const maxRoundsPerRep = 100
 // buffers), then rounds of one step of each in turn, so that all of them
 // see the same load of a shared machine — reps rounds, and more until
 // minTime has passed, at most maxRoundsPerRep per rep, the garbage
-// collected before each — then each one's overhead; it returns their
+// collected before each step — then each one's overhead; it returns their
 // Executed in order and stops their workers.
 func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*executor) ([]*Executed, error) {
 	defer func() {
@@ -75,10 +75,13 @@ func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*
 	}
 	start := time.Now()
 	for round := 0; round < reps || (time.Since(start) < minTime && round < maxRoundsPerRep*reps); round++ {
-		// Collect the garbage of earlier rounds outside the timed steps:
-		// a collection's mark workers take a core from a device.
-		runtime.GC()
 		for k, x := range xs {
+			// Collect the garbage of earlier steps outside the timed one:
+			// a collection's mark workers take a core from a device, and
+			// without one a step's allocations (an embedding gradient's
+			// result) fault in fresh pages (up to 40% of a small step here),
+			// which a trainer's steady state reuses.
+			runtime.GC()
 			sec, err := x.step(ctx)
 			if err != nil {
 				return nil, err
