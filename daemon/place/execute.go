@@ -29,8 +29,8 @@ type Executed struct {
 // one warm-up, on this machine's CPU: each device is a native CPU backend
 // of its Threads whose ops run on a goroutine of its own, locked to a
 // thread pinned to a CPU of its own (device d on the d-th CPU this process
-// may use, modulo their number), in the order they become ready (their kernels as Measure times them, on buffers of their
-// own); an output that a consumer on another device needs is copied
+// may use, modulo their number), in the order they become ready (their
+// kernels as Measure times them, on buffers of their own); an output that a consumer on another device needs is copied
 // there, once per device, by the producer device's link goroutine (one
 // copy at a time, as the simulator's links), and so are the updates'
 // new weights for the next step's readers (Op.NextStep). A step ends when

@@ -331,11 +331,12 @@ func hostDots(a, b []float32, width, passes int, out []float64) {
 
 // MeasureInStep times every op as it runs inside a step: the whole graph
 // executed on one cpu device of the given threads (Execute), each op's
-// fastest of reps steps, calibrated to the fastest step (calibrate). Unlike Measure's kernels, timed alone and hot in
-// the caches, an op here finds its buffers as the ops before it left them
-// (each op has buffers of its own, so its inputs are colder than in the
-// trainer, where it reads what the op before it just wrote); the two bound
-// the trainer's op times from either side. The input takes no time (NaN).
+// fastest of reps steps, calibrated to the fastest step (calibrate).
+// Unlike Measure's kernels, timed alone and hot in the caches, an op here
+// finds its buffers as the ops before it left them (each op has buffers of
+// its own, so its inputs are colder than in the trainer, where it reads
+// what the op before it just wrote); the two bound the trainer's op times
+// from either side. The input takes no time (NaN).
 func MeasureInStep(ctx context.Context, g *Graph, threads, reps int) (*Measured, error) {
 	x, err := newExecutor(g, oneCore(threads), make([]int, len(g.Ops)), nil)
 	if err != nil {
@@ -353,7 +354,8 @@ func oneCore(threads int) []Device {
 	return []Device{{Name: "cpu", Kind: "cpu", Threads: max(threads, 1)}}
 }
 
-// inStep is the op times of g's one-device execution ex, calibrated.
+// inStep is the op times of g's one-device execution ex, calibrated in
+// place (ex.OpSeconds becomes the result's Seconds).
 func inStep(g *Graph, ex *Executed) *Measured {
 	m := &Measured{Seconds: ex.OpSeconds, How: MeasuredInStep}
 	for i, op := range g.Ops {
@@ -383,14 +385,13 @@ type Checked struct {
 }
 
 // CheckPlacement holds the simulator against a placement executed for
-// real: it runs reps rounds of one step of g on each local device of devs
+// real: it runs rounds of one step of g on each local device of devs
 // alone, pinned to that device's CPU (MeasureInStep's op times, per
 // device), and one step of the placement on devs (as Execute), in turn,
 // so that all of them see the same load of a shared machine (reps rounds,
-// more until checkMinTime has passed); it measures
-// the link between two cores, and simulates the placement with those op
-// times on the local devices. All of these executions run each op on the
-// same buffers.
+// more until checkMinTime has passed); it measures the link between two
+// cores, and simulates the placement with those op times on the local
+// devices. All of these executions run each op on the same buffers.
 func CheckPlacement(ctx context.Context, g *Graph, devs []Device, placement []int, reps int) (*Checked, error) {
 	var xs []*executor
 	var locals []int
@@ -417,13 +418,11 @@ func CheckPlacement(ctx context.Context, g *Graph, devs []Device, placement []in
 	if err != nil {
 		return nil, err
 	}
-	m := &Measured{ByDevice: make([][]float64, len(devs))}
-	for k, d := range locals {
-		one := inStep(g, ex[k])
-		if k == 0 {
-			m.Seconds, m.Measured, m.Kernels, m.How = one.Seconds, one.Measured, one.Kernels, one.How
-		}
-		m.ByDevice[d] = one.Seconds
+	m := inStep(g, ex[0]) // the first local device's, as Seconds
+	m.ByDevice = make([][]float64, len(devs))
+	m.ByDevice[locals[0]] = m.Seconds
+	for k, d := range locals[1:] {
+		m.ByDevice[d] = inStep(g, ex[k+1]).Seconds
 	}
 	link, err := MeasureLink(ctx, reps)
 	if err != nil {

@@ -116,3 +116,24 @@ func TestUseMeasuredTakesEachDevicesOwnTimes(t *testing.T) {
 		}
 	}
 }
+
+// TestHasKernelAgreesWithKernelOf: the two lists of kinds with a kernel
+// (hasKernel's, which MeasureLocal decides by, and kernelOf's switch) give
+// every kind but the input and the softmax a kernel, small enough to run.
+func TestHasKernelAgreesWithKernelOf(t *testing.T) {
+	be, err := native.NewCPU(native.CPUOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range Kinds {
+		op := Op{Name: kind, Kind: kind, Dims: [3]int{4, 4, 2}}
+		run, err := kernelOf(be, op)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		want := kind != KindInput && kind != KindSoftmax
+		if hasKernel(op) != want || (run != nil) != want {
+			t.Errorf("%s: hasKernel %t, kernelOf gives a kernel: %t; want %t", kind, hasKernel(op), run != nil, want)
+		}
+	}
+}
