@@ -128,6 +128,8 @@ func (m reinforce) Schedule(ctx context.Context, p *Problem) (*Plan, error) {
 	if sr.best != nil {
 		sr.evalsLeft = rlImproveEvals * budget
 		sr.offer(sr.improve(sr.best))
+		sr.evalsLeft = rlImproveEvals * budget
+		sr.relax()
 	}
 	if sr.best != nil && sr.bestCost < chosenCost {
 		chosen.best, chosen.bestCost = sr.best, sr.bestCost

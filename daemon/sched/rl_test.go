@@ -188,3 +188,26 @@ func TestSamplerFollowsTheProbabilities(t *testing.T) {
 		t.Error("mostLikely")
 	}
 }
+
+// TestRLRelaxesOffPlateaus: on larger random problems with a small budget,
+// rl's decision reaches 2% of exact on 37 of 40 with relax (measured) and
+// on 33 without it.
+func TestRLRelaxesOffPlateaus(t *testing.T) {
+	n, within := 0, 0
+	for seed := uint64(0); seed < 40; seed++ {
+		r := newRand(seed)
+		p := randomProblem(r, 8+r.IntN(6), 3+r.IntN(4))
+		opt := mustRun(t, "exact", p, Options{})
+		if !opt.Feasible {
+			continue
+		}
+		n++
+		plan := mustRun(t, "rl", p, Options{Seed: 1, Budget: 256, FreshPolicy: true})
+		if plan.PolicyCost > 0 && plan.PolicyCost <= opt.Cost*1.02 {
+			within++
+		}
+	}
+	if n < 30 || within < n-5 {
+		t.Fatalf("rl's decision within 2%% of exact on %d of %d problems", within, n)
+	}
+}
