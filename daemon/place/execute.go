@@ -23,6 +23,9 @@ type Executed struct {
 	// Overhead is the fastest step with every kernel skipped: what handing
 	// the ops between goroutines and copying outputs between devices cost.
 	Overhead float64
+	// Sleeps is, per timed step, how many of its ops a device's goroutine
+	// received asleep (0 where every wait spun).
+	Sleeps []int64
 }
 
 // Execute runs the step of g under placement for real, reps times after
@@ -30,11 +33,14 @@ type Executed struct {
 // of its Threads whose ops run on a goroutine of its own, locked to a
 // thread pinned to a CPU of its own (device d on the d-th CPU this process
 // may use, modulo their number), in the order they become ready (their
-// kernels as Measure times them, on buffers of their own); an output that a consumer on another device needs is copied
-// there, once per device, by the producer device's link goroutine (one
-// copy at a time, as the simulator's links), and so are the updates'
-// new weights for the next step's readers (Op.NextStep). A step ends when
-// every op and copy is done. Only cpu devices can execute here.
+// kernels as Measure times them, on buffers of their own); an output that
+// a consumer on another device needs is copied there, once per device, by
+// the producer's goroutine right after the op (one copy at a time, as the
+// simulator's local links), and so are the updates' new weights for the
+// next step's readers (Op.NextStep). A waiting goroutine spins while its
+// step runs (up to maxSpin) where every device has a CPU of its own. A
+// step ends when every op and copy is done. Only cpu devices can execute
+// here.
 func Execute(ctx context.Context, g *Graph, devs []Device, placement []int, reps int) (*Executed, error) {
 	x, err := newExecutor(g, devs, placement, nil)
 	if err != nil {
@@ -51,11 +57,16 @@ func Execute(ctx context.Context, g *Graph, devs []Device, placement []int, reps
 const maxRoundsPerRep = 100
 
 // executeInTurn runs each executor's step once to warm up (paging in the
-// buffers), then rounds of one step of each in turn, so that all of them
+// buffers), then rounds of two steps of each in turn, so that all of them
 // see the same load of a shared machine — reps rounds, and more until
 // minTime has passed, at most maxRoundsPerRep per rep, the garbage
 // collected before each step — then each one's overhead; it returns their
-// Executed in order and stops their workers.
+// Executed in order and stops their workers. Only the second step of each
+// pair is timed: executors of one graph share its ops' buffers, and the
+// first step leaves them in the caches of the cores this executor runs
+// each op on, as its steady state would (after another executor ran an op
+// on the other core, a placement's ops on that core took up to 55 % longer
+// than alone).
 func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*executor) ([]*Executed, error) {
 	defer func() {
 		for _, x := range xs {
@@ -82,12 +93,17 @@ func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*
 			// result) fault in fresh pages (up to 40% of a small step here),
 			// which a trainer's steady state reuses.
 			runtime.GC()
+			if _, err := x.step(ctx); err != nil {
+				return nil, err
+			}
+			runtime.GC()
+			x.sleeps.Store(0)
 			sec, err := x.step(ctx)
 			if err != nil {
 				return nil, err
 			}
 			ex := out[k]
-			ex.Steps = append(ex.Steps, sec)
+			ex.Steps, ex.Sleeps = append(ex.Steps, sec), append(ex.Sleeps, x.sleeps.Load())
 			for i, t := range x.opTime {
 				ex.OpSeconds[i] = math.Min(ex.OpSeconds[i], t)
 			}
@@ -140,12 +156,13 @@ type executor struct {
 	opTime    []float64 // the last step's, per op (each written by its device's goroutine)
 
 	// the workers (start, close) and the step they work on
-	ready   []chan int     // per device: its ops that are ready
-	links   []chan *copyTo // per device: its outputs to copy
+	ready   []chan int // per device: its ops that are ready
+	spin    bool       // whether waiting workers spin (each device has a CPU of its own)
 	stop    chan struct{}
 	workers sync.WaitGroup
-	cur     *stepState
-	broken  error // why no further step can run
+	cur     atomic.Pointer[stepState]
+	sleeps  atomic.Int64 // ops received asleep in the current step
+	broken  error        // why no further step can run
 }
 
 // opBuffers holds each op's kernel buffers, so that executors of one
@@ -269,23 +286,30 @@ type stepState struct {
 }
 
 // start launches the executor's workers, once: per device one goroutine
-// running its ops, locked to a thread pinned to the device's CPU, and one
-// making its transfers. They live until close, so that a step pays
-// neither their start nor the pinning.
+// running its ops and making its transfers, locked to a thread pinned to
+// the device's CPU. They live until close, so that a step pays neither
+// their start nor the pinning.
 func (x *executor) start() {
 	if x.ready != nil {
 		return
 	}
-	x.ready, x.links, x.stop = make([]chan int, x.devs), make([]chan *copyTo, x.devs), make(chan struct{})
+	x.ready, x.stop = make([]chan int, x.devs), make(chan struct{})
+	x.spin = canSpin(x.devs)
 	n := len(x.g.Ops)
 	for d := range x.devs {
-		x.ready[d], x.links[d] = make(chan int, n), make(chan *copyTo, x.transfers)
+		x.ready[d] = make(chan int, n+1)
 		x.workers.Go(func() {
 			defer pinToCPU(x.cpus[d])()
 			x.device(d)
 		})
-		x.workers.Go(func() { x.linkLoop(d) })
 	}
+}
+
+// canSpin says whether devs workers may spin while they wait: only when
+// each has a CPU and a Go processor of its own, or a spinning worker
+// would hold up another.
+func canSpin(devs int) bool {
+	return devs <= runtime.GOMAXPROCS(0) && devs <= runtime.NumCPU()
 }
 
 // close stops the workers.
@@ -311,8 +335,13 @@ func (x *executor) step(ctx context.Context) (float64, error) {
 		st.pending[i].Store(int32(len(op.Inputs)))
 	}
 	st.remaining.Store(int64(n + x.transfers))
-	x.cur = st // the workers read it after the sends below
+	x.cur.Store(st)
 	start := time.Now()
+	if x.spin { // sleeping devices wake now, not when their first input comes
+		for d := range x.devs {
+			x.ready[d] <- wake
+		}
+	}
 	for i, op := range x.g.Ops {
 		if len(op.Inputs) == 0 {
 			x.ready[x.placement[i]] <- i
@@ -334,60 +363,93 @@ func (x *executor) step(ctx context.Context) (float64, error) {
 
 // done counts an op or a copy of the current step as done.
 func (x *executor) done() {
-	if st := x.cur; st.remaining.Add(-1) == 0 {
+	if st := x.cur.Load(); st.remaining.Add(-1) == 0 {
 		close(st.finished)
 	}
 }
 
 // release counts one input of op w as on w's device.
 func (x *executor) release(w int) {
-	if x.cur.pending[w].Add(-1) == 0 {
+	if x.cur.Load().pending[w].Add(-1) == 0 {
 		x.ready[x.placement[w]] <- w
 	}
 }
 
-// device runs the ops that become ready on device d, one at a time.
+// wake is what a step sends each device first where workers spin: a
+// worker asleep since the last step wakes and spins at once.
+const wake = -1
+
+// maxSpin bounds how long a waiting worker spins before it sleeps:
+// sleeping and waking a core costs ~20 us here, and a core woken from
+// idle ran its first op up to 3x slower than its one-core time (nce's
+// placements), so a worker spins while its step runs, up to this long.
+const maxSpin = 2 * time.Millisecond
+
+// device runs the ops that become ready on device d, one at a time, and
+// after each one copies its output to the other devices that read it,
+// one copy at a time (on a CPU, a core makes the copy: the producer's).
 func (x *executor) device(d int) {
 	for {
-		select {
-		case <-x.stop:
+		v, ok := x.next(d)
+		if !ok {
 			return
-		case v := <-x.ready[d]:
-			if run := x.run[v]; run != nil {
-				start := time.Now()
-				err := run()
-				x.opTime[v] = time.Since(start).Seconds()
-				if err != nil {
-					select {
-					case x.cur.failed <- fmt.Errorf("place: execute %s: op %d (%s): %w", x.g.Name, v, x.g.Ops[v].Name, err):
-					default:
-					}
-					continue // the step never finishes: its consumers wait
-				}
-			}
-			for _, w := range x.local[v] {
-				x.release(w)
-			}
-			for _, c := range x.copies[v] {
-				x.links[d] <- c
-			}
-			x.done()
 		}
-	}
-}
-
-// linkLoop makes device d's transfers, one at a time.
-func (x *executor) linkLoop(d int) {
-	for {
-		select {
-		case <-x.stop:
-			return
-		case c := <-x.links[d]:
+		if v == wake {
+			continue
+		}
+		if run := x.run[v]; run != nil {
+			start := time.Now()
+			err := run()
+			x.opTime[v] = time.Since(start).Seconds()
+			if err != nil {
+				select {
+				case x.cur.Load().failed <- fmt.Errorf("place: execute %s: op %d (%s): %w", x.g.Name, v, x.g.Ops[v].Name, err):
+				default:
+				}
+				continue // the step never finishes: its consumers wait
+			}
+		}
+		for _, w := range x.local[v] {
+			x.release(w)
+		}
+		for _, c := range x.copies[v] {
 			copy(c.dst, c.src)
 			for _, w := range c.consumers {
 				x.release(w)
 			}
 			x.done()
 		}
+		x.done()
+	}
+}
+
+// next is device d's next ready op, false once the executor closes. When
+// workers may spin, it polls while the current step has work left, for
+// at most maxSpin, before it sleeps; an op received asleep is counted in
+// x.sleeps.
+func (x *executor) next(d int) (int, bool) {
+	deadline := time.Now().Add(maxSpin)
+	for polls := 0; ; polls++ {
+		select {
+		case v := <-x.ready[d]:
+			return v, true
+		default:
+		}
+		st := x.cur.Load()
+		if st == nil || st.remaining.Load() == 0 {
+			break
+		}
+		if !x.spin || (polls%64 == 63 && time.Now().After(deadline)) {
+			break
+		}
+	}
+	select {
+	case <-x.stop:
+		return 0, false
+	case v := <-x.ready[d]:
+		if v != wake {
+			x.sleeps.Add(1)
+		}
+		return v, true
 	}
 }

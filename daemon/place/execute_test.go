@@ -2,6 +2,7 @@ package place
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -199,5 +200,80 @@ func TestAFailedStepBreaksTheExecutor(t *testing.T) {
 	x.run[last] = func() error { return nil }
 	if _, err := x.step(t.Context()); err == nil || !strings.Contains(err.Error(), "did not finish") {
 		t.Errorf("the step after a failed one: %v", err)
+	}
+}
+
+// TestWaitingDevicesSpin: where each device has a CPU of its own, a
+// device waiting for an input from the other spins instead of sleeping
+// (a core woken from sleep ran its next op slower), and a step wakes
+// every device at its start: in a quiet step of a chain alternating
+// between two devices, no op reaches a sleeping device; without the
+// wake-up the second device's first op does; with spinning off, every op.
+func TestWaitingDevicesSpin(t *testing.T) {
+	if !canSpin(2) {
+		t.Skip("fewer than two CPUs or Go processors")
+	}
+	const hops = 16
+	g := &Graph{Name: "chain"}
+	placement := make([]int, hops)
+	for i := range hops {
+		op := Op{Name: "hop", Kind: KindConcat}
+		if i > 0 {
+			op.Inputs = []int{i - 1}
+		}
+		g.Ops = append(g.Ops, op)
+		placement[i] = i % 2
+	}
+	fewestSleeps := func(spin bool) int64 {
+		x, err := newExecutor(g, cpuDevices(2), placement, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range x.run {
+			x.run[i] = func() error { return nil }
+		}
+		x.start()
+		x.spin = spin
+		ex, err := executeInTurn(t.Context(), 20, 0, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Min(ex[0].Sleeps)
+	}
+	if spun, slept := fewestSleeps(true), fewestSleeps(false); spun != 0 || slept < hops-1 {
+		t.Errorf("ops of %d hops received asleep in the quietest step: %d spinning, %d not", hops, spun, slept)
+	}
+}
+
+// TestEveryTimedStepFollowsOneOfItsOwn: executors in turn each run an
+// untimed step before every timed one, so that a timed step finds the
+// caches as its own last step left them, not as the other executor's
+// cores did (which made the second core's ops of a placement up to 55%
+// slower than alone).
+func TestEveryTimedStepFollowsOneOfItsOwn(t *testing.T) {
+	g := loadGraph(t, "mlp-digits", 16)
+	var xs []*executor
+	var order []int
+	for k, placement := range [][]int{make([]int, len(g.Ops)), alternating(g)} {
+		x, err := newExecutor(g, cpuDevices(2), placement, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, run := range x.run {
+			if run != nil {
+				x.run[i] = func() error { order = append(order, k); return run() }
+				break
+			}
+		}
+		xs = append(xs, x)
+	}
+	ex, err := executeInTurn(t.Context(), 3, 0, xs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// warm-ups 0 1, rounds (0 0 1 1) x 3, overheads (kernels skipped).
+	want := []int{0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}
+	if len(ex[0].Steps) != 3 || !slices.Equal(order, want) {
+		t.Errorf("%d timed steps, executors ran in the order %v, want %v", len(ex[0].Steps), order, want)
 	}
 }

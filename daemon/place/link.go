@@ -23,7 +23,7 @@ const (
 // MeasureLink measures the link between two cores as Execute transfers:
 // a chain of ops that do nothing, alternating between two cpu devices
 // (pinned to two CPUs, the same one on a single-CPU machine), each op's
-// output copied to the next one's device by the producer's link goroutine
+// output copied to the next one's device by the producer's goroutine
 // and handed to the consumer's. Latency is the fastest step over its
 // hops with empty outputs; Bandwidth is linkBytes over what a hop of
 // linkBytes adds to that. Fastest of reps steps each.

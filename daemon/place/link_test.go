@@ -56,3 +56,23 @@ func TestMeasureLocalFallsBackToKernelsAlone(t *testing.T) {
 		t.Errorf("with a softmax: measured %s, link %v, softmax %g s; want alone, a link, and no time for the softmax", m.How, m.Link, m.Seconds[len(g.Ops)-1])
 	}
 }
+
+// TestALocalCopyKeepsTheProducerBusy: between two local devices with a
+// measured link the producer's core makes the copy (as Execute does), so
+// its next op starts after the copy; the consumer has the output the
+// link's latency after the copy ends.
+func TestALocalCopyKeepsTheProducerBusy(t *testing.T) {
+	a, b := testDevice("core0", 1e12, 1<<30, 1e9), testDevice("core1", 1e12, 1<<30, 1e9)
+	a.Local, b.Local = true, true
+	g := &Graph{Name: "fork", Groups: []string{"p", "local", "remote"}, Ops: []Op{
+		{Name: "p", Kind: KindMatMul, FLOPs: 1e9, Out: 4e6},
+		{Name: "local", Kind: KindMatMul, FLOPs: 3e9, Inputs: []int{0}, Group: 1},
+		{Name: "remote", Kind: KindMatMul, FLOPs: 1e9, Inputs: []int{0}, Group: 2}}}
+	s := newSim(t, g, a, b)
+	s.UseMeasured(&Measured{Seconds: []float64{math.NaN(), math.NaN(), math.NaN()}, Link: &Link{Latency: 1e-3, Bandwidth: 2e9}})
+	// p 1 ms, its copy 2 ms on core0, then local 3 ms: 6 ms; remote starts
+	// at 1 + 2 + 1 (latency) ms and ends at 5 ms.
+	if r := run(t, s, []int{0, 0, 1}); math.Abs(r.Step-6e-3) > 1e-9 {
+		t.Errorf("step %g s, want 6 ms", r.Step)
+	}
+}

@@ -25,7 +25,9 @@ type Result struct {
 // input is on its device. An output goes once to each other device that
 // consumes it, right after it is produced, over the producer device's link,
 // which carries one transfer at a time (latency + bytes / min of the two
-// links' bandwidths). The step ends when the last op is done and the new
+// links' bandwidths). Between two Local devices with a measured link the
+// producer's core makes the copy, as Execute does: it is busy for
+// bytes / bandwidth, and the consumer has the output latency later. The step ends when the last op is done and the new
 // weights are on every device whose ops read them in the next step
 // (Op.NextStep). A Simulator is used by one goroutine at a time.
 type Simulator struct {
@@ -149,14 +151,14 @@ func (s *Simulator) Run(placement []int) (Result, error) {
 		s.avail[v*D+d] = finish
 		for _, w := range s.succ[v] {
 			b := placement[w]
-			at := s.send(v, d, b, finish, link, &res)
+			at := s.send(v, d, b, finish, link, free, &res)
 			s.ready[w] = math.Max(s.ready[w], at)
 			if s.pending[w]--; s.pending[w] == 0 {
 				s.heaps[b].push(heapItem{s.ready[w], w})
 			}
 		}
 		for _, w := range s.g.Ops[v].NextStep {
-			res.Step = math.Max(res.Step, s.send(v, d, placement[w], finish, link, &res))
+			res.Step = math.Max(res.Step, s.send(v, d, placement[w], finish, link, free, &res))
 		}
 	}
 	res.Cost, res.Fits = s.penalise(res.Step, res.Mem)
@@ -165,15 +167,20 @@ func (s *Simulator) Run(placement []int) (Result, error) {
 
 // send makes op v's output, produced on device a at time t, available on
 // device b (once per device) and returns when it is there.
-func (s *Simulator) send(v, a, b int, t float64, link []float64, res *Result) float64 {
+func (s *Simulator) send(v, a, b int, t float64, link, free []float64, res *Result) float64 {
 	D := len(s.devs)
 	at := s.avail[v*D+b]
 	if at >= 0 {
 		return at
 	}
-	start := math.Max(t, link[a])
-	at = start + s.transfer(s.g.Ops[v].Out, a, b)
-	link[a] = at
+	if l := s.localLink; l != nil && s.devs[a].Local && s.devs[b].Local {
+		free[a] = math.Max(t, free[a]) + float64(s.g.Ops[v].Out)/l.Bandwidth
+		at = free[a] + l.Latency
+	} else {
+		start := math.Max(t, link[a])
+		at = start + s.transfer(s.g.Ops[v].Out, a, b)
+		link[a] = at
+	}
 	s.avail[v*D+b] = at
 	res.Moved += s.g.Ops[v].Out
 	res.Mem[b] += s.g.Ops[v].Out
