@@ -281,7 +281,8 @@ func (x *executor) copyOf(v, d int) *copyTo {
 type stepState struct {
 	pending   []atomic.Int32 // per op: inputs not yet on its device
 	remaining atomic.Int64   // ops and copies not yet done
-	finished  chan struct{}
+	finished  chan struct{}  // closed when the last is done, at end
+	end       time.Time
 	failed    chan error
 }
 
@@ -321,7 +322,8 @@ func (x *executor) close() {
 	}
 }
 
-// step runs one step and returns its wall time. A step that fails or is
+// step runs one step and returns its wall time, from its start to the
+// end of its last op or copy. A step that fails or is
 // cancelled leaves ops of its own in flight: the executor refuses further
 // steps.
 func (x *executor) step(ctx context.Context) (float64, error) {
@@ -347,23 +349,29 @@ func (x *executor) step(ctx context.Context) (float64, error) {
 			x.ready[x.placement[i]] <- i
 		}
 	}
-	var err error
 	select {
 	case <-st.finished:
-	case err = <-st.failed:
+		// The step ended with its last op or copy, not when this
+		// goroutine woke to see it: that wake-up is the harness's.
+		return st.end.Sub(start).Seconds(), nil
+	case err := <-st.failed:
+		return 0, x.breakOn(err)
 	case <-ctx.Done():
-		err = ctx.Err()
+		return 0, x.breakOn(ctx.Err())
 	}
-	elapsed := time.Since(start).Seconds()
-	if err != nil {
-		x.broken = fmt.Errorf("place: execute %s: an earlier step did not finish: %w", x.g.Name, err)
-	}
-	return elapsed, err
+}
+
+// breakOn refuses the executor's further steps after a step that did not
+// finish because of err, and returns err.
+func (x *executor) breakOn(err error) error {
+	x.broken = fmt.Errorf("place: execute %s: an earlier step did not finish: %w", x.g.Name, err)
+	return err
 }
 
 // done counts an op or a copy of the current step as done.
 func (x *executor) done() {
 	if st := x.cur.Load(); st.remaining.Add(-1) == 0 {
+		st.end = time.Now()
 		close(st.finished)
 	}
 }

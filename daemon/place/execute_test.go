@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/native"
 )
@@ -275,5 +276,29 @@ func TestEveryTimedStepFollowsOneOfItsOwn(t *testing.T) {
 	want := []int{0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}
 	if len(ex[0].Steps) != 3 || !slices.Equal(order, want) {
 		t.Errorf("%d timed steps, executors ran in the order %v, want %v", len(ex[0].Steps), order, want)
+	}
+}
+
+// TestAStepEndsWithItsLastOp: the op or copy that finishes a step stamps
+// its end, which the step's time is taken from (not the later moment the
+// waiting goroutine wakes to see it).
+func TestAStepEndsWithItsLastOp(t *testing.T) {
+	x := &executor{}
+	st := &stepState{finished: make(chan struct{})}
+	st.remaining.Store(2)
+	x.cur.Store(st)
+	x.done()
+	if !st.end.IsZero() {
+		t.Fatal("a step with work left has an end")
+	}
+	before := time.Now()
+	x.done()
+	select {
+	case <-st.finished:
+	default:
+		t.Fatal("the last done did not finish the step")
+	}
+	if st.end.Before(before) || st.end.After(time.Now()) {
+		t.Errorf("end %v, want the moment of the last done (after %v)", st.end, before)
 	}
 }
