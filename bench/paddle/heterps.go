@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/bench/internal/loopback"
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 )
 
@@ -30,8 +31,8 @@ type measured struct {
 type heterpsTools struct {
 	heterps, heterpsd string
 	dir               string
-	catalog           string  // catalog file of psWorkers one-unit cpu-1t nodes
-	limit             float64 // the floor that plans one stage on all of them
+	catalog           string          // catalog file of psWorkers one-unit cpu-1t nodes
+	cat               *config.Catalog // its contents
 }
 
 func buildHeterps(ctx context.Context, dir string, o options) (heterpsTools, error) {
@@ -40,19 +41,14 @@ func buildHeterps(ctx context.Context, dir string, o options) (heterpsTools, err
 	if t.heterpsd, err = loopback.Build(ctx, dir); err != nil {
 		return t, err
 	}
-	cat, err := loopback.TypeCatalog(o.catalog, "cpu-1t", "paddle", psWorkers)
-	if err != nil {
+	if t.cat, err = loopback.TypeCatalog(o.catalog, "cpu-1t", "paddle", psWorkers); err != nil {
 		return t, err
 	}
-	text, err := cat.MarshalTOML()
+	text, err := t.cat.MarshalTOML()
 	if err != nil {
 		return t, fmt.Errorf("catalog: %w", err)
 	}
-	if err := os.WriteFile(t.catalog, text, 0o600); err != nil {
-		return t, err
-	}
-	t.limit, err = loopback.Limit(ctx, cat, modelName, dataSpec, psWorkers, o.batch, o.steps)
-	return t, err
+	return t, os.WriteFile(t.catalog, text, 0o600)
 }
 
 // trainResult is the part of `heterps train --json` and `heterps run
@@ -68,23 +64,30 @@ type trainResult struct {
 
 // train is `heterps train` with threads kernel threads.
 func (t heterpsTools) train(ctx context.Context, o options, threads int) measured {
-	return t.command(ctx, o, t.heterps, "train", "--model", modelName, "--data", dataSpec, "--steps", strconv.Itoa(o.steps),
+	return t.command(ctx, o, o.batch, t.heterps, "train", "--model", modelName, "--data", dataSpec, "--steps", strconv.Itoa(o.steps),
 		"--batch", strconv.Itoa(o.batch), "--threads", strconv.Itoa(threads), "--eval-samples", "0", "--json")
 }
 
-// run is `heterps run` of the job on psWorkers one-thread nodes.
-func (t heterpsTools) run(ctx context.Context, o options) measured {
-	job := filepath.Join(t.dir, "job.toml")
+// run is `heterps run` of a job of batch samples a step on psWorkers
+// one-thread nodes, its throughput floor the one that plans one stage on
+// all of them.
+func (t heterpsTools) run(ctx context.Context, o options, batch int) measured {
+	limit, err := loopback.Limit(ctx, t.cat, modelName, dataSpec, psWorkers, batch, o.steps)
+	if err != nil {
+		return measured{err: err}
+	}
+	job := filepath.Join(t.dir, fmt.Sprintf("job-%d.toml", batch))
 	text := fmt.Appendf(nil, "version = 1\nname = \"paddle-ps\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
-		modelName, dataSpec, o.batch, o.steps, t.limit)
+		modelName, dataSpec, batch, o.steps, limit)
 	if err := os.WriteFile(job, text, 0o600); err != nil {
 		return measured{err: err}
 	}
-	return t.command(ctx, o, t.heterps, "run", "--heterpsd", t.heterpsd, "--catalog", t.catalog, "--json", job)
+	return t.command(ctx, o, batch, t.heterps, "run", "--heterpsd", t.heterpsd, "--catalog", t.catalog, "--json", job)
 }
 
-// command runs a heterps command that prints one JSON result.
-func (t heterpsTools) command(ctx context.Context, o options, name string, args ...string) measured {
+// command runs a heterps command of batch samples a step that prints one
+// JSON result.
+func (t heterpsTools) command(ctx context.Context, o options, batch int, name string, args ...string) measured {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -104,7 +107,7 @@ func (t heterpsTools) command(ctx context.Context, o options, name string, args 
 	// The whole command's CPU, start included; wait4 counts the node daemons
 	// heterps run started and reaped.
 	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	return measured{samplesPerS: r.SamplesPerS, loss: r.Loss, samples: float64(r.Steps) * float64(o.batch), cpuSeconds: cpu.Seconds()}
+	return measured{samplesPerS: r.SamplesPerS, loss: r.Loss, samples: float64(r.Steps) * float64(batch), cpuSeconds: cpu.Seconds()}
 }
 
 // tail is the end of a child's standard error, enough to say why it failed.

@@ -121,7 +121,8 @@ func run(ctx context.Context, o options, outPath string) error {
 			heterps: heterps.train(ctx, o, t),
 			paddle:  paddleSingle(ctx, o, dir, t)})
 	}
-	r.heterpsPS = heterps.run(ctx, o)
+	r.heterpsPS = heterps.run(ctx, o, o.batch)
+	r.heterpsPSMatched = heterps.run(ctx, o, psWorkers*o.batch)
 	r.paddlePS = paddlePSRun(ctx, o, dir)
 	r.print(res)
 	return res.Close()
@@ -146,6 +147,8 @@ func printSetup(w io.Writer, o options) {
 	fmt.Fprintln(w, "Adam on the dense parameters, lazy sparse Adam on the table (only the rows a batch touches move);")
 	fmt.Fprintf(w, "Paddle: the %d batches of synthetic:1 that bench/pytorch also uses, cycled, %d warm-up steps untimed;\n", o.batches, o.warmup)
 	fmt.Fprintln(w, "heterps: the synthetic:1 stream itself (the same generator), every step timed (heterps train's and heterps run's own figures)")
-	fmt.Fprintf(w, "PS batch: each Paddle worker's step is %d samples (fleet's data parallelism); heterps run splits the job's %d over its %d replicas\n",
-		o.batch, o.batch, psWorkers)
+	fmt.Fprintf(w, "PS batch: each Paddle worker's step is %d samples (fleet's data parallelism); heterps run splits the job's batch over its %d replicas:\n",
+		o.batch, psWorkers)
+	fmt.Fprintf(w, "  a job of %d (the same global batch as one worker's, %d a replica) and one of %d (%d a replica, Paddle's per-worker step)\n",
+		o.batch, o.batch/psWorkers, psWorkers*o.batch, o.batch)
 }

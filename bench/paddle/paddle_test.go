@@ -109,8 +109,9 @@ func TestReportPrintsRatiosAndWhyFiguresAreMissing(t *testing.T) {
 			{threads: 1, heterps: measured{samplesPerS: 3000, loss: 0.3, samples: 600, cpuSeconds: 0.2}, paddle: measured{samplesPerS: 1000, loss: 0.4}},
 			{threads: 2, heterps: measured{samplesPerS: 6000, loss: 0.3}, paddle: measured{err: errors.New("no module named paddle")}},
 		},
-		heterpsPS: measured{samplesPerS: 5000, loss: 0.3},
-		paddlePS:  measured{samplesPerS: 2000, loss: 0.5},
+		heterpsPS:        measured{samplesPerS: 5000, loss: 0.3},
+		heterpsPSMatched: measured{err: errors.New("node lost")},
+		paddlePS:         measured{samplesPerS: 2000, loss: 0.5},
 	}
 	var b strings.Builder
 	r.print(&b)
@@ -121,7 +122,8 @@ func TestReportPrintsRatiosAndWhyFiguresAreMissing(t *testing.T) {
 	out := strings.Join(lines, "\n")
 	for _, want := range []string{"1 3000 1000 3.00x 3000 - 0.3000 0.4000", "2 6000 not measured - - - 0.3000 -",
 		"Paddle single process, 2 threads: no module named paddle", ": 2000 samples/s",
-		"heterps train - 3.00x", "heterps run, 2 nodes - 2.50x"} {
+		"heterps train - 3.00x", "heterps run, 2 nodes, job batch = worker batch - 2.50x",
+		"heterps run, 2 nodes, replica batch = worker batch - -", "heterps run, replica batch = worker batch: node lost"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

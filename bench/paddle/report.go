@@ -16,6 +16,9 @@ type singleRow struct {
 type report struct {
 	single              []singleRow
 	heterpsPS, paddlePS measured
+	// heterpsPSMatched is heterps run at psWorkers times the batch: each
+	// replica's step is as large as each Paddle worker's.
+	heterpsPSMatched measured
 }
 
 func (m measured) rate() string {
@@ -58,8 +61,10 @@ func (r report) print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nparameter servers, %d workers on loopback\n", psWorkers)
-	fmt.Fprintf(w, "  heterps run, %d nodes of 1x cpu-1t (one data-parallel stage, BSP, one PS shard on a node): %s samples/s, %s per CPU s, loss %s\n",
+	fmt.Fprintf(w, "  heterps run, %d nodes of 1x cpu-1t (one data-parallel stage, BSP, one PS shard on a node), job batch = Paddle's worker batch: %s samples/s, %s per CPU s, loss %s\n",
 		psWorkers, r.heterpsPS.rate(), r.heterpsPS.perCPU(), r.heterpsPS.lossText())
+	fmt.Fprintf(w, "  the same, replica batch = Paddle's worker batch (job batch x%d): %s samples/s, %s per CPU s, loss %s\n",
+		psWorkers, r.heterpsPSMatched.rate(), r.heterpsPSMatched.perCPU(), r.heterpsPSMatched.lossText())
 	fmt.Fprintf(w, "  Paddle fleet PS (2.6, async), 1 server + %d one-thread workers: %s samples/s (all workers' timed samples over the union of their windows), %s per CPU s, loss %s\n",
 		psWorkers, r.paddlePS.rate(), r.paddlePS.perCPU(), r.paddlePS.lossText())
 	if len(r.single) > 0 {
@@ -68,7 +73,8 @@ func (r report) print(w io.Writer) {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "\tvs Paddle single process\tvs Paddle PS\t")
 		fmt.Fprintf(tw, "heterps train\t%s\t%s\t\n", ratio(last.heterps, last.paddle), ratio(last.heterps, r.paddlePS))
-		fmt.Fprintf(tw, "heterps run, %d nodes\t%s\t%s\t\n", psWorkers, ratio(r.heterpsPS, last.paddle), ratio(r.heterpsPS, r.paddlePS))
+		fmt.Fprintf(tw, "heterps run, %d nodes, job batch = worker batch\t%s\t%s\t\n", psWorkers, ratio(r.heterpsPS, last.paddle), ratio(r.heterpsPS, r.paddlePS))
+		fmt.Fprintf(tw, "heterps run, %d nodes, replica batch = worker batch\t%s\t%s\t\n", psWorkers, ratio(r.heterpsPSMatched, last.paddle), ratio(r.heterpsPSMatched, r.paddlePS))
 		tw.Flush()
 	}
 	fmt.Fprintln(w, "per CPU s: samples trained per second of user+system CPU, which the other work on a shared machine does not dilute;")
@@ -92,6 +98,9 @@ func (r report) printFailures(w io.Writer) {
 	}
 	if r.heterpsPS.err != nil {
 		lines = append(lines, fmt.Sprintf("heterps run: %v", r.heterpsPS.err))
+	}
+	if r.heterpsPSMatched.err != nil {
+		lines = append(lines, fmt.Sprintf("heterps run, replica batch = worker batch: %v", r.heterpsPSMatched.err))
 	}
 	if r.paddlePS.err != nil {
 		lines = append(lines, fmt.Sprintf("Paddle PS: %v", r.paddlePS.err))
