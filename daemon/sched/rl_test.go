@@ -190,24 +190,32 @@ func TestSamplerFollowsTheProbabilities(t *testing.T) {
 }
 
 // TestRLRelaxesOffPlateaus: on larger random problems with a small budget,
-// rl's decision reaches 2% of exact on 37 of 40 with relax (measured) and
-// on 33 without it.
+// rl's decision reaches 2% of exact on 37 of 40 with relax and on 33
+// without it (measured on an AVX2 machine; other kernels may round the
+// policy differently, hence the slack).
 func TestRLRelaxesOffPlateaus(t *testing.T) {
-	n, within := 0, 0
-	for seed := uint64(0); seed < 40; seed++ {
-		r := newRand(seed)
-		p := randomProblem(r, 8+r.IntN(6), 3+r.IntN(4))
-		opt := mustRun(t, "exact", p, Options{})
-		if !opt.Feasible {
-			continue
+	within := func() (n, ok int) {
+		for seed := uint64(0); seed < 40; seed++ {
+			r := newRand(seed)
+			p := randomProblem(r, 8+r.IntN(6), 3+r.IntN(4))
+			opt := mustRun(t, "exact", p, Options{})
+			if !opt.Feasible {
+				continue
+			}
+			n++
+			plan := mustRun(t, "rl", p, Options{Seed: 1, Budget: 256, FreshPolicy: true})
+			if plan.PolicyCost > 0 && plan.PolicyCost <= opt.Cost*1.02 {
+				ok++
+			}
 		}
-		n++
-		plan := mustRun(t, "rl", p, Options{Seed: 1, Budget: 256, FreshPolicy: true})
-		if plan.PolicyCost > 0 && plan.PolicyCost <= opt.Cost*1.02 {
-			within++
-		}
+		return n, ok
 	}
-	if n < 30 || within < n-5 {
-		t.Fatalf("rl's decision within 2%% of exact on %d of %d problems", within, n)
+	n, relaxed := within()
+	saved := rlRelaxLevels
+	rlRelaxLevels = nil
+	_, plain := within()
+	rlRelaxLevels = saved
+	if n < 30 || relaxed < n-6 || relaxed < plain+2 {
+		t.Fatalf("rl's decision within 2%% of exact on %d of %d problems with relax, %d without", relaxed, n, plain)
 	}
 }
