@@ -43,26 +43,24 @@ func (sr *search) relax() {
 // units there are), so that a search can pass through such plans on its
 // way to splitting the stage.
 func (p *Problem) levelCost(a []int, x float64) float64 {
-	var hourly float64
+	segs := Segments(a)
 	used := make([]int, len(p.Types))
-	total := 0
 	shortfall := 1.0
-	for _, s := range Segments(a) {
+	for i := range segs {
+		s := &segs[i]
 		sh := p.shape(s.First, s.Last, s.Type)
 		most := p.Types[s.Type].MaxUnits
 		need := p.stageUnits(sh, x, most)
-		k := need.units
+		s.Units = need.units
 		if need.why != reached {
-			k = most
+			s.Units = most
 			shortfall *= math.Max(1, x*sh.et(most)/p.Batch)
 		}
-		used[s.Type] += k
-		total += k
-		hourly += p.Types[s.Type].Price * float64(k)
+		used[s.Type] += s.Units
 	}
 	for t, u := range used {
 		shortfall *= math.Max(1, float64(u)/float64(p.Types[t].MaxUnits))
 	}
-	hourly += p.PSPrice() * float64(p.PSCores(total))
+	hourly := p.hourlyPrice(segs, p.PSCores(totalUnits(segs)))
 	return p.costFactor() * hourly / x * shortfall * shortfall
 }
