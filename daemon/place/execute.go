@@ -56,17 +56,11 @@ func Execute(ctx context.Context, g *Graph, devs []Device, placement []int, reps
 // maxRoundsPerRep bounds executeInTurn's rounds beyond reps.
 const maxRoundsPerRep = 100
 
-// executeInTurn runs each executor's step once to warm up (paging in the
-// buffers), then rounds of two steps of each in turn, so that all of them
-// see the same load of a shared machine — reps rounds, and more until
-// minTime has passed, at most maxRoundsPerRep per rep, the garbage
-// collected before each step — then each one's overhead; it returns their
-// Executed in order and stops their workers. Only the second step of each
-// pair is timed: executors of one graph share its ops' buffers, and the
-// first step leaves them in the caches of the cores this executor runs
-// each op on, as its steady state would (after another executor ran an op
-// on the other core, a placement's ops on that core took up to 55 % longer
-// than alone).
+// executeInTurn runs rounds of one timed step of each executor in turn
+// (timedStep), so that all of them see the same load of a shared machine —
+// reps rounds, and more until minTime has passed, at most maxRoundsPerRep
+// per rep — then each one's overhead; it returns their Executed in order
+// and stops their workers.
 func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*executor) ([]*Executed, error) {
 	defer func() {
 		for _, x := range xs {
@@ -76,9 +70,6 @@ func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*
 	reps = max(reps, 1)
 	out := make([]*Executed, len(xs))
 	for k, x := range xs {
-		if _, err := x.step(ctx); err != nil {
-			return nil, err
-		}
 		out[k] = &Executed{Step: math.Inf(1), Moved: x.moved, OpSeconds: make([]float64, len(x.g.Ops))}
 		for i := range out[k].OpSeconds {
 			out[k].OpSeconds[i] = math.Inf(1)
@@ -87,18 +78,7 @@ func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*
 	start := time.Now()
 	for round := 0; round < reps || (time.Since(start) < minTime && round < maxRoundsPerRep*reps); round++ {
 		for k, x := range xs {
-			// Collect the garbage of earlier steps outside the timed one:
-			// a collection's mark workers take a core from a device, and
-			// without one a step's allocations (an embedding gradient's
-			// result) fault in fresh pages (up to 40% of a small step here),
-			// which a trainer's steady state reuses.
-			runtime.GC()
-			if _, err := x.step(ctx); err != nil {
-				return nil, err
-			}
-			runtime.GC()
-			x.sleeps.Store(0)
-			sec, err := x.step(ctx)
+			sec, err := x.timedStep(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -117,6 +97,28 @@ func executeInTurn(ctx context.Context, reps int, minTime time.Duration, xs ...*
 		}
 	}
 	return out, nil
+}
+
+// timedStep runs an untimed step and then a timed one, the garbage
+// collected before each, and returns the timed one's time (its sleeps in
+// x.sleeps).
+//
+// The untimed step: executors of one graph share its ops' buffers, and it
+// leaves them in the caches of the cores this executor runs each op on, as
+// its steady state would (after another executor ran an op on the other
+// core, a placement's ops on that core took up to 55 % longer than alone);
+// the first one also pages the buffers in. The collections: a collection's
+// mark workers take a core from a device, and without one a step's
+// allocations (an embedding gradient's result) fault in fresh pages (up to
+// 40 % of a small step here), which a trainer's steady state reuses.
+func (x *executor) timedStep(ctx context.Context) (float64, error) {
+	runtime.GC()
+	if _, err := x.step(ctx); err != nil {
+		return 0, err
+	}
+	runtime.GC()
+	x.sleeps.Store(0)
+	return x.step(ctx)
 }
 
 // overhead is the fastest of reps steps run without the kernels.
@@ -138,7 +140,7 @@ func (x *executor) overhead(ctx context.Context, reps int) (float64, error) {
 // copyTo is one transfer of an op's output to another device: the ops
 // there that wait for it.
 type copyTo struct {
-	from, to  int // ops' devices
+	to        int // the consumers' device
 	src, dst  []float32
 	consumers []int
 }
@@ -207,7 +209,7 @@ func newExecutor(g *Graph, devs []Device, placement []int, shared opBuffers) (*e
 		bes[d] = be
 	}
 	n := len(g.Ops)
-	x := &executor{g: g, placement: placement, devs: len(devs), cpus: make([]int, len(devs)), run: make([]func() error, n),
+	x := &executor{g: g, placement: placement, devs: len(devs), spin: canSpin(len(devs)), cpus: make([]int, len(devs)), run: make([]func() error, n),
 		local: make([][]int, n), copies: make([][]*copyTo, n), opTime: make([]float64, n)}
 	for d := range x.cpus {
 		x.cpus[d] = d
@@ -270,7 +272,7 @@ func (x *executor) copyOf(v, d int) *copyTo {
 		return &copyTo{} // the output is there already
 	}
 	floats := int(x.g.Ops[v].Out / 4)
-	c := &copyTo{from: x.placement[v], to: d, src: make([]float32, floats), dst: make([]float32, floats)}
+	c := &copyTo{to: d, src: make([]float32, floats), dst: make([]float32, floats)}
 	x.copies[v] = append(x.copies[v], c)
 	x.transfers++
 	x.moved += x.g.Ops[v].Out
@@ -295,7 +297,6 @@ func (x *executor) start() {
 		return
 	}
 	x.ready, x.stop = make([]chan int, x.devs), make(chan struct{})
-	x.spin = canSpin(x.devs)
 	n := len(x.g.Ops)
 	for d := range x.devs {
 		x.ready[d] = make(chan int, n+1)
