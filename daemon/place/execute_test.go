@@ -217,16 +217,7 @@ func TestWaitingDevicesSpin(t *testing.T) {
 		t.Skip("fewer than two CPUs or Go processors")
 	}
 	const hops = 16
-	g := &Graph{Name: "chain"}
-	placement := make([]int, hops)
-	for i := range hops {
-		op := Op{Name: "hop", Kind: KindConcat}
-		if i > 0 {
-			op.Inputs = []int{i - 1}
-		}
-		g.Ops = append(g.Ops, op)
-		placement[i] = i % 2
-	}
+	g, placement := hopChain(hops, 0)
 	sleeps := func(spin bool) []int64 {
 		x, err := newExecutor(g, cpuDevices(2), placement, nil)
 		if err != nil {

@@ -42,16 +42,7 @@ func MeasureLink(ctx context.Context, reps int) (Link, error) {
 // perHop is the fastest step of the chain with outputs of bytes, over its
 // hops.
 func perHop(ctx context.Context, bytes int64, reps int) (float64, error) {
-	g := &Graph{Name: "link"}
-	placement := make([]int, linkHops)
-	for i := range linkHops {
-		op := Op{Name: fmt.Sprintf("hop%d", i), Kind: KindConcat, Out: bytes}
-		if i > 0 {
-			op.Inputs = []int{i - 1}
-		}
-		g.Ops = append(g.Ops, op)
-		placement[i] = i % 2
-	}
+	g, placement := hopChain(linkHops, bytes)
 	devs := []Device{{Name: "core0", Kind: "cpu", Threads: 1}, {Name: "core1", Kind: "cpu", Threads: 1}}
 	x, err := newExecutor(g, devs, placement, nil)
 	if err != nil {
@@ -65,4 +56,20 @@ func perHop(ctx context.Context, bytes int64, reps int) (float64, error) {
 		return 0, err
 	}
 	return ex[0].Step / (linkHops - 1), nil
+}
+
+// hopChain is a chain of hops ops, each reading the one before, with
+// outputs of bytes, placed on devices 0 and 1 in turn.
+func hopChain(hops int, bytes int64) (*Graph, []int) {
+	g := &Graph{Name: "link"}
+	placement := make([]int, hops)
+	for i := range hops {
+		op := Op{Name: fmt.Sprintf("hop%d", i), Kind: KindConcat, Out: bytes}
+		if i > 0 {
+			op.Inputs = []int{i - 1}
+		}
+		g.Ops = append(g.Ops, op)
+		placement[i] = i % 2
+	}
+	return g, placement
 }

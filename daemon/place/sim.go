@@ -27,7 +27,8 @@ type Result struct {
 // which carries one transfer at a time (latency + bytes / min of the two
 // links' bandwidths). Between two Local devices with a measured link the
 // producer's core makes the copy, as Execute does: it is busy for
-// bytes / bandwidth, and the consumer has the output latency later. The step ends when the last op is done and the new
+// bytes / bandwidth, and the consumer has the output latency later. The
+// step ends when the last op is done and the new
 // weights are on every device whose ops read them in the next step
 // (Op.NextStep). A Simulator is used by one goroutine at a time.
 type Simulator struct {
@@ -108,11 +109,20 @@ func (s *Simulator) Devices() []Device { return s.devs }
 
 // transfer is the time to send bytes from device a to device b.
 func (s *Simulator) transfer(bytes int64, a, b int) float64 {
-	if l := s.localLink; l != nil && s.devs[a].Local && s.devs[b].Local {
+	if l := s.measuredLink(a, b); l != nil {
 		return l.Latency + float64(bytes)/l.Bandwidth
 	}
 	bw := math.Min(s.devs[a].LinkBandwidth, s.devs[b].LinkBandwidth)
 	return s.devs[a].LinkLatency + float64(bytes)/bw
+}
+
+// measuredLink is the measured link between devices a and b when both are
+// Local and one was measured, else nil.
+func (s *Simulator) measuredLink(a, b int) *Link {
+	if s.devs[a].Local && s.devs[b].Local {
+		return s.localLink
+	}
+	return nil
 }
 
 // Run simulates placement (one device per op).
@@ -173,7 +183,7 @@ func (s *Simulator) send(v, a, b int, t float64, link, free []float64, res *Resu
 	if at >= 0 {
 		return at
 	}
-	if l := s.localLink; l != nil && s.devs[a].Local && s.devs[b].Local {
+	if l := s.measuredLink(a, b); l != nil {
 		free[a] = math.Max(t, free[a]) + float64(s.g.Ops[v].Out)/l.Bandwidth
 		at = free[a] + l.Latency
 	} else {
