@@ -76,6 +76,13 @@ void hps_bias_act_bwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
  * Reference loop (scale = 1, or 1/len for mean; lo/hi relative as above):
  *   for j: out[j][:] = 0; for i in lo..hi: out[j][c] += table[ids[i]][c];
  *          out[j][c] *= scale (mean, non-empty bags only) */
+/* Row prefetching: the embedding-bag forward and the _rows optimisers ask
+ * for the rows a few ids ahead of the one they work on, since a big table's
+ * rows are cache misses. On by default; hps_set_row_prefetch(0) turns it off
+ * so that a benchmark can measure what it buys. Set it while no kernel runs. */
+void hps_set_row_prefetch(int on);
+int hps_row_prefetch_on(void);
+
 int hps_embbag_fwd(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,
                    const float *table, int64_t nbags, const int64_t *offsets, int64_t nids,
                    const int64_t *ids, float *out, int64_t *bad);

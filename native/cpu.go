@@ -91,7 +91,11 @@ func (b *CPU) WithThreads(n int) *CPU {
 func (b *CPU) cisa() C.hps_isa { return C.hps_isa(b.isa) }
 
 // Alloc returns n zeroed floats.
-func (b *CPU) Alloc(n int) Buffer { return make(HostBuffer, n) }
+func (b *CPU) Alloc(n int) Buffer {
+	buf := make(HostBuffer, n)
+	adviseHugePages(buf)
+	return buf
+}
 
 // Upload copies src into dst.
 func (b *CPU) Upload(dst Buffer, src []float32) error {

@@ -214,3 +214,15 @@ func rawStatus(rc C.int, bad C.int64_t) (int64, error) {
 	}
 	return int64(bad), hpsStatusError("kernel", rc, int64(bad))
 }
+
+// SetRowPrefetch turns the sparse-row kernels' prefetching on (the default)
+// or off: the embedding-bag forward and UpdateRows ask for the rows a few
+// ids ahead of the one they work on. It is for benchmarks that measure what
+// prefetching buys; call it while no kernel runs.
+func SetRowPrefetch(on bool) {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	C.hps_set_row_prefetch(v)
+}

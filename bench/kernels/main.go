@@ -12,6 +12,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,7 +25,14 @@ var (
 	minTime = flag.Duration("mintime", 300*time.Millisecond, "minimum measuring time per figure")
 	threads = flag.Int("threads", 1, "kernel threads")
 	outPath = flag.String("out", "", header.OutUsage)
+	only    = flag.String("only", "", "run only these sections, comma-separated: fc, memory, embedding, sparse (default: all)")
 )
+
+// sections are the benchmark's tables in the order they print.
+var sections = []struct {
+	name string
+	run  func()
+}{{"fc", fcLayer}, {"memory", memoryBound}, {"embedding", embeddingBag}, {"sparse", sparseRows}}
 
 // output is where the tables go: stdout, and the results file with --out.
 var output io.Writer = os.Stdout
@@ -37,9 +46,11 @@ func main() {
 	fmt.Fprintf(output, "heterps kernel benchmarks — %s/%s, %d CPUs, GOMAXPROCS %d, kernel threads %d\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), *threads)
 	fmt.Fprintf(output, "ISAs supported: %v; each figure is the best of several timed runs of at least %v\n\n", native.SupportedISAs(), *minTime)
-	fcLayer()
-	memoryBound()
-	embeddingBag()
+	for _, sec := range sections {
+		if *only == "" || slices.Contains(strings.Split(*only, ","), sec.name) {
+			sec.run()
+		}
+	}
 	must(res.Close())
 }
 

@@ -92,6 +92,29 @@ AVX2_FN INLINE void st8(float *x, __m256i m, int full, __m256 v) {
     _mm256_maskstore_ps(x, m, v);
 }
 
+/* Bags' rows lie anywhere in a table far larger than the caches: the
+ * vector kernels ask for the rows of the ids ROW_PREFETCH ahead of the bag
+ * they sum (prefetch_ahead), so that their misses overlap instead of
+ * coming one after another. */
+enum { ROW_PREFETCH = 8 };
+
+static int row_prefetch = 1;
+
+void hps_set_row_prefetch(int on) { row_prefetch = on != 0; }
+
+int hps_row_prefetch_on(void) { return row_prefetch; }
+
+static inline void prefetch_ahead(const float *table, int64_t dim, const int64_t *ids, int64_t n,
+                                  int64_t *next, int64_t upto) {
+  if (!row_prefetch) return;
+  if (upto > n) upto = n;
+  for (; *next < upto; (*next)++) {
+    const float *r = table + ids[*next] * dim;
+    __builtin_prefetch(r);
+    __builtin_prefetch(r + dim - 1);
+  }
+}
+
 /* fwd_block8 sums columns [c, c+width) of the bag's rows, width <= 8*nv. */
 AVX2_FN INLINE void fwd_block8(int nv, const float *table, int64_t dim, const int64_t *ids,
                                int64_t lo, int64_t hi, int64_t c, int64_t width,
@@ -114,9 +137,11 @@ AVX2_FN INLINE void fwd_block8(int nv, const float *table, int64_t dim, const in
 
 AVX2_FN static void fwd_avx2(hps_pool pool, int64_t dim, const float *table, int64_t nbags,
                              const int64_t *offsets, const int64_t *ids, float *out) {
-  const int64_t base = offsets[0];
+  const int64_t base = offsets[0], n = offsets[nbags] - base;
+  int64_t next = 0;
   for (int64_t j = 0; j < nbags; j++) {
     const int64_t lo = offsets[j] - base, hi = offsets[j + 1] - base;
+    prefetch_ahead(table, dim, ids, n, &next, hi + ROW_PREFETCH);
     const float s = bag_scale(pool, hi - lo);
     float *o = out + j * dim;
     for (int64_t c = 0; c < dim; c += 32) {
@@ -170,9 +195,11 @@ AVX512_FN INLINE void fwd_block16(int nv, const float *table, int64_t dim, const
 
 AVX512_FN static void fwd_avx512(hps_pool pool, int64_t dim, const float *table, int64_t nbags,
                                  const int64_t *offsets, const int64_t *ids, float *out) {
-  const int64_t base = offsets[0];
+  const int64_t base = offsets[0], n = offsets[nbags] - base;
+  int64_t next = 0;
   for (int64_t j = 0; j < nbags; j++) {
     const int64_t lo = offsets[j] - base, hi = offsets[j + 1] - base;
+    prefetch_ahead(table, dim, ids, n, &next, hi + ROW_PREFETCH);
     const float s = bag_scale(pool, hi - lo);
     float *o = out + j * dim;
     for (int64_t c = 0; c < dim; c += 64) {
