@@ -32,10 +32,9 @@ func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after in
 	}
 	t.mu.RUnlock()
 
-	t.mu.Lock()
+	t.mu.Lock() // rows to create: only they are looked up again
 	defer t.mu.Unlock()
-	slots, err = t.ensure(s, ids)
-	if err != nil {
+	if err := t.createMissing(s, ids, slots); err != nil {
 		return nil, 0, fmt.Errorf("pull: %w", err)
 	}
 	t.read(slots, out)

@@ -64,14 +64,27 @@ func (t *table) ensure(s *Shard, ids []int64) ([]int, error) {
 	if t.lookup(ids, slots) == 0 {
 		return slots, nil
 	}
+	return slots, t.createMissing(s, ids, slots)
+}
+
+// createMissing fills the slots that a lookup left at -1: rows created
+// since (a slot, once given, never changes) or made now with their initial
+// values. Under the write lock. It creates nothing when the shard's row cap
+// would be exceeded.
+func (t *table) createMissing(s *Shard, ids []int64, slots []int) error {
 	fresh := make(map[int64]bool)
 	for i, k := range slots {
-		if k < 0 {
+		if k >= 0 {
+			continue
+		}
+		if k2, ok := t.slot.get(ids[i]); ok {
+			slots[i] = k2
+		} else {
 			fresh[ids[i]] = true
 		}
 	}
 	if err := s.reserveRows(t, len(fresh)); err != nil {
-		return nil, err
+		return err
 	}
 	for i, k := range slots {
 		if k < 0 {
@@ -82,7 +95,7 @@ func (t *table) ensure(s *Shard, ids []int64) ([]int, error) {
 			}
 		}
 	}
-	return slots, nil
+	return nil
 }
 
 // create appends a row for id with its initial values.
