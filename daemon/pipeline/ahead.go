@@ -177,25 +177,54 @@ func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input, touched [][]int
 			}
 		}
 	}
-	if g == nil || !g.wait(w.ctx) {
+	ctx := w.ctx
+	if early == nil && w.asksBeforePushing(g, len(ins)) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(w.ctx)
+		defer cancel()
+		go func() {
+			if !g.wait(ctx) { // the step failed: its version may never come
+				cancel()
+			}
+		}()
+	} else if g == nil || !g.wait(w.ctx) {
 		return
 	}
 	for m := range ins {
 		tables := make([][]float32, len(sparse))
 		err := each(len(sparse), func(e int) (err error) {
 			if early == nil {
-				tables[e], err = w.fetchTable(w.ctx, step, sparse[e], ins[m].plan.tables[e])
+				tables[e], err = w.fetchTable(ctx, step, sparse[e], ins[m].plan.tables[e])
 				return err
 			}
 			a := early[m*len(sparse)+e]
 			tables[e] = a.table
-			return w.pullInto(w.ctx, w.after(step), sparse[e], a.table, a.lateIDs, a.lateRows)
+			return w.pullInto(ctx, w.after(step), sparse[e], a.table, a.lateIDs, a.lateRows)
 		})
 		if err != nil {
 			return
 		}
 		ins[m].tables = tables
 	}
+}
+
+// Asking before pushing. With several replicas in BSP, the next batch's
+// rows wait for the current step's update, which needs every replica's
+// push. A replica that waits for its own table pushes before it asks for
+// those rows adds, when it is the last to push, a round trip after the
+// update: its push's answer, then its pull. asksBeforePushing lets it ask
+// at once instead: the servers hold the pull until the update is applied
+// and answer it then, as they answer the replicas that pushed first. The
+// pull waits on a lane of its own while the pushes take others, so it
+// asks early only when the step's waiting pulls (one a micro-batch and
+// table, the dense blocks' pulls ahead) leave a lane free for the pushes;
+// and a step that fails cancels it, since its version may never come.
+
+// asksBeforePushing reports whether stage 0 pulls the rows of a batch of
+// m micro-batches before the current step's table pushes are in.
+func (w *Worker) asksBeforePushing(g *gate, m int) bool {
+	waiting := m*len(w.copies[0].tables) + len(w.copies[0].dense)
+	return g != nil && w.cfg.Mode == ps.BSP && !w.cfg.SoleReplica && waiting < w.cfg.PS.Lanes()
 }
 
 // Untouched rows. In BSP a step's rows are those after the previous step's

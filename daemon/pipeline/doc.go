@@ -133,7 +133,9 @@
 // client with a shard's ps.ClientConfig.Local calls it in process; a stage
 // of one replica says so (Config.SoleReplica), and its stage 0 then pulls
 // the rows of the next batch that the step does not update while the step
-// runs, only the others after its pushes (ahead.go).
+// runs, only the others after its pushes; a BSP replica among several
+// asks for all of the next batch's rows at once, and the servers answer
+// when the step's update is applied (ahead.go).
 //
 // Limits of this version: models with towers run only as a single stage;
 // global gradient-norm clipping is refused; activations are exchanged from

@@ -381,6 +381,10 @@ func (c *Client) push(ctx context.Context, i int, m *wire.Message) error {
 	return nil
 }
 
+// Lanes is how many requests to one shard the client keeps in flight at
+// once (ClientConfig.Lanes).
+func (c *Client) Lanes() int { return c.cfg.Lanes }
+
 // call sends m to shard i and returns the reply of type want, resending on
 // a fresh connection when the connection drops. A MsgError reply is
 // returned as an error wrapping ErrRemote, and not retried.
