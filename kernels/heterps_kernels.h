@@ -188,6 +188,19 @@ int hps_softmax_xent(hps_isa isa, int64_t rows, int64_t cols, const float *logit
                      const int64_t *labels, float scale, float *dx, double *loss,
                      int64_t *bad);
 
+/* ---- 8. Id-map probes -------------------------------------------------------
+ * A parameter server's rows are found through an open-addressing map: cap
+ * cells (a power of two, at most half full) of keys[] and slots[] (slot+1; 0
+ * marks an empty cell); id's first cell is mix64(id ^ 0x9e3779b97f4a7c15) &
+ * (cap-1), with splitmix64's finaliser, and probing is linear. hps_probe_ids
+ * writes each of ids' slot, or -1 when absent, to out and returns how many are
+ * absent. The map's cells are cache misses in a big table: with row
+ * prefetching on (hps_set_row_prefetch) the probe hashes ids a few ahead and
+ * asks for their cells first; off, it probes one id after another (the
+ * reference). Returns -1 when cap is not a power of two. */
+int64_t hps_probe_ids(int64_t cap, const int64_t *keys, const int32_t *slots, int64_t n,
+                      const int64_t *ids, int64_t *out);
+
 /* ---- Helpers for benchmarks and tests --------------------------------------*/
 /* dst = src, n floats (memcpy): the bandwidth reference. */
 void hps_copy(int64_t n, const float *src, float *dst);

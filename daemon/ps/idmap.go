@@ -1,5 +1,7 @@
 package ps
 
+import "github.com/heterps/heterps/native"
+
 // idMap maps row ids to table slots: open addressing with linear probing
 // over a power-of-two array kept at most half full. The tables' hot paths
 // look up every id of every pull and push; this is about twice as fast as
@@ -40,6 +42,25 @@ func (m *idMap) get(id int64) (int, bool) {
 			return int(s - 1), true
 		}
 	}
+}
+
+// probe writes each id's slot, or -1, to slots and returns how many ids
+// are absent: get for a batch, in native code that asks for the cells of
+// the ids a few ahead (a big map's cells are cache misses).
+func (m *idMap) probe(ids []int64, slots []int) int {
+	if missing, err := native.ProbeIDs(m.keys, m.slots, ids, slots); err == nil {
+		return missing
+	}
+	missing := 0 // slots too short: as far as it goes, id by id
+	for i := range min(len(ids), len(slots)) {
+		k, ok := m.get(ids[i])
+		if !ok {
+			k = -1
+			missing++
+		}
+		slots[i] = k
+	}
+	return missing
 }
 
 // put sets id's slot, growing the array when it would pass half full.

@@ -44,16 +44,7 @@ func (t *table) row(slot int) []float32 {
 // lookup writes the slot of every id to slots, -1 where the id has no row
 // yet, and returns how many are -1. Under at least the read lock.
 func (t *table) lookup(ids []int64, slots []int) int {
-	missing := 0
-	for i, id := range ids {
-		k, ok := t.slot.get(id)
-		if !ok {
-			k = -1
-			missing++
-		}
-		slots[i] = k
-	}
-	return missing
+	return t.slot.probe(ids, slots)
 }
 
 // ensure returns the slot of every id, creating missing rows with their

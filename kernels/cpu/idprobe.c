@@ -1,0 +1,71 @@
+/* Id-map probes (scalar reference and a prefetching twin). Contract:
+ * heterps_kernels.h, section 8.
+ *
+ * A probe is a chain of dependent loads, not arithmetic, so there is no
+ * vector variant: the batched one hashes PROBE_AHEAD ids ahead of the one it
+ * probes and asks for their first cells, whose misses then overlap. */
+#include "heterps_kernels.h"
+
+enum { PROBE_AHEAD = 8 };
+
+static inline uint64_t cell_of(int64_t id, uint64_t mask) {
+  uint64_t x = (uint64_t)id ^ 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x & mask;
+}
+
+static inline int64_t probe_from(uint64_t i, uint64_t mask, const int64_t *keys,
+                                 const int32_t *slots, int64_t id) {
+  for (;; i = (i + 1) & mask) {
+    const int32_t s = slots[i];
+    if (s == 0) return -1;
+    if (keys[i] == id) return (int64_t)s - 1;
+  }
+}
+
+static int64_t probe_ref(uint64_t mask, const int64_t *keys, const int32_t *slots, int64_t n,
+                         const int64_t *ids, int64_t *out) {
+  int64_t missing = 0;
+  for (int64_t j = 0; j < n; j++) {
+    out[j] = probe_from(cell_of(ids[j], mask), mask, keys, slots, ids[j]);
+    missing += out[j] < 0;
+  }
+  return missing;
+}
+
+static int64_t probe_ahead(uint64_t mask, const int64_t *keys, const int32_t *slots, int64_t n,
+                           const int64_t *ids, int64_t *out) {
+  uint64_t ring[PROBE_AHEAD];
+  const int64_t first = n < PROBE_AHEAD ? n : PROBE_AHEAD;
+  for (int64_t j = 0; j < first; j++) {
+    ring[j] = cell_of(ids[j], mask);
+    __builtin_prefetch(slots + ring[j]);
+    __builtin_prefetch(keys + ring[j]);
+  }
+  int64_t missing = 0;
+  for (int64_t j = 0; j < n; j++) {
+    const uint64_t at = ring[j % PROBE_AHEAD];
+    if (j + PROBE_AHEAD < n) {
+      const uint64_t next = cell_of(ids[j + PROBE_AHEAD], mask);
+      ring[j % PROBE_AHEAD] = next;
+      __builtin_prefetch(slots + next);
+      __builtin_prefetch(keys + next);
+    }
+    out[j] = probe_from(at, mask, keys, slots, ids[j]);
+    missing += out[j] < 0;
+  }
+  return missing;
+}
+
+int64_t hps_probe_ids(int64_t cap, const int64_t *keys, const int32_t *slots, int64_t n,
+                      const int64_t *ids, int64_t *out) {
+  if (cap <= 0 || (cap & (cap - 1)) != 0) return -1;
+  if (n <= 0) return 0;
+  const uint64_t mask = (uint64_t)cap - 1;
+  if (hps_row_prefetch_on()) return probe_ahead(mask, keys, slots, n, ids, out);
+  return probe_ref(mask, keys, slots, n, ids, out);
+}
