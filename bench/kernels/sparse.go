@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/heterps/heterps/native"
 )
@@ -82,8 +83,45 @@ func sparseRows() {
 			}
 		}
 	}
+	probeRows(w, idSets)
 	w.Flush()
 	fmt.Fprintln(output)
+}
+
+// probeRows times the parameter server's batched id-map probe
+// (native.ProbeIDs) for the batches' ids in a map of a million ids, with
+// its prefetching off and on.
+func probeRows(w *tabwriter.Writer, idSets [][]int64) {
+	const held, capacity = 1 << 20, 1 << 21
+	keys, slots := make([]int64, capacity), make([]int32, capacity)
+	for id := range int64(held) { // the Zipf ids are 0..held-1: every one is held
+		i := probeCell(id, capacity-1)
+		for slots[i] != 0 {
+			i = (i + 1) & (capacity - 1)
+		}
+		keys[i], slots[i] = id, int32(id+1)
+	}
+	out := make([]int, len(idSets[0]))
+	next := 0
+	probe := func() {
+		next = (next + 1) % len(idSets)
+		_, err := native.ProbeIDs(keys, slots, idSets[next], out)
+		must(err)
+	}
+	native.SetRowPrefetch(false)
+	off := measure(probe)
+	native.SetRowPrefetch(true)
+	on := measure(probe)
+	fmt.Fprintf(w, "id-map probe\t-\t%s\tnative\t%.1f\t%.1f\t%.2fx\t\n", "4 KiB", off*1e6, on*1e6, off/on)
+}
+
+// probeCell is an id's first cell in an id map of mask+1 cells, as
+// native.ProbeIDs and the parameter server's map place it.
+func probeCell(id int64, mask uint64) uint64 {
+	x := uint64(id) ^ 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return (x ^ x>>31) & mask
 }
 
 // firstSeen returns ids' distinct values in the order they first appear,
