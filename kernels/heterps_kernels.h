@@ -197,7 +197,8 @@ int hps_softmax_xent(hps_isa isa, int64_t rows, int64_t cols, const float *logit
  * absent. The map's cells are cache misses in a big table: with row
  * prefetching on (hps_set_row_prefetch) the probe hashes ids a few ahead and
  * asks for their cells first; off, it probes one id after another (the
- * reference). Returns -1 when cap is not a power of two. */
+ * reference). A full map is searched once round (an absent id is -1).
+ * Returns -1 when cap is not a power of two. */
 int64_t hps_probe_ids(int64_t cap, const int64_t *keys, const int32_t *slots, int64_t n,
                       const int64_t *ids, int64_t *out);
 

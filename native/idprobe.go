@@ -14,7 +14,7 @@ var _ [unsafe.Sizeof(int(0)) - 8]struct{}
 // ProbeIDs looks ids up in an open-addressing id map — len(keys) cells, a
 // power of two, of keys and slots (slot+1; 0 marks an empty cell), id's
 // first cell mix64(id ^ 0x9e3779b97f4a7c15) & (len-1) with splitmix64's
-// finaliser, linear probing, never full — and writes each id's slot, or -1
+// finaliser, linear probing; a full map is searched once round — and writes each id's slot, or -1
 // when it is absent, to out[:len(ids)]. It returns how many are absent.
 // With row prefetching on (SetRowPrefetch) it asks for the cells of the ids
 // a few ahead of the one it probes, since a big map's cells are cache

@@ -85,6 +85,20 @@ func TestProbeIDsFindsWhatWasPut(t *testing.T) {
 	}
 }
 
+// A full map is searched once round: an id it lacks is absent, not a hang.
+func TestProbeIDsEndsOnAFullMap(t *testing.T) {
+	defer SetRowPrefetch(true)
+	m := newProbeMap(8, []int64{1, 2, 3, 4, 5, 6, 7, 8})
+	for _, ahead := range []bool{false, true} {
+		SetRowPrefetch(ahead)
+		out := make([]int, 2)
+		missing, err := ProbeIDs(m.keys, m.slots, []int64{9, 5}, out)
+		if err != nil || missing != 1 || out[0] != -1 || out[1] != 4 {
+			t.Fatalf("prefetch %v: %d missing, slots %v, %v; want 1 missing, [-1 4]", ahead, missing, out, err)
+		}
+	}
+}
+
 func TestProbeIDsRefusesBadShapes(t *testing.T) {
 	ids := []int64{1, 2}
 	for name, c := range map[string]struct {

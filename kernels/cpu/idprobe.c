@@ -18,13 +18,16 @@ static inline uint64_t cell_of(int64_t id, uint64_t mask) {
   return x & mask;
 }
 
+/* probe_from looks at most every cell once: a full map without id (which
+ * the parameter server's, at most half full, never is) answers -1. */
 static inline int64_t probe_from(uint64_t i, uint64_t mask, const int64_t *keys,
                                  const int32_t *slots, int64_t id) {
-  for (;; i = (i + 1) & mask) {
+  for (uint64_t left = mask + 1; left > 0; left--, i = (i + 1) & mask) {
     const int32_t s = slots[i];
     if (s == 0) return -1;
     if (keys[i] == id) return (int64_t)s - 1;
   }
+  return -1;
 }
 
 static int64_t probe_ref(uint64_t mask, const int64_t *keys, const int32_t *slots, int64_t n,
