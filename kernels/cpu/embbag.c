@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "heterps_kernels.h"
+#include "rows.h"
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
@@ -94,25 +95,13 @@ AVX2_FN INLINE void st8(float *x, __m256i m, int full, __m256 v) {
 
 /* Bags' rows lie anywhere in a table far larger than the caches: the
  * vector kernels ask for the rows of the ids ROW_PREFETCH ahead of the bag
- * they sum (prefetch_ahead), so that their misses overlap instead of
- * coming one after another. */
-enum { ROW_PREFETCH = 8 };
-
-static int row_prefetch = 1;
-
-void hps_set_row_prefetch(int on) { row_prefetch = on != 0; }
-
-int hps_row_prefetch_on(void) { return row_prefetch; }
-
+ * they sum (rows.h), so that their misses overlap instead of coming one
+ * after another. */
 static inline void prefetch_ahead(const float *table, int64_t dim, const int64_t *ids, int64_t n,
                                   int64_t *next, int64_t upto) {
-  if (!row_prefetch) return;
+  if (!hps_row_prefetch_on()) return;
   if (upto > n) upto = n;
-  for (; *next < upto; (*next)++) {
-    const float *r = table + ids[*next] * dim;
-    __builtin_prefetch(r);
-    __builtin_prefetch(r + dim - 1);
-  }
+  for (; *next < upto; (*next)++) prefetch_row_read(table + ids[*next] * dim, dim);
 }
 
 /* fwd_block8 sums columns [c, c+width) of the bag's rows, width <= 8*nv. */
@@ -250,17 +239,6 @@ int64_t hps_unique_scratch_len(int64_t n) {
   if (n < 0 || n > (INT64_MAX >> 3)) return HPS_EINVAL;
   if (n == 0) return 0;
   return 2 * table_cap(n);
-}
-
-/* mix64 is splitmix64's finaliser: sequential ids, strided ids and ids that
- * differ only in high bits all spread over the low bits used as slot. */
-static inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
 }
 
 /* find_or_add returns the position stored for key, or stores pos for it and

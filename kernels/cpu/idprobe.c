@@ -2,20 +2,13 @@
  * heterps_kernels.h, section 8.
  *
  * A probe is a chain of dependent loads, not arithmetic, so there is no
- * vector variant: the batched one hashes PROBE_AHEAD ids ahead of the one it
+ * vector variant: the batched one hashes ROW_PREFETCH ids ahead of the one it
  * probes and asks for their first cells, whose misses then overlap. */
 #include "heterps_kernels.h"
-
-enum { PROBE_AHEAD = 8 };
+#include "rows.h"
 
 static inline uint64_t cell_of(int64_t id, uint64_t mask) {
-  uint64_t x = (uint64_t)id ^ 0x9e3779b97f4a7c15ULL;
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x & mask;
+  return mix64((uint64_t)id ^ 0x9e3779b97f4a7c15ULL) & mask;
 }
 
 /* probe_from looks at most every cell once: a full map without id (which
@@ -42,8 +35,8 @@ static int64_t probe_ref(uint64_t mask, const int64_t *keys, const int32_t *slot
 
 static int64_t probe_ahead(uint64_t mask, const int64_t *keys, const int32_t *slots, int64_t n,
                            const int64_t *ids, int64_t *out) {
-  uint64_t ring[PROBE_AHEAD];
-  const int64_t first = n < PROBE_AHEAD ? n : PROBE_AHEAD;
+  uint64_t ring[ROW_PREFETCH];
+  const int64_t first = n < ROW_PREFETCH ? n : ROW_PREFETCH;
   for (int64_t j = 0; j < first; j++) {
     ring[j] = cell_of(ids[j], mask);
     __builtin_prefetch(slots + ring[j]);
@@ -51,10 +44,10 @@ static int64_t probe_ahead(uint64_t mask, const int64_t *keys, const int32_t *sl
   }
   int64_t missing = 0;
   for (int64_t j = 0; j < n; j++) {
-    const uint64_t at = ring[j % PROBE_AHEAD];
-    if (j + PROBE_AHEAD < n) {
-      const uint64_t next = cell_of(ids[j + PROBE_AHEAD], mask);
-      ring[j % PROBE_AHEAD] = next;
+    const uint64_t at = ring[j % ROW_PREFETCH];
+    if (j + ROW_PREFETCH < n) {
+      const uint64_t next = cell_of(ids[j + ROW_PREFETCH], mask);
+      ring[j % ROW_PREFETCH] = next;
       __builtin_prefetch(slots + next);
       __builtin_prefetch(keys + next);
     }

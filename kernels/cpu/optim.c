@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "heterps_kernels.h"
+#include "rows.h"
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
@@ -250,16 +251,8 @@ static void dense(hps_isa isa, const variants *v, int64_t n, float *w, const flo
 
 /* The listed rows lie anywhere in a table far larger than the caches, so
  * each row's value and state lines are a miss the kernel would wait on in
- * turn; rows_update asks for them ROW_PREFETCH rows ahead instead, which the
- * memory system then fetches side by side (bench/kernels' sparse-row
- * section measures it). */
-enum { ROW_PREFETCH = 8, PREFETCH_LINES = 4 };
-
-INLINE void prefetch_row(const float *row, int64_t dim) {
-  const int64_t lines = (dim * (int64_t)sizeof(float) + 63) / 64;
-  for (int64_t l = 0; l < lines && l < PREFETCH_LINES; l++) __builtin_prefetch(row + 16 * l, 1);
-  __builtin_prefetch(row + dim - 1, 1); /* a row may straddle one more line */
-}
+ * turn; rows_update asks for them ROW_PREFETCH rows ahead instead (rows.h),
+ * which the memory system then fetches side by side. */
 
 /* rows_update validates the rows, then runs the kernel on each; nstate is
  * how many of s1, s2 the optimiser needs (SGD's velocity is optional). */
@@ -281,9 +274,9 @@ static int rows_update(hps_isa isa, const variants *v, int nstate, int64_t table
   for (int64_t r = 0; r < nrows; r++) {
     if (ahead && r + ROW_PREFETCH < nrows) {
       const int64_t at = rows[r + ROW_PREFETCH] * dim;
-      prefetch_row(w + at, dim);
-      if (s1) prefetch_row(s1 + at, dim);
-      if (s2) prefetch_row(s2 + at, dim);
+      prefetch_row_write(w + at, dim);
+      if (s1) prefetch_row_write(s1 + at, dim);
+      if (s2) prefetch_row_write(s2 + at, dim);
     }
     const int64_t at = rows[r] * dim;
     k(dim, w + at, g + r * dim, s1 ? s1 + at : NULL, s2 ? s2 + at : NULL, &p);
