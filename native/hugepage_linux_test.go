@@ -11,7 +11,7 @@ import (
 
 // A big buffer from the CPU backend (an embedding table, its optimiser
 // state) is marked for transparent huge pages: its mapping carries the
-// "hg" flag in /proc/self/smaps. A small one is left alone.
+// "hg" flag in /proc/self/smaps.
 func TestBigAllocationsAskForHugePages(t *testing.T) {
 	mode, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil || strings.Contains(string(mode), "[never]") {
