@@ -608,3 +608,28 @@ func TestCloseEndsWaits(t *testing.T) {
 		t.Fatalf("pull on a closed shard: %v", err)
 	}
 }
+
+// TestLayOutListsSlotsAscending: a step's update walks each slab forwards
+// (the prefetchers follow), whatever order the pushes listed their rows
+// in, and each push's rows still find their own positions.
+func TestLayOutListsSlotsAscending(t *testing.T) {
+	tb := newTable(TableSpec{Name: testTable, Dim: 1}, 4)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, k := range rng.Perm(70_000) { // slots up to three bytes wide
+		tb.add(int64(k))
+	}
+	pushA := &contribution{slots: []int{69_999, 5, 300, 4, 65_536, 256}}
+	pushB := &contribution{slots: []int{300, 1, 70_000 - 2, 5}}
+	slots, rows := tb.layOut([]*contribution{pushA, pushB})
+	want := []int{1, 4, 5, 256, 300, 65_536, 69_998, 69_999}
+	if !slices.Equal(slots, want) {
+		t.Fatalf("slots %v, want %v", slots, want)
+	}
+	for p, c := range []*contribution{pushA, pushB} {
+		for j, k := range c.slots {
+			if slots[rows[p][j]] != k {
+				t.Fatalf("push %d row %d: position %d holds slot %d, want %d", p, j, rows[p][j], slots[rows[p][j]], k)
+			}
+		}
+	}
+}

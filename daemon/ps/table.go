@@ -201,7 +201,7 @@ func (t *table) read(slots []int, dst []float32) {
 }
 
 // update applies one optimiser step to the rows at slots, which must be
-// distinct and grouped by slab (bySlab), with gradient g (len(slots) x
+// distinct and grouped by slab (ascending), with gradient g (len(slots) x
 // dim): one UpdateRows call per slab.
 func (t *table) update(b native.Backend, o native.Optim, slots []int, g []float32) error {
 	d := t.spec.Dim
@@ -229,7 +229,7 @@ func (t *table) update(b native.Backend, o native.Optim, slots []int, g []float3
 }
 
 // layOut arranges the rows that pushes touch for one update: slots lists
-// each touched slot once, grouped by slab (bySlab's order), and rows[p][j]
+// each touched slot once, ascending (so grouped by slab), and rows[p][j]
 // is the position in slots of push p's j-th row. Under the write lock.
 func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
 	if cap(t.at) < len(t.ids) {
@@ -244,7 +244,7 @@ func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
 			}
 		}
 	}
-	slots = t.bySlab(slots)
+	slots = t.ascending(slots)
 	for j, k := range slots {
 		at[k] = int32(j) + 1
 	}
@@ -261,21 +261,29 @@ func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
 	return slots, rows
 }
 
-// bySlab returns slots grouped by slab, slabs ascending and slots in
-// their given order within a slab (a counting sort: no comparisons).
-func (t *table) bySlab(slots []int) []int {
-	start := make([]int, len(t.slabs)+1)
-	for _, k := range slots {
-		start[k/t.slabRows+1]++
-	}
-	for i := 1; i < len(start); i++ {
-		start[i] += start[i-1]
-	}
-	out := make([]int, len(slots))
-	for _, k := range slots {
-		si := k / t.slabRows
-		out[start[si]] = k
-		start[si]++
+// ascending returns slots sorted ascending: grouped by slab, and within
+// a slab in the order of its rows, so that the optimiser's kernels walk
+// each slab's values and state forwards, where the hardware prefetchers
+// follow (in the order the pushes listed them, a ctrdnn step's update of
+// ~4,700 rows took 1.6x as long). An LSD radix sort, a byte a pass, as
+// many passes as the table's largest slot has bytes: a step's few
+// thousand slots sort in microseconds.
+func (t *table) ascending(slots []int) []int {
+	out, spare := slots, make([]int, len(slots))
+	for shift := uint(0); shift < 64 && len(t.ids)>>shift > 0; shift += 8 {
+		var count [257]int
+		for _, k := range out {
+			count[(k>>shift)&0xff+1]++
+		}
+		for b := 1; b < len(count); b++ {
+			count[b] += count[b-1]
+		}
+		for _, k := range out {
+			d := (k >> shift) & 0xff
+			spare[count[d]] = k
+			count[d]++
+		}
+		out, spare = spare, out
 	}
 	return out
 }
