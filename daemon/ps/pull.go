@@ -9,8 +9,9 @@ import (
 // PullRows returns the rows of ids, len(ids) x dim, one row per id in the
 // order given (repeats included), once the table's version is at least
 // after, and the version they were read at. Rows that do not exist yet are
-// created with their initial values. The wait ends with ctx, or after
-// Config.WaitTimeout when ctx has no deadline.
+// created with their initial values, before the wait (a pull whose wait
+// fails has still created them; they would be created by the next). The
+// wait ends with ctx, or after Config.WaitTimeout when ctx has no deadline.
 func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after int64) ([]float32, int64, error) {
 	t, err := s.table(name)
 	if err != nil {
@@ -19,26 +20,37 @@ func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after in
 	if err := s.checkOwned(ids); err != nil {
 		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
+	// The slots first, the wait after: a slot once given never changes, so
+	// a pull held for the step's update (a BSP replica asks for the next
+	// batch's rows early) has only the copies left once it is applied.
+	slots, err := t.slotsOf(s, ids)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
 	if err := s.await(ctx, &t.stepped, after); err != nil {
 		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
 	out := make([]float32, len(ids)*t.spec.Dim)
-	slots := make([]int, len(ids))
 	t.mu.RLock()
-	if t.lookup(ids, slots) == 0 {
-		defer t.mu.RUnlock()
-		t.read(slots, out)
-		return out, t.version, nil
-	}
-	t.mu.RUnlock()
-
-	t.mu.Lock() // rows to create: only they are looked up again
-	defer t.mu.Unlock()
-	if err := t.createMissing(s, ids, slots); err != nil {
-		return nil, 0, fmt.Errorf("pull: %w", err)
-	}
+	defer t.mu.RUnlock()
 	t.read(slots, out)
 	return out, t.version, nil
+}
+
+// slotsOf returns the slot of every id, creating the rows that do not
+// exist yet with their initial values: only those ids are looked up again,
+// under the write lock.
+func (t *table) slotsOf(s *Shard, ids []int64) ([]int, error) {
+	slots := make([]int, len(ids))
+	t.mu.RLock()
+	missing := t.lookup(ids, slots)
+	t.mu.RUnlock()
+	if missing == 0 {
+		return slots, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slots, t.createMissing(s, ids, slots)
 }
 
 // PullBlock returns a copy of a dense block once its version is at least

@@ -452,6 +452,33 @@ func TestPullWaitsForTheStep(t *testing.T) {
 	}
 }
 
+// TestHeldPullOfNewRowsAnswersTheUpdate: a pull held for a step creates
+// its missing rows before it waits (their slots never change), and once
+// the step is applied it answers with the updated rows, the same as a
+// pull made afterwards.
+func TestHeldPullOfNewRowsAnswersTheUpdate(t *testing.T) {
+	s := newTestShard(t, BSP, 1, adam)
+	ids := []int64{9, 2, 9}
+	done := make(chan []float32)
+	go func() {
+		rows, _, err := s.PullRows(context.Background(), testTable, ids, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rows
+	}()
+	for deadline := time.Now().Add(5 * time.Second); s.Rows() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held pull holds %d rows, want its 2 created before it waits", s.Rows())
+		}
+	}
+	mustPushRows(t, s, id(0, 1), 1, []int64{2, 9}, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	held := <-done
+	if after := pullRows(t, s, ids, 1); !bitsEqual(held, after) {
+		t.Fatalf("held pull %v, a pull after the step %v", held, after)
+	}
+}
+
 func TestWaitsEnd(t *testing.T) {
 	cfg := testConfig(t, BSP, 0, 1, 1, adam)
 	cfg.WaitTimeout = 10 * time.Millisecond
