@@ -10,6 +10,7 @@ import (
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/internal/radix"
 	"github.com/heterps/heterps/native"
 )
 
@@ -220,7 +221,7 @@ func localIDs(ids []int64) (uniq, local []int64) {
 	for i, id := range ids {
 		keys[i], pos[i] = uint64(id)-uint64(lo), int32(i)
 	}
-	radixSort(keys, pos, uint64(hi)-uint64(lo))
+	radix.Sort(keys, pos, uint64(hi)-uint64(lo))
 	for j, k := range keys {
 		if j == 0 || k != keys[j-1] {
 			uniq = append(uniq, int64(k+uint64(lo)))
@@ -228,28 +229,6 @@ func localIDs(ids []int64) (uniq, local []int64) {
 		local[pos[j]] = int64(len(uniq) - 1)
 	}
 	return uniq, local
-}
-
-// radixSort sorts keys (all at most top) ascending, carrying vals along,
-// stably, one byte per pass: as many passes as top has bytes.
-func radixSort(keys []uint64, vals []int32, top uint64) {
-	k2, v2 := make([]uint64, len(keys)), make([]int32, len(vals))
-	for shift := uint(0); shift < 64 && top>>shift > 0; shift += 8 {
-		var count [257]int
-		for _, k := range keys {
-			count[(k>>shift)&0xff+1]++
-		}
-		for b := 1; b < len(count); b++ {
-			count[b] += count[b-1]
-		}
-		for i, k := range keys {
-			d := (k >> shift) & 0xff
-			k2[count[d]], v2[count[d]] = k, vals[i]
-			count[d]++
-		}
-		copy(keys, k2)
-		copy(vals, v2)
-	}
 }
 
 // slotIDs returns the distinct compact rows (of n), ascending, that slots
