@@ -2,6 +2,7 @@ package ps
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/heterps/heterps/native"
 )
@@ -12,6 +13,23 @@ type block struct {
 	stepped // mu guards value and state as well
 	value   []float32
 	state   [][]float32
+	sum     []float32 // a step's weighted sum of several pushes, reused (under mu)
+	// replies recycles the buffers the service pulls the block into for
+	// remote replicas: every replica pulls every block every step, and a
+	// fresh buffer a pull (1.2 MB a step for ctrdnn's blocks) was most of
+	// what a parameter server allocated. A buffer is back once its reply
+	// is written (wire.Conn.Send writes before it returns).
+	replies sync.Pool
+}
+
+// replyBuffer returns a buffer of the block's length for a pull's reply,
+// recycled when one is free.
+func (b *block) replyBuffer() *[]float32 {
+	if p, ok := b.replies.Get().(*[]float32); ok {
+		return p
+	}
+	buf := make([]float32, len(b.value))
+	return &buf
 }
 
 func newBlock(spec BlockSpec) *block {

@@ -100,8 +100,10 @@ func (s *Shard) PushBlock(id PushID, name string, weight float64, grad []float32
 func (s *Shard) accept(st *stepped, id PushID, c *contribution,
 	applyStep func(*Shard) error, applyOne func(*Shard, *contribution) error) (Ack, error) {
 	if s.cfg.Mode == ASP {
-		c.grad = slices.Clone(c.grad) // an ASP apply may scale it in place
-		if err := applyOne(s, c); err != nil {
+		st.keep(c) // an ASP apply may scale it in place
+		err := applyOne(s, c)
+		st.release(c)
+		if err != nil {
 			return Ack{Version: st.version}, err
 		}
 		st.window(id.Replica).mark(id.Step)
@@ -110,11 +112,11 @@ func (s *Shard) accept(st *stepped, id PushID, c *contribution,
 	}
 	st.add(id.Replica, c)
 	if !st.open.full() || s.held(st.open.step) {
-		c.grad = slices.Clone(c.grad) // it waits for the step's other pushes
+		st.keep(c) // it waits for the step's other pushes
 		return Ack{Version: st.version}, nil
 	}
 	if err := applyStep(s); err != nil {
-		c.grad = slices.Clone(c.grad) // the step stays open, holding it
+		st.keep(c) // the step stays open, holding it
 		return Ack{Version: st.version}, err
 	}
 	return Ack{Applied: true, Version: st.version}, nil
@@ -167,15 +169,18 @@ func (t *table) applyStep(s *Shard) error {
 	b := t.open
 	slots, rows := t.layOut(b.pushes)
 	d := t.spec.Dim
+	n := len(slots) * d
 	var sum []float32
 	if len(b.pushes) == 1 { // its weight is exactly 1: the sum is its gradient
-		sum = scatterRows(b.pushes[0].grad, rows[0], len(slots), d)
+		sum = scatterRows(t.scratchBuf(0, n), b.pushes[0].grad, rows[0], d)
 	} else {
 		grads := make([]native.Buffer, len(b.pushes))
 		for p, c := range b.pushes {
-			grads[p] = native.HostBuffer(scatterRows(c.grad, rows[p], len(slots), d))
+			g := t.scratchBuf(p, n)
+			clear(g) // rows this push lacks count zero
+			grads[p] = native.HostBuffer(scatterRows(g, c.grad, rows[p], d))
 		}
-		sum = make([]float32, len(slots)*d)
+		sum = t.scratchBuf(len(b.pushes), n)
 		if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(b.pushes), grads); err != nil {
 			return fmt.Errorf("table %q: step %d: %w", t.spec.Name, b.step, err)
 		}
@@ -190,7 +195,7 @@ func (t *table) applyStep(s *Shard) error {
 // applyOne applies one ASP push, its gradient times its weight.
 func (t *table) applyOne(s *Shard, c *contribution) error {
 	slots, rows := t.layOut([]*contribution{c})
-	g := scatterRows(c.grad, rows[0], len(slots), t.spec.Dim)
+	g := scatterRows(t.scratchBuf(0, len(slots)*t.spec.Dim), c.grad, rows[0], t.spec.Dim)
 	gb := native.HostBuffer(g)
 	if err := s.backend.WeightedSum(gb, []float32{float32(c.weight)}, []native.Buffer{gb}); err != nil {
 		return fmt.Errorf("table %q: %w", t.spec.Name, err)
@@ -198,10 +203,9 @@ func (t *table) applyOne(s *Shard, c *contribution) error {
 	return t.update(s.backend, t.spec.Optim.At(t.version+1), slots, g)
 }
 
-// scatterRows returns an [n x d] gradient with row at[j] = grad's row j
-// and zeros elsewhere.
-func scatterRows(grad []float32, at []int32, n, d int) []float32 {
-	g := make([]float32, n*d)
+// scatterRows writes grad's row j to row at[j] of g and returns g; rows of
+// g that at does not name keep what they held.
+func scatterRows(g, grad []float32, at []int32, d int) []float32 {
 	for j, pos := range at {
 		copy(g[int(pos)*d:(int(pos)+1)*d], grad[j*d:(j+1)*d])
 	}
@@ -217,7 +221,10 @@ func (b *block) applyStep(s *Shard) error {
 		for r, c := range st.pushes {
 			grads[r] = native.HostBuffer(c.grad)
 		}
-		sum = make([]float32, len(b.value))
+		if b.sum == nil {
+			b.sum = make([]float32, len(b.value))
+		}
+		sum = b.sum
 		if err := s.backend.WeightedSum(native.HostBuffer(sum), stepWeights(st.pushes), grads); err != nil {
 			return fmt.Errorf("block %q: step %d: %w", b.spec.Name, st.step, err)
 		}

@@ -174,9 +174,13 @@ func (s *Service) serveStream(ctx context.Context, c *wire.Conn, index int) {
 			}
 			return
 		}
-		reply := s.handle(ctx, index, req)
+		reply, sent := s.handle(ctx, index, req)
 		req.Release()
-		if err := c.Send(ctx, stream, reply); err != nil {
+		err = c.Send(ctx, stream, reply)
+		if sent != nil {
+			sent()
+		}
+		if err != nil {
 			if ctx.Err() == nil {
 				s.opts.Logger.Warn("ps service: reply", "peer", c.Peer(), "stream", stream, "err", err)
 			}
@@ -185,76 +189,86 @@ func (s *Service) serveStream(ctx context.Context, c *wire.Conn, index int) {
 	}
 }
 
-// handle answers one request; every failure becomes a MsgError.
-func (s *Service) handle(ctx context.Context, index int, req *wire.MessageView) *wire.Message {
-	reply, err := s.dispatch(ctx, index, req)
+// handle answers one request; every failure becomes a MsgError. sent, when
+// not nil, is to be called once the reply is written: it recycles what the
+// reply's tensors view.
+func (s *Service) handle(ctx context.Context, index int, req *wire.MessageView) (reply *wire.Message, sent func()) {
+	reply, sent, err := s.dispatch(ctx, index, req)
 	if err != nil {
 		text := err.Error()
 		if len(text) > wire.MaxText {
 			text = text[:wire.MaxText]
 		}
-		return &wire.Message{Type: wire.MsgError, Meta: req.Meta, Text: text}
+		return &wire.Message{Type: wire.MsgError, Meta: req.Meta, Text: text}, nil
 	}
-	return reply
+	return reply, sent
 }
 
-func (s *Service) dispatch(ctx context.Context, index int, req *wire.MessageView) (*wire.Message, error) {
+func (s *Service) dispatch(ctx context.Context, index int, req *wire.MessageView) (*wire.Message, func(), error) {
 	a := shardAddr{req.Meta.Job, index}
 	sh, ok := s.shards[a]
 	if !ok {
-		return nil, fmt.Errorf("ps service: no shard %d of job key %#x here: %w", index, req.Meta.Job, ErrUnknown)
+		return nil, nil, fmt.Errorf("ps service: no shard %d of job key %#x here: %w", index, req.Meta.Job, ErrUnknown)
 	}
 	if req.Type == MsgSetMembers {
-		return s.setMembers(sh, req)
+		reply, err := s.setMembers(sh, req)
+		return reply, nil, err
 	}
 	name, ok := s.params[a][req.Meta.Key]
 	if !ok {
-		return nil, fmt.Errorf("ps shard %d: no table or block with key %#x: %w", index, req.Meta.Key, ErrUnknown)
+		return nil, nil, fmt.Errorf("ps shard %d: no table or block with key %#x: %w", index, req.Meta.Key, ErrUnknown)
 	}
+	var reply *wire.Message
+	var err error
 	switch req.Type {
 	case wire.MsgPull:
 		return s.pull(ctx, sh, name, req)
 	case wire.MsgPushSparse:
-		return s.pushSparse(sh, name, req)
+		reply, err = s.pushSparse(sh, name, req)
 	case wire.MsgPushDense:
-		return s.pushDense(sh, name, req)
+		reply, err = s.pushDense(sh, name, req)
+	default:
+		err = fmt.Errorf("ps shard %d: %v is not a request: %w", index, req.Type, ErrArg)
 	}
-	return nil, fmt.Errorf("ps shard %d: %v is not a request: %w", index, req.Type, ErrArg)
+	return reply, nil, err
 }
 
-func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.MessageView) (*wire.Message, error) {
+func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.MessageView) (*wire.Message, func(), error) {
 	after, err := toInt64("after", req.Meta.Step)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reply := &wire.Message{Type: wire.MsgPullReply, Meta: req.Meta}
 	if len(req.Tensors) == 0 {
-		if _, isBlock := sh.blocks[name]; !isBlock {
-			return nil, fmt.Errorf("pull of %q without ids: it is a table: %w", name, ErrArg)
+		b, isBlock := sh.blocks[name]
+		if !isBlock {
+			return nil, nil, fmt.Errorf("pull of %q without ids: it is a table: %w", name, ErrArg)
 		}
-		v, version, err := sh.PullBlock(ctx, name, after)
+		buf := b.replyBuffer()
+		version, err := sh.PullBlockInto(ctx, name, after, *buf)
 		if err != nil {
-			return nil, err
+			b.replies.Put(buf)
+			return nil, nil, err
 		}
 		reply.Meta.Step = uint64(version)
-		reply.Tensors = []wire.Tensor{wire.F32Tensor(v, len(v))}
-		return reply, nil
+		reply.Tensors = []wire.Tensor{wire.F32Tensor(*buf, len(*buf))}
+		return reply, func() { b.replies.Put(buf) }, nil
 	}
 	t, isTable := sh.tables[name]
 	if !isTable {
-		return nil, fmt.Errorf("pull of %q with ids: it is a block: %w", name, ErrArg)
+		return nil, nil, fmt.Errorf("pull of %q with ids: it is a block: %w", name, ErrArg)
 	}
 	ids, err := s.ids(req, 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, version, err := sh.PullRows(ctx, name, ids, after)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reply.Meta.Step = uint64(version)
 	reply.Tensors = []wire.Tensor{wire.F32Tensor(rows, len(ids), t.spec.Dim)}
-	return reply, nil
+	return reply, nil, nil
 }
 
 func (s *Service) pushSparse(sh *Shard, name string, req *wire.MessageView) (*wire.Message, error) {

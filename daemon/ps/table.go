@@ -22,12 +22,27 @@ type table struct {
 	// at is scratch for laying a step's pushes out: 1 + a slot's position
 	// in the step's rows, 0 between uses. Under the write lock.
 	at []int32
+	// scratch holds a step's scattered gradients and their sum across
+	// steps (scratchBuf), under the write lock.
+	scratch [][]float32
 }
 
 // slab holds slabRows rows of values and of each optimiser state buffer.
 type slab struct {
 	value []float32
 	state [][]float32
+}
+
+// scratchBuf returns scratch buffer i of n floats, kept across steps
+// (under the write lock): the step's scattered gradients and their sum.
+func (t *table) scratchBuf(i, n int) []float32 {
+	for len(t.scratch) <= i {
+		t.scratch = append(t.scratch, nil)
+	}
+	if cap(t.scratch[i]) < n {
+		t.scratch[i] = make([]float32, n, n+n/4)
+	}
+	return t.scratch[i][:n]
 }
 
 func newTable(spec TableSpec, slabRows int) *table {
