@@ -161,3 +161,38 @@ func idsOn(i, shards, n int) []int64 {
 	}
 	return out
 }
+
+// rowPush is one replica's sparse push, as a test's reference sees it.
+type rowPush struct {
+	ids  []int64
+	grad []float32
+	w    float32 // its weight in the step's sum
+}
+
+// stepRowGradient is the weighted sum of the pushes' gradients for row id
+// (pushes that lack it count zero), and whether any push has it.
+func stepRowGradient(id int64, pushes ...rowPush) (g []float32, touched bool) {
+	g = make([]float32, testDim)
+	for _, p := range pushes {
+		if j := slices.Index(p.ids, id); j >= 0 {
+			touched = true
+			for x := range g {
+				g[x] += p.w * p.grad[j*testDim+x]
+			}
+		}
+	}
+	return g, touched
+}
+
+// bigBlockShard is a BSP shard of job "j" for replicas replicas whose one
+// block holds n zeros.
+func bigBlockShard(t testing.TB, replicas, n int) *Shard {
+	t.Helper()
+	cfg := testConfig(t, BSP, 0, 1, replicas, adam)
+	cfg.Blocks = []BlockSpec{{Name: testBlock, Init: make([]float32, n), Optim: adam}}
+	s, err := NewShard(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -437,12 +437,7 @@ func FuzzServiceRequest(f *testing.F) {
 // and each answer still holds the block as of its own version.
 func TestServiceBlockPullsRecycleTheirReplyBuffer(t *testing.T) {
 	const n = 1 << 18 // floats: 1 MiB
-	cfg := testConfig(t, BSP, 0, 1, 1, adam)
-	cfg.Blocks = []BlockSpec{{Name: testBlock, Init: make([]float32, n), Optim: adam}}
-	shard, err := NewShard(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shard := bigBlockShard(t, 1, n)
 	svc, err := NewService(ServiceOptions{Logger: quiet}, shard)
 	if err != nil {
 		t.Fatal(err)

@@ -583,20 +583,7 @@ func TestPushesSpreadOverSlabsApplyLikeOneTable(t *testing.T) {
 
 	be := testBackend(t)
 	for i, rowID := range creation {
-		g := make([]float32, testDim)
-		touched := false
-		for _, p := range []struct {
-			ids  []int64
-			grad []float32
-			w    float32
-		}{{pushA, gradA, 0.25}, {pushB, gradB, 0.75}} {
-			if j := slices.Index(p.ids, rowID); j >= 0 {
-				touched = true
-				for x := range g {
-					g[x] += p.w * p.grad[j*testDim+x]
-				}
-			}
-		}
+		g, touched := stepRowGradient(rowID, rowPush{pushA, gradA, 0.25}, rowPush{pushB, gradB, 0.75})
 		want := slices.Clone(initial[i*testDim : (i+1)*testDim])
 		if touched {
 			state := []native.Buffer{be.Alloc(testDim), be.Alloc(testDim)}
@@ -697,19 +684,7 @@ func TestRecycledBuffersKeepStepsExact(t *testing.T) {
 		mustPushRows(t, s, id(1, step), 3, b, gb)
 		mustPushBlock(t, s, id(1, step), 3, db)
 		for _, k := range universe {
-			g, touched := make([]float32, testDim), false
-			for _, p := range []struct {
-				ids []int64
-				g   []float32
-				w   float32
-			}{{a, ga, 0.25}, {b, gb, 0.75}} {
-				if j := slices.Index(p.ids, k); j >= 0 {
-					touched = true
-					for x := range g {
-						g[x] += p.w * p.g[j*testDim+x]
-					}
-				}
-			}
+			g, touched := stepRowGradient(k, rowPush{a, ga, 0.25}, rowPush{b, gb, 0.75})
 			if touched {
 				if err := be.Update(adam.At(step), native.HostBuffer(want[k]), native.HostBuffer(g), state[k]...); err != nil {
 					t.Fatal(err)
@@ -741,12 +716,7 @@ func TestRecycledBuffersKeepStepsExact(t *testing.T) {
 // buffers, not from a fresh allocation a step.
 func TestKeptPushesAreRecycled(t *testing.T) {
 	const n = 1 << 18 // floats: 1 MiB
-	cfg := testConfig(t, BSP, 0, 1, 2, adam)
-	cfg.Blocks = []BlockSpec{{Name: testBlock, Init: make([]float32, n), Optim: adam}}
-	s, err := NewShard(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := bigBlockShard(t, 2, n)
 	g := make([]float32, n)
 	step := int64(0)
 	push := func() {

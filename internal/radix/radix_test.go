@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -25,15 +26,7 @@ func TestSortMatchesAStableSort(t *testing.T) {
 			for i := range keys {
 				want[i] = kv{keys[i], vals[i]}
 			}
-			slices.SortStableFunc(want, func(a, b kv) int {
-				switch {
-				case a.k < b.k:
-					return -1
-				case a.k > b.k:
-					return 1
-				}
-				return 0
-			})
+			slices.SortStableFunc(want, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
 			Sort(keys, vals, top)
 			for i := range want {
 				if keys[i] != want[i].k || vals[i] != want[i].v {
