@@ -739,3 +739,63 @@ func TestKeptPushesAreRecycled(t *testing.T) {
 		t.Fatalf("a two-replica step of a %d-byte block allocates %d bytes", n*4, per)
 	}
 }
+
+// TestSplitRunsBalancesWholeSlabs: a step's slab runs are cut into at most
+// n groups in order, none empty, covering every run once, the cuts where
+// the rows reach each n-th of the total.
+func TestSplitRunsBalancesWholeSlabs(t *testing.T) {
+	runs := []slabRun{{0, 0, 10}, {1, 10, 30}, {2, 30, 35}, {4, 35, 60}, {7, 60, 100}}
+	for n := 1; n <= 7; n++ {
+		parts := splitRuns(runs, n)
+		if len(parts) > n {
+			t.Fatalf("n %d: %d groups", n, len(parts))
+		}
+		var joined []slabRun
+		for _, p := range parts {
+			if len(p) == 0 {
+				t.Fatalf("n %d: an empty group in %v", n, parts)
+			}
+			joined = append(joined, p...)
+		}
+		if !slices.Equal(joined, runs) {
+			t.Fatalf("n %d: groups %v do not cover the runs in order", n, parts)
+		}
+	}
+	if got := splitRuns(runs, 2); len(got) != 2 || got[0][len(got[0])-1].hi != 60 {
+		t.Fatalf("halves %v: want the first to end at row 60, where the rows pass 50", got)
+	}
+}
+
+// TestSlabsUpdatedSideBySideMatchOneThread: a step of thousands of rows
+// over many slabs, updated by a 2-thread backend (slab groups side by
+// side), leaves every row bit-identical to a 1-thread backend's update.
+func TestSlabsUpdatedSideBySideMatchOneThread(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids := make([]int64, 3000)
+	for i := range ids {
+		ids[i] = int64(i * 7)
+	}
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	grads := [][]float32{randFloats(rng, len(ids)*testDim), randFloats(rng, len(ids)*testDim)}
+	var rows [2][]float32
+	for i, threads := range []int{1, 2} {
+		cfg := testConfig(t, BSP, 0, 1, 1, adam)
+		cfg.SlabRows = 256
+		be, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Backend = be
+		s, err := NewShard(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step, g := range grads {
+			mustPushRows(t, s, id(0, int64(step+1)), 1, ids, g)
+		}
+		rows[i] = pullRows(t, s, ids, 2)
+	}
+	if !bitsEqual(rows[0], rows[1]) {
+		t.Fatal("rows updated by 2 threads differ from 1 thread's")
+	}
+}
