@@ -221,7 +221,7 @@ func localIDs(ids []int64) (uniq, local []int64) {
 	for i, id := range ids {
 		keys[i], pos[i] = uint64(id)-uint64(lo), int32(i)
 	}
-	radix.Sort(keys, pos, uint64(hi)-uint64(lo))
+	radix.Pairs(keys, pos, uint64(hi)-uint64(lo))
 	for j, k := range keys {
 		if j == 0 || k != keys[j-1] {
 			uniq = append(uniq, int64(k+uint64(lo)))

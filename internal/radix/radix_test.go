@@ -9,8 +9,14 @@ import (
 
 // TestSortMatchesAStableSort: keys of one to eight bytes, with repeats,
 // come out ascending, and each value stays with its key in its original
-// order among equal keys.
+// order among equal keys, by Sort and by Pairs.
 func TestSortMatchesAStableSort(t *testing.T) {
+	for name, sort := range map[string]func([]uint64, []int32, uint64){"Sort": Sort[uint64, int32], "Pairs": Pairs} {
+		t.Run(name, func(t *testing.T) { checkStableSort(t, sort) })
+	}
+}
+
+func checkStableSort(t *testing.T, sort func([]uint64, []int32, uint64)) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, top := range []uint64{0, 1, 255, 256, 70_000, 1 << 40, 1<<63 - 1} {
 		for _, n := range []int{0, 1, 2, 1000} {
@@ -27,7 +33,7 @@ func TestSortMatchesAStableSort(t *testing.T) {
 				want[i] = kv{keys[i], vals[i]}
 			}
 			slices.SortStableFunc(want, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
-			Sort(keys, vals, top)
+			sort(keys, vals, top)
 			for i := range want {
 				if keys[i] != want[i].k || vals[i] != want[i].v {
 					t.Fatalf("top %d, n %d: [%d] = (%d, %d), want (%d, %d)", top, n, i, keys[i], vals[i], want[i].k, want[i].v)
