@@ -9,19 +9,10 @@ type Key interface {
 	~int | ~int64 | ~uint64
 }
 
-// Sort sorts keys (each in [0, top]) ascending, stably, and moves vals
-// (nil, or as long as keys) along with them. Each pass counts one byte of
-// the keys, so a top below 2^16 takes two passes whatever len(keys) is.
-func Sort[K Key, V any](keys []K, vals []V, top K) {
-	if vals != nil && len(vals) != len(keys) {
-		panic("radix: vals and keys differ in length")
-	}
-	k2 := make([]K, len(keys))
-	var v2 []V
-	if vals != nil {
-		v2 = make([]V, len(vals))
-	}
-	src, srcV, dst, dstV := keys, vals, k2, v2
+// Sort sorts keys (each in [0, top]) ascending. Each pass counts one byte
+// of the keys, so a top below 2^16 takes two passes whatever len(keys) is.
+func Sort[K Key](keys []K, top K) {
+	src, dst := keys, make([]K, len(keys))
 	passes := 0
 	for shift := uint(0); shift < 64 && top>>shift > 0; shift += 8 {
 		var count [257]int
@@ -31,36 +22,27 @@ func Sort[K Key, V any](keys []K, vals []V, top K) {
 		for b := 1; b < len(count); b++ {
 			count[b] += count[b-1]
 		}
-		if vals == nil { // two loops: a test per key cost a third of the sort
-			for _, k := range src {
-				d := digit(k, shift)
-				dst[count[d]] = k
-				count[d]++
-			}
-		} else {
-			for i, k := range src {
-				d := digit(k, shift)
-				dst[count[d]], dstV[count[d]] = k, srcV[i]
-				count[d]++
-			}
+		for _, k := range src {
+			d := digit(k, shift)
+			dst[count[d]] = k
+			count[d]++
 		}
-		src, srcV, dst, dstV = dst, dstV, src, srcV
+		src, dst = dst, src
 		passes++
 	}
 	if passes%2 == 1 { // the result is in the scratch
 		copy(keys, src)
-		copy(vals, srcV)
 	}
 }
 
 // digit is byte shift/8 of k, as an int the count's bounds are known for.
 func digit[K Key](k K, shift uint) int { return int(uint64(k)>>shift) & 0xff }
 
-// Pairs is Sort for uint64 keys carrying int32 values (vals must not be
-// nil), for the pipeline's batch id mapping (13,312 ids a ctrdnn batch,
-// every step): the same passes written for these types, since Go's generic
-// instantiation of Sort took 1.2-1.4x as long on them (BenchmarkSort
-// against BenchmarkPairs: 344-350 against 269-293 us).
+// Pairs sorts keys (each in [0, top]) ascending, stably, and moves vals
+// (as long as keys) along with them: the pipeline's batch id mapping
+// (13,312 ids a ctrdnn batch, every step). It is written for these types
+// rather than as a generic Sort with values: on a ctrdnn batch a generic
+// version took 344-350 us against this one's 269-293.
 func Pairs(keys []uint64, vals []int32, top uint64) {
 	if len(vals) != len(keys) {
 		panic("radix: vals and keys differ in length")
