@@ -84,21 +84,29 @@ func ack(step uint64) *wire.Message {
 	return &wire.Message{Type: wire.MsgAck, Meta: wire.Meta{Step: step}}
 }
 
-// exchange sends one message a -> b and returns the error of either half.
+// exchange sends one message a -> b and returns the error of either half;
+// messages of earlier steps still in flight are skipped.
 func exchange(from, to wire.Transport, fromID, toID string, step uint64, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if err := from.Send(ctx, toID, 1, ack(step)); err != nil {
 		return err
 	}
-	m, err := to.Recv(ctx, fromID, 1)
-	if err != nil {
-		return err
+	for {
+		m, err := to.Recv(ctx, fromID, 1)
+		if err != nil {
+			return err
+		}
+		// An earlier attempt whose wait ran out may have been delivered
+		// after all: that message is stale, not this one lost.
+		if m.Meta.Step < step {
+			continue
+		}
+		if m.Meta.Step != step {
+			return fmt.Errorf("got step %d, want %d", m.Meta.Step, step)
+		}
+		return nil
 	}
-	if m.Meta.Step != step {
-		return fmt.Errorf("got step %d, want %d", m.Meta.Step, step)
-	}
-	return nil
 }
 
 // eventually retries an exchange until it works (5s).
