@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/native"
 )
 
 // Pulls ahead. In BSP a step's parameters are those after the previous
@@ -61,12 +62,16 @@ func (w *Worker) pullBlockAhead(a *denseAhead, i int) {
 	})
 }
 
-// Buffer reuse: the dense values pulled ahead for step s+1 are uploaded
-// into the model at the start of s+1, after which their buffers are free;
-// takeDenseAhead hands them (w.spare) to the pulls ahead for s+2, made when
-// s+1 starts. Two sets of buffers thus alternate instead of a fresh one per
-// parameter per step (ctrdnn: 1.2 MB a step). Buffers of an ahead that
-// failed or was not taken are never reused: a pull may still write them.
+// Buffer reuse: the dense values pulled ahead for step s+1 become the
+// model's at the start of s+1 — adopted as they are when the backend holds
+// values in host memory (the CPU), freeing the buffers the values of s were
+// in, or uploaded, freeing the pulled buffers; takeDenseAhead hands the
+// free ones (w.spare) to the pulls ahead for s+2, made when s+1 starts.
+// Three sets of buffers thus rotate (the model's values, those being
+// pulled into, and those held for the next pulls) instead of a fresh one
+// per parameter per step (ctrdnn: 1.2 MB a step), and on the CPU the
+// values are never copied a second time. Buffers of an ahead that failed
+// or was not taken are never reused: a pull may still write them.
 
 // takeSpare returns the buffers free for the next pulls ahead, if any, and
 // forgets them.
@@ -76,8 +81,8 @@ func (w *Worker) takeSpare() [][]float32 {
 	return s
 }
 
-// takeDenseAhead uploads the dense parameters pulled ahead for step, if
-// there are such pulls, and reports whether there were.
+// takeDenseAhead makes the dense parameters pulled ahead for step the
+// model's, if there are such pulls, and reports whether there were.
 func (w *Worker) takeDenseAhead(ctx context.Context, step int64) (bool, error) {
 	a := w.ahead
 	w.ahead = nil
@@ -94,6 +99,10 @@ func (w *Worker) takeDenseAhead(ctx context.Context, step int64) (bool, error) {
 		if got.err != nil {
 			return true, got.err
 		}
+		if old, ok := w.adoptDense(i, got.v); ok {
+			a.bufs[i] = old
+			continue
+		}
 		if err := w.uploadDense(i, got.v); err != nil {
 			return true, err
 		}
@@ -101,6 +110,22 @@ func (w *Worker) takeDenseAhead(ctx context.Context, step int64) (bool, error) {
 	}
 	w.spare = a.bufs
 	return true, nil
+}
+
+// adoptDense makes v, pulled ahead, dense parameter i's values in every
+// layer copy instead of copying it in, when the backend keeps the values
+// in host memory, and returns the values' old memory (free now: the step
+// that read them is over) for the next pulls ahead.
+func (w *Worker) adoptDense(i int, v []float32) ([]float32, bool) {
+	p := w.copies[0].dense[i]
+	old, ok := native.Host(p.Value)
+	if !ok || len(v) != p.Len() || len(old) != len(v) {
+		return nil, false
+	}
+	for _, c := range w.copies {
+		c.dense[i].Value = native.HostBuffer(v)
+	}
+	return old, true
 }
 
 func (w *Worker) uploadDense(i int, v []float32) error {
@@ -247,9 +272,13 @@ type rowsAhead struct {
 func (w *Worker) pullUntouched(ctx context.Context, step int64, t sparseTable, tp tablePlan, touched []int64) (rowsAhead, error) {
 	a := rowsAhead{table: make([]float32, len(tp.ids)*t.table.Cols)}
 	var ids, rows []int64
+	j := 0 // tp.used and touched both ascend: one walk splits them
 	for _, k := range tp.used {
 		id := tp.ids[k]
-		if _, hit := slices.BinarySearch(touched, id); hit {
+		for j < len(touched) && touched[j] < id {
+			j++
+		}
+		if j < len(touched) && touched[j] == id {
 			a.lateIDs, a.lateRows = append(a.lateIDs, id), append(a.lateRows, k)
 		} else {
 			ids, rows = append(ids, id), append(rows, k)

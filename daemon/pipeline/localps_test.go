@@ -17,8 +17,8 @@ import (
 // pushes land) trains bit for bit as single-process training (with two
 // micro-batches, as the same worker that pulls every row after the
 // update), and
-// the pulls ahead alternate between two sets of buffers instead of
-// allocating a set a step.
+// the pulls ahead rotate three sets of buffers (with the model's values)
+// instead of allocating a set a step.
 func TestLocalShardStageEqualsSingleProcessAndReusesBuffers(t *testing.T) {
 	checkLeaks(t)
 	const steps, size = 6, 6
@@ -63,9 +63,11 @@ func TestLocalShardStageEqualsSingleProcessAndReusesBuffers(t *testing.T) {
 	if !slices.Equal(losses, refLosses) {
 		t.Fatalf("losses %v, single-process %v", losses, refLosses)
 	}
-	for step := int64(2); step+2 <= steps; step++ {
-		if spare[step] == nil || spare[step] != spare[step+2] {
-			t.Fatalf("dense buffers after steps %d and %d: %p and %p, want the same reused buffer", step, step+2, spare[step], spare[step+2])
+	// The model's values, the buffers pulled into and the spare ones
+	// rotate: the same three sets from step 2 on.
+	for step := int64(2); step+3 <= steps; step++ {
+		if spare[step] == nil || spare[step] != spare[step+3] {
+			t.Fatalf("dense buffers after steps %d and %d: %p and %p, want the same reused buffer", step, step+3, spare[step], spare[step+3])
 		}
 	}
 }

@@ -234,6 +234,9 @@ func localIDs(ids []int64) (uniq, local []int64) {
 // slotIDs returns the distinct compact rows (of n), ascending, that slots
 // [first, end) of a batch with the given offsets use.
 func slotIDs(offsets, local []int64, n, slots, first, end int) []int64 {
+	if first == 0 && end == slots { // every bag: the n rows are the batch's ids
+		return iota64(n)
+	}
 	used := make([]bool, n)
 	for j := 0; j+1 < len(offsets); j++ {
 		if slot := j % slots; slot >= first && slot < end {

@@ -111,3 +111,32 @@ func BenchmarkLocalIDs(b *testing.B) {
 		localIDs(ids)
 	}
 }
+
+// TestSlotIDsListTheRowsOfTheSlotRange: the rows a slot range's bags read,
+// against the rows gathered bag by bag, for the whole range (every row of
+// the batch) and for parts of it.
+func TestSlotIDsListTheRowsOfTheSlotRange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	const rows, slots = 40, 5
+	var ids, offsets []int64
+	for range rows * slots {
+		offsets = append(offsets, int64(len(ids)))
+		for range rng.IntN(3) { // empty bags too
+			ids = append(ids, rng.Int64N(60))
+		}
+	}
+	offsets = append(offsets, int64(len(ids)))
+	uniq, local := localIDs(ids)
+	for _, r := range [][2]int{{0, slots}, {0, 1}, {2, 4}, {4, 5}} {
+		var want []int64
+		for j := 0; j+1 < len(offsets); j++ {
+			if s := j % slots; s >= r[0] && s < r[1] {
+				want = append(want, local[offsets[j]:offsets[j+1]]...)
+			}
+		}
+		want = slices.Compact(slices.Sorted(slices.Values(want)))
+		if got := slotIDs(offsets, local, len(uniq), slots, r[0], r[1]); !slices.Equal(got, want) {
+			t.Fatalf("slots %v: rows %v, want %v", r, got, want)
+		}
+	}
+}
