@@ -43,7 +43,7 @@ func (b *CPU) EmbeddingBag(pool Pool, table Buffer, rows, dim int, offsets, ids 
 			return fmt.Errorf("embedding bag: ids[%d] = %d outside the table's %d rows: %w", i, id, rows, ErrRange)
 		}
 	}
-	grain := rowGrain(dim)
+	grain := gatherGrain(nbags, dim, b.threads)
 	// The kernel checks its piece again; a failure there is unreachable after
 	// the checks above but is reported rather than ignored.
 	errs := make([]error, pieceCount(nbags, grain))

@@ -86,7 +86,7 @@ func (b *CPU) UpdateRows(o Optim, table Buffer, tableRows, dim int, rows []int64
 		return fmt.Errorf("update rows: rows[%d] = %d is listed twice: %w", r, rows[r], ErrArg)
 	}
 	co := cOptim(o)
-	grain := rowGrain(dim)
+	grain := gatherGrain(len(rows), dim, b.threads)
 	errs := make([]error, pieceCount(len(rows), grain))
 	chunks(len(rows), grain, b.threads, func(p, lo, hi int) {
 		var bad C.int64_t

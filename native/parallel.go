@@ -63,3 +63,24 @@ func rowGrain(cols int) int {
 	}
 	return max(1, target/cols)
 }
+
+// minGatherRows is the fewest rows gatherGrain puts in a piece: below that
+// a goroutine's start and wake-up cost about what the rows do.
+const minGatherRows = 256
+
+// gatherGrain picks how many of n rows of cols floats make one piece of a
+// kernel that reads or writes rows of a big table by id (embedding bags,
+// the row optimisers). Each row there costs a cache miss on a random row,
+// so the work is in rows rather than floats, and rowGrain's 64 Ki floats
+// would put a ctrdnn step's ~4,700 rows of 9 (7,281 to a piece) on one
+// thread of two. It cuts the rows into up to two equal pieces a thread
+// (the pieces are taken as threads come free) of at least minGatherRows
+// rows each, none over rowGrain's; on one thread, rowGrain's.
+func gatherGrain(n, cols, threads int) int {
+	g := rowGrain(cols)
+	if threads <= 1 {
+		return g
+	}
+	pieces := min(2*threads, max(1, n/minGatherRows))
+	return max(1, min(g, (n+pieces-1)/pieces))
+}
