@@ -10,12 +10,19 @@ import "github.com/heterps/heterps/native"
 // shape; running the independent GEMMs side by side on one thread each
 // keeps every core on a whole GEMM. Work on a lane runs with a fixed share
 // of threads, so runs with equal thread counts stay bit-identical.
+//
+// A deferred lane has no goroutine: its work waits, in order, until the
+// pass's critical path is done, and runs on the pass's own thread. On one
+// thread that puts a stage's weight gradients after its input gradients,
+// so that what the next step waits on longest leaves first (see
+// Model.backward).
 type lane struct {
-	be   native.Backend
-	work chan func(native.Backend) error
-	done chan struct{}
-	err  error // the first failure; later work is skipped
-	ran  int   // jobs run, for tests
+	be    native.Backend
+	work  chan func(native.Backend) error // nil on a deferred lane
+	queue []func(native.Backend) error    // a deferred lane's work, run by wait
+	done  chan struct{}
+	err   error // the first failure; later work is skipped
+	ran   int   // jobs run, for tests
 }
 
 // splitLanes divides a CPU backend of two or more threads into a main
@@ -47,10 +54,29 @@ func (l *lane) run() {
 	}
 }
 
-func (l *lane) submit(fn func(native.Backend) error) { l.work <- fn }
+// deferLane makes a deferred lane on be; its owner calls wait.
+func deferLane(be native.Backend) *lane { return &lane{be: be} }
+
+func (l *lane) submit(fn func(native.Backend) error) {
+	if l.work == nil {
+		l.queue = append(l.queue, fn)
+		return
+	}
+	l.work <- fn
+}
 
 // wait returns when all queued work has run, with the first error.
 func (l *lane) wait() error {
+	if l.work == nil {
+		for _, fn := range l.queue {
+			if l.err == nil {
+				l.err = fn(l.be)
+				l.ran++
+			}
+		}
+		l.queue = nil
+		return l.err
+	}
 	close(l.work)
 	<-l.done
 	return l.err

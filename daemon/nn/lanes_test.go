@@ -199,8 +199,11 @@ func TestEqualThreadCountsAreBitIdentical(t *testing.T) {
 
 // TestBackwardThenRunsEachDoneBehindItsWeightGradients: a stage's backward
 // that ships each layer's gradients as soon as they are final (done(i))
-// runs the weight gradients on the side lane too, and done(i) sees entry
-// i's gradients exactly as the serial order computes them, in layer order.
+// runs the weight gradients on the side lane too, with each dense layer's
+// done behind them, in layer order; a layer without dense parameters (the
+// embedding) is done on the pass's own goroutine as its backward returns.
+// Every done sees its layer's gradients exactly as the serial order
+// computes them.
 func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
 	cfg := laneModel(t)
 	src := openData(t, "synthetic:3", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
@@ -208,7 +211,7 @@ func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(serial bool) (*Trainer, [][]float32, []int) {
+	run := func(serial bool) (*Trainer, map[int][][]float32, []int) {
 		tr, err := NewTrainer(cpuThreads(t, 2), cfg, 7, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -219,22 +222,12 @@ func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var seen [][]float32
+		seen := map[int][][]float32{}
 		var order []int
 		last := len(tr.Model.entries) - 1
 		_, err = tr.Model.BackwardRangeThen(s, 0, last, dout, func(i int) {
 			order = append(order, i)
-			for _, p := range tr.Model.LayerParams(i) {
-				if p.Grad == nil {
-					continue
-				}
-				g, err := hostFloats(tr.Backend, p.Grad)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				seen = append(seen, slices.Clone(g))
-			}
+			seen[i] = layerGrads(t, tr.Model, i)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -243,23 +236,98 @@ func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
 	}
 	lanes, got, order := run(false)
 	serial, want, wantOrder := run(true)
-	if lanes.Model.sideJobs != 4+len(order) {
-		t.Fatalf("the side lane ran %d jobs, want the 4 weight gradients and %d done calls", lanes.Model.sideJobs, len(order))
+	dense := 0
+	for i := range lanes.Model.entries {
+		if lanes.Model.hasDense(i) {
+			dense++
+		}
+	}
+	if lanes.Model.sideJobs != 4+dense {
+		t.Fatalf("the side lane ran %d jobs, want the 4 weight gradients and %d dense layers' done calls", lanes.Model.sideJobs, dense)
 	}
 	if serial.Model.sideJobs != 0 {
 		t.Fatal("the serial reference used a side lane")
 	}
-	if !slices.Equal(order, wantOrder) {
-		t.Fatalf("done order %v, want %v", order, wantOrder)
+	if !slices.Equal(denseOnly(lanes.Model, order), denseOnly(serial.Model, wantOrder)) || len(order) != len(wantOrder) {
+		t.Fatalf("done order %v, want the dense layers as in %v and every layer once", order, wantOrder)
 	}
+	sameGrads(t, got, want)
+}
+
+// denseOnly keeps the layers of order that have dense parameters.
+func denseOnly(m *Model, order []int) []int {
+	var out []int
+	for _, i := range order {
+		if m.hasDense(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// sameGrads compares the gradients two runs' done calls saw, layer by
+// layer, bit for bit.
+func sameGrads(t *testing.T, got, want map[int][][]float32) {
+	t.Helper()
 	if len(got) != len(want) || len(got) == 0 {
-		t.Fatalf("done saw %d gradients, the serial order %d", len(got), len(want))
+		t.Fatalf("done saw %d layers, the reference %d", len(got), len(want))
 	}
-	for k := range want {
-		for j := range want[k] {
-			if math.Float32bits(got[k][j]) != math.Float32bits(want[k][j]) {
-				t.Fatalf("gradient %d[%d] when done ran: %v, serial %v", k, j, got[k][j], want[k][j])
+	for i, w := range want {
+		g := got[i]
+		if len(g) != len(w) {
+			t.Fatalf("layer %d: %d gradients, want %d", i, len(g), len(w))
+		}
+		for p := range w {
+			for j := range w[p] {
+				if math.Float32bits(g[p][j]) != math.Float32bits(w[p][j]) {
+					t.Fatalf("layer %d param %d [%d] when done ran: %v, serial %v", i, p, j, g[p][j], w[p][j])
+				}
 			}
 		}
 	}
+}
+
+// TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients: on one thread a
+// backward with done defers the weight gradients until the input gradients
+// are through, so the layers without dense parameters (embedding, concat)
+// are done before any FC layer, with the gradients the serial order gives.
+func TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients(t *testing.T) {
+	cfg := laneModel(t)
+	src := openData(t, "synthetic:3", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	batch, err := src.Next(context.Background(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(serial bool) (*Model, map[int][][]float32, []int) {
+		tr, err := NewTrainer(cpuThreads(t, 1), cfg, 7, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Model.serial = serial
+		s := &Step{Backend: tr.Backend, Batch: batch, Train: true}
+		_, dout, err := tr.forwardLoss(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int][][]float32{}
+		var order []int
+		_, err = tr.Model.BackwardRangeThen(s, 0, len(tr.Model.entries)-1, dout, func(i int) {
+			order = append(order, i)
+			seen[i] = layerGrads(t, tr.Model, i)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Model, seen, order
+	}
+	m, got, order := run(false)
+	_, want, _ := run(true)
+	firstDense := slices.IndexFunc(order, m.hasDense)
+	if firstDense < 0 || slices.ContainsFunc(order[firstDense:], func(i int) bool { return !m.hasDense(i) }) {
+		t.Fatalf("done order %v: want every layer without dense parameters before the first with", order)
+	}
+	if m.sideJobs != 4+len(order[firstDense:]) {
+		t.Fatalf("the deferred lane ran %d jobs, want the 4 weight gradients and %d done calls", m.sideJobs, len(order[firstDense:]))
+	}
+	sameGrads(t, got, want)
 }

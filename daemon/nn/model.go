@@ -3,6 +3,7 @@ package nn
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/native"
@@ -201,9 +202,15 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 // backward is Backward calling done(i), if not nil, once entry i's
 // parameter gradients are final. Unless the model is told to stay serial, a
 // CPU backend of two or more threads runs the weight gradients on a side
-// lane, which is drained before backward returns; done(i) then runs on that
-// lane behind entry i's weight gradients — in layer order, on the lane's
-// goroutine, while the input gradients of the entries below go on.
+// lane, which is drained before backward returns, and one of one thread
+// defers them (when done is set) until the input gradients are through;
+// done(i) then runs behind entry i's weight gradients, in layer order, on
+// the lane. An entry without dense parameters (an embedding, whose sparse
+// gradient its backward leaves final) is done as soon as its backward has
+// returned, on this goroutine: a data-parallel stage's sparse push, which
+// the next step waits on longest (the servers' update and the rows pulled
+// after it), then leaves before the weight gradients of the layers above
+// are computed rather than after. Calls of done never overlap.
 func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 	if s.side != nil { // already inside a pass that owns the lanes
 		var each func(int) error
@@ -213,28 +220,54 @@ func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 		return m.backwardOn(s, dout, each)
 	}
 	if done == nil {
-		return m.backwardLanes(s, dout, nil)
+		return m.backwardLanes(s, dout, false, nil)
 	}
-	return m.backwardLanes(s, dout, func(i int, ls *Step) error {
-		return ls.offPath(func(native.Backend) error { done(i); return nil })
+	var mu sync.Mutex
+	call := func(i int) {
+		mu.Lock()
+		defer mu.Unlock()
+		done(i)
+	}
+	return m.backwardLanes(s, dout, true, func(i int, ls *Step) error {
+		if !m.hasDense(i) {
+			call(i)
+			return nil
+		}
+		return ls.offPath(func(native.Backend) error { call(i); return nil })
 	})
 }
 
+// hasDense reports whether entry i has a dense parameter.
+func (m *Model) hasDense(i int) bool {
+	for _, p := range m.LayerParams(i) {
+		if !p.Sparse {
+			return true
+		}
+	}
+	return false
+}
+
 // backwardLanes is backward on a main and a side lane when the backend
-// splits into two (see lane), else on s alone, calling after(i, ls), if not
-// nil, on this goroutine once entry i's backward has returned: ls is the
-// step the layers ran with, whose offPath queues work behind entry i's
+// splits into two (see lane), else on s alone — or, with deferOne, on s
+// and a deferred lane when s runs on one CPU thread — calling after(i, ls),
+// if not nil, on this goroutine once entry i's backward has returned: ls is
+// the step the layers ran with, whose offPath queues work behind entry i's
 // weight gradients. Both lanes are done when it returns.
-func (m *Model) backwardLanes(s *Step, dout Activation, after func(layer int, ls *Step) error) error {
+func (m *Model) backwardLanes(s *Step, dout Activation, deferOne bool, after func(layer int, ls *Step) error) error {
 	var each func(int) error
 	main, side, ok := splitLanes(s.Backend)
-	if !ok || m.serial {
+	var l *lane
+	switch {
+	case ok && !m.serial:
+		l = startLane(side)
+	case deferOne && !m.serial && oneCPUThread(s.Backend):
+		main, l = s.Backend, deferLane(s.Backend)
+	default:
 		if after != nil {
 			each = func(i int) error { return after(i, s) }
 		}
 		return m.backwardOn(s, dout, each)
 	}
-	l := startLane(side)
 	ls := *s
 	ls.Backend, ls.side = main, l
 	if after != nil {
@@ -246,6 +279,12 @@ func (m *Model) backwardLanes(s *Step, dout Activation, after func(layer int, ls
 	}
 	m.sideJobs = l.ran
 	return err
+}
+
+// oneCPUThread reports whether b is a CPU backend of one thread.
+func oneCPUThread(b native.Backend) bool {
+	cpu, ok := b.(*native.CPU)
+	return ok && cpu.Threads() == 1
 }
 
 // paramsDistinct reports whether no parameter belongs to two entries, so

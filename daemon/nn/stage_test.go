@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/heterps/heterps/native"
@@ -114,8 +115,9 @@ func TestRangeRefusesTowerSplitsAndBadBounds(t *testing.T) {
 }
 
 // TestBackwardRangeThenReportsFinalLayers checks that done(i) comes once per
-// layer, in backward order, when layer i's gradients hold their final
-// values: on a layer range of a plain model and on a whole tower model.
+// layer, the dense ones in backward order, when layer i's gradients hold
+// their final values: on a layer range of a plain model and on a whole
+// tower model.
 func TestBackwardRangeThenReportsFinalLayers(t *testing.T) {
 	b := native.MustCPU()
 	for _, tc := range []struct {
@@ -147,13 +149,14 @@ func TestBackwardRangeThenReportsFinalLayers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for k, i := range order {
-				if i != last-k {
-					t.Fatalf("done order %v, want %d down to 0", order, last)
-				}
+			// Layers with dense parameters come in backward order; those
+			// without may come as soon as their backward has returned.
+			dense := denseOnly(m, order)
+			if !slices.IsSortedFunc(dense, func(a, b int) int { return b - a }) {
+				t.Fatalf("done order %v: the dense layers %v out of backward order", order, dense)
 			}
-			if len(order) != last+1 {
-				t.Fatalf("done called for %v, want every layer", order)
+			if slices.Sort(order); !slices.Equal(order, iotaInts(last+1)) {
+				t.Fatalf("done called for %v, want every layer once", order)
 			}
 			for i, early := range seen {
 				final := layerGrads(t, m, i)
@@ -183,6 +186,14 @@ func layerGrads(t *testing.T, m *Model, i int) [][]float32 {
 			t.Fatalf("%s: gradient not in host memory", p.Name)
 		}
 		out = append(out, append([]float32(nil), h...))
+	}
+	return out
+}
+
+func iotaInts(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
 	}
 	return out
 }

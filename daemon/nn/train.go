@@ -55,7 +55,7 @@ func (t *Trainer) Step(batch *data.Batch) (float64, error) {
 		return 0, err
 	}
 	t.Opt.Step++
-	err = t.Model.backwardLanes(s, dout, func(i int, ls *Step) error {
+	err = t.Model.backwardLanes(s, dout, false, func(i int, ls *Step) error {
 		for _, p := range t.Model.LayerParams(i) {
 			if p.Sparse { // the last layers' updates: on this lane, beside the side lane's
 				if err := t.Opt.updateNow(ls.Backend, p); err != nil {
