@@ -205,50 +205,17 @@ func TestEqualThreadCountsAreBitIdentical(t *testing.T) {
 // Every done sees its layer's gradients exactly as the serial order
 // computes them.
 func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
-	cfg := laneModel(t)
-	src := openData(t, "synthetic:3", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
-	batch, err := src.Next(context.Background(), 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(serial bool) (*Trainer, map[int][][]float32, []int) {
-		tr, err := NewTrainer(cpuThreads(t, 2), cfg, 7, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.Model.serial = serial
-		s := &Step{Backend: tr.Backend, Batch: batch, Train: true}
-		_, dout, err := tr.forwardLoss(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[int][][]float32{}
-		var order []int
-		last := len(tr.Model.entries) - 1
-		_, err = tr.Model.BackwardRangeThen(s, 0, last, dout, func(i int) {
-			order = append(order, i)
-			seen[i] = layerGrads(t, tr.Model, i)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr, seen, order
-	}
+	run := doneRecorder(t, 2)
 	lanes, got, order := run(false)
 	serial, want, wantOrder := run(true)
-	dense := 0
-	for i := range lanes.Model.entries {
-		if lanes.Model.hasDense(i) {
-			dense++
-		}
+	dense := len(denseOnly(lanes, order))
+	if lanes.sideJobs != 4+dense {
+		t.Fatalf("the side lane ran %d jobs, want the 4 weight gradients and %d dense layers' done calls", lanes.sideJobs, dense)
 	}
-	if lanes.Model.sideJobs != 4+dense {
-		t.Fatalf("the side lane ran %d jobs, want the 4 weight gradients and %d dense layers' done calls", lanes.Model.sideJobs, dense)
-	}
-	if serial.Model.sideJobs != 0 {
+	if serial.sideJobs != 0 {
 		t.Fatal("the serial reference used a side lane")
 	}
-	if !slices.Equal(denseOnly(lanes.Model, order), denseOnly(serial.Model, wantOrder)) || len(order) != len(wantOrder) {
+	if !slices.Equal(denseOnly(lanes, order), denseOnly(serial, wantOrder)) || len(order) != len(wantOrder) {
 		t.Fatalf("done order %v, want the dense layers as in %v and every layer once", order, wantOrder)
 	}
 	sameGrads(t, got, want)
@@ -292,14 +259,33 @@ func sameGrads(t *testing.T, got, want map[int][][]float32) {
 // are through, so the layers without dense parameters (embedding, concat)
 // are done before any FC layer, with the gradients the serial order gives.
 func TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients(t *testing.T) {
+	run := doneRecorder(t, 1)
+	m, got, order := run(false)
+	_, want, _ := run(true)
+	firstDense := slices.IndexFunc(order, m.hasDense)
+	if firstDense < 0 || slices.ContainsFunc(order[firstDense:], func(i int) bool { return !m.hasDense(i) }) {
+		t.Fatalf("done order %v: want every layer without dense parameters before the first with", order)
+	}
+	if m.sideJobs != 4+len(order[firstDense:]) {
+		t.Fatalf("the deferred lane ran %d jobs, want the 4 weight gradients and %d done calls", m.sideJobs, len(order[firstDense:]))
+	}
+	sameGrads(t, got, want)
+}
+
+// doneRecorder returns a function that runs one backward of the lane model
+// on a fixed batch at the given thread count (serial or not) with a done
+// callback, and returns the model, the gradients each done saw (by layer)
+// and the order of the calls.
+func doneRecorder(t *testing.T, threads int) func(serial bool) (*Model, map[int][][]float32, []int) {
+	t.Helper()
 	cfg := laneModel(t)
 	src := openData(t, "synthetic:3", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
 	batch, err := src.Next(context.Background(), 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(serial bool) (*Model, map[int][][]float32, []int) {
-		tr, err := NewTrainer(cpuThreads(t, 1), cfg, 7, 1)
+	return func(serial bool) (*Model, map[int][][]float32, []int) {
+		tr, err := NewTrainer(cpuThreads(t, threads), cfg, 7, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,14 +306,4 @@ func TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients(t *testing.T) {
 		}
 		return tr.Model, seen, order
 	}
-	m, got, order := run(false)
-	_, want, _ := run(true)
-	firstDense := slices.IndexFunc(order, m.hasDense)
-	if firstDense < 0 || slices.ContainsFunc(order[firstDense:], func(i int) bool { return !m.hasDense(i) }) {
-		t.Fatalf("done order %v: want every layer without dense parameters before the first with", order)
-	}
-	if m.sideJobs != 4+len(order[firstDense:]) {
-		t.Fatalf("the deferred lane ran %d jobs, want the 4 weight gradients and %d done calls", m.sideJobs, len(order[firstDense:]))
-	}
-	sameGrads(t, got, want)
 }
