@@ -3,7 +3,6 @@ package ps
 import (
 	"context"
 	"fmt"
-	"slices"
 )
 
 // PullRows returns the rows of ids, len(ids) x dim, one row per id in the
@@ -60,12 +59,12 @@ func (s *Shard) PullBlock(ctx context.Context, name string, after int64) ([]floa
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := s.await(ctx, &b.stepped, after); err != nil {
-		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	v := make([]float32, len(b.value))
+	version, err := s.pullBlockInto(ctx, b, after, v)
+	if err != nil {
+		return nil, 0, err
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return slices.Clone(b.value), b.version, nil
+	return v, version, nil
 }
 
 // PullBlockInto is PullBlock into dst, which must have the block's
@@ -75,11 +74,16 @@ func (s *Shard) PullBlockInto(ctx context.Context, name string, after int64, dst
 	if err != nil {
 		return 0, err
 	}
+	return s.pullBlockInto(ctx, b, after, dst)
+}
+
+// pullBlockInto is PullBlockInto of a block already looked up.
+func (s *Shard) pullBlockInto(ctx context.Context, b *block, after int64, dst []float32) (int64, error) {
 	if len(dst) != len(b.value) {
-		return 0, fmt.Errorf("ps shard %d: pull %q: a buffer of %d floats for a block of %d: %w", s.cfg.Shard, name, len(dst), len(b.value), ErrArg)
+		return 0, fmt.Errorf("ps shard %d: pull %q: a buffer of %d floats for a block of %d: %w", s.cfg.Shard, b.spec.Name, len(dst), len(b.value), ErrArg)
 	}
 	if err := s.await(ctx, &b.stepped, after); err != nil {
-		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, b.spec.Name, err)
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()

@@ -245,7 +245,7 @@ func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.Me
 			return nil, nil, fmt.Errorf("pull of %q without ids: it is a table: %w", name, ErrArg)
 		}
 		buf := b.replyBuffer()
-		version, err := sh.PullBlockInto(ctx, name, after, *buf)
+		version, err := sh.pullBlockInto(ctx, b, after, *buf)
 		if err != nil {
 			b.replies.Put(buf)
 			return nil, nil, err
