@@ -11,15 +11,20 @@ import "github.com/heterps/heterps/native"
 // keeps every core on a whole GEMM. Work on a lane runs with a fixed share
 // of threads, so runs with equal thread counts stay bit-identical.
 //
-// A deferred lane has no goroutine: its work waits, in order, until the
-// pass's critical path is done, and runs on the pass's own thread. On one
-// thread that puts a stage's weight gradients after its input gradients,
-// so that what the next step waits on longest leaves first (see
-// Model.backward).
+// A deferred lane has no goroutine: its work waits until the pass's
+// critical path is done and runs on the pass's own thread, group by group
+// from the last group queued to the first (cut ends a group), each group's
+// work in order. On one thread that puts a stage's weight gradients after
+// its input gradients, so that what the next step waits on longest leaves
+// first, and runs the layers' weight gradients from the first layer up:
+// the next forward reads the first layer first, and its synchronisation —
+// the largest of ctrdnn's, left for last in backward order — then overlaps
+// the weight gradients of the layers above (see Model.backward).
 type lane struct {
 	be    native.Backend
 	work  chan func(native.Backend) error // nil on a deferred lane
 	queue []func(native.Backend) error    // a deferred lane's work, run by wait
+	cuts  []int                           // where the deferred lane's groups start in queue
 	done  chan struct{}
 	err   error // the first failure; later work is skipped
 	ran   int   // jobs run, for tests
@@ -65,16 +70,30 @@ func (l *lane) submit(fn func(native.Backend) error) {
 	l.work <- fn
 }
 
+// cut ends a deferred lane's current group of work; nothing otherwise.
+func (l *lane) cut() {
+	if l.work == nil && (len(l.cuts) == 0 || l.cuts[len(l.cuts)-1] < len(l.queue)) {
+		l.cuts = append(l.cuts, len(l.queue))
+	}
+}
+
 // wait returns when all queued work has run, with the first error.
 func (l *lane) wait() error {
 	if l.work == nil {
-		for _, fn := range l.queue {
-			if l.err == nil {
-				l.err = fn(l.be)
-				l.ran++
+		l.cut()
+		for g := len(l.cuts) - 1; g >= 0; g-- {
+			lo := 0
+			if g > 0 {
+				lo = l.cuts[g-1]
+			}
+			for _, fn := range l.queue[lo:l.cuts[g]] {
+				if l.err == nil {
+					l.err = fn(l.be)
+					l.ran++
+				}
 			}
 		}
-		l.queue = nil
+		l.queue, l.cuts = nil, nil
 		return l.err
 	}
 	close(l.work)

@@ -257,7 +257,8 @@ func sameGrads(t *testing.T, got, want map[int][][]float32) {
 // TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients: on one thread a
 // backward with done defers the weight gradients until the input gradients
 // are through, so the layers without dense parameters (embedding, concat)
-// are done before any FC layer, with the gradients the serial order gives.
+// are done before any FC layer, the FC layers then from the first up, with
+// the gradients the serial order gives.
 func TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients(t *testing.T) {
 	run := doneRecorder(t, 1)
 	m, got, order := run(false)
@@ -265,6 +266,9 @@ func TestOneThreadShipsTheEmbeddingBeforeTheWeightGradients(t *testing.T) {
 	firstDense := slices.IndexFunc(order, m.hasDense)
 	if firstDense < 0 || slices.ContainsFunc(order[firstDense:], func(i int) bool { return !m.hasDense(i) }) {
 		t.Fatalf("done order %v: want every layer without dense parameters before the first with", order)
+	}
+	if dense := order[firstDense:]; !slices.IsSorted(dense) {
+		t.Fatalf("dense layers done in order %v: want the first layer's first (the next forward reads it first)", dense)
 	}
 	if m.sideJobs != 4+len(order[firstDense:]) {
 		t.Fatalf("the deferred lane ran %d jobs, want the 4 weight gradients and %d done calls", m.sideJobs, len(order[firstDense:]))

@@ -203,9 +203,9 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 // parameter gradients are final. Unless the model is told to stay serial, a
 // CPU backend of two or more threads runs the weight gradients on a side
 // lane, which is drained before backward returns, and one of one thread
-// defers them (when done is set) until the input gradients are through;
-// done(i) then runs behind entry i's weight gradients, in layer order, on
-// the lane. An entry without dense parameters (an embedding, whose sparse
+// defers them (when done is set) until the input gradients are through and
+// then runs them from the first layer up; done(i) runs behind entry i's
+// weight gradients, on the lane. An entry without dense parameters (an embedding, whose sparse
 // gradient its backward leaves final) is done as soon as its backward has
 // returned, on this goroutine: a data-parallel stage's sparse push, which
 // the next step waits on longest (the servers' update and the rows pulled
@@ -270,8 +270,12 @@ func (m *Model) backwardLanes(s *Step, dout Activation, deferOne bool, after fun
 	}
 	ls := *s
 	ls.Backend, ls.side = main, l
-	if after != nil {
-		each = func(i int) error { return after(i, &ls) }
+	each = func(i int) error {
+		defer l.cut() // entry i's weight gradients and what after queued behind them
+		if after == nil {
+			return nil
+		}
+		return after(i, &ls)
 	}
 	err := m.backwardOn(&ls, dout, each)
 	if werr := l.wait(); err == nil {
