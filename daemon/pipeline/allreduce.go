@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
 )
 
 // Dense synchronisation by allreduce. With Config.Allreduce set, the
@@ -32,9 +34,9 @@ import (
 // steps) fails the step rather than mix two rings.
 //
 // The sum is weighted as the parameter servers weigh pushes: member k
-// multiplies its gradient by its rows b_k before the reduction, the
-// messages carry the rows summed so far (Meta.Batch), and the owner of a
-// finished chunk divides it by Σb, so that variable batches stay exact.
+// multiplies its gradient by its rows b_k before adding it, the messages
+// carry the rows summed so far (Meta.Batch), and the owner of a finished
+// chunk weighs it by 1/Σb, so that variable batches stay exact.
 // A stage of one member skips all of it: its gradient is used as it is,
 // bit for bit as single-process training uses it.
 
@@ -135,16 +137,17 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 // rows rows, by the rows-weighted mean of every member's: Σ b_k g_k / Σ b.
 // Chunks travel piece by piece, and a member passes each piece on as soon
 // as it has added its part to it (reduce-scatter) or received it
-// (allgather), so that large chunks stream around the ring.
+// (allgather), so that large chunks stream around the ring. A member
+// scales only the chunk it starts with by its rows; the others it weighs
+// as it adds them to what arrives (one pass each, native WeightedSum), and
+// the owner of a finished chunk weighs both terms by 1/Σb instead of
+// dividing the sum after.
 func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) error {
 	n := len(r.members)
 	if n == 1 {
 		return nil
 	}
 	fb := float32(rows)
-	for i := range g {
-		g[i] *= fb
-	}
 	bounds := chunks(len(g), n)
 	chunk := func(c int) []float32 { c = ((c % n) + n) % n; return g[bounds[c]:bounds[c+1]] }
 	x := &ringExchange{r: r, ctx: ctx, param: param,
@@ -154,6 +157,9 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 	// chunk on, piece by piece as it is added. The messages carry the rows
 	// summed into the chunk so far.
 	c := chunk(r.pos)
+	if err := weigh(c, fb, nil, 0); err != nil {
+		return err
+	}
 	for j, piece := range pieces(c) {
 		if err := x.send(0, j, piece, rows); err != nil {
 			return err
@@ -164,19 +170,18 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 		c = chunk(r.pos - s - 1)
 		last := s == n-2
 		for j, piece := range pieces(c) {
-			got, err := x.recvInto(s, j, piece, true)
+			got, err := x.recv(s, j, len(piece), func(v []float32, got int) error {
+				if !last {
+					return weigh(piece, fb, v, 1)
+				}
+				// The chunk is summed over the ring: this member owns it.
+				total = got + rows
+				return weigh(piece, fb/float32(total), v, 1/float32(total))
+			})
 			if err != nil {
 				return err
 			}
-			sum := got + rows
-			if last { // the chunk is summed over the ring: this member owns it
-				total = sum
-				div := float32(total)
-				for i := range piece {
-					piece[i] /= div
-				}
-			}
-			if err := x.send(s+1, j, piece, sum); err != nil {
+			if err := x.send(s+1, j, piece, got+rows); err != nil {
 				return err
 			}
 		}
@@ -186,7 +191,7 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 	for s := range n - 1 {
 		c = chunk(r.pos - s)
 		for j, piece := range pieces(c) {
-			if _, err := x.recvInto(n-1+s, j, piece, false); err != nil {
+			if _, err := x.recv(n-1+s, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
 				return err
 			}
 			if s < n-2 {
@@ -197,6 +202,20 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 		}
 	}
 	return nil
+}
+
+// ringCPU runs the ring's elementwise sums, on one thread: reductions run
+// beside backward's GEMMs.
+var ringCPU = sync.OnceValue(func() *native.CPU { return native.MustCPU().WithThreads(1) })
+
+// weigh sets dst = a*dst + b*src elementwise, or dst = a*dst when src is
+// nil: a product rounded, then a sum, as when dst is scaled first.
+func weigh(dst []float32, a float32, src []float32, b float32) error {
+	if src == nil {
+		return ringCPU().WeightedSum(native.HostBuffer(dst), []float32{a}, []native.Buffer{native.HostBuffer(dst)})
+	}
+	return ringCPU().WeightedSum(native.HostBuffer(dst), []float32{a, b},
+		[]native.Buffer{native.HostBuffer(dst), native.HostBuffer(src)})
 }
 
 // pieces cuts a chunk into pieces of at most ringPiece floats; an empty
@@ -234,17 +253,18 @@ func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
 	return nil
 }
 
-// recvInto receives piece piece of the predecessor's round round, adds it
-// to dst (add) or copies it over dst, and returns the rows it carries.
-func (x *ringExchange) recvInto(round, piece int, dst []float32, add bool) (int, error) {
-	rows, err := x.r.recvPiece(x.ctx, x.recvStream, x.param, ringMicro(round, piece), dst, add)
+// recv receives piece piece of the predecessor's round round, of want
+// floats, hands its values and the rows it carries to use while the
+// message is held, and returns the rows.
+func (x *ringExchange) recv(round, piece, want int, use func(v []float32, rows int) error) (int, error) {
+	rows, err := x.r.recvPiece(x.ctx, x.recvStream, x.param, ringMicro(round, piece), want, use)
 	if err != nil {
 		return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", x.param, x.r.prevNode, err)
 	}
 	return rows, nil
 }
 
-func (r *ring) recvPiece(ctx context.Context, stream uint32, param int, micro uint64, dst []float32, add bool) (int, error) {
+func (r *ring) recvPiece(ctx context.Context, stream uint32, param int, micro uint64, want int, use func(v []float32, rows int) error) (int, error) {
 	m, err := r.t.Recv(ctx, r.prevNode, stream)
 	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
 		m.Release()
@@ -272,18 +292,12 @@ func (r *ring) recvPiece(ctx context.Context, stream uint32, param int, micro ui
 			return 0, err
 		}
 	}
-	if len(v) != len(dst) {
-		return 0, fmt.Errorf("piece %d holds %d floats, want %d", uint32(micro), len(v), len(dst))
+	if len(v) != want {
+		return 0, fmt.Errorf("piece %d holds %d floats, want %d", uint32(micro), len(v), want)
 	}
 	if m.Meta.Batch < 1 || m.Meta.Batch > 1<<40 {
 		return 0, fmt.Errorf("piece %d carries %d rows", uint32(micro), m.Meta.Batch)
 	}
-	if add {
-		for i, x := range v {
-			dst[i] += x
-		}
-	} else {
-		copy(dst, v)
-	}
-	return int(m.Meta.Batch), nil
+	rows := int(m.Meta.Batch)
+	return rows, use(v, rows)
 }
