@@ -205,12 +205,13 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 // lane, which is drained before backward returns, and one of one thread
 // defers them (when done is set) until the input gradients are through and
 // then runs them from the first layer up; done(i) runs behind entry i's
-// weight gradients, on the lane. An entry without dense parameters (an embedding, whose sparse
-// gradient its backward leaves final) is done as soon as its backward has
-// returned, on this goroutine: a data-parallel stage's sparse push, which
-// the next step waits on longest (the servers' update and the rows pulled
-// after it), then leaves before the weight gradients of the layers above
-// are computed rather than after. Calls of done never overlap.
+// weight gradients, on the lane. An entry without dense parameters (an
+// embedding, whose sparse gradient its backward leaves final) is done as
+// soon as its backward has returned, on this goroutine: a data-parallel
+// stage's sparse push, which the next step waits on longest (the servers'
+// update and the rows pulled after it), then leaves before the weight
+// gradients of the layers above are computed rather than after. Calls of
+// done never overlap.
 func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 	if s.side != nil { // already inside a pass that owns the lanes
 		var each func(int) error
