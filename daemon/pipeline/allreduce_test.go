@@ -415,6 +415,52 @@ func TestRingRefusesAPredecessorWithOtherMembers(t *testing.T) {
 	}
 }
 
+// A predecessor's piece that does not fit — other floats than the chunk
+// holds, rows outside [1, 2^40], another parameter, or a float tensor of
+// the wrong type — fails the reduction with what is wrong, before anything
+// is added: the chunk the piece was for keeps this member's gradient.
+func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
+	checkLeaks(t)
+	const param = 2
+	for _, tc := range []struct {
+		name   string
+		forge  func(m *wire.Message)
+		reason string
+	}{
+		{"too few floats", func(m *wire.Message) { m.Tensors[0] = wire.F32Tensor([]float32{9}, 1) }, "holds 1 floats, want 2"},
+		{"zero rows", func(m *wire.Message) { m.Meta.Batch = 0 }, "carries 0 rows"},
+		{"rows past 2^40", func(m *wire.Message) { m.Meta.Batch = 1<<40 + 1 }, "carries 1099511627777 rows"},
+		{"another parameter", func(m *wire.Message) { m.Meta.Key = param + 1 }, "want step 1 parameter 2"},
+		{"int64 values", func(m *wire.Message) { m.Tensors[0] = wire.I64Tensor([]int64{9, 9}, 2) }, "float32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			trs, names := ringTransports(t, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m := &wire.Message{Type: wire.MsgGradient,
+				Meta:    wire.Meta{Job: 1, Stage: 0, Replica: 0, Step: 1, Key: param, Micro: ringMicro(0, 0), Batch: 3},
+				Tensors: []wire.Tensor{wire.F32Tensor([]float32{9, 9}, 2), wire.I64Tensor([]int64{0, 1}, 2)}}
+			tc.forge(m)
+			// Member 1 receives chunk 0 from member 0, whose place the test takes.
+			if err := trs[0].Send(ctx, names[1], ringStream(0, 0, param), m); err != nil {
+				t.Fatal(err)
+			}
+			r, err := newRing(&Allreduce{Transport: trs[1], Peers: names}, 1, 0, 1, []int{0, 1}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := []float32{1, 2, 3, 4}
+			err = r.reduce(ctx, param, g, 1)
+			if err == nil || !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), "dense parameter 2") {
+				t.Fatalf("reduce: %v, want an error naming the parameter and %q", err, tc.reason)
+			}
+			if g[0] != 1 || g[1] != 2 {
+				t.Fatalf("the chunk the piece was for holds %v, want this member's [1 2]", g[:2])
+			}
+		})
+	}
+}
+
 // The ring's first member mirrors the reduced gradients on the parameter
 // servers: their blocks stay bit-identical to the replicas' (values and,
 // through the same kernel, optimiser state), so a checkpoint of step k
