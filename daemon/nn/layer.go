@@ -16,9 +16,22 @@ type Step struct {
 	// the batch's content (NCE's negatives) is drawn from Source, so that it
 	// does not depend on where the step runs.
 	Source *data.Batch
+	// Ready, if set, is called with each layer's index before the
+	// layer's forward runs, and an error it returns ends the forward: a
+	// pipeline stage waits there for the layer's parameters, which the
+	// previous step may still be synchronising.
+	Ready func(layer int) error
 	// side, during a backward pass with lanes, takes the work off the
 	// critical path (see lane).
 	side *lane
+}
+
+// ready calls s.Ready for layer i, if set.
+func (s *Step) ready(i int) error {
+	if s.Ready == nil {
+		return nil
+	}
+	return s.Ready(i)
 }
 
 // source is the batch whose content seeds per-batch draws.

@@ -163,7 +163,10 @@ func (m *Model) Layers() []config.LayerShape {
 // Forward runs every layer on s.Batch and returns the model's output.
 func (m *Model) Forward(s *Step) (Activation, error) {
 	acts := map[string]Activation{}
-	for _, e := range m.entries {
+	for i, e := range m.entries {
+		if err := s.ready(i); err != nil {
+			return Activation{}, err
+		}
 		if e.join != nil {
 			out, err := e.join.ForwardJoin(s, acts[m.towers[0]], acts[m.towers[1]])
 			if err != nil {

@@ -47,6 +47,9 @@ func (m *Model) ForwardRange(s *Step, first, last int, in Activation) (Activatio
 		if act.Rows == 0 {
 			act.Rows = s.Batch.Size
 		}
+		if err := s.ready(i); err != nil {
+			return Activation{}, err
+		}
 		out, err := m.entries[i].layer.Forward(s, act)
 		if err != nil {
 			return Activation{}, err

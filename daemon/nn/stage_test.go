@@ -197,3 +197,49 @@ func iotaInts(n int) []int {
 	}
 	return out
 }
+
+// Step.Ready is called with every layer's index, in order, before the
+// layer runs, by Forward and by ForwardRange alike; its error ends the
+// forward before the layer it refused.
+func TestForwardAsksReadyBeforeEachLayer(t *testing.T) {
+	b := native.MustCPU()
+	m, err := Build(b, mustModel(t, smallCTR), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := testBatch(rand.New(rand.NewPCG(4, 5)), 7, 4, 3, 40, 0)
+	var asked []int
+	s := &Step{Backend: b, Batch: batch, Train: true, Ready: func(i int) error { asked = append(asked, i); return nil }}
+	if _, err := m.Forward(s); err != nil {
+		t.Fatal(err)
+	}
+	if want := iotaInts(m.NumLayers()); !slices.Equal(asked, want) {
+		t.Fatalf("Forward asked for layers %v, want %v", asked, want)
+	}
+	asked = nil
+	mid, err := m.ForwardRange(s, 0, 2, Activation{})
+	if err == nil {
+		_, err = m.ForwardRange(s, 3, m.NumLayers()-1, mid)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := iotaInts(m.NumLayers()); !slices.Equal(asked, want) {
+		t.Fatalf("ForwardRange asked for layers %v, want %v", asked, want)
+	}
+	refused := errors.New("layer 4 is not ready")
+	asked = nil
+	s.Ready = func(i int) error {
+		if i == 4 {
+			return refused
+		}
+		asked = append(asked, i)
+		return nil
+	}
+	if _, err := m.ForwardRange(s, 3, m.NumLayers()-1, mid); !errors.Is(err, refused) {
+		t.Fatalf("ForwardRange with layer 4 refused: %v, want %v", err, refused)
+	}
+	if !slices.Equal(asked, []int{3}) {
+		t.Fatalf("layers %v ran before the refusal, want [3]", asked)
+	}
+}

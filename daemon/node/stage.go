@@ -80,7 +80,7 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 			r.Step, r.Loss, r.SamplesPerS, r.Batch, r.StepSeconds = step, res.Loss, rate, res.Samples, stepSeconds
 		})
 	}
-	return nil
+	return w.Drain(ctx) // a replica dropped from its stage may have left its last step's pushes under way
 }
 
 // stageWorker builds the replica's model, parameter-server client, links
@@ -151,7 +151,8 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
-		MicroBatches: s.MicroBatches, Schedule: schedule, Allreduce: allreduce, SoleReplica: s.Replicas == 1}
+		MicroBatches: s.MicroBatches, Schedule: schedule, Allreduce: allreduce, SoleReplica: s.Replicas == 1,
+		OverlapSteps: true}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
 		in, err := stageInput(ctx, s, cfg, a.taskLog(s))

@@ -65,7 +65,7 @@ func (w *Worker) pullBlockAhead(a *denseAhead, i int) {
 // Buffer reuse: the dense values pulled ahead for step s+1 become the
 // model's at the start of s+1 — adopted as they are when the backend holds
 // values in host memory (the CPU), freeing the buffers the values of s were
-// in, or uploaded, freeing the pulled buffers; takeDenseAhead hands the
+// in, or uploaded, freeing the pulled buffers; takeLayerAhead hands the
 // free ones (w.spare) to the pulls ahead for s+2, made when s+1 starts.
 // Three sets of buffers thus rotate (the model's values, those being
 // pulled into, and those held for the next pulls) instead of a fresh one
@@ -81,35 +81,53 @@ func (w *Worker) takeSpare() [][]float32 {
 	return s
 }
 
-// takeDenseAhead makes the dense parameters pulled ahead for step the
-// model's, if there are such pulls, and reports whether there were.
-func (w *Worker) takeDenseAhead(ctx context.Context, step int64) (bool, error) {
+// takeAhead returns the dense pulls ahead made for step, if any, and
+// forgets them: the step's forward takes their values layer by layer
+// (takeLayerAhead).
+func (w *Worker) takeAhead(step int64) *denseAhead {
 	a := w.ahead
 	w.ahead = nil
 	if a == nil || a.step != step {
-		return false, nil
+		return nil
 	}
-	for i, ch := range a.vals {
-		var got pulled
-		select {
-		case got = <-ch:
-		case <-ctx.Done():
-			return true, ctx.Err()
-		}
-		if got.err != nil {
-			return true, got.err
-		}
-		if old, ok := w.adoptDense(i, got.v); ok {
-			a.bufs[i] = old
+	return a
+}
+
+// takeLayerAhead makes the dense parameters of layer (every one left, for
+// layer -1) that were pulled ahead for the step the model's, waiting for
+// their pulls; once all are taken, the buffers they free are the spares
+// of the next pulls ahead.
+func (w *Worker) takeLayerAhead(st *stepState, layer int) error {
+	a := st.ahead
+	if a == nil {
+		return nil
+	}
+	for i, l := range w.copies[0].denseLayer {
+		if st.taken[i] || (layer >= 0 && l != layer) {
 			continue
 		}
-		if err := w.uploadDense(i, got.v); err != nil {
-			return true, err
+		var got pulled
+		select {
+		case got = <-a.vals[i]:
+		case <-st.ctx.Done():
+			return st.ctx.Err()
 		}
-		a.bufs[i] = got.v
+		if got.err != nil {
+			return got.err
+		}
+		st.taken[i] = true
+		if old, ok := w.adoptDense(i, got.v); ok {
+			a.bufs[i] = old
+		} else if err := w.uploadDense(i, got.v); err != nil {
+			return err
+		} else {
+			a.bufs[i] = got.v
+		}
 	}
-	w.spare = a.bufs
-	return true, nil
+	if !slices.Contains(st.taken, false) {
+		w.spare, st.ahead = a.bufs, nil
+	}
+	return nil
 }
 
 // adoptDense makes v, pulled ahead, dense parameter i's values in every

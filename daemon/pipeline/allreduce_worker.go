@@ -92,22 +92,25 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	return r, nil
 }
 
-// reduceLayer starts, in the background, the allreduce and the local
-// update of every dense parameter of layer: called as backward leaves it.
-func (w *Worker) reduceLayer(st *stepState, layer int) {
+// reduceLayer returns the work of reducing and applying every dense
+// parameter of layer: pushLayer runs it in the background as backward
+// leaves the layer.
+func (w *Worker) reduceLayer(st *stepState, layer int) []func() error {
 	first := w.copies[0]
 	r, err := w.stepRing(st)
+	var work []func() error
 	for i, l := range first.denseLayer {
 		if l != layer {
 			continue
 		}
-		st.bg.Go(func() error {
+		work = append(work, func() error {
 			if err != nil {
 				return err
 			}
 			return w.reduceAndApply(st, r, i)
 		})
 	}
+	return work
 }
 
 func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
@@ -117,7 +120,7 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 		return err
 	}
 	g = g[:p.Len()]
-	if err := r.reduce(st.ctx, i, g, st.res.Samples); err != nil {
+	if err := r.reduce(st.bgCtx, i, g, st.res.Samples); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
 	gb, err := toBuffer(w.cfg.Backend, g)
@@ -128,7 +131,7 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 		return fmt.Errorf("%s: update: %w", p.Name, err)
 	}
 	if m := w.local.cfg.Mirror; m != nil && r.members[0] == w.cfg.Replica {
-		if err := m.PushBlock(st.ctx, p.Name, st.step, 1, g); err != nil {
+		if err := m.PushBlock(st.bgCtx, p.Name, st.step, 1, g); err != nil {
 			return fmt.Errorf("%s: mirror on the parameter servers: %w", p.Name, err)
 		}
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/ps"
@@ -18,14 +19,11 @@ func (w *Worker) after(step int64) int64 {
 }
 
 // pullDense brings the dense parameters, which the model copies share, to
-// the state after step-1: from the pulls ahead if the previous step made
-// them, else pulled now.
+// the state after step-1 when the previous step made no pulls ahead for
+// them (the forward takes those, takeLayerAhead).
 func (w *Worker) pullDense(ctx context.Context, step int64) error {
 	if w.local != nil {
 		return w.loadDense(ctx, step)
-	}
-	if had, err := w.takeDenseAhead(ctx, step); had {
-		return err
 	}
 	dense := w.copies[0].dense
 	return each(len(dense), func(i int) error {
@@ -112,21 +110,22 @@ func (w *Worker) fetchTable(ctx context.Context, step int64, t sparseTable, tp t
 // instead (reduceLayer). Call it once the gradients are final:
 // after the last micro-batch's backward through the layer.
 func (w *Worker) pushLayer(st *stepState, weight, layer int) {
+	var work []func() error
 	first := w.copies[0]
 	if w.local != nil {
-		w.reduceLayer(st, layer)
+		work = w.reduceLayer(st, layer)
 	}
 	for i, l := range first.denseLayer {
 		if l != layer || w.local != nil {
 			continue
 		}
-		st.bg.Go(func() error {
+		work = append(work, func() error {
 			g, err := w.denseGradient(i)
 			if err != nil {
 				return err
 			}
 			p := first.dense[i]
-			if err := w.cfg.PS.PushBlock(st.ctx, p.Name, st.step, weight, scaled(g[:p.Len()], st.scale)); err != nil {
+			if err := w.cfg.PS.PushBlock(st.bgCtx, p.Name, st.step, weight, scaled(g[:p.Len()], st.scale)); err != nil {
 				return err
 			}
 			if w.hasStep(st.next.step) {
@@ -135,19 +134,49 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) {
 			return nil
 		})
 	}
+	tables := false
 	for e, emb := range first.tables {
 		if emb.index != layer {
 			continue
 		}
-		st.bg.Go(func() error {
+		tables = true
+		work = append(work, func() error {
 			ids, rows, err := w.sparseGradient(e)
 			if err != nil {
 				return err
 			}
-			if err := w.cfg.PS.PushRows(st.ctx, emb.table.Name, st.step, weight, ids, scaled(rows, st.scale), emb.table.Cols); err != nil {
+			if err := w.cfg.PS.PushRows(st.bgCtx, emb.table.Name, st.step, weight, ids, scaled(rows, st.scale), emb.table.Cols); err != nil {
 				return err
 			}
 			st.gate.pushed()
+			return nil
+		})
+	}
+	if tables {
+		st.tableLayers = append(st.tableLayers, layer)
+	}
+	st.startLayer(layer, work)
+}
+
+// startLayer runs layer's pushes and reductions on st.bg, each on its
+// own goroutine (the first to fail cancels the others), and marks the
+// layer in once they all are (tail.go).
+func (st *stepState) startLayer(layer int, work []func() error) {
+	if len(work) == 0 {
+		return
+	}
+	in := make(chan struct{})
+	st.layers[layer] = in
+	var left atomic.Int32
+	left.Store(int32(len(work)))
+	for _, f := range work {
+		st.bg.Go(func() error {
+			if err := f(); err != nil {
+				return err
+			}
+			if left.Add(-1) == 0 {
+				close(in)
+			}
 			return nil
 		})
 	}

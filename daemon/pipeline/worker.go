@@ -83,6 +83,11 @@ type Config struct {
 	// pulled ahead for the steps after it (a pull creates rows, and a
 	// checkpoint of the last step would hold them).
 	LastStep int64
+	// OverlapSteps lets a step return before its last pushes and
+	// reductions are in, the next step's forward waiting for each layer's
+	// (tail.go); single-stage workers of one micro-batch only. Call Drain
+	// after the last step when it is not LastStep.
+	OverlapSteps bool
 }
 
 // Result is what a step reports.
@@ -117,6 +122,7 @@ type Worker struct {
 	ahead    *denseAhead     // the dense pulls ahead for the next step, if any
 	spare    [][]float32     // buffers free for the next pulls ahead (ahead.go)
 	local    *localDense     // the dense optimiser of an allreduce stage; nil otherwise
+	tail     *stepTail       // the last step's work still under way (OverlapSteps), if any
 
 	shareMu sync.Mutex    // guards shares and asked: Resize comes from other goroutines
 	shares  []shareChange // ascending by from; shares[0].from is 0
@@ -212,8 +218,13 @@ func (c *Config) check() error {
 	return nil
 }
 
-// Close stops a prefetch in flight and waits for it.
+// Close lets the last step's background work end (bounded by the step
+// timeout; Drain to bound it otherwise), then stops a prefetch in flight
+// and waits for it.
 func (w *Worker) Close() error {
+	if t := w.tail; t != nil {
+		<-t.done
+	}
 	w.cancel()
 	w.wg.Wait()
 	return nil
@@ -234,29 +245,53 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %w",
 			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, ErrNotMember)
 	}
+	prev := w.tail
+	w.tail = nil
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	snd := startSender(ctx, cancel)
-	// The phases run on bg's context: the first failed pull or push
-	// cancels it, so that they stop waiting. The sender keeps the step's:
-	// bg's Wait cancels bgCtx, and sends queued by then must still go.
-	bg, bgCtx := errgroup.WithContext(ctx)
-	st := w.newStepState(bgCtx, step, snd, bg)
-	res, err := w.step(st)
+	// The background pulls, pushes and reductions run on bg's context,
+	// the worker's bounded by the step timeout, so that they may outlive
+	// the call as the step's tail; until the call returns, the caller's
+	// ending ends them too. The phases run on fg, the step's: the first
+	// failed background call cancels it too, so that they stop waiting.
+	// The sender keeps the step's: bg's Wait cancels bgCtx, and sends
+	// queued by then must still go.
+	bctx, bcancel := context.WithTimeout(w.ctx, w.cfg.StepTimeout)
+	unlink := context.AfterFunc(ctx, bcancel)
+	bg, bgCtx := errgroup.WithContext(bctx)
+	fg, fgCancel := context.WithCancel(ctx)
+	defer fgCancel()
+	context.AfterFunc(bgCtx, fgCancel)
+	st := w.newStepState(fg, step, snd, bg)
+	st.bgCtx, st.prev = bgCtx, prev
+	err := w.step(st)
 	if err != nil {
 		cancel()
 	}
-	err = withConsequences(err, st.bg.Wait(), snd.wait())
-	st.gate.open(err == nil)
+	err = withConsequences(err, prev.finish(abandonIf(err != nil, prev)), nil)
+	err = withConsequences(err, nil, snd.wait())
+	linked := unlink()
+	if err == nil && linked && w.overlaps(step) {
+		w.tail = w.keepTail(st, bg, bcancel)
+	} else {
+		if err != nil {
+			bcancel()
+		}
+		err = withConsequences(err, bg.Wait(), nil)
+		bcancel()
+		st.gate.open(err == nil)
+	}
+	st.clk.lap(&st.res.Push)
 	w.ahead = nil
-	if err == nil && w.hasStep(step+1) {
+	if err == nil && w.local == nil && w.hasStep(step+1) { // an allreduce stage pulls nothing ahead
 		w.ahead = st.next
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("pipeline: job %s stage %d replica %d step %d: %w",
 			w.cfg.Job, w.cfg.Stage, w.cfg.Replica, step, err)
 	}
-	return res, nil
+	return st.res, nil
 }
 
 // withConsequences joins a step's error with those of its background pulls
@@ -290,7 +325,8 @@ func (c *clock) lap(d *time.Duration) {
 
 // stepState is what one step's phases share.
 type stepState struct {
-	ctx   context.Context
+	ctx   context.Context // the phases'; bgCtx the background work's
+	bgCtx context.Context
 	step  int64
 	snd   *sender
 	bg    *errgroup.Group // the dense pull and the pushes
@@ -305,6 +341,15 @@ type stepState struct {
 	share Share       // the stage's make-up for the step
 	split *rowSplit   // splits the micro-batches among several downstream partners by Share.Next
 	ring  *ring       // allreduce: the step's ring, once built
+	// layers holds, per layer whose gradients the step pushes or reduces,
+	// a channel closed once that is all in (tail.go); tableLayers lists
+	// those that push tables.
+	layers      map[int]chan struct{}
+	tableLayers []int
+	prev        *stepTail   // the previous step's work still under way, if any
+	ahead       *denseAhead // the dense pulls ahead for this step that the forward takes
+	taken       []bool      // per dense parameter: taken from ahead
+	readyWait   time.Duration
 	// pieces[m] bounds the rows of micro-batch m's output sent to each
 	// downstream partner (their gradients come back in the same pieces).
 	pieces [][]int
@@ -315,38 +360,51 @@ func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.grads)), ins: make([]input, len(w.grads)),
 		next: newDenseAhead(step+1, len(w.copies[0].dense), w.takeSpare()), gate: newGate(len(w.copies[0].tables)), scale: 1,
-		share: w.askFor(step), pieces: make([][]int, len(w.grads))}
+		share: w.askFor(step), pieces: make([][]int, len(w.grads)), layers: map[int]chan struct{}{}}
 }
 
-func (w *Worker) step(st *stepState) (Result, error) {
+// step runs the step's phases into st.res; the pulls and pushes they
+// start on st.bg may still run when it returns.
+func (w *Worker) step(st *stepState) error {
 	ctx, step, bg := st.ctx, st.step, st.bg
-	bg.Go(func() error {
-		err := w.pullDense(ctx, step)
-		if err != nil {
-			err = fmt.Errorf("pull dense parameters: %w", err)
-		}
-		st.dense <- err
-		return err
-	})
+	bgCtx := st.bgCtx
+	if a := w.takeAhead(step); a != nil {
+		st.ahead, st.taken = a, make([]bool, len(a.vals))
+		st.dense <- nil
+	} else {
+		bg.Go(func() error {
+			err := w.pullDense(bgCtx, step)
+			if err != nil {
+				err = fmt.Errorf("pull dense parameters: %w", err)
+			}
+			st.dense <- err
+			return err
+		})
+	}
 	stage0, err := w.stage0Input(ctx, step, st.gate)
 	if err != nil {
-		return st.res, fmt.Errorf("input: %w", err)
+		return fmt.Errorf("input: %w", err)
 	}
 	for _, c := range w.copies { // a failed step may have left some held
 		c.micro = -1
 	}
 	lossSum, err := w.runSchedule(st, stage0)
 	if err != nil {
-		return st.res, err
+		return err
 	}
 	if w.last {
 		st.res.Loss = lossSum / float64(st.res.Samples)
 	}
-	if err := bg.Wait(); err != nil {
-		return st.res, err
+	return nil
+}
+
+// abandonIf returns the cancel of a previous step's tail when the step
+// that follows it has failed, so that finish stops waiting on it.
+func abandonIf(failed bool, t *stepTail) context.CancelFunc {
+	if !failed || t == nil {
+		return nil
 	}
-	st.clk.lap(&st.res.Push)
-	return st.res, nil
+	return t.cancel
 }
 
 // forward takes micro-batch m's input, pulls its rows and runs forward;
@@ -356,6 +414,11 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 	in, err := w.input(st.ctx, st.step, m, stage0)
 	if err != nil {
 		return 0, fmt.Errorf("input: %w", err)
+	}
+	// The previous step's table pushes read the gradients and rows that
+	// begin and pullRows replace.
+	if err := st.prev.waitTables(st.ctx); err != nil {
+		return 0, err
 	}
 	c, err := w.acquire(st, m)
 	if err != nil {
@@ -375,9 +438,13 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 		}
 	}
 	st.clk.lap(&st.res.Pull)
-	c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true, Source: in.batch}
+	c.step = &nn.Step{Backend: w.cfg.Backend, Batch: local, Train: true, Source: in.batch,
+		Ready: func(layer int) error { return w.layerReady(st, layer) }}
 	r := w.cfg.Layers
 	if st.outs[m], err = c.model.ForwardRange(c.step, r.First, r.Last, in.act); err != nil {
+		return 0, fmt.Errorf("forward: %w", err)
+	}
+	if err := w.readyAll(st); err != nil {
 		return 0, fmt.Errorf("forward: %w", err)
 	}
 	sum := 0.0
@@ -387,6 +454,9 @@ func (w *Worker) forward(st *stepState, m int, stage0 []input) (float64, error) 
 		err = w.sendActivations(st, m, st.outs[m], in.batch)
 	}
 	st.clk.lap(&st.res.Compute)
+	st.res.Compute -= st.readyWait // waiting for parameters
+	st.res.Pull += st.readyWait
+	st.readyWait = 0
 	return sum, err
 }
 
