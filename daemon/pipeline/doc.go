@@ -135,7 +135,10 @@
 // the rows of the next batch that the step does not update while the step
 // runs, only the others after its pushes; a BSP replica among several
 // asks for all of the next batch's rows at once, and the servers answer
-// when the step's update is applied (ahead.go).
+// when the step's update is applied (ahead.go). A data-parallel worker
+// with Config.OverlapSteps returns from a step once its compute is done,
+// the last layers' pushes and reductions still under way; the next
+// step's forward waits for each layer's before running it (tail.go).
 //
 // Limits of this version: models with towers run only as a single stage;
 // global gradient-norm clipping is refused; activations are exchanged from
