@@ -19,7 +19,11 @@
 // The single-process lines (single.go) also print the GEMM-bound limit at
 // the same thread count and batch (the GEMMs one training step issues,
 // timed alone through native.CPU), the share of it reached, and the 2/1
-// thread scaling; --single-only runs just those.
+// thread scaling; --single-only runs just those. For each node count of
+// two or more, the loopback limit (limit.go) follows: as many trainers as
+// nodes, each with a unit's threads and its share of the batch, training
+// side by side without ever synchronising; each run's line gives its share
+// of it.
 //
 // For each batch size it also trains a 2-stage pipeline (pipeline.go)
 // under the 1F1B and fill-drain schedules, --pipeline-micro micro-batches
@@ -289,6 +293,10 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 	if err != nil || o.singleOnly {
 		return err
 	}
+	limits, err := loopbackLimits(ctx, model, o.nodes, unitThreads(unit.Name), batch, o.steps, w)
+	if err != nil {
+		return err
+	}
 	var stageLines []string
 	for _, n := range o.nodes {
 		cat := benchCatalog(unit, n)
@@ -305,8 +313,8 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 			}
 			res.limit = limit
 			overJob := float64(res.steps) * float64(batch) / res.jobSeconds
-			fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process, loss %.4f, run took %.1f s\n",
-				n, n, unit.Name, sync+",", res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, res.loss, res.wallSeconds)
+			fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx the faster single process%s, loss %.4f, run took %.1f s\n",
+				n, n, unit.Name, sync+",", res.limit, res.samplesPerS, overJob, res.samplesPerS/ref, ofLimit(res.samplesPerS, limits[n]), res.loss, res.wallSeconds)
 			for _, st := range res.stages {
 				stageLines = append(stageLines, fmt.Sprintf("%5d  %-9s  %-9s  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
 					n, sync, st.DenseSync, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
@@ -319,6 +327,15 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 		fmt.Fprintln(w, l)
 	}
 	return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, w)
+}
+
+// ofLimit is ", R of the loopback limit" for a rate against limit, or ""
+// without one.
+func ofLimit(rate, limit float64) string {
+	if limit <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %.2f of the loopback limit", rate/limit)
 }
 
 // benchCatalog is a catalog of one type, unit, with n units on n nodes of

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/native"
+)
+
+// limitRuns is how many times the loopback limit is measured (the best
+// counts).
+const limitRuns = 2
+
+// loopbackLimits prints, for each node count of two or more, the loopback
+// limit of an n-node run of batch: n trainers that never synchronise,
+// side by side (unsynced), and returns them by node count.
+func loopbackLimits(ctx context.Context, model *config.Model, nodes []int, threads, batch, steps int, w io.Writer) (map[int]float64, error) {
+	limits := map[int]float64{}
+	for _, n := range nodes {
+		if n < 2 || batch/n < 1 {
+			continue
+		}
+		for range limitRuns {
+			r, err := unsynced(ctx, model, n, threads, batch/n, steps)
+			if err != nil {
+				return nil, fmt.Errorf("loopback limit of %d nodes: %w", n, err)
+			}
+			limits[n] = max(limits[n], r)
+		}
+		fmt.Fprintf(w, "loopback limit of %d nodes: %d unsynchronised %d-thread trainers of %d rows a step, side by side in this process: %8.0f samples/s together (best of %d)\n",
+			n, n, threads, batch/n, limits[n], limitRuns)
+	}
+	return limits, nil
+}
+
+// unsynced trains n nn.Trainers at once, each with its own model, data
+// stream and backend of threads threads, on rows-row batches for steps
+// steps, and returns the samples/s they reach together while all of them
+// run: what n data-parallel replicas would train on this machine if they
+// never synchronised.
+func unsynced(ctx context.Context, model *config.Model, n, threads, rows, steps int) (float64, error) {
+	ends := make([][]time.Time, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { ends[i], errs[i] = trainTimed(ctx, model, uint64(i)+1, threads, rows, steps) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return togetherRate(ends, rows)
+}
+
+// trainTimed trains one model on rows-row batches for steps steps and
+// returns when each step ended.
+func trainTimed(ctx context.Context, model *config.Model, seed uint64, threads, rows, steps int) ([]time.Time, error) {
+	backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	if err != nil {
+		return nil, err
+	}
+	tr, err := nn.NewTrainer(backend, model, seed, int64(steps))
+	if err != nil {
+		return nil, err
+	}
+	src, err := trainingData(model)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	batches, err := data.PrefetchBatches(ctx, src, rows, 2, steps)
+	if err != nil {
+		return nil, err
+	}
+	defer batches.Close() // before src.Close
+	ends := make([]time.Time, 0, steps)
+	for i := range steps {
+		b, err := batches.Next(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("batch %d: %w", i, err)
+		}
+		if _, err := tr.Step(b); err != nil {
+			return nil, err
+		}
+		ends = append(ends, time.Now())
+	}
+	return ends, nil
+}
+
+// togetherRate is the samples/s of rows-row steps that several trainers
+// ended (ends[i]) while every one of them ran, each past its first step:
+// from the last first step's end to the first last step's end.
+func togetherRate(ends [][]time.Time, rows int) (float64, error) {
+	var from, to time.Time
+	for i, e := range ends {
+		if len(e) < 2 {
+			return 0, fmt.Errorf("trainer %d ended %d steps, want 2 or more", i, len(e))
+		}
+		if i == 0 || e[0].After(from) {
+			from = e[0]
+		}
+		if last := e[len(e)-1]; i == 0 || last.Before(to) {
+			to = last
+		}
+	}
+	if !to.After(from) {
+		return 0, fmt.Errorf("the trainers never ran together (one ended before another's first step)")
+	}
+	steps := 0
+	for _, e := range ends {
+		for _, t := range e {
+			if t.After(from) && !t.After(to) {
+				steps++
+			}
+		}
+	}
+	return float64(steps*rows) / to.Sub(from).Seconds(), nil
+}
