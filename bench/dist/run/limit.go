@@ -9,7 +9,6 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
-	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/native"
 )
 
@@ -67,11 +66,7 @@ func trainTimed(ctx context.Context, model *config.Model, seed uint64, threads, 
 	if err != nil {
 		return nil, err
 	}
-	tr, err := nn.NewTrainer(backend, model, seed, int64(steps))
-	if err != nil {
-		return nil, err
-	}
-	src, err := trainingData(model)
+	tr, src, err := benchTrainer(backend, model, seed, int64(steps))
 	if err != nil {
 		return nil, err
 	}

@@ -370,39 +370,26 @@ func singleProcess(ctx context.Context, model *config.Model, threads, batch, ste
 	// its runs: else a 1-thread run's batch generator and garbage
 	// collector take the second core, which the 2-thread run shares.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads))
-	backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	ends, err := trainTimed(ctx, model, 1, threads, batch, steps)
 	if err != nil {
 		return 0, err
 	}
-	tr, err := nn.NewTrainer(backend, model, 1, int64(steps))
+	if len(ends) < 2 {
+		return 0, fmt.Errorf("%d steps, want 2 or more", len(ends))
+	}
+	return float64((len(ends)-1)*batch) / ends[len(ends)-1].Sub(ends[0]).Seconds(), nil
+}
+
+// benchTrainer is a trainer of model on backend, with the bench's training
+// data (the caller closes it).
+func benchTrainer(backend native.Backend, model *config.Model, seed uint64, steps int64) (*nn.Trainer, data.Source, error) {
+	tr, err := nn.NewTrainer(backend, model, seed, steps)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	src, err := trainingData(model)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer src.Close()
-	batches, err := data.PrefetchBatches(ctx, src, batch, 2, steps)
-	if err != nil {
-		return 0, err
-	}
-	defer batches.Close() // before src.Close
-	var start time.Time
-	samples := 0
-	for i := 0; i < steps; i++ {
-		b, err := batches.Next(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("batch %d: %w", i, err)
-		}
-		if _, err := tr.Step(b); err != nil {
-			return 0, err
-		}
-		if i == 0 {
-			start = time.Now()
-		} else {
-			samples += b.Size
-		}
-	}
-	return float64(samples) / time.Since(start).Seconds(), nil
+	return tr, src, nil
 }

@@ -82,11 +82,7 @@ func newPhaseRun(model *config.Model, threads, batch int) (*phaseRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := nn.NewTrainer(be, model, 1, 1000)
-	if err != nil {
-		return nil, err
-	}
-	src, err := trainingData(model)
+	tr, src, err := benchTrainer(be, model, 1, 1000)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
-	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/native"
 )
 
@@ -89,11 +88,7 @@ func (r *gemmRecorder) Gemm(transA, transB bool, m, n, k int, alpha float32, a n
 // data and returns the GEMMs it issued, in order.
 func recordGemms(model *config.Model, batch int) ([]gemmCall, error) {
 	rec := &gemmRecorder{CPU: native.MustCPU().WithThreads(1)}
-	tr, err := nn.NewTrainer(rec, model, 1, 1)
-	if err != nil {
-		return nil, err
-	}
-	src, err := trainingData(model)
+	tr, src, err := benchTrainer(rec, model, 1, 1)
 	if err != nil {
 		return nil, err
 	}
