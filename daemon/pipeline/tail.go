@@ -102,15 +102,15 @@ func (t *stepTail) waitTables(ctx context.Context) error {
 }
 
 // finish waits for all of the tail's work and returns its failure, if
-// any; nil for no tail. A step that has failed (abandon) cancels the
-// tail first (the job restarts from a checkpoint either way); the
-// cancellation that the tail then reports is dropped as a consequence.
-func (t *stepTail) finish(abandon context.CancelFunc) error {
+// any; nil for no tail. The step after it, if it has failed (abandon),
+// cancels the tail first (the job restarts from a checkpoint either way);
+// the cancellation that the tail then reports is dropped as a consequence.
+func (t *stepTail) finish(abandon bool) error {
 	if t == nil {
 		return nil
 	}
-	if abandon != nil {
-		abandon()
+	if abandon {
+		t.cancel()
 	}
 	<-t.done
 	return t.err

@@ -269,7 +269,7 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	if err != nil {
 		cancel()
 	}
-	err = withConsequences(err, prev.finish(abandonIf(err != nil, prev)), nil)
+	err = withConsequences(err, prev.finish(err != nil), nil)
 	err = withConsequences(err, nil, snd.wait())
 	linked := unlink()
 	if err == nil && linked && w.overlaps(step) {
@@ -396,15 +396,6 @@ func (w *Worker) step(st *stepState) error {
 		st.res.Loss = lossSum / float64(st.res.Samples)
 	}
 	return nil
-}
-
-// abandonIf returns the cancel of a previous step's tail when the step
-// that follows it has failed, so that finish stops waiting on it.
-func abandonIf(failed bool, t *stepTail) context.CancelFunc {
-	if !failed || t == nil {
-		return nil
-	}
-	return t.cancel
 }
 
 // forward takes micro-batch m's input, pulls its rows and runs forward;
