@@ -24,6 +24,7 @@ import (
 // end of its first forward it has waited for every layer, so its backward
 // never writes a gradient the tail still reads. A failed tail fails the
 // next step, naming the step it belongs to; Drain waits for the last one.
+// A tail's work is bounded by two step timeouts from its step's start.
 //
 // Only single-stage workers of one micro-batch overlap (data-parallel
 // stages, the shape whose step the tail lengthens most): a pipeline

@@ -218,9 +218,9 @@ func (c *Config) check() error {
 	return nil
 }
 
-// Close lets the last step's background work end (bounded by the step
-// timeout; Drain to bound it otherwise), then stops a prefetch in flight
-// and waits for it.
+// Close lets the last step's background work end (bounded by two step
+// timeouts from that step's start; Drain to bound it otherwise), then
+// stops a prefetch in flight and waits for it.
 func (w *Worker) Close() error {
 	if t := w.tail; t != nil {
 		<-t.done
@@ -251,18 +251,26 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	defer cancel()
 	snd := startSender(ctx, cancel)
 	// The background pulls, pushes and reductions run on bg's context,
-	// the worker's bounded by the step timeout, so that they may outlive
-	// the call as the step's tail; until the call returns, the caller's
-	// ending ends them too. The phases run on fg, the step's: the first
-	// failed background call cancels it too, so that they stop waiting.
-	// The sender keeps the step's: bg's Wait cancels bgCtx, and sends
-	// queued by then must still go.
-	bctx, bcancel := context.WithTimeout(w.ctx, w.cfg.StepTimeout)
+	// the worker's, so that they may outlive the call as the step's tail;
+	// until the call returns, the step's ending (its timeout included)
+	// ends them too. Their own bound is two step timeouts from the start,
+	// one more for the tail: were it one, its timer could fire before the
+	// step's. The phases run on fg, the step's: the first failed
+	// background call cancels it too, so that they stop waiting — unless
+	// the step itself has ended, which ends fg with its own reason (a
+	// silent peer's step times out rather than ends cancelled). The sender
+	// keeps the step's: bg's Wait cancels bgCtx, and sends queued by then
+	// must still go.
+	bctx, bcancel := context.WithTimeout(w.ctx, 2*w.cfg.StepTimeout)
 	unlink := context.AfterFunc(ctx, bcancel)
 	bg, bgCtx := errgroup.WithContext(bctx)
 	fg, fgCancel := context.WithCancel(ctx)
 	defer fgCancel()
-	context.AfterFunc(bgCtx, fgCancel)
+	context.AfterFunc(bgCtx, func() {
+		if ctx.Err() == nil {
+			fgCancel()
+		}
+	})
 	st := w.newStepState(fg, step, snd, bg)
 	st.bgCtx, st.prev = bgCtx, prev
 	err := w.step(st)
