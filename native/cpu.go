@@ -160,6 +160,15 @@ func host(what string, b Buffer, want int) (HostBuffer, error) {
 	return h, nil
 }
 
+// hostAt is host for element k of a list of buffers, named what[k]; the
+// name is formatted only on failure, as hot paths call it per piece.
+func hostAt(what string, k int, b Buffer, want int) (HostBuffer, error) {
+	if h, ok := b.(HostBuffer); ok && (want < 0 || len(h) == want) {
+		return h, nil
+	}
+	return host(fmt.Sprintf("%s[%d]", what, k), b, want)
+}
+
 // hostAtLeast is host for buffers that may be longer than needed (strided
 // GEMM operands).
 func hostAtLeast(what string, b Buffer, need int) (HostBuffer, error) {

@@ -135,7 +135,7 @@ func checkOptim(op string, o Optim, nstate int) error {
 func stateBuffers(op string, state []Buffer, n int) ([]HostBuffer, error) {
 	out := make([]HostBuffer, len(state))
 	for i, s := range state {
-		h, err := host(fmt.Sprintf("%s: state[%d]", op, i), s, n)
+		h, err := hostAt(op+": state", i, s, n)
 		if err != nil {
 			return nil, err
 		}

@@ -30,7 +30,7 @@ func (b *CPU) WeightedSum(out Buffer, w []float32, g []Buffer) error {
 	}
 	in := make([]HostBuffer, len(g))
 	for k := range g {
-		if in[k], err = host(fmt.Sprintf("weighted sum: g[%d]", k), g[k], len(o)); err != nil {
+		if in[k], err = hostAt("weighted sum: g", k, g[k], len(o)); err != nil {
 			return err
 		}
 		if partialOverlap(o, in[k]) {

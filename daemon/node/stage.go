@@ -205,7 +205,9 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 	if s.Stage >= len(s.Layout) || s.Layout[s.Stage].DenseSync != api.DenseSyncAllreduce {
 		return nil, nil
 	}
-	ar := &pipeline.Allreduce{Transport: a.transport, Peers: s.Ring, TotalSteps: s.Steps}
+	// The coordinator changes an allreduce stage's batches, never its
+	// members, so its replicas may shard the optimiser over the ring.
+	ar := &pipeline.Allreduce{Transport: a.transport, Peers: s.Ring, TotalSteps: s.Steps, ShardOptimiser: true}
 	if s.CheckpointDir != "" {
 		mirror := s
 		mirror.Stage, mirror.Replica = pipeline.MirrorStage(s.Stage, len(s.Layout)), 0

@@ -56,6 +56,14 @@ type Allreduce struct {
 	// the replicas' for checkpoints. Without it the servers' blocks keep
 	// their starting values.
 	Mirror *ps.Client
+	// ShardOptimiser makes each member run the optimiser on its own chunk
+	// of every dense parameter (the chunk its reduce-scatter finishes) and
+	// the allgather pass on updated values instead of gradients: the same
+	// bits as every member updating everything, for 1/n of the optimiser's
+	// work and memory traffic. Its ring cannot change members (Resize
+	// refuses), and it is ignored with a Mirror, which takes the whole
+	// reduced gradient, or with parameters outside host memory.
+	ShardOptimiser bool
 }
 
 // ringPiece bounds the floats one ring message carries (256 KiB).
@@ -133,6 +141,18 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 		prevNode: a.Peers[members[(pos+n-1)%n]], nextNode: a.Peers[members[(pos+1)%n]]}, nil
 }
 
+// ownerUpdate shards the optimiser over the ring (reduce's u): the member
+// that finishes a chunk of the reduced gradient updates that chunk of the
+// parameter, and the allgather passes on the parameter's new values
+// instead of the gradient, so that each member runs the optimiser on 1/n of
+// the elements and keeps the optimiser state of its own chunk only. The
+// update is elementwise, so every element gets the bits a member updating
+// the whole parameter would give it.
+type ownerUpdate struct {
+	w     []float32              // the parameter's values, as long as g
+	apply func(lo, hi int) error // updates w[lo:hi] (and its state) from the finished g[lo:hi]
+}
+
 // reduce replaces g, this member's gradient of dense parameter param over
 // rows rows, by the rows-weighted mean of every member's: Σ b_k g_k / Σ b.
 // Chunks travel piece by piece, and a member passes each piece on as soon
@@ -142,34 +162,45 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 // as it adds them to what arrives (one pass each, native WeightedSum), and
 // the owner of a finished chunk weighs both terms by 1/Σb instead of
 // dividing the sum after.
-func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) error {
+//
+// With u, the owner updates each finished piece of its chunk at once and
+// the allgather carries u.w: every member ends with the updated values in
+// u.w, and g holds the mean over its own chunk only.
+func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
 	n := len(r.members)
 	if n == 1 {
+		if u != nil {
+			return u.apply(0, len(g))
+		}
 		return nil
 	}
 	fb := float32(rows)
 	bounds := chunks(len(g), n)
-	chunk := func(c int) []float32 { c = ((c % n) + n) % n; return g[bounds[c]:bounds[c+1]] }
+	span := func(c int) (lo, hi int) { c = ((c % n) + n) % n; return bounds[c], bounds[c+1] }
+	gathered := g
+	if u != nil {
+		gathered = u.w
+	}
 	x := &ringExchange{r: r, ctx: ctx, param: param,
 		sendStream: ringStream(int(r.stage), r.members[r.pos], param), recvStream: ringStream(int(r.stage), r.members[(r.pos+n-1)%n], param)}
 	// Reduce-scatter: round s sends chunk pos-s and receives chunk
 	// pos-s-1, to which this member adds its part; round s+1 sends that
 	// chunk on, piece by piece as it is added. The messages carry the rows
 	// summed into the chunk so far.
-	c := chunk(r.pos)
-	if err := weigh(c, fb, nil, 0); err != nil {
+	lo, hi := span(r.pos)
+	if err := weigh(g[lo:hi], fb, nil, 0); err != nil {
 		return err
 	}
-	for j, piece := range pieces(c) {
+	for j, piece := range pieces(g[lo:hi]) {
 		if err := x.send(0, j, piece, rows); err != nil {
 			return err
 		}
 	}
 	total := 0
 	for s := range n - 1 {
-		c = chunk(r.pos - s - 1)
+		lo, hi := span(r.pos - s - 1)
 		last := s == n-2
-		for j, piece := range pieces(c) {
+		for j, piece := range pieces(g[lo:hi]) {
 			got, err := x.recv(s, j, len(piece), func(v []float32, got int) error {
 				if !last {
 					return weigh(piece, fb, v, 1)
@@ -181,7 +212,15 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 			if err != nil {
 				return err
 			}
-			if err := x.send(s+1, j, piece, got+rows); err != nil {
+			out := piece
+			if last && u != nil {
+				at := lo + j*ringPiece
+				if err := u.apply(at, at+len(piece)); err != nil {
+					return err
+				}
+				out = u.w[at : at+len(piece)]
+			}
+			if err := x.send(s+1, j, out, got+rows); err != nil {
 				return err
 			}
 		}
@@ -189,8 +228,8 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int) err
 	// Allgather: round s receives chunk pos-s, finished by its owner, and
 	// passes it on unless the next member owns it.
 	for s := range n - 1 {
-		c = chunk(r.pos - s)
-		for j, piece := range pieces(c) {
+		lo, hi := span(r.pos - s)
+		for j, piece := range pieces(gathered[lo:hi]) {
 			if _, err := x.recv(n-1+s, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
 				return err
 			}

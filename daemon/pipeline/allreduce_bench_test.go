@@ -110,7 +110,7 @@ func benchRingSync(b *testing.B, reps, n int) {
 				return err
 			}
 			g := append([]float32(nil), grads[r]...)
-			if err := rg.reduce(context.Background(), 0, g, 1); err != nil {
+			if err := rg.reduce(context.Background(), 0, g, 1, nil); err != nil {
 				return err
 			}
 			return be.Update(benchSGD.At(step), native.HostBuffer(values[r]), native.HostBuffer(g))

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -64,6 +65,14 @@ func peerPair(t testing.TB, a *wire.TCPTransport, an string, b *wire.TCPTranspor
 // rows each) and returns what every member holds afterwards.
 func reduceAll(t *testing.T, trs []wire.Transport, names []string, step int64, grads [][]float32, rows []int) [][]float32 {
 	t.Helper()
+	return reduceEach(t, trs, names, step, grads, rows, nil)
+}
+
+// reduceEach is reduceAll where each member k reduces with update(k, its
+// gradient), if update is set, and returns what that update holds in w.
+func reduceEach(t *testing.T, trs []wire.Transport, names []string, step int64, grads [][]float32, rows []int,
+	update func(k int, g []float32) *ownerUpdate) [][]float32 {
+	t.Helper()
 	n := len(grads)
 	a := &Allreduce{Peers: names}
 	out := make([][]float32, n)
@@ -79,7 +88,14 @@ func reduceAll(t *testing.T, trs []wire.Transport, names []string, step int64, g
 				return
 			}
 			out[k] = slices.Clone(grads[k])
-			errs[k] = r.reduce(context.Background(), 3, out[k], rows[k])
+			var u *ownerUpdate
+			if update != nil {
+				u = update(k, out[k])
+			}
+			errs[k] = r.reduce(context.Background(), 3, out[k], rows[k], u)
+			if u != nil {
+				out[k] = u.w
+			}
 		})
 	}
 	wg.Wait()
@@ -131,6 +147,33 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 			again := reduceAll(t, trs, names, 2, grads, rows)
 			if !slices.Equal(again[0], got[0]) {
 				t.Fatal("the same gradients reduced to other bytes the second time")
+			}
+			// Sharded: each owner steps w -= 2g on its chunk; every member
+			// ends with the steps of the whole mean, and owns only its chunk.
+			applied := make([][2]int, tc.members)
+			stepped := reduceEach(t, trs, names, 3, grads, rows, func(k int, g []float32) *ownerUpdate {
+				w := make([]float32, len(g))
+				applied[k] = [2]int{-1, -1}
+				return &ownerUpdate{w: w, apply: func(lo, hi int) error {
+					if applied[k][0] < 0 {
+						applied[k][0] = lo
+					}
+					applied[k][1] = hi
+					for i := lo; i < hi; i++ {
+						w[i] -= 2 * g[i]
+					}
+					return nil
+				}}
+			})
+			for k := range tc.members {
+				for i, x := range stepped[k] {
+					if x != -2*got[0][i] {
+						t.Fatalf("sharded, member %d element %d: %g, want %g", k, i, x, -2*got[0][i])
+					}
+				}
+				if lo, hi := ownChunk(tc.length, tc.members, k); hi > lo && applied[k] != [2]int{lo, hi} {
+					t.Fatalf("sharded, member %d updated [%d, %d), its chunk is [%d, %d)", k, applied[k][0], applied[k][1], lo, hi)
+				}
 			}
 		})
 	}
@@ -403,7 +446,7 @@ func TestRingRefusesAPredecessorWithOtherMembers(t *testing.T) {
 			ak.Transport = trs[k]
 			r, err := newRing(&ak, 1, 0, 1, members, k)
 			if err == nil {
-				err = r.reduce(ctx, 0, []float32{1, 2, 3}, 1)
+				err = r.reduce(ctx, 0, []float32{1, 2, 3}, 1, nil)
 			}
 			errs[k] = err
 			cancel() // replica 0 waits for a replica 1 that has given up
@@ -450,7 +493,7 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := []float32{1, 2, 3, 4}
-			err = r.reduce(ctx, param, g, 1)
+			err = r.reduce(ctx, param, g, 1, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), "dense parameter 2") {
 				t.Fatalf("reduce: %v, want an error naming the parameter and %q", err, tc.reason)
 			}
@@ -537,4 +580,114 @@ func (w *Worker) denseValues() (map[string][]float32, error) {
 		out[p.Name] = append([]float32(nil), h[:p.Len()]...)
 	}
 	return out, nil
+}
+
+// allreduceSharded is allreduceEverywhere with each stage's optimiser
+// sharded over its ring (Allreduce.ShardOptimiser).
+func allreduceSharded(j *job) {
+	allreduceEverywhere(j)
+	plain := j.configure
+	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
+		plain(cfg, trs)
+		cfg.Allreduce.ShardOptimiser = true
+	}
+}
+
+// Sharding the optimiser over the ring trains the same bits as every
+// replica updating every parameter (Adam, unequal batches, 2 and 3
+// replicas, 2 micro-batches), and does shard it: a replica's optimiser
+// state has moved on its own chunk of each parameter only.
+func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
+	checkLeaks(t)
+	const steps = 4
+	cfg := modelConfig(t, adamAdagrad)
+	sizes := []int{3, 5, 4}
+	for _, tc := range []struct{ replicas, micro int }{{2, 1}, {3, 2}} {
+		t.Run(fmt.Sprintf("%d replicas, %d micro-batches", tc.replicas, tc.micro), func(t *testing.T) {
+			train := func(shard bool) ([][]float64, []*Worker) {
+				j := newJob(t, cfg, []Range{{0, 5}}, []int{tc.replicas}, steps, ps.BSP)
+				j.micro = tc.micro
+				if shard {
+					allreduceSharded(j)
+				} else {
+					allreduceEverywhere(j)
+				}
+				ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+					return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), sizes[r]) })
+				})
+				return j.train(ws, 1, steps), ws[0]
+			}
+			replicatedLosses, replicated := train(false)
+			shardedLosses, sharded := train(true)
+			if !slices.EqualFunc(shardedLosses, replicatedLosses, slices.Equal) {
+				t.Fatalf("losses %v sharded, %v replicated", shardedLosses, replicatedLosses)
+			}
+			want := denseOf(t, [][]*Worker{replicated})[0]
+			for r, got := range denseOf(t, [][]*Worker{sharded})[0] {
+				for name, v := range got {
+					if !slices.Equal(v, want[r][name]) {
+						t.Fatalf("replica %d: %s sharded differs from replicated", r, name)
+					}
+				}
+			}
+			for r, w := range sharded {
+				for i, p := range w.copies[0].dense {
+					lo, hi := ownChunk(p.Len(), tc.replicas, r)
+					checkMoved(t, fmt.Sprintf("sharded replica %d, %s", r, p.Name), firstMoment(t, w, i), lo, hi)
+				}
+			}
+			m := firstMoment(t, replicated[0], 0)
+			if lo, hi := ownChunk(len(m), tc.replicas, 0); !slices.ContainsFunc(m[:lo], nonZero) && !slices.ContainsFunc(m[hi:], nonZero) {
+				t.Fatal("replicated: replica 0's first moment did not move outside its chunk; the check above proves nothing")
+			}
+		})
+	}
+}
+
+// ownChunk is the chunk of a parameter of n floats that member pos of a
+// ring of members finishes, and so updates when sharded.
+func ownChunk(n, members, pos int) (lo, hi int) {
+	b := chunks(n, members)
+	c := (pos + 1) % members
+	return b[c], b[c+1]
+}
+
+func nonZero(x float32) bool { return x != 0 }
+
+// firstMoment is worker w's Adam first moment of dense parameter i.
+func firstMoment(t *testing.T, w *Worker, i int) []float32 {
+	t.Helper()
+	m, ok := native.Host(w.local.state[i][0])
+	if !ok {
+		t.Fatal("the optimiser state is not in host memory")
+	}
+	return m
+}
+
+// checkMoved fails unless m is zero outside [lo, hi) and not all zero in it.
+func checkMoved(t *testing.T, what string, m []float32, lo, hi int) {
+	t.Helper()
+	if slices.ContainsFunc(m[:lo], nonZero) || slices.ContainsFunc(m[hi:], nonZero) {
+		t.Fatalf("%s: the optimiser state moved outside the replica's chunk [%d, %d) of %d", what, lo, hi, len(m))
+	}
+	if hi > lo && !slices.ContainsFunc(m[lo:hi], nonZero) {
+		t.Fatalf("%s: the optimiser state did not move in the replica's chunk [%d, %d)", what, lo, hi)
+	}
+}
+
+// A stage that shards its optimiser over its ring may change its batches,
+// not its members: a replica's state covers its own chunk only.
+func TestShardedOptimiserRefusesNewMembers(t *testing.T) {
+	checkLeaks(t)
+	cfg := modelConfig(t, adamAdagrad)
+	j := newJob(t, cfg, []Range{{0, 5}}, []int{2}, 3, ps.BSP)
+	allreduceSharded(j)
+	w := j.elasticWorker(j.transports(), 0, Share{Members: []int{0, 1}, Batches: []int{3, 5}},
+		func(context.Context, int64, Share) (*data.Batch, error) { return nil, errors.New("not read") })
+	if _, err := w.Resize(2, Share{Members: []int{0}, Batches: []int{8}}); err == nil || !strings.Contains(err.Error(), "shards its optimiser") {
+		t.Errorf("dropping a replica of a sharded ring: %v, want a refusal naming the sharding", err)
+	}
+	if from, err := w.Resize(2, Share{Members: []int{0, 1}, Batches: []int{4, 4}}); err != nil || from != 2 {
+		t.Errorf("new batches for the same members: %d, %v; want from step 2", from, err)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/native"
 )
@@ -23,6 +25,12 @@ type localDense struct {
 	// everyPeer: the worker was given no Share, so the ring of every step
 	// is all of cfg.Peers.
 	everyPeer bool
+	// shard: each ring member runs the optimiser on its own chunk of each
+	// parameter only (ownerUpdate), where shardable allows.
+	shard bool
+	// shardedOver: the ring members over which the optimiser state is
+	// sharded, once a step has sharded it.
+	shardedOver []int
 }
 
 // initAllreduce prepares the local optimiser of a worker whose Config asks
@@ -50,6 +58,7 @@ func (w *Worker) initAllreduce() error {
 			d.state[i] = append(d.state[i], buf)
 		}
 	}
+	d.shard = shardable(d, dense)
 	w.local = d
 	return nil
 }
@@ -88,6 +97,9 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := w.local.checkShards(r); err != nil {
+		return nil, err
+	}
 	st.ring = r
 	return r, nil
 }
@@ -120,20 +132,87 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 		return err
 	}
 	g = g[:p.Len()]
-	if err := r.reduce(st.bgCtx, i, g, st.res.Samples); err != nil {
+	optim := w.local.optim.At(st.step)
+	u := w.ownerUpdate(r, i, g, optim)
+	if err := r.reduce(st.bgCtx, i, g, st.res.Samples, u); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if u != nil {
+		return nil
 	}
 	gb, err := toBuffer(w.cfg.Backend, g)
 	if err != nil {
 		return err
 	}
-	if err := w.cfg.Backend.Update(w.local.optim.At(st.step), p.Value, gb, w.local.state[i]...); err != nil {
+	if err := w.cfg.Backend.Update(optim, p.Value, gb, w.local.state[i]...); err != nil {
 		return fmt.Errorf("%s: update: %w", p.Name, err)
 	}
 	if m := w.local.cfg.Mirror; m != nil && r.members[0] == w.cfg.Replica {
 		if err := m.PushBlock(st.bgCtx, p.Name, st.step, 1, g); err != nil {
 			return fmt.Errorf("%s: mirror on the parameter servers: %w", p.Name, err)
 		}
+	}
+	return nil
+}
+
+// ownerUpdate is how r shards dense parameter i's optimiser step over its
+// members (localDense.shard), or nil where every member applies the whole
+// step.
+func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *ownerUpdate {
+	if !w.local.shard || len(r.members) == 1 {
+		return nil
+	}
+	val := w.copies[0].dense[i].Value.(native.HostBuffer)
+	state := w.local.state[i]
+	return &ownerUpdate{w: val, apply: func(lo, hi int) error {
+		part := make([]native.Buffer, len(state))
+		for k, s := range state {
+			part[k] = s.(native.HostBuffer)[lo:hi]
+		}
+		if err := w.cfg.Backend.Update(optim, val[lo:hi], native.HostBuffer(g[lo:hi]), part...); err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		return nil
+	}}
+}
+
+// shardable reports whether the optimiser of d's dense parameters is
+// sharded over the ring: where asked (ShardOptimiser), but not when the
+// job mirrors the blocks on the parameter servers for its checkpoints (the
+// mirror takes the whole reduced gradient, which a sharded ring leaves on
+// no member), nor when the parameters or their state live outside host
+// memory.
+func shardable(d *localDense, dense []*nn.Param) bool {
+	if !d.cfg.ShardOptimiser || d.cfg.Mirror != nil {
+		return false
+	}
+	for i, p := range dense {
+		if _, ok := p.Value.(native.HostBuffer); !ok {
+			return false
+		}
+		for _, b := range d.state[i] {
+			if _, ok := b.(native.HostBuffer); !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkShards fails a step whose ring is not the one the optimiser state
+// was sharded over: a member keeps the state of its own chunk only, and
+// Resize refuses to change the members of such a stage; this stops a
+// step that would otherwise update from stale state.
+func (d *localDense) checkShards(r *ring) error {
+	if !d.shard || len(r.members) == 1 {
+		return nil
+	}
+	if d.shardedOver == nil {
+		d.shardedOver = slices.Clone(r.members)
+		return nil
+	}
+	if !slices.Equal(d.shardedOver, r.members) {
+		return fmt.Errorf("allreduce: step %d's ring is %v, but the optimiser state is sharded over %v", r.step, r.members, d.shardedOver)
 	}
 	return nil
 }

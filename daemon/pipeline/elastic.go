@@ -89,6 +89,10 @@ func (w *Worker) Resize(fromStep int64, share Share) (int64, error) {
 		return fail(fmt.Errorf("members %v -> %v: a stage of a multi-stage job cannot change its replicas yet (its partners would change)",
 			cur.Members, share.Members))
 	}
+	if cur := w.shareAt(from); w.local != nil && w.local.shard && !w.local.everyPeer && !slices.Equal(cur.Members, share.Members) {
+		return fail(fmt.Errorf("members %v -> %v: the stage shards its optimiser state over its ring (Allreduce.ShardOptimiser), which cannot change members",
+			cur.Members, share.Members))
+	}
 	keep := len(w.shares)
 	for keep > 1 && w.shares[keep-1].from >= from {
 		keep--

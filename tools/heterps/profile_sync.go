@@ -239,7 +239,7 @@ func (r *stageRunner) worker(i int, share pipeline.Share, names []string, trs []
 		OverlapSteps: true, // as node daemons run them
 		Batches:      func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, batch) }}
 	if r.allreduce() {
-		wc.Allreduce = &pipeline.Allreduce{Peers: names, TotalSteps: r.totalSteps()}
+		wc.Allreduce = &pipeline.Allreduce{Peers: names, TotalSteps: r.totalSteps(), ShardOptimiser: true} // as node daemons run it
 		if trs != nil {
 			wc.Allreduce.Transport = trs[i]
 		}
