@@ -93,8 +93,11 @@
 // ring order and chunking, so every replica holds the same bytes whatever
 // the timing), weighted b_k/sum(b) by the rows each message carries; every
 // replica then applies the servers' optimiser kernel and schedule to its
-// copy. One replica reduces nothing and stays bit-identical to
-// single-process training. Sparse rows stay on the servers. When the job
+// copy. With Allreduce.ShardOptimiser the replica that finishes a chunk of
+// the reduced gradient applies the optimiser to that chunk alone and the
+// allgather carries the updated values instead (the same bits, 1/n of the
+// work; such a stage cannot change members). One replica reduces nothing
+// and stays bit-identical to single-process training. Sparse rows stay on the servers. When the job
 // checkpoints, the ring's first member also pushes each reduced gradient
 // to the stage's MirrorStage, a one-replica stage under which the servers
 // keep the blocks, so that their values and optimiser state, and hence
