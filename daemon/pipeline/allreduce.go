@@ -60,9 +60,10 @@ type Allreduce struct {
 	// of every dense parameter (the chunk its reduce-scatter finishes) and
 	// the allgather pass on updated values instead of gradients: the same
 	// bits as every member updating everything, for 1/n of the optimiser's
-	// work and memory traffic. Its ring cannot change members (Resize
-	// refuses), and it is ignored with a Mirror, which takes the whole
-	// reduced gradient, or with parameters outside host memory.
+	// work and memory traffic; with a Mirror the other members also send
+	// their finished chunks of the gradient to the first, which pushes it
+	// whole. Its ring cannot change members (Resize refuses), and it is
+	// ignored with parameters outside host memory.
 	ShardOptimiser bool
 }
 
@@ -81,6 +82,12 @@ const (
 func ringStream(stage, from, param int) uint32 {
 	return 1<<31 | 1<<28 | uint32(stage)<<20 | uint32(from)<<10 | uint32(param)
 }
+
+// mirrorStream is the stream replica from sends the finished chunks of
+// dense parameter param's reduced gradient to the ring's first member on,
+// for the mirror (ownerUpdate.mirror); bits 29 and 28 keep it apart from
+// ringStream and from the greetings.
+func mirrorStream(stage, from, param int) uint32 { return ringStream(stage, from, param) | 1<<29 }
 
 // RingLinks returns a link to every other replica of the stage (peers as
 // in Allreduce.Peers), for greeting them before the first step: every
@@ -113,13 +120,13 @@ func (a *Allreduce) check(stage, replica int, params int) error {
 
 // ring is one step's ring: the members in order and this replica's place.
 type ring struct {
-	t                  wire.Transport
-	job                uint64
-	stage, step        int64
-	members            []int
-	members64          []int64 // members, as every message carries them
-	pos                int
-	prevNode, nextNode string
+	t           wire.Transport
+	job         uint64
+	stage, step int64
+	members     []int
+	members64   []int64 // members, as every message carries them
+	pos         int
+	nodes       []string // the members' transport ids, in ring order
 }
 
 func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, replica int) (*ring, error) {
@@ -134,11 +141,12 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 	}
 	n := len(members)
 	m64 := make([]int64, n)
+	nodes := make([]string, n)
 	for i, m := range members {
-		m64[i] = int64(m)
+		m64[i], nodes[i] = int64(m), a.Peers[m]
 	}
 	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
-		prevNode: a.Peers[members[(pos+n-1)%n]], nextNode: a.Peers[members[(pos+1)%n]]}, nil
+		nodes: nodes}, nil
 }
 
 // ownerUpdate shards the optimiser over the ring (reduce's u): the member
@@ -151,6 +159,11 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 type ownerUpdate struct {
 	w     []float32              // the parameter's values, as long as g
 	apply func(lo, hi int) error // updates w[lo:hi] (and its state) from the finished g[lo:hi]
+	// mirror: the ring's first member also collects every chunk of the
+	// reduced gradient into g (for a mirror on the parameter servers, which
+	// takes it whole); each other owner sends its chunk there as it
+	// finishes it.
+	mirror bool
 }
 
 // reduce replaces g, this member's gradient of dense parameter param over
@@ -181,8 +194,7 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 	if u != nil {
 		gathered = u.w
 	}
-	x := &ringExchange{r: r, ctx: ctx, param: param,
-		sendStream: ringStream(int(r.stage), r.members[r.pos], param), recvStream: ringStream(int(r.stage), r.members[(r.pos+n-1)%n], param)}
+	x := r.exchange(ctx, param, (r.pos+1)%n, (r.pos+n-1)%n, ringStream)
 	// Reduce-scatter: round s sends chunk pos-s and receives chunk
 	// pos-s-1, to which this member adds its part; round s+1 sends that
 	// chunk on, piece by piece as it is added. The messages carry the rows
@@ -219,6 +231,11 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 					return err
 				}
 				out = u.w[at : at+len(piece)]
+				if u.mirror && r.pos != 0 {
+					if err := r.exchange(ctx, param, 0, 0, mirrorStream).send(0, j, piece, got+rows); err != nil {
+						return err
+					}
+				}
 			}
 			if err := x.send(s+1, j, out, got+rows); err != nil {
 				return err
@@ -237,6 +254,25 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 				if err := x.send(n+s, j, piece, total); err != nil {
 					return err
 				}
+			}
+		}
+	}
+	if u != nil && u.mirror && r.pos == 0 {
+		return r.collectChunks(ctx, param, g, span)
+	}
+	return nil
+}
+
+// collectChunks receives, on the ring's first member, every other
+// member's finished chunk of the reduced gradient into g: member p owns
+// chunk p+1.
+func (r *ring) collectChunks(ctx context.Context, param int, g []float32, span func(c int) (lo, hi int)) error {
+	for p := 1; p < len(r.members); p++ {
+		x := r.exchange(ctx, param, p, p, mirrorStream)
+		lo, hi := span(p + 1)
+		for j, piece := range pieces(g[lo:hi]) {
+			if _, err := x.recv(0, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
+				return err
 			}
 		}
 	}
@@ -275,7 +311,15 @@ type ringExchange struct {
 	r                      *ring
 	ctx                    context.Context
 	param                  int
+	to, from               string // the nodes sent to and received from
 	sendStream, recvStream uint32
+}
+
+// exchange is param's traffic to the member at place to and from the one
+// at place from, on the streams stream numbers by sender.
+func (r *ring) exchange(ctx context.Context, param, to, from int, stream func(stage, from, param int) uint32) *ringExchange {
+	return &ringExchange{r: r, ctx: ctx, param: param, to: r.nodes[to], from: r.nodes[from],
+		sendStream: stream(int(r.stage), r.members[r.pos], param), recvStream: stream(int(r.stage), r.members[from], param)}
 }
 
 func ringMicro(round, piece int) uint64 { return uint64(round)<<32 | uint64(piece) }
@@ -286,8 +330,8 @@ func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
 		Meta: wire.Meta{Job: r.job, Stage: uint64(r.stage), Replica: uint64(r.members[r.pos]), Step: uint64(r.step),
 			Key: uint64(x.param), Micro: ringMicro(round, piece), Batch: uint64(rows)},
 		Tensors: []wire.Tensor{wire.F32Tensor(v, len(v)), wire.I64Tensor(r.members64, len(r.members64))}}
-	if err := r.t.Send(x.ctx, r.nextNode, x.sendStream, m); err != nil {
-		return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", x.param, r.nextNode, err)
+	if err := r.t.Send(x.ctx, x.to, x.sendStream, m); err != nil {
+		return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", x.param, x.to, err)
 	}
 	return nil
 }
@@ -296,18 +340,18 @@ func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
 // floats, hands its values and the rows it carries to use while the
 // message is held, and returns the rows.
 func (x *ringExchange) recv(round, piece, want int, use func(v []float32, rows int) error) (int, error) {
-	rows, err := x.r.recvPiece(x.ctx, x.recvStream, x.param, ringMicro(round, piece), want, use)
+	rows, err := x.r.recvPiece(x.ctx, x.from, x.recvStream, x.param, ringMicro(round, piece), want, use)
 	if err != nil {
-		return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", x.param, x.r.prevNode, err)
+		return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", x.param, x.from, err)
 	}
 	return rows, nil
 }
 
-func (r *ring) recvPiece(ctx context.Context, stream uint32, param int, micro uint64, want int, use func(v []float32, rows int) error) (int, error) {
-	m, err := r.t.Recv(ctx, r.prevNode, stream)
+func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param int, micro uint64, want int, use func(v []float32, rows int) error) (int, error) {
+	m, err := r.t.Recv(ctx, from, stream)
 	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
 		m.Release()
-		m, err = r.t.Recv(ctx, r.prevNode, stream)
+		m, err = r.t.Recv(ctx, from, stream)
 	}
 	if err != nil {
 		return 0, err

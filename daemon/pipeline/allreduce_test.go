@@ -511,22 +511,50 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 // through the servers as restored jobs do, ends bit-identical to the
 // uninterrupted allreduce job (equal batches of 4: the servers' weights
 // 1/2 and the ring's 4/8 scale by powers of two, so both sum alike).
+//
+// Sharded, the ring's first member collects the other owners' chunks of
+// the reduced gradient for the mirror: the same holds, and the mirror
+// matches the replicas with 3 of them too.
 func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		replicas       int
+		shard, restore bool
+	}{{"replicated", 2, false, true}, {"sharded", 2, true, true}, {"sharded, 3 replicas", 3, true, false}} {
+		t.Run(tc.name, func(t *testing.T) { testMirror(t, tc.replicas, tc.shard, tc.restore) })
+	}
+}
+
+// testMirror trains an allreduce job of replicas with a mirror, checks the
+// mirror against the replicas and, if restore, a restart from a checkpoint
+// of its servers against the whole run.
+func testMirror(t *testing.T, replicas int, shard, restore bool) {
 	checkLeaks(t)
 	const k, steps = 3, 6
 	cfg := modelConfig(t, adamAdagrad)
-	stages, replicas, marked := []Range{{0, 5}}, []int{2}, []bool{true}
+	stages, marked := []Range{{0, 5}}, []bool{true}
 	batches := func(r int) func(context.Context, int64) (*data.Batch, error) {
 		return fixedBatches(func(step int64) *data.Batch { return testBatch(20+uint64(r), uint64(step), 4) })
 	}
+	mirrored := func(j *job) {
+		allreduceWith(j, true)
+		if shard {
+			shardOptimiser(j)
+		}
+	}
 
-	whole := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, marked, "")
-	allreduceWith(whole, true)
+	whole := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, marked, "")
+	mirrored(whole)
 	ws := whole.workers(batches)
 	whole.train(ws, 1, steps)
 	held := denseOf(t, ws)[0]
-	if !maps.EqualFunc(held[0], held[1], slices.Equal) {
-		t.Fatal("the replicas hold different dense parameters")
+	for r := 1; r < replicas; r++ {
+		if !maps.EqualFunc(held[0], held[r], slices.Equal) {
+			t.Fatalf("replica %d holds other dense parameters than replica 0", r)
+		}
+	}
+	if shard && ws[0][0].local.shardedOver == nil {
+		t.Fatal("the optimiser was not sharded")
 	}
 	mirror := whole.client(0, 0)
 	for name, v := range held[0] {
@@ -539,14 +567,17 @@ func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
 		}
 	}
 
-	part := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, marked, "")
-	allreduceWith(part, true)
+	if !restore {
+		return
+	}
+	part := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, marked, "")
+	mirrored(part)
 	part.train(part.workers(batches), 1, k)
 	dir, err := ps.CheckpointAll(context.Background(), t.TempDir(), k, part.shards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored := newJobFrom(t, cfg, stages, replicas, steps, ps.BSP, nil, dir)
+	restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, nil, dir)
 	restored.train(restored.workers(batches), k+1, steps)
 	ctx := context.Background()
 	for name, v := range held[0] {
@@ -586,6 +617,11 @@ func (w *Worker) denseValues() (map[string][]float32, error) {
 // sharded over its ring (Allreduce.ShardOptimiser).
 func allreduceSharded(j *job) {
 	allreduceEverywhere(j)
+	shardOptimiser(j)
+}
+
+// shardOptimiser makes j's allreduce stages shard their optimisers.
+func shardOptimiser(j *job) {
 	plain := j.configure
 	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
 		plain(cfg, trs)

@@ -137,15 +137,14 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 	if err := r.reduce(st.bgCtx, i, g, st.res.Samples, u); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
-	if u != nil {
-		return nil
-	}
-	gb, err := toBuffer(w.cfg.Backend, g)
-	if err != nil {
-		return err
-	}
-	if err := w.cfg.Backend.Update(optim, p.Value, gb, w.local.state[i]...); err != nil {
-		return fmt.Errorf("%s: update: %w", p.Name, err)
+	if u == nil {
+		gb, err := toBuffer(w.cfg.Backend, g)
+		if err != nil {
+			return err
+		}
+		if err := w.cfg.Backend.Update(optim, p.Value, gb, w.local.state[i]...); err != nil {
+			return fmt.Errorf("%s: update: %w", p.Name, err)
+		}
 	}
 	if m := w.local.cfg.Mirror; m != nil && r.members[0] == w.cfg.Replica {
 		if err := m.PushBlock(st.bgCtx, p.Name, st.step, 1, g); err != nil {
@@ -164,7 +163,7 @@ func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *o
 	}
 	val := w.copies[0].dense[i].Value.(native.HostBuffer)
 	state := w.local.state[i]
-	return &ownerUpdate{w: val, apply: func(lo, hi int) error {
+	return &ownerUpdate{w: val, mirror: w.local.cfg.Mirror != nil, apply: func(lo, hi int) error {
 		part := make([]native.Buffer, len(state))
 		for k, s := range state {
 			part[k] = s.(native.HostBuffer)[lo:hi]
@@ -177,13 +176,12 @@ func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *o
 }
 
 // shardable reports whether the optimiser of d's dense parameters is
-// sharded over the ring: where asked (ShardOptimiser), but not when the
-// job mirrors the blocks on the parameter servers for its checkpoints (the
-// mirror takes the whole reduced gradient, which a sharded ring leaves on
-// no member), nor when the parameters or their state live outside host
-// memory.
+// sharded over the ring: where asked (ShardOptimiser), unless the
+// parameters or their state live outside host memory. With a mirror the
+// ring's first member collects the whole reduced gradient for it
+// (ownerUpdate.mirror).
 func shardable(d *localDense, dense []*nn.Param) bool {
-	if !d.cfg.ShardOptimiser || d.cfg.Mirror != nil {
+	if !d.cfg.ShardOptimiser {
 		return false
 	}
 	for i, p := range dense {
