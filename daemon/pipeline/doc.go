@@ -96,7 +96,8 @@
 // copy. With Allreduce.ShardOptimiser the replica that finishes a chunk of
 // the reduced gradient applies the optimiser to that chunk alone and the
 // allgather carries the updated values instead (the same bits, 1/n of the
-// work; such a stage cannot change members). One replica reduces nothing
+// work; such a stage cannot change members; for a mirror, below, the other
+// members send their finished chunks to the first). One replica reduces nothing
 // and stays bit-identical to single-process training. Sparse rows stay on the servers. When the job
 // checkpoints, the ring's first member also pushes each reduced gradient
 // to the stage's MirrorStage, a one-replica stage under which the servers
