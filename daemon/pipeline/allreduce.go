@@ -195,6 +195,10 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 		gathered = u.w
 	}
 	x := r.exchange(ctx, param, (r.pos+1)%n, (r.pos+n-1)%n, ringStream)
+	var toFirst *ringExchange // this owner's finished chunk, for the mirror
+	if u != nil && u.mirror && r.pos != 0 {
+		toFirst = r.exchange(ctx, param, 0, 0, mirrorStream)
+	}
 	// Reduce-scatter: round s sends chunk pos-s and receives chunk
 	// pos-s-1, to which this member adds its part; round s+1 sends that
 	// chunk on, piece by piece as it is added. The messages carry the rows
@@ -231,8 +235,8 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 					return err
 				}
 				out = u.w[at : at+len(piece)]
-				if u.mirror && r.pos != 0 {
-					if err := r.exchange(ctx, param, 0, 0, mirrorStream).send(0, j, piece, got+rows); err != nil {
+				if toFirst != nil {
+					if err := toFirst.send(0, j, piece, got+rows); err != nil {
 						return err
 					}
 				}
@@ -263,13 +267,18 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 	return nil
 }
 
+// ownedChunk is the chunk that the member at place pos of a ring of n
+// finishes: the reduce-scatter's last round adds its part to chunk
+// pos-(n-1).
+func ownedChunk(pos, n int) int { return (pos + 1) % n }
+
 // collectChunks receives, on the ring's first member, every other
-// member's finished chunk of the reduced gradient into g: member p owns
-// chunk p+1.
+// member's finished chunk of the reduced gradient into g.
 func (r *ring) collectChunks(ctx context.Context, param int, g []float32, span func(c int) (lo, hi int)) error {
-	for p := 1; p < len(r.members); p++ {
+	n := len(r.members)
+	for p := 1; p < n; p++ {
 		x := r.exchange(ctx, param, p, p, mirrorStream)
-		lo, hi := span(p + 1)
+		lo, hi := span(ownedChunk(p, n))
 		for j, piece := range pieces(g[lo:hi]) {
 			if _, err := x.recv(0, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
 				return err

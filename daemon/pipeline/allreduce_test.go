@@ -553,7 +553,7 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 			t.Fatalf("replica %d holds other dense parameters than replica 0", r)
 		}
 	}
-	if shard && ws[0][0].local.shardedOver == nil {
+	if shard && !ws[0][0].local.shard {
 		t.Fatal("the optimiser was not sharded")
 	}
 	mirror := whole.client(0, 0)
@@ -684,7 +684,7 @@ func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
 // ring of members finishes, and so updates when sharded.
 func ownChunk(n, members, pos int) (lo, hi int) {
 	b := chunks(n, members)
-	c := (pos + 1) % members
+	c := ownedChunk(pos, members)
 	return b[c], b[c+1]
 }
 

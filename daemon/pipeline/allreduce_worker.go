@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
@@ -26,11 +25,9 @@ type localDense struct {
 	// is all of cfg.Peers.
 	everyPeer bool
 	// shard: each ring member runs the optimiser on its own chunk of each
-	// parameter only (ownerUpdate), where shardable allows.
+	// parameter only (ownerUpdate), where shardable allows; Resize keeps
+	// such a stage's members as they are, so its state stays with them.
 	shard bool
-	// shardedOver: the ring members over which the optimiser state is
-	// sharded, once a step has sharded it.
-	shardedOver []int
 }
 
 // initAllreduce prepares the local optimiser of a worker whose Config asks
@@ -97,9 +94,6 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := w.local.checkShards(r); err != nil {
-		return nil, err
-	}
 	st.ring = r
 	return r, nil
 }
@@ -162,11 +156,14 @@ func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *o
 		return nil
 	}
 	val := w.copies[0].dense[i].Value.(native.HostBuffer)
-	state := w.local.state[i]
+	state := make([]native.HostBuffer, len(w.local.state[i]))
+	for k, s := range w.local.state[i] {
+		state[k] = s.(native.HostBuffer) // shardable checked them
+	}
+	part := make([]native.Buffer, len(state))
 	return &ownerUpdate{w: val, mirror: w.local.cfg.Mirror != nil, apply: func(lo, hi int) error {
-		part := make([]native.Buffer, len(state))
 		for k, s := range state {
-			part[k] = s.(native.HostBuffer)[lo:hi]
+			part[k] = s[lo:hi]
 		}
 		if err := w.cfg.Backend.Update(optim, val[lo:hi], native.HostBuffer(g[lo:hi]), part...); err != nil {
 			return fmt.Errorf("update: %w", err)
@@ -195,24 +192,6 @@ func shardable(d *localDense, dense []*nn.Param) bool {
 		}
 	}
 	return true
-}
-
-// checkShards fails a step whose ring is not the one the optimiser state
-// was sharded over: a member keeps the state of its own chunk only, and
-// Resize refuses to change the members of such a stage; this stops a
-// step that would otherwise update from stale state.
-func (d *localDense) checkShards(r *ring) error {
-	if !d.shard || len(r.members) == 1 {
-		return nil
-	}
-	if d.shardedOver == nil {
-		d.shardedOver = slices.Clone(r.members)
-		return nil
-	}
-	if !slices.Equal(d.shardedOver, r.members) {
-		return fmt.Errorf("allreduce: step %d's ring is %v, but the optimiser state is sharded over %v", r.step, r.members, d.shardedOver)
-	}
-	return nil
 }
 
 func iotaInts(n int) []int {
