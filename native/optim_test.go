@@ -487,3 +487,86 @@ func BenchmarkUpdateRowsStep(b *testing.B) {
 		})
 	}
 }
+
+// subnormal is a float32 below the smallest normal one (2^-126).
+const subnormal = float32(1e-39)
+
+// Every optimiser op flushes subnormals to zero: a state that is subnormal
+// (a dead unit's decaying Adam moment) and a zero gradient leave state 0,
+// where IEEE arithmetic would keep it subnormal (and slow). The caller's
+// floating-point mode is restored: Go code on the same thread still gets
+// gradual underflow afterwards.
+func TestUpdateFlushesSubnormals(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	forEachISA(t, func(t *testing.T, b *CPU) {
+		for _, o := range optimCases {
+			if o.StateBuffers() == 0 {
+				continue
+			}
+			const n = 37
+			w, g := make(HostBuffer, n), make(HostBuffer, n) // w = 0: no weight decay term
+			state := make([]Buffer, o.StateBuffers())
+			for i := range state {
+				state[i] = HostBuffer(slices.Repeat([]float32{subnormal}, n))
+			}
+			if o.Kind == Adagrad { // its state only grows: flushed on the way in (DAZ)
+				g = slices.Repeat(HostBuffer{subnormal}, n)
+			}
+			if err := b.Update(stepped(o, 5), w, g, state...); err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(state[0].(HostBuffer), func(v float32) bool { return v != 0 }); i >= 0 {
+				t.Fatalf("%s %+v: state[0][%d] = %g after a zero gradient, want flushed to 0", b.ISA(), o, i, state[0].(HostBuffer)[i])
+			}
+			table, st := HostBuffer(slices.Clone(w)), make([]Buffer, len(state))
+			for i := range st {
+				st[i] = HostBuffer(slices.Repeat([]float32{subnormal}, n))
+			}
+			if err := b.UpdateRows(stepped(o, 5), table, n, 1, []int64{3, 30}, g[:2], st...); err != nil {
+				t.Fatal(err)
+			}
+			if got := st[0].(HostBuffer); got[3] != 0 || got[30] != 0 || got[4] != subnormal {
+				t.Fatalf("%s %+v rows: state rows 3, 30, 4 = %g %g %g, want 0 0 %g (only listed rows updated)", b.ISA(), o, got[3], got[30], got[4], subnormal)
+			}
+		}
+	})
+	if halved := halve(subnormal); halved == 0 {
+		t.Fatal("Go arithmetic flushes subnormals after an optimiser call: the floating-point mode was not restored")
+	}
+}
+
+//go:noinline
+func halve(x float32) float32 { return x / 2 }
+
+// BenchmarkUpdateDense is dense Adam over ctrdnn's 295k dense parameters
+// with normal moments and with subnormal ones (every first moment of a dead
+// unit ends there): flushed, the two cost the same.
+func BenchmarkUpdateDense(b *testing.B) {
+	const n = 295361
+	cpu, err := NewCPU(CPUOptions{Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := Optim{Kind: Adam, LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 100}
+	for _, moments := range []struct {
+		name string
+		m    float32
+	}{{"normal", 1e-3}, {"subnormal", subnormal}} {
+		b.Run(moments.name, func(b *testing.B) {
+			w, g := make(HostBuffer, n), make(HostBuffer, n)
+			m, v := make(HostBuffer, n), make(HostBuffer, n)
+			b.SetBytes(7 * 4 * n)
+			for b.Loop() {
+				b.StopTimer()
+				for i := range m {
+					m[i], v[i] = moments.m, moments.m
+				}
+				b.StartTimer()
+				if err := cpu.Update(o, w, g, m, v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
