@@ -22,6 +22,7 @@ import (
 //	threads = 1                  # CPU threads per unit
 //	gpus = [0, 1]                # a GPU type's devices (driver ordinals), one per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
+//	tcp_only = false             # optional: true keeps same-host peers on TCP (no Unix socket)
 //	tls_cert = "/etc/heterps/tls/gpu-3.pem"  # optional mutual TLS (heterps certs): with all three,
 //	tls_key = "/etc/heterps/tls/gpu-3-key.pem"  # the data plane and the API run in TLS 1.3,
 //	tls_ca = "/etc/heterps/tls/ca.pem"       # coordinator = "https://...", secret_file optional
@@ -49,6 +50,10 @@ type Node struct {
 	GPUs       []int  `toml:"gpus"`
 	SecretFile string `toml:"secret_file"`
 	Plain      bool   `toml:"plain"`
+	// TCPOnly keeps this node's data plane on TCP even towards processes
+	// on the same host, which otherwise meet over a Unix socket beside
+	// each listener (wire.Config.TCPOnly).
+	TCPOnly bool `toml:"tcp_only"`
 	// TLSCert, TLSKey and TLSCA turn on mutual TLS (all three or none):
 	// this machine's certificate and key and the cluster CA, as `heterps
 	// certs` writes them.

@@ -25,6 +25,13 @@ func TestParseNode(t *testing.T) {
 	if n.Name != "local-0" || n.Threads != 1 || n.Units != 1 || !n.Plain || n.Listen != "127.0.0.1:0" {
 		t.Errorf("parsed %+v", n)
 	}
+	if n.TCPOnly {
+		t.Error("tcp_only is on by default")
+	}
+	n, err = ParseNode("node.toml", []byte(goodNode+"tcp_only = true\n"))
+	if err != nil || !n.TCPOnly {
+		t.Errorf("tcp_only = true: %+v, %v", n, err)
+	}
 }
 
 func TestNodeErrorsNameTheLine(t *testing.T) {

@@ -182,7 +182,7 @@ func TestAllocatorMovesUnitsWithoutChangingTheMath(t *testing.T) {
 	if s.State != api.JobRunning || s.Alloc == nil || s.Alloc.Units != 4 {
 		t.Fatalf("the first job alone: %s (%s) at step %d, alloc %+v", s.State, s.Reason, s.Step, s.Alloc)
 	}
-	second := cl.submit(checkpointedJob(t, 400, 5, t.TempDir()))
+	second := cl.submit(checkpointedJob(t, 1000, 5, t.TempDir())) // long enough to still run when units move
 	moved := cl.waitJob(second, func(s api.JobStatus) bool {
 		return s.State.Final() || s.Alloc != nil && s.Alloc.Units > 1 && cl.job(first).Alloc.Units < 4
 	})

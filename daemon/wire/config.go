@@ -25,6 +25,9 @@ type Config struct {
 	// TLS, if set, runs every connection in mutual TLS 1.3 (LoadTLS); the
 	// certificates then authenticate the peers and Secret is not needed.
 	TLS *tls.Config
+	// TCPOnly keeps connections between processes on one host on TCP:
+	// no listener twin, no dialling one (local.go).
+	TCPOnly bool
 
 	// MaxPayload bounds a frame's payload; default and ceiling HardMaxPayload.
 	MaxPayload int

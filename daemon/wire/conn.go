@@ -48,7 +48,7 @@ func newConn(nc net.Conn, fr *framer, peer string, cfg Config) *Conn {
 		nc:      nc,
 		cfg:     cfg,
 		peer:    peer,
-		log:     cfg.Logger.With("peer", peer, "remote", nc.RemoteAddr().String()),
+		log:     cfg.Logger.With("peer", peer, "remote", remoteOf(nc)),
 		wlock:   make(chan struct{}, 1),
 		fr:      fr,
 		streams: make(map[uint32]chan *MessageView),

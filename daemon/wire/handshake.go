@@ -201,7 +201,7 @@ func handshake(ctx context.Context, nc net.Conn, cfg *Config, role byte, wantPee
 		err = ctx.Err()
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("wire: handshake with %s: %w", nc.RemoteAddr(), err)
+		return "", nil, fmt.Errorf("wire: handshake with %s: %w", remoteOf(nc), err)
 	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return "", nil, fmt.Errorf("wire: handshake: %w", err)
@@ -310,9 +310,13 @@ func readHello(f *framer, wantRole byte) (hello, error) {
 	return h, nil
 }
 
-// checkLoopback refuses plain mode unless every address is loopback.
+// checkLoopback refuses plain mode unless every address is loopback (or a
+// same-host Unix socket's).
 func checkLoopback(addrs ...net.Addr) error {
 	for _, a := range addrs {
+		if isLocalSocket(a) {
+			continue
+		}
 		tcp, ok := a.(*net.TCPAddr)
 		if !ok || !tcp.IP.IsLoopback() {
 			return fmt.Errorf("%w: %v is not loopback", ErrPlainNotLoopback, a)

@@ -24,29 +24,38 @@ func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn,
 			return nil, err
 		}
 	}
+	if nc := dialTwin(ctx, addr, &cfg); nc != nil {
+		return dialOn(ctx, nc, addr, &cfg, wantPeer)
+	}
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
 	}
+	return dialOn(ctx, nc, addr, &cfg, wantPeer)
+}
+
+// dialOn runs the dialer's side of TLS (if configured) and the handshake
+// on nc, connected to addr; it closes nc on failure.
+func dialOn(ctx context.Context, nc net.Conn, addr string, cfg *Config, wantPeer string) (*Conn, error) {
 	if cfg.TLS != nil {
-		tc, err := tlsClient(ctx, nc, &cfg, addr)
+		tc, err := tlsClient(ctx, nc, cfg, addr)
 		if err != nil {
 			nc.Close()
 			return nil, err
 		}
 		nc = tc
 	}
-	peer, fr, err := handshake(ctx, nc, &cfg, roleDialer, wantPeer)
+	peer, fr, err := handshake(ctx, nc, cfg, roleDialer, wantPeer)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	return newConn(nc, fr, peer, cfg), nil
+	return newConn(nc, fr, peer, *cfg), nil
 }
 
-// Listener accepts TCP connections and authenticates each in its own
-// goroutine. A peer that fails the handshake is disconnected and logged;
+// Listener accepts TCP connections, and same-host ones on its twin Unix
+// socket (local.go), and authenticates each in its own goroutine. A peer that fails the handshake is disconnected and logged;
 // the others are served regardless. A peer must send its hello within
 // HelloTimeout; at most maxPendingHandshakes connections (and
 // maxHandshakesPerHost from one host) may be pending at once, a newcomer
@@ -54,6 +63,7 @@ func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn,
 // sockets can neither hold the listener's goroutines nor starve real peers.
 type Listener struct {
 	ln      net.Listener
+	twin    net.Listener // nil if none
 	cfg     Config
 	pending *pendingHandshakes
 	ready   chan *Conn // authenticated, waiting for Accept
@@ -85,14 +95,29 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 			return nil, err
 		}
 	}
-	l := &Listener{ln: ln, cfg: cfg, pending: newPendingHandshakes(), ready: make(chan *Conn)}
+	twin, err := listenTwin(ln, &cfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	l := &Listener{ln: ln, twin: twin, cfg: cfg, pending: newPendingHandshakes(), ready: make(chan *Conn)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Add(1)
-	go l.acceptLoop()
+	for _, ln := range l.sockets() {
+		l.wg.Add(1)
+		go l.acceptLoop(ln)
+	}
 	return l, nil
 }
 
-// Addr is the address the listener is bound to.
+// sockets are the listener's TCP socket and its twin, if any.
+func (l *Listener) sockets() []net.Listener {
+	if l.twin == nil {
+		return []net.Listener{l.ln}
+	}
+	return []net.Listener{l.ln, l.twin}
+}
+
+// Addr is the TCP address the listener is bound to.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 // Accept returns the next authenticated connection.
@@ -113,22 +138,24 @@ func (l *Listener) Close() error {
 	var err error
 	l.once.Do(func() {
 		l.cancel()
-		err = l.ln.Close()
+		for _, ln := range l.sockets() {
+			err = errors.Join(err, ln.Close())
+		}
 		l.wg.Wait()
 	})
 	return err
 }
 
-func (l *Listener) acceptLoop() {
+func (l *Listener) acceptLoop(ln net.Listener) {
 	defer l.wg.Done()
 	backoff := retry.Policy{Min: 5 * time.Millisecond, Max: time.Second}.Start()
 	for {
-		nc, err := l.ln.Accept()
+		nc, err := ln.Accept()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil { // e.g. out of file descriptors: wait and retry
-			l.cfg.Logger.Error("wire: accept", "addr", l.ln.Addr().String(), "err", err)
+			l.cfg.Logger.Error("wire: accept", "addr", ln.Addr().String(), "err", err)
 			if !backoff.Wait(l.ctx) {
 				return
 			}
@@ -141,7 +168,7 @@ func (l *Listener) acceptLoop() {
 		}
 		if pc == nil {
 			l.cfg.Metrics.refused()
-			l.cfg.Logger.Warn("wire: too many pending handshakes; refused a connection", "addr", l.ln.Addr().String(), "from", nc.RemoteAddr().String())
+			l.cfg.Logger.Warn("wire: too many pending handshakes; refused a connection", "addr", l.ln.Addr().String(), "from", remoteOf(nc))
 			nc.Close()
 			continue
 		}
@@ -179,7 +206,7 @@ func (l *Listener) authenticate(pc *pendingConn) {
 		switch {
 		case l.ctx.Err() != nil:
 		case evicted:
-			l.cfg.Logger.Debug("wire: dropped a pending handshake to make room for a newer one", "remote", nc.RemoteAddr().String())
+			l.cfg.Logger.Debug("wire: dropped a pending handshake to make room for a newer one", "remote", remoteOf(nc))
 		default:
 			l.cfg.Logger.Warn("wire: rejected peer", "remote", nc.RemoteAddr().String(), "err", err)
 		}

@@ -96,7 +96,7 @@ func tlsServer(ctx context.Context, nc net.Conn, cfg *Config) (net.Conn, error) 
 	ctx, cancel := context.WithTimeout(ctx, min(cfg.HelloTimeout, cfg.HandshakeTimeout))
 	defer cancel()
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, fmt.Errorf("wire: %w with %s: %w", errTLS, nc.RemoteAddr(), err)
+		return nil, fmt.Errorf("wire: %w with %s: %w", errTLS, remoteOf(nc), err)
 	}
 	return tc, nil
 }

@@ -37,11 +37,22 @@ func startTransports(t *testing.T, logs *logSink, tune func(*Config), ids ...str
 	return ts
 }
 
+// Every pair of nodes exchanges over one connection: over TCP (its two
+// ends' addresses match), and between processes on one host over the
+// listener's same-host socket (local.go).
 func TestTransportExchangeOneConnectionPerPair(t *testing.T) {
+	for _, tcpOnly := range []bool{true, false} {
+		t.Run(map[bool]string{true: "tcp", false: "same-host socket"}[tcpOnly], func(t *testing.T) {
+			exchangeOneConnectionPerPair(t, tcpOnly)
+		})
+	}
+}
+
+func exchangeOneConnectionPerPair(t *testing.T, tcpOnly bool) {
 	checkLeaks(t)
 	logs := &logSink{}
 	ids := []string{"node-a", "node-b", "node-c"}
-	ts := startTransports(t, logs, nil, ids...)
+	ts := startTransports(t, logs, func(c *Config) { c.TCPOnly = tcpOnly }, ids...)
 	ctx := testContext(t)
 	for i, from := range ids {
 		for j, to := range ids {
@@ -76,8 +87,15 @@ func TestTransportExchangeOneConnectionPerPair(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ab.LocalAddr().String() != ba.RemoteAddr().String() || ab.RemoteAddr().String() != ts[b].Addr().String() {
-				t.Errorf("%s and %s use different connections: %v->%v and %v<-%v", a, b, ab.LocalAddr(), ab.RemoteAddr(), ba.LocalAddr(), ba.RemoteAddr())
+			if tcpOnly {
+				if ab.LocalAddr().String() != ba.RemoteAddr().String() || ab.RemoteAddr().String() != ts[b].Addr().String() {
+					t.Errorf("%s and %s use different connections: %v->%v and %v<-%v", a, b, ab.LocalAddr(), ab.RemoteAddr(), ba.LocalAddr(), ba.RemoteAddr())
+				}
+				continue
+			}
+			twin := twinName(ts[b].Addr().String())
+			if !isLocalSocket(ab.RemoteAddr()) || ab.RemoteAddr().String() != twin || ba.LocalAddr().String() != twin {
+				t.Errorf("%s and %s: %v->%v and %v<-%v, want both on %s", a, b, ab.LocalAddr(), ab.RemoteAddr(), ba.LocalAddr(), ba.RemoteAddr(), twin)
 			}
 		}
 	}
