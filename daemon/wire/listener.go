@@ -55,8 +55,9 @@ func dialOn(ctx context.Context, nc net.Conn, addr string, cfg *Config, wantPeer
 }
 
 // Listener accepts TCP connections, and same-host ones on its twin Unix
-// socket (local.go), and authenticates each in its own goroutine. A peer that fails the handshake is disconnected and logged;
-// the others are served regardless. A peer must send its hello within
+// socket (local.go), and authenticates each in its own goroutine. A peer
+// that fails the handshake is disconnected and logged; the others are
+// served regardless. A peer must send its hello within
 // HelloTimeout; at most maxPendingHandshakes connections (and
 // maxHandshakesPerHost from one host) may be pending at once, a newcomer
 // past either bound displacing the oldest (see pendingHandshakes), so idle
@@ -208,7 +209,7 @@ func (l *Listener) authenticate(pc *pendingConn) {
 		case evicted:
 			l.cfg.Logger.Debug("wire: dropped a pending handshake to make room for a newer one", "remote", remoteOf(nc))
 		default:
-			l.cfg.Logger.Warn("wire: rejected peer", "remote", nc.RemoteAddr().String(), "err", err)
+			l.cfg.Logger.Warn("wire: rejected peer", "remote", remoteOf(nc), "err", err)
 		}
 		return
 	}

@@ -288,11 +288,11 @@ func (t *TCPTransport) awaitPeer(id string) *peer {
 func (t *TCPTransport) adopt(c *Conn, p *peer) {
 	switch {
 	case p == nil:
-		t.cfg.Logger.Warn("wire: refused connection from a node that is not a peer", "peer", c.Peer(), "remote", c.RemoteAddr().String())
+		t.cfg.Logger.Warn("wire: refused connection from a node that is not a peer", "peer", c.Peer(), "remote", remoteOf(c.nc))
 		c.Close()
 		return
 	case p.stopDial != nil:
-		t.cfg.Logger.Warn("wire: refused connection from a peer with a larger node id: this node dials it", "peer", c.Peer(), "remote", c.RemoteAddr().String())
+		t.cfg.Logger.Warn("wire: refused connection from a peer with a larger node id: this node dials it", "peer", c.Peer(), "remote", remoteOf(c.nc))
 		c.Close()
 		return
 	}
