@@ -323,13 +323,41 @@ func TestBinaryRunsOpenBLASOnItsCPUsKernels(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	avx512, avx2 := native.AVX512.Supported(), native.AVX2.Supported()
+	if fix := native.OpenBLASCoreFor(res.OpenBLAS, avx512, avx2); fix != "" {
+		t.Errorf("heterps ran OpenBLAS core %q, a generic one: it should have run itself again with %s", res.OpenBLAS, fix)
+	}
+	if os.Getenv("OPENBLAS_CORETYPE") != "" {
+		return // this binary's core is the variable's, not the one OpenBLAS picks by itself
+	}
 	loaded := native.OpenBLASCore() // this test binary does not fix its own
-	want := native.OpenBLASCoreFor(loaded, native.AVX512.Supported(), native.AVX2.Supported())
+	want := native.OpenBLASCoreFor(loaded, avx512, avx2)
 	if want == "" {
 		want = loaded
 	}
 	if res.OpenBLAS != want {
 		t.Errorf("heterps ran OpenBLAS core %q, want %q (this test binary loaded %q)", res.OpenBLAS, want, loaded)
+	}
+}
+
+// TestTrainWarnsOfANarrowOpenBLASCore: with OPENBLAS_CORETYPE naming the
+// core this binary runs, heterps train warns on stderr exactly when that
+// core is narrower than the CPU (native.OpenBLASCoreAdvice), and says
+// nothing once the variable is unset.
+func TestTrainWarnsOfANarrowOpenBLASCore(t *testing.T) {
+	args := []string{"--model", "linreg", "--data", "regress:1", "--steps", "2", "--batch", "8", "--eval-samples", "0"}
+	t.Setenv("HETERPS_OPENBLAS_REEXEC", "")
+	t.Setenv("OPENBLAS_CORETYPE", native.OpenBLASCore())
+	advice := native.OpenBLASCoreAdvice()
+	if code, _, errs := trainCLI(t, args...); code != exitOK || strings.Contains(errs, "warning:") != (advice != "") {
+		t.Errorf("exit %d, want the warning %q on stderr iff it is not empty; stderr:\n%s", code, advice, errs)
+	}
+	os.Unsetenv("OPENBLAS_CORETYPE")
+	if code, _, errs := trainCLI(t, args...); code != exitOK || strings.Contains(errs, "OPENBLAS_CORETYPE") {
+		t.Errorf("exit %d with OPENBLAS_CORETYPE unset; stderr:\n%s", code, errs)
+	}
+	if advice == "" {
+		t.Logf("OpenBLAS core %s is as wide as this CPU: no warning was due", native.OpenBLASCore())
 	}
 }
 
