@@ -6,6 +6,7 @@ char *openblas_get_corename(void);
 import "C"
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"syscall"
@@ -26,6 +27,13 @@ func OpenBLASCore() string { return C.GoString(C.openblas_get_corename()) }
 // genericCores are the cores OpenBLAS falls back to for a CPU it does not
 // know (the newest generic x86-64 targets of its DYNAMIC_ARCH builds).
 var genericCores = []string{"Prescott", "Core2", "Penryn", "Nehalem", "Atom", "Katmai", "Coppermine", "Northwood", "Banias"}
+
+// wideCores are the x86 cores whose kernels use AVX-512 (avx512) or at
+// least AVX2 (avx2).
+var wideCores = map[string][]string{
+	"avx512": {"SkylakeX", "Cooperlake", "SapphireRapids"},
+	"avx2":   {"Haswell", "Zen", "Excavator", "SkylakeX", "Cooperlake", "SapphireRapids"},
+}
 
 // reexecMark is set in the environment of the run FixOpenBLASCore starts,
 // so that it never loops.
@@ -65,4 +73,36 @@ func FixOpenBLASCore() {
 	}
 	env := append(os.Environ(), "OPENBLAS_CORETYPE="+want, reexecMark+"=1")
 	syscall.Exec(exe, os.Args, env) // returns only on failure: go on with the slow kernels
+}
+
+// OpenBLASCoreAdvice returns a warning when the user's OPENBLAS_CORETYPE
+// holds OpenBLAS to kernels narrower than this CPU runs — FixOpenBLASCore
+// leaves a user's choice alone, and a setting made for another machine
+// (or host-wide) halves GEMM speed unseen: on a Zen 5 VM with AVX-512,
+// OPENBLAS_CORETYPE=Haswell ran ctrdnn's GEMMs at 105 GFLOP/s against
+// 200 with the Cooperlake kernels OpenBLAS picks there, and heterps train
+// 1.5x slower. It returns "" when there is nothing to say.
+func OpenBLASCoreAdvice() string {
+	if os.Getenv(reexecMark) != "" { // FixOpenBLASCore set it
+		return ""
+	}
+	return coreAdvice(os.Getenv("OPENBLAS_CORETYPE"), OpenBLASCore(), AVX512.Supported(), AVX2.Supported())
+}
+
+// coreAdvice is OpenBLASCoreAdvice for a setting, the core it gave and the
+// CPU's ISAs.
+func coreAdvice(setting, core string, avx512, avx2 bool) string {
+	if setting == "" {
+		return ""
+	}
+	isa := ""
+	switch {
+	case avx512 && !slices.Contains(wideCores["avx512"], core):
+		isa = "AVX-512"
+	case avx2 && !slices.Contains(wideCores["avx2"], core):
+		isa = "AVX2"
+	default:
+		return ""
+	}
+	return fmt.Sprintf("OPENBLAS_CORETYPE=%s holds OpenBLAS to its %s kernels on a CPU with %s: GEMMs may run at half speed; unset it to let OpenBLAS choose", setting, core, isa)
 }

@@ -2,6 +2,7 @@ package native
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,36 @@ func TestOpenBLASCoreFor(t *testing.T) {
 	} {
 		if got := OpenBLASCoreFor(tc.core, tc.avx512, tc.avx2); got != tc.want {
 			t.Errorf("OpenBLASCoreFor(%q, avx512 %t, avx2 %t) = %q, want %q", tc.core, tc.avx512, tc.avx2, got, tc.want)
+		}
+	}
+}
+
+// TestCoreAdvice: a user's OPENBLAS_CORETYPE that keeps OpenBLAS below the
+// CPU's widest ISA gets a warning naming the setting and the ISA; a
+// setting at the CPU's width, or none, gets nothing.
+func TestCoreAdvice(t *testing.T) {
+	for _, tc := range []struct {
+		setting, core string
+		avx512, avx2  bool
+		wantISA       string // "" = no advice
+	}{
+		{"Haswell", "Haswell", true, true, "AVX-512"},
+		{"Zen", "Zen", true, true, "AVX-512"},
+		{"Prescott", "Prescott", false, true, "AVX2"},
+		{"Sandybridge", "Sandybridge", true, true, "AVX-512"},
+		{"SkylakeX", "SkylakeX", true, true, ""},
+		{"Cooperlake", "Cooperlake", true, true, ""},
+		{"Haswell", "Haswell", false, true, ""},
+		{"Zen", "Zen", false, true, ""},
+		{"Prescott", "Prescott", false, false, ""},
+		{"", "Haswell", true, true, ""}, // OpenBLAS's own choice: FixOpenBLASCore's business
+	} {
+		got := coreAdvice(tc.setting, tc.core, tc.avx512, tc.avx2)
+		switch {
+		case tc.wantISA == "" && got != "":
+			t.Errorf("coreAdvice(%q, %q, %t, %t) = %q, want none", tc.setting, tc.core, tc.avx512, tc.avx2, got)
+		case tc.wantISA != "" && !(strings.Contains(got, "OPENBLAS_CORETYPE="+tc.setting) && strings.Contains(got, "with "+tc.wantISA+":")):
+			t.Errorf("coreAdvice(%q, %q, %t, %t) = %q, want it to name the setting and %s", tc.setting, tc.core, tc.avx512, tc.avx2, got, tc.wantISA)
 		}
 	}
 }

@@ -44,6 +44,15 @@ func main() {
 	os.Exit(dispatch(os.Args[1:]))
 }
 
+// warnOpenBLASCore tells the user when their OPENBLAS_CORETYPE holds the
+// GEMMs of the commands that train (here, or in the daemons they start,
+// which inherit it) below this CPU's widest kernels.
+func warnOpenBLASCore(stderr io.Writer) {
+	if advice := native.OpenBLASCoreAdvice(); advice != "" {
+		fmt.Fprintln(stderr, "heterps: warning:", advice)
+	}
+}
+
 func dispatch(args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage()

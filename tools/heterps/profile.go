@@ -132,6 +132,7 @@ func runProfile(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	warnOpenBLASCore(os.Stderr)
 	if err := profile(ctx, f, os.Stdout, os.Stderr); err != nil {
 		return fail(exitFailure, err)
 	}

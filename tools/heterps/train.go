@@ -204,6 +204,7 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return failTo(stderr, exitUsage, err)
 	}
 	defer stopProfile()
+	warnOpenBLASCore(stderr)
 	res, err := train(ctx, f, stderr)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)

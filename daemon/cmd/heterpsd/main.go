@@ -291,6 +291,9 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
+	if advice := native.OpenBLASCoreAdvice(); advice != "" {
+		log.Warn("node: " + advice)
+	}
 	reg, ready := newRegistry(), &readiness{}
 	metrics, err := startMetrics(f, reg, ready.check)
 	defer metrics.stop()
