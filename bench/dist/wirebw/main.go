@@ -17,6 +17,10 @@
 // Receivers release each message after use, so frames are recycled. MB/s
 // counts tensor bytes (1 MB = 1e6 bytes). It prints a table and asserts
 // nothing (the target is wire >= 0.7 x raw from 1 MiB up).
+//
+// A second table is the host's wake-up latency (wake.go): the round trip
+// of a small message to a child process that has idled for a while, as a
+// BSP replica waits on its peers several times a step.
 package main
 
 import (
@@ -42,7 +46,12 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds per size; the best counts")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	outPath := flag.String("out", "", header.OutUsage)
+	echo := flag.String("echo-child", "", "internal: serve wake-up round trips on this abstract Unix socket")
 	flag.Parse()
+	if *echo != "" {
+		serveEcho(*echo)
+		return
+	}
 	res, err := header.Begin(*outPath, header.Collect("bench/dist/wirebw"))
 	if err == nil {
 		output = res
@@ -126,7 +135,7 @@ func run(budget, rounds int) error {
 			viewMBs, viewMBs/rawMBs, tlsMBs, tlsMBs/rawMBs, tlsMBs/copyMBs)
 	}
 	fmt.Fprintf(output, "(%d rounds per size, best of each; %v in all)\n", rounds, time.Since(start).Round(time.Millisecond))
-	return nil
+	return measureWake(ctx)
 }
 
 func best(cur, d time.Duration) time.Duration {
