@@ -50,6 +50,21 @@ int hps_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
               float *c, int64_t ldc);
 /* Sets OpenBLAS' thread count (0 leaves it as is); returns the count in force. */
 int hps_blas_threads(int n);
+/* hps_sgemm on blocks of grain rows of C (and of op(A)), run on the calling
+ * thread and up to threads-1 helper threads of the pool (hps_parallel): the
+ * same blocks, so the same bits, whatever the threads. */
+int hps_sgemm_rows(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc, int64_t grain, int threads);
+
+/* ---- Thread pool ------------------------------------------------------------
+ * Runs fn(ctx, p) for p in [0, pieces) on the calling thread and up to
+ * threads-1 helper threads, which live for the process: pieces are claimed
+ * in order, the caller runs what no helper claims, and it returns once all
+ * are done. fn must not call back into Go. */
+void hps_parallel(int64_t pieces, int threads, void (*fn)(void *ctx, int64_t piece), void *ctx);
+/* Pieces the helpers have run since the process started (tests). */
+int64_t hps_pool_helper_pieces(void);
 
 /* ---- 2. Fused bias + activation -------------------------------------------
  * Forward: y[r][c] = act(x[r][c] + bias[c]); bias may be NULL (no bias).
@@ -86,6 +101,11 @@ int hps_row_prefetch_on(void);
 int hps_embbag_fwd(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,
                    const float *table, int64_t nbags, const int64_t *offsets, int64_t nids,
                    const int64_t *ids, float *out, int64_t *bad);
+/* hps_embbag_fwd on pieces of grain bags, over the pool (hps_parallel) on up
+ * to threads threads; ids are those of offsets[0]..offsets[nbags]. */
+int hps_embbag_fwd_split(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,
+                         const float *table, int64_t nbags, const int64_t *offsets,
+                         const int64_t *ids, float *out, int64_t grain, int threads, int64_t *bad);
 
 /* Unique ids in order of first occurrence: uniq receives them (capacity n),
  * index[i] = position of ids[i] in uniq. scratch must hold
@@ -151,6 +171,14 @@ int hps_adagrad_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int
 int hps_adam_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
                   const int64_t *rows, const float *g, float *m, float *v, const hps_opt *o,
                   int64_t *bad);
+/* The _rows kernel of kind (HPS_OPT_*) on pieces of grain rows, over the
+ * pool (hps_parallel) on up to threads threads: rows must be distinct, so
+ * that pieces touch disjoint table rows. s1 is Adam's second state (NULL
+ * otherwise). The first failing piece's status is returned, bad its row. */
+enum { HPS_OPT_SGD = 0, HPS_OPT_ADAGRAD = 1, HPS_OPT_ADAM = 2 };
+int hps_rows_update_split(hps_isa isa, int kind, int64_t table_rows, int64_t dim, float *w,
+                          int64_t nrows, const int64_t *rows, const float *g, float *s0, float *s1,
+                          const hps_opt *o, int64_t grain, int threads, int64_t *bad);
 
 /* ---- 6. LSTM cell (pointwise part) -----------------------------------------
  * The gate pre-activations z [batch x 4*hidden] come from one GEMM on [x, h];

@@ -7,9 +7,11 @@
 // HETERPS_ISA=scalar|avx2|avx512 forces one. Memory-bound ops are split by rows
 // into fixed-size chunks that run on several goroutines, each chunk one cgo
 // call; reductions add per-chunk partials in chunk order, so results do not
-// depend on the thread count. OpenBLAS runs single-threaded; a GEMM large
-// enough (gemmGrain: 2^23 multiply-adds a piece) is split into row blocks on
-// the backend's goroutines, and results then depend on the thread count in
-// the last bits. WithThreads gives a backend a share of the threads for work
+// depend on the thread count. The embedding-bag forward and the row
+// optimisers split inside one cgo call instead, over the kernels' pool of
+// helper threads (kernels/cpu/pool.c), as does a GEMM large enough
+// (gemmGrain: 2^23 multiply-adds a piece) into row blocks; OpenBLAS runs
+// single-threaded, and a split GEMM's results depend on the thread count
+// in the last bits. WithThreads gives a backend a share of the threads for work
 // that runs beside other work (nn's backward lanes).
 package native

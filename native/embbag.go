@@ -4,7 +4,6 @@ package native
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 )
@@ -43,21 +42,16 @@ func (b *CPU) EmbeddingBag(pool Pool, table Buffer, rows, dim int, offsets, ids 
 			return fmt.Errorf("embedding bag: ids[%d] = %d outside the table's %d rows: %w", i, id, rows, ErrRange)
 		}
 	}
-	grain := gatherGrain(nbags, dim, b.threads)
-	// The kernel checks its piece again; a failure there is unreachable after
-	// the checks above but is reported rather than ignored.
-	errs := make([]error, pieceCount(nbags, grain))
-	chunks(nbags, grain, b.threads, func(p, lo, hi int) {
-		var bad C.int64_t
-		piece := used[offsets[lo]:offsets[hi]]
-		rc := C.hps_embbag_fwd(b.cisa(), C.hps_pool(pool), C.int64_t(rows), C.int64_t(dim), fptr(t),
-			C.int64_t(hi-lo), iptr(offsets[lo:hi+1]), C.int64_t(len(piece)), iptr(piece),
-			fptr(o[lo*dim:hi*dim]), &bad)
-		if rc != C.HPS_OK {
-			errs[p] = hpsStatusError("embedding bag", rc, int64(bad))
-		}
-	})
-	return errors.Join(errs...)
+	// The kernel checks each piece again; a failure there is unreachable
+	// after the checks above but is reported rather than ignored.
+	var bad C.int64_t
+	rc := C.hps_embbag_fwd_split(b.cisa(), C.hps_pool(pool), C.int64_t(rows), C.int64_t(dim), fptr(t),
+		C.int64_t(nbags), iptr(offsets), iptr(used), fptr(o), C.int64_t(gatherGrain(nbags, dim, b.threads)),
+		C.int(b.threads), &bad)
+	if rc != C.HPS_OK {
+		return hpsStatusError("embedding bag", rc, int64(bad))
+	}
+	return nil
 }
 
 // EmbeddingBagBackward turns dout [bags x dim], the gradient of

@@ -40,26 +40,23 @@ func (b *CPU) Gemm(transA, transB bool, m, n, k int, alpha float32, a Buffer, ld
 		scaleMatrix(ch, m, n, ldc, beta)
 		return nil
 	}
-	chunks(m, b.gemmGrain(m, n, k), b.threads, func(_, lo, hi int) {
-		aOff := lo * lda // rows lo..hi of op(A) = A's rows, or A's columns when transposed
-		if transA {
-			aOff = lo
-		}
-		C.hps_sgemm(cbool(transA), cbool(transB), C.int64_t(hi-lo), C.int64_t(n), C.int64_t(k),
-			C.float(alpha), fptr(ah[aOff:]), C.int64_t(lda), fptr(bh), C.int64_t(ldb),
-			C.float(beta), fptr(ch[lo*ldc:]), C.int64_t(ldc))
-	})
+	C.hps_sgemm_rows(cbool(transA), cbool(transB), C.int64_t(m), C.int64_t(n), C.int64_t(k),
+		C.float(alpha), fptr(ah), C.int64_t(lda), fptr(bh), C.int64_t(ldb),
+		C.float(beta), fptr(ch), C.int64_t(ldc), C.int64_t(b.gemmGrain(m, n, k)), C.int(b.threads))
 	return nil
 }
 
-// gemmGrain is how many rows of C one goroutine computes. OpenBLAS runs
+// gemmGrain is how many rows of C one thread computes. OpenBLAS runs
 // single-threaded (see NewCPU) and GEMMs large enough to share are split
-// into one block of rows per thread, rounded to 16 rows: OpenBLAS's own
-// threads spin after each call and fight the Go scheduler for the cores,
-// which made 2-thread training slower than 1-thread. Results depend on the
-// thread count in the last bits (OpenBLAS blocks by the call's shape, and
-// takes its small-matrix path for some shapes, e.g. 128x32 over 512), as
-// they did with OpenBLAS's own threads; runs with equal thread counts are
+// into one block of rows per thread, rounded to 16 rows, which the calling
+// thread and the helper threads of the kernels' pool run (hps_sgemm_rows):
+// OpenBLAS's own threads spin after each call and fight the Go scheduler
+// for the cores, which made 2-thread training slower than 1-thread, and
+// goroutines of our own, one per block, paid the Go scheduler's hand-offs
+// around cgo calls (see kernels/cpu/pool.c). Results depend on the thread
+// count in the last bits (OpenBLAS blocks by the call's shape, and takes
+// its small-matrix path for some shapes, e.g. 128x32 over 512), as they
+// did with OpenBLAS's own threads; runs with equal thread counts are
 // bit-identical, which is why the rule is a fixed one by shape and not a
 // measurement at start-up that could pick differently from run to run.
 //
@@ -109,3 +106,7 @@ func cbool(v bool) C.int {
 	}
 	return 0
 }
+
+// poolHelperPieces is how many pieces of split kernels the pool's helper
+// threads have run in this process (for tests).
+func poolHelperPieces() int64 { return int64(C.hps_pool_helper_pieces()) }

@@ -4,7 +4,6 @@ package native
 import "C"
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -86,28 +85,16 @@ func (b *CPU) UpdateRows(o Optim, table Buffer, tableRows, dim int, rows []int64
 		return fmt.Errorf("update rows: rows[%d] = %d is listed twice: %w", r, rows[r], ErrArg)
 	}
 	co := cOptim(o)
-	grain := gatherGrain(len(rows), dim, b.threads)
-	errs := make([]error, pieceCount(len(rows), grain))
-	chunks(len(rows), grain, b.threads, func(p, lo, hi int) {
-		var bad C.int64_t
-		n, rs, g := C.int64_t(hi-lo), iptr(rows[lo:hi]), fptr(gh[lo*dim:hi*dim])
-		tr, d, w := C.int64_t(tableRows), C.int64_t(dim), fptr(t)
-		var rc C.int
-		switch o.Kind {
-		case SGD:
-			rc = C.hps_sgd_rows(b.cisa(), tr, d, w, n, rs, g, stateAt(st, 0, 0, len(t)), &co, &bad)
-		case Adagrad:
-			rc = C.hps_adagrad_rows(b.cisa(), tr, d, w, n, rs, g, stateAt(st, 0, 0, len(t)), &co, &bad)
-		case Adam:
-			rc = C.hps_adam_rows(b.cisa(), tr, d, w, n, rs, g, stateAt(st, 0, 0, len(t)),
-				stateAt(st, 1, 0, len(t)), &co, &bad)
-		}
-		if rc != C.HPS_OK {
-			// Unreachable after the checks above; reported rather than ignored.
-			errs[p] = hpsStatusError("update rows", rc, int64(bad)+int64(lo))
-		}
-	})
-	return errors.Join(errs...)
+	kind := map[OptKind]C.int{SGD: C.HPS_OPT_SGD, Adagrad: C.HPS_OPT_ADAGRAD, Adam: C.HPS_OPT_ADAM}[o.Kind]
+	var bad C.int64_t
+	rc := C.hps_rows_update_split(b.cisa(), kind, C.int64_t(tableRows), C.int64_t(dim), fptr(t),
+		C.int64_t(len(rows)), iptr(rows), fptr(gh), stateAt(st, 0, 0, len(t)), stateAt(st, 1, 0, len(t)), &co,
+		C.int64_t(gatherGrain(len(rows), dim, b.threads)), C.int(b.threads), &bad)
+	if rc != C.HPS_OK {
+		// Unreachable after the checks above; reported rather than ignored.
+		return hpsStatusError("update rows", rc, int64(bad))
+	}
+	return nil
 }
 
 // checkOptim validates the optimiser's kind, hyper-parameters and the

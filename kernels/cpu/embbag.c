@@ -7,6 +7,7 @@
  * the same additions in the same order as the scalar reference: the forward
  * is bit-identical across ISAs. */
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "heterps_kernels.h"
@@ -404,4 +405,39 @@ int hps_embbag_bwd(hps_isa isa, hps_pool pool, int64_t dim, int64_t nbags,
     default: bwd_scalar(pool, dim, nbags, offsets, index, dout, grad); break;
   }
   return HPS_OK;
+}
+
+/* ---- split over the pool ---------------------------------------------------- */
+
+typedef struct {
+  hps_isa isa;
+  hps_pool pool;
+  int64_t table_rows, dim, nbags, grain;
+  const float *table;
+  const int64_t *offsets, *ids;
+  float *out;
+  atomic_int rc; /* the first piece's failure */
+  int64_t bad;
+} embbag_split;
+
+static void embbag_piece(void *ctx, int64_t piece) {
+  embbag_split *s = ctx;
+  int64_t lo = piece * s->grain, hi = lo + s->grain < s->nbags ? lo + s->grain : s->nbags;
+  int64_t bad = 0, first = s->offsets[lo] - s->offsets[0];
+  int rc = hps_embbag_fwd(s->isa, s->pool, s->table_rows, s->dim, s->table, hi - lo, s->offsets + lo,
+                          s->offsets[hi] - s->offsets[lo], s->ids + first, s->out + lo * s->dim, &bad);
+  int ok = HPS_OK;
+  if (rc != HPS_OK && atomic_compare_exchange_strong(&s->rc, &ok, rc)) s->bad = bad;
+}
+
+int hps_embbag_fwd_split(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,
+                         const float *table, int64_t nbags, const int64_t *offsets,
+                         const int64_t *ids, float *out, int64_t grain, int threads, int64_t *bad) {
+  if (nbags < 0 || grain < 1 || !offsets) return HPS_EINVAL;
+  if (nbags == 0) return HPS_OK;
+  embbag_split s = {isa, pool, table_rows, dim, nbags, grain, table, offsets, ids, out, HPS_OK, 0};
+  hps_parallel((nbags + grain - 1) / grain, threads, embbag_piece, &s);
+  int rc = atomic_load(&s.rc);
+  if (rc != HPS_OK && bad) *bad = s.bad;
+  return rc;
 }

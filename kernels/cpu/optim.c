@@ -18,6 +18,7 @@
  * CUDA optimisers are built with -ftz=true to match. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 
 #include "heterps_kernels.h"
 #include "rows.h"
@@ -334,4 +335,47 @@ int hps_adam_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_
                   const int64_t *rows, const float *g, float *m, float *v, const hps_opt *o,
                   int64_t *bad) {
   return rows_update(isa, &adam_k, 2, table_rows, dim, w, nrows, rows, g, m, v, o, bad);
+}
+
+/* ---- row updates split over the pool ---------------------------------------- */
+
+typedef struct {
+  hps_isa isa;
+  int kind;
+  int64_t table_rows, dim, nrows, grain;
+  float *w, *s0, *s1;
+  const int64_t *rows;
+  const float *g;
+  const hps_opt *o;
+  atomic_int rc; /* the first piece's failure */
+  int64_t bad;
+} rows_split;
+
+static void rows_piece(void *ctx, int64_t piece) {
+  rows_split *s = ctx;
+  int64_t lo = piece * s->grain, hi = lo + s->grain < s->nrows ? lo + s->grain : s->nrows;
+  int64_t bad = 0, n = hi - lo;
+  const int64_t *rs = s->rows + lo;
+  const float *g = s->g + lo * s->dim;
+  int rc;
+  switch (s->kind) {
+    case HPS_OPT_SGD: rc = hps_sgd_rows(s->isa, s->table_rows, s->dim, s->w, n, rs, g, s->s0, s->o, &bad); break;
+    case HPS_OPT_ADAGRAD: rc = hps_adagrad_rows(s->isa, s->table_rows, s->dim, s->w, n, rs, g, s->s0, s->o, &bad); break;
+    case HPS_OPT_ADAM: rc = hps_adam_rows(s->isa, s->table_rows, s->dim, s->w, n, rs, g, s->s0, s->s1, s->o, &bad); break;
+    default: rc = HPS_EINVAL;
+  }
+  int ok = HPS_OK;
+  if (rc != HPS_OK && atomic_compare_exchange_strong(&s->rc, &ok, rc)) s->bad = bad + lo;
+}
+
+int hps_rows_update_split(hps_isa isa, int kind, int64_t table_rows, int64_t dim, float *w,
+                          int64_t nrows, const int64_t *rows, const float *g, float *s0, float *s1,
+                          const hps_opt *o, int64_t grain, int threads, int64_t *bad) {
+  if (nrows < 0 || grain < 1) return HPS_EINVAL;
+  if (nrows == 0) return HPS_OK;
+  rows_split s = {isa, kind, table_rows, dim, nrows, grain, w, s0, s1, rows, g, o, HPS_OK, 0};
+  hps_parallel((nrows + grain - 1) / grain, threads, rows_piece, &s);
+  int rc = atomic_load(&s.rc);
+  if (rc != HPS_OK && bad) *bad = s.bad;
+  return rc;
 }
