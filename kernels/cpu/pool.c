@@ -18,6 +18,7 @@
  * results do not depend on which thread ran which. */
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -117,6 +118,13 @@ static int ensure_helpers(int n) {
   int have = atomic_load(&started);
   if (have >= n) return n;
   pthread_mutex_lock(&start_mu);
+  /* Helpers inherit a mask blocking every signal but SIGPROF, so that the
+   * process's signals (SIGTERM, SIGINT, ...) go to Go's threads; Go's CPU
+   * profiler counts a helper's SIGPROF as external code. */
+  sigset_t all, old;
+  sigfillset(&all);
+  sigdelset(&all, SIGPROF);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   have = atomic_load(&started);
   while (have < n) {
     hps_helper *h = &pool[have];
@@ -131,6 +139,7 @@ static int ensure_helpers(int n) {
     if (err != 0) break;
     atomic_store(&started, ++have);
   }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_mutex_unlock(&start_mu);
   return have < n ? have : n;
 }
