@@ -160,29 +160,38 @@ func TestGemmSplitAcrossThreads(t *testing.T) {
 		if three.gemmGrain(m, n, k) >= m {
 			t.Fatalf("%v is not split", sh)
 		}
-		for _, ta := range []bool{false, true} {
-			for _, tb := range []bool{false, true} {
-				lda, ldb := k, n
-				if ta {
-					lda = m
-				}
-				if tb {
-					ldb = k
-				}
-				a := HostBuffer(randFloats(rng, m*k, -1, 1))
-				bm := HostBuffer(randFloats(rng, k*n, -1, 1))
-				c0 := randFloats(rng, m*n, -1, 1)
-				want := append(HostBuffer(nil), c0...)
-				got, full := guarded(m*n, c0)
-				if err := one.Gemm(ta, tb, m, n, k, 1.25, a, lda, bm, ldb, 0.5, want, n); err != nil {
-					t.Fatal(err)
-				}
-				if err := three.Gemm(ta, tb, m, n, k, 1.25, a, lda, bm, ldb, 0.5, got, n); err != nil {
-					t.Fatal(err)
-				}
-				checkGuards(t, "split gemm", full)
-				assertClose(t, "split gemm", got, want, 1e-5, 2e-4) // k up to 1000 terms in [-1, 1]
+		eachTranspose(m, n, k, func(ta, tb bool, lda, ldb int) {
+			a := HostBuffer(randFloats(rng, m*k, -1, 1))
+			bm := HostBuffer(randFloats(rng, k*n, -1, 1))
+			c0 := randFloats(rng, m*n, -1, 1)
+			want := append(HostBuffer(nil), c0...)
+			got, full := guarded(m*n, c0)
+			if err := one.Gemm(ta, tb, m, n, k, 1.25, a, lda, bm, ldb, 0.5, want, n); err != nil {
+				t.Fatal(err)
 			}
+			if err := three.Gemm(ta, tb, m, n, k, 1.25, a, lda, bm, ldb, 0.5, got, n); err != nil {
+				t.Fatal(err)
+			}
+			checkGuards(t, "split gemm", full)
+			assertClose(t, "split gemm", got, want, 1e-5, 2e-4) // k up to 1000 terms in [-1, 1]
+		})
+	}
+}
+
+// eachTranspose calls fn for the four transpose combinations of an
+// [m x k] x [k x n] product, with op(A)'s and op(B)'s row strides as
+// stored.
+func eachTranspose(m, n, k int, fn func(ta, tb bool, lda, ldb int)) {
+	for _, ta := range []bool{false, true} {
+		for _, tb := range []bool{false, true} {
+			lda, ldb := k, n
+			if ta {
+				lda = m
+			}
+			if tb {
+				ldb = k
+			}
+			fn(ta, tb, lda, ldb)
 		}
 	}
 }

@@ -43,29 +43,20 @@ func TestGemmPoolRunsTheBlocks(t *testing.T) {
 			if grain >= m {
 				t.Fatalf("%v at %d threads is not split", sh, threads)
 			}
-			for _, ta := range []bool{false, true} {
-				for _, tb := range []bool{false, true} {
-					lda, ldb := k, n
-					if ta {
-						lda = m
-					}
-					if tb {
-						ldb = k
-					}
-					a := HostBuffer(randFloats(rng, m*k, -1, 1))
-					b := HostBuffer(randFloats(rng, k*n, -1, 1))
-					c0 := randFloats(rng, m*n, -1, 1)
-					want := append(HostBuffer(nil), c0...)
-					blockwiseGemm(t, ta, tb, m, n, k, a, lda, b, ldb, want, grain)
-					got := append(HostBuffer(nil), c0...)
-					if err := be.Gemm(ta, tb, m, n, k, 1.25, a, lda, b, ldb, 0.5, got, n); err != nil {
-						t.Fatal(err)
-					}
-					if !slices.Equal(got, want) {
-						t.Fatalf("%v transA %t transB %t at %d threads: not its blocks' bits", sh, ta, tb, threads)
-					}
+			eachTranspose(m, n, k, func(ta, tb bool, lda, ldb int) {
+				a := HostBuffer(randFloats(rng, m*k, -1, 1))
+				b := HostBuffer(randFloats(rng, k*n, -1, 1))
+				c0 := randFloats(rng, m*n, -1, 1)
+				want := append(HostBuffer(nil), c0...)
+				blockwiseGemm(t, ta, tb, m, n, k, a, lda, b, ldb, want, grain)
+				got := append(HostBuffer(nil), c0...)
+				if err := be.Gemm(ta, tb, m, n, k, 1.25, a, lda, b, ldb, 0.5, got, n); err != nil {
+					t.Fatal(err)
 				}
-			}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%v transA %t transB %t at %d threads: not its blocks' bits", sh, ta, tb, threads)
+				}
+			})
 		}
 	}
 }

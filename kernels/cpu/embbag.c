@@ -7,7 +7,6 @@
  * the same additions in the same order as the scalar reference: the forward
  * is bit-identical across ISAs. */
 #include <immintrin.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "heterps_kernels.h"
@@ -422,12 +421,12 @@ typedef struct {
 
 static void embbag_piece(void *ctx, int64_t piece) {
   embbag_split *s = ctx;
-  int64_t lo = piece * s->grain, hi = lo + s->grain < s->nbags ? lo + s->grain : s->nbags;
-  int64_t bad = 0, first = s->offsets[lo] - s->offsets[0];
+  int64_t lo, hi, bad = 0;
+  piece_bounds(piece, s->grain, s->nbags, &lo, &hi);
   int rc = hps_embbag_fwd(s->isa, s->pool, s->table_rows, s->dim, s->table, hi - lo, s->offsets + lo,
-                          s->offsets[hi] - s->offsets[lo], s->ids + first, s->out + lo * s->dim, &bad);
-  int ok = HPS_OK;
-  if (rc != HPS_OK && atomic_compare_exchange_strong(&s->rc, &ok, rc)) s->bad = bad;
+                          s->offsets[hi] - s->offsets[lo], s->ids + (s->offsets[lo] - s->offsets[0]),
+                          s->out + lo * s->dim, &bad);
+  first_failure(&s->rc, &s->bad, rc, bad);
 }
 
 int hps_embbag_fwd_split(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t dim,

@@ -18,7 +18,6 @@
  * CUDA optimisers are built with -ftz=true to match. */
 #include <immintrin.h>
 #include <math.h>
-#include <stdatomic.h>
 
 #include "heterps_kernels.h"
 #include "rows.h"
@@ -353,8 +352,9 @@ typedef struct {
 
 static void rows_piece(void *ctx, int64_t piece) {
   rows_split *s = ctx;
-  int64_t lo = piece * s->grain, hi = lo + s->grain < s->nrows ? lo + s->grain : s->nrows;
-  int64_t bad = 0, n = hi - lo;
+  int64_t lo, hi, bad = 0;
+  piece_bounds(piece, s->grain, s->nrows, &lo, &hi);
+  int64_t n = hi - lo;
   const int64_t *rs = s->rows + lo;
   const float *g = s->g + lo * s->dim;
   int rc;
@@ -364,8 +364,7 @@ static void rows_piece(void *ctx, int64_t piece) {
     case HPS_OPT_ADAM: rc = hps_adam_rows(s->isa, s->table_rows, s->dim, s->w, n, rs, g, s->s0, s->s1, s->o, &bad); break;
     default: rc = HPS_EINVAL;
   }
-  int ok = HPS_OK;
-  if (rc != HPS_OK && atomic_compare_exchange_strong(&s->rc, &ok, rc)) s->bad = bad + lo;
+  first_failure(&s->rc, &s->bad, rc, bad + lo);
 }
 
 int hps_rows_update_split(hps_isa isa, int kind, int64_t table_rows, int64_t dim, float *w,
