@@ -34,9 +34,10 @@ func register(name, summary string, run func(args []string) int) {
 // Exit statuses shared by subcommands.
 const (
 	exitOK         = 0
-	exitFailure    = 1 // the job itself failed
-	exitUsage      = 2 // bad flags, config or input data
-	exitInfeasible = 3 // a plan cannot meet its constraints
+	exitFailure    = 1   // the job itself failed
+	exitUsage      = 2   // bad flags, config or input data
+	exitInfeasible = 3   // a plan cannot meet its constraints
+	exitInterrupt  = 130 // stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report it)
 )
 
 func main() {

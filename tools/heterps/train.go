@@ -186,6 +186,7 @@ func trainBackend(f *trainFlags) (b native.Backend, close func(), err error) {
 func runTrain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal kills at once, even while the checkpoint is written
 	return trainCommand(ctx, args, os.Stdout, os.Stderr)
 }
 
@@ -280,6 +281,9 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	}
 	if cerr := trace.close(); err == nil {
 		err = cerr
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, interrupted(tr, f, res.ResumedFrom)
 	}
 	if err != nil {
 		return nil, err
@@ -477,6 +481,31 @@ func printRegression(w io.Writer, r *Regression) {
 	}
 	fmt.Fprintf(w, "  MSE %.4f (optimal %.4f)  R² %.4f (optimal %.4f)", r.MSE, r.OptimalMSE, r.R2, r.OptimalR2)
 }
+
+// interrupted is what a run stopped by a signal returns, after writing the
+// checkpoint (with --checkpoint) at the step it reached: a step always runs
+// to its end, so that is a step boundary, and the same command resumes
+// from it as from --checkpoint-every's.
+func interrupted(tr *nn.Trainer, f *trainFlags, resumedFrom int64) error {
+	step := tr.Opt.Step
+	at := fmt.Sprintf("interrupted at step %d of %d", step, f.steps)
+	switch {
+	case f.checkpoint == "":
+		return interruptError{fmt.Errorf("%s: nothing saved (no --checkpoint)", at)}
+	case step == resumedFrom:
+		return interruptError{fmt.Errorf("%s before a step was trained: %s left as it was", at, f.checkpoint)}
+	}
+	if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
+		return interruptError{fmt.Errorf("%s, and writing the checkpoint failed: %w", at, err)}
+	}
+	return interruptError{fmt.Errorf("%s: checkpoint of step %d written to %s; the same command resumes from it", at, step, f.checkpoint)}
+}
+
+// interruptError marks a run stopped by a signal (exit status 130).
+type interruptError struct{ error }
+
+func (interruptError) ExitStatus() int { return exitInterrupt }
+func (e interruptError) Unwrap() error { return e.error }
 
 // usageError marks errors in what the user gave us (exit status 2).
 type usageError struct{ error }

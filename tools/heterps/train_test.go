@@ -212,6 +212,35 @@ func TestTrainMissingDataFileExits2(t *testing.T) {
 	}
 }
 
+// TestTrainInterruptedWritesItsCheckpoint: a run stopped by a signal (its
+// context ended) exits 130, writes the checkpoint of the step it reached
+// and says which, and the same command resumes from that step; without
+// --checkpoint it says that nothing was saved.
+func TestTrainInterruptedWritesItsCheckpoint(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "r.safetensors")
+	args := []string{"--model", "linreg", "--data", "regress:1", "--batch", "8", "--threads", "1", "--eval-samples", "0"}
+	interrupt := func(extra ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		var out, errb bytes.Buffer
+		code := trainCommand(ctx, append(append(args, "--steps", "100000000"), extra...), &out, &errb)
+		return code, errb.String()
+	}
+	code, errs := interrupt("--checkpoint", ck)
+	var step int
+	if _, err := fmt.Sscanf(errs[strings.LastIndex(errs, "interrupted at step"):], "interrupted at step %d", &step); err != nil || code != exitInterrupt ||
+		step == 0 || !strings.Contains(errs, fmt.Sprintf("checkpoint of step %d written to %s", step, ck)) {
+		t.Fatalf("interrupted: exit %d (want %d), stderr %q; want the step reached and its checkpoint", code, exitInterrupt, errs)
+	}
+	code, _, errs = trainCLI(t, append(args, "--steps", fmt.Sprint(step+3), "--checkpoint", ck)...)
+	if code != exitOK || !strings.Contains(errs, fmt.Sprintf("resumed from step %d", step)) {
+		t.Fatalf("resume: exit %d, stderr %q; want it to go on from step %d", code, errs, step)
+	}
+	if code, errs = interrupt(); code != exitInterrupt || !strings.Contains(errs, "nothing saved (no --checkpoint)") {
+		t.Fatalf("interrupted without --checkpoint: exit %d, stderr %q", code, errs)
+	}
+}
+
 // TestTrainResumeChecks: resuming says so; another model's checkpoint and a
 // changed --batch are refused with status 2; fewer steps than the
 // checkpoint trains nothing and prints no made-up loss.
