@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 )
 
 // MaxHeaderSize caps the JSON header a reader accepts, checked before the
@@ -50,11 +51,16 @@ type File struct {
 
 // Open opens and checks the checkpoint file at path.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever
+	// for a path given by mistake; a regular file reads as usual with it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: %w", err)
 	}
 	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is %s, not a checkpoint file", path, NotRegular(st.Mode()))
+	}
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("ckpt: %w", err)
@@ -66,6 +72,23 @@ func Open(path string) (*File, error) {
 	}
 	cf.closer = f
 	return cf, nil
+}
+
+// NotRegular names what a file of mode is when it is not a regular
+// file, e.g. "a named pipe".
+func NotRegular(mode os.FileMode) string {
+	switch t := mode.Type(); {
+	case t&os.ModeDir != 0:
+		return "a directory"
+	case t&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&os.ModeSocket != 0:
+		return "a socket"
+	case t&os.ModeDevice != 0:
+		return "a device"
+	default:
+		return fmt.Sprintf("not a regular file (mode %v)", t)
+	}
 }
 
 // NewReader checks the header of the size-byte checkpoint r holds; name

@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 const hostileName = "hostile.safetensors"
@@ -350,6 +352,31 @@ func TestConcurrentReads(t *testing.T) {
 	for err := range errs {
 		if err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestOpenRefusesWhatIsNotAFile: a named pipe (which a plain open would
+// wait on for a writer, forever), a directory and a device are refused at
+// once, each by name.
+func TestOpenRefusesWhatIsNotAFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "ckpt.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{fifo: "a named pipe", t.TempDir(): "a directory", "/dev/null": "a device"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := Open(path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+				t.Errorf("Open(%s) = %v, want an error naming it and %q", path, err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Open(%s) is still waiting", path)
 		}
 	}
 }

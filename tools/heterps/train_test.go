@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,6 +239,20 @@ func TestTrainInterruptedWritesItsCheckpoint(t *testing.T) {
 	}
 	if code, errs = interrupt(); code != exitInterrupt || !strings.Contains(errs, "nothing saved (no --checkpoint)") {
 		t.Fatalf("interrupted without --checkpoint: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestTrainCheckpointMustBeAFile: --checkpoint naming a named pipe exits 2
+// at once, naming it, instead of waiting on the pipe for a writer.
+func TestTrainCheckpointMustBeAFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "ck.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := trainCLI(t, "--model", "linreg", "--data", "regress:1", "--steps", "2", "--batch", "8",
+		"--eval-samples", "0", "--checkpoint", fifo)
+	if code != exitUsage || !strings.Contains(errs, fifo) || !strings.Contains(errs, "a named pipe") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming the pipe", code, errs)
 	}
 }
 
