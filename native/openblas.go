@@ -28,12 +28,12 @@ func OpenBLASCore() string { return C.GoString(C.openblas_get_corename()) }
 // know (the newest generic x86-64 targets of its DYNAMIC_ARCH builds).
 var genericCores = []string{"Prescott", "Core2", "Penryn", "Nehalem", "Atom", "Katmai", "Coppermine", "Northwood", "Banias"}
 
-// wideCores are the x86 cores whose kernels use AVX-512 (avx512) or at
-// least AVX2 (avx2).
-var wideCores = map[string][]string{
-	"avx512": {"SkylakeX", "Cooperlake", "SapphireRapids"},
-	"avx2":   {"Haswell", "Zen", "Excavator", "SkylakeX", "Cooperlake", "SapphireRapids"},
-}
+// avx512Cores are the x86 cores whose kernels use AVX-512, avx2Cores
+// those whose kernels use at least AVX2.
+var (
+	avx512Cores = []string{"SkylakeX", "Cooperlake", "SapphireRapids"}
+	avx2Cores   = append([]string{"Haswell", "Zen", "Excavator"}, avx512Cores...)
+)
 
 // reexecMark is set in the environment of the run FixOpenBLASCore starts,
 // so that it never loops.
@@ -97,9 +97,9 @@ func coreAdvice(setting, core string, avx512, avx2 bool) string {
 	}
 	isa := ""
 	switch {
-	case avx512 && !slices.Contains(wideCores["avx512"], core):
+	case avx512 && !slices.Contains(avx512Cores, core):
 		isa = "AVX-512"
-	case avx2 && !slices.Contains(wideCores["avx2"], core):
+	case avx2 && !slices.Contains(avx2Cores, core):
 		isa = "AVX2"
 	default:
 		return ""

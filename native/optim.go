@@ -85,9 +85,8 @@ func (b *CPU) UpdateRows(o Optim, table Buffer, tableRows, dim int, rows []int64
 		return fmt.Errorf("update rows: rows[%d] = %d is listed twice: %w", r, rows[r], ErrArg)
 	}
 	co := cOptim(o)
-	kind := map[OptKind]C.int{SGD: C.HPS_OPT_SGD, Adagrad: C.HPS_OPT_ADAGRAD, Adam: C.HPS_OPT_ADAM}[o.Kind]
 	var bad C.int64_t
-	rc := C.hps_rows_update_split(b.cisa(), kind, C.int64_t(tableRows), C.int64_t(dim), fptr(t),
+	rc := C.hps_rows_update_split(b.cisa(), cOptKind(o.Kind), C.int64_t(tableRows), C.int64_t(dim), fptr(t),
 		C.int64_t(len(rows)), iptr(rows), fptr(gh), stateAt(st, 0, 0, len(t)), stateAt(st, 1, 0, len(t)), &co,
 		C.int64_t(gatherGrain(len(rows), dim, b.threads)), C.int(b.threads), &bad)
 	if rc != C.HPS_OK {
@@ -150,6 +149,17 @@ func cOptim(o Optim) C.hps_opt {
 		weight_decay: C.float(o.WeightDecay),
 		step:         C.int64_t(o.Step),
 	}
+}
+
+// cOptKind is the kernels' name (HPS_OPT_*) of an optimiser kind.
+func cOptKind(k OptKind) C.int {
+	switch k {
+	case SGD:
+		return C.HPS_OPT_SGD
+	case Adagrad:
+		return C.HPS_OPT_ADAGRAD
+	}
+	return C.HPS_OPT_ADAM
 }
 
 // rawUpdateRows calls a sparse-row kernel without the Go checks of

@@ -49,6 +49,11 @@ type File struct {
 	tensors map[string]TensorInfo
 }
 
+// ErrNotRegular refuses a checkpoint path that is a directory, a named
+// pipe, a device or a socket (config.ErrNotRegular is the same for config
+// files).
+var ErrNotRegular = errors.New("not a checkpoint file")
+
 // Open opens and checks the checkpoint file at path.
 func Open(path string) (*File, error) {
 	// O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever
@@ -59,7 +64,7 @@ func Open(path string) (*File, error) {
 	}
 	st, err := f.Stat()
 	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("%s is %s, not a checkpoint file", path, NotRegular(st.Mode()))
+		err = fmt.Errorf("%s is %s, %w", path, notRegular(st.Mode()), ErrNotRegular)
 	}
 	if err != nil {
 		f.Close()
@@ -74,9 +79,9 @@ func Open(path string) (*File, error) {
 	return cf, nil
 }
 
-// NotRegular names what a file of mode is when it is not a regular
-// file, e.g. "a named pipe".
-func NotRegular(mode os.FileMode) string {
+// notRegular names what a file of mode is when it is not a regular file,
+// e.g. "a named pipe".
+func notRegular(mode os.FileMode) string {
 	switch t := mode.Type(); {
 	case t&os.ModeDir != 0:
 		return "a directory"

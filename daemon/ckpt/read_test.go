@@ -372,7 +372,7 @@ func TestOpenRefusesWhatIsNotAFile(t *testing.T) {
 		}()
 		select {
 		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
 				t.Errorf("Open(%s) = %v, want an error naming it and %q", path, err, want)
 			}
 		case <-time.After(10 * time.Second):

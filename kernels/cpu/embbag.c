@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "heterps_kernels.h"
+#include "pool.h"
 #include "rows.h"
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
@@ -435,8 +436,6 @@ int hps_embbag_fwd_split(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t
   if (nbags < 0 || grain < 1 || !offsets) return HPS_EINVAL;
   if (nbags == 0) return HPS_OK;
   embbag_split s = {isa, pool, table_rows, dim, nbags, grain, table, offsets, ids, out, HPS_OK, 0};
-  hps_parallel((nbags + grain - 1) / grain, threads, embbag_piece, &s);
-  int rc = atomic_load(&s.rc);
-  if (rc != HPS_OK && bad) *bad = s.bad;
-  return rc;
+  hps_parallel(piece_count(nbags, grain), threads, embbag_piece, &s);
+  return split_status(&s.rc, s.bad, bad);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "heterps_kernels.h"
+#include "pool.h"
 
 int hps_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
@@ -36,7 +37,8 @@ typedef struct {
 
 static void gemm_block(void *ctx, int64_t piece) {
   const gemm_rows *g = ctx;
-  int64_t lo = piece * g->grain, hi = lo + g->grain < g->m ? lo + g->grain : g->m;
+  int64_t lo, hi;
+  piece_bounds(piece, g->grain, g->m, &lo, &hi);
   int64_t a_off = g->trans_a ? lo : lo * g->lda; /* rows lo..hi of op(A) */
   hps_sgemm(g->trans_a, g->trans_b, hi - lo, g->n, g->k, g->alpha, g->a + a_off, g->lda, g->b, g->ldb,
             g->beta, g->c + lo * g->ldc, g->ldc);
@@ -48,6 +50,6 @@ int hps_sgemm_rows(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, fl
   if (m < 0 || n < 0 || k < 0 || grain < 1) return HPS_EINVAL;
   if (m == 0 || n == 0) return HPS_OK;
   gemm_rows g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, grain, alpha, beta, a, b, c};
-  hps_parallel((m + grain - 1) / grain, threads, gemm_block, &g);
+  hps_parallel(piece_count(m, grain), threads, gemm_block, &g);
   return HPS_OK;
 }

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "heterps_kernels.h"
+#include "pool.h"
 #include "rows.h"
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
@@ -373,8 +374,6 @@ int hps_rows_update_split(hps_isa isa, int kind, int64_t table_rows, int64_t dim
   if (nrows < 0 || grain < 1) return HPS_EINVAL;
   if (nrows == 0) return HPS_OK;
   rows_split s = {isa, kind, table_rows, dim, nrows, grain, w, s0, s1, rows, g, o, HPS_OK, 0};
-  hps_parallel((nrows + grain - 1) / grain, threads, rows_piece, &s);
-  int rc = atomic_load(&s.rc);
-  if (rc != HPS_OK && bad) *bad = s.bad;
-  return rc;
+  hps_parallel(piece_count(nrows, grain), threads, rows_piece, &s);
+  return split_status(&s.rc, s.bad, bad);
 }

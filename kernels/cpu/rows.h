@@ -4,13 +4,11 @@
  * finaliser, and asking for rows ROW_PREFETCH ids ahead of the one worked on,
  * since each is a cache miss the kernel would otherwise wait on in turn
  * (bench/kernels' sparse-row section measures what it buys). The switch,
- * hps_set_row_prefetch, is in rows.c. Also the bounds of a piece of work
- * split over the pool (hps_parallel) and how a piece reports a failure.
+ * hps_set_row_prefetch, is in rows.c.
  */
 #ifndef HPS_ROWS_H
 #define HPS_ROWS_H
 
-#include <stdatomic.h>
 #include <stdint.h>
 
 #include "heterps_kernels.h"
@@ -41,18 +39,5 @@ static inline uint64_t mix64(uint64_t x) {
 static inline void prefetch_row_read(const float *row, int64_t dim) { PREFETCH_ROW(row, dim, 0); }
 
 static inline void prefetch_row_write(const float *row, int64_t dim) { PREFETCH_ROW(row, dim, 1); }
-
-/* piece_bounds gives piece's items [lo, hi) of n items cut by grain. */
-static inline void piece_bounds(int64_t piece, int64_t grain, int64_t n, int64_t *lo, int64_t *hi) {
-  *lo = piece * grain;
-  *hi = *lo + grain < n ? *lo + grain : n;
-}
-
-/* first_failure keeps the first failing piece's status in *rc and its bad
- * index in *bad. */
-static inline void first_failure(atomic_int *rc, int64_t *bad, int status, int64_t at) {
-  int ok = HPS_OK;
-  if (status != HPS_OK && atomic_compare_exchange_strong(rc, &ok, status)) *bad = at;
-}
 
 #endif

@@ -20,12 +20,8 @@ const metaBatch = "heterps.train.batch"
 // resumes from (0 when there is no checkpoint yet). A checkpoint of another
 // model, or written with another --batch, is a usage error (exit status 2).
 func resumeIfPresent(tr *nn.Trainer, path string, batch int) (int64, error) {
-	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
-	}
-	if err == nil && !st.Mode().IsRegular() {
-		return 0, usageError{fmt.Errorf("--checkpoint %s is %s, not a checkpoint file", path, ckpt.NotRegular(st.Mode()))}
 	}
 	if err := checkResumeBatch(path, batch); err != nil {
 		return 0, usageError{fmt.Errorf("resume: %w", err)}
@@ -34,6 +30,9 @@ func resumeIfPresent(tr *nn.Trainer, path string, batch int) (int64, error) {
 		var mismatch *ckpt.ModelMismatchError
 		if errors.As(err, &mismatch) {
 			return 0, usageError{fmt.Errorf("resume: %w (use another --checkpoint, or the model it was written for)", err)}
+		}
+		if errors.Is(err, ckpt.ErrNotRegular) {
+			return 0, usageError{fmt.Errorf("resume: --checkpoint: %w", err)}
 		}
 		return 0, fmt.Errorf("resume: %w", err)
 	}

@@ -1,0 +1,1 @@
+../kernels/cpu/pool.h
