@@ -29,6 +29,7 @@ import (
 //	lease = "10s"                # keep tasks running this long without the coordinator
 //	ps_memory = "4GiB"           # optional: memory budget of each PS shard hosted here
 //	cpu_share = 0.25             # optional: emulate a slower node (0.01..1; default 1)
+//	compute_nice = 10            # optional: nice levels the stages' kernel threads run below the daemon (0..19; default 10)
 //	register_timeout = "5m"      # optional: give up when no coordinator answers this long (default: wait forever)
 //
 // The node registers listen and ps_listen as the addresses other nodes
@@ -72,6 +73,13 @@ type Node struct {
 	// emulate a slower node on one machine (daemon/node's throttle): in
 	// api.MinCPUShare..1, 1 when absent (LoadNode and ParseNode set it).
 	CPUShare *float64 `toml:"cpu_share"`
+	// ComputeNice is how many nice levels below the daemon's own priority
+	// the threads that run a stage's kernels run, so that the threads
+	// serving the network and the parameter servers preempt them as soon
+	// as a message arrives (daemon/node's compute thread): 0..19,
+	// DefaultComputeNice when absent (LoadNode and ParseNode set it); 0
+	// runs them at the daemon's priority.
+	ComputeNice *int `toml:"compute_nice"`
 	// RegisterTimeout is how long the daemon tries to register before it
 	// gives up with an error; 0 or absent = it keeps trying (and says so).
 	RegisterTimeout Duration `toml:"register_timeout"`
@@ -120,6 +128,15 @@ const (
 // plane's package).
 const minCPUShare = 0.01
 
+// DefaultComputeNice is a node file's compute_nice when absent: measured on
+// 2-core VMs, nice 5, 10 and 19 cut a 2-node job's wait for its
+// parameters alike (2.3-4.0 ms a step to 1.2-2.4), and 10 leaves other
+// work on the machine more room than 19.
+const DefaultComputeNice = 10
+
+// maxComputeNice is the largest nice increment (nice runs from -20 to 19).
+const maxComputeNice = 19
+
 // maxNodeUnits bounds units and threads (the control plane's own bound).
 const maxNodeUnits = 1 << 16
 
@@ -156,6 +173,10 @@ func (n *Node) finish(loc *Locator) (*Node, error) {
 	if n.CPUShare == nil {
 		one := 1.0
 		n.CPUShare = &one
+	}
+	if n.ComputeNice == nil {
+		nice := DefaultComputeNice
+		n.ComputeNice = &nice
 	}
 	if err := n.validate(loc); err != nil {
 		return nil, err
@@ -209,6 +230,9 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	if s := *n.CPUShare; !(s >= minCPUShare && s <= 1) {
 		errs.add(loc.Errorf("cpu_share", "must be in %g..1 (a fraction of the node's CPU), got %g", minCPUShare, s))
+	}
+	if c := *n.ComputeNice; c < 0 || c > maxComputeNice {
+		errs.add(loc.Errorf("compute_nice", "must be in 0..%d (nice levels below the daemon's priority), got %d", maxComputeNice, c))
 	}
 	n.checkAuth(loc, &errs)
 	return errs.err()

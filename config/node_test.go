@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,29 @@ func TestNodeCPUShare(t *testing.T) {
 		var ce *Error
 		if !errors.As(err, &ce) || ce.Field != "cpu_share" || ce.Line != 9 {
 			t.Errorf("%s: %v, want an error at node.toml:9 naming cpu_share", bad, err)
+		}
+	}
+}
+
+func TestNodeComputeNice(t *testing.T) {
+	n, err := ParseNode("node.toml", []byte(goodNode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.ComputeNice == nil || *n.ComputeNice != DefaultComputeNice {
+		t.Errorf("absent compute_nice: %v, want %d", n.ComputeNice, DefaultComputeNice)
+	}
+	for _, good := range []int{0, 3, 19} {
+		n, err := ParseNode("node.toml", []byte(fmt.Sprintf("%scompute_nice = %d\n", goodNode, good)))
+		if err != nil || *n.ComputeNice != good {
+			t.Errorf("compute_nice = %d: %v, %v", good, n, err)
+		}
+	}
+	for _, bad := range []string{"compute_nice = -1", "compute_nice = 20", "compute_nice = 1.5", `compute_nice = "low"`} {
+		_, err := ParseNode("node.toml", []byte(goodNode+bad+"\n"))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Field != "compute_nice" || ce.Line != 9 {
+			t.Errorf("%s: %v, want an error at node.toml:9 naming compute_nice", bad, err)
 		}
 	}
 }

@@ -52,6 +52,9 @@ type Config struct {
 	// start (throttle.go); a throttle from the coordinator changes it.
 	// 0 = 1.
 	CPUShare float64
+	// ComputeNice is how many nice levels below the daemon's priority a
+	// stage's kernels run (compute.go); 0 = at the daemon's priority.
+	ComputeNice int
 
 	// ReadyTimeout bounds how long a stage waits for its partners and
 	// parameter servers to come up; 0 = DefaultReadyTimeout.
@@ -84,6 +87,9 @@ func ConfigFromFile(n *config.Node) (Config, error) {
 		RegisterTimeout: n.RegisterTimeout.Duration}
 	if n.CPUShare != nil {
 		cfg.CPUShare = *n.CPUShare
+	}
+	if n.ComputeNice != nil {
+		cfg.ComputeNice = *n.ComputeNice
 	}
 	if n.SecretFile != "" {
 		secret, err := wire.LoadSecret(n.SecretFile)
@@ -142,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if err := api.CheckCPUShare("cpu_share", cfg.CPUShare); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	if cfg.ComputeNice < 0 || cfg.ComputeNice > 19 {
+		return nil, fmt.Errorf("node %s: compute nice %d, want 0..19", cfg.Name, cfg.ComputeNice)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

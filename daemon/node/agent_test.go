@@ -102,8 +102,19 @@ func (cl *cluster) startNode(name, typ string) (stop func()) {
 // startNodeVia starts a node that reaches the coordinator at url.
 func (cl *cluster) startNodeVia(name, typ, url string) (stop func()) {
 	cl.t.Helper()
-	a, err := New(Config{Name: name, Coordinator: url, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
-		Type: typ, Units: 1, Secret: cl.secret, Plain: cl.secret == nil, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+	return cl.startNodeAdjusted(name, typ, url, nil)
+}
+
+// startNodeAdjusted starts a node whose Config adjust, if not nil, changes
+// first.
+func (cl *cluster) startNodeAdjusted(name, typ, url string, adjust func(*Config)) (stop func()) {
+	cl.t.Helper()
+	cfg := Config{Name: name, Coordinator: url, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: typ, Units: 1, Secret: cl.secret, Plain: cl.secret == nil, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	a, err := New(cfg)
 	if err != nil {
 		cl.t.Fatal(err)
 	}

@@ -20,8 +20,10 @@ import (
 // runStage runs one stage replica to the job's last step, reporting its
 // progress, then holds its links until ctx ends (the task left the
 // coordinator's reply): closing a link at once could cut off a partner
-// still reading this replica's last messages.
+// still reading this replica's last messages. It runs on the compute
+// thread (compute.go): its goroutine must end when it returns.
 func (a *Agent) runStage(ctx context.Context, t *task) {
+	a.onComputeThread(t)
 	w, cleanup, err := a.stageWorker(ctx, t.spec)
 	defer cleanup()
 	var spent pipeline.Result

@@ -1,0 +1,148 @@
+package node
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// threadNices returns the nice value of every thread of this process.
+func threadNices(t *testing.T) map[int]int {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/self/task/*/stat")
+	if err != nil || len(paths) == 0 {
+		t.Skipf("no /proc/self/task: %v", err)
+	}
+	out := map[int]int{}
+	for _, p := range paths {
+		nice, ok := statNice(p)
+		if !ok {
+			continue // the thread exited meanwhile
+		}
+		tid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		out[tid] = nice
+	}
+	return out
+}
+
+// statNice reads the nice field (the 19th) of a /proc stat file.
+func statNice(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
+	if len(fields) < 17 {
+		return 0, false
+	}
+	nice, err := strconv.Atoi(fields[16])
+	return nice, err == nil
+}
+
+func countNice(nices map[int]int, nice int) int {
+	n := 0
+	for _, v := range nices {
+		if v == nice {
+			n++
+		}
+	}
+	return n
+}
+
+func TestLowerThreadPriority(t *testing.T) {
+	base, ok := statNice("/proc/thread-self/stat")
+	if !ok {
+		t.Skip("no /proc/thread-self/stat")
+	}
+	type outcome struct {
+		set, read int
+		err       error
+	}
+	lower := func(by int) outcome {
+		done := make(chan outcome)
+		go func() {
+			set, err := lowerThreadPriority(by)
+			read, _ := statNice("/proc/thread-self/stat")
+			done <- outcome{set, read, err}
+		}() // exits locked: its thread ends with it
+		return <-done
+	}
+	if o := lower(3); o.err != nil || o.set != min(base+3, 19) || o.read != o.set {
+		t.Errorf("by 3 from %d: set %d, read %d, %v", base, o.set, o.read, o.err)
+	}
+	if o := lower(19); o.err != nil || o.set != 19 || o.read != 19 {
+		t.Errorf("by 19 from %d: set %d, read %d, %v (want 19, the lowest)", base, o.set, o.read, o.err)
+	}
+	if now, _ := statNice("/proc/thread-self/stat"); now != base {
+		t.Errorf("the test's own thread went from nice %d to %d", base, now)
+	}
+}
+
+// TestStageRunsOnALowerPriorityThread runs a job on a node with
+// ComputeNice: while it trains, one of the process's threads runs at that
+// many nice levels below the rest, and once the job is cancelled and its
+// tasks have ended, none does.
+func TestStageRunsOnALowerPriorityThread(t *testing.T) {
+	base, ok := statNice("/proc/thread-self/stat")
+	if !ok || base+7 > 19 {
+		t.Skipf("no /proc/thread-self/stat, or nice %d already near the bottom", base)
+	}
+	want := base + 7
+	// A goroutine that ends locked to the main thread leaves it parked for
+	// good (the process would end with it): it runs nothing again, and the
+	// count leaves it out.
+	others := func() int {
+		n := threadNices(t)
+		delete(n, os.Getpid())
+		return countNice(n, want)
+	}
+	before, beforeAll := others(), countNice(threadNices(t), want)
+	cl := startCluster(t)
+	stop := cl.startNodeAdjusted("a", "cpu", cl.base, func(c *Config) { c.ComputeNice = 7 })
+	cl.startNode("b", "gpu")
+	cl.waitNodes(2)
+	id := cl.submit(longJob(t))
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step > 2 || s.State.Final() })
+	if got := countNice(threadNices(t), want); got != beforeAll+1 {
+		t.Errorf("%d threads at nice %d while the job trains, want %d (the stage's)", got, want, beforeAll+1)
+	}
+	if status, body := cl.send(http.MethodDelete, "/v1/jobs/"+id, "", nil); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, body)
+	}
+	cl.waitJob(id, final)
+	stop() // waits for the node's task goroutines; their threads exit just after
+	deadline := time.Now().Add(10 * time.Second)
+	for others() != before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := others(); got != before {
+		t.Errorf("%d threads at nice %d after the node stopped, want %d: the stage's thread outlived its task", got, want, before)
+	}
+}
+
+func TestOnlyTasksThatWaitOnOthersLowerTheirPriority(t *testing.T) {
+	a := &Agent{psAddr: "127.0.0.1:7171"}
+	one := []api.StageLayout{{}}
+	for _, c := range []struct {
+		task api.Task
+		want bool
+	}{
+		{api.Task{Replicas: 1, Layout: one, PS: []string{"127.0.0.1:7171"}}, false},
+		{api.Task{Replicas: 1, Layout: one}, false},
+		{api.Task{Replicas: 2, Layout: one, PS: []string{"127.0.0.1:7171"}}, true},
+		{api.Task{Replicas: 1, Layout: []api.StageLayout{{}, {}}, PS: []string{"127.0.0.1:7171"}}, true},
+		{api.Task{Replicas: 1, Layout: one, PS: []string{"127.0.0.1:7171", "10.0.0.2:7171"}}, true},
+	} {
+		if got := a.waitsOnOthers(c.task); got != c.want {
+			t.Errorf("%d replicas, %d stages, PS %v: waits on others %v, want %v",
+				c.task.Replicas, len(c.task.Layout), c.task.PS, got, c.want)
+		}
+	}
+}
