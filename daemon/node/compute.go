@@ -22,10 +22,12 @@ import "github.com/heterps/heterps/daemon/api"
 // is made when the task starts.
 //
 // The thread is never unlocked, so it exits with the task and its
-// priority with it. While a goroutine is locked to a thread, the Go runtime
-// starts new threads from its template thread, so no other goroutine
-// inherits the priority; the kernels' helper threads (native's pool) take
-// the priority of the thread that first needs them, a stage's on a node.
+// priority with it (were it the process's main thread, which cannot exit,
+// Go parks it for good: it runs nothing more). While a goroutine is locked
+// to a thread, the Go runtime starts new threads from its template thread,
+// so no other goroutine inherits the priority; the kernels' helper threads
+// (native's pool) take the priority of whichever thread first runs a split
+// kernel in the process.
 
 // onComputeThread lowers the calling goroutine's thread's priority by
 // a.cfg.ComputeNice, once per task goroutine, saying in the task's log
