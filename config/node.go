@@ -129,13 +129,13 @@ const (
 const minCPUShare = 0.01
 
 // DefaultComputeNice is a node file's compute_nice when absent: measured on
-// 2-core VMs, nice 5, 10 and 19 cut a 2-node job's wait for its
+// a 2-core Zen 4 VM, nice 5, 10 and 19 cut a 2-node job's wait for its
 // parameters alike (2.3-4.0 ms a step to 1.2-2.4), and 10 leaves other
 // work on the machine more room than 19.
 const DefaultComputeNice = 10
 
-// maxComputeNice is the largest nice increment (nice runs from -20 to 19).
-const maxComputeNice = 19
+// MaxComputeNice is the largest compute_nice (nice runs from -20 to 19).
+const MaxComputeNice = 19
 
 // maxNodeUnits bounds units and threads (the control plane's own bound).
 const maxNodeUnits = 1 << 16
@@ -231,8 +231,8 @@ func (n *Node) validate(loc *Locator) error {
 	if s := *n.CPUShare; !(s >= minCPUShare && s <= 1) {
 		errs.add(loc.Errorf("cpu_share", "must be in %g..1 (a fraction of the node's CPU), got %g", minCPUShare, s))
 	}
-	if c := *n.ComputeNice; c < 0 || c > maxComputeNice {
-		errs.add(loc.Errorf("compute_nice", "must be in 0..%d (nice levels below the daemon's priority), got %d", maxComputeNice, c))
+	if c := *n.ComputeNice; c < 0 || c > MaxComputeNice {
+		errs.add(loc.Errorf("compute_nice", "must be in 0..%d (nice levels below the daemon's priority), got %d", MaxComputeNice, c))
 	}
 	n.checkAuth(loc, &errs)
 	return errs.err()

@@ -149,8 +149,8 @@ func New(cfg Config) (*Agent, error) {
 	if err := api.CheckCPUShare("cpu_share", cfg.CPUShare); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
-	if cfg.ComputeNice < 0 || cfg.ComputeNice > 19 {
-		return nil, fmt.Errorf("node %s: compute nice %d, want 0..19", cfg.Name, cfg.ComputeNice)
+	if cfg.ComputeNice < 0 || cfg.ComputeNice > config.MaxComputeNice {
+		return nil, fmt.Errorf("node %s: compute nice %d, want 0..%d", cfg.Name, cfg.ComputeNice, config.MaxComputeNice)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -146,3 +146,13 @@ func TestOnlyTasksThatWaitOnOthersLowerTheirPriority(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRefusesAComputeNiceOutOfRange(t *testing.T) {
+	for _, nice := range []int{-1, 20} {
+		_, err := New(Config{Name: "n", Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: "cpu", Units: 1, Plain: true,
+			ComputeNice: nice, Logger: quiet}) // refused before any listener opens
+		if err == nil || !strings.Contains(err.Error(), "compute nice") {
+			t.Fatalf("compute nice %d: %v, want an error naming it", nice, err)
+		}
+	}
+}
