@@ -109,8 +109,7 @@ func (cl *cluster) startNodeVia(name, typ, url string) (stop func()) {
 // first.
 func (cl *cluster) startNodeAdjusted(name, typ, url string, adjust func(*Config)) (stop func()) {
 	cl.t.Helper()
-	cfg := Config{Name: name, Coordinator: url, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
-		Type: typ, Units: 1, Secret: cl.secret, Plain: cl.secret == nil, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet}
+	cfg := cl.onLoopback(Config{Name: name, Type: typ}, url)
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -127,6 +126,15 @@ func (cl *cluster) startNodeAdjusted(name, typ, url string, adjust func(*Config)
 		}
 	})
 	return func() { cancel(); <-done }
+}
+
+// onLoopback is cfg as the cluster's test nodes run: one unit, listening on
+// loopback, reaching the coordinator at url with the cluster's secret.
+func (cl *cluster) onLoopback(cfg Config, url string) Config {
+	cfg.Coordinator, cfg.Listen, cfg.PSListen, cfg.Units = url, "127.0.0.1:0", "127.0.0.1:0", 1
+	cfg.Secret, cfg.Plain, cfg.Logger = cl.secret, cl.secret == nil, quiet
+	cfg.ReadyTimeout, cfg.StepTimeout = 30*time.Second, 30*time.Second
+	return cfg
 }
 
 func (cl *cluster) do(method, path, contentType string, body []byte, out any) {

@@ -268,9 +268,7 @@ func TestThrottledNodesSleepAfterEveryStep(t *testing.T) {
 // duty cycle sleeps with sleep, until the test ends.
 func (cl *cluster) startNodeWith(cfg Config, sleep func(context.Context, time.Duration) bool) {
 	cl.t.Helper()
-	cfg.Coordinator, cfg.Listen, cfg.PSListen, cfg.Units = cl.base, "127.0.0.1:0", "127.0.0.1:0", 1
-	cfg.Secret, cfg.Plain, cfg.Logger = cl.secret, cl.secret == nil, quiet
-	cfg.ReadyTimeout, cfg.StepTimeout = 30*time.Second, 30*time.Second
+	cfg = cl.onLoopback(cfg, cl.base)
 	a, err := New(cfg)
 	if err != nil {
 		cl.t.Fatal(err)
