@@ -33,6 +33,9 @@ import (
 // other members for the step (a resize that reached them at different
 // steps) fails the step rather than mix two rings.
 //
+// A ring of two swaps instead (ring.swap): each member sends its whole
+// gradient to the other, and both sum the pair in member order.
+//
 // The sum is weighted as the parameter servers weigh pushes: member k
 // multiplies its gradient by its rows b_k before adding it, the messages
 // carry the rows summed so far (Meta.Batch), and the owner of a finished
@@ -63,7 +66,8 @@ type Allreduce struct {
 	// work and memory traffic; with a Mirror the other members also send
 	// their finished chunks of the gradient to the first, which pushes it
 	// whole. Its ring cannot change members (Resize refuses), and it is
-	// ignored with parameters outside host memory.
+	// ignored with parameters outside host memory. A ring of two shards
+	// only where its members' kernels differ (ring.swap).
 	ShardOptimiser bool
 }
 
@@ -127,6 +131,9 @@ type ring struct {
 	members64   []int64 // members, as every message carries them
 	pos         int
 	nodes       []string // the members' transport ids, in ring order
+	// kernels names what computes this member's sums and updates (its
+	// backend and the sum kernel's ISA): a swap's messages carry it.
+	kernels string
 }
 
 func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, replica int) (*ring, error) {
@@ -146,7 +153,7 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 		m64[i], nodes[i] = int64(m), a.Peers[m]
 	}
 	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
-		nodes: nodes}, nil
+		nodes: nodes, kernels: ringCPU().Name()}, nil
 }
 
 // ownerUpdate shards the optimiser over the ring (reduce's u): the member
@@ -186,6 +193,9 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 			return u.apply(0, len(g))
 		}
 		return nil
+	}
+	if n == 2 {
+		return r.swap(ctx, param, g, rows, u)
 	}
 	fb := float32(rows)
 	bounds := chunks(len(g), n)
@@ -267,6 +277,95 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 	return nil
 }
 
+// swapRound numbers the messages of a swap, apart from the ring's rounds;
+// swapRound+1 carries the updated values of a sharded pair whose kernels
+// differ.
+const swapRound = 1 << 30
+
+// swap is reduce for a ring of two. Each member sends its whole gradient
+// and its rows to the other, and both weigh the two in member order: one
+// message each way instead of the ring's two rounds, the same bytes in
+// all, and neither member waits for the other to add its part and pass it
+// back (a hand-off to a process busy with its own backward). Both hold the
+// same bits only if they compute them alike, so the messages name the
+// sender's kernels (ring.kernels). Members with the same kernels sum with
+// the native kernel, and with u each updates the whole parameter; members
+// whose kernels differ (another ISA, another backend) sum with
+// sumPortable, whose roundings every machine repeats, and with u each
+// updates the chunk it owns and sends the other its new values, as the
+// ring's owners do.
+func (r *ring) swap(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
+	other := 1 - r.pos
+	x := r.exchange(ctx, param, other, other, ringStream)
+	parts := pieces(g)
+	for j, piece := range parts {
+		if err := x.send(swapRound, j, piece, rows); err != nil {
+			return err
+		}
+	}
+	total := 0
+	for j, piece := range parts {
+		_, err := x.recv(swapRound, j, len(piece), func(v []float32, got int) error {
+			total = rows + got
+			mine, theirs := float32(rows)/float32(total), float32(got)/float32(total)
+			x0, w0, x1, w1 := piece, mine, v, theirs
+			if r.pos == 1 {
+				x0, w0, x1, w1 = v, theirs, piece, mine
+			}
+			if x.peerKernels != r.kernels {
+				sumPortable(piece, w0, x0, w1, x1)
+				return nil
+			}
+			return ringCPU().WeightedSum(native.HostBuffer(piece), []float32{w0, w1},
+				[]native.Buffer{native.HostBuffer(x0), native.HostBuffer(x1)})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case u == nil:
+		return nil
+	case x.peerKernels == r.kernels:
+		return u.apply(0, len(g))
+	}
+	return r.swapUpdates(x, u, len(g), total)
+}
+
+// swapUpdates is a swap's sharded update where the members' kernels
+// differ: each updates the chunk it owns and takes the other's new values
+// of the other chunk.
+func (r *ring) swapUpdates(x *ringExchange, u *ownerUpdate, n, total int) error {
+	bounds := chunks(n, 2)
+	own, theirs := ownedChunk(r.pos, 2), ownedChunk(1-r.pos, 2)
+	lo, hi := bounds[own], bounds[own+1]
+	if err := u.apply(lo, hi); err != nil {
+		return err
+	}
+	for j, piece := range pieces(u.w[lo:hi]) {
+		if err := x.send(swapRound+1, j, piece, total); err != nil {
+			return err
+		}
+	}
+	lo, hi = bounds[theirs], bounds[theirs+1]
+	for j, piece := range pieces(u.w[lo:hi]) {
+		if _, err := x.recv(swapRound+1, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sumPortable sets dst = a*x + b*y elementwise, each product rounded to
+// float32 and then the sum: the same bits on every machine (the
+// conversions forbid a fused multiply-add). dst may be x or y.
+func sumPortable(dst []float32, a float32, x []float32, b float32, y []float32) {
+	x, y = x[:len(dst)], y[:len(dst)]
+	for i := range dst {
+		dst[i] = float32(a*x[i]) + float32(b*y[i])
+	}
+}
+
 // ownedChunk is the chunk that the member at place pos of a ring of n
 // finishes: the reduce-scatter's last round adds its part to chunk
 // pos-(n-1).
@@ -322,6 +421,7 @@ type ringExchange struct {
 	param                  int
 	to, from               string // the nodes sent to and received from
 	sendStream, recvStream uint32
+	peerKernels            string // what the last message received named (ring.kernels)
 }
 
 // exchange is param's traffic to the member at place to and from the one
@@ -338,6 +438,7 @@ func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
 	m := &wire.Message{Type: wire.MsgGradient,
 		Meta: wire.Meta{Job: r.job, Stage: uint64(r.stage), Replica: uint64(r.members[r.pos]), Step: uint64(r.step),
 			Key: uint64(x.param), Micro: ringMicro(round, piece), Batch: uint64(rows)},
+		Text:    r.kernels,
 		Tensors: []wire.Tensor{wire.F32Tensor(v, len(v)), wire.I64Tensor(r.members64, len(r.members64))}}
 	if err := r.t.Send(x.ctx, x.to, x.sendStream, m); err != nil {
 		return fmt.Errorf("allreduce: send dense parameter %d to %s: %w", x.param, x.to, err)
@@ -349,14 +450,17 @@ func (x *ringExchange) send(round, piece int, v []float32, rows int) error {
 // floats, hands its values and the rows it carries to use while the
 // message is held, and returns the rows.
 func (x *ringExchange) recv(round, piece, want int, use func(v []float32, rows int) error) (int, error) {
-	rows, err := x.r.recvPiece(x.ctx, x.from, x.recvStream, x.param, ringMicro(round, piece), want, use)
+	rows, err := x.r.recvPiece(x.ctx, x.from, x.recvStream, x.param, ringMicro(round, piece), want, func(v []float32, rows int, kernels string) error {
+		x.peerKernels = kernels
+		return use(v, rows)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("allreduce: dense parameter %d from %s: %w", x.param, x.from, err)
 	}
 	return rows, nil
 }
 
-func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param int, micro uint64, want int, use func(v []float32, rows int) error) (int, error) {
+func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param int, micro uint64, want int, use func(v []float32, rows int, kernels string) error) (int, error) {
 	m, err := r.t.Recv(ctx, from, stream)
 	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
 		m.Release()
@@ -366,16 +470,24 @@ func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param 
 		return 0, err
 	}
 	defer m.Release()
-	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) || m.Meta.Micro != micro {
-		return 0, fmt.Errorf("got %v for step %d parameter %d round %d piece %d, want step %d parameter %d round %d piece %d",
+	unexpected := func() error {
+		return fmt.Errorf("got %v for step %d parameter %d round %d piece %d, want step %d parameter %d round %d piece %d",
 			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro>>32, uint32(m.Meta.Micro), r.step, param, micro>>32, uint32(micro))
+	}
+	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) {
+		return 0, unexpected()
 	}
 	if err := m.Want(wire.Float32, wire.Int64); err != nil {
 		return 0, err
 	}
+	// The members before the round: a pair swaps where a ring of more
+	// passes chunks, so rings that differ differ in their rounds too.
 	if members, err := m.Tensors[1].Int64s(nil); err != nil || !slices.Equal(members, r.members64) {
 		return 0, fmt.Errorf("step %d: the predecessor's ring is %v, this replica's %v (%v): a resize reached the replicas at different steps",
 			r.step, members, r.members, err)
+	}
+	if m.Meta.Micro != micro {
+		return 0, unexpected()
 	}
 	v, ok := m.Tensors[0].Float32View()
 	if !ok {
@@ -391,5 +503,5 @@ func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param 
 		return 0, fmt.Errorf("piece %d carries %d rows", uint32(micro), m.Meta.Batch)
 	}
 	rows := int(m.Meta.Batch)
-	return rows, use(v, rows)
+	return rows, use(v, rows, m.Text)
 }

@@ -171,8 +171,12 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 						t.Fatalf("sharded, member %d element %d: %g, want %g", k, i, x, -2*got[0][i])
 					}
 				}
-				if lo, hi := ownChunk(tc.length, tc.members, k); hi > lo && applied[k] != [2]int{lo, hi} {
-					t.Fatalf("sharded, member %d updated [%d, %d), its chunk is [%d, %d)", k, applied[k][0], applied[k][1], lo, hi)
+				lo, hi := ownChunk(tc.length, tc.members, k)
+				if tc.members == 2 { // a swap of alike members: each updates everything
+					lo, hi = 0, tc.length
+				}
+				if hi > lo && applied[k] != [2]int{lo, hi} {
+					t.Fatalf("sharded, member %d updated [%d, %d), want [%d, %d)", k, applied[k][0], applied[k][1], lo, hi)
 				}
 			}
 		})
@@ -461,47 +465,64 @@ func TestRingRefusesAPredecessorWithOtherMembers(t *testing.T) {
 // A predecessor's piece that does not fit — other floats than the chunk
 // holds, rows outside [1, 2^40], another parameter, or a float tensor of
 // the wrong type — fails the reduction with what is wrong, before anything
-// is added: the chunk the piece was for keeps this member's gradient.
+// is added: the chunk the piece was for keeps this member's gradient. So
+// for a ring of three and for a pair's swap (whose message is the whole
+// gradient).
 func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 	checkLeaks(t)
 	const param = 2
-	for _, tc := range []struct {
-		name   string
-		forge  func(m *wire.Message)
-		reason string
-	}{
-		{"too few floats", func(m *wire.Message) { m.Tensors[0] = wire.F32Tensor([]float32{9}, 1) }, "holds 1 floats, want 2"},
-		{"zero rows", func(m *wire.Message) { m.Meta.Batch = 0 }, "carries 0 rows"},
-		{"rows past 2^40", func(m *wire.Message) { m.Meta.Batch = 1<<40 + 1 }, "carries 1099511627777 rows"},
-		{"another parameter", func(m *wire.Message) { m.Meta.Key = param + 1 }, "want step 1 parameter 2"},
-		{"int64 values", func(m *wire.Message) { m.Tensors[0] = wire.I64Tensor([]int64{9, 9}, 2) }, "float32"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			trs, names := ringTransports(t, 2)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			m := &wire.Message{Type: wire.MsgGradient,
-				Meta:    wire.Meta{Job: 1, Stage: 0, Replica: 0, Step: 1, Key: param, Micro: ringMicro(0, 0), Batch: 3},
-				Tensors: []wire.Tensor{wire.F32Tensor([]float32{9, 9}, 2), wire.I64Tensor([]int64{0, 1}, 2)}}
-			tc.forge(m)
-			// Member 1 receives chunk 0 from member 0, whose place the test takes.
-			if err := trs[0].Send(ctx, names[1], ringStream(0, 0, param), m); err != nil {
-				t.Fatal(err)
-			}
-			r, err := newRing(&Allreduce{Transport: trs[1], Peers: names}, 1, 0, 1, []int{0, 1}, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := []float32{1, 2, 3, 4}
-			err = r.reduce(ctx, param, g, 1, nil)
-			if err == nil || !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), "dense parameter 2") {
-				t.Fatalf("reduce: %v, want an error naming the parameter and %q", err, tc.reason)
-			}
-			if g[0] != 1 || g[1] != 2 {
-				t.Fatalf("the chunk the piece was for holds %v, want this member's [1 2]", g[:2])
-			}
-		})
+	for _, ring := range []struct {
+		members int
+		round   int
+		floats  int // what the piece from member 0 holds
+	}{{3, 0, 2}, {2, swapRound, 4}} {
+		for _, tc := range []struct {
+			name   string
+			forge  func(m *wire.Message)
+			reason string
+		}{
+			{"too few floats", func(m *wire.Message) { m.Tensors[0] = wire.F32Tensor([]float32{9}, 1) }, fmt.Sprintf("holds 1 floats, want %d", ring.floats)},
+			{"zero rows", func(m *wire.Message) { m.Meta.Batch = 0 }, "carries 0 rows"},
+			{"rows past 2^40", func(m *wire.Message) { m.Meta.Batch = 1<<40 + 1 }, "carries 1099511627777 rows"},
+			{"another parameter", func(m *wire.Message) { m.Meta.Key = param + 1 }, "want step 1 parameter 2"},
+			{"int64 values", func(m *wire.Message) { m.Tensors[0] = wire.I64Tensor(make([]int64, ring.floats), ring.floats) }, "float32"},
+		} {
+			t.Run(fmt.Sprintf("%d members, %s", ring.members, tc.name), func(t *testing.T) {
+				trs, names := ringTransports(t, ring.members)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				members := iotaInts(ring.members)
+				m := &wire.Message{Type: wire.MsgGradient,
+					Meta:    wire.Meta{Job: 1, Stage: 0, Replica: 0, Step: 1, Key: param, Micro: ringMicro(ring.round, 0), Batch: 3},
+					Tensors: []wire.Tensor{wire.F32Tensor(slices.Repeat([]float32{9}, ring.floats), ring.floats), wire.I64Tensor(toInt64s(members), ring.members)}}
+				tc.forge(m)
+				// Member 1 receives from member 0, whose place the test takes.
+				if err := trs[0].Send(ctx, names[1], ringStream(0, 0, param), m); err != nil {
+					t.Fatal(err)
+				}
+				r, err := newRing(&Allreduce{Transport: trs[1], Peers: names}, 1, 0, 1, members, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := []float32{1, 2, 3, 4}
+				err = r.reduce(ctx, param, g, 1, nil)
+				if err == nil || !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), "dense parameter 2") {
+					t.Fatalf("reduce: %v, want an error naming the parameter and %q", err, tc.reason)
+				}
+				if !slices.Equal(g[:ring.floats], []float32{1, 2, 3, 4}[:ring.floats]) {
+					t.Fatalf("the chunk the piece was for holds %v, want this member's", g[:ring.floats])
+				}
+			})
+		}
 	}
+}
+
+func toInt64s(v []int) []int64 {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return out
 }
 
 // The ring's first member mirrors the reduced gradients on the parameter
@@ -669,11 +690,14 @@ func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
 			for r, w := range sharded {
 				for i, p := range w.copies[0].dense {
 					lo, hi := ownChunk(p.Len(), tc.replicas, r)
+					if tc.replicas == 2 { // a swap of alike members: each updates everything
+						lo, hi = 0, p.Len()
+					}
 					checkMoved(t, fmt.Sprintf("sharded replica %d, %s", r, p.Name), firstMoment(t, w, i), lo, hi)
 				}
 			}
 			m := firstMoment(t, replicated[0], 0)
-			if lo, hi := ownChunk(len(m), tc.replicas, 0); !slices.ContainsFunc(m[:lo], nonZero) && !slices.ContainsFunc(m[hi:], nonZero) {
+			if lo, hi := ownChunk(len(m), tc.replicas, 0); tc.replicas > 2 && !slices.ContainsFunc(m[:lo], nonZero) && !slices.ContainsFunc(m[hi:], nonZero) {
 				t.Fatal("replicated: replica 0's first moment did not move outside its chunk; the check above proves nothing")
 			}
 		})
@@ -725,5 +749,155 @@ func TestShardedOptimiserRefusesNewMembers(t *testing.T) {
 	}
 	if from, err := w.Resize(2, Share{Members: []int{0, 1}, Batches: []int{4, 4}}); err != nil || from != 2 {
 		t.Errorf("new batches for the same members: %d, %v; want from step 2", from, err)
+	}
+}
+
+// A pair of members swaps whole gradients: a member finishes its
+// reduction from the other's message alone, without the other reading
+// anything or passing a chunk back (the ring's second round), and holds
+// the rows-weighted mean.
+func TestPairFinishesFromTheOthersGradientAlone(t *testing.T) {
+	checkLeaks(t)
+	trs, names := ringTransports(t, 2)
+	a := &Allreduce{Peers: names}
+	grads := [][]float32{{1, 2, 3, 4, 5}, {-3, 0, 9, 4, 1}}
+	rows := []int{1, 3}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ak := *a
+	ak.Transport = trs[1]
+	r1, err := newRing(&ak, 1, 0, 1, []int{0, 1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := r1.exchange(ctx, 3, 0, 0, ringStream)
+	if err := x.send(swapRound, 0, grads[1], rows[1]); err != nil {
+		t.Fatal(err)
+	}
+	ak.Transport = trs[0]
+	r0, err := newRing(&ak, 1, 0, 1, []int{0, 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := slices.Clone(grads[0])
+	if err := r0.reduce(ctx, 3, g, rows[0], nil); err != nil {
+		t.Fatalf("member 0, with member 1 only sending: %v", err)
+	}
+	for i, v := range g {
+		want := (float64(grads[0][i]) + 3*float64(grads[1][i])) / 4
+		if math.Abs(float64(v)-want) > 1e-6 {
+			t.Fatalf("element %d: %g, want %g", i, v, want)
+		}
+	}
+}
+
+// A pair whose messages name other kernels sums portably: both members
+// hold the same bytes, and they are the products rounded to float32, then
+// the sum, whatever the machine's fused multiply-add would give; sharded,
+// each member updates its own chunk only and takes the other's values.
+func TestPairWithOtherKernelsSumsPortably(t *testing.T) {
+	checkLeaks(t)
+	const n = 2*ringPiece + 5
+	trs, names := ringTransports(t, 2)
+	rng := rand.New(rand.NewPCG(7, 8))
+	grads := make([][]float32, 2)
+	for k := range grads {
+		for range n {
+			grads[k] = append(grads[k], rng.Float32()*2-1)
+		}
+	}
+	rows := []int{3, 7}
+	out := make([][]float32, 2)
+	applied := make([][2]int, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for k := range 2 {
+		wg.Go(func() {
+			r, err := newRing(&Allreduce{Transport: trs[k], Peers: names}, 1, 0, 1, []int{0, 1}, k)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			r.kernels += fmt.Sprintf(" (member %d)", k)
+			g := slices.Clone(grads[k])
+			w := make([]float32, n)
+			applied[k] = [2]int{-1, -1}
+			u := &ownerUpdate{w: w, apply: func(lo, hi int) error {
+				if applied[k][0] < 0 {
+					applied[k][0] = lo
+				}
+				applied[k][1] = hi
+				for i := lo; i < hi; i++ {
+					w[i] = 1 - g[i]
+				}
+				return nil
+			}}
+			errs[k] = r.reduce(context.Background(), 3, g, rows[k], u)
+			out[k] = w
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(out[0], out[1]) {
+		t.Fatal("the members hold other bytes")
+	}
+	w0, w1 := float32(3)/float32(10), float32(7)/float32(10)
+	for i, v := range out[0] {
+		p0, p1 := float32(w0*grads[0][i]), float32(w1*grads[1][i])
+		if want := 1 - (p0 + p1); v != want {
+			t.Fatalf("element %d: %g, want %g (products rounded, then summed)", i, v, want)
+		}
+	}
+	for k := range 2 {
+		if lo, hi := ownChunk(n, 2, k); applied[k] != [2]int{lo, hi} {
+			t.Fatalf("member %d updated %v, its chunk is [%d, %d)", k, applied[k], lo, hi)
+		}
+	}
+}
+
+// Two replicas whose kernels differ (one on the scalar reference, one on
+// the machine's widest ISA) stay bit-identical with the optimiser sharded,
+// as node daemons run it: each replica owns the update of its chunk.
+func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
+	checkLeaks(t)
+	best, err := native.BestISA()
+	if err != nil || best == native.Scalar {
+		t.Skipf("this CPU runs scalar kernels only (%v): no other ISA to pair them with", err)
+	}
+	scalar := native.Scalar
+	slow, err := native.NewCPU(native.CPUOptions{ISA: &scalar})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps = 3
+	cfg := modelConfig(t, adamAdagrad)
+	j := newJob(t, cfg, []Range{{0, 5}}, []int{2}, steps, ps.BSP)
+	allreduceSharded(j)
+	sharded := j.configure
+	j.configure = func(c *Config, trs map[string]*wire.TCPTransport) {
+		sharded(c, trs)
+		if c.Replica == 1 {
+			c.Backend = slow
+		}
+	}
+	ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+		return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), 3+2*r) })
+	})
+	j.train(ws, 1, steps)
+	got := denseOf(t, ws)[0]
+	for name, v := range got[0] {
+		if !slices.Equal(v, got[1][name]) {
+			t.Fatalf("%s: the scalar replica holds other bytes than the %s one", name, best)
+		}
+	}
+	for r, w := range ws[0] {
+		for i, p := range w.copies[0].dense {
+			lo, hi := ownChunk(p.Len(), 2, r)
+			checkMoved(t, fmt.Sprintf("replica %d, %s", r, p.Name), firstMoment(t, w, i), lo, hi)
+		}
 	}
 }

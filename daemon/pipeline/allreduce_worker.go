@@ -94,6 +94,7 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.kernels = w.cfg.Backend.Name() + ", sums " + r.kernels
 	st.ring = r
 	return r, nil
 }

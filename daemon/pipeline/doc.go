@@ -97,7 +97,12 @@
 // the reduced gradient applies the optimiser to that chunk alone and the
 // allgather carries the updated values instead (the same bits, 1/n of the
 // work; such a stage cannot change members; for a mirror, below, the other
-// members send their finished chunks to the first). One replica reduces nothing
+// members send their finished chunks to the first). Two replicas swap
+// instead of passing chunks: each sends the other its whole gradient and
+// both sum the pair in member order, one message each way (the ring's
+// bytes, half its rounds); they sum and update alike, the whole parameter
+// each, when their messages name the same kernels, and otherwise sum
+// portably and update their own chunks as the ring's owners do. One replica reduces nothing
 // and stays bit-identical to single-process training. Sparse rows stay on the servers. When the job
 // checkpoints, the ring's first member also pushes each reduced gradient
 // to the stage's MirrorStage, a one-replica stage under which the servers
