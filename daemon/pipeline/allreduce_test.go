@@ -115,7 +115,7 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 	checkLeaks(t)
 	for _, tc := range []struct {
 		members, length int
-	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {2, 2*ringPiece + 3}, {3, 5*ringPiece + 1}} {
+	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {4, 3}, {2, 2*ringPiece + 3}, {3, 5*ringPiece + 1}, {4, 2*ringPiece + 1}, {5, 11}} {
 		t.Run(fmt.Sprintf("%d members, %d floats", tc.members, tc.length), func(t *testing.T) {
 			trs, names := ringTransports(t, tc.members)
 			rng := rand.New(rand.NewPCG(uint64(tc.members), uint64(tc.length)))
@@ -316,7 +316,7 @@ func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
 	checkLeaks(t)
 	const steps, tolerance = 4, 2e-6
 	cfg := modelConfig(t, sgdMomentum)
-	sizes := []int{3, 5, 4}
+	sizes := []int{3, 5, 4, 6}
 	for _, tc := range []struct {
 		name     string
 		stages   []Range
@@ -325,6 +325,7 @@ func TestAllreduceReplicasStayBitIdentical(t *testing.T) {
 	}{
 		{"one stage, 2 replicas", []Range{{0, 5}}, []int{2}, 1},
 		{"one stage, 3 replicas, 2 micro-batches", []Range{{0, 5}}, []int{3}, 2},
+		{"one stage, 4 replicas", []Range{{0, 5}}, []int{4}, 1},
 		{"2 replicas stacked into 1", []Range{{0, 3}, {4, 5}}, []int{2, 1}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -658,8 +659,8 @@ func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
 	checkLeaks(t)
 	const steps = 4
 	cfg := modelConfig(t, adamAdagrad)
-	sizes := []int{3, 5, 4}
-	for _, tc := range []struct{ replicas, micro int }{{2, 1}, {3, 2}} {
+	sizes := []int{3, 5, 4, 6}
+	for _, tc := range []struct{ replicas, micro int }{{2, 1}, {3, 2}, {4, 1}} {
 		t.Run(fmt.Sprintf("%d replicas, %d micro-batches", tc.replicas, tc.micro), func(t *testing.T) {
 			train := func(shard bool) ([][]float64, []*Worker) {
 				j := newJob(t, cfg, []Range{{0, 5}}, []int{tc.replicas}, steps, ps.BSP)
@@ -807,6 +808,8 @@ func TestPairWithOtherKernelsSumsPortably(t *testing.T) {
 		}
 	}
 	rows := []int{3, 7}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // members that disagree fail, not hang
+	defer cancel()
 	out := make([][]float32, 2)
 	applied := make([][2]int, 2)
 	errs := make([]error, 2)
@@ -832,7 +835,7 @@ func TestPairWithOtherKernelsSumsPortably(t *testing.T) {
 				}
 				return nil
 			}}
-			errs[k] = r.reduce(context.Background(), 3, g, rows[k], u)
+			errs[k] = r.reduce(ctx, 3, g, rows[k], u)
 			out[k] = w
 		})
 	}
@@ -859,9 +862,10 @@ func TestPairWithOtherKernelsSumsPortably(t *testing.T) {
 	}
 }
 
-// Two replicas whose kernels differ (one on the scalar reference, one on
-// the machine's widest ISA) stay bit-identical with the optimiser sharded,
-// as node daemons run it: each replica owns the update of its chunk.
+// Replicas whose kernels differ (one on the scalar reference, the others
+// on the machine's widest ISA) stay bit-identical with the optimiser
+// sharded, as node daemons run it: each replica owns the update of its
+// chunk. Two replicas (a swap) and four (the ring).
 func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 	checkLeaks(t)
 	best, err := native.BestISA()
@@ -875,29 +879,35 @@ func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 	}
 	const steps = 3
 	cfg := modelConfig(t, adamAdagrad)
-	j := newJob(t, cfg, []Range{{0, 5}}, []int{2}, steps, ps.BSP)
-	allreduceSharded(j)
-	sharded := j.configure
-	j.configure = func(c *Config, trs map[string]*wire.TCPTransport) {
-		sharded(c, trs)
-		if c.Replica == 1 {
-			c.Backend = slow
-		}
-	}
-	ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
-		return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), 3+2*r) })
-	})
-	j.train(ws, 1, steps)
-	got := denseOf(t, ws)[0]
-	for name, v := range got[0] {
-		if !slices.Equal(v, got[1][name]) {
-			t.Fatalf("%s: the scalar replica holds other bytes than the %s one", name, best)
-		}
-	}
-	for r, w := range ws[0] {
-		for i, p := range w.copies[0].dense {
-			lo, hi := ownChunk(p.Len(), 2, r)
-			checkMoved(t, fmt.Sprintf("replica %d, %s", r, p.Name), firstMoment(t, w, i), lo, hi)
-		}
+	for _, replicas := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
+			j := newJob(t, cfg, []Range{{0, 5}}, []int{replicas}, steps, ps.BSP)
+			allreduceSharded(j)
+			sharded := j.configure
+			j.configure = func(c *Config, trs map[string]*wire.TCPTransport) {
+				sharded(c, trs)
+				if c.Replica == 1 {
+					c.Backend = slow
+				}
+			}
+			ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+				return fixedBatches(func(step int64) *data.Batch { return testBatch(10+uint64(r), uint64(step), 3+2*r) })
+			})
+			j.train(ws, 1, steps)
+			got := denseOf(t, ws)[0]
+			for r := 1; r < replicas; r++ {
+				for name, v := range got[0] {
+					if !slices.Equal(v, got[r][name]) {
+						t.Fatalf("%s: replica %d holds other bytes than replica 0 (replica 1 runs scalar kernels, the others %s)", name, r, best)
+					}
+				}
+			}
+			for r, w := range ws[0] {
+				for i, p := range w.copies[0].dense {
+					lo, hi := ownChunk(p.Len(), replicas, r)
+					checkMoved(t, fmt.Sprintf("replica %d, %s", r, p.Name), firstMoment(t, w, i), lo, hi)
+				}
+			}
+		})
 	}
 }
