@@ -153,7 +153,7 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 		m64[i], nodes[i] = int64(m), a.Peers[m]
 	}
 	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
-		nodes: nodes, kernels: ringCPU().Name()}, nil
+		nodes: nodes, kernels: sumKernels()}, nil
 }
 
 // ownerUpdate shards the optimiser over the ring (reduce's u): the member
@@ -390,6 +390,9 @@ func (r *ring) collectChunks(ctx context.Context, param int, g []float32, span f
 // ringCPU runs the ring's elementwise sums, on one thread: reductions run
 // beside backward's GEMMs.
 var ringCPU = sync.OnceValue(func() *native.CPU { return native.MustCPU().WithThreads(1) })
+
+// sumKernels names the kernels the ring sums with (ring.kernels).
+var sumKernels = sync.OnceValue(func() string { return ringCPU().Name() })
 
 // weigh sets dst = a*dst + b*src elementwise, or dst = a*dst when src is
 // nil: a product rounded, then a sum, as when dst is scaled first.

@@ -492,17 +492,16 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 				trs, names := ringTransports(t, ring.members)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				members := iotaInts(ring.members)
+				r, err := newRing(&Allreduce{Transport: trs[1], Peers: names}, 1, 0, 1, iotaInts(ring.members), 1)
+				if err != nil {
+					t.Fatal(err)
+				}
 				m := &wire.Message{Type: wire.MsgGradient,
 					Meta:    wire.Meta{Job: 1, Stage: 0, Replica: 0, Step: 1, Key: param, Micro: ringMicro(ring.round, 0), Batch: 3},
-					Tensors: []wire.Tensor{wire.F32Tensor(slices.Repeat([]float32{9}, ring.floats), ring.floats), wire.I64Tensor(toInt64s(members), ring.members)}}
+					Tensors: []wire.Tensor{wire.F32Tensor(slices.Repeat([]float32{9}, ring.floats), ring.floats), wire.I64Tensor(r.members64, ring.members)}}
 				tc.forge(m)
 				// Member 1 receives from member 0, whose place the test takes.
 				if err := trs[0].Send(ctx, names[1], ringStream(0, 0, param), m); err != nil {
-					t.Fatal(err)
-				}
-				r, err := newRing(&Allreduce{Transport: trs[1], Peers: names}, 1, 0, 1, members, 1)
-				if err != nil {
 					t.Fatal(err)
 				}
 				g := []float32{1, 2, 3, 4}
@@ -516,14 +515,6 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 			})
 		}
 	}
-}
-
-func toInt64s(v []int) []int64 {
-	out := make([]int64, len(v))
-	for i, x := range v {
-		out[i] = int64(x)
-	}
-	return out
 }
 
 // The ring's first member mirrors the reduced gradients on the parameter

@@ -28,6 +28,9 @@ type localDense struct {
 	// parameter only (ownerUpdate), where shardable allows; Resize keeps
 	// such a stage's members as they are, so its state stays with them.
 	shard bool
+	// kernels is what every step's ring names as its kernels (ring.kernels):
+	// the worker's backend and the sum kernel's ISA.
+	kernels string
 }
 
 // initAllreduce prepares the local optimiser of a worker whose Config asks
@@ -56,6 +59,7 @@ func (w *Worker) initAllreduce() error {
 		}
 	}
 	d.shard = shardable(d, dense)
+	d.kernels = w.cfg.Backend.Name() + ", sums " + sumKernels()
 	w.local = d
 	return nil
 }
@@ -94,7 +98,7 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.kernels = w.cfg.Backend.Name() + ", sums " + r.kernels
+	r.kernels = w.local.kernels
 	st.ring = r
 	return r, nil
 }
