@@ -15,13 +15,15 @@
 #                heterps profile --device cuda, train-gpu.json)
 #
 # The machine needs an NVIDIA driver, a CUDA toolkit (CUDA_HOME, nvcc on
-# PATH, or /usr/local/cuda) and cuBLAS. Go is used when present; a machine
-# without Go runs the binaries that `bench/gpu/run.sh --prepare` built
-# beforehand into bench/gpu/prebuilt/ (ignored by git; carry it there).
+# PATH, or /usr/local/cuda) and cuBLAS. It runs the binaries that
+# `bench/gpu/run.sh --prepare` built beforehand into bench/gpu/prebuilt/
+# (ignored by git; carry it there) when they are there, else builds with
+# Go and nvcc on the machine.
 #
-#   bench/gpu/run.sh --prepare   build bench/gpu/prebuilt/*.test here
-#                                (OpenBLAS linked statically, for machines
-#                                that lack it)
+#   bench/gpu/run.sh --prepare   build bench/gpu/prebuilt/ here (OpenBLAS
+#                                linked statically, for machines that lack
+#                                it) and pack it into bench/gpu/prebuilt.txz,
+#                                the one file to carry; run.sh unpacks it
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -62,11 +64,26 @@ build_tests() {
   mkdir -p "$dir"
   export CGO_ENABLED=1 CGO_CFLAGS="-I$cuda/include"
   export CGO_LDFLAGS="$extra -L$lib -L$ROOT/kernels/cuda/build/.lib-$sum"
-  go test -tags cuda -c -o "$dir/native.test" ./native/ || return 1
-  go test -tags cuda -c -o "$dir/cudadrv.test" ./native/cudadrv/ || return 1
-  go test -tags cuda -c -o "$dir/ctr.test" ./bench/gpu/ctr/ || return 1
-  go build -tags cuda -o "$dir/" ./tools/heterps ./daemon/cmd/heterpsd || return 1
+  # No symbol tables: the binaries travel to the GPU machine, whose copy
+  # limit they must fit under (packed, see --prepare).
+  local ld=(-ldflags "-s -w")
+  go test -tags cuda "${ld[@]}" -c -o "$dir/native.test" ./native/ || return 1
+  go test -tags cuda "${ld[@]}" -c -o "$dir/cudadrv.test" ./native/cudadrv/ || return 1
+  go test -tags cuda "${ld[@]}" -c -o "$dir/ctr.test" ./bench/gpu/ctr/ || return 1
+  go build -tags cuda "${ld[@]}" -o "$dir/" ./tools/heterps ./daemon/cmd/heterpsd || return 1
   echo "built with $("$cuda/bin/nvcc" --version | tail -n1), $(go version), CGO_LDFLAGS=$CGO_LDFLAGS"
+}
+
+# commit_of prints the commit the binaries are built from, "+dirty" when the
+# tree has changes (a recording must come from a clean one).
+commit_of() {
+  local c
+  c=$(git rev-parse --short=7 HEAD 2>/dev/null) || {
+    echo unknown
+    return
+  }
+  [[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || c+="+dirty"
+  echo "$c"
 }
 
 if [[ ${1:-} == --prepare ]]; then
@@ -88,7 +105,11 @@ if [[ ${1:-} == --prepare ]]; then
     cat "$PREBUILT/build.txt"
     die "build failed"
   }
-  ls -la "$PREBUILT"
+  commit_of >"$PREBUILT/commit"
+  # One packed file to carry: the binaries unpacked are over the device
+  # tool's 64 MiB copy limit.
+  tar -cf - -C bench/gpu prebuilt | xz -T0 -6 >"$PREBUILT.txz"
+  ls -la "$PREBUILT" "$PREBUILT.txz"
   exit 0
 fi
 
@@ -96,6 +117,8 @@ OUT=${1:-}
 [[ -n $OUT ]] || die "usage: bench/gpu/run.sh OUTDIR | --prepare"
 mkdir -p "$OUT"
 t0=$SECONDS
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 step() { echo "run.sh: [$((SECONDS - t0))s] $*"; }
 
 # ---- device -------------------------------------------------------------------
@@ -109,16 +132,19 @@ step "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format
 
 # ---- build ----------------------------------------------------------------------
 BIN=$ROOT/bench/gpu/.bin
-if command -v go >/dev/null && [[ -n $(find_toolkit) ]]; then
+if [[ ! -x $PREBUILT/native.test && -f $PREBUILT.txz ]]; then
+  xz -dc "$PREBUILT.txz" | tar -xf - -C bench/gpu || die "unpacking $PREBUILT.txz failed"
+fi
+if [[ -x $PREBUILT/native.test ]]; then
+  step "using $PREBUILT (built by run.sh --prepare at $(cat "$PREBUILT/commit" 2>/dev/null))"
+  BIN=$ROOT/$PREBUILT
+  cp "$PREBUILT/build.txt" "$OUT/build.txt" 2>/dev/null || echo "prebuilt" >"$OUT/build.txt"
+elif command -v go >/dev/null && [[ -n $(find_toolkit) ]]; then
   step "building with Go and nvcc"
   build_tests "$BIN" "" >"$OUT/build.txt" 2>&1 || {
     tail -n 30 "$OUT/build.txt"
     die "build failed (see $OUT/build.txt)"
   }
-elif [[ -x $PREBUILT/native.test ]]; then
-  step "no Go here: using $PREBUILT (built by run.sh --prepare)"
-  BIN=$ROOT/$PREBUILT
-  cp "$PREBUILT/build.txt" "$OUT/build.txt" 2>/dev/null || echo "prebuilt" >"$OUT/build.txt"
 else
   die "neither Go and a CUDA toolkit nor $PREBUILT/native.test: run bench/gpu/run.sh --prepare first"
 fi
@@ -142,7 +168,7 @@ echo "HETERPS_CUBLAS=${HETERPS_CUBLAS:-}" >>"$OUT/build.txt"
 step "GPU tests"
 status=0
 {
-  (cd native && timeout 180 "$BIN/native.test" -test.run 'CUDA' -test.v -test.count=1) || status=1
+  (cd native && timeout 120 "$BIN/native.test" -test.run 'CUDA' -test.v -test.count=1) || status=1
   (cd native/cudadrv && timeout 30 "$BIN/cudadrv.test" -test.v -test.count=1) || status=1
 } >"$OUT/tests.txt" 2>&1
 grep -E '^(--- (PASS|FAIL|SKIP)|ok|FAIL|PASS)' "$OUT/tests.txt" | grep -v -- '--- PASS' | head -n 40
@@ -150,7 +176,7 @@ step "tests: $(grep -c -- '--- PASS' "$OUT/tests.txt") passed, $(grep -c -- '---
 
 # ---- per-op benchmarks -------------------------------------------------------------------
 step "benchmarks"
-(cd native && timeout 240 "$BIN/native.test" -test.run '^$' -test.bench 'CUDA' -test.benchtime 200x \
+(cd native && timeout 120 "$BIN/native.test" -test.run '^$' -test.bench 'CUDA' -test.benchtime 200x \
   -test.count=1) >"$OUT/bench.txt" 2>&1 || status=1
 awk '
   /^Benchmark/ {
@@ -179,16 +205,28 @@ cat "$OUT/summary.txt"
 step "ctrdnn training: heterps vs PyTorch on this GPU"
 CTR=$OUT/ctrdata
 mkdir -p "$CTR"
-(cd bench/gpu/ctr && HETERPS_CTR_OUT=$CTR timeout 300 "$BIN/ctr.test" -test.run CTRDNN -test.v -test.count=1) \
+(cd bench/gpu/ctr && HETERPS_CTR_OUT=$CTR timeout 90 "$BIN/ctr.test" -test.run CTRDNN -test.v -test.count=1) \
   >"$OUT/ctr.txt" 2>&1 || status=1
 ours=$(grep -o '"samples_per_s":[0-9.e+]*' "$OUT/ctr.txt" | head -n1 | cut -d: -f2)
-timeout 300 python3 bench/pytorch/ctrdnn.py --device cuda --data "$CTR" --steps 200 >"$OUT/ctr_torch.json" 2>>"$OUT/ctr.txt" || status=1
+timeout 90 python3 bench/pytorch/ctrdnn.py --device cuda --data "$CTR" --steps 200 >"$OUT/ctr_torch.json" 2>>"$OUT/ctr.txt" || status=1
 theirs=$(grep -o '"samples_per_s": [0-9.e+]*' "$OUT/ctr_torch.json" | head -n1 | cut -d: -f2)
 rm -rf "$CTR"
 line=$(awk -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN {
   printf "ctrdnn training, batch 512: heterps %.0f samples/s, PyTorch %.0f samples/s, ratio %.2fx (target >= 1.5x)", a, b, (b > 0 ? a / b : 0) }')
 step "$line"
 echo "$line" >>"$OUT/summary.txt"
+
+# ---- an FC layer against its own cuBLAS calls ------------------------------------------------
+# nn.FC forward+backward (GEMM, bias+ReLU, fused backward, two GEMMs) against
+# the three GEMMs alone, at ctrdnn's shapes; target <= 1.15x.
+step "FC layer vs its cuBLAS calls"
+(cd bench/gpu/ctr && timeout 60 "$BIN/ctr.test" -test.run FCLayerAgainstCuBLAS -test.v -test.count=1) \
+  >"$OUT/fc.txt" 2>&1 || status=1
+grep '"fc"' "$OUT/fc.txt" | awk -F'[:,}]' '{
+  for (i = 1; i < NF; i++) { k = $i; gsub(/[" {]/, "", k); v[k] = $(i+1) }
+  gsub(/"/, "", v["fc"])
+  printf "FC layer %-14s fwd+bwd %8.1f us, its 3 cuBLAS GEMMs %8.1f us, ratio %.2fx (target <= 1.15x)\n", v["fc"], v["layer_us"], v["cublas_us"], v["ratio"] }' |
+  tee -a "$OUT/summary.txt"
 
 # ---- the CLI on the GPU: profile, then a CPU-embedding + GPU-FC pipeline --------------------
 # One catalog: this machine's cores as type cpu, its GPU as type h200. The
@@ -222,9 +260,9 @@ name = "local"
 address = "127.0.0.1:7071"
 units = { cpu = 1, h200 = 1 }
 TOML
-timeout 300 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type h200 --device cuda \
+timeout 90 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type h200 --device cuda \
   --batch 512 --out "$OUT/profile-gpu.toml" >"$OUT/cli.txt" 2>&1 || status=1
-timeout 120 "$BIN/heterps" train --model ctrdnn --data synthetic --steps 300 --device cuda --json \
+timeout 60 "$BIN/heterps" train --model ctrdnn --data synthetic --steps 300 --device cuda --json \
   >"$OUT/train-gpu.json" 2>>"$OUT/cli.txt" || status=1
 pipeline=""
 for method in heuristic cpu; do
@@ -240,13 +278,41 @@ method = "@METHOD@"
 mode = "bsp"
 seed = 1
 TOML
-  timeout 300 "$BIN/heterps" run "$OUT/job-$method.toml" --catalog "$OUT/gpu-catalog.toml" --heterpsd "$BIN/heterpsd" \
+  timeout 90 "$BIN/heterps" run "$OUT/job-$method.toml" --catalog "$OUT/gpu-catalog.toml" --heterpsd "$BIN/heterpsd" \
     --json >"$OUT/run-$method.json" 2>>"$OUT/cli.txt" || status=1
+  logs=$(grep -o 'daemon logs in [^ ]*' "$OUT/cli.txt" | tail -n1 | cut -d' ' -f4)
+  [[ -n $logs && -d $logs ]] && cp -r "$logs" "$OUT/logs-$method"
   pipeline+="$method $(grep -o '"samples_per_s": *[0-9.e+]*' "$OUT/run-$method.json" | head -n1 | cut -d: -f2 | tr -d ' ') "
 done
 line=$(echo "$pipeline" | awk '{ printf "ctrdnn job, batch 2048: CPU embedding + GPU FC (heuristic) %.0f samples/s, all-CPU %.0f samples/s, ratio %.2fx (target > 1x)", $2, $4, ($4 > 0 ? $2 / $4 : 0) }')
 step "$line"
 echo "$line" >>"$OUT/summary.txt"
 
-step "done; results in $OUT"
+# ---- gpu.txt: the header, then every figure above ------------------------------------------
+commit=$(cat "$PREBUILT/commit" 2>/dev/null)
+[[ $BIN == "$ROOT/$PREBUILT" && -n $commit ]] || commit=$(commit_of)
+{
+  echo "# bench/gpu/run.sh — heterps on one GPU: parity tests, per-op figures, FC vs cuBLAS, ctrdnn vs PyTorch, CPU+GPU pipeline"
+  echo "# started:  $started (UTC)"
+  echo "# commit:   $commit"
+  echo "# gpu:      $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n1) (name, memory, driver)"
+  echo "# toolkit:  $(cuda=$(find_toolkit); [[ -n $cuda ]] && "$cuda/bin/nvcc" --version | tail -n1)"
+  echo "# cuBLAS:   ${HETERPS_CUBLAS:-default search path}"
+  echo "# built:    $(grep '^built with' "$OUT/build.txt" | head -n1)"
+  echo "# cpu:      $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) logical CPUs"
+  echo "# load:     $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+  echo "# PyTorch:  $(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo 'not installed')"
+  echo
+  echo "## GPU tests (native, native/cudadrv)"
+  echo "$(grep -c -- '--- PASS' "$OUT/tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/tests.txt") failed, $(grep -c -- '--- SKIP' "$OUT/tests.txt") skipped"
+  grep -E -- '--- (FAIL|SKIP)' "$OUT/tests.txt"
+  echo
+  echo "## Figures"
+  cat "$OUT/summary.txt"
+  echo
+  echo "## Raw benchmark lines"
+  grep '^Benchmark' "$OUT/bench.txt"
+} >"$OUT/gpu.txt"
+
+step "done; results in $OUT (gpu.txt is the recording)"
 exit $status

@@ -34,7 +34,9 @@ func envInt(t *testing.T, name string, def int) int {
 // TestCTRDNNTrainingGPU trains ctrdnn on the GPU and prints one JSON line
 // with samples/s. HETERPS_CTR_OUT names a folder to write the batches to
 // (for PyTorch); HETERPS_CTR_STEPS and HETERPS_CTR_BATCH size the run.
-func TestCTRDNNTrainingGPU(t *testing.T) {
+// cudaOrSkip opens GPU 0, or skips the test on a machine without one.
+func cudaOrSkip(t *testing.T) *native.CUDA {
+	t.Helper()
 	b, err := native.NewCUDA(native.CUDAOptions{})
 	if errors.Is(err, native.ErrNoGPU) {
 		t.Skipf("no CUDA device: %v", err)
@@ -42,6 +44,12 @@ func TestCTRDNNTrainingGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestCTRDNNTrainingGPU(t *testing.T) {
+	b := cudaOrSkip(t)
 	cfg, err := config.LoadModel("ctrdnn")
 	if err != nil {
 		t.Fatal(err)
