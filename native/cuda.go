@@ -47,6 +47,7 @@ type CUDA struct {
 	stream *cudaStream
 	blasMu sync.Mutex // cuBLAS handles are not for concurrent use
 	blas   *C.hps_cuda_blas
+	stager *C.hps_cuda_stager // pinned buffers that uploads pass through
 }
 
 // cudaStream is a backend's stream, shared with the cleanups of its buffers:
@@ -170,7 +171,13 @@ func NewCUDA(opts CUDAOptions) (*CUDA, error) {
 			C.cudaStreamDestroy(s)
 			return err
 		}
-		b.stream.s, b.blas = s, h
+		var st *C.hps_cuda_stager
+		if err := cudaStatus("allocate pinned staging buffers", C.hps_cuda_stager_create(&st)); err != nil {
+			C.hps_cuda_blas_destroy(h)
+			C.cudaStreamDestroy(s)
+			return err
+		}
+		b.stream.s, b.blas, b.stager = s, h, st
 		return nil
 	})
 	if err != nil {
@@ -231,6 +238,7 @@ func (b *CUDA) Close() error {
 	return b.ctx.Bind(func() error {
 		err := cudaStatus("close: synchronize", C.int(C.cudaStreamSynchronize(st.s)))
 		C.hps_cuda_blas_destroy(b.blas)
+		C.hps_cuda_stager_destroy(b.stager)
 		return errors.Join(err, cudaStatus("close: destroy stream", C.int(C.cudaStreamDestroy(st.s))))
 	})
 }
@@ -419,16 +427,16 @@ func (b *CUDA) devOptional(what string, buf Buffer, want int) (DeviceBuffer, err
 	return b.dev(what, buf, want)
 }
 
-// Upload copies src into dst. It returns once src may be reused; the copy
-// itself is ordered on the stream before later ops.
+// Upload copies src into dst. It returns once src may be reused (src has
+// been copied into pinned staging buffers); the copy itself is ordered on the
+// stream before later ops.
 func (b *CUDA) Upload(dst Buffer, src []float32) error {
 	d, err := b.dev("upload: dst", dst, len(src))
 	if err != nil || len(src) == 0 {
 		return err
 	}
 	return b.run("upload", func(s C.cudaStream_t) C.int {
-		return C.int(C.cudaMemcpyAsync(unsafe.Pointer(d.ptr()), unsafe.Pointer(&src[0]),
-			C.size_t(4*len(src)), C.cudaMemcpyHostToDevice, s))
+		return C.hps_cuda_upload(b.stager, s, unsafe.Pointer(d.ptr()), unsafe.Pointer(&src[0]), C.size_t(4*len(src)))
 	})
 }
 
@@ -460,9 +468,9 @@ func (b *CUDA) uploadInts(s C.cudaStream_t, v []int64) (p *C.int64_t, free func(
 		return nil, func() {}, st
 	}
 	free = func() { C.hps_cuda_free(s, mem) }
-	if e := C.cudaMemcpyAsync(mem, unsafe.Pointer(&v[0]), bytes, C.cudaMemcpyHostToDevice, s); e != C.cudaSuccess {
+	if st := C.hps_cuda_upload(b.stager, s, mem, unsafe.Pointer(&v[0]), bytes); st != C.HPS_OK {
 		free()
-		return nil, func() {}, C.int(e)
+		return nil, func() {}, st
 	}
 	return (*C.int64_t)(mem), free, C.HPS_OK
 }

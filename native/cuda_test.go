@@ -173,6 +173,31 @@ func TestCUDAUploadDownloadCopyFill(t *testing.T) {
 	}
 }
 
+// TestCUDAUploadsThroughThePinnedRing: uploads larger than the staging
+// ring (four 4 MiB chunks) arrive whole, and Upload's source may be
+// overwritten as soon as it returns, while earlier copies are still queued
+// behind a long kernel: the ring must not hand a chunk back before its copy
+// has run.
+func TestCUDAUploadsThroughThePinnedRing(t *testing.T) {
+	e := newCUDAEnv(t, 4)
+	const n = 5<<20 + 3         // 20 MiB and a tail: five chunks, the ring wraps
+	big := e.gpu.Alloc(1 << 28) // 1 GiB filled 40 times: the stream stays busy ~10 ms
+	for range 40 {
+		e.ok("fill", e.gpu.Fill(big, 1))
+	}
+	src := randFloats(e.rng, n, -1, 1)
+	want := slices.Clone(src)
+	first, second := e.gpu.Alloc(n), e.gpu.Alloc(n)
+	e.ok("upload", e.gpu.Upload(first, src))
+	for i := range src {
+		src[i] = -src[i]
+	}
+	e.ok("upload", e.gpu.Upload(second, src))
+	e.near("first upload", e.get(first), want, 0, 0)
+	e.near("second upload", e.get(second), src, 0, 0)
+	e.ok("free", e.gpu.Free(big))
+}
+
 // TestCUDAWritesStayInside checks that ops write nothing outside their output
 // views: the floats around a view keep their sentinel (gonum's guard idea).
 func TestCUDAWritesStayInside(t *testing.T) {
@@ -220,7 +245,8 @@ func TestCUDAGemm(t *testing.T) {
 					if tb {
 						br, bc = n, k
 					}
-					lda, ldb, ldc := ac+pad, bc+pad, n+pad
+					// A row stride is at least 1, also for a matrix of no columns (BLAS's rule).
+					lda, ldb, ldc := max(ac, 1)+pad, max(bc, 1)+pad, max(n, 1)+pad
 					ag, ah := e.rand(max(0, (ar-1)*lda+ac), -1, 1, pad%2)
 					bg, bh := e.rand(max(0, (br-1)*ldb+bc), -1, 1, 0)
 					cg, ch := e.rand(max(0, (m-1)*ldc+n), -1, 1, 0)

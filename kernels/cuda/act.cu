@@ -4,9 +4,13 @@
 // with float4 loads and stores when every pointer is 16-byte aligned (and, for
 // the bias, the row length a multiple of 4), then a scalar tail. The backward
 // with dbias tiles the matrix in 32-column strips: a warp reads 32 adjacent
-// floats of one row (coalesced), 8 warps of a block walk different rows, and
+// floats of one row (coalesced), 8 warps of a block take different rows, and
 // each block leaves one partial column sum per column; a second pass adds the
-// partials in block order.
+// partials. A thread walks at most kRowsPerThread rows (a chunk of 32 rows a
+// block) and a second-pass thread at most a few partials: a per-thread loop
+// over hundreds of rows waits on one load after another, which at ctrdnn's
+// 512 x 512 took ~20 us where the bytes need ~1 us. Chunks depend on the
+// shape only, so the sums (and their bits) do not depend on the device.
 #include "common.cuh"
 
 namespace hps {
@@ -55,7 +59,8 @@ __global__ void bwd_k(int64_t n, bool vec, const float *y, const float *dy, floa
   for (int64_t i = done + gtid(); i < n; i += gstride()) dx[i] = dact<A>(y[i], dy[i]);
 }
 
-constexpr int kTileX = 32, kTileY = 8;
+constexpr int kTileX = 32, kTileY = 8, kRowsPerThread = 4;
+constexpr int64_t kMaxChunks = 4096;
 
 // Block (bx, by) covers columns [32 bx, 32 bx + 32) and rows by*8 + ty +
 // k*8*gridDim.y; part[by][c] receives its column sums (part == dbias when
@@ -67,6 +72,7 @@ __global__ void bwd_cols_k(int64_t rows, int64_t cols, const float *y, const flo
   const int64_t c = (int64_t)blockIdx.x * kTileX + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
+#pragma unroll 4
     for (int64_t r = (int64_t)blockIdx.y * kTileY + threadIdx.y; r < rows;
          r += (int64_t)gridDim.y * kTileY) {
       const int64_t i = r * cols + c;
@@ -85,11 +91,24 @@ __global__ void bwd_cols_k(int64_t rows, int64_t cols, const float *y, const flo
   }
 }
 
-__global__ void sum_rows_k(int64_t nparts, int64_t cols, const float *part, float *out) {
-  for (int64_t c = gtid(); c < cols; c += gstride()) {
-    float s = 0.0f;
-    for (int64_t p = 0; p < nparts; p++) s += part[p * cols + c];
-    out[c] = s;
+// Block bx adds the partials part[0..nparts)[c] of columns c in [32 bx,
+// 32 bx + 32): warp ty takes partials ty, ty + 8, ..., then warp 0 adds the
+// eight sums in order.
+__global__ void sum_parts_k(int64_t nparts, int64_t cols, const float *part, float *out) {
+  __shared__ float sh[kTileY][kTileX + 1];
+  const int64_t c = (int64_t)blockIdx.x * kTileX + threadIdx.x;
+  float s = 0.0f;
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t p = threadIdx.y; p < nparts; p += kTileY) s += part[p * cols + c];
+  }
+  sh[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kTileY; k++) t += sh[k][threadIdx.x];
+    out[c] = t;
   }
 }
 
@@ -133,10 +152,11 @@ extern "C" int hps_cuda_bias_act_bwd(cudaStream_t s, hps_act act, int64_t rows, 
     HPS_ACT_SWITCH(act, A, bwd_k<A><<<g, kBlock, 0, s>>>(n, vec, y, dy, dx));
     return launched();
   }
-  // Row chunks depend on rows only (deterministic partials); about 256 rows each.
-  int64_t ychunks = (rows + 255) / 256;
-  if (ychunks > 1024) ychunks = 1024;
-  const dim3 grid((unsigned)((cols + kTileX - 1) / kTileX), (unsigned)ychunks);
+  // Row chunks depend on rows only (deterministic partials).
+  int64_t ychunks = (rows + kTileY * kRowsPerThread - 1) / (kTileY * kRowsPerThread);
+  if (ychunks > kMaxChunks) ychunks = kMaxChunks;
+  const unsigned xstrips = (unsigned)((cols + kTileX - 1) / kTileX);
+  const dim3 grid(xstrips, (unsigned)ychunks);
   const dim3 block(kTileX, kTileY);
   Scratch part(s);
   float *out = dbias;
@@ -147,7 +167,7 @@ extern "C" int hps_cuda_bias_act_bwd(cudaStream_t s, hps_act act, int64_t rows, 
   HPS_ACT_SWITCH(act, A, bwd_cols_k<A><<<grid, block, 0, s>>>(rows, cols, y, dy, dx, out));
   HPS_TRY(launched());
   if (ychunks > 1) {
-    sum_rows_k<<<blocks_for(cols), kBlock, 0, s>>>(ychunks, cols, out, dbias);
+    sum_parts_k<<<xstrips, block, 0, s>>>(ychunks, cols, out, dbias);
     HPS_TRY(launched());
   }
   return HPS_OK;

@@ -1,5 +1,8 @@
 // Copy, fill and status names (heterps_cuda.h helpers).
 #include <cublas_v2.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 
@@ -91,6 +94,72 @@ extern "C" int hps_cuda_fill(cudaStream_t s, int64_t n, float *dst, float v) {
   const bool vec = aligned16(dst);
   fill_k<<<blocks_for(vec ? n / 4 : n), kBlock, 0, s>>>(n, vec, dst, v);
   return launched();
+}
+
+// ---- pinned staging ---------------------------------------------------------------
+
+// Four chunks of 4 MiB: a large copy keeps the host's memcpy into one chunk
+// and the DMA out of others going at once; 16 MiB of pinned memory a stream.
+constexpr int kStageSlots = 4;
+constexpr size_t kStageChunk = 4u << 20;
+
+struct hps_cuda_stager {
+  pthread_mutex_t mu;
+  void *buf[kStageSlots];
+  cudaEvent_t done[kStageSlots];  // recorded after the chunk's copy
+  bool used[kStageSlots];         // done has been recorded
+  int next;
+};
+
+extern "C" int hps_cuda_stager_create(hps_cuda_stager **out) {
+  if (!out) return HPS_EINVAL;
+  *out = nullptr;
+  hps_cuda_stager *st = static_cast<hps_cuda_stager *>(calloc(1, sizeof *st));
+  if (!st) return status(cudaErrorMemoryAllocation);
+  pthread_mutex_init(&st->mu, nullptr);
+  for (int i = 0; i < kStageSlots; i++) {
+    cudaError_t e = cudaHostAlloc(&st->buf[i], kStageChunk, cudaHostAllocDefault);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&st->done[i], cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      hps_cuda_stager_destroy(st);
+      return status(e);
+    }
+  }
+  *out = st;
+  return HPS_OK;
+}
+
+extern "C" void hps_cuda_stager_destroy(hps_cuda_stager *st) {
+  if (!st) return;
+  for (int i = 0; i < kStageSlots; i++) {
+    if (st->done[i]) {
+      if (st->used[i]) cudaEventSynchronize(st->done[i]);
+      cudaEventDestroy(st->done[i]);
+    }
+    if (st->buf[i]) cudaFreeHost(st->buf[i]);
+  }
+  pthread_mutex_destroy(&st->mu);
+  free(st);
+}
+
+extern "C" int hps_cuda_upload(hps_cuda_stager *st, cudaStream_t s, void *dst, const void *src,
+                               size_t bytes) {
+  if (!st || ((!dst || !src) && bytes > 0)) return HPS_EINVAL;
+  pthread_mutex_lock(&st->mu);
+  int rc = HPS_OK;
+  for (size_t off = 0; off < bytes && rc == HPS_OK; off += kStageChunk) {
+    const size_t n = bytes - off < kStageChunk ? bytes - off : kStageChunk;
+    const int i = st->next;
+    st->next = (i + 1) % kStageSlots;
+    if (st->used[i] && (rc = status(cudaEventSynchronize(st->done[i]))) != HPS_OK) break;
+    memcpy(st->buf[i], static_cast<const char *>(src) + off, n);
+    rc = status(cudaMemcpyAsync(static_cast<char *>(dst) + off, st->buf[i], n,
+                                cudaMemcpyHostToDevice, s));
+    if (rc == HPS_OK) rc = status(cudaEventRecord(st->done[i], s));
+    st->used[i] = rc == HPS_OK;
+  }
+  pthread_mutex_unlock(&st->mu);
+  return rc;
 }
 
 extern "C" const char *hps_cuda_strerror(int st) {

@@ -2,8 +2,10 @@
 // section 7).
 //
 // A row of at most kWarpCols floats is handled by one warp (8 rows per
-// block), a longer one by a whole block; either way three passes over the
-// row: max, sum of exp(x - max), then the outputs. Loss sums are added in
+// block), which reads it from memory once into registers (lane l holds
+// columns l, l+32, ...); a longer one by a whole block, which reads it three
+// times. Either way three passes over the row: max, sum of exp(x - max),
+// then the outputs. Loss sums are added in
 // double, per block, and the per-block partials are added in block order by a
 // single block: deterministic, and no atomics.
 #include "common.cuh"
@@ -18,23 +20,62 @@ struct RowStats {
   float max, sum;  // sum of exp(x - max)
 };
 
-// Statistics of row x[0..cols) computed by a group of `width` threads with
-// index `lane`; reduce is warp_* (width 32) or block_* (width blockDim.x).
-template <bool WARP>
-__device__ RowStats row_stats(const float *x, int64_t cols, int lane, int width) {
+// Statistics of row x[0..cols) computed by a block: thread t adds columns
+// t, t + blockDim.x, ...
+__device__ RowStats block_row_stats(const float *x, int64_t cols) {
   float m = -INFINITY;
-  for (int64_t c = lane; c < cols; c += width) m = fmaxf(m, x[c]);
-  m = WARP ? warp_max(m) : block_max(m);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, x[c]);
+  m = block_max(m);
   float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += width) s += expf(x[c] - m);
-  s = WARP ? warp_sum(s) : block_sum(s);
-  return {m, s};
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += expf(x[c] - m);
+  return {m, block_sum(s)};
 }
 
-template <bool WARP>
-__device__ void softmax_row(const float *x, float *y, int64_t cols, int lane, int width,
-                            int log) {
-  const RowStats st = row_stats<WARP>(x, cols, lane, width);
+// A row of at most kWarpCols floats in one warp's registers.
+constexpr int kLaneCols = kWarpCols / 32;
+
+struct WarpRow {
+  float v[kLaneCols];  // v[i] = x[lane + 32 i], for columns < cols
+  RowStats st;
+};
+
+// Loads row x[0..cols) into the warp's registers and computes its
+// statistics: lane l adds columns l, l + 32, ...
+__device__ __forceinline__ void load_warp_row(const float *x, int64_t cols, int lane, WarpRow &r) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kLaneCols; i++) {
+    const int64_t c = lane + 32 * i;
+    r.v[i] = c < cols ? x[c] : 0.0f;
+    if (c < cols) m = fmaxf(m, r.v[i]);
+  }
+  m = warp_max(m);
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kLaneCols; i++)
+    if (lane + 32 * i < cols) s += expf(r.v[i] - m);
+  r.st = {m, warp_sum(s)};
+}
+
+__device__ void softmax_warp_row(const float *x, float *y, int64_t cols, int lane, int log) {
+  WarpRow r;
+  load_warp_row(x, cols, lane, r);
+  if (log) {
+    const float ls = logf(r.st.sum);
+#pragma unroll
+    for (int i = 0; i < kLaneCols; i++)
+      if (lane + 32 * i < cols) y[lane + 32 * i] = (r.v[i] - r.st.max) - ls;
+  } else {
+    const float inv = 1.0f / r.st.sum;
+#pragma unroll
+    for (int i = 0; i < kLaneCols; i++)
+      if (lane + 32 * i < cols) y[lane + 32 * i] = expf(r.v[i] - r.st.max) * inv;
+  }
+}
+
+__device__ void softmax_block_row(const float *x, float *y, int64_t cols, int log) {
+  const RowStats st = block_row_stats(x, cols);
+  const int64_t lane = threadIdx.x, width = blockDim.x;
   if (log) {
     const float ls = logf(st.sum);
     for (int64_t c = lane; c < cols; c += width) y[c] = (x[c] - st.max) - ls;
@@ -48,20 +89,20 @@ __global__ void softmax_warp_k(int64_t rows, int64_t cols, const float *x, float
   const int lane = threadIdx.x & 31;
   for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5); r < rows;
        r += (int64_t)gridDim.x * kRowsPerBlock)
-    softmax_row<true>(x + r * cols, y + r * cols, cols, lane, 32, log);
+    softmax_warp_row(x + r * cols, y + r * cols, cols, lane, log);
 }
 
 __global__ void softmax_block_k(int64_t rows, int64_t cols, const float *x, float *y, int log) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-    softmax_row<false>(x + r * cols, y + r * cols, cols, threadIdx.x, blockDim.x, log);
+    softmax_block_row(x + r * cols, y + r * cols, cols, log);
 }
 
 // Cross-entropy of one row against its label; loss is -log softmax[label]
 // (NaN for a label outside [0, cols), which the caller has ruled out).
-template <bool WARP>
-__device__ double xent_row(const float *x, int64_t label, float scale, float *dx, int64_t cols,
-                           int lane, int width) {
-  const RowStats st = row_stats<WARP>(x, cols, lane, width);
+__device__ double xent_block_row(const float *x, int64_t label, float scale, float *dx,
+                                 int64_t cols) {
+  const RowStats st = block_row_stats(x, cols);
+  const int64_t lane = threadIdx.x, width = blockDim.x;
   const bool ok = label >= 0 && label < cols;
   if (dx) {
     const float inv = 1.0f / st.sum;
@@ -72,13 +113,31 @@ __device__ double xent_row(const float *x, int64_t label, float scale, float *dx
   return (double)(logf(st.sum) - (x[label] - st.max));
 }
 
+// xent_block_row for a row in one warp's registers.
+__device__ double xent_warp_row(const float *x, int64_t label, float scale, float *dx,
+                                int64_t cols, int lane) {
+  WarpRow r;
+  load_warp_row(x, cols, lane, r);
+  const bool ok = label >= 0 && label < cols;
+  if (dx) {
+    const float inv = 1.0f / r.st.sum;
+#pragma unroll
+    for (int i = 0; i < kLaneCols; i++) {
+      const int64_t c = lane + 32 * i;
+      if (c < cols) dx[c] = scale * (expf(r.v[i] - r.st.max) * inv - (c == label ? 1.0f : 0.0f));
+    }
+  }
+  if (!ok) return NAN;
+  return (double)(logf(r.st.sum) - (x[label] - r.st.max));
+}
+
 __global__ void xent_warp_k(int64_t rows, int64_t cols, const float *x, const int64_t *labels,
                             float scale, float *dx, double *row_loss) {
   const int lane = threadIdx.x & 31;
   for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5); r < rows;
        r += (int64_t)gridDim.x * kRowsPerBlock) {
-    const double l = xent_row<true>(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr,
-                                    cols, lane, 32);
+    const double l =
+        xent_warp_row(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr, cols, lane);
     if (lane == 0) row_loss[r] = l;
   }
 }
@@ -86,8 +145,7 @@ __global__ void xent_warp_k(int64_t rows, int64_t cols, const float *x, const in
 __global__ void xent_block_k(int64_t rows, int64_t cols, const float *x, const int64_t *labels,
                              float scale, float *dx, double *row_loss) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const double l = xent_row<false>(x + r * cols, labels[r], scale,
-                                     dx ? dx + r * cols : nullptr, cols, threadIdx.x, blockDim.x);
+    const double l = xent_block_row(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr, cols);
     if (threadIdx.x == 0) row_loss[r] = l;
   }
 }

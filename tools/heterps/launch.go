@@ -237,9 +237,7 @@ func launchOffers(hs []hosts.Host, cat *config.Catalog, forced string) ([]hostOf
 		}
 		for _, t := range slices.Sorted(maps.Keys(units)) {
 			o := offer{typ: t, units: units[t], threads: 1}
-			if ty, ok := cat.Type(t); ok && ty.Kind == config.KindGPU && !cat.EmulateGPUs {
-				o.gpus = true // an emulating catalog's GPU types run on CPU-only nodes
-			}
+			o.gpus = runsOnGPUs(cat, t)
 			if m := threadsSuffix.FindStringSubmatch(t); m != nil {
 				o.threads, _ = strconv.Atoi(m[1])
 			}
@@ -352,14 +350,7 @@ func newSecret() ([]byte, error) {
 func launchNodeFile(d hostOffer, coordinator, secretPath string) []byte {
 	b := fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = %q\nps_listen = %q\ntype = %q\nunits = %d\nthreads = %d\nsecret_file = %q\n",
 		d.offer.name, coordinator, hostPort(d.host, d.port), hostPort(d.host, d.psPort), d.offer.typ, d.offer.units, d.offer.threads, secretPath)
-	if d.offer.gpus {
-		ordinals := make([]string, d.offer.units)
-		for i := range ordinals {
-			ordinals[i] = strconv.Itoa(i)
-		}
-		b = fmt.Appendf(b, "gpus = [%s]\n", strings.Join(ordinals, ", "))
-	}
-	return b
+	return appendGPUs(b, d.offer)
 }
 
 func hostPort(host string, port int) string { return fmt.Sprintf("%s:%d", host, port) }

@@ -153,6 +153,7 @@ func nodeOffers(cat *config.Catalog, n int) []offer {
 		}
 	}
 	for i := range out {
+		out[i].gpus = runsOnGPUs(cat, out[i].typ)
 		out[i].threads = 1
 		if m := threadsSuffix.FindStringSubmatch(out[i].typ); m != nil {
 			out[i].threads, _ = strconv.Atoi(m[1])
@@ -248,8 +249,30 @@ func waitUnqueued(ctx context.Context, c *coordClient, id string, update func(ap
 
 // nodeFile is a node daemon's file for an offer.
 func nodeFile(o offer, coordinator string) []byte {
-	return fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = %d\nthreads = %d\nplain = true\n",
+	b := fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = %d\nthreads = %d\nplain = true\n",
 		o.name, coordinator, o.typ, o.units, o.threads)
+	return appendGPUs(b, o)
+}
+
+// appendGPUs adds the gpus line of a GPU type's daemon: GPUs 0..units-1,
+// the host's, which the daemon checks against its inventory before it
+// registers.
+func appendGPUs(b []byte, o offer) []byte {
+	if !o.gpus {
+		return b
+	}
+	ordinals := make([]string, o.units)
+	for i := range ordinals {
+		ordinals[i] = strconv.Itoa(i)
+	}
+	return fmt.Appendf(b, "gpus = [%s]\n", strings.Join(ordinals, ", "))
+}
+
+// runsOnGPUs says whether a daemon of type typ trains on GPUs: a GPU type of
+// a catalog that does not emulate its GPUs on CPU-only nodes.
+func runsOnGPUs(cat *config.Catalog, typ string) bool {
+	t, ok := cat.Type(typ)
+	return ok && t.Kind == config.KindGPU && !cat.EmulateGPUs
 }
 
 // waitNodes waits until n nodes are alive, or a daemon exits.

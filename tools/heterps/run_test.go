@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -53,6 +54,61 @@ func TestNodeOffers(t *testing.T) {
 	cat.Nodes = nil
 	if bare := nodeOffers(cat, 0); len(bare) != 2 || bare[0].units != 1 || bare[1].typ != "cpu-2t" {
 		t.Errorf("no [[node]]: %+v", bare)
+	}
+}
+
+// TestNodeOffersOfAGPUType: heterps run's daemon of a GPU type names the
+// host's GPUs as its units (a node of a GPU type without them is refused
+// at registration), unless the catalog emulates its GPUs on CPUs.
+func TestNodeOffersOfAGPUType(t *testing.T) {
+	const src = `version = 1
+name = "gpu-check"
+%s
+[[type]]
+name = "cpu"
+kind = "cpu"
+model = "cores"
+price = 0.04
+max_units = 8
+peak_flops = 1.0e11
+mem_bandwidth = 2.0e10
+link_bandwidth = 5.0e9
+[[type]]
+name = "h200"
+kind = "gpu"
+model = "H200"
+price = 4.0
+max_units = 2
+peak_flops = 6.0e13
+mem_bandwidth = 4.8e12
+link_bandwidth = 5.0e9
+[[node]]
+name = "local"
+address = "127.0.0.1:7071"
+units = { cpu = 8, h200 = 2 }
+`
+	for _, tc := range []struct {
+		emulate  string
+		wantGPUs string
+	}{{"", "gpus = [0, 1]\n"}, {"emulate_gpus = true", ""}} {
+		cat, err := config.ParseCatalog("gpu.toml", []byte(fmt.Sprintf(src, tc.emulate)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		offers := nodeOffers(cat, 0)
+		if len(offers) != 2 || offers[0].typ != "cpu" || offers[1].typ != "h200" {
+			t.Fatalf("%q: offers %+v", tc.emulate, offers)
+		}
+		if cpu := string(nodeFile(offers[0], "http://c")); strings.Contains(cpu, "gpus") {
+			t.Errorf("%q: the cpu daemon's file names GPUs:\n%s", tc.emulate, cpu)
+		}
+		gpu := string(nodeFile(offers[1], "http://c"))
+		if got := strings.Contains(gpu, "gpus"); got != (tc.wantGPUs != "") || !strings.Contains(gpu, tc.wantGPUs) {
+			t.Errorf("%q: the h200 daemon's file\n%s\nwant %q", tc.emulate, gpu, tc.wantGPUs)
+		}
+		if _, err := config.ParseNode("n.toml", []byte(gpu)); err != nil {
+			t.Errorf("%q: the h200 daemon's file does not parse: %v", tc.emulate, err)
+		}
 	}
 }
 

@@ -27,19 +27,41 @@ func TestFCLayerAgainstCuBLAS(t *testing.T) {
 		{512, 247, 512}, {512, 512, 256}, {512, 256, 128},
 		{4096, 247, 512}, {4096, 512, 256}, {4096, 256, 128},
 	}
+	const rounds, passes = 5, 200
+	best := func(pass func() error) float64 {
+		d := time.Duration(1 << 62)
+		for range rounds {
+			d = min(d, timePasses(t, b, passes, pass))
+		}
+		return us(d) / passes
+	}
 	for _, c := range shapes {
 		layer, gemms := fcPasses(t, b, c.rows, c.in, c.out)
-		const rounds, passes = 5, 200
 		bestLayer, bestGemms := time.Duration(1<<62), time.Duration(1<<62)
 		for range rounds {
 			bestLayer = min(bestLayer, timePasses(t, b, passes, layer))
 			bestGemms = min(bestGemms, timePasses(t, b, passes, gemms))
 		}
+		y, dz, db := b.Alloc(c.rows*c.out), b.Alloc(c.rows*c.out), b.Alloc(c.out)
+		bias := b.Alloc(c.out)
 		line, _ := json.Marshal(map[string]any{"fc": fmt.Sprintf("%dx%dx%d", c.rows, c.in, c.out),
 			"layer_us": us(bestLayer) / passes, "cublas_us": us(bestGemms) / passes,
-			"ratio": float64(bestLayer) / float64(bestGemms)})
+			"ratio":       float64(bestLayer) / float64(bestGemms),
+			"bias_act_us": best(func() error { return b.BiasAct(native.ReLU, c.rows, c.out, y, bias, y) }),
+			"bias_act_bwd_us": best(func() error {
+				return b.BiasActBackward(native.ReLU, c.rows, c.out, y, dz, dz, db)
+			})})
 		fmt.Println(string(line))
 	}
+	// What one call costs when the GPU has nothing to do: the host's side
+	// of a kernel launch and of a cuBLAS call, queued back to back.
+	one, tiny := b.Alloc(1), [3]native.Buffer{b.Alloc(64), b.Alloc(64), b.Alloc(64)}
+	line, _ := json.Marshal(map[string]any{"probe": "per call, queued",
+		"fill_1_float_us": best(func() error { return b.Fill(one, 1) }),
+		"gemm_8x8x8_us": best(func() error {
+			return b.Gemm(false, false, 8, 8, 8, 1, tiny[0], 8, tiny[1], 8, 0, tiny[2], 8)
+		})})
+	fmt.Println(string(line))
 }
 
 // fcPasses returns one forward+backward of an FC layer [in x out] on a
