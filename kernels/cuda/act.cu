@@ -9,8 +9,11 @@
 // partials. A thread walks at most kRowsPerThread rows (a chunk of 32 rows a
 // block) and a second-pass thread at most a few partials: a per-thread loop
 // over hundreds of rows waits on one load after another, which at ctrdnn's
-// 512 x 512 took ~20 us where the bytes need ~1 us. Chunks depend on the
-// shape only, so the sums (and their bits) do not depend on the device.
+// 512 x 512 took ~20 us where the bytes need ~1 us. Up to kOneBlockRows rows
+// one block of 32 x 32 threads takes a whole strip instead (at most 32 rows a
+// thread): one launch and no scratch, where the GPU waits mostly on the host
+// between small kernels. Chunks depend on the shape only, so the sums (and
+// their bits) do not depend on the device.
 #include "common.cuh"
 
 namespace hps {
@@ -60,21 +63,21 @@ __global__ void bwd_k(int64_t n, bool vec, const float *y, const float *dy, floa
 }
 
 constexpr int kTileX = 32, kTileY = 8, kRowsPerThread = 4;
-constexpr int64_t kMaxChunks = 4096;
+constexpr int64_t kMaxChunks = 4096, kOneBlockRows = 1024;
 
-// Block (bx, by) covers columns [32 bx, 32 bx + 32) and rows by*8 + ty +
-// k*8*gridDim.y; part[by][c] receives its column sums (part == dbias when
-// gridDim.y == 1).
-template <int A>
+// Block (bx, by) of 32 x TY threads covers columns [32 bx, 32 bx + 32) and
+// rows by*TY + ty + k*TY*gridDim.y; part[by][c] receives its column sums
+// (part == dbias when gridDim.y == 1).
+template <int A, int TY>
 __global__ void bwd_cols_k(int64_t rows, int64_t cols, const float *y, const float *dy,
                            float *dx, float *part) {
-  __shared__ float sh[kTileY][kTileX + 1];
+  __shared__ float sh[TY][kTileX + 1];
   const int64_t c = (int64_t)blockIdx.x * kTileX + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
-#pragma unroll 4
-    for (int64_t r = (int64_t)blockIdx.y * kTileY + threadIdx.y; r < rows;
-         r += (int64_t)gridDim.y * kTileY) {
+#pragma unroll 8
+    for (int64_t r = (int64_t)blockIdx.y * TY + threadIdx.y; r < rows;
+         r += (int64_t)gridDim.y * TY) {
       const int64_t i = r * cols + c;
       const float g = dact<A>(y[i], dy[i]);
       dx[i] = g;
@@ -86,7 +89,7 @@ __global__ void bwd_cols_k(int64_t rows, int64_t cols, const float *y, const flo
   if (threadIdx.y == 0 && c < cols) {
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kTileY; k++) s += sh[k][threadIdx.x];
+    for (int k = 0; k < TY; k++) s += sh[k][threadIdx.x];
     part[(int64_t)blockIdx.y * cols + c] = s;
   }
 }
@@ -152,23 +155,22 @@ extern "C" int hps_cuda_bias_act_bwd(cudaStream_t s, hps_act act, int64_t rows, 
     HPS_ACT_SWITCH(act, A, bwd_k<A><<<g, kBlock, 0, s>>>(n, vec, y, dy, dx));
     return launched();
   }
+  const unsigned xstrips = (unsigned)((cols + kTileX - 1) / kTileX);
+  if (rows <= kOneBlockRows) {
+    HPS_ACT_SWITCH(act, A,
+                   bwd_cols_k<A, 32><<<xstrips, dim3(kTileX, 32), 0, s>>>(rows, cols, y, dy, dx, dbias));
+    return launched();
+  }
   // Row chunks depend on rows only (deterministic partials).
   int64_t ychunks = (rows + kTileY * kRowsPerThread - 1) / (kTileY * kRowsPerThread);
   if (ychunks > kMaxChunks) ychunks = kMaxChunks;
-  const unsigned xstrips = (unsigned)((cols + kTileX - 1) / kTileX);
   const dim3 grid(xstrips, (unsigned)ychunks);
   const dim3 block(kTileX, kTileY);
   Scratch part(s);
-  float *out = dbias;
-  if (ychunks > 1) {
-    HPS_TRY(part.alloc((size_t)(ychunks * cols) * sizeof(float)));
-    out = part.as<float>();
-  }
-  HPS_ACT_SWITCH(act, A, bwd_cols_k<A><<<grid, block, 0, s>>>(rows, cols, y, dy, dx, out));
+  HPS_TRY(part.alloc((size_t)(ychunks * cols) * sizeof(float)));
+  HPS_ACT_SWITCH(act, A,
+                 bwd_cols_k<A, kTileY><<<grid, block, 0, s>>>(rows, cols, y, dy, dx, part.as<float>()));
   HPS_TRY(launched());
-  if (ychunks > 1) {
-    sum_parts_k<<<xstrips, block, 0, s>>>(ychunks, cols, out, dbias);
-    HPS_TRY(launched());
-  }
-  return HPS_OK;
+  sum_parts_k<<<xstrips, block, 0, s>>>(ychunks, cols, part.as<float>(), dbias);
+  return launched();
 }

@@ -131,23 +131,34 @@ __device__ double xent_warp_row(const float *x, int64_t label, float scale, floa
   return (double)(logf(r.st.sum) - (x[label] - r.st.max));
 }
 
+// The xent kernels leave one loss partial per block: each warp (or the
+// block) adds its rows' losses in row order, then the block's warps are
+// added in warp order. The grid depends on rows only, so the partials do
+// too; a sum over one partial per row read the rows' losses one after
+// another in a single block, which took longer than the softmax itself.
 __global__ void xent_warp_k(int64_t rows, int64_t cols, const float *x, const int64_t *labels,
-                            float scale, float *dx, double *row_loss) {
-  const int lane = threadIdx.x & 31;
-  for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5); r < rows;
-       r += (int64_t)gridDim.x * kRowsPerBlock) {
-    const double l =
-        xent_warp_row(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr, cols, lane);
-    if (lane == 0) row_loss[r] = l;
+                            float scale, float *dx, double *block_loss) {
+  __shared__ double warp_loss[kRowsPerBlock];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double sum = 0.0;
+  for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + warp; r < rows;
+       r += (int64_t)gridDim.x * kRowsPerBlock)
+    sum += xent_warp_row(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr, cols, lane);
+  if (lane == 0) warp_loss[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double b = 0.0;
+    for (int w = 0; w < kRowsPerBlock; w++) b += warp_loss[w];
+    block_loss[blockIdx.x] = b;
   }
 }
 
 __global__ void xent_block_k(int64_t rows, int64_t cols, const float *x, const int64_t *labels,
-                             float scale, float *dx, double *row_loss) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const double l = xent_block_row(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr, cols);
-    if (threadIdx.x == 0) row_loss[r] = l;
-  }
+                             float scale, float *dx, double *block_loss) {
+  double sum = 0.0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    sum += xent_block_row(x + r * cols, labels[r], scale, dx ? dx + r * cols : nullptr, cols);
+  if (threadIdx.x == 0) block_loss[blockIdx.x] = sum;
 }
 
 // One block adds part[0..n) in a fixed order into *out.
@@ -231,18 +242,19 @@ extern "C" int hps_cuda_softmax_xent(cudaStream_t s, int64_t rows, int64_t cols,
   if (rows < 0 || cols < 0 || !loss) return HPS_EINVAL;
   if (rows > 0 && cols == 0) return HPS_EINVAL;  // no class can be a label
   if (rows > 0 && (!logits || !labels)) return HPS_EINVAL;
-  Scratch row_loss(s);
-  HPS_TRY(row_loss.alloc((size_t)rows * sizeof(double)));
-  if (rows > 0) {
-    const bool warp = cols <= kWarpCols;
+  const bool warp = cols <= kWarpCols;
+  const unsigned g = rows == 0 ? 0 : row_blocks(rows, warp);
+  Scratch block_loss(s);
+  HPS_TRY(block_loss.alloc((size_t)g * sizeof(double)));
+  if (g > 0) {
     if (warp)
-      xent_warp_k<<<row_blocks(rows, true), kBlock, 0, s>>>(rows, cols, logits, labels, scale, dx,
-                                                            row_loss.as<double>());
+      xent_warp_k<<<g, kBlock, 0, s>>>(rows, cols, logits, labels, scale, dx,
+                                       block_loss.as<double>());
     else
-      xent_block_k<<<row_blocks(rows, false), kBlock, 0, s>>>(rows, cols, logits, labels, scale,
-                                                              dx, row_loss.as<double>());
+      xent_block_k<<<g, kBlock, 0, s>>>(rows, cols, logits, labels, scale, dx,
+                                        block_loss.as<double>());
     HPS_TRY(launched());
   }
-  sum_partials_k<<<1, kBlock, 0, s>>>(rows, row_loss.as<double>(), loss);
+  sum_partials_k<<<1, kBlock, 0, s>>>(g, block_loss.as<double>(), loss);
   return launched();
 }
