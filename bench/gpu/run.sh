@@ -270,6 +270,16 @@ units = { cpu-4t = 2, h200 = 1 }
 TOML
 timeout 90 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type h200 --device cuda \
   --batch 512 --out "$OUT/profile-gpu.toml" >"$OUT/cli.txt" 2>&1 || status=1
+# The CPU type measured into the same profile, then the plan on both
+# measured types: its sources say so.
+timeout 90 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type cpu-4t --unit-threads 4 \
+  --units 1,2 --sync-steps 0 --batch 512 --into "$OUT/profile-gpu.toml" --out "$OUT/profile.toml" >>"$OUT/cli.txt" 2>&1 ||
+  status=1
+timeout 30 "$BIN/heterps" plan --problem "$OUT/profile.toml" --method exact --json >"$OUT/plan-measured.json" \
+  2>>"$OUT/cli.txt" || status=1
+echo "heterps plan --method exact on the measured profile (both types): $(tr -d ' \n' <"$OUT/plan-measured.json" |
+  grep -o '"cost":[0-9.e+-]*\|"throughput":[0-9.e+]*\|"assign":\[[^]]*\]' | head -n3 | tr '\n' ' ')" \
+  >>"$OUT/summary.txt"
 samples() { grep -o '"samples_per_s": *[0-9.e+]*' "$1" 2>/dev/null | head -n1 | cut -d: -f2 | tr -d ' '; }
 train() { # train NAME ARGS...: heterps train --json into $OUT/train-NAME.json
   local name=$1
@@ -281,9 +291,12 @@ train gpu --device cuda
 train gpu-2048 --device cuda --batch 2048
 train cpu8-2048 --device cpu --threads 8 --batch 2048
 train cpu16-2048 --device cpu --threads 16 --batch 2048
-cat >"$OUT/job-heuristic.toml" <<'TOML'
+# micro_batches: with one, the two stages take turns; with more, they overlap (1F1B).
+best=0
+for mb in 1 4 8; do
+  sed -e "s/@MB@/$mb/" >"$OUT/job-heuristic-mb$mb.toml" <<'TOML'
 version = 1
-name = "gpu-check-heuristic"
+name = "gpu-check-heuristic-mb@MB@"
 model = "ctrdnn"
 data = "synthetic:1"
 batch = 2048
@@ -291,15 +304,20 @@ steps = 300
 throughput_limit = 0
 method = "heuristic"
 mode = "bsp"
+micro_batches = @MB@
 seed = 1
 TOML
-timeout 90 "$BIN/heterps" run "$OUT/job-heuristic.toml" --catalog "$OUT/gpu-catalog.toml" --heterpsd "$BIN/heterpsd" \
-  --json >"$OUT/run-heuristic.json" 2>>"$OUT/cli.txt" || status=1
-logs=$(grep -o 'daemon logs in [^ ]*' "$OUT/cli.txt" | tail -n1 | cut -d' ' -f4)
-[[ -n $logs && -d $logs ]] && cp -r "$logs" "$OUT/logs-heuristic"
-line=$(awk -v p="$(samples "$OUT/run-heuristic.json")" -v c8="$(samples "$OUT/train-cpu8-2048.json")" \
+  timeout 90 "$BIN/heterps" run "$OUT/job-heuristic-mb$mb.toml" --catalog "$OUT/gpu-catalog.toml" \
+    --heterpsd "$BIN/heterpsd" --json >"$OUT/run-heuristic-mb$mb.json" 2>>"$OUT/cli.txt" || status=1
+  logs=$(grep -o 'daemon logs in [^ ]*' "$OUT/cli.txt" | tail -n1 | cut -d' ' -f4)
+  [[ -n $logs && -d $logs ]] && cp -r "$logs" "$OUT/logs-heuristic-mb$mb"
+  x=$(samples "$OUT/run-heuristic-mb$mb.json")
+  echo "ctrdnn job, batch 2048, CPU embedding (4 threads) + GPU FC, micro_batches $mb: ${x:-0} samples/s" >>"$OUT/summary.txt"
+  best=$(awk -v a="$best" -v b="${x:-0}" 'BEGIN { print (b > a ? b : a) }')
+done
+line=$(awk -v p="$best" -v c8="$(samples "$OUT/train-cpu8-2048.json")" \
   -v c16="$(samples "$OUT/train-cpu16-2048.json")" -v g="$(samples "$OUT/train-gpu-2048.json")" 'BEGIN {
-  printf "ctrdnn, batch 2048: CPU embedding (4 threads) + GPU FC pipeline job %.0f samples/s; all-CPU single process, 8 threads %.0f (%.2fx), 16 threads %.0f (%.2fx) (target > 1x); whole model on the GPU in one process %.0f",
+  printf "ctrdnn, batch 2048: CPU embedding (4 threads) + GPU FC pipeline job, best of the above %.0f samples/s; all-CPU single process, 8 threads %.0f (%.2fx), 16 threads %.0f (%.2fx) (target > 1x); whole model on the GPU in one process %.0f",
     p, c8, (c8 > 0 ? p / c8 : 0), c16, (c16 > 0 ? p / c16 : 0), g }')
 step "$line"
 echo "$line" >>"$OUT/summary.txt"

@@ -98,6 +98,10 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 		if err := cudaProfileFlags(f, fs); err != nil {
 			return nil, err
 		}
+	} else if f.unitThreads > runtime.NumCPU() {
+		// One unit is the least profiled; a unit wider than the machine
+		// would be timed on fewer threads than it has and filed as it.
+		return nil, fmt.Errorf("profile: --unit-threads %d: one unit needs %d CPUs, this machine has %d", f.unitThreads, f.unitThreads, runtime.NumCPU())
 	}
 	return f, nil
 }

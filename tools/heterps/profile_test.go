@@ -6,7 +6,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,6 +53,20 @@ func TestProfileRejectsUnknownTypeAndBadUnits(t *testing.T) {
 	f, _ := parseProfileFlags([]string{"--type", "tpu", "--catalog", "../../config/examples/catalogs/local.toml"}, &bytes.Buffer{})
 	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `no type "tpu"`) {
 		t.Errorf("unknown type: %v", err)
+	}
+}
+
+// TestProfileRefusesAUnitWiderThanTheMachine: --unit-threads above the
+// CPU count used to skip every unit count and then index the empty
+// timings (a panic).
+func TestProfileRefusesAUnitWiderThanTheMachine(t *testing.T) {
+	wide := strconv.Itoa(runtime.NumCPU() + 1)
+	_, err := parseProfileFlags([]string{"--unit-threads", wide}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--unit-threads "+wide) {
+		t.Errorf("--unit-threads %s on %d CPUs: %v", wide, runtime.NumCPU(), err)
+	}
+	if _, err := parseProfileFlags([]string{"--unit-threads", strconv.Itoa(runtime.NumCPU())}, &bytes.Buffer{}); err != nil {
+		t.Errorf("a unit as wide as the machine refused: %v", err)
 	}
 }
 
