@@ -203,18 +203,22 @@ cat "$OUT/summary.txt"
 # ---- ctrdnn training against PyTorch on this GPU ------------------------------------------
 # Same model, batch 512 and batches (written by ctr.test for PyTorch); target >= 1.5x.
 step "ctrdnn training: heterps vs PyTorch on this GPU"
-CTR=$OUT/ctrdata
-mkdir -p "$CTR"
-(cd bench/gpu/ctr && HETERPS_CTR_OUT=$CTR timeout 90 "$BIN/ctr.test" -test.run CTRDNN -test.v -test.count=1) \
-  >"$OUT/ctr.txt" 2>&1 || status=1
-ours=$(grep -o '"samples_per_s":[0-9.e+]*' "$OUT/ctr.txt" | head -n1 | cut -d: -f2)
-timeout 90 python3 bench/pytorch/ctrdnn.py --device cuda --data "$CTR" --steps 200 >"$OUT/ctr_torch.json" 2>>"$OUT/ctr.txt" || status=1
-theirs=$(grep -o '"samples_per_s": [0-9.e+]*' "$OUT/ctr_torch.json" | head -n1 | cut -d: -f2)
-rm -rf "$CTR"
-line=$(awk -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN {
-  printf "ctrdnn training, batch 512: heterps %.0f samples/s, PyTorch %.0f samples/s, ratio %.2fx (target >= 1.5x)", a, b, (b > 0 ? a / b : 0) }')
-step "$line"
-echo "$line" >>"$OUT/summary.txt"
+: >"$OUT/ctr.txt"
+for batch in 512 2048; do
+  CTR=$OUT/ctrdata
+  mkdir -p "$CTR"
+  (cd bench/gpu/ctr && HETERPS_CTR_OUT=$CTR HETERPS_CTR_BATCH=$batch timeout 90 "$BIN/ctr.test" -test.run CTRDNN \
+    -test.v -test.count=1) >>"$OUT/ctr.txt" 2>&1 || status=1
+  ours=$(grep -o '"samples_per_s":[0-9.e+]*' "$OUT/ctr.txt" | tail -n1 | cut -d: -f2)
+  timeout 90 python3 bench/pytorch/ctrdnn.py --device cuda --data "$CTR" --steps 200 >"$OUT/ctr_torch-$batch.json" \
+    2>>"$OUT/ctr.txt" || status=1
+  theirs=$(grep -o '"samples_per_s": [0-9.e+]*' "$OUT/ctr_torch-$batch.json" | head -n1 | cut -d: -f2)
+  rm -rf "$CTR"
+  line=$(awk -v n="$batch" -v a="${ours:-0}" -v b="${theirs:-0}" 'BEGIN {
+    printf "ctrdnn training, batch %d: heterps %.0f samples/s, PyTorch %.0f samples/s, ratio %.2fx (target >= 1.5x)", n, a, b, (b > 0 ? a / b : 0) }')
+  step "$line"
+  echo "$line" >>"$OUT/summary.txt"
+done
 
 # ---- an FC layer against its own cuBLAS calls ------------------------------------------------
 # nn.FC forward+backward (GEMM, bias+ReLU, fused backward, two GEMMs) against
@@ -291,12 +295,17 @@ train gpu --device cuda
 train gpu-2048 --device cuda --batch 2048
 train cpu8-2048 --device cpu --threads 8 --batch 2048
 train cpu16-2048 --device cpu --threads 16 --batch 2048
-# micro_batches: with one, the two stages take turns; with more, they overlap (1F1B).
+# micro_batches: with one, the two stages take turns; with more, they overlap
+# (1F1B). dense_sync: the GPU stage's dense parameters through the CPU node's
+# PS every step, or kept on its replica (a ring of one).
 best=0
-for mb in 1 4 8; do
-  sed -e "s/@MB@/$mb/" >"$OUT/job-heuristic-mb$mb.toml" <<'TOML'
+for v in mb1-ps mb4-ps mb1-allreduce; do
+  mb=${v%%-*}
+  mb=${mb#mb}
+  sync=${v#*-}
+  sed -e "s/@MB@/$mb/" -e "s/@SYNC@/$sync/" -e "s/@V@/$v/" >"$OUT/job-heuristic-$v.toml" <<'TOML'
 version = 1
-name = "gpu-check-heuristic-mb@MB@"
+name = "gpu-check-heuristic-@V@"
 model = "ctrdnn"
 data = "synthetic:1"
 batch = 2048
@@ -305,14 +314,15 @@ throughput_limit = 0
 method = "heuristic"
 mode = "bsp"
 micro_batches = @MB@
+dense_sync = "@SYNC@"
 seed = 1
 TOML
-  timeout 90 "$BIN/heterps" run "$OUT/job-heuristic-mb$mb.toml" --catalog "$OUT/gpu-catalog.toml" \
-    --heterpsd "$BIN/heterpsd" --json >"$OUT/run-heuristic-mb$mb.json" 2>>"$OUT/cli.txt" || status=1
+  timeout 90 "$BIN/heterps" run "$OUT/job-heuristic-$v.toml" --catalog "$OUT/gpu-catalog.toml" \
+    --heterpsd "$BIN/heterpsd" --json >"$OUT/run-heuristic-$v.json" 2>>"$OUT/cli.txt" || status=1
   logs=$(grep -o 'daemon logs in [^ ]*' "$OUT/cli.txt" | tail -n1 | cut -d' ' -f4)
-  [[ -n $logs && -d $logs ]] && cp -r "$logs" "$OUT/logs-heuristic-mb$mb"
-  x=$(samples "$OUT/run-heuristic-mb$mb.json")
-  echo "ctrdnn job, batch 2048, CPU embedding (4 threads) + GPU FC, micro_batches $mb: ${x:-0} samples/s" >>"$OUT/summary.txt"
+  [[ -n $logs && -d $logs ]] && cp -r "$logs" "$OUT/logs-heuristic-$v"
+  x=$(samples "$OUT/run-heuristic-$v.json")
+  echo "ctrdnn job, batch 2048, CPU embedding (4 threads) + GPU FC, micro_batches $mb, dense_sync $sync: ${x:-0} samples/s" >>"$OUT/summary.txt"
   best=$(awk -v a="$best" -v b="${x:-0}" 'BEGIN { print (b > a ? b : a) }')
 done
 line=$(awk -v p="$best" -v c8="$(samples "$OUT/train-cpu8-2048.json")" \
