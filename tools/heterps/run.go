@@ -293,7 +293,7 @@ func waitNodes(ctx context.Context, c *coordClient, n int, kids *children) error
 			return ctx.Err()
 		case kids.exited() != nil:
 			k := kids.exited()
-			return fmt.Errorf("%s exited while the nodes registered; see %s", strings.Join(k.cmd.Args, " "), k.log)
+			return fmt.Errorf("%s exited while the nodes registered: %s (log: %s)", strings.Join(k.cmd.Args, " "), lastLine(k.log), k.log)
 		case time.Now().After(deadline):
 			return fmt.Errorf("%d of %d node daemons registered within 30 s (last error: %v)", alive, n, err)
 		}
@@ -312,6 +312,26 @@ type children struct {
 }
 
 // child is a started daemon; exited is closed once it has exited.
+// lastLine is the last non-empty line of a daemon's log, where a daemon
+// that gives up writes why; at most 64 KiB of the file's end are read.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "its log cannot be read"
+	}
+	defer f.Close()
+	const tail = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		f.Seek(st.Size()-tail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tail))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return last
+	}
+	return "its log is empty"
+}
+
 type child struct {
 	cmd    *exec.Cmd
 	log    string

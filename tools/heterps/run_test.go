@@ -301,3 +301,27 @@ func TestRunGivesUpOnAQueuedJob(t *testing.T) {
 		t.Error("the queued job was not cancelled")
 	}
 }
+
+// TestLastLineIsTheDaemonsReason: heterps run quotes the last line of a
+// daemon that exited, where heterpsd writes why it gave up.
+func TestLastLineIsTheDaemonsReason(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	long := strings.Repeat("time=... level=INFO msg=step\n", 10000) + "heterpsd: refusing to register: no GPU\n\n"
+	for _, tc := range []struct{ path, want string }{
+		{write("log", "time=... msg=stopped\nheterpsd: refusing to register: no GPU\n"), "heterpsd: refusing to register: no GPU"},
+		{write("long", long), "heterpsd: refusing to register: no GPU"},
+		{write("empty", ""), "its log is empty"},
+		{filepath.Join(dir, "missing"), "its log cannot be read"},
+	} {
+		if got := lastLine(tc.path); got != tc.want {
+			t.Errorf("%s: %q, want %q", filepath.Base(tc.path), got, tc.want)
+		}
+	}
+}
