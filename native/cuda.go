@@ -440,19 +440,15 @@ func (b *CUDA) Upload(dst Buffer, src []float32) error {
 	})
 }
 
-// Download copies src into dst once the ops queued before it have run.
+// Download copies src into dst once the ops queued before it have run,
+// through the pinned staging buffers, and returns when dst holds it.
 func (b *CUDA) Download(dst []float32, src Buffer) error {
 	d, err := b.dev("download: src", src, len(dst))
 	if err != nil || len(dst) == 0 {
 		return err
 	}
 	return b.run("download", func(s C.cudaStream_t) C.int {
-		st := C.cudaMemcpyAsync(unsafe.Pointer(&dst[0]), unsafe.Pointer(d.ptr()),
-			C.size_t(4*len(dst)), C.cudaMemcpyDeviceToHost, s)
-		if st != C.cudaSuccess {
-			return C.int(st)
-		}
-		return C.int(C.cudaStreamSynchronize(s))
+		return C.hps_cuda_download(b.stager, s, unsafe.Pointer(&dst[0]), unsafe.Pointer(d.ptr()), C.size_t(4*len(dst)))
 	})
 }
 

@@ -65,13 +65,28 @@ __global__ void bwd_k(int64_t n, bool vec, const float *y, const float *dy, floa
 constexpr int kTileX = 32, kTileY = 8, kRowsPerThread = 4;
 constexpr int64_t kMaxChunks = 4096, kOneBlockRows = 1024;
 
+// Adds the TY threads' values v of each column of a 32 x TY block in row
+// order and writes the column's sum to *out (when out is not null); every
+// thread of the block calls it.
+template <int TY>
+__device__ __forceinline__ void store_column_sum(float v, float *out) {
+  __shared__ float sh[TY][kTileX + 1];
+  sh[threadIdx.y][threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.y == 0 && out) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < TY; k++) s += sh[k][threadIdx.x];
+    *out = s;
+  }
+}
+
 // Block (bx, by) of 32 x TY threads covers columns [32 bx, 32 bx + 32) and
 // rows by*TY + ty + k*TY*gridDim.y; part[by][c] receives its column sums
 // (part == dbias when gridDim.y == 1).
 template <int A, int TY>
 __global__ void bwd_cols_k(int64_t rows, int64_t cols, const float *y, const float *dy,
                            float *dx, float *part) {
-  __shared__ float sh[TY][kTileX + 1];
   const int64_t c = (int64_t)blockIdx.x * kTileX + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
@@ -84,35 +99,20 @@ __global__ void bwd_cols_k(int64_t rows, int64_t cols, const float *y, const flo
       acc += g;
     }
   }
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < TY; k++) s += sh[k][threadIdx.x];
-    part[(int64_t)blockIdx.y * cols + c] = s;
-  }
+  store_column_sum<TY>(acc, c < cols ? part + (int64_t)blockIdx.y * cols + c : nullptr);
 }
 
 // Block bx adds the partials part[0..nparts)[c] of columns c in [32 bx,
 // 32 bx + 32): warp ty takes partials ty, ty + 8, ..., then warp 0 adds the
 // eight sums in order.
 __global__ void sum_parts_k(int64_t nparts, int64_t cols, const float *part, float *out) {
-  __shared__ float sh[kTileY][kTileX + 1];
   const int64_t c = (int64_t)blockIdx.x * kTileX + threadIdx.x;
   float s = 0.0f;
   if (c < cols) {
 #pragma unroll 4
     for (int64_t p = threadIdx.y; p < nparts; p += kTileY) s += part[p * cols + c];
   }
-  sh[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float t = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kTileY; k++) t += sh[k][threadIdx.x];
-    out[c] = t;
-  }
+  store_column_sum<kTileY>(s, c < cols ? out + c : nullptr);
 }
 
 int check(hps_act act, int64_t rows, int64_t cols) {
