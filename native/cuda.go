@@ -251,7 +251,16 @@ func (b *CUDA) run(op string, f func(s C.cudaStream_t) C.int) error {
 	if b.stream.closed {
 		return fmt.Errorf("cuda: %s: %w", op, ErrClosedBackend)
 	}
-	return b.ctx.Bind(func() error { return cudaStatus(op, f(b.stream.s)) })
+	return b.ctx.Bind(func() error {
+		st := f(b.stream.s)
+		if st > 0 && st < C.HPS_CUDA_EBLAS {
+			// A runtime error stays the thread's last error until read, and
+			// the next launch here would report it as its own (see
+			// kernels/cuda/common.cuh, status).
+			C.cudaGetLastError()
+		}
+		return cudaStatus(op, st)
+	})
 }
 
 // ---- device buffers ------------------------------------------------------------
@@ -440,15 +449,19 @@ func (b *CUDA) Upload(dst Buffer, src []float32) error {
 	})
 }
 
-// Download copies src into dst once the ops queued before it have run,
-// through the pinned staging buffers, and returns when dst holds it.
+// Download copies src into dst once the ops queued before it have run.
 func (b *CUDA) Download(dst []float32, src Buffer) error {
 	d, err := b.dev("download: src", src, len(dst))
 	if err != nil || len(dst) == 0 {
 		return err
 	}
 	return b.run("download", func(s C.cudaStream_t) C.int {
-		return C.hps_cuda_download(b.stager, s, unsafe.Pointer(&dst[0]), unsafe.Pointer(d.ptr()), C.size_t(4*len(dst)))
+		st := C.cudaMemcpyAsync(unsafe.Pointer(&dst[0]), unsafe.Pointer(d.ptr()),
+			C.size_t(4*len(dst)), C.cudaMemcpyDeviceToHost, s)
+		if st != C.cudaSuccess {
+			return C.int(st)
+		}
+		return C.int(C.cudaStreamSynchronize(s))
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -762,6 +763,22 @@ func TestCUDAStatusErrors(t *testing.T) {
 	if err := cudaStatus("gemm", -10); !strings.Contains(err.Error(), "libcublas") {
 		t.Fatalf("HPS_CUDA_ENOBLAS gave %v", err)
 	}
+}
+
+// TestCUDAFailedCallDoesNotFailTheNextLaunch: a failed runtime call (here
+// an allocation larger than any GPU) leaves the error as the thread's last
+// one, which the next launch on that thread used to report as its own.
+func TestCUDAFailedCallDoesNotFailTheNextLaunch(t *testing.T) {
+	runtime.LockOSThread() // the last error is per thread: keep every call on this one
+	defer runtime.UnlockOSThread()
+	e := newCUDAEnv(t, 5)
+	huge := e.gpu.Alloc(1 << 40) // 4 TiB
+	if err := huge.(DeviceBuffer).Err(); !errors.Is(err, ErrDeviceMemory) {
+		t.Fatalf("a 4 TiB allocation: %v, want ErrDeviceMemory", err)
+	}
+	buf := e.gpu.Alloc(16)
+	e.ok("fill after a failed allocation", e.gpu.Fill(buf, 1))
+	e.near("fill", e.get(buf), slices.Repeat([]float32{1}, 16), 0, 0)
 }
 
 // TestCUDAReductionsAreDeterministic: the column sums of dbias and the loss

@@ -24,7 +24,16 @@ inline unsigned blocks_for(int64_t n, int block = kBlock) {
   return (unsigned)g;
 }
 
-inline int status(cudaError_t e) { return e == cudaSuccess ? HPS_OK : (int)e; }
+// The runtime keeps the last error of each host thread until
+// cudaGetLastError reads it, and launched() reads it after every launch: a
+// failed call (a bad copy, an allocation) would otherwise be reported again
+// by the next launch on the same thread, as that launch's failure. Sticky
+// errors (a kernel fault) stay whatever is read.
+inline int status(cudaError_t e) {
+  if (e == cudaSuccess) return HPS_OK;
+  (void)cudaGetLastError();
+  return (int)e;
+}
 
 // The status of the launch just made (a bad configuration, or a sticky error
 // from earlier work).

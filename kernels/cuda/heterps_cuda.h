@@ -162,11 +162,11 @@ int hps_cuda_copy(cudaStream_t s, int64_t n, const float *src, float *dst);
 /* dst[i] = v for n floats. */
 int hps_cuda_fill(cudaStream_t s, int64_t n, float *dst, float v);
 
-/* A stager copies between host and device memory through a ring of pinned
- * (page-locked) host buffers, which the DMA engine reads and writes while the
- * caller goes on: a copy from or to pageable memory is staged by the driver
- * and runs at a fraction of the link's speed. One stager per stream; safe
- * for concurrent use. */
+/* A stager copies host memory to the device through a ring of pinned
+ * (page-locked) host buffers, so that the DMA engine reads them while the
+ * caller goes on: a copy from pageable memory is staged by the driver and
+ * runs at a fraction of the link's speed. One stager per stream; safe for
+ * concurrent use. */
 typedef struct hps_cuda_stager hps_cuda_stager;
 int hps_cuda_stager_create(hps_cuda_stager **out);
 /* Waits for the copies in flight, then frees the pinned buffers. */
@@ -176,11 +176,6 @@ void hps_cuda_stager_destroy(hps_cuda_stager *st);
  * chunks, each sent with cudaMemcpyAsync, and a chunk's buffer is reused
  * only after its copy has run (an event). */
 int hps_cuda_upload(hps_cuda_stager *st, cudaStream_t s, void *dst, const void *src, size_t bytes);
-/* Queues the copy of bytes from device memory src into host memory dst
- * through the ring, after the work queued on s before it, and returns once
- * dst holds them (synchronises): each chunk's copy out of the ring overlaps
- * the DMA of the next ones. */
-int hps_cuda_download(hps_cuda_stager *st, cudaStream_t s, void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -162,39 +162,6 @@ extern "C" int hps_cuda_upload(hps_cuda_stager *st, cudaStream_t s, void *dst, c
   return rc;
 }
 
-extern "C" int hps_cuda_download(hps_cuda_stager *st, cudaStream_t s, void *dst, const void *src,
-                                 size_t bytes) {
-  if (!st || ((!dst || !src) && bytes > 0)) return HPS_EINVAL;
-  pthread_mutex_lock(&st->mu);
-  // Chunk k goes through slot (first + k) % kStageSlots; at most
-  // kStageSlots chunks are in flight, the oldest copied out first.
-  const int first = st->next;
-  const size_t chunks = (bytes + kStageChunk - 1) / kStageChunk;
-  int rc = HPS_OK;
-  size_t queued = 0, done = 0;
-  while (done < chunks && rc == HPS_OK) {
-    if (queued < chunks && queued - done < (size_t)kStageSlots) {
-      const int i = (int)((first + queued) % kStageSlots);
-      const size_t off = queued * kStageChunk, n = bytes - off < kStageChunk ? bytes - off : kStageChunk;
-      if (st->used[i] && (rc = status(cudaEventSynchronize(st->done[i]))) != HPS_OK) break;
-      rc = status(cudaMemcpyAsync(st->buf[i], static_cast<const char *>(src) + off, n,
-                                  cudaMemcpyDeviceToHost, s));
-      if (rc == HPS_OK) rc = status(cudaEventRecord(st->done[i], s));
-      st->used[i] = rc == HPS_OK;
-      queued++;
-      continue;
-    }
-    const int i = (int)((first + done) % kStageSlots);
-    const size_t off = done * kStageChunk, n = bytes - off < kStageChunk ? bytes - off : kStageChunk;
-    if ((rc = status(cudaEventSynchronize(st->done[i]))) != HPS_OK) break;
-    memcpy(static_cast<char *>(dst) + off, st->buf[i], n);
-    done++;
-  }
-  st->next = (int)((first + queued) % kStageSlots);
-  pthread_mutex_unlock(&st->mu);
-  return rc;
-}
-
 extern "C" const char *hps_cuda_strerror(int st) {
   switch (st) {
     case HPS_OK:
