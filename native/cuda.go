@@ -36,6 +36,11 @@ import (
 type CUDAOptions struct {
 	Device int  // driver ordinal
 	TF32   bool // let cuBLAS use TF32 tensor cores in GEMM (about 10 mantissa bits)
+	// PageableUploads copies uploads straight from Go memory, which the
+	// driver stages itself, instead of through the backend's pinned
+	// buffers: what a backend does anyway when it cannot have pinned
+	// memory (CUDA.PinnedStaging says why).
+	PageableUploads bool
 }
 
 var _ Backend = (*CUDA)(nil)
@@ -47,7 +52,9 @@ type CUDA struct {
 	stream *cudaStream
 	blasMu sync.Mutex // cuBLAS handles are not for concurrent use
 	blas   *C.hps_cuda_blas
-	stager *C.hps_cuda_stager // pinned buffers that uploads pass through
+	stager *C.hps_cuda_stager // pinned buffers that uploads pass through; nil: plain copies
+	// stagerErr is why there is no stager (nil with one).
+	stagerErr error
 }
 
 // cudaStream is a backend's stream, shared with the cleanups of its buffers:
@@ -171,13 +178,16 @@ func NewCUDA(opts CUDAOptions) (*CUDA, error) {
 			C.cudaStreamDestroy(s)
 			return err
 		}
-		var st *C.hps_cuda_stager
-		if err := cudaStatus("allocate pinned staging buffers", C.hps_cuda_stager_create(&st)); err != nil {
-			C.hps_cuda_blas_destroy(h)
-			C.cudaStreamDestroy(s)
-			return err
+		b.stream.s, b.blas = s, h
+		if opts.PageableUploads {
+			b.stagerErr = errors.New("pageable uploads asked for (CUDAOptions.PageableUploads)")
+			return nil
 		}
-		b.stream.s, b.blas, b.stager = s, h, st
+		// Without pinned memory (a locked-memory limit, a driver that
+		// refuses it) uploads are plain copies: slower, not wrong.
+		var st *C.hps_cuda_stager
+		b.stagerErr = cudaStatus("allocate pinned staging buffers", C.hps_cuda_stager_create(&st))
+		b.stager = st
 		return nil
 	})
 	if err != nil {
@@ -185,6 +195,10 @@ func NewCUDA(opts CUDAOptions) (*CUDA, error) {
 	}
 	return b, nil
 }
+
+// PinnedStaging reports why uploads are plain copies from pageable memory
+// rather than staged through pinned buffers, or nil when they are staged.
+func (b *CUDA) PinnedStaging() error { return b.stagerErr }
 
 // Name is "cuda/<device name>", e.g. "cuda/NVIDIA H200".
 func (b *CUDA) Name() string { return "cuda/" + b.info.Name }

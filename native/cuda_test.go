@@ -181,6 +181,33 @@ func TestCUDAUploadDownloadCopyFill(t *testing.T) {
 // has run.
 func TestCUDAUploadsThroughThePinnedRing(t *testing.T) {
 	e := newCUDAEnv(t, 4)
+	if err := e.gpu.PinnedStaging(); err != nil {
+		t.Fatalf("no pinned staging: %v", err)
+	}
+	checkUploadsArriveWhole(e)
+}
+
+// TestCUDAUploadsWithoutPinnedStaging: the same with plain copies, the
+// fallback of a backend that cannot have pinned memory.
+func TestCUDAUploadsWithoutPinnedStaging(t *testing.T) {
+	b, err := NewCUDA(CUDAOptions{PageableUploads: true})
+	if errors.Is(err, ErrNoGPU) {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.PinnedStaging() == nil {
+		t.Fatal("PageableUploads: PinnedStaging reports staging")
+	}
+	checkUploadsArriveWhole(&cudaEnv{t: t, gpu: b, cpu: MustCPU(), rng: newRNG(6)})
+}
+
+// checkUploadsArriveWhole uploads past the ring (and its source changed right
+// after) behind a busy stream, then reads both copies back.
+func checkUploadsArriveWhole(e *cudaEnv) {
+	e.t.Helper()
 	const n = 5<<20 + 3         // 20 MiB and a tail: five chunks, the ring wraps
 	big := e.gpu.Alloc(1 << 28) // 1 GiB filled 40 times: the stream stays busy ~10 ms
 	for range 40 {

@@ -174,7 +174,8 @@ void hps_cuda_stager_destroy(hps_cuda_stager *st);
 /* Queues dst = src (bytes; src is host memory, dst device memory) on stream
  * s and returns once src may be reused: src is copied into the ring in
  * chunks, each sent with cudaMemcpyAsync, and a chunk's buffer is reused
- * only after its copy has run (an event). */
+ * only after its copy has run (an event). With st NULL it is one plain
+ * cudaMemcpyAsync from pageable memory, which the driver stages itself. */
 int hps_cuda_upload(hps_cuda_stager *st, cudaStream_t s, void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus

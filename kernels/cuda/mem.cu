@@ -144,7 +144,8 @@ extern "C" void hps_cuda_stager_destroy(hps_cuda_stager *st) {
 
 extern "C" int hps_cuda_upload(hps_cuda_stager *st, cudaStream_t s, void *dst, const void *src,
                                size_t bytes) {
-  if (!st || ((!dst || !src) && bytes > 0)) return HPS_EINVAL;
+  if ((!dst || !src) && bytes > 0) return HPS_EINVAL;
+  if (!st) return status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
   pthread_mutex_lock(&st->mu);
   int rc = HPS_OK;
   for (size_t off = 0; off < bytes && rc == HPS_OK; off += kStageChunk) {
