@@ -450,9 +450,9 @@ func (b *CUDA) devOptional(what string, buf Buffer, want int) (DeviceBuffer, err
 	return b.dev(what, buf, want)
 }
 
-// Upload copies src into dst. It returns once src may be reused (src has
-// been copied into pinned staging buffers); the copy itself is ordered on the
-// stream before later ops.
+// Upload copies src into dst. It returns once src may be reused (copied into
+// the pinned staging buffers, or by the driver into its own); the copy itself
+// is ordered on the stream before later ops.
 func (b *CUDA) Upload(dst Buffer, src []float32) error {
 	d, err := b.dev("upload: dst", dst, len(src))
 	if err != nil || len(src) == 0 {
