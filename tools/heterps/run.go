@@ -394,7 +394,7 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 	select {
 	case line, ok := <-lines:
 		if !ok {
-			return "", fmt.Errorf("%s %s exited before serving; see %s", bin, strings.Join(args, " "), logPath)
+			return "", fmt.Errorf("%s %s exited before serving: %s (log: %s)", bin, strings.Join(args, " "), lastLine(logPath), logPath)
 		}
 		return line, nil
 	case <-ctx.Done():

@@ -184,16 +184,20 @@ func TestRunRejectsBadInput(t *testing.T) {
 }
 
 // TestRunReportsADaemonThatDies: a daemon binary that exits at once is
-// reported with its log, not waited for.
+// reported with the reason it gave, not waited for.
 func TestRunReportsADaemonThatDies(t *testing.T) {
-	falseBin, err := exec.LookPath("false")
-	if err != nil {
-		t.Skip("no false(1)")
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh(1)")
+	}
+	dying := filepath.Join(t.TempDir(), "heterpsd")
+	const reason = "heterpsd: listen 127.0.0.1:7070: address already in use"
+	if err := os.WriteFile(dying, []byte("#!/bin/sh\necho '"+reason+"' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
 	code := runRun(context.Background(), []string{"../../config/examples/jobs/ctrdnn-local.toml", "--catalog",
-		"../../config/examples/catalogs/local.toml", "--heterpsd", falseBin, "--log-dir", t.TempDir()}, &out, &errb)
-	if code != exitFailure || !strings.Contains(errb.String(), "exited before serving") {
+		"../../config/examples/catalogs/local.toml", "--heterpsd", dying, "--log-dir", t.TempDir()}, &out, &errb)
+	if code != exitFailure || !strings.Contains(errb.String(), "exited before serving: "+reason) {
 		t.Errorf("exit %d, stderr %s", code, errb.String())
 	}
 }
