@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh OUTDIR — the GPU check of heterps, in one go (about 5
-# minutes on an H200): builds the cuda-tagged test binaries, runs the GPU
-# parity tests, then the per-op GPU benchmarks, and writes to OUTDIR:
+# bench/gpu/run.sh OUTDIR — the GPU check of heterps, in one go (about 90 s
+# on an H200): runs the GPU parity tests, the per-op GPU benchmarks, an FC
+# layer against its cuBLAS calls, ctrdnn training against PyTorch, and the
+# CLI on the GPU, and writes to OUTDIR:
+#   gpu.txt      the recording: a header (commit, GPU, driver, toolkit, CPU,
+#                load before and after, PyTorch) and every figure below
 #   device.txt   nvidia-smi, driver and toolkit versions
 #   build.txt    how the binaries were built
 #   tests.txt    go test -v output of the CUDA tests (native, native/cudadrv)
 #   bench.txt    raw benchmark output
 #   summary.txt  one line per op: GB/s and the fraction of this run's
 #                device-to-device copy, or TFLOP/s and the fraction of this
-#                run's cuBLAS SGEMM 4096^3; and ctrdnn training samples/s
-#                against PyTorch on the same GPU (ctr.txt, ctr_torch.json);
-#                and a 2-stage job (CPU embedding + GPU FC) against an
-#                all-CPU one (run-*.json, cli.txt; profile-gpu.toml from
-#                heterps profile --device cuda, train-gpu.json)
+#                run's cuBLAS SGEMM 4096^3; the FC layer against its GEMMs
+#                (fc.txt); ctrdnn samples/s against PyTorch on the same GPU
+#                at batch 512 and 2048 (ctr.txt, ctr_torch-N.json); the
+#                plan on a profile measured here (profile-gpu.toml,
+#                profile.toml, plan-measured.json); a 2-stage job (CPU
+#                embedding + GPU FC, run-heuristic-*.json) against
+#                single-process CPU training on 8 and 16 threads and the
+#                whole model on the GPU (train-*.json); cli.txt has the
+#                CLI's standard error
 #
 # The machine needs an NVIDIA driver, a CUDA toolkit (CUDA_HOME, nvcc on
 # PATH, or /usr/local/cuda) and cuBLAS. It runs the binaries that
