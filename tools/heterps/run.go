@@ -311,7 +311,6 @@ type children struct {
 	ownGroup bool
 }
 
-// child is a started daemon; exited is closed once it has exited.
 // lastLine is the last non-empty line of a daemon's log, where a daemon
 // that gives up writes why; at most 64 KiB of the file's end are read.
 func lastLine(path string) string {
@@ -332,6 +331,7 @@ func lastLine(path string) string {
 	return "its log is empty"
 }
 
+// child is a started daemon; exited is closed once it has exited.
 type child struct {
 	cmd    *exec.Cmd
 	log    string

@@ -31,9 +31,6 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// TestCTRDNNTrainingGPU trains ctrdnn on the GPU and prints one JSON line
-// with samples/s. HETERPS_CTR_OUT names a folder to write the batches to
-// (for PyTorch); HETERPS_CTR_STEPS and HETERPS_CTR_BATCH size the run.
 // cudaOrSkip opens GPU 0, or skips the test on a machine without one.
 func cudaOrSkip(t *testing.T) *native.CUDA {
 	t.Helper()
@@ -48,6 +45,9 @@ func cudaOrSkip(t *testing.T) *native.CUDA {
 	return b
 }
 
+// TestCTRDNNTrainingGPU trains ctrdnn on the GPU and prints one JSON line
+// with samples/s. HETERPS_CTR_OUT names a folder to write the batches to
+// (for PyTorch); HETERPS_CTR_STEPS and HETERPS_CTR_BATCH size the run.
 func TestCTRDNNTrainingGPU(t *testing.T) {
 	b := cudaOrSkip(t)
 	cfg, err := config.LoadModel("ctrdnn")
