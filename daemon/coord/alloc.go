@@ -146,7 +146,7 @@ func (c *Coordinator) allocInputs() []allocInput {
 		x := allocInput{j: j, gen: j.gen, history: slices.Clone(a.history), samples: slices.Clone(a.samples),
 			priority: j.file.JobPriority(), target: j.file.TargetLossReduction}
 		if t := j.managedTask(); t != nil {
-			x.node, x.nodeUnits, x.units = t.node, t.node.req.Units, t.task.Units
+			x.node, x.nodeUnits, x.units = t.node, t.node.stageUnits(), t.task.Units
 			x.price = c.price(t.node.req.Type)
 			if len(a.history) > 0 {
 				x.remaining = float64(j.file.TotalSteps()) - a.history[len(a.history)-1].Iter
@@ -320,11 +320,21 @@ func (c *Coordinator) setUnits(j *job, u int, now time.Time) {
 	}
 	was := t.task.Units
 	j.gen++
-	t.task.Units, t.task.TaskCPUShare, t.task.Generation = u, taskShare(u, t.node.req.Units), j.gen
+	t.task.Units, t.task.TaskCPUShare, t.task.Generation = u, t.node.taskShare(u), j.gen
 	j.alloc.units, j.alloc.changedAt = u, now
 	j.hourly += c.price(t.node.req.Type) * float64(u-was)
 	c.log.Info("job units changed", "job", j.id, "node", t.node.req.Name, "units", u, "was", was, "generation", j.gen)
 	c.save(j)
+}
+
+// taskShare is the CPU share of a task of u of n's units: all of it (no
+// throttle) on a node that names GPUs, where a task's unit is a GPU of its
+// own (its MaxUnits is one, see stageUnits).
+func (n *node) taskShare(u int) float64 {
+	if len(n.req.GPUDevices) > 0 {
+		return 1
+	}
+	return taskShare(u, n.req.Units)
 }
 
 // taskShare is the CPU share of u of a node's n units.

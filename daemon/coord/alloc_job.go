@@ -47,7 +47,7 @@ func (c *Coordinator) allocStart(j *job, now time.Time) {
 	}
 	j.alloc = newJobAlloc(j, now)
 	if t := j.managedTask(); t != nil && c.allocPolicy() != "" {
-		t.task.TaskCPUShare = taskShare(t.task.Units, t.node.req.Units)
+		t.task.TaskCPUShare = t.node.taskShare(t.task.Units)
 	}
 }
 

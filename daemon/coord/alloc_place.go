@@ -34,12 +34,12 @@ func (c *Coordinator) shareNodes(cl *cluster) {
 }
 
 // offer is what placement ranks a free node by: its free slots when nodes
-// are shared, else its units.
+// are shared, else the units it offers a stage.
 func (cl cluster) offer(n *node) int {
 	if cl.slots != nil {
 		return cl.slots[n]
 	}
-	return n.req.Units
+	return n.stageUnits()
 }
 
 // oneUnitEach caps every type's free units at one, so that the scheduler

@@ -27,6 +27,17 @@ type node struct {
 
 func (n *node) alive() bool { return n.state == api.NodeAlive }
 
+// stageUnits is what n offers one stage task: its units, or one GPU for a
+// node that names its GPUs, since a stage task runs on one GPU (a node's
+// other GPUs serve other jobs' stage tasks when the allocator shares
+// nodes; a stage of k GPUs is k replicas on k nodes, one heterpsd per GPU).
+func (n *node) stageUnits() int {
+	if len(n.req.GPUDevices) > 0 {
+		return 1
+	}
+	return n.req.Units
+}
+
 // lease is how long the node keeps its tasks running without reaching the
 // coordinator.
 func (n *node) lease() time.Duration { return time.Duration(n.req.LeaseMS) * time.Millisecond }
@@ -85,6 +96,10 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	c.saveCounters()
 	c.wake()
 	c.log.Info("node registered", "node", req.Name, "node_id", n.id, "addr", req.DataAddr, "type", req.Type, "units", req.Units, "adopted", adopted)
+	if n.stageUnits() < req.Units {
+		c.log.Warn("a stage task runs on one GPU: this node gives a job's stage one of its GPUs; run one heterpsd per GPU to train a stage on several",
+			"node", req.Name, "gpus", req.GPUDevices)
+	}
 	for _, r := range req.Tasks {
 		c.applyReport(n, r, now)
 	}

@@ -84,7 +84,7 @@ func placeStage(i int, s sched.Stage, cl cluster, used map[*node]bool) ([]replic
 		if need == 0 {
 			break
 		}
-		u := min(n.req.Units, need)
+		u := min(n.stageUnits(), need)
 		reps = append(reps, replica{node: n, units: u})
 		need -= u
 	}

@@ -108,3 +108,39 @@ func TestPlaceRefusals(t *testing.T) {
 		t.Errorf("remote node with a secret: %v", err)
 	}
 }
+
+// TestANodesGPUsServeAStageOneAtATime: a stage task runs on one GPU, so a
+// node that names two GPUs offers a stage one unit — to the planner (free),
+// to placement and to the allocator (stageUnits, no CPU throttle) — and a
+// 2-GPU stage takes two such nodes; an emulated GPU node (no GPUs named)
+// still offers all its units.
+func TestANodesGPUsServeAStageOneAtATime(t *testing.T) {
+	withGPUs := func(name, addr string, devices ...int) *node {
+		n := testNode(name, "gpu", config.KindGPU, addr, len(devices))
+		n.req.GPUDevices = devices
+		return n
+	}
+	a, b := withGPUs("a", "127.0.0.1:1", 0, 1), withGPUs("b", "127.0.0.1:2", 0, 1)
+	emulated := testNode("e", "gpu", config.KindGPU, "127.0.0.1:3", 2)
+	ps := testNode("c", "cpu", config.KindCPU, "127.0.0.1:4", 1)
+	cl := cluster{live: []*node{a, b, ps}, busy: map[*node]bool{}, load: map[*node]int{}}
+	if free := cl.free()["gpu"]; free != 2 {
+		t.Errorf("two 2-GPU nodes offer %d units to the planner, want 2 (one a node)", free)
+	}
+	plan := &sched.Plan{Stages: []sched.Stage{{First: 0, Last: 1, Type: "gpu", Units: 2}}}
+	pl, err := place(plan, 8, cl, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(pl.stages[0]); strings.Join(got, ",") != "a,b" || pl.stages[0][0].units != 1 || pl.stages[0][1].units != 1 {
+		t.Errorf("2-GPU stage on %v (%+v), want one GPU of a and one of b", got, pl.stages[0])
+	}
+	if _, err := place(plan, 8, cluster{live: []*node{a, ps}, busy: map[*node]bool{}, load: map[*node]int{}}, true); err == nil ||
+		!strings.Contains(err.Error(), "offer 1") {
+		t.Errorf("2 GPUs of one node placed as one stage: %v", err)
+	}
+	if a.stageUnits() != 1 || a.taskShare(1) != 1 || emulated.stageUnits() != 2 || emulated.taskShare(1) != 0.5 {
+		t.Errorf("stageUnits/taskShare: GPU node %d/%g, emulated %d/%g; want 1/1, 2/0.5",
+			a.stageUnits(), a.taskShare(1), emulated.stageUnits(), emulated.taskShare(1))
+	}
+}

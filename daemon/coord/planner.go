@@ -258,7 +258,7 @@ func (cl cluster) free() map[string]int {
 	free := map[string]int{}
 	for _, n := range cl.live {
 		if !cl.busy[n] {
-			free[n.req.Type] += n.req.Units
+			free[n.req.Type] += n.stageUnits()
 		}
 	}
 	if cl.slots != nil {

@@ -248,7 +248,22 @@ func launchOffers(hs []hosts.Host, cat *config.Catalog, forced string) ([]hostOf
 		}
 	}
 	nameDaemons(out)
-	return out, nil
+	return perGPU(out), nil
+}
+
+// perGPU splits each host's GPU daemons into one daemon per GPU (onePerGPU),
+// numbering the GPUs of each host from 0.
+func perGPU(ds []hostOffer) []hostOffer {
+	var out []hostOffer
+	next := map[string]int{}
+	for _, d := range ds {
+		n := next[d.host]
+		for _, o := range onePerGPU(d.offer, &n) {
+			out = append(out, hostOffer{host: d.host, offer: o, port: d.port, psPort: d.psPort})
+		}
+		next[d.host] = n
+	}
+	return out
 }
 
 // catalogNode returns the catalog's [[node]] named host, or named its
@@ -345,8 +360,8 @@ func newSecret() ([]byte, error) {
 }
 
 // launchNodeFile is a launched node daemon's file; a GPU type's daemon
-// names GPUs 0..units-1 as its units (the host's GPUs, which it checks
-// against its inventory before registering).
+// names its GPU (the host's, which it checks against its inventory before
+// registering).
 func launchNodeFile(d hostOffer, coordinator, secretPath string) []byte {
 	b := fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = %q\nps_listen = %q\ntype = %q\nunits = %d\nthreads = %d\nsecret_file = %q\n",
 		d.offer.name, coordinator, hostPort(d.host, d.port), hostPort(d.host, d.psPort), d.offer.typ, d.offer.units, d.offer.threads, secretPath)

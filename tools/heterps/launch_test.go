@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -363,11 +364,14 @@ func TestLaunchOffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []hostOffer{
-		{host: "dahu-1.grenoble.grid5000.fr", offer: offer{name: "dahu-1.xeon-gold-6130", typ: "xeon-gold-6130", units: 32, threads: 1}},
-		{host: "gemini-1.lyon.grid5000.fr", offer: offer{name: "gemini-1.v100", typ: "v100", units: 8, threads: 1, gpus: true}},
-		{host: "gros-77.nancy.grid5000.fr", offer: offer{name: "gros-77.xeon-gold-5220", typ: "xeon-gold-5220", units: 18, threads: 1}},
-		{host: "x", offer: offer{name: "x.t4", typ: "t4", units: 4, threads: 1, gpus: true}},
+	// A GPU host gets a daemon per GPU, numbered from 0 on each host.
+	want := []hostOffer{{host: "dahu-1.grenoble.grid5000.fr", offer: offer{name: "dahu-1.xeon-gold-6130", typ: "xeon-gold-6130", units: 32, threads: 1}}}
+	for g := range 8 {
+		want = append(want, hostOffer{host: "gemini-1.lyon.grid5000.fr", offer: offer{name: fmt.Sprintf("gemini-1.v100.gpu%d", g), typ: "v100", units: 1, threads: 1, gpus: true, gpu: g}})
+	}
+	want = append(want, hostOffer{host: "gros-77.nancy.grid5000.fr", offer: offer{name: "gros-77.xeon-gold-5220", typ: "xeon-gold-5220", units: 18, threads: 1}})
+	for g := range 4 {
+		want = append(want, hostOffer{host: "x", offer: offer{name: fmt.Sprintf("x.t4.gpu%d", g), typ: "t4", units: 1, threads: 1, gpus: true, gpu: g}})
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
@@ -423,14 +427,15 @@ func TestLaunchFlagsAndPorts(t *testing.T) {
 }
 
 // TestLaunchedGPUNodesNameTheirGPUs: a launched daemon of a GPU type names
-// GPUs 0..units-1 in its node file (else it would be refused at
-// registration); a CPU type's names none. Both files parse.
+// its GPUs in its node file (else it would be refused at registration); a
+// CPU type's names none. Both files parse.
 func TestLaunchedGPUNodesNameTheirGPUs(t *testing.T) {
 	for _, tc := range []struct {
 		o    offer
 		want []int
 	}{
 		{offer{name: "gemini-1.v100", typ: "v100", units: 3, threads: 1, gpus: true}, []int{0, 1, 2}},
+		{offer{name: "gemini-1.v100.gpu5", typ: "v100", units: 1, threads: 1, gpus: true, gpu: 5}, []int{5}},
 		{offer{name: "dahu-1.xeon-gold-6130", typ: "xeon-gold-6130", units: 32, threads: 1}, nil},
 	} {
 		file := launchNodeFile(hostOffer{host: "h", offer: tc.o, port: 7100, psPort: 7101}, "http://head:7000", "/etc/heterps/secret")

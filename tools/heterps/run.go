@@ -120,7 +120,27 @@ func findHeterpsd(flagPath string) (string, error) {
 type offer struct {
 	name, typ      string
 	units, threads int
-	gpus           bool // a GPU type: the daemon's units are GPUs 0..units-1
+	gpus           bool // a GPU type: the daemon's units are GPUs gpu..gpu+units-1
+	gpu            int  // its first GPU's ordinal on its host
+}
+
+// onePerGPU splits a GPU type's offer of k units into k daemons of one GPU
+// each, named name.gpuN, the next GPUs of the host from next on (next is
+// advanced): a stage task runs on one GPU (the coordinator gives a node
+// that names several one unit a stage), so the k GPUs of a stage are k
+// replicas on k daemons. Other offers are returned as they are.
+func onePerGPU(o offer, next *int) []offer {
+	if !o.gpus {
+		return []offer{o}
+	}
+	out := make([]offer, o.units)
+	for i := range out {
+		g := o
+		g.units, g.gpu, g.name = 1, *next, fmt.Sprintf("%s.gpu%d", o.name, *next)
+		*next++
+		out[i] = g
+	}
+	return out
 }
 
 // threadsSuffix reads the threads of a CPU unit from a type name such as
@@ -131,6 +151,8 @@ var threadsSuffix = regexp.MustCompile(`-(\d+)t$`)
 // nodeOffers lists the daemons to start: one per type of each catalog
 // [[node]] (a daemon offers one type), or one per type with one unit when
 // the catalog lists no nodes; with n > 0, n daemons cycling through those.
+// A GPU type's offer becomes one daemon per GPU, numbered across the run
+// (all on this machine).
 func nodeOffers(cat *config.Catalog, n int) []offer {
 	var base []offer
 	for _, nd := range cat.Nodes {
@@ -152,14 +174,17 @@ func nodeOffers(cat *config.Catalog, n int) []offer {
 			out = append(out, o)
 		}
 	}
-	for i := range out {
-		out[i].gpus = runsOnGPUs(cat, out[i].typ)
-		out[i].threads = 1
-		if m := threadsSuffix.FindStringSubmatch(out[i].typ); m != nil {
-			out[i].threads, _ = strconv.Atoi(m[1])
+	var split []offer
+	nextGPU := 0 // every daemon runs on this machine
+	for _, o := range out {
+		o.gpus = runsOnGPUs(cat, o.typ)
+		o.threads = 1
+		if m := threadsSuffix.FindStringSubmatch(o.typ); m != nil {
+			o.threads, _ = strconv.Atoi(m[1])
 		}
+		split = append(split, onePerGPU(o, &nextGPU)...)
 	}
-	return out
+	return split
 }
 
 // runLocal starts a coordinator and the node daemons as child processes,
@@ -254,16 +279,16 @@ func nodeFile(o offer, coordinator string) []byte {
 	return appendGPUs(b, o)
 }
 
-// appendGPUs adds the gpus line of a GPU type's daemon: GPUs 0..units-1,
-// the host's, which the daemon checks against its inventory before it
-// registers.
+// appendGPUs adds the gpus line of a GPU type's daemon: its host's GPUs
+// from o.gpu on, one per unit, which the daemon checks against its
+// inventory before it registers.
 func appendGPUs(b []byte, o offer) []byte {
 	if !o.gpus {
 		return b
 	}
 	ordinals := make([]string, o.units)
 	for i := range ordinals {
-		ordinals[i] = strconv.Itoa(i)
+		ordinals[i] = strconv.Itoa(o.gpu + i)
 	}
 	return fmt.Appendf(b, "gpus = [%s]\n", strings.Join(ordinals, ", "))
 }

@@ -38,7 +38,8 @@ func TestNodeOffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := nodeOffers(cat, 0)
-	want := []offer{{"local-0.cpu-1t", "cpu-1t", 1, 1, false}, {"local-0.cpu-2t", "cpu-2t", 1, 2, false}, {"local-1.cpu-1t", "cpu-1t", 1, 1, false}}
+	want := []offer{{name: "local-0.cpu-1t", typ: "cpu-1t", units: 1, threads: 1}, {name: "local-0.cpu-2t", typ: "cpu-2t", units: 1, threads: 2},
+		{name: "local-1.cpu-1t", typ: "cpu-1t", units: 1, threads: 1}}
 	if len(got) != len(want) {
 		t.Fatalf("offers %+v, want %+v", got, want)
 	}
@@ -57,9 +58,11 @@ func TestNodeOffers(t *testing.T) {
 	}
 }
 
-// TestNodeOffersOfAGPUType: heterps run's daemon of a GPU type names the
-// host's GPUs as its units (a node of a GPU type without them is refused
-// at registration), unless the catalog emulates its GPUs on CPUs.
+// TestNodeOffersOfAGPUType: heterps run starts one daemon per GPU of a GPU
+// type (a stage task runs on one GPU), each naming its own GPU of this
+// machine, numbered across the catalog's nodes (a node of a GPU type
+// without GPUs is refused at registration), unless the catalog emulates
+// its GPUs on CPUs: then one daemon with all the units and no GPUs.
 func TestNodeOffersOfAGPUType(t *testing.T) {
 	const src = `version = 1
 name = "gpu-check"
@@ -78,7 +81,7 @@ name = "h200"
 kind = "gpu"
 model = "H200"
 price = 4.0
-max_units = 2
+max_units = 3
 peak_flops = 6.0e13
 mem_bandwidth = 4.8e12
 link_bandwidth = 5.0e9
@@ -86,28 +89,41 @@ link_bandwidth = 5.0e9
 name = "local"
 address = "127.0.0.1:7071"
 units = { cpu = 8, h200 = 2 }
+[[node]]
+name = "other"
+address = "127.0.0.1:7072"
+units = { h200 = 1 }
 `
 	for _, tc := range []struct {
-		emulate  string
-		wantGPUs string
-	}{{"", "gpus = [0, 1]\n"}, {"emulate_gpus = true", ""}} {
+		emulate string
+		want    map[string]string // daemon name: its gpus line
+	}{
+		{"", map[string]string{"local.h200.gpu0": "gpus = [0]\n", "local.h200.gpu1": "gpus = [1]\n", "other.h200.gpu2": "gpus = [2]\n"}},
+		{"emulate_gpus = true", map[string]string{"local.h200": "", "other.h200": ""}},
+	} {
 		cat, err := config.ParseCatalog("gpu.toml", []byte(fmt.Sprintf(src, tc.emulate)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		offers := nodeOffers(cat, 0)
-		if len(offers) != 2 || offers[0].typ != "cpu" || offers[1].typ != "h200" {
+		if len(offers) != 1+len(tc.want) || offers[0].typ != "cpu" {
 			t.Fatalf("%q: offers %+v", tc.emulate, offers)
 		}
 		if cpu := string(nodeFile(offers[0], "http://c")); strings.Contains(cpu, "gpus") {
 			t.Errorf("%q: the cpu daemon's file names GPUs:\n%s", tc.emulate, cpu)
 		}
-		gpu := string(nodeFile(offers[1], "http://c"))
-		if got := strings.Contains(gpu, "gpus"); got != (tc.wantGPUs != "") || !strings.Contains(gpu, tc.wantGPUs) {
-			t.Errorf("%q: the h200 daemon's file\n%s\nwant %q", tc.emulate, gpu, tc.wantGPUs)
-		}
-		if _, err := config.ParseNode("n.toml", []byte(gpu)); err != nil {
-			t.Errorf("%q: the h200 daemon's file does not parse: %v", tc.emulate, err)
+		for _, o := range offers[1:] {
+			line, ok := tc.want[o.name]
+			file := string(nodeFile(o, "http://c"))
+			if !ok || strings.Contains(file, "gpus") != (line != "") || !strings.Contains(file, line) {
+				t.Errorf("%q: daemon %s's file\n%s\nwant %q", tc.emulate, o.name, file, line)
+			}
+			n, err := config.ParseNode("n.toml", []byte(file))
+			if err != nil {
+				t.Errorf("%q: %s's file does not parse: %v", tc.emulate, o.name, err)
+			} else if line != "" && n.Units != 1 {
+				t.Errorf("%q: %s offers %d units, want its one GPU", tc.emulate, o.name, n.Units)
+			}
 		}
 	}
 }
