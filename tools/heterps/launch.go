@@ -202,11 +202,11 @@ func readHostsFile(path string, parse func(string, io.Reader) ([]hosts.Host, err
 	return parse(path, file)
 }
 
-// launchOffers decides the node daemons: one per host and type. A host's
-// type is its hostfile type=, else --type, else the catalog's: the units
-// of the [[node]] named like the host (or its first label), else the one
-// CPU type, or the CPU type whose catalog nodes have as many units as the
-// host has cores.
+// launchOffers decides the node daemons: one per host and type, a GPU
+// type's one per GPU (perGPU). A host's type is its hostfile type=, else
+// --type, else the catalog's: the units of the [[node]] named like the
+// host (or its first label), else the one CPU type, or the CPU type whose
+// catalog nodes have as many units as the host has cores.
 func launchOffers(hs []hosts.Host, cat *config.Catalog, forced string) ([]hostOffer, error) {
 	var out []hostOffer
 	for _, h := range hs {
