@@ -23,6 +23,10 @@ type GPU struct {
 	Multiprocessors int    `json:"multiprocessors"`
 	// Driver is the CUDA version of the driver that lists the GPU ("13.0").
 	Driver string `json:"driver,omitempty"`
+	// UUID is the GPU's own identifier as nvidia-smi prints it
+	// ("GPU-8c6a…"): the coordinator refuses a second live node that names
+	// a GPU another one trains on.
+	UUID string `json:"uuid,omitempty"`
 }
 
 // RegisterRequest is the body of POST /v1/nodes/register.

@@ -63,8 +63,8 @@ func (r *RegisterRequest) Validate() error {
 		errs = append(errs, fmt.Errorf("gpus: at most %d, got %d", MaxGPUs, len(r.GPUs)))
 	}
 	for i, g := range r.GPUs {
-		if len(g.Name) > MaxNameLen || g.MemoryBytes < 0 || g.Multiprocessors < 0 {
-			errs = append(errs, fmt.Errorf("gpus[%d]: want a name of at most %d bytes and sizes >= 0", i, MaxNameLen))
+		if len(g.Name) > MaxNameLen || len(g.UUID) > MaxNameLen || g.MemoryBytes < 0 || g.Multiprocessors < 0 {
+			errs = append(errs, fmt.Errorf("gpus[%d]: want a name and a uuid of at most %d bytes and sizes >= 0", i, MaxNameLen))
 		}
 	}
 	if len(r.GPUDevices) > MaxGPUs {

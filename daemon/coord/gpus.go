@@ -48,6 +48,39 @@ func checkNodeGPUs(req api.RegisterRequest, typ config.CatalogType, emulate bool
 	return nil
 }
 
+// checkGPUsUnclaimed refuses a registration naming a GPU (by its UUID) that
+// another live node names too: two daemons would train on one GPU, each
+// billed as having it. A daemon registering again under its own name is
+// not another node. c.mu is held.
+func (c *Coordinator) checkGPUsUnclaimed(req api.RegisterRequest) error {
+	mine := namedUUIDs(req)
+	for _, other := range c.nodes {
+		if !other.alive() || other.req.Name == req.Name {
+			continue
+		}
+		for uuid, theirs := range namedUUIDs(other.req) {
+			if ordinal, ok := mine[uuid]; ok {
+				return fmt.Errorf("node %s names GPU %d (%s), which the live node %s names as its GPU %d: two daemons would train on one GPU, each billed for it; give each daemon its own GPUs (gpus = [...])",
+					req.Name, ordinal, uuid, other.req.Name, theirs)
+			}
+		}
+	}
+	return nil
+}
+
+// namedUUIDs maps the UUIDs of the GPUs a registration names (its
+// gpu_devices, looked up in its inventory) to their ordinals; GPUs the
+// inventory gives no UUID are left out.
+func namedUUIDs(req api.RegisterRequest) map[string]int {
+	out := map[string]int{}
+	for _, d := range req.GPUDevices {
+		if d >= 0 && d < len(req.GPUs) && req.GPUs[d].UUID != "" {
+			out[req.GPUs[d].UUID] = d
+		}
+	}
+	return out
+}
+
 // deviceMatches reports whether a GPU the driver names name is of the
 // catalog model model. Both are read as words, lower case, split at
 // spaces, '-', '_' and '/', without parenthesised remarks and without the

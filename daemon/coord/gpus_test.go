@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
@@ -102,4 +103,46 @@ func TestRegisterRefusesAGPUTypeWithoutGPUs(t *testing.T) {
 	if r.NodeID == "" {
 		t.Error("registered without a node id")
 	}
+}
+
+// A second live node naming a GPU (by UUID) that another names is refused
+// with 409, naming both nodes and the GPU; the same daemon registering
+// again, a node naming another GPU of the machine, and a node after the
+// first one died are accepted.
+func TestRegisterRefusesAGPUAnotherNodeNames(t *testing.T) {
+	tc := startCluster(t, func(c *Config) {
+		c.Catalog.EmulateGPUs = false
+		for i := range c.Catalog.Types {
+			if c.Catalog.Types[i].Name == "gpu" {
+				c.Catalog.Types[i].Model = "NVIDIA H200"
+			}
+		}
+	})
+	machine := []api.GPU{{Name: "NVIDIA H200", UUID: "GPU-00000000-0000-0000-0000-000000000000"},
+		{Name: "NVIDIA H200", UUID: "GPU-11111111-1111-1111-1111-111111111111"}}
+	gpuNode := func(name string, port, ordinal int) *fakeNode {
+		n := newFakeNode(name, "gpu", 1, port)
+		n.req.GPUs, n.req.GPUDevices = machine, []int{ordinal}
+		return n
+	}
+	a := gpuNode("gpu-a", 7001, 0)
+	var r api.RegisterResponse
+	tc.call("POST", "/v1/nodes/register", a.req, http.StatusOK, &r)
+	var e api.Error
+	tc.call("POST", "/v1/nodes/register", gpuNode("gpu-b", 7002, 0).req, http.StatusConflict, &e)
+	for _, want := range []string{"node gpu-b names GPU 0 (GPU-00000000-0000-0000-0000-000000000000)", "live node gpu-a names as its GPU 0"} {
+		if !strings.Contains(e.Error, want) {
+			t.Errorf("got %q, want it to say %q", e.Error, want)
+		}
+	}
+	tc.call("POST", "/v1/nodes/register", a.req, http.StatusOK, &r) // gpu-a restarted
+	tc.call("POST", "/v1/nodes/register", gpuNode("gpu-c", 7003, 1).req, http.StatusOK, &r)
+	tc.c.mu.Lock()
+	for _, n := range tc.c.nodes {
+		if n.req.Name == "gpu-a" && n.alive() {
+			tc.c.declareDead(n, "test: killed", time.Now())
+		}
+	}
+	tc.c.mu.Unlock()
+	tc.call("POST", "/v1/nodes/register", gpuNode("gpu-b", 7002, 0).req, http.StatusOK, &r)
 }

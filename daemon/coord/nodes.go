@@ -84,6 +84,9 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 			"register: the name %s is taken by the live node %s at %s (registered %s); give this node (%s) another name",
 			req.Name, other.id, other.req.DataAddr, other.registered.Format(time.RFC3339), req.DataAddr)
 	}
+	if err := c.checkGPUsUnclaimed(req); err != nil {
+		return api.RegisterResponse{}, httpErrorf(http.StatusConflict, "register: %v", err)
+	}
 	c.lastNode++
 	n := &node{id: nodeID(req.Name, c.lastNode), req: req, kind: typ.Kind, state: api.NodeAlive, registered: now, lastSeen: now}
 	adopted := c.adopt(n, req.Tasks, now)

@@ -272,7 +272,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	for _, g := range a.cfg.GPUs {
 		d := inv.GPUs[g] // checkOwnGPUs checked the ordinal
-		a.log.Info("gpu", "ordinal", g, "name", d.Name, "memory_bytes", d.MemoryBytes, "multiprocessors", d.Multiprocessors, "driver", d.Driver)
+		a.log.Info("gpu", "ordinal", g, "name", d.Name, "memory_bytes", d.MemoryBytes, "multiprocessors", d.Multiprocessors, "driver", d.Driver, "uuid", d.UUID)
 	}
 	req := api.RegisterRequest{Name: a.cfg.Name, DataAddr: a.dataAddr, PSAddr: a.psAddr, Type: a.cfg.Type,
 		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs, GPUDevices: a.cfg.GPUs,

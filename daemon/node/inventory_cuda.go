@@ -11,7 +11,7 @@ import (
 )
 
 // With the cuda build, the inventory lists the GPUs the driver sees (name,
-// memory, multiprocessors and the driver's CUDA version); a
+// memory, multiprocessors, UUID and the driver's CUDA version); a
 // machine without a GPU or driver simply has none.
 func init() {
 	gpuInventory = func() ([]api.GPU, error) {
@@ -28,7 +28,7 @@ func init() {
 		}
 		out := make([]api.GPU, len(devs))
 		for i, d := range devs {
-			out[i] = api.GPU{Name: d.Name, MemoryBytes: d.TotalMem, Multiprocessors: d.Multiprocessors, Driver: driverVersion(v)}
+			out[i] = api.GPU{Name: d.Name, MemoryBytes: d.TotalMem, Multiprocessors: d.Multiprocessors, Driver: driverVersion(v), UUID: d.UUID}
 		}
 		return out, nil
 	}

@@ -56,6 +56,20 @@ func (d Device) TotalMem() (int64, error) {
 	return int64(n), nil
 }
 
+// UUID returns the device's UUID as nvidia-smi prints it,
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+func (d Device) UUID() (string, error) {
+	var u C.CUuuid
+	if err := result(C.hps_cuDeviceGetUuid(&u, C.CUdevice(d))); err != nil {
+		return "", fmt.Errorf("cudadrv: device %d: uuid: %w", int(d), err)
+	}
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(u.bytes[i])
+	}
+	return FormatUUID(b), nil
+}
+
 // Attribute reads one device attribute.
 func (d Device) Attribute(a Attribute) (int, error) {
 	var v C.int
@@ -71,7 +85,8 @@ type Info struct {
 	Name            string
 	TotalMem        int64 // bytes
 	Multiprocessors int
-	CCMajor         int // compute capability
+	UUID            string // FormatUUID's form
+	CCMajor         int    // compute capability
 	CCMinor         int
 }
 
@@ -108,6 +123,9 @@ func describe(i int) (Info, error) {
 		return Info{}, err
 	}
 	if info.TotalMem, err = d.TotalMem(); err != nil {
+		return Info{}, err
+	}
+	if info.UUID, err = d.UUID(); err != nil {
 		return Info{}, err
 	}
 	for _, a := range []struct {

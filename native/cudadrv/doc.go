@@ -11,5 +11,5 @@
 // changed signature). This package opens libcuda.so.1 at run time instead:
 // Init reports ErrNoDriver or ErrNoDevice, and nothing else fails.
 //
-// Everything but this comment is behind the cuda build tag.
+// Everything but this comment and FormatUUID is behind the cuda build tag.
 package cudadrv

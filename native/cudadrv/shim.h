@@ -12,7 +12,7 @@
 #define HPS_CU_FUNCS(X)                                                   \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)   \
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem) \
-  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                     \
+  X(cuDeviceGetAttribute) X(cuDeviceGetUuid_v2) X(cuDevicePrimaryCtxRetain) \
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent)      \
   X(cuCtxSynchronize) X(cuMemGetInfo) X(cuModuleLoadData) X(cuModuleUnload) \
   X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree)     \
@@ -36,6 +36,7 @@ static inline CUresult hps_cuDeviceGet(CUdevice *d, int i) { return hps_p_cuDevi
 static inline CUresult hps_cuDeviceGetName(char *name, int len, CUdevice d) { return hps_p_cuDeviceGetName(name, len, d); }
 static inline CUresult hps_cuDeviceTotalMem(size_t *bytes, CUdevice d) { return hps_p_cuDeviceTotalMem(bytes, d); }
 static inline CUresult hps_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) { return hps_p_cuDeviceGetAttribute(v, a, d); }
+static inline CUresult hps_cuDeviceGetUuid(CUuuid *u, CUdevice d) { return hps_p_cuDeviceGetUuid_v2(u, d); }
 static inline CUresult hps_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { return hps_p_cuDevicePrimaryCtxRetain(c, d); }
 static inline CUresult hps_cuDevicePrimaryCtxRelease(CUdevice d) { return hps_p_cuDevicePrimaryCtxRelease(d); }
 static inline CUresult hps_cuCtxSetCurrent(CUcontext c) { return hps_p_cuCtxSetCurrent(c); }
