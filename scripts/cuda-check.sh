@@ -176,6 +176,11 @@ for mode in as-is nodevice; do
   why=$(grep -m1 -B1 -- '--- SKIP' "$log/$mode" | head -n1 | sed 's/^ *[a-z_]*\.go:[0-9]*: //' || true)
   line="$mode: $ran tests, $passed passed, $skipped skipped"
   [[ $skipped -gt 0 ]] && line+=" ($why)"
+  # The stand-in must reach "driver loaded, no device"; a driver entry point
+  # it lacks would make it test the no-driver path again.
+  if [[ $mode == nodevice && $skipped -gt 0 && $why != *CUDA_ERROR_NO_DEVICE* ]]; then
+    fail "go test" "the stand-in libcuda did not report CUDA_ERROR_NO_DEVICE (add the missing entry point to kernels/cuda/testdata/nodevice_libcuda.c): $why"
+  fi
   summary+=("$line")
   [[ $mode == as-is && $skipped -eq 0 ]] && break # a real GPU: no need for the stand-in
 done

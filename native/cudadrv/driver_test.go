@@ -58,6 +58,9 @@ func TestDriverInitSaysWhy(t *testing.T) {
 		if d.Name == "" || d.TotalMem <= 0 || d.Multiprocessors <= 0 || d.CCMajor < 3 {
 			t.Errorf("implausible device %+v", d)
 		}
+		if len(d.UUID) != len("GPU-")+36 || !strings.HasPrefix(d.UUID, "GPU-") || d.UUID == FormatUUID([16]byte{}) {
+			t.Errorf("device %d: uuid %q, want nvidia-smi's GPU-xxxxxxxx-... and not all zeros", d.Ordinal, d.UUID)
+		}
 		t.Logf("device %d: %v", d.Ordinal, d)
 	}
 }
