@@ -82,14 +82,7 @@ func TestCheckNodeGPUs(t *testing.T) {
 // without GPUs, unless its catalog emulates GPUs, and accepts one whose
 // GPUs back the type.
 func TestRegisterRefusesAGPUTypeWithoutGPUs(t *testing.T) {
-	tc := startCluster(t, func(c *Config) {
-		c.Catalog.EmulateGPUs = false
-		for i := range c.Catalog.Types {
-			if c.Catalog.Types[i].Name == "gpu" {
-				c.Catalog.Types[i].Model = "NVIDIA H200"
-			}
-		}
-	})
+	tc := startH200Cluster(t)
 	n := newFakeNode("gpu-a", "gpu", 1, 7001)
 	var e api.Error
 	tc.call("POST", "/v1/nodes/register", n.req, http.StatusBadRequest, &e)
@@ -110,14 +103,7 @@ func TestRegisterRefusesAGPUTypeWithoutGPUs(t *testing.T) {
 // again, a node naming another GPU of the machine, and a node after the
 // first one died are accepted.
 func TestRegisterRefusesAGPUAnotherNodeNames(t *testing.T) {
-	tc := startCluster(t, func(c *Config) {
-		c.Catalog.EmulateGPUs = false
-		for i := range c.Catalog.Types {
-			if c.Catalog.Types[i].Name == "gpu" {
-				c.Catalog.Types[i].Model = "NVIDIA H200"
-			}
-		}
-	})
+	tc := startH200Cluster(t)
 	machine := []api.GPU{{Name: "NVIDIA H200", UUID: "GPU-00000000-0000-0000-0000-000000000000"},
 		{Name: "NVIDIA H200", UUID: "GPU-11111111-1111-1111-1111-111111111111"}}
 	gpuNode := func(name string, port, ordinal int) *fakeNode {
@@ -145,4 +131,17 @@ func TestRegisterRefusesAGPUAnotherNodeNames(t *testing.T) {
 	}
 	tc.c.mu.Unlock()
 	tc.call("POST", "/v1/nodes/register", gpuNode("gpu-b", 7002, 0).req, http.StatusOK, &r)
+}
+
+// startH200Cluster is a test cluster whose catalog's "gpu" type is an H200
+// and whose GPUs are not emulated.
+func startH200Cluster(t *testing.T) *testCluster {
+	return startCluster(t, func(c *Config) {
+		c.Catalog.EmulateGPUs = false
+		for i := range c.Catalog.Types {
+			if c.Catalog.Types[i].Name == "gpu" {
+				c.Catalog.Types[i].Model = "NVIDIA H200"
+			}
+		}
+	})
 }
