@@ -145,14 +145,17 @@ fi
 # ---- 3. go vet ----------------------------------------------------------------------
 t0=$SECONDS
 pkgs=(./native/ ./native/cudadrv/ ./daemon/node/ ./bench/gpu/ctr/)
-go vet -tags cuda "${pkgs[@]}" || fail "go vet" "go vet -tags cuda (CUDA $ver headers)"
+# The commands too: their cuda-tagged files (heterps train/profile on a GPU)
+# compile only here.
+vet_pkgs=("${pkgs[@]}" ./tools/heterps/ ./daemon/cmd/heterpsd/)
+go vet -tags cuda "${vet_pkgs[@]}" || fail "go vet" "go vet -tags cuda (CUDA $ver headers)"
 vetted="CUDA $ver"
 if [[ -n $CU12_INC ]]; then
-  CGO_CFLAGS="$CU12_INC" go vet -tags cuda "${pkgs[@]}" ||
+  CGO_CFLAGS="$CU12_INC" go vet -tags cuda "${vet_pkgs[@]}" ||
     fail "go vet" "go vet -tags cuda (CUDA 12 headers)"
   vetted+=" and CUDA 12.8"
 fi
-say "go vet" "-tags cuda ${pkgs[*]} against $vetted headers ($(elapsed))"
+say "go vet" "-tags cuda ${vet_pkgs[*]} against $vetted headers ($(elapsed))"
 
 # ---- 4. go test (link + skip) -------------------------------------------------------------
 # Twice: as this machine is (no driver: libcuda.so.1 is missing), and with a

@@ -279,8 +279,11 @@ name = "local"
 address = "127.0.0.1:7071"
 units = { cpu-4t = 2, h200 = 1 }
 TOML
-timeout 90 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type h200 --device cuda \
-  --batch 512 --out "$OUT/profile-gpu.toml" >"$OUT/cli.txt" 2>&1 || status=1
+# --units 1,2 with sync steps: the whole stage trained as k replicas, one GPU
+# each (a second GPU, where the machine has one, fits alpha), its
+# synchronisation folded into the GPU type's oct.
+timeout 120 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type h200 --device cuda \
+  --units 1,2 --sync-steps 20 --batch 512 --out "$OUT/profile-gpu.toml" >"$OUT/cli.txt" 2>&1 || status=1
 # The CPU type measured into the same profile, then the plan on both
 # measured types: its sources say so.
 timeout 90 "$BIN/heterps" profile --model ctrdnn --catalog "$OUT/gpu-catalog.toml" --type cpu-4t --unit-threads 4 \

@@ -106,23 +106,27 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	return f, nil
 }
 
-// cudaProfileFlags checks --device cuda against the rest: one GPU is one
-// unit and its run of the whole stage is not built (the synchronisation
-// run trains on CPU workers), so unit counts above 1 and sync steps are
-// refused when asked for and left out by default.
+// cudaProfileFlags checks --device cuda against the rest. One GPU is one
+// unit: the layers are timed on GPU N alone, and k units are k replicas on
+// GPUs N..N+k-1 — one heterpsd per GPU, as a GPU type's nodes run — in the
+// synchronisation runs, which are asked for with --sync-steps (without it
+// a GPU profile runs none: that path has not run on a GPU yet) and which
+// alone can fit alpha, so unit counts above 1 need them.
 func cudaProfileFlags(f *profileFlags, fs *flag.FlagSet) error {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if set["units"] && !slices.Equal(f.units, []int{1}) {
-		return fmt.Errorf("profile: --units %v with --device %s: one GPU is one unit; alpha is measured on CPU types only (leave --units out)", f.units, f.device)
-	}
-	if set["sync-steps"] && f.syncSteps > 0 {
-		return fmt.Errorf("profile: --sync-steps %d with --device %s: the synchronisation run trains on CPU workers only (use --sync-steps 0)", f.syncSteps, f.device)
-	}
 	if set["unit-threads"] {
 		return fmt.Errorf("profile: --unit-threads is for --device cpu, not %s", f.device)
 	}
-	f.units, f.syncSteps = []int{1}, 0
+	if !set["units"] {
+		f.units = []int{1}
+	}
+	if !set["sync-steps"] {
+		f.syncSteps = 0
+	}
+	if len(f.units) > 1 && f.syncSteps == 0 {
+		return fmt.Errorf("profile: --units %v with --device %s: k GPUs are timed as k replicas of the whole stage, one GPU each (GPUs %d..%d); give --sync-steps N for those runs", f.units, f.device, f.device.gpu, f.device.gpu+f.units[len(f.units)-1]-1)
+	}
 	return nil
 }
 
@@ -301,8 +305,10 @@ func cloneColumn(p *config.Problem, col int) []config.ProblemLayer {
 }
 
 // measureCompute times every layer's forward+backward at B_o with k units'
-// threads for each k (on gpu instead when it is not nil), sets oct from
-// k = 1 and fits alpha to the rest: t_k = t_1 ((1-alpha) + alpha/k).
+// threads for each k, sets oct from k = 1 and fits alpha to the rest:
+// t_k = t_1 ((1-alpha) + alpha/k). With gpu it times the layers on that
+// GPU, once: k GPUs are k replicas, which only the synchronisation runs
+// measure.
 func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, col int, gpu native.Backend) error {
 	batch := randomBatch(cfg, f.batch)
 	var model *nn.Model
@@ -310,6 +316,9 @@ func measureCompute(cfg *config.Model, f *profileFlags, prob *config.Problem, co
 	fits := make([][]float64, len(prob.Layers))
 	for _, k := range f.units {
 		threads := k * f.unitThreads
+		if gpu != nil && k > 1 {
+			continue
+		}
 		if gpu == nil && threads > runtime.NumCPU() {
 			fmt.Fprintf(os.Stderr, "profile: skipping %d units: %d threads exceed this machine's %d CPUs\n", k, threads, runtime.NumCPU())
 			continue
@@ -559,7 +568,11 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "# heterps profile --model %s --catalog %s, B_o = %d, %s\n", f.model, f.catalog, f.batch, time.Now().UTC().Format(time.RFC3339))
 	if f.device.cuda {
-		fmt.Fprintf(&out, "# measured on this machine: %s (one unit = GPU %s; alpha kept from the roofline estimate; odt over loopback wire plus the copies to and from the GPU)\n", cat.Types[col].Name, f.device)
+		alpha := "alpha kept from the roofline estimate"
+		if len(folded) > 0 && len(f.units) > 1 {
+			alpha = "alpha from the stage runs on one GPU a replica"
+		}
+		fmt.Fprintf(&out, "# measured on this machine: %s (one unit = GPU %s; %s; odt over loopback wire plus the copies to and from the GPU)\n", cat.Types[col].Name, f.device, alpha)
 	} else {
 		fmt.Fprintf(&out, "# measured on this machine: %s (%d thread(s) per unit, units %v; odt over loopback wire)\n", cat.Types[col].Name, f.unitThreads, f.units)
 	}

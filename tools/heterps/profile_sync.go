@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -44,13 +45,34 @@ type stageTimes struct {
 
 // stageSetup is what stageRun needs besides the replica count.
 type stageSetup struct {
-	model       *config.Model
-	data        string
-	batch       int // the stage's batch, split over the replicas
-	unitThreads int
-	denseSync   string
-	warmup      int
-	steps       int
+	model     *config.Model
+	data      string
+	batch     int // the stage's batch, split over the replicas
+	denseSync string
+	warmup    int
+	steps     int
+	// backend opens replica i's unit (cpuUnits, gpuUnits) and the function
+	// that releases it.
+	backend func(replica int) (native.Backend, func(), error)
+}
+
+// cpuUnits gives every replica a CPU backend of threads threads.
+func cpuUnits(threads int) func(int) (native.Backend, func(), error) {
+	return func(int) (native.Backend, func(), error) {
+		b, err := native.NewCPU(native.CPUOptions{Threads: threads})
+		return b, func() {}, err
+	}
+}
+
+// gpuUnits gives replica i GPU first+i, as one heterpsd per GPU has it.
+func gpuUnits(first int) func(int) (native.Backend, func(), error) {
+	return func(i int) (native.Backend, func(), error) {
+		b, err := newCUDATrainBackend(first + i)
+		if err != nil {
+			return nil, nil, fmt.Errorf("GPU %d: %w", first+i, err)
+		}
+		return b, func() { _ = b.Close() }, nil
+	}
 }
 
 const profileJob = "profile"
@@ -206,10 +228,11 @@ func (r *stageRunner) ringTransports(names []string) ([]*wire.TCPTransport, erro
 
 func (r *stageRunner) worker(i int, share pipeline.Share, names []string, trs []*wire.TCPTransport) (*pipeline.Worker, error) {
 	cfg := r.setup.model
-	backend, err := native.NewCPU(native.CPUOptions{Threads: r.setup.unitThreads})
+	backend, release, err := r.setup.backend(i)
 	if err != nil {
 		return nil, err
 	}
+	r.closers = append(r.closers, release)
 	model, err := pipeline.BuildStageModel(backend, cfg, 1, r.layers)
 	if err != nil {
 		return nil, err
@@ -315,9 +338,18 @@ const syncWarmup = 3
 // the layers' compute into the measured type's oct and alpha. It returns
 // the lines that say what was folded, for the file's header.
 func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *config.Problem, col int) ([]string, error) {
-	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, unitThreads: f.unitThreads, denseSync: f.denseSync,
-		warmup: syncWarmup, steps: f.syncSteps}
-	runs, err := stageRounds(f.units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
+	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, denseSync: f.denseSync,
+		warmup: syncWarmup, steps: f.syncSteps, backend: cpuUnits(f.unitThreads)}
+	units := f.units
+	if f.device.cuda {
+		setup.backend = gpuUnits(f.device.gpu)
+		var err error
+		if units, err = unitsOnGPUs(f.units, f.device.gpu, cudaGPUCount); err != nil {
+			return nil, err
+		}
+		f.units = units // what the file's header reports
+	}
+	runs, err := stageRounds(units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
 	if err != nil {
 		return nil, err
 	}
@@ -327,6 +359,28 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 	}
 	extra, alpha := foldSync(prob, col, syncWeights(cfg.Shapes(), f.batch), runs)
 	return describeFold(f, runs, compute, extra, alpha), nil
+}
+
+// unitsOnGPUs is the unit counts whose replicas, one a GPU from GPU first
+// on, the machine has GPUs for (count says how many); the others are
+// skipped, saying so.
+func unitsOnGPUs(units []int, first int, count func() (int, error)) ([]int, error) {
+	n, err := count()
+	if err != nil {
+		return nil, fmt.Errorf("profile: listing the GPUs: %w", err)
+	}
+	var out []int
+	for _, k := range units {
+		if first+k > n {
+			fmt.Fprintf(os.Stderr, "profile: skipping %d units: GPUs %d..%d, and the machine has %d\n", k, first, first+k-1, n)
+			continue
+		}
+		out = append(out, k)
+	}
+	if len(out) == 0 || out[0] != 1 {
+		return nil, fmt.Errorf("profile: GPU %d is not on this machine (it has %d)", first, n)
+	}
+	return out, nil
 }
 
 // stageRounds runs the stage on each k of units, round after round, and
@@ -421,8 +475,12 @@ func syncWeights(shapes []config.LayerShape, b int) []float64 {
 // describeFold says what was measured and folded, one line each.
 func describeFold(f *profileFlags, runs []*stageTimes, compute, extra, alpha float64) []string {
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 }
-	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%d thread(s) each) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
-		f.denseSync, f.unitThreads, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[f.denseSync == config.DenseSyncAllreduce])}
+	unit := fmt.Sprintf("%d thread(s) each", f.unitThreads)
+	if f.device.cuda {
+		unit = fmt.Sprintf("one GPU each, replica i on GPU %d+i", f.device.gpu)
+	}
+	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%s) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
+		f.denseSync, unit, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[f.denseSync == config.DenseSyncAllreduce])}
 	for _, r := range runs {
 		line := fmt.Sprintf("k = %d: %.2f ms a step", r.k, r.step*1e3)
 		for i, x := range r.replicas {

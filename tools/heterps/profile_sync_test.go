@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/native"
 )
 
 func foldProblem() *config.Problem {
@@ -112,5 +114,61 @@ func TestStageRoundsKeepTheMedianRound(t *testing.T) {
 	}
 	if want := []int{1, 2, 1, 2, 1, 2}; !slices.Equal(order, want) {
 		t.Errorf("ran k in order %v, want %v", order, want)
+	}
+}
+
+// unitsOnGPUs keeps the unit counts whose replicas the machine has GPUs
+// for, from the first GPU on, and refuses a first GPU it lacks.
+func TestUnitsOnGPUs(t *testing.T) {
+	two := func() (int, error) { return 2, nil }
+	for _, tc := range []struct {
+		units []int
+		first int
+		want  []int
+	}{
+		{[]int{1, 2, 4}, 0, []int{1, 2}},
+		{[]int{1, 2}, 1, []int{1}},
+		{[]int{1}, 0, []int{1}},
+	} {
+		got, err := unitsOnGPUs(tc.units, tc.first, two)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("units %v from GPU %d of 2: %v, %v; want %v", tc.units, tc.first, got, err, tc.want)
+		}
+	}
+	if _, err := unitsOnGPUs([]int{1}, 2, two); err == nil || !strings.Contains(err.Error(), "GPU 2 is not on this machine (it has 2)") {
+		t.Errorf("GPU 2 of 2: %v", err)
+	}
+	if _, err := unitsOnGPUs([]int{1}, 0, func() (int, error) { return 0, errNoCUDA }); err == nil || !strings.Contains(err.Error(), "listing the GPUs") {
+		t.Errorf("no GPU list: %v", err)
+	}
+}
+
+// A stage run opens each replica's unit through its setup's backend, one
+// per replica in replica order, and releases them all when it ends; GPU
+// units are GPU first+i (a build without CUDA refuses them, naming the GPU).
+func TestStageRunOpensAUnitPerReplica(t *testing.T) {
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened []int
+	released := 0
+	setup := stageSetup{model: cfg, data: "synthetic:1", batch: 64, denseSync: config.DenseSyncPS, warmup: 1, steps: 1,
+		backend: func(i int) (native.Backend, func(), error) {
+			opened = append(opened, i)
+			b, err := native.NewCPU(native.CPUOptions{Threads: 1})
+			return b, func() { released++ }, err
+		}}
+	if _, err := stageRun(context.Background(), setup, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(opened, []int{0, 1}) || released != 2 {
+		t.Errorf("opened units %v, released %d; want [0 1] and 2", opened, released)
+	}
+	if cudaBuild {
+		return
+	}
+	if _, _, err := gpuUnits(3)(1); err == nil || !strings.Contains(err.Error(), "GPU 4") || !errors.Is(err, errNoCUDA) {
+		t.Errorf("gpuUnits(3)(1) without CUDA: %v, want errNoCUDA naming GPU 4", err)
 	}
 }

@@ -201,18 +201,23 @@ func TestProfileSubmitStoresTheMeasuredTypes(t *testing.T) {
 	}
 }
 
-// --device cuda profiles one GPU as one unit of a GPU type: unit counts,
-// sync steps and unit threads that assume CPU workers are refused, and a
-// build without CUDA refuses the device (exit status 2) naming the build.
+// --device cuda profiles one GPU as one unit of a GPU type: unit threads
+// are refused, and k units need synchronisation runs (k replicas, one GPU
+// each), which are off unless asked for; a build without CUDA refuses the
+// device (exit status 2) naming the build.
 func TestProfileDeviceFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"--device", "gpu"}, {"--device", "cuda:x"}, {"--device", "cuda:-1"},
-		{"--device", "cuda", "--units", "1,2"}, {"--device", "cuda", "--sync-steps", "5"},
+		{"--device", "cuda", "--units", "1,2"}, {"--device", "cuda", "--units", "1,2", "--sync-steps", "0"},
 		{"--device", "cuda:1", "--unit-threads", "2"},
 	} {
 		if _, err := parseProfileFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
+	}
+	multi, err := parseProfileFlags([]string{"--device", "cuda:2", "--units", "1,2", "--sync-steps", "5"}, &bytes.Buffer{})
+	if err != nil || !slices.Equal(multi.units, []int{1, 2}) || multi.syncSteps != 5 {
+		t.Errorf("--device cuda:2 --units 1,2 --sync-steps 5: %+v, %v; want units [1 2] and 5 sync steps", multi, err)
 	}
 	f, err := parseProfileFlags([]string{"--device", "cuda:1", "--catalog", "cloud"}, &bytes.Buffer{})
 	if err != nil {

@@ -2,7 +2,11 @@
 
 package main
 
-import "github.com/heterps/heterps/native"
+import (
+	"errors"
+
+	"github.com/heterps/heterps/native"
+)
 
 // cudaBuild: this binary has the CUDA backend.
 const cudaBuild = true
@@ -14,4 +18,14 @@ func newCUDATrainBackend(gpu int) (closingBackend, error) {
 		return nil, err // a nil *CUDA in the interface would not be nil
 	}
 	return b, nil
+}
+
+// cudaGPUCount is how many GPUs the driver lists (none without a driver
+// or device).
+func cudaGPUCount() (int, error) {
+	devs, err := native.CUDADevices()
+	if errors.Is(err, native.ErrNoGPU) {
+		return 0, nil
+	}
+	return len(devs), err
 }

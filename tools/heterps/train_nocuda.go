@@ -10,3 +10,6 @@ const cudaBuild = false
 func newCUDATrainBackend(int) (closingBackend, error) {
 	return nil, usageError{errNoCUDA}
 }
+
+// cudaGPUCount refuses like newCUDATrainBackend.
+func cudaGPUCount() (int, error) { return 0, usageError{errNoCUDA} }
