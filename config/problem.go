@@ -34,6 +34,11 @@ type ProblemType struct {
 	Kind     string  `toml:"kind,omitempty"` // "cpu" or "gpu"; see TypeKind for the default
 	Price    float64 `toml:"price"`          // per unit-hour
 	MaxUnits int     `toml:"max_units"`
+	// DenseSync is the dense_sync ("ps" or "allreduce") whose
+	// synchronisation heterps profile measured and folded into this type's
+	// times; empty when none was. A job with dense_sync = "auto" planned on
+	// these times syncs that way.
+	DenseSync string `toml:"dense_sync,omitempty"`
 }
 
 // ProblemLayer is one layer's profile: one value per [[type]], in order.
@@ -210,6 +215,9 @@ func (p *Problem) validateTypes(loc *Locator, errs *errorList) map[string]bool {
 		}
 		if t.MaxUnits <= 0 {
 			errs.add(loc.Errorf(at+".max_units", "must be > 0, got %d", t.MaxUnits))
+		}
+		if t.DenseSync != "" && t.DenseSync != DenseSyncPS && t.DenseSync != DenseSyncAllreduce {
+			errs.add(loc.Errorf(at+".dense_sync", "unknown method %q (want ps or allreduce)", t.DenseSync))
 		}
 	}
 	return names

@@ -18,12 +18,14 @@ import (
 const AllreduceMinBytes = 256 << 10
 
 // denseSync is the method stage [first, last] with replicas replicas uses:
-// the job file's, or for auto the rule of AllreduceMinBytes (never for an
+// the job file's, or for auto the one measured the faster on the stage's
+// type (measured: the dense_sync its profile folded in, heterps profile
+// --dense-sync auto), else the rule of AllreduceMinBytes (never for an
 // ASP job). A job restored from a checkpoint (restore, or an automatic
 // restart) syncs through the parameter servers whatever the file says:
 // they restore the dense blocks' optimiser state, which the replicas could
 // not pull.
-func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, restored bool) string {
+func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, restored bool, measured string) string {
 	if restored {
 		return api.DenseSyncPS
 	}
@@ -34,6 +36,12 @@ func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, resto
 		return api.DenseSyncPS
 	}
 	if !jf.AllreduceAllowed() || replicas < 2 {
+		return api.DenseSyncPS
+	}
+	switch measured {
+	case config.DenseSyncAllreduce:
+		return api.DenseSyncAllreduce
+	case config.DenseSyncPS:
 		return api.DenseSyncPS
 	}
 	if denseBytes(m, first, last)*int64(replicas) >= AllreduceMinBytes {

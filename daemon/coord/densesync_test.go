@@ -9,9 +9,11 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 )
 
-// The auto rule: allreduce for a stage of at least two replicas whose dense
-// bytes times replicas reach AllreduceMinBytes, in a job that allows it;
-// an explicit choice wins (allreduce even for one replica).
+// The auto rule: the method measured the faster on the stage's type when
+// its profile says, else allreduce for a stage of at least two replicas
+// whose dense bytes times replicas reach AllreduceMinBytes, in a job that
+// allows either way; an explicit choice wins (allreduce even for one
+// replica).
 func TestDenseSyncRule(t *testing.T) {
 	m, err := config.LoadModel("ctrdnn")
 	if err != nil {
@@ -33,21 +35,26 @@ func TestDenseSyncRule(t *testing.T) {
 		name        string
 		jf          *config.Job
 		first, reps int
+		measured    string
 		want        string
 	}{
-		{"auto, whole model on 2 replicas", job("auto", ""), 0, 2, api.DenseSyncAllreduce},
-		{"auto, one replica", job("auto", ""), 0, 1, api.DenseSyncPS},
-		{"auto, only the small last layers", job("auto", ""), last - 1, 4, api.DenseSyncPS},
-		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, api.DenseSyncAllreduce},
-		{"auto, asp", job("auto", "mode = \"asp\"\n"), 0, 2, api.DenseSyncPS},
-		{"ps", job("ps", ""), 0, 4, api.DenseSyncPS},
-		{"allreduce, one replica", job("allreduce", ""), 0, 1, api.DenseSyncAllreduce},
+		{"auto, whole model on 2 replicas", job("auto", ""), 0, 2, "", api.DenseSyncAllreduce},
+		{"auto, one replica", job("auto", ""), 0, 1, "", api.DenseSyncPS},
+		{"auto, only the small last layers", job("auto", ""), last - 1, 4, "", api.DenseSyncPS},
+		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, "", api.DenseSyncAllreduce},
+		{"auto, asp", job("auto", "mode = \"asp\"\n"), 0, 2, "", api.DenseSyncPS},
+		{"auto, ps measured faster", job("auto", ""), 0, 2, "ps", api.DenseSyncPS},
+		{"auto, allreduce measured faster", job("auto", ""), last - 1, 4, "allreduce", api.DenseSyncAllreduce},
+		{"auto, allreduce measured, one replica", job("auto", ""), 0, 1, "allreduce", api.DenseSyncPS},
+		{"auto, allreduce measured, asp", job("auto", "mode = \"asp\"\n"), 0, 2, "allreduce", api.DenseSyncPS},
+		{"ps", job("ps", ""), 0, 4, "allreduce", api.DenseSyncPS},
+		{"allreduce, one replica", job("allreduce", ""), 0, 1, "", api.DenseSyncAllreduce},
 	} {
-		if got := denseSync(tc.jf, m, tc.first, last, tc.reps, false); got != tc.want {
+		if got := denseSync(tc.jf, m, tc.first, last, tc.reps, false, tc.measured); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
-	if got := denseSync(job("allreduce", ""), m, 0, last, 2, true); got != api.DenseSyncPS {
+	if got := denseSync(job("allreduce", ""), m, 0, last, 2, true, "allreduce"); got != api.DenseSyncPS {
 		t.Errorf("a restored allreduce job: %s, want ps (the servers restore the optimiser state)", got)
 	}
 }

@@ -305,7 +305,8 @@ func jobProblem(jf *config.Job, m *config.Model, cat *config.Catalog, stored pro
 			return nil, src, err
 		}
 	}
-	src.types = sourcesOf(pc, measured)
+	measuredSrc := sourcesOf(pc, measured)
+	src.types, src.denseSync = measuredSrc.types, measuredSrc.denseSync
 	p, err := sched.NewProblem(pc)
 	return p, src, err
 }
@@ -344,7 +345,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
 		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps),
-			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.ckpt.restored != nil)})
+			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.ckpt.restored != nil, j.plan.DenseSync[s.Type])})
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]

@@ -199,7 +199,7 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 		return nil, fmt.Errorf("method %s did not finish within %s", method, c.cfg.PlanTimeout)
 	}
 	if err == nil {
-		plan.Sources = src.types
+		plan.Sources, plan.DenseSync = src.types, src.denseSync
 	}
 	if err == nil && j.model.HasTowers() && len(plan.Stages) == 1 {
 		plan.Stages[0].Last = len(j.model.Shapes()) - 1 // the one merged layer is every layer

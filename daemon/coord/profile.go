@@ -57,6 +57,7 @@ func applyProfile(p, pf *config.Problem, path string) error {
 			p.Layers[l].OCT[t], p.Layers[l].ODT[t] = m.OCT[col], m.ODT[col]
 			p.Layers[l].Alpha[t], p.Layers[l].Beta[t] = m.Alpha[col], m.Beta[col]
 		}
+		p.Types[t].DenseSync = pf.Types[col].DenseSync
 	}
 	p.ProfileBatch = pf.ProfileBatch
 	return nil

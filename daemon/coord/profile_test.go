@@ -116,3 +116,27 @@ func TestSubmissionChecksTheProfile(t *testing.T) {
 		}
 	}
 }
+
+// A job file's profile carries each measured type's folded dense_sync into
+// the problem and the plan's sources; types without one have none.
+func TestJobFileProfileCarriesItsDenseSync(t *testing.T) {
+	cat := loadTestCatalog(t)
+	_, _, p := rooflineProblem(t, ctrJob, cat)
+	pf := *p
+	pf.Types = append([]config.ProblemType(nil), p.Types...)
+	for i := range pf.Types {
+		if pf.Types[i].Name == "cpu" {
+			pf.Types[i].DenseSync = config.DenseSyncPS
+		}
+	}
+	if err := applyProfile(p, &pf, "p.toml"); err != nil {
+		t.Fatal(err)
+	}
+	src := sourcesOf(p, []string{"cpu", "gpu"})
+	if len(src.denseSync) != 1 || src.denseSync["cpu"] != config.DenseSyncPS {
+		t.Errorf("dense_sync by type %v, want cpu: ps alone", src.denseSync)
+	}
+	if none := sourcesOf(p, nil); none.denseSync != nil {
+		t.Errorf("estimated types carry a dense_sync: %v", none.denseSync)
+	}
+}

@@ -147,7 +147,8 @@ func parseProfiles(model string, src []byte, now time.Time) (recs []store.Profil
 		if !slices.Contains(types, t.Name) {
 			continue
 		}
-		r := store.Profile{Model: model, Type: t.Name, ProfileBatch: pf.ProfileBatch, Fingerprint: fingerprint, StoredAt: now}
+		r := store.Profile{Model: model, Type: t.Name, ProfileBatch: pf.ProfileBatch, Fingerprint: fingerprint, StoredAt: now,
+			DenseSync: t.DenseSync}
 		for _, l := range pf.Layers {
 			r.Layers = append(r.Layers, store.ProfileLayer{Name: l.Name, OCT: l.OCT[col], ODT: l.ODT[col], Alpha: l.Alpha[col], Beta: l.Beta[col]})
 		}
@@ -306,28 +307,39 @@ func applyStored(pc *config.Problem, m *config.Model, set profileSet) (measured,
 			pl.OCT[t], pl.ODT[t] = ml.OCT*scale, ml.ODT*scale
 			pl.Alpha[t], pl.Beta[t] = ml.Alpha, ml.Beta
 		}
+		pc.Types[t].DenseSync = r.DenseSync
 		measured = append(measured, typ.Name)
 	}
 	return measured, skipped
 }
 
 // problemSources is where each type's layer times in a job's problem came
-// from (sched.Plan.Sources), and notes on stored profiles not used.
+// from (sched.Plan.Sources), which dense_sync the measured ones include
+// (sched.Plan.DenseSync), and notes on stored profiles not used.
 type problemSources struct {
-	types   map[string]string
-	skipped []string
+	types     map[string]string
+	denseSync map[string]string
+	skipped   []string
 }
 
-// sourcesOf maps every type of pc to estimated, except those in measured.
-func sourcesOf(pc *config.Problem, measured []string) map[string]string {
-	out := make(map[string]string, len(pc.Types))
+// sourcesOf maps every type of pc to estimated, except those in measured,
+// and each measured type whose profile folded a dense_sync in to it.
+func sourcesOf(pc *config.Problem, measured []string) problemSources {
+	src := problemSources{types: make(map[string]string, len(pc.Types))}
 	for _, t := range pc.Types {
-		out[t.Name] = sched.SourceEstimated
-		if slices.Contains(measured, t.Name) {
-			out[t.Name] = sched.SourceMeasured
+		src.types[t.Name] = sched.SourceEstimated
+		if !slices.Contains(measured, t.Name) {
+			continue
+		}
+		src.types[t.Name] = sched.SourceMeasured
+		if t.DenseSync != "" {
+			if src.denseSync == nil {
+				src.denseSync = map[string]string{}
+			}
+			src.denseSync[t.Name] = t.DenseSync
 		}
 	}
-	return out
+	return src
 }
 
 func (c *Coordinator) handlePutProfile(w http.ResponseWriter, r *http.Request) {

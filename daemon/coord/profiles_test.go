@@ -54,6 +54,26 @@ func measuredBody(t *testing.T, jobTOML string, cat *config.Catalog, slow float6
 	return append([]byte(fmt.Sprintf("# heterps profile --model ctrdnn, B_o = %d\n", bo)), src...)
 }
 
+// withDenseSync is profile body with type typ marked as having folded
+// dense_sync method's synchronisation in, as heterps profile marks it.
+func withDenseSync(t *testing.T, body []byte, typ, method string) []byte {
+	t.Helper()
+	p, err := config.ParseProblem("profile", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range p.Types {
+		if p.Types[i].Name == typ {
+			p.Types[i].DenseSync = method
+		}
+	}
+	out, err := p.MarshalTOML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // withMeasured is the roofline problem p with the named type's oct and
 // odt multiplied by slow: what the coordinator should plan on once that
 // type's profile (measuredBody) is stored.
@@ -172,7 +192,8 @@ func mustLayerOCT(t *testing.T, jobTOML string, cat *config.Catalog, layer int) 
 func TestJobPlansOnTheStoredProfileOfItsModel(t *testing.T) {
 	tc := startCluster(t, nil)
 	const fast = 0.1
-	if code, body := tc.putProfile("ctrdnn", measuredBody(t, ctrJob, tc.cat, fast, 256, "cpu")); code != http.StatusOK {
+	body := withDenseSync(t, measuredBody(t, ctrJob, tc.cat, fast, 256, "cpu"), "cpu", "allreduce")
+	if code, body := tc.putProfile("ctrdnn", body); code != http.StatusOK {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
 	_, _, roof := rooflineProblem(t, ctrJob, tc.cat)
@@ -199,6 +220,9 @@ func TestJobPlansOnTheStoredProfileOfItsModel(t *testing.T) {
 	plan := new(planOf(t, s))
 	if plan.Sources["cpu"] != sched.SourceMeasured || plan.Sources["gpu"] != sched.SourceEstimated || len(plan.Sources) != 2 {
 		t.Errorf("sources %v, want cpu measured and gpu estimated", plan.Sources)
+	}
+	if plan.DenseSync["cpu"] != config.DenseSyncAllreduce || len(plan.DenseSync) != 1 {
+		t.Errorf("plan's dense_sync %v, want the stored profile's allreduce for cpu alone", plan.DenseSync)
 	}
 	cost, err := sched.Recost(plan, want)
 	if err != nil || math.Abs(cost.Cost-plan.Cost) > 1e-9*plan.Cost {

@@ -47,6 +47,11 @@ type Plan struct {
 	// heterps does not know). The scheduler leaves it nil; whoever built
 	// the problem fills it in.
 	Sources map[string]string `json:"sources,omitempty"`
+	// DenseSync says, per measured type whose profile folded a dense_sync
+	// method's synchronisation in, which one (ps or allreduce): a job with
+	// dense_sync = "auto" syncs such a type's stages that way. Filled in
+	// like Sources.
+	DenseSync map[string]string `json:"dense_sync,omitempty"`
 }
 
 // Plan.Sources values.

@@ -98,6 +98,9 @@ type Profile struct {
 	Fingerprint string         `json:"fingerprint,omitempty"`
 	StoredAt    time.Time      `json:"stored_at"`
 	Layers      []ProfileLayer `json:"layers"`
+	// DenseSync is the dense_sync whose synchronisation the times include
+	// (config.ProblemType.DenseSync), if any.
+	DenseSync string `json:"dense_sync,omitempty"`
 }
 
 // ProfileLayer is one layer's measured times on one unit at the

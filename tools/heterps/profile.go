@@ -67,7 +67,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	units := fs.String("units", "1,2", "unit counts to time, for fitting alpha (Amdahl)")
 	fs.StringVar(&f.into, "into", "", "an earlier profile of the model at the same --batch: keep the types it measured (another --type), replacing only this one")
 	fs.StringVar(&f.out, "out", "", "write the problem file here (default: standard output)")
-	fs.StringVar(&f.denseSync, "dense-sync", config.DenseSyncPS, "how the job's data-parallel stages sync dense parameters (ps or allreduce): the synchronisation folded into oct and alpha")
+	fs.StringVar(&f.denseSync, "dense-sync", config.DenseSyncAuto, "how the job's data-parallel stages sync dense parameters, whose synchronisation is folded into oct and alpha: ps, allreduce, or auto (both measured, the faster folded and named in the profile, for jobs with dense_sync = \"auto\")")
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
 	fs.IntVar(&f.syncRounds, "sync-rounds", 3, "rounds of stage runs over the ks; each k keeps its median round")
 	fs.IntVar(&f.syncSteps, "sync-steps", 20, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
@@ -91,8 +91,8 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 || f.syncSteps < 0 || f.syncRounds < 1 {
 		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads, --reps and --sync-rounds must be > 0, --sync-steps >= 0")
 	}
-	if f.denseSync != config.DenseSyncPS && f.denseSync != config.DenseSyncAllreduce {
-		return nil, fmt.Errorf("profile: --dense-sync %q: want ps or allreduce", f.denseSync)
+	if f.denseSync != config.DenseSyncPS && f.denseSync != config.DenseSyncAllreduce && f.denseSync != config.DenseSyncAuto {
+		return nil, fmt.Errorf("profile: --dense-sync %q: want ps, allreduce or auto", f.denseSync)
 	}
 	if f.device.cuda {
 		if err := cudaProfileFlags(f, fs); err != nil {

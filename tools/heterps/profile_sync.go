@@ -338,7 +338,7 @@ const syncWarmup = 3
 // the layers' compute into the measured type's oct and alpha. It returns
 // the lines that say what was folded, for the file's header.
 func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *config.Problem, col int) ([]string, error) {
-	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, denseSync: f.denseSync,
+	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, denseSync: config.DenseSyncPS,
 		warmup: syncWarmup, steps: f.syncSteps, backend: cpuUnits(f.unitThreads)}
 	units := f.units
 	if f.device.cuda {
@@ -349,7 +349,10 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 		}
 		f.units = units // what the file's header reports
 	}
-	runs, err := stageRounds(units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
+	method, runs, chose, err := syncRuns(f.denseSync, func(method string) ([]*stageTimes, error) {
+		setup.denseSync = method
+		return stageRounds(units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +361,36 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 		compute += l.OCT[col]
 	}
 	extra, alpha := foldSync(prob, col, syncWeights(cfg.Shapes(), f.batch), runs)
-	return describeFold(f, runs, compute, extra, alpha), nil
+	prob.Types[col].DenseSync = method
+	return append(describeFold(f, method, runs, compute, extra, alpha), chose...), nil
+}
+
+// syncRuns runs the stage rounds of the dense_sync method asked for, or
+// for auto of both, and returns the method to fold (auto: the one whose
+// step at the most replicas measured is shorter; ps when only one replica
+// was, where both sync alike and a job's auto would take ps), its runs and,
+// for auto, the line that says how it chose.
+func syncRuns(asked string, rounds func(method string) ([]*stageTimes, error)) (string, []*stageTimes, []string, error) {
+	if asked != config.DenseSyncAuto {
+		runs, err := rounds(asked)
+		return asked, runs, nil, err
+	}
+	ps, err := rounds(config.DenseSyncPS)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ar, err := rounds(config.DenseSyncAllreduce)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	most := len(ps) - 1
+	method, runs := config.DenseSyncPS, ps
+	if ps[most].k > 1 && ar[most].step < ps[most].step {
+		method, runs = config.DenseSyncAllreduce, ar
+	}
+	line := fmt.Sprintf("dense_sync auto: at k = %d a step took %.2f ms through the parameter server and %.2f ms by allreduce; folded: %s (jobs with dense_sync = \"auto\" planned on this type sync that way)",
+		ps[most].k, ps[most].step*1e3, ar[most].step*1e3, method)
+	return method, runs, []string{line}, nil
 }
 
 // unitsOnGPUs is the unit counts whose replicas, one a GPU from GPU first
@@ -473,14 +505,14 @@ func syncWeights(shapes []config.LayerShape, b int) []float64 {
 }
 
 // describeFold says what was measured and folded, one line each.
-func describeFold(f *profileFlags, runs []*stageTimes, compute, extra, alpha float64) []string {
+func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, extra, alpha float64) []string {
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 }
 	unit := fmt.Sprintf("%d thread(s) each", f.unitThreads)
 	if f.device.cuda {
 		unit = fmt.Sprintf("one GPU each, replica i on GPU %d+i", f.device.gpu)
 	}
 	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%s) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
-		f.denseSync, unit, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[f.denseSync == config.DenseSyncAllreduce])}
+		method, unit, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[method == config.DenseSyncAllreduce])}
 	for _, r := range runs {
 		line := fmt.Sprintf("k = %d: %.2f ms a step", r.k, r.step*1e3)
 		for i, x := range r.replicas {

@@ -61,7 +61,7 @@ func TestFoldSyncScalesWhenTheRuntimeIsFasterAndClampsAlpha(t *testing.T) {
 // dense-sync method, replica 0 through the in-process shard and the others
 // over the wire, and its measured column adds up to the measured step.
 func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
-	for _, sync := range []string{"ps", "allreduce"} {
+	for _, sync := range []string{"ps", "allreduce", "auto"} {
 		t.Run(sync, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "p.toml")
 			f, err := parseProfileFlags([]string{"--model", "ctrdnn", "--catalog", "../../config/examples/catalogs/local.toml",
@@ -73,17 +73,28 @@ func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
 				t.Fatal(err)
 			}
 			src := mustRead(t, out)
-			for _, want := range []string{"# folded into oct and alpha: the synchronisation of dense_sync = " + sync,
+			p, err := config.LoadProblem(out)
+			if err != nil {
+				t.Fatalf("profile output does not load: %v", err)
+			}
+			folded := sync
+			if sync == "auto" {
+				if !strings.Contains(src, "# dense_sync auto: at k = 2 a step took ") {
+					t.Errorf("the file does not say how auto chose:\n%s", src)
+				}
+				folded = p.Types[0].DenseSync
+			}
+			for _, want := range []string{"# folded into oct and alpha: the synchronisation of dense_sync = " + folded,
 				"# k = 1: ", "# k = 2: ", "replica 0 (PS local)", "replica 1 (PS wire)", "# alpha = "} {
 				if !strings.Contains(src, want) {
 					t.Errorf("the file lacks %q:\n%s", want, src)
 				}
 			}
-			if sync == "allreduce" && !strings.Contains(src, "ring allreduce") {
+			if folded == "allreduce" && !strings.Contains(src, "ring allreduce") {
 				t.Errorf("allreduce not named:\n%s", src)
 			}
-			if _, err := config.LoadProblem(out); err != nil {
-				t.Fatalf("profile output does not load: %v", err)
+			if p.Types[0].Name != "cpu-1t" || p.Types[0].DenseSync != folded || (folded != "ps" && folded != "allreduce") {
+				t.Errorf("type %s's dense_sync %q, want the folded method %q", p.Types[0].Name, p.Types[0].DenseSync, folded)
 			}
 		})
 	}
@@ -170,5 +181,45 @@ func TestStageRunOpensAUnitPerReplica(t *testing.T) {
 	}
 	if _, _, err := gpuUnits(3)(1); err == nil || !strings.Contains(err.Error(), "GPU 4") || !errors.Is(err, errNoCUDA) {
 		t.Errorf("gpuUnits(3)(1) without CUDA: %v, want errNoCUDA naming GPU 4", err)
+	}
+}
+
+// syncRuns folds the method asked for, or for auto the one whose step at
+// the most replicas was shorter (ps when only one replica ran), and says
+// how auto chose.
+func TestSyncRunsChoosesTheFasterForAuto(t *testing.T) {
+	steps := func(k1, k2 float64) []*stageTimes { return []*stageTimes{{k: 1, step: k1}, {k: 2, step: k2}} }
+	for _, tc := range []struct {
+		name, asked string
+		ps, ar      []*stageTimes
+		want        string
+	}{
+		{"allreduce faster", "auto", steps(0.010, 0.008), steps(0.011, 0.006), "allreduce"},
+		{"ps faster", "auto", steps(0.010, 0.006), steps(0.009, 0.007), "ps"},
+		{"one replica", "auto", steps(0.010, 0)[:1], steps(0.005, 0)[:1], "ps"},
+		{"asked ps", "ps", steps(0.010, 0.008), steps(0.011, 0.006), "ps"},
+		{"asked allreduce", "allreduce", steps(0.010, 0.006), steps(0.011, 0.009), "allreduce"},
+	} {
+		var ran []string
+		method, runs, lines, err := syncRuns(tc.asked, func(m string) ([]*stageTimes, error) {
+			ran = append(ran, m)
+			if m == "ps" {
+				return tc.ps, nil
+			}
+			return tc.ar, nil
+		})
+		want := tc.ps
+		if tc.want == "allreduce" {
+			want = tc.ar
+		}
+		if err != nil || method != tc.want || &runs[0] != &want[0] {
+			t.Errorf("%s: folded %s (%v), want %s and its runs", tc.name, method, err, tc.want)
+		}
+		if tc.asked == "auto" && (len(ran) != 2 || len(lines) != 1 || !strings.Contains(lines[0], "folded: "+tc.want)) {
+			t.Errorf("%s: ran %v, said %q", tc.name, ran, lines)
+		}
+		if tc.asked != "auto" && (len(ran) != 1 || ran[0] != tc.asked || lines != nil) {
+			t.Errorf("%s: ran %v, said %q; want only %s, silently", tc.name, ran, lines, tc.asked)
+		}
 	}
 }
