@@ -34,6 +34,7 @@ func TestRegisterValidate(t *testing.T) {
 		{"negative cores", func(r *RegisterRequest) { r.Cores = -1 }, "cores"},
 		{"negative memory", func(r *RegisterRequest) { r.MemoryBytes = -1 }, "memory_bytes"},
 		{"negative gpu memory", func(r *RegisterRequest) { r.GPUs[0].MemoryBytes = -1 }, "gpus[0]"},
+		{"huge gpu uuid", func(r *RegisterRequest) { r.GPUs[0].UUID = strings.Repeat("f", MaxNameLen+1) }, "gpus[0]"},
 		{"too many gpus", func(r *RegisterRequest) { r.GPUs = make([]GPU, MaxGPUs+1) }, "gpus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
