@@ -102,6 +102,7 @@ func TestBadProblemsNameLineAndField(t *testing.T) {
 		{"zero max units", "max_units = 16", "max_units = 0", 17, "type[1].max_units", "must be > 0"},
 		{"negative price", "price = 2.48", "price = -2.48", 16, "type[1].price", ">= 0"},
 		{"unknown kind", `name = "v100"`, "name = \"v100\"\nkind = \"tpu\"", 16, "type[1].kind", "unknown kind"},
+		{"unknown dense sync", `name = "v100"`, "name = \"v100\"\ndense_sync = \"nccl\"", 16, "type[1].dense_sync", "unknown method"},
 		{"ps ratio without type", `ps_type = "cpu"`, "", 7, "ps_ratio", "no ps_type"},
 		{"unknown key", "epochs = 1", "epoch = 1", 4, "epoch", "unknown key"},
 	}
