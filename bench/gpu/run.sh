@@ -18,8 +18,9 @@
 #                profile.toml, plan-measured.json); a 2-stage job (CPU
 #                embedding + GPU FC, run-heuristic-*.json) against
 #                single-process CPU training on 8 and 16 threads and the
-#                whole model on the GPU (train-*.json); cli.txt has the
-#                CLI's standard error
+#                whole model on the GPU (train-*.json); two node daemons
+#                naming GPU 0, the second refused by UUID (uuid-check/);
+#                cli.txt has the CLI's standard error
 #
 # The machine needs an NVIDIA driver, a CUDA toolkit (CUDA_HOME, nvcc on
 # PATH, or /usr/local/cuda) and cuBLAS. It runs the binaries that
@@ -342,6 +343,45 @@ line=$(awk -v p="$best" -v c8="$(samples "$OUT/train-cpu8-2048.json")" \
 step "$line"
 echo "$line" >>"$OUT/summary.txt"
 echo "heterps train --device cuda, batch 512: $(samples "$OUT/train-gpu.json") samples/s" >>"$OUT/summary.txt"
+
+# ---- one GPU, two daemons: the coordinator refuses the second ------------------------------
+# Both node files name GPU 0; the coordinator tells them apart by the UUID
+# the driver reports and refuses the second (409), naming both: two daemons
+# on one GPU would each be billed for it.
+step "two node daemons naming GPU 0: the second must be refused"
+uuid_dir=$OUT/uuid-check
+mkdir -p "$uuid_dir"
+"$BIN/heterpsd" --role=coordinator --catalog "$OUT/gpu-catalog.toml" --listen 127.0.0.1:0 \
+  --state-dir "$uuid_dir/state" >"$uuid_dir/coordinator.out" 2>"$uuid_dir/coordinator.log" &
+coord_pid=$!
+url=""
+for _ in $(seq 100); do
+  url=$(sed -n 's/^coordinator //p' "$uuid_dir/coordinator.out" | head -n1)
+  [[ -n $url ]] && break
+  sleep 0.1
+done
+for n in a b; do
+  printf 'version = 1\nname = "uuid-%s"\ncoordinator = "%s"\nlisten = "127.0.0.1:0"\nps_listen = "127.0.0.1:0"\ntype = "h200"\nunits = 1\ngpus = [0]\nplain = true\nregister_timeout = "20s"\n' \
+    "$n" "$url" >"$uuid_dir/$n.toml"
+done
+"$BIN/heterpsd" --role=node --config "$uuid_dir/a.toml" >"$uuid_dir/a.log" 2>&1 &
+node_pid=$!
+for _ in $(seq 100); do
+  grep -q 'registered' "$uuid_dir/a.log" && break
+  sleep 0.1
+done
+timeout 30 "$BIN/heterpsd" --role=node --config "$uuid_dir/b.toml" >"$uuid_dir/b.log" 2>&1
+b_status=$?
+kill "$node_pid" "$coord_pid" 2>/dev/null
+wait "$node_pid" "$coord_pid" 2>/dev/null
+if [[ $b_status -ne 0 ]] && grep -q 'which the live node uuid-a names as its GPU 0' "$uuid_dir/b.log"; then
+  line="one GPU, two daemons: the second was refused by UUID ($(grep -o 'GPU-[0-9a-f-]*' "$uuid_dir/b.log" | head -n1)): met"
+else
+  line="one GPU, two daemons: the second was NOT refused by UUID (exit $b_status; see uuid-check/b.log): missed"
+  status=1
+fi
+step "$line"
+echo "$line" >>"$OUT/summary.txt"
 
 # ---- gpu.txt: the header, then every figure above ------------------------------------------
 commit=$(cat "$PREBUILT/commit" 2>/dev/null)
