@@ -349,7 +349,7 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 		}
 		f.units = units // what the file's header reports
 	}
-	method, runs, chose, err := syncRuns(f.denseSync, func(method string) ([]*stageTimes, error) {
+	method, runs, chose, err := syncRuns(f.denseSync, slices.Max(units) > 1, func(method string) ([]*stageTimes, error) {
 		setup.denseSync = method
 		return stageRounds(units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
 	})
@@ -374,13 +374,17 @@ const allreduceMargin = 0.05
 // syncRuns runs the stage rounds of the dense_sync method asked for, or
 // for auto of both, and returns the method to fold (auto: allreduce when
 // its step at the most replicas measured is allreduceMargin shorter than
-// ps's, else ps — also when only one replica ran, where both sync alike
-// and a job's auto takes ps), its runs and, for auto, the line that says
-// how it chose.
-func syncRuns(asked string, rounds func(method string) ([]*stageTimes, error)) (string, []*stageTimes, []string, error) {
+// ps's, else ps; without several replicas, where a job's auto takes ps,
+// ps alone is run), its runs and, for auto, the line that says how it
+// chose.
+func syncRuns(asked string, several bool, rounds func(method string) ([]*stageTimes, error)) (string, []*stageTimes, []string, error) {
 	if asked != config.DenseSyncAuto {
 		runs, err := rounds(asked)
 		return asked, runs, nil, err
+	}
+	if !several {
+		runs, err := rounds(config.DenseSyncPS)
+		return config.DenseSyncPS, runs, []string{"dense_sync auto: one replica only, which syncs through the parameter server (a job's auto does so too): folded: ps"}, err
 	}
 	ps, err := rounds(config.DenseSyncPS)
 	if err != nil {
@@ -392,7 +396,7 @@ func syncRuns(asked string, rounds func(method string) ([]*stageTimes, error)) (
 	}
 	most := len(ps) - 1
 	method, runs := config.DenseSyncPS, ps
-	if ps[most].k > 1 && ar[most].step < (1-allreduceMargin)*ps[most].step {
+	if ar[most].step < (1-allreduceMargin)*ps[most].step {
 		method, runs = config.DenseSyncAllreduce, ar
 	}
 	line := fmt.Sprintf("dense_sync auto: at k = %d a step took %.2f ms through the parameter server and %.2f ms by allreduce (allreduce is taken %.0f %% faster or more); folded: %s (jobs with dense_sync = \"auto\" planned on this type sync that way)",
