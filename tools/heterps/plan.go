@@ -47,6 +47,9 @@ type planFlags struct {
 	// type (sched.Plan.Sources): given (--problem), estimated (--catalog),
 	// measured (--profile, but for the types its header says it estimated).
 	sources map[string]string
+	// denseSync is, for a --profile's measured types, the dense_sync
+	// whose synchronisation their times include (sched.Plan.DenseSync).
+	denseSync map[string]string
 }
 
 func parsePlanFlags(args []string, stderr io.Writer) (*planFlags, error) {
@@ -136,7 +139,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFailure
 	}
-	plan.Sources = f.sources
+	plan.Sources, plan.DenseSync = f.sources, f.denseSync
 	if err := f.writePolicy(); err != nil {
 		fmt.Fprintln(stderr, "heterps plan:", err)
 		return exitFailure
@@ -239,6 +242,14 @@ func (f *planFlags) loadProfile() (*sched.Problem, error) {
 			f.sources[t] = sched.SourceEstimated
 		}
 	}
+	for _, t := range c.Types {
+		if t.DenseSync != "" && f.sources[t.Name] == sched.SourceMeasured {
+			if f.denseSync == nil {
+				f.denseSync = map[string]string{}
+			}
+			f.denseSync[t.Name] = t.DenseSync
+		}
+	}
 	return p, nil
 }
 
@@ -324,7 +335,7 @@ func printPlan(w io.Writer, p *sched.Problem, plan *sched.Plan) {
 	}
 	fmt.Fprintf(w, "cost %.6g, throughput %.6g samples/s (limit %.6g), time %.6g s, scheduled in %.3g s\n",
 		plan.Cost, plan.Throughput, p.ThroughputLimit, plan.TimeS, plan.SchedSeconds)
-	if line := sourcesLine(plan.Sources); strings.Contains(line, sched.SourceMeasured) {
+	if line := sourcesLine(plan.Sources, plan.DenseSync); strings.Contains(line, sched.SourceMeasured) {
 		fmt.Fprintf(w, "layer times: %s\n", line)
 	}
 	printDecision(w, plan)
@@ -476,7 +487,7 @@ func comparePlans(ctx context.Context, f *planFlags, p *sched.Problem, stdout, s
 		if err != nil {
 			plan = &sched.Plan{Method: m, Reason: err.Error(), Assign: []string{}, Stages: []sched.Stage{}}
 		}
-		plan.Sources = f.sources
+		plan.Sources, plan.DenseSync = f.sources, f.denseSync
 		plans = append(plans, plan)
 	}
 	best := math.Inf(1)

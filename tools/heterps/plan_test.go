@@ -324,4 +324,22 @@ func TestPlanJSONSaysWhereLayerTimesCameFrom(t *testing.T) {
 	if _, out, _ := plan(t, "--model", "mlp-digits", "--profile", prof); !strings.Contains(out, "layer times: measured on cpu-1t; estimated (roofline) on cpu-2t") {
 		t.Errorf("the table does not say which types were measured:\n%s", out)
 	}
+	// A profile that folded a dense sync in names it, in the JSON and the text.
+	synced := filepath.Join(t.TempDir(), "synced.toml")
+	f, err = parseProfileFlags([]string{"--model", "ctrdnn", "--catalog", "local", "--type", "cpu-1t", "--batch", "64", "--reps", "1",
+		"--units", "1,2", "--sync-steps", "2", "--sync-rounds", "1", "--dense-sync", "allreduce", "--out", synced}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ := plan(t, "--model", "ctrdnn", "--profile", synced, "--json")
+	var got sched.Plan
+	if err := json.Unmarshal([]byte(out), &got); err != nil || !maps.Equal(got.DenseSync, map[string]string{"cpu-1t": "allreduce"}) {
+		t.Errorf("plan --json's dense_sync %v (%v), want cpu-1t: allreduce", got.DenseSync, err)
+	}
+	if _, out, _ := plan(t, "--model", "ctrdnn", "--profile", synced); !strings.Contains(out, "measured on cpu-1t (allreduce sync)") {
+		t.Errorf("the table does not say the measured type's sync:\n%s", out)
+	}
 }

@@ -7,10 +7,11 @@ import (
 	"github.com/heterps/heterps/daemon/sched"
 )
 
-// sourcesLine says where a plan's layer times came from, type by type:
-// "measured on cpu; estimated (roofline) on gpu, v100", or "" for a plan
-// without sources.
-func sourcesLine(sources map[string]string) string {
+// sourcesLine says where a plan's layer times came from, type by type, and
+// which dense_sync's synchronisation a measured type's include (denseSync,
+// sched.Plan.DenseSync): "measured on cpu (allreduce sync); estimated
+// (roofline) on gpu, v100", or "" for a plan without sources.
+func sourcesLine(sources, denseSync map[string]string) string {
 	by := map[string][]string{}
 	var kinds []string
 	for typ, src := range sources {
@@ -37,6 +38,11 @@ func sourcesLine(sources map[string]string) string {
 	for _, k := range kinds {
 		names := by[k]
 		slices.Sort(names)
+		for i, n := range names {
+			if m := denseSync[n]; m != "" && k == sched.SourceMeasured {
+				names[i] = n + " (" + m + " sync)"
+			}
+		}
 		label := k
 		switch k {
 		case sched.SourceEstimated:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -297,7 +298,7 @@ func printJob(w io.Writer, s api.JobStatus) {
 	if p := r.Plan; p != nil && p.Feasible {
 		fmt.Fprintf(w, "plan (%s): %d stage(s), %d parameter-server shard(s), predicted %.4g samples/s, run cost %.4g\n",
 			p.Method, len(p.Stages), len(r.PSShards), p.Throughput, p.Cost)
-		if line := sourcesLine(p.Sources); line != "" {
+		if line := sourcesLine(p.Sources, p.DenseSync); line != "" {
 			fmt.Fprintf(w, "  layer times: %s\n", line)
 		}
 	}
@@ -312,14 +313,14 @@ func printJob(w io.Writer, s api.JobStatus) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\tlayers\ttype\tunits\tpredicted/s\tmeasured/s\tratio\tnodes\t")
+	fmt.Fprintln(tw, "stage\tlayers\ttype\tunits\tdense sync\tpredicted/s\tmeasured/s\tratio\tnodes\t")
 	for _, st := range r.Stages {
 		ratio := "-"
 		if st.PredictedThroughput > 0 {
 			ratio = fmt.Sprintf("%.3f", st.MeasuredThroughput/st.PredictedThroughput)
 		}
-		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%d\t%.4g\t%.4g\t%s\t%s\t\n", st.Stage, st.FirstLayer, st.LastLayer, st.Type, st.Units,
-			st.PredictedThroughput, st.MeasuredThroughput, ratio, strings.Join(st.Nodes, ","))
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%d\t%s\t%.4g\t%.4g\t%s\t%s\t\n", st.Stage, st.FirstLayer, st.LastLayer, st.Type, st.Units,
+			cmp.Or(st.DenseSync, "-"), st.PredictedThroughput, st.MeasuredThroughput, ratio, strings.Join(st.Nodes, ","))
 	}
 	tw.Flush()
 	if len(r.PSShards) > 0 {

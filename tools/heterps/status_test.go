@@ -78,14 +78,21 @@ func TestHeartbeatAge(t *testing.T) {
 }
 
 // TestStatusSaysWhereLayerTimesCameFrom: a job's status text says which
-// types its plan's layer times were measured on and which estimated.
+// types its plan's layer times were measured on, with the dense sync their
+// profile folded in, and which estimated; its stage table says how each
+// stage syncs.
 func TestStatusSaysWhereLayerTimesCameFrom(t *testing.T) {
 	plan, _ := json.Marshal(sched.Plan{Method: "exact", Feasible: true, Throughput: 10, Cost: 1, Stages: []sched.Stage{{Type: "cpu", Units: 1}},
-		Sources: map[string]string{"gpu": sched.SourceEstimated, "cpu": sched.SourceMeasured, "v100": sched.SourceEstimated}})
+		Sources:   map[string]string{"gpu": sched.SourceEstimated, "cpu": sched.SourceMeasured, "v100": sched.SourceEstimated},
+		DenseSync: map[string]string{"cpu": "allreduce"}})
 	var out bytes.Buffer
-	printJob(&out, api.JobStatus{ID: "j1", Name: "ctr", State: api.JobRunning, Plan: plan})
-	if want := "  layer times: measured on cpu; estimated (roofline) on gpu, v100\n"; !strings.Contains(out.String(), want) {
+	printJob(&out, api.JobStatus{ID: "j1", Name: "ctr", State: api.JobRunning, Plan: plan,
+		Stages: []api.StageStatus{{Stage: 0, Type: "cpu", Units: 2, DenseSync: "allreduce", Nodes: []string{"a", "b"}}}})
+	if want := "  layer times: measured on cpu (allreduce sync); estimated (roofline) on gpu, v100\n"; !strings.Contains(out.String(), want) {
 		t.Errorf("status:\n%s\nwant %q", out.String(), want)
+	}
+	if !strings.Contains(out.String(), "dense sync") || !strings.Contains(strings.Join(strings.Fields(out.String()), " "), "cpu 2 allreduce") {
+		t.Errorf("the stage table does not say how the stage syncs:\n%s", out.String())
 	}
 }
 
