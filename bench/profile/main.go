@@ -7,9 +7,12 @@
 // the exact plan use n units), and prints every stage's measured
 // throughput over the profile's prediction (target 0.8-1.2) beside the
 // same stage's measured throughput over the prediction of the catalog's
-// roofline (what the coordinator plans on without a profile).
+// roofline (what the coordinator plans on without a profile). With auto the
+// profile measures both methods and folds the faster, and the jobs
+// (dense_sync = "auto") sync as it says; the table shows how each stage
+// synced.
 //
-//	go run ./bench/profile [--steps 200] [--batch 512] [--nodes 1,2,4] [--dense-sync ps,allreduce] [--out bench/results/profile.txt]
+//	go run ./bench/profile [--steps 200] [--batch 512] [--nodes 1,2,4] [--dense-sync ps,allreduce,auto] [--out bench/results/profile.txt]
 //
 // Run it from the repository root.
 package main
@@ -60,7 +63,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 512, "the jobs' batch, and the profile's B_o")
 	flag.IntVar(&o.syncSteps, "sync-steps", 50, "heterps profile --sync-steps")
 	nodes := flag.String("nodes", "1,2,4", "comma-separated node counts")
-	sync := flag.String("dense-sync", "ps,allreduce", "comma-separated dense_sync methods: a profile and a run per node count each")
+	sync := flag.String("dense-sync", "ps,allreduce,auto", "comma-separated dense_sync methods (ps, allreduce, auto): a profile and a run per node count each")
 	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose --unit type the nodes offer")
 	flag.StringVar(&o.unit, "unit", "cpu-1t", "the catalog type each node offers one unit of")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a run after this long")
@@ -95,10 +98,10 @@ func parseLists(o *options, nodes, sync string) error {
 	}
 	for s := range strings.SplitSeq(sync, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case config.DenseSyncPS, config.DenseSyncAllreduce:
+		case config.DenseSyncPS, config.DenseSyncAllreduce, config.DenseSyncAuto:
 			o.denseSync = append(o.denseSync, s)
 		default:
-			return fmt.Errorf("--dense-sync %q: %q is not ps or allreduce", sync, s)
+			return fmt.Errorf("--dense-sync %q: %q is not ps, allreduce or auto", sync, s)
 		}
 	}
 	if o.steps < 2 || o.batch < slices.Max(o.nodes) {
@@ -164,7 +167,7 @@ func syncBlock(ctx context.Context, o options, t tools, dir string, unit config.
 	w.Write(out)
 	fmt.Fprintf(w, "samples/s of each stage, measured over the job, and predicted by the profile and by the catalog's roofline for the same stage\n")
 	fmt.Fprintf(w, "(* the profile's plan would take fewer units, none faster: the run is pinned to n units by the catalog's plan)\n")
-	fmt.Fprintf(w, "%5s  %-5s  %5s  %7s  %10s  %11s  %6s  %10s  %6s\n", "nodes", "stage", "units", "type", "measured", "profile", "m/p", "catalog", "m/p")
+	fmt.Fprintf(w, "%5s  %-5s  %5s  %7s  %9s  %10s  %11s  %6s  %10s  %6s\n", "nodes", "stage", "units", "type", "synced", "measured", "profile", "m/p", "catalog", "m/p")
 	for _, n := range o.nodes {
 		if err := nodesRun(ctx, o, t, dir, unit, model, sync, prof, n, w); err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
@@ -215,8 +218,8 @@ func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.C
 			return sched.Segment{First: st.FirstLayer, Last: st.LastLayer, Type: ty, Units: st.Units}
 		}
 		catX, profX := roofline.StageThroughput(seg(roofline)), measured.StageThroughput(seg(measured))
-		fmt.Fprintf(w, "%5d  %-5d  %5d  %7s  %10.0f  %10.0f%1s  %6.3f  %10.0f  %6.3f\n", n, st.Stage, st.Units, st.Type,
-			st.MeasuredThroughput, profX, mark, st.MeasuredThroughput/profX, catX, st.MeasuredThroughput/catX)
+		fmt.Fprintf(w, "%5d  %-5d  %5d  %7s  %9s  %10.0f  %10.0f%1s  %6.3f  %10.0f  %6.3f\n", n, st.Stage, st.Units, st.Type,
+			st.DenseSync, st.MeasuredThroughput, profX, mark, st.MeasuredThroughput/profX, catX, st.MeasuredThroughput/catX)
 		if mark == "" && math.Abs(profX-st.PredictedThroughput) > 1e-6*profX {
 			return fmt.Errorf("stage %d: the coordinator predicted %g samples/s, the profile gives %g", st.Stage, st.PredictedThroughput, profX)
 		}

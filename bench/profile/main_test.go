@@ -73,7 +73,7 @@ func TestNoFloorWhenTheProfileSaysMoreUnitsAreNoFaster(t *testing.T) {
 func TestParseLists(t *testing.T) {
 	var o options
 	o.steps, o.batch = 10, 512
-	if err := parseLists(&o, "1,2,4", "ps,allreduce"); err != nil || len(o.nodes) != 3 || len(o.denseSync) != 2 {
+	if err := parseLists(&o, "1,2,4", "ps,allreduce,auto"); err != nil || len(o.nodes) != 3 || len(o.denseSync) != 3 {
 		t.Fatalf("%v %+v", err, o)
 	}
 	for _, c := range [][2]string{{"0", "ps"}, {"2", "nccl"}, {"x", "ps"}} {
