@@ -187,3 +187,35 @@ func TestAdoptedJobIsTrackedAgain(t *testing.T) {
 		t.Fatalf("record %+v", j.alloc)
 	}
 }
+
+// TestAllocatorGivesAGPUTaskOneGPU: on a node that names two GPUs the
+// allocator gives a job's stage task one unit (one GPU, its CPU not
+// throttled), even alone on the node, and a second job the other GPU.
+func TestAllocatorGivesAGPUTaskOneGPU(t *testing.T) {
+	tc := startCluster(t, func(c *Config) {
+		c.AllocPolicy, c.AllocEpoch = string(alloc.Fair), 150*time.Millisecond
+		for i := range c.Catalog.Types {
+			if c.Catalog.Types[i].Name == "cpu" {
+				c.Catalog.Types[i].Price = 100 // the stage goes to the GPU type; the PS stays on the CPU node
+			}
+		}
+	})
+	g := newFakeNode("gpu-a", "gpu", 2, 9100)
+	g.req.GPUDevices = []int{0, 1}
+	g.req.GPUs = []api.GPU{{Name: "GPU", UUID: "GPU-0"}, {Name: "GPU", UUID: "GPU-1"}}
+	g.stride = 50
+	tc.start(g)
+	tc.start(newFakeNode("cpu-a", "cpu", 1, 9101))
+	first := tc.submit(allocJob("first", ""))
+	waitFor(t, "the first job's stage on one GPU", func() bool { u, share := unitsOf(g, first); return u == 1 && share == 1 })
+	time.Sleep(500 * time.Millisecond) // three epochs: alone on the node, it is still not given the second GPU
+	if u, _ := unitsOf(g, first); u != 1 {
+		t.Fatalf("the job alone on a 2-GPU node holds %d units, want 1 (a stage task runs on one GPU)", u)
+	}
+	second := tc.submit(allocJob("second", ""))
+	waitFor(t, "the second job on the other GPU", func() bool {
+		u1, _ := unitsOf(g, first)
+		u2, share := unitsOf(g, second)
+		return u1 == 1 && u2 == 1 && share == 1
+	})
+}
