@@ -305,8 +305,8 @@ func jobProblem(jf *config.Job, m *config.Model, cat *config.Catalog, stored pro
 			return nil, src, err
 		}
 	}
-	measuredSrc := sourcesOf(pc, measured)
-	src.types, src.denseSync = measuredSrc.types, measuredSrc.denseSync
+	src.types = sourcesOf(pc, measured)
+	src.denseSync = sched.MeasuredDenseSync(pc, src.types)
 	p, err := sched.NewProblem(pc)
 	return p, src, err
 }

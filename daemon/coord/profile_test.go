@@ -132,11 +132,11 @@ func TestJobFileProfileCarriesItsDenseSync(t *testing.T) {
 	if err := applyProfile(p, &pf, "p.toml"); err != nil {
 		t.Fatal(err)
 	}
-	src := sourcesOf(p, []string{"cpu", "gpu"})
-	if len(src.denseSync) != 1 || src.denseSync["cpu"] != config.DenseSyncPS {
-		t.Errorf("dense_sync by type %v, want cpu: ps alone", src.denseSync)
+	byType := sched.MeasuredDenseSync(p, sourcesOf(p, []string{"cpu", "gpu"}))
+	if len(byType) != 1 || byType["cpu"] != config.DenseSyncPS {
+		t.Errorf("dense_sync by type %v, want cpu: ps alone", byType)
 	}
-	if none := sourcesOf(p, nil); none.denseSync != nil {
-		t.Errorf("estimated types carry a dense_sync: %v", none.denseSync)
+	if none := sched.MeasuredDenseSync(p, sourcesOf(p, nil)); none != nil {
+		t.Errorf("estimated types carry a dense_sync: %v", none)
 	}
 }

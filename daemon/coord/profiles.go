@@ -322,24 +322,16 @@ type problemSources struct {
 	skipped   []string
 }
 
-// sourcesOf maps every type of pc to estimated, except those in measured,
-// and each measured type whose profile folded a dense_sync in to it.
-func sourcesOf(pc *config.Problem, measured []string) problemSources {
-	src := problemSources{types: make(map[string]string, len(pc.Types))}
+// sourcesOf maps every type of pc to estimated, except those in measured.
+func sourcesOf(pc *config.Problem, measured []string) map[string]string {
+	out := make(map[string]string, len(pc.Types))
 	for _, t := range pc.Types {
-		src.types[t.Name] = sched.SourceEstimated
-		if !slices.Contains(measured, t.Name) {
-			continue
-		}
-		src.types[t.Name] = sched.SourceMeasured
-		if t.DenseSync != "" {
-			if src.denseSync == nil {
-				src.denseSync = map[string]string{}
-			}
-			src.denseSync[t.Name] = t.DenseSync
+		out[t.Name] = sched.SourceEstimated
+		if slices.Contains(measured, t.Name) {
+			out[t.Name] = sched.SourceMeasured
 		}
 	}
-	return src
+	return out
 }
 
 func (c *Coordinator) handlePutProfile(w http.ResponseWriter, r *http.Request) {

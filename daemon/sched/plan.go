@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/heterps/heterps/config"
 )
 
 // Stage is one stage of a plan: layers First..Last (0-based, inclusive) on
@@ -66,6 +68,23 @@ func AllSources(p *Problem, source string) map[string]string {
 	out := make(map[string]string, len(p.Types))
 	for _, t := range p.Types {
 		out[t.Name] = source
+	}
+	return out
+}
+
+// MeasuredDenseSync is Plan.DenseSync for problem p whose types' layer
+// times came from sources (Plan.Sources): each measured type's dense_sync,
+// where its profile folded one in; nil when none did.
+func MeasuredDenseSync(p *config.Problem, sources map[string]string) map[string]string {
+	var out map[string]string
+	for _, t := range p.Types {
+		if t.DenseSync == "" || sources[t.Name] != SourceMeasured {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[t.Name] = t.DenseSync
 	}
 	return out
 }

@@ -242,14 +242,7 @@ func (f *planFlags) loadProfile() (*sched.Problem, error) {
 			f.sources[t] = sched.SourceEstimated
 		}
 	}
-	for _, t := range c.Types {
-		if t.DenseSync != "" && f.sources[t.Name] == sched.SourceMeasured {
-			if f.denseSync == nil {
-				f.denseSync = map[string]string{}
-			}
-			f.denseSync[t.Name] = t.DenseSync
-		}
-	}
+	f.denseSync = sched.MeasuredDenseSync(c, f.sources)
 	return p, nil
 }
 
