@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -236,11 +235,7 @@ func launchOffers(hs []hosts.Host, cat *config.Catalog, forced string) ([]hostOf
 			units = map[string]int{t: h.Slots}
 		}
 		for _, t := range slices.Sorted(maps.Keys(units)) {
-			o := offer{typ: t, units: units[t], threads: 1}
-			o.gpus = runsOnGPUs(cat, t)
-			if m := threadsSuffix.FindStringSubmatch(t); m != nil {
-				o.threads, _ = strconv.Atoi(m[1])
-			}
+			o := typeOffer(cat, t, units[t])
 			if fromCores {
 				o.units = max(1, o.units/o.threads)
 			}

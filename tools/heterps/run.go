@@ -143,6 +143,17 @@ func onePerGPU(o offer, next *int) []offer {
 	return out
 }
 
+// typeOffer is a daemon offering units units of catalog type typ: its
+// threads per unit from the type's name (threadsSuffix), and whether it
+// trains on GPUs (runsOnGPUs).
+func typeOffer(cat *config.Catalog, typ string, units int) offer {
+	o := offer{typ: typ, units: units, threads: 1, gpus: runsOnGPUs(cat, typ)}
+	if m := threadsSuffix.FindStringSubmatch(typ); m != nil {
+		o.threads, _ = strconv.Atoi(m[1])
+	}
+	return o
+}
+
 // threadsSuffix reads the threads of a CPU unit from a type name such as
 // "cpu-2t" (the local catalog's convention: a unit is a worker with that
 // many threads); other types get one thread per unit.
@@ -177,12 +188,9 @@ func nodeOffers(cat *config.Catalog, n int) []offer {
 	var split []offer
 	nextGPU := 0 // every daemon runs on this machine
 	for _, o := range out {
-		o.gpus = runsOnGPUs(cat, o.typ)
-		o.threads = 1
-		if m := threadsSuffix.FindStringSubmatch(o.typ); m != nil {
-			o.threads, _ = strconv.Atoi(m[1])
-		}
-		split = append(split, onePerGPU(o, &nextGPU)...)
+		t := typeOffer(cat, o.typ, o.units)
+		t.name = o.name
+		split = append(split, onePerGPU(t, &nextGPU)...)
 	}
 	return split
 }
