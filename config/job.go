@@ -337,10 +337,9 @@ func (j *Job) validate(loc *Locator) error {
 	return errs.err()
 }
 
-// validateDenseSync checks dense_sync. A restored job syncs through the
-// parameter servers, which restore the dense optimiser state that
-// allreduce replicas could not pull: allreduce with restore is refused
-// (an automatic restart of an allreduce job goes on through the servers).
+// validateDenseSync checks dense_sync. A restored job may sync by
+// allreduce: its replicas load the dense values and optimiser state the
+// parameter servers restored.
 func (j *Job) validateDenseSync(loc *Locator, errs *errorList) {
 	switch j.DenseSync {
 	case DenseSyncAuto, DenseSyncPS:
@@ -350,18 +349,15 @@ func (j *Job) validateDenseSync(loc *Locator, errs *errorList) {
 		errs.add(loc.Errorf("dense_sync", "unknown method %q (want auto, allreduce or ps)", j.DenseSync))
 		return
 	}
-	switch {
-	case j.Mode == "asp":
+	if j.Mode == "asp" {
 		errs.add(loc.Errorf("dense_sync", "allreduce needs mode = \"bsp\" (asynchronous replicas share no step to reduce)"))
-	case j.Checkpoint.Restore != "":
-		errs.add(loc.Errorf("dense_sync", "a restored job syncs its dense parameters through the parameter servers, which restore their optimiser state: use dense_sync = \"ps\" (or auto) with checkpoint.restore"))
 	}
 }
 
 // AllreduceAllowed reports whether dense_sync = "auto" may pick allreduce
-// for this job: BSP, not restored (see validateDenseSync).
+// for this job: BSP.
 func (j *Job) AllreduceAllowed() bool {
-	return j.Mode != "asp" && j.Checkpoint.Restore == ""
+	return j.Mode != "asp"
 }
 
 func (j *Job) validateBatching(loc *Locator, errs *errorList) {

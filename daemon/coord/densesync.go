@@ -22,13 +22,10 @@ const AllreduceMinBytes = 256 << 10
 // type (measured: the dense_sync its profile folded in, heterps profile
 // --dense-sync auto), else the rule of AllreduceMinBytes (never for an
 // ASP job). A job restored from a checkpoint (restore, or an automatic
-// restart) syncs through the parameter servers whatever the file says:
-// they restore the dense blocks' optimiser state, which the replicas could
-// not pull.
-func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, restored bool, measured string) string {
-	if restored {
-		return api.DenseSyncPS
-	}
+// restart) syncs as a new one would: an allreduce stage's replicas load the
+// dense blocks' values and optimiser state from the servers, which restored
+// them.
+func denseSync(jf *config.Job, m *config.Model, first, last, replicas int, measured string) string {
 	switch jf.DenseSync {
 	case config.DenseSyncAllreduce:
 		return api.DenseSyncAllreduce

@@ -42,6 +42,7 @@ func TestDenseSyncRule(t *testing.T) {
 		{"auto, one replica", job("auto", ""), 0, 1, "", api.DenseSyncPS},
 		{"auto, only the small last layers", job("auto", ""), last - 1, 4, "", api.DenseSyncPS},
 		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, "", api.DenseSyncAllreduce},
+		{"allreduce, restored", job("allreduce", "[checkpoint]\nrestore = \"/x/step-5\"\n"), 0, 2, "", api.DenseSyncAllreduce},
 		{"auto, asp", job("auto", "mode = \"asp\"\n"), 0, 2, "", api.DenseSyncPS},
 		{"auto, ps measured faster", job("auto", ""), 0, 2, "ps", api.DenseSyncPS},
 		{"auto, allreduce measured faster", job("auto", ""), last - 1, 4, "allreduce", api.DenseSyncAllreduce},
@@ -50,12 +51,9 @@ func TestDenseSyncRule(t *testing.T) {
 		{"ps", job("ps", ""), 0, 4, "allreduce", api.DenseSyncPS},
 		{"allreduce, one replica", job("allreduce", ""), 0, 1, "", api.DenseSyncAllreduce},
 	} {
-		if got := denseSync(tc.jf, m, tc.first, last, tc.reps, false, tc.measured); got != tc.want {
+		if got := denseSync(tc.jf, m, tc.first, last, tc.reps, tc.measured); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
-	}
-	if got := denseSync(job("allreduce", ""), m, 0, last, 2, true, "allreduce"); got != api.DenseSyncPS {
-		t.Errorf("a restored allreduce job: %s, want ps (the servers restore the optimiser state)", got)
 	}
 }
 

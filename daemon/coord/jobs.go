@@ -345,7 +345,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
 		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps),
-			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.ckpt.restored != nil, j.plan.DenseSync[s.Type])})
+			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.plan.DenseSync[s.Type])})
 	}
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]

@@ -82,10 +82,11 @@ func TestDataParallelAllreduceJob(t *testing.T) {
 // two PS shards on two nodes checkpoints every 5 steps (its ring's first
 // member mirrors the dense blocks on the servers); its step-20 files equal
 // those of the same job through the parameter servers, and a job restored
-// from its step 10 (which syncs through the servers) ends with them too,
-// bit for bit (equal batches of 32 weigh by powers of two either way).
+// from its step 10 ends with them too, bit for bit, syncing by allreduce
+// (its replicas load the restored optimiser state) or through the servers
+// (equal batches of 32 weigh by powers of two either way).
 func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
-	rootA, rootB, rootC := t.TempDir(), t.TempDir(), t.TempDir()
+	rootA, rootB, rootC, rootD := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
@@ -101,24 +102,34 @@ func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
 		}
 	}
 	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("dense_sync = \"ps\"\n[checkpoint]\ndir = %q\nevery = 20\n", rootB))), final)
-	c := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", rootC, ckpt.StepDir(rootA, 10)))), final)
-	for _, s := range []api.JobStatus{b, c} {
+	restore := func(sync, root string) api.JobStatus {
+		job := fmt.Sprintf("dense_sync = %q\n[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", sync, root, ckpt.StepDir(rootA, 10))
+		s := cl.waitJob(cl.submit(dpJob(t, job)), final)
+		if got := s.Stages[0].DenseSync; got != sync {
+			t.Fatalf("restored job %s asked for %s and synced by %q", s.ID, sync, got)
+		}
+		return s
+	}
+	c, d := restore(api.DenseSyncPS, rootC), restore(api.DenseSyncAllreduce, rootD)
+	for _, s := range []api.JobStatus{b, c, d} {
 		if s.State != api.JobDone || s.Step != 20 {
 			t.Fatalf("job %s %s at step %d: %s", s.ID, s.State, s.Step, s.Reason)
 		}
 	}
 	for shard := range 2 {
 		name := ps.FileName(shard, 2)
-		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootB, 20), name))
-		sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(rootC, 20), name))
+		for _, root := range []string{rootB, rootC, rootD} {
+			sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(root, 20), name))
+		}
 	}
 }
 
 // TestAllreduceJobRestartsWhenAReplicaDies: an allreduce stage does not
 // shrink in place when the node of a replica without a PS shard dies (the
 // step in flight needs that replica): the job fails and restarts from its
-// latest checkpoint, on the nodes left, through the parameter servers, and
-// trains to its last step.
+// latest checkpoint, on the nodes left, still by allreduce as the file
+// asks (its replicas load the restored optimiser state), and trains to its
+// last step.
 func TestAllreduceJobRestartsWhenAReplicaDies(t *testing.T) {
 	root := t.TempDir()
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
@@ -155,5 +166,8 @@ func TestAllreduceJobRestartsWhenAReplicaDies(t *testing.T) {
 	r := cl.waitJob(s.RestartedAs, final)
 	if r.State != api.JobDone || r.Step != 400 || r.RestoredFrom == nil || r.RestoredFrom.Step%20 != 0 {
 		t.Fatalf("restart %s: %s (%s) at step %d, restored from %+v", r.ID, r.State, r.Reason, r.Step, r.RestoredFrom)
+	}
+	if got := r.Stages[0].DenseSync; got != api.DenseSyncAllreduce {
+		t.Fatalf("restart %s synced by %q, want allreduce as the job file asks", r.ID, got)
 	}
 }

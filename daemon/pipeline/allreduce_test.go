@@ -520,10 +520,12 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 // The ring's first member mirrors the reduced gradients on the parameter
 // servers: their blocks stay bit-identical to the replicas' (values and,
 // through the same kernel, optimiser state), so a checkpoint of step k
-// holds the allreduce job's state. A job restored from it, synchronising
-// through the servers as restored jobs do, ends bit-identical to the
-// uninterrupted allreduce job (equal batches of 4: the servers' weights
-// 1/2 and the ring's 4/8 scale by powers of two, so both sum alike).
+// holds the allreduce job's state. A job restored from it ends
+// bit-identical to the uninterrupted allreduce job, whether it synchronises
+// by allreduce again (its replicas load the checkpoint's optimiser state
+// with the values) or through the servers (equal batches of 4: the
+// servers' weights 1/2 and the ring's 4/8 scale by powers of two, so both
+// sum alike).
 //
 // Sharded, the ring's first member collects the other owners' chunks of
 // the reduced gradient for the mirror: the same holds, and the mirror
@@ -590,23 +592,46 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, nil, dir)
-	restored.train(restored.workers(batches), k+1, steps)
 	ctx := context.Background()
-	for name, v := range held[0] {
-		got, _, err := restored.client(0, 0).PullBlock(ctx, name, steps)
-		if err != nil {
-			t.Fatal(err)
+	t.Run("through the servers", func(t *testing.T) {
+		restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, nil, dir)
+		restored.train(restored.workers(batches), k+1, steps)
+		for name, v := range held[0] {
+			got, _, err := restored.client(0, 0).PullBlock(ctx, name, steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, v) {
+				t.Fatalf("%s: restored at step %d and trained through the servers, differs from the allreduce run", name, k)
+			}
 		}
-		if !slices.Equal(got, v) {
-			t.Fatalf("%s: restored at step %d and trained through the servers, differs from the allreduce run", name, k)
+		sameRows(t, whole, restored, steps)
+	})
+	t.Run("by allreduce", func(t *testing.T) {
+		restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, marked, dir)
+		mirrored(restored)
+		rws := restored.workers(batches)
+		restored.train(rws, k+1, steps)
+		for r, got := range denseOf(t, rws)[0] {
+			for name, v := range held[0] {
+				if !slices.Equal(got[name], v) {
+					t.Fatalf("replica %d: %s: restored at step %d and trained by allreduce, differs from the uninterrupted run", r, name, k)
+				}
+			}
 		}
-	}
+		sameRows(t, whole, restored, steps)
+	})
+}
+
+// sameRows fails t unless jobs a and b hold the same rows of both test
+// tables at version steps.
+func sameRows(t *testing.T, a, b *job, steps int64) {
+	t.Helper()
 	ids := iota64(testVocab)
 	for _, name := range []string{"embedding0.table", "embedding1.table"} {
-		a, _, errA := whole.client(0, 0).Pull(ctx, name, ids, steps)
-		b, _, errB := restored.client(0, 0).Pull(ctx, name, ids, steps)
-		if errA != nil || errB != nil || !slices.Equal(a, b) {
+		x, _, errA := a.client(0, 0).Pull(context.Background(), name, ids, steps)
+		y, _, errB := b.client(0, 0).Pull(context.Background(), name, ids, steps)
+		if errA != nil || errB != nil || !slices.Equal(x, y) {
 			t.Fatalf("%s: rows differ between the runs (%v, %v)", name, errA, errB)
 		}
 	}

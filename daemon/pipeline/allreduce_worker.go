@@ -64,24 +64,48 @@ func (w *Worker) initAllreduce() error {
 	return nil
 }
 
-// loadDense gives the dense parameters their starting values, once, as of
-// the step before step (the first): the parameter servers hold them as
-// declared, and later only as the mirror pushes them (Allreduce.Mirror);
-// the replicas keep their own.
+// loadDense gives the dense parameters their starting values and
+// optimiser state, once, as of the step before step (the first): the
+// parameter servers hold them as declared or as a checkpoint restored
+// them, and later only as the mirror pushes them (Allreduce.Mirror); the
+// replicas keep their own. A restored job thus goes on from the
+// checkpoint's optimiser state, as it would through the servers.
 func (w *Worker) loadDense(ctx context.Context, step int64) error {
 	if w.local.loaded {
 		return nil
 	}
 	dense := w.copies[0].dense
 	err := each(len(dense), func(i int) error {
-		v, _, err := w.cfg.PS.PullBlock(ctx, dense[i].Name, step-1)
+		v, version, err := w.cfg.PS.PullBlock(ctx, dense[i].Name, step-1)
 		if err != nil {
 			return err
 		}
-		return w.uploadDense(i, v)
+		if err := w.uploadDense(i, v); err != nil {
+			return err
+		}
+		return w.loadState(ctx, i, version, v)
 	})
 	w.local.loaded = err == nil
 	return err
+}
+
+// loadState pulls dense parameter i's optimiser state at version (that of
+// its values) into the local optimiser, through buf.
+func (w *Worker) loadState(ctx context.Context, i int, version int64, buf []float32) error {
+	name := w.copies[0].dense[i].Name
+	for k, st := range w.local.state[i] {
+		got, err := w.cfg.PS.PullBlockStateInto(ctx, name, version, ps.BlockValue+1+k, buf)
+		switch {
+		case err != nil:
+			return err
+		case got != version:
+			return fmt.Errorf("%s: optimiser state %d at version %d, its values at %d: the parameter servers moved on while the replica loaded them", name, k, got, version)
+		}
+		if err := w.cfg.Backend.Upload(st, buf); err != nil {
+			return fmt.Errorf("%s: optimiser state %d: %w", name, k, err)
+		}
+	}
+	return nil
 }
 
 // stepRing returns the step's ring, built on first use from the members of

@@ -197,6 +197,13 @@ func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]flo
 // a local shard copies the block straight into it, a remote one's reply is
 // decoded into it.
 func (c *Client) PullBlockInto(ctx context.Context, name string, after int64, dst []float32) (int64, error) {
+	return c.PullBlockStateInto(ctx, name, after, BlockValue, dst)
+}
+
+// PullBlockStateInto is PullBlockInto of part of the block: its values
+// (BlockValue) or, for part k+1, its optimiser's state buffer k
+// (Shard.PullBlockStateInto).
+func (c *Client) PullBlockStateInto(ctx context.Context, name string, after int64, part int, dst []float32) (int64, error) {
 	defer c.cfg.Metrics.since(opPull, paramBlock, time.Now())
 	i := BlockShard(name, c.cfg.Shards)
 	var version int64
@@ -204,12 +211,16 @@ func (c *Client) PullBlockInto(ctx context.Context, name string, after int64, ds
 	if s := c.local(i); s != nil {
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		defer cancel()
-		version, err = s.PullBlockInto(ctx, name, after, dst)
+		version, err = s.PullBlockStateInto(ctx, name, after, part, dst)
 	} else {
 		m := &wire.Message{Type: wire.MsgPull, Meta: c.meta(name, after, 0)}
+		m.Meta.Micro = uint64(part)
 		version, err = c.pullInto(ctx, i, m, dst)
 	}
 	if err != nil {
+		if part != BlockValue {
+			name = fmt.Sprintf("%s (part %d)", name, part)
+		}
 		return 0, fmt.Errorf("ps client: pull %q: %w", name, err)
 	}
 	return version, nil

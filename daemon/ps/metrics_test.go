@@ -38,13 +38,15 @@ func TestClientTimesPullsAndPushes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	// 3 steps: each call once per step, blocks pulled twice (PullBlock and
-	// PullBlockInto), and once more into a buffer of the wrong length.
+	// 3 steps: each call once per step, blocks pulled six times (PullBlock,
+	// PullBlockInto, and PullBlockStateInto of the values, Adam's two state
+	// buffers and a third it lacks), and once more into a buffer of the
+	// wrong length.
 	checkClientAgainstShards(t, c, local)
 	for _, s := range []struct {
 		op, param string
 		want      uint64
-	}{{opPull, paramTable, 3}, {opPull, paramBlock, 7}, {opPush, paramTable, 3}, {opPush, paramBlock, 3}} {
+	}{{opPull, paramTable, 3}, {opPull, paramBlock, 3*6 + 1}, {opPush, paramTable, 3}, {opPush, paramBlock, 3}} {
 		if n := histogramCount(t, m, s.op, s.param); n != s.want {
 			t.Errorf("%s %s: %d observations, want %d", s.op, s.param, n, s.want)
 		}

@@ -60,7 +60,7 @@ func (s *Shard) PullBlock(ctx context.Context, name string, after int64) ([]floa
 		return nil, 0, err
 	}
 	v := make([]float32, len(b.value))
-	version, err := s.pullBlockInto(ctx, b, after, v)
+	version, err := s.pullBlockPart(ctx, b, after, BlockValue, v)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -70,15 +70,33 @@ func (s *Shard) PullBlock(ctx context.Context, name string, after int64) ([]floa
 // PullBlockInto is PullBlock into dst, which must have the block's
 // length: no allocation, for a caller that keeps a buffer per block.
 func (s *Shard) PullBlockInto(ctx context.Context, name string, after int64, dst []float32) (int64, error) {
+	return s.PullBlockStateInto(ctx, name, after, BlockValue, dst)
+}
+
+// BlockValue is the part of a dense block that PullBlockStateInto calls
+// the values; state buffer k of its optimiser is part k+1.
+const BlockValue = 0
+
+// PullBlockStateInto copies part of dense block name into dst once the
+// block's version is at least after: its values (BlockValue) or, for part
+// k+1, its optimiser's state buffer k (Adam's first moment is part 1), and
+// returns the version it was read at. The replicas of an allreduce stage
+// load the state with the values when they start, so that a job restored
+// from a checkpoint goes on from the optimiser state the checkpoint holds.
+func (s *Shard) PullBlockStateInto(ctx context.Context, name string, after int64, part int, dst []float32) (int64, error) {
 	b, err := s.block(name)
 	if err != nil {
 		return 0, err
 	}
-	return s.pullBlockInto(ctx, b, after, dst)
+	return s.pullBlockPart(ctx, b, after, part, dst)
 }
 
-// pullBlockInto is PullBlockInto of a block already looked up.
-func (s *Shard) pullBlockInto(ctx context.Context, b *block, after int64, dst []float32) (int64, error) {
+// pullBlockPart is PullBlockStateInto of a block already looked up.
+func (s *Shard) pullBlockPart(ctx context.Context, b *block, after int64, part int, dst []float32) (int64, error) {
+	if part < 0 || part > len(b.state) {
+		return 0, fmt.Errorf("ps shard %d: pull %q: part %d, but its optimiser keeps %d state buffer(s) (parts 1..%d): %w",
+			s.cfg.Shard, b.spec.Name, part, len(b.state), len(b.state), ErrArg)
+	}
 	if len(dst) != len(b.value) {
 		return 0, fmt.Errorf("ps shard %d: pull %q: a buffer of %d floats for a block of %d: %w", s.cfg.Shard, b.spec.Name, len(dst), len(b.value), ErrArg)
 	}
@@ -87,7 +105,11 @@ func (s *Shard) pullBlockInto(ctx context.Context, b *block, after int64, dst []
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	copy(dst, b.value)
+	if part == BlockValue {
+		copy(dst, b.value)
+	} else {
+		copy(dst, b.state[part-1])
+	}
 	return b.version, nil
 }
 

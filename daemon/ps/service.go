@@ -21,10 +21,11 @@ import (
 //     and connection in flight (Client does).
 //   - Meta.Job is JobKey(job), Meta.Key is ParamKey(table or block name).
 //   - MsgPull: with T0 int64 [n] it pulls rows of table Key; with no
-//     tensors it pulls dense block Key. Meta.Step is the version to wait
-//     for ("after"). MsgPullReply echoes the request's Meta with Step set to
-//     the version read and carries T0 float32 [n, dim] (rows) or [len]
-//     (block).
+//     tensors it pulls dense block Key: its values, or with Micro k+1 its
+//     optimiser's state buffer k (Shard.PullBlockStateInto; Micro is 0 for
+//     rows). Meta.Step is the version to wait for ("after"). MsgPullReply
+//     echoes the request's Meta with Step set to the version read and
+//     carries T0 float32 [n, dim] (rows) or [len] (block).
 //   - MsgPushSparse and MsgPushDense: (Stage, Replica, Step) with the
 //     shard's job form the PushID; Batch is the weight b_k (> 0).
 //     MsgAck echoes the push's Meta with Micro set to the version after the
@@ -244,8 +245,12 @@ func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.Me
 		if !isBlock {
 			return nil, nil, fmt.Errorf("pull of %q without ids: it is a table: %w", name, ErrArg)
 		}
+		part, err := blockPart(req.Meta.Micro)
+		if err != nil {
+			return nil, nil, err
+		}
 		buf := b.replyBuffer()
-		version, err := sh.pullBlockInto(ctx, b, after, *buf)
+		version, err := sh.pullBlockPart(ctx, b, after, part, *buf)
 		if err != nil {
 			b.replies.Put(buf)
 			return nil, nil, err
@@ -257,6 +262,9 @@ func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.Me
 	t, isTable := sh.tables[name]
 	if !isTable {
 		return nil, nil, fmt.Errorf("pull of %q with ids: it is a block: %w", name, ErrArg)
+	}
+	if req.Meta.Micro != 0 {
+		return nil, nil, fmt.Errorf("pull of rows of %q: part %d, but a table's rows have no parts: %w", name, req.Meta.Micro, ErrArg)
 	}
 	ids, err := s.ids(req, 1)
 	if err != nil {
@@ -390,6 +398,15 @@ func pushIdentity(sh *Shard, req *wire.MessageView) (PushID, float64, error) {
 	}
 	id := PushID{Job: sh.cfg.Job, Stage: int(m.Stage), Replica: int(m.Replica), Step: step}
 	return id, float64(m.Batch), nil
+}
+
+// blockPart is the part of a block a pull's Meta.Micro asks for; the
+// shard refuses parts its block lacks.
+func blockPart(micro uint64) (int, error) {
+	if micro > math.MaxInt32 {
+		return 0, fmt.Errorf("block part %d out of range: %w", micro, ErrArg)
+	}
+	return int(micro), nil
 }
 
 func toInt64(what string, v uint64) (int64, error) {

@@ -200,9 +200,39 @@ func checkClientAgainstShards(t *testing.T, c *Client, local []*Shard) {
 		if v != step || !bitsEqual(into, wantBlock) {
 			t.Fatalf("step %d: block pulled into a buffer at version %d differs from the in-process shard", step, v)
 		}
+		checkBlockState(t, c, owner, step)
 	}
 	if _, err := c.PullBlockInto(ctx, testBlock, 0, make([]float32, testLen+1)); err == nil {
 		t.Error("a block pulled into a buffer of the wrong length: no error")
+	}
+}
+
+// checkBlockState checks the client's pulls of every part of the test
+// block at step against owner's values and optimiser state, and that it
+// refuses a part past the optimiser's.
+func checkBlockState(t *testing.T, c *Client, owner *Shard, step int64) {
+	t.Helper()
+	b := owner.blocks[testBlock]
+	into := make([]float32, testLen)
+	for part := range len(b.state) + 1 {
+		v, err := c.PullBlockStateInto(context.Background(), testBlock, step, part, into)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := b.value
+		if part > BlockValue {
+			want = b.state[part-1]
+		}
+		if v != step || !bitsEqual(into, want) {
+			t.Fatalf("step %d: part %d of the block, at version %d, differs from the in-process shard's", step, part, v)
+		}
+	}
+	if len(b.state) == 0 {
+		t.Fatal("the test block's optimiser keeps no state")
+	}
+	_, err := c.PullBlockStateInto(context.Background(), testBlock, step, len(b.state)+1, into)
+	if err == nil || !strings.Contains(err.Error(), "state buffer") {
+		t.Fatalf("part %d of a block whose optimiser keeps %d state buffers: %v", len(b.state)+1, len(b.state), err)
 	}
 }
 
@@ -285,6 +315,9 @@ func TestServiceRejectsMalformedRequestsAndKeepsServing(t *testing.T) {
 		{"dense push to a table", "not a block", wire.Message{Type: wire.MsgPushDense, Meta: push, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}}},
 		{"step zero", "step 0", wire.Message{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Batch: 2}, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}}},
 		{"huge replica", "out of range", wire.Message{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Step: 1, Batch: 2, Replica: 1 << 40}, Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}}},
+		{"block part past its optimiser's", "state buffer", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: block, Micro: 3}}},
+		{"block part out of range", "out of range", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: block, Micro: 1 << 40}}},
+		{"rows pulled with a part", "no parts", wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: table, Micro: 1}, Tensors: []wire.Tensor{ids2}}},
 		{"a reply type as request", "not a request", wire.Message{Type: wire.MsgAck, Meta: wire.Meta{Job: job, Key: table}}},
 	}
 	for _, tc := range cases {
