@@ -53,19 +53,23 @@ type Allreduce struct {
 	// learning-rate schedule's length.
 	TotalSteps int64
 	// Mirror, if set, reaches the parameter servers as replica 0 of the
-	// stage's MirrorStage: the ring's first member pushes each reduced
-	// gradient there, and the servers apply it with the same kernel, so
-	// that their blocks (values and optimiser state) stay bit-identical to
-	// the replicas' for checkpoints. Without it the servers' blocks keep
-	// their starting values.
+	// stage's MirrorStage, for the job's checkpoints: at every
+	// CheckpointEvery-th step and the last (TotalSteps), the ring's first
+	// member assigns each dense block there its values and optimiser state
+	// after the step (ps AssignBlock), which the servers' checkpoint of
+	// the step then holds. Between those steps the servers' blocks keep
+	// the last assignment (or their starting values).
 	Mirror *ps.Client
+	// CheckpointEvery is the job's checkpoint interval in steps, >= 1
+	// with a Mirror.
+	CheckpointEvery int64
 	// ShardOptimiser makes each member run the optimiser on its own chunk
 	// of every dense parameter (the chunk its reduce-scatter finishes) and
 	// the allgather pass on updated values instead of gradients: the same
 	// bits as every member updating everything, for 1/n of the optimiser's
-	// work and memory traffic; with a Mirror the other members also send
-	// their finished chunks of the gradient to the first, which pushes it
-	// whole. Its ring cannot change members (Resize refuses), and it is
+	// work and memory traffic; at a Mirror's steps the other members also
+	// send the optimiser state of their chunks to the first, which assigns
+	// it whole. Its ring cannot change members (Resize refuses), and it is
 	// ignored with parameters outside host memory. A ring of two shards
 	// only where its members' kernels differ (ring.swap).
 	ShardOptimiser bool
@@ -87,9 +91,9 @@ func ringStream(stage, from, param int) uint32 {
 	return 1<<31 | 1<<28 | uint32(stage)<<20 | uint32(from)<<10 | uint32(param)
 }
 
-// mirrorStream is the stream replica from sends the finished chunks of
-// dense parameter param's reduced gradient to the ring's first member on,
-// for the mirror (ownerUpdate.mirror); bits 29 and 28 keep it apart from
+// mirrorStream is the stream replica from sends the optimiser state of its
+// chunk of dense parameter param to the ring's first member on, for the
+// mirror (ownerUpdate.snapshot); bits 29 and 28 keep it apart from
 // ringStream and from the greetings.
 func mirrorStream(stage, from, param int) uint32 { return ringStream(stage, from, param) | 1<<29 }
 
@@ -118,6 +122,8 @@ func (a *Allreduce) check(stage, replica int, params int) error {
 		return fmt.Errorf("allreduce: replica %d of %d peers", replica, len(a.Peers))
 	case a.Transport == nil && len(a.Peers) > 1:
 		return errors.New("allreduce: no transport")
+	case a.Mirror != nil && a.CheckpointEvery < 1:
+		return fmt.Errorf("allreduce: a mirror with checkpoints every %d steps, want >= 1", a.CheckpointEvery)
 	}
 	return nil
 }
@@ -166,11 +172,12 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 type ownerUpdate struct {
 	w     []float32              // the parameter's values, as long as g
 	apply func(lo, hi int) error // updates w[lo:hi] (and its state) from the finished g[lo:hi]
-	// mirror: the ring's first member also collects every chunk of the
-	// reduced gradient into g (for a mirror on the parameter servers, which
-	// takes it whole); each other owner sends its chunk there as it
-	// finishes it.
-	mirror bool
+	state []native.HostBuffer    // the parameter's optimiser state, each as long as g
+	// snapshot: the ring's first member also collects every other owner's
+	// chunk of the state into its own state (for the mirror on the
+	// parameter servers, which takes it whole); each other owner sends its
+	// chunk there as it updates it.
+	snapshot bool
 }
 
 // reduce replaces g, this member's gradient of dense parameter param over
@@ -205,8 +212,8 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 		gathered = u.w
 	}
 	x := r.exchange(ctx, param, (r.pos+1)%n, (r.pos+n-1)%n, ringStream)
-	var toFirst *ringExchange // this owner's finished chunk, for the mirror
-	if u != nil && u.mirror && r.pos != 0 {
+	var toFirst *ringExchange // this owner's updated state, for the mirror
+	if u != nil && u.snapshot && r.pos != 0 {
 		toFirst = r.exchange(ctx, param, 0, 0, mirrorStream)
 	}
 	// Reduce-scatter: round s sends chunk pos-s and receives chunk
@@ -245,10 +252,8 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 					return err
 				}
 				out = u.w[at : at+len(piece)]
-				if toFirst != nil {
-					if err := toFirst.send(0, j, piece, got+rows); err != nil {
-						return err
-					}
+				if err := toFirst.sendState(u.state, j, at, at+len(piece), got+rows); err != nil {
+					return err
 				}
 			}
 			if err := x.send(s+1, j, out, got+rows); err != nil {
@@ -271,8 +276,13 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 			}
 		}
 	}
-	if u != nil && u.mirror && r.pos == 0 {
-		return r.collectChunks(ctx, param, g, span)
+	if u != nil && u.snapshot && r.pos == 0 {
+		for p := 1; p < n; p++ {
+			lo, hi := span(ownedChunk(p, n))
+			if err := r.recvState(ctx, param, p, u.state, lo, hi); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -353,6 +363,19 @@ func (r *ring) swapUpdates(x *ringExchange, u *ownerUpdate, n, total int) error 
 			return err
 		}
 	}
+	switch {
+	case !u.snapshot:
+		return nil
+	case r.pos == 0:
+		return x.recvState(u.state, lo, hi)
+	}
+	lo, hi = bounds[own], bounds[own+1]
+	for j := range pieces(u.w[lo:hi]) {
+		at := lo + j*ringPiece
+		if err := x.sendState(u.state, j, at, min(at+ringPiece, hi), total); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -371,15 +394,42 @@ func sumPortable(dst []float32, a float32, x []float32, b float32, y []float32) 
 // pos-(n-1).
 func ownedChunk(pos, n int) int { return (pos + 1) % n }
 
-// collectChunks receives, on the ring's first member, every other
-// member's finished chunk of the reduced gradient into g.
-func (r *ring) collectChunks(ctx context.Context, param int, g []float32, span func(c int) (lo, hi int)) error {
-	n := len(r.members)
-	for p := 1; p < n; p++ {
-		x := r.exchange(ctx, param, p, p, mirrorStream)
-		lo, hi := span(ownedChunk(p, n))
-		for j, piece := range pieces(g[lo:hi]) {
-			if _, err := x.recv(0, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
+// stateRound numbers the messages that carry optimiser state buffer k to
+// the ring's first member (ownerUpdate.snapshot), apart from the swap's.
+func stateRound(k int) int { return swapRound + 2 + k }
+
+// sendState sends the ring's first member piece j of this owner's chunk of
+// every optimiser state buffer: elements [lo, hi). x nil sends nothing.
+func (x *ringExchange) sendState(state []native.HostBuffer, j, lo, hi, rows int) error {
+	if x == nil {
+		return nil
+	}
+	for k, st := range state {
+		if err := x.send(stateRound(k), j, st[lo:hi], rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvState receives, on the ring's first member, the optimiser state of
+// elements [lo, hi) of dense parameter param from the member at place p,
+// which owns them, into state.
+func (r *ring) recvState(ctx context.Context, param, p int, state []native.HostBuffer, lo, hi int) error {
+	return r.exchange(ctx, param, p, p, mirrorStream).recvState(state, lo, hi)
+}
+
+// recvState receives the optimiser state of elements [lo, hi) from the
+// exchange's peer into state.
+func (x *ringExchange) recvState(state []native.HostBuffer, lo, hi int) error {
+	if len(state) == 0 {
+		return nil
+	}
+	for j, piece := range pieces(state[0][lo:hi]) {
+		at := lo + j*ringPiece
+		for k, st := range state {
+			dst := st[at : at+len(piece)]
+			if _, err := x.recv(stateRound(k), j, len(dst), func(v []float32, _ int) error { copy(dst, v); return nil }); err != nil {
 				return err
 			}
 		}

@@ -187,9 +187,13 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 // allreduce among its replicas.
 func allreduceEverywhere(j *job) { allreduceWith(j, false) }
 
+// mirrorEvery is the checkpoint interval of the jobs allreduceWith
+// mirrors: their stages assign the servers their blocks every 3 steps.
+const mirrorEvery = 3
+
 // allreduceWith is allreduceEverywhere, each stage mirroring its blocks
 // on the servers if mirror (the job made by newJobFrom with every stage
-// marked).
+// marked), every mirrorEvery steps.
 func allreduceWith(j *job, mirror bool) {
 	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
 		n := j.replicas[cfg.Stage]
@@ -204,6 +208,7 @@ func allreduceWith(j *job, mirror bool) {
 		cfg.Allreduce = &Allreduce{Transport: trs[me], Peers: peers, TotalSteps: j.steps}
 		if mirror {
 			cfg.Allreduce.Mirror = j.clientAs(MirrorStage(cfg.Stage, len(j.stages)), 0, nodeID(cfg.Stage, cfg.Replica)+"-mirror")
+			cfg.Allreduce.CheckpointEvery = mirrorEvery
 		}
 	}
 }
@@ -517,10 +522,10 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 	}
 }
 
-// The ring's first member mirrors the reduced gradients on the parameter
-// servers: their blocks stay bit-identical to the replicas' (values and,
-// through the same kernel, optimiser state), so a checkpoint of step k
-// holds the allreduce job's state. A job restored from it ends
+// At checkpoint steps (every mirrorEvery and the last) the ring's first
+// member assigns the parameter servers its dense values and optimiser
+// state, and only then: their blocks hold the replicas' bits at those
+// steps, so a checkpoint of step k holds the allreduce job's state. A job restored from it ends
 // bit-identical to the uninterrupted allreduce job, whether it synchronises
 // by allreduce again (its replicas load the checkpoint's optimiser state
 // with the values) or through the servers (equal batches of 4: the
@@ -528,7 +533,7 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 // sum alike).
 //
 // Sharded, the ring's first member collects the other owners' chunks of
-// the reduced gradient for the mirror: the same holds, and the mirror
+// the optimiser state for the mirror: the same holds, and the mirror
 // matches the replicas with 3 of them too.
 func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
 	for _, tc := range []struct {
@@ -545,7 +550,7 @@ func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
 // of its servers against the whole run.
 func testMirror(t *testing.T, replicas int, shard, restore bool) {
 	checkLeaks(t)
-	const k, steps = 3, 6
+	const k, steps = mirrorEvery, 2 * mirrorEvery
 	cfg := modelConfig(t, adamAdagrad)
 	stages, marked := []Range{{0, 5}}, []bool{true}
 	batches := func(r int) func(context.Context, int64) (*data.Batch, error) {
@@ -561,7 +566,14 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 	whole := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, marked, "")
 	mirrored(whole)
 	ws := whole.workers(batches)
-	whole.train(ws, 1, steps)
+	whole.train(ws, 1, k+1)
+	mirror := whole.client(0, 0)
+	for _, p := range ws[0][0].copies[0].dense {
+		if v, err := mirror.PullBlockInto(context.Background(), p.Name, 0, make([]float32, p.Len())); err != nil || v != k {
+			t.Fatalf("%s: the servers' mirror is at version %d after step %d (%v), want %d: assigned at checkpoint steps only", p.Name, v, k+1, err, k)
+		}
+	}
+	whole.train(ws, k+2, steps)
 	held := denseOf(t, ws)[0]
 	for r := 1; r < replicas; r++ {
 		if !maps.EqualFunc(held[0], held[r], slices.Equal) {
@@ -571,7 +583,6 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 	if shard && !ws[0][0].local.shard {
 		t.Fatal("the optimiser was not sharded")
 	}
-	mirror := whole.client(0, 0)
 	for name, v := range held[0] {
 		got, version, err := mirror.PullBlock(context.Background(), name, steps)
 		if err != nil {
@@ -581,6 +592,7 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 			t.Fatalf("%s: the servers' mirror at version %d differs from the replicas'", name, version)
 		}
 	}
+	checkMirrorState(t, mirror, ws[0], steps)
 
 	if !restore {
 		return
@@ -621,6 +633,34 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 		}
 		sameRows(t, whole, restored, steps)
 	})
+}
+
+// checkMirrorState fails t unless the servers' mirror holds, at step, the
+// optimiser state of every dense parameter that each replica of ws owns:
+// its chunk where the optimiser is sharded, all of it otherwise.
+func checkMirrorState(t *testing.T, mirror *ps.Client, ws []*Worker, step int64) {
+	t.Helper()
+	for i, p := range ws[0].copies[0].dense {
+		for k := range ws[0].local.state[i] {
+			got := make([]float32, p.Len())
+			if _, err := mirror.PullBlockStateInto(context.Background(), p.Name, step, ps.BlockValue+1+k, got); err != nil {
+				t.Fatal(err)
+			}
+			for r, w := range ws {
+				lo, hi := 0, p.Len()
+				if w.local.shard {
+					lo, hi = ownChunk(p.Len(), len(ws), r)
+				}
+				have, err := hostFloats(w.cfg.Backend, w.local.state[i][k])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[lo:hi], have[lo:hi]) {
+					t.Fatalf("%s: the mirror's optimiser state %d differs from replica %d's in [%d, %d)", p.Name, k, r, lo, hi)
+				}
+			}
+		}
+	}
 }
 
 // sameRows fails t unless jobs a and b hold the same rows of both test
@@ -881,7 +921,8 @@ func TestPairWithOtherKernelsSumsPortably(t *testing.T) {
 // Replicas whose kernels differ (one on the scalar reference, the others
 // on the machine's widest ISA) stay bit-identical with the optimiser
 // sharded, as node daemons run it: each replica owns the update of its
-// chunk. Two replicas (a swap) and four (the ring).
+// chunk, and the mirror of a checkpointing job gets each owner's chunk of
+// the optimiser state. Two replicas (a swap) and four (the ring).
 func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 	checkLeaks(t)
 	best, err := native.BestISA()
@@ -895,10 +936,15 @@ func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 	}
 	const steps = 3
 	cfg := modelConfig(t, adamAdagrad)
-	for _, replicas := range []int{2, 4} {
-		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
-			j := newJob(t, cfg, []Range{{0, 5}}, []int{replicas}, steps, ps.BSP)
-			allreduceSharded(j)
+	for _, tc := range []struct {
+		replicas int
+		mirror   bool
+	}{{2, false}, {4, false}, {2, true}, {4, true}} {
+		replicas := tc.replicas
+		t.Run(fmt.Sprintf("%d replicas, mirror %v", replicas, tc.mirror), func(t *testing.T) {
+			j := newJobFrom(t, cfg, []Range{{0, 5}}, []int{replicas}, steps, ps.BSP, []bool{tc.mirror}, "")
+			allreduceWith(j, tc.mirror)
+			shardOptimiser(j)
 			sharded := j.configure
 			j.configure = func(c *Config, trs map[string]*wire.TCPTransport) {
 				sharded(c, trs)
@@ -917,6 +963,10 @@ func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 						t.Fatalf("%s: replica %d holds other bytes than replica 0 (replica 1 runs scalar kernels, the others %s)", name, r, best)
 					}
 				}
+			}
+			if tc.mirror { // the first replica collected the others' state for it
+				checkMirrorState(t, j.client(0, 0), ws[0], steps)
+				return
 			}
 			for r, w := range ws[0] {
 				for i, p := range w.copies[0].dense {

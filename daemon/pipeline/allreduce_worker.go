@@ -156,7 +156,7 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 	}
 	g = g[:p.Len()]
 	optim := w.local.optim.At(st.step)
-	u := w.ownerUpdate(r, i, g, optim)
+	u := w.ownerUpdate(r, i, g, optim, w.local.assigns(st.step))
 	if err := r.reduce(st.bgCtx, i, g, st.res.Samples, u); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
@@ -169,9 +169,33 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 			return fmt.Errorf("%s: update: %w", p.Name, err)
 		}
 	}
-	if m := w.local.cfg.Mirror; m != nil && r.members[0] == w.cfg.Replica {
-		if err := m.PushBlock(st.bgCtx, p.Name, st.step, 1, g); err != nil {
+	if w.local.assigns(st.step) && r.members[0] == w.cfg.Replica {
+		if err := w.assignDense(st.bgCtx, i, st.step); err != nil {
 			return fmt.Errorf("%s: mirror on the parameter servers: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// assigns reports whether the stage hands its dense parameters to the
+// mirror after step: a checkpoint step (Allreduce.Mirror).
+func (d *localDense) assigns(step int64) bool {
+	a := d.cfg
+	return a.Mirror != nil && (step%a.CheckpointEvery == 0 || step == a.TotalSteps)
+}
+
+// assignDense assigns dense parameter i's block on the mirror its values
+// and optimiser state after step.
+func (w *Worker) assignDense(ctx context.Context, i int, step int64) error {
+	p := w.copies[0].dense[i]
+	parts := append([]native.Buffer{p.Value}, w.local.state[i]...)
+	for part, buf := range parts {
+		v, err := hostFloats(w.cfg.Backend, buf)
+		if err != nil {
+			return err
+		}
+		if err := w.local.cfg.Mirror.AssignBlock(ctx, p.Name, step, ps.BlockValue+part, v[:p.Len()]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -179,8 +203,8 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 
 // ownerUpdate is how r shards dense parameter i's optimiser step over its
 // members (localDense.shard), or nil where every member applies the whole
-// step.
-func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *ownerUpdate {
+// step; with snapshot the first member collects the others' state.
+func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim, snapshot bool) *ownerUpdate {
 	if !w.local.shard || len(r.members) == 1 {
 		return nil
 	}
@@ -190,7 +214,7 @@ func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *o
 		state[k] = s.(native.HostBuffer) // shardable checked them
 	}
 	part := make([]native.Buffer, len(state))
-	return &ownerUpdate{w: val, mirror: w.local.cfg.Mirror != nil, apply: func(lo, hi int) error {
+	return &ownerUpdate{w: val, state: state, snapshot: snapshot, apply: func(lo, hi int) error {
 		for k, s := range state {
 			part[k] = s[lo:hi]
 		}
@@ -203,9 +227,9 @@ func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim) *o
 
 // shardable reports whether the optimiser of d's dense parameters is
 // sharded over the ring: where asked (ShardOptimiser), unless the
-// parameters or their state live outside host memory. With a mirror the
-// ring's first member collects the whole reduced gradient for it
-// (ownerUpdate.mirror).
+// parameters or their state live outside host memory. At a mirror's steps
+// the ring's first member collects the whole state for it
+// (ownerUpdate.snapshot).
 func shardable(d *localDense, dense []*nn.Param) bool {
 	if !d.cfg.ShardOptimiser {
 		return false

@@ -97,17 +97,18 @@
 // the reduced gradient applies the optimiser to that chunk alone and the
 // allgather carries the updated values instead (the same bits, 1/n of the
 // work; such a stage cannot change members; for a mirror, below, the other
-// members send their finished chunks to the first). Two replicas swap
+// members send the optimiser state of their chunks to the first). Two replicas swap
 // instead of passing chunks: each sends the other its whole gradient and
 // both sum the pair in member order, one message each way (the ring's
 // bytes, half its rounds); they sum and update alike, the whole parameter
 // each, when their messages name the same kernels, and otherwise sum
 // portably and update their own chunks as the ring's owners do. One replica reduces nothing
 // and stays bit-identical to single-process training. Sparse rows stay on the servers. When the job
-// checkpoints, the ring's first member also pushes each reduced gradient
-// to the stage's MirrorStage, a one-replica stage under which the servers
-// keep the blocks, so that their values and optimiser state, and hence
-// checkpoints, match the replicas bit for bit. A step's ring is its
+// checkpoints, the ring's first member also assigns the blocks their
+// values and optimiser state at each checkpoint step (and only then), under
+// the stage's MirrorStage, a one-replica stage under which the servers keep
+// the blocks, so that the checkpoints match the replicas bit for bit; a
+// restored job's replicas load them back with the values. A step's ring is its
 // Share's members: a Resize rebuilds it from the step it takes effect at,
 // which every replica must agree on (ring messages carry the members, and
 // a replica whose predecessor disagrees fails the step).

@@ -94,9 +94,9 @@ func psOptim(o config.Optimizer, total int64) ps.OptimConfig {
 // MirrorStage is the stage under which the parameter servers keep the
 // dense blocks of stage st (of a job of stages stages) when st syncs them
 // by allreduce: a stage of one replica, the ring's first member, which
-// pushes the reduced gradient there each step (Allreduce.Mirror), so that
-// the servers hold bit-identical values and optimiser state for
-// checkpoints.
+// assigns the blocks their values and optimiser state at checkpoint steps
+// (Allreduce.Mirror), so that the servers' checkpoints hold the replicas'
+// bits.
 func MirrorStage(st, stages int) int { return stages + st }
 
 // MirrorBlocks moves the blocks of the stages that sync by allreduce

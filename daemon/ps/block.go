@@ -20,6 +20,9 @@ type block struct {
 	// what a parameter server allocated. A buffer is back once its reply
 	// is written (wire.Conn.Send writes before it returns).
 	replies sync.Pool
+	// assigning collects the parts of an assignment (AssignBlock) until
+	// every part is in; under mu.
+	assigning *assignment
 }
 
 // replyBuffer returns a buffer of the block's length for a pull's reply,

@@ -276,6 +276,26 @@ func (c *Client) PushBlock(ctx context.Context, name string, step int64, weight 
 	return nil
 }
 
+// AssignBlock gives dense block name part (BlockValue, or 1+k for its
+// optimiser's state buffer k) of its state after step (Shard.AssignBlock);
+// the block takes the step once every part is in.
+func (c *Client) AssignBlock(ctx context.Context, name string, step int64, part int, v []float32) error {
+	defer c.cfg.Metrics.since(opPush, paramBlock, time.Now())
+	i := BlockShard(name, c.cfg.Shards)
+	var err error
+	if s := c.local(i); s != nil {
+		_, err = s.AssignBlock(c.pushID(step), name, part, v)
+	} else {
+		m := &wire.Message{Type: MsgAssignBlock, Meta: c.meta(name, step, 1), Tensors: []wire.Tensor{wire.F32Tensor(v, len(v))}}
+		m.Meta.Micro = uint64(part)
+		err = c.push(ctx, i, m)
+	}
+	if err != nil {
+		return fmt.Errorf("ps client: assign %q part %d at step %d: %w", name, part, step, err)
+	}
+	return nil
+}
+
 // SetMembers makes replicas the members of the client's stage from step
 // fromStep on, on every shard (Shard.SetMembers). It is idempotent: a
 // caller may resend it, and several callers may send the same change.

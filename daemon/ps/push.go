@@ -212,9 +212,15 @@ func scatterRows(g, grad []float32, at []int32, d int) []float32 {
 	return g
 }
 
-// applyStep applies the open, full BSP step of a block.
+// applyStep applies the open, full BSP step of a block: its pushes, or an
+// assignment of its parts (AssignBlock).
 func (b *block) applyStep(s *Shard) error {
 	st := b.open
+	if parts := st.pushes[0].parts; parts != nil {
+		b.applyAssignment(parts)
+		b.finishStep()
+		return nil
+	}
 	sum := st.pushes[0].grad // one push weighs exactly 1: its own copy is the sum
 	if len(st.pushes) > 1 {
 		grads := make([]native.Buffer, len(st.pushes))

@@ -34,6 +34,9 @@ import (
 //   - MsgSetMembers: Stage is the stage, Step the first step of the
 //     change, T0 int64 [n] the member replica ids (Shard.SetMembers); Key
 //     is 0. MsgAck echoes it with Text "applied".
+//   - MsgAssignBlock: (Stage, Replica, Step) as for a push, Batch 1, Micro
+//     the part (Shard.AssignBlock), T0 float32 [len] its values. MsgAck as
+//     for a push.
 //   - MsgError echoes the request's Meta; Text says why. A request is
 //     checked before the shard sees it; an error never closes the
 //     connection.
@@ -41,6 +44,10 @@ import (
 // MsgSetMembers is the wire message type of a membership change
 // (Shard.SetMembers), after daemon/wire's own types.
 const MsgSetMembers = wire.MsgError + 1
+
+// MsgAssignBlock is the wire message type of a part of a block's
+// assignment (Shard.AssignBlock).
+const MsgAssignBlock = MsgSetMembers + 1
 
 // ShardStream is the stream requests for shard index i travel on.
 func ShardStream(i int) uint32 { return uint32(i) + 1 }
@@ -228,6 +235,8 @@ func (s *Service) dispatch(ctx context.Context, index int, req *wire.MessageView
 		reply, err = s.pushSparse(sh, name, req)
 	case wire.MsgPushDense:
 		reply, err = s.pushDense(sh, name, req)
+	case MsgAssignBlock:
+		reply, err = s.assignBlock(sh, name, req)
 	default:
 		err = fmt.Errorf("ps shard %d: %v is not a request: %w", index, req.Type, ErrArg)
 	}
@@ -331,6 +340,37 @@ func (s *Service) pushDense(sh *Shard, name string, req *wire.MessageView) (*wir
 		return nil, err
 	}
 	ack, err := sh.PushBlock(id, name, weight, grad)
+	if err != nil {
+		return nil, err
+	}
+	return ackMessage(req, ack), nil
+}
+
+func (s *Service) assignBlock(sh *Shard, name string, req *wire.MessageView) (*wire.Message, error) {
+	b, ok := sh.blocks[name]
+	if !ok {
+		return nil, fmt.Errorf("assignment of %q, not a block: %w", name, ErrArg)
+	}
+	if err := req.Want(wire.Float32); err != nil {
+		return nil, fmt.Errorf("assignment of %q: %w: %w", name, err, ErrArg)
+	}
+	t := &req.Tensors[0]
+	if t.Len() != len(b.spec.Init) {
+		return nil, fmt.Errorf("assignment of %q: %d floats for a block of %d: %w", name, t.Len(), len(b.spec.Init), ErrArg)
+	}
+	part, err := blockPart(req.Meta.Micro)
+	if err != nil {
+		return nil, err
+	}
+	v, err := gradient(t)
+	if err != nil {
+		return nil, err
+	}
+	id, _, err := pushIdentity(sh, req)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := sh.AssignBlock(id, name, part, v)
 	if err != nil {
 		return nil, err
 	}

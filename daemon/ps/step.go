@@ -94,6 +94,9 @@ type contribution struct {
 	slots  []int
 	grad   []float32
 	kept   *[]float32 // grad's buffer when the shard copied it (keep), else nil
+	// parts: an assignment's values and optimiser state (AssignBlock),
+	// the shard's own copies, instead of a gradient.
+	parts [][]float32
 }
 
 // keep copies c's gradient into a buffer of the shard's, for a push that
@@ -101,6 +104,9 @@ type contribution struct {
 // step is kept, every step: the buffers are recycled (release) rather than
 // allocated anew, 1.2 MB a step and replica for ctrdnn's dense blocks.
 func (st *stepped) keep(c *contribution) {
+	if c.parts != nil {
+		return // already the shard's
+	}
 	p, _ := st.kept.Get().(*[]float32)
 	if p == nil || cap(*p) < len(c.grad) {
 		buf := make([]float32, len(c.grad), len(c.grad)+len(c.grad)/4) // a table's pushes vary in rows
