@@ -425,7 +425,13 @@ func TestClientReportsRemoteErrors(t *testing.T) {
 // only with a reply type the protocol allows.
 func FuzzServiceRequest(f *testing.F) {
 	shard := newTestShard(f, ASP, 1, adam)
-	svc, err := NewService(ServiceOptions{MaxIDs: 64, Logger: quiet}, shard)
+	bspCfg := testConfig(f, BSP, 0, 1, 1, adam)
+	bspCfg.Job = "bsp" // a BSP job beside it: assignments need one
+	bsp, err := NewShard(bspCfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, err := NewService(ServiceOptions{MaxIDs: 64, Logger: quiet}, shard, bsp)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -436,6 +442,9 @@ func FuzzServiceRequest(f *testing.F) {
 		{Type: wire.MsgPushSparse, Meta: wire.Meta{Job: job, Key: table, Step: 1, Batch: 1},
 			Tensors: []wire.Tensor{wire.I64Tensor([]int64{3}, 1), wire.F32Tensor(make([]float32, testDim), 1, testDim)}},
 		{Type: wire.MsgPushDense, Meta: wire.Meta{Job: job, Key: block, Step: 1, Batch: 1},
+			Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}},
+		{Type: wire.MsgPull, Meta: wire.Meta{Job: job, Key: block, Micro: 2}},
+		{Type: MsgAssignBlock, Meta: wire.Meta{Job: JobKey("bsp"), Key: block, Step: 3, Batch: 1, Micro: 1},
 			Tensors: []wire.Tensor{wire.F32Tensor(make([]float32, testLen), testLen)}},
 	}
 	for _, m := range seeds {
