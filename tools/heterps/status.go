@@ -394,8 +394,8 @@ func jobProgress(w io.Writer) (update func(api.JobStatus), done func()) {
 	var p *progress
 	shown := int64(0) // nothing to show before the first step
 	update = func(s api.JobStatus) {
-		if s.Step == shown {
-			return
+		if s.Step == shown || (s.RestoredFrom != nil && s.Step <= s.RestoredFrom.Step) {
+			return // nothing trained yet (a restored job starts at its checkpoint's step)
 		}
 		if p == nil {
 			p = newProgress(w, int(s.Steps))

@@ -108,3 +108,20 @@ func TestStatusListsStoredProfiles(t *testing.T) {
 		t.Errorf("no profiles printed %q", out.String())
 	}
 }
+
+// A job's progress shows nothing until it has trained a step: a restored
+// job starts at its checkpoint's step, with no loss or rate yet.
+func TestJobProgressWaitsForAStep(t *testing.T) {
+	var out strings.Builder
+	update, done := jobProgress(&out)
+	restored := &api.CheckpointStatus{Step: 1800}
+	update(api.JobStatus{Step: 1800, Steps: 4000, RestoredFrom: restored})
+	if out.Len() != 0 {
+		t.Fatalf("before any step: %q", out.String())
+	}
+	update(api.JobStatus{Step: 1820, Steps: 4000, Loss: 0.5, SamplesPerS: 1000, RestoredFrom: restored})
+	done()
+	if got := out.String(); !strings.Contains(got, "step 1820/4000  loss 0.5000  1000 samples/s") || strings.Contains(got, "1800/") {
+		t.Fatalf("progress: %q", got)
+	}
+}
