@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
 )
@@ -193,5 +194,23 @@ func TestRegenerated(t *testing.T) {
 	}
 	if _, ok := regenerated(samples[:1], at, t0); ok {
 		t.Error("regenerated without a newer generation")
+	}
+}
+
+// The job file asks for the dense sync of --dense-sync, and an unknown one
+// is refused.
+func TestDenseSyncFlag(t *testing.T) {
+	o := options{steps: 1500, batch: 256, every: 100, faultAt: 0.4, overheadRuns: 1, denseSync: "allreduce"}
+	if err := parseScenarios(&o, "none"); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{o: o}
+	job, err := config.ParseJob("chaos.toml", b.jobTOML("/tmp/ck", 100))
+	if err != nil || job.DenseSync != config.DenseSyncAllreduce {
+		t.Fatalf("job file: %+v (%v), want dense_sync allreduce", job, err)
+	}
+	o.denseSync = "nccl"
+	if err := parseScenarios(&o, "none"); err == nil || !strings.Contains(err.Error(), "--dense-sync") {
+		t.Fatalf("--dense-sync nccl: %v", err)
 	}
 }

@@ -32,7 +32,11 @@
 // order). It prints a table and the targets; it measures and never
 // asserts, and a scenario that fails says why and leaves its daemons' logs.
 //
-//	go run ./bench/chaos [--steps 1500] [--batch 256] [--scenarios none,coordinator,...] [--out bench/results/chaos.txt]
+// With --dense-sync allreduce the stage syncs its dense parameters by
+// allreduce: a dead replica's node then restarts the job from its latest
+// checkpoint instead of shrinking the stage.
+//
+//	go run ./bench/chaos [--steps 1500] [--batch 256] [--dense-sync ps|allreduce] [--scenarios none,coordinator,...] [--out bench/results/chaos.txt]
 package main
 
 import (
@@ -71,6 +75,7 @@ type options struct {
 	overheadRuns        int
 	scenarios           []string
 	out, catalog        string
+	denseSync           string
 	timeout             time.Duration
 }
 
@@ -91,6 +96,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results/chaos.txt", "also write the output to this file (empty: stdout only)")
 	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose "+unitType+" type the nodes offer")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up on a scenario's job after this long")
+	flag.StringVar(&o.denseSync, "dense-sync", "ps", "the job's dense_sync: ps (the stage shrinks in place when a replica's node dies) or allreduce (it restarts from a checkpoint)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := parseScenarios(&o, *scen)
@@ -119,6 +125,8 @@ func parseScenarios(o *options, list string) error {
 		return fmt.Errorf("--fault-at %g: want a fraction in (0, 1)", o.faultAt)
 	case o.overheadRuns < 1:
 		return fmt.Errorf("--overhead-runs %d: want >= 1", o.overheadRuns)
+	case o.denseSync != "ps" && o.denseSync != "allreduce":
+		return fmt.Errorf("--dense-sync %q: want ps or allreduce", o.denseSync)
 	}
 	return nil
 }
@@ -187,8 +195,8 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // header says what runs where: machine, load, versions and the setup.
 func (b *bench) header() {
-	fmt.Fprintf(b.w, "job: %s on %s, BSP, %d steps of batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units; checkpoint every %d steps, restarts = %d\n",
-		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.every, b.o.restarts)
+	fmt.Fprintf(b.w, "job: %s on %s, BSP, %d steps of batch %d, plan limit %.0f samples/s -> one data-parallel stage on %d units, dense_sync = %q; checkpoint every %d steps, restarts = %d\n",
+		modelName, dataSpec, b.o.steps, b.o.batch, b.limit, jobUnits, b.o.denseSync, b.o.every, b.o.restarts)
 	fmt.Fprintf(b.w, "cluster per scenario: heterpsd coordinator (fresh state dir, fixed port, --heartbeat %v: dead after 3 missed) + %d node daemons of 1x %s (1 thread), plain loopback, lease = %q; faults at %.0f %% of the steps\n",
 		loopback.Heartbeat, nodes, unitType, loopback.Lease.String(), 100*b.o.faultAt)
 	fmt.Fprintln(b.w, "recovery: from the fault until the API reports a step past the highest it showed within 2 heartbeats of the fault, or")
@@ -203,8 +211,8 @@ func (b *bench) header() {
 
 // jobTOML is the job file; every = 0 leaves out [checkpoint].
 func (b *bench) jobTOML(ckptDir string, every int) []byte {
-	job := fmt.Appendf(nil, "version = 1\nname = \"chaos\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
-		modelName, dataSpec, b.o.batch, b.o.steps, b.limit)
+	job := fmt.Appendf(nil, "version = 1\nname = \"chaos\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\ndense_sync = %q\n",
+		modelName, dataSpec, b.o.batch, b.o.steps, b.limit, b.o.denseSync)
 	if every > 0 {
 		job = fmt.Appendf(job, "[checkpoint]\ndir = %q\nevery = %d\nrestarts = %d\n", ckptDir, every, b.o.restarts)
 	}
