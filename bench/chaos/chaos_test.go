@@ -200,12 +200,12 @@ func TestRegenerated(t *testing.T) {
 // The job file asks for the dense sync of --dense-sync, and an unknown one
 // is refused.
 func TestDenseSyncFlag(t *testing.T) {
-	o := options{steps: 1500, batch: 256, every: 100, faultAt: 0.4, overheadRuns: 1, denseSync: "allreduce"}
+	o := options{steps: 1500, batch: 256, every: 100, faultAt: 0.4, overheadRuns: 1, overheadSteps: 6000, denseSync: "allreduce"}
 	if err := parseScenarios(&o, "none"); err != nil {
 		t.Fatal(err)
 	}
 	b := &bench{o: o}
-	job, err := config.ParseJob("chaos.toml", b.jobTOML("/tmp/ck", 100))
+	job, err := config.ParseJob("chaos.toml", b.jobTOML("/tmp/ck", 100, 1500))
 	if err != nil || job.DenseSync != config.DenseSyncAllreduce {
 		t.Fatalf("job file: %+v (%v), want dense_sync allreduce", job, err)
 	}

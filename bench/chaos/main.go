@@ -21,7 +21,9 @@
 //     coordinator did, and whether the stopped node wrote a checkpoint file
 //     after it was fenced;
 //   - overhead: the job without [checkpoint] beside the one with it, the mean
-//     step time of each and the overhead of checkpointing.
+//     step time of each and the overhead of checkpointing, on jobs of
+//     --overhead-steps (a job's span is known to a heartbeat, so short
+//     jobs cannot show a few per cent).
 //
 // Recovery is measured from the fault until the coordinator's API reports a
 // step beyond the one it reported at the fault (node reports arrive once a
@@ -69,6 +71,7 @@ const (
 // options are the command's flags.
 type options struct {
 	steps, batch, every int
+	overheadSteps       int
 	restarts            int
 	faultAt             float64
 	stopFor             time.Duration
@@ -91,6 +94,7 @@ func main() {
 	flag.IntVar(&o.restarts, "restarts", 3, "checkpoint.restarts of the job")
 	flag.Float64Var(&o.faultAt, "fault-at", 0.4, "inject each fault once the job has done this fraction of its steps")
 	flag.DurationVar(&o.stopFor, "stop-for", 6*time.Second, "how long the sigstop scenarios keep the node stopped (more than lease + heartbeat timeout)")
+	flag.IntVar(&o.overheadSteps, "overhead-steps", 6000, "training steps of the overhead scenario's jobs: a job's span is known to a heartbeat, so the runs must be long for the overhead to show")
 	flag.IntVar(&o.overheadRuns, "overhead-runs", 2, "runs with and without checkpoints in the overhead scenario (best of them; the reference run counts as one with)")
 	scen := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
 	flag.StringVar(&o.out, "out", "bench/results/chaos.txt", "also write the output to this file (empty: stdout only)")
@@ -125,6 +129,8 @@ func parseScenarios(o *options, list string) error {
 		return fmt.Errorf("--fault-at %g: want a fraction in (0, 1)", o.faultAt)
 	case o.overheadRuns < 1:
 		return fmt.Errorf("--overhead-runs %d: want >= 1", o.overheadRuns)
+	case o.overheadSteps < 2*o.every:
+		return fmt.Errorf("--overhead-steps %d: want at least two checkpoints (--every %d)", o.overheadSteps, o.every)
 	case o.denseSync != "ps" && o.denseSync != "allreduce":
 		return fmt.Errorf("--dense-sync %q: want ps or allreduce", o.denseSync)
 	}
@@ -209,10 +215,11 @@ func (b *bench) header() {
 	fmt.Fprintln(b.w)
 }
 
-// jobTOML is the job file; every = 0 leaves out [checkpoint].
-func (b *bench) jobTOML(ckptDir string, every int) []byte {
+// jobTOML is the job file of a job of steps; every = 0 leaves out
+// [checkpoint].
+func (b *bench) jobTOML(ckptDir string, every, steps int) []byte {
 	job := fmt.Appendf(nil, "version = 1\nname = \"chaos\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\ndense_sync = %q\n",
-		modelName, dataSpec, b.o.batch, b.o.steps, b.limit, b.o.denseSync)
+		modelName, dataSpec, b.o.batch, steps, b.limit, b.o.denseSync)
 	if every > 0 {
 		job = fmt.Appendf(job, "[checkpoint]\ndir = %q\nevery = %d\nrestarts = %d\n", ckptDir, every, b.o.restarts)
 	}

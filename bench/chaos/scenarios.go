@@ -98,7 +98,7 @@ func (b *bench) scenario(ctx context.Context, name string) *result {
 	if name == "none" {
 		r.identical = "reference"
 	}
-	j, err := b.startJob(ctx, name, b.o.every)
+	j, err := b.startJob(ctx, name, b.o.every, b.o.steps)
 	if err != nil {
 		r.err = err
 		return r
@@ -137,7 +137,7 @@ func (b *bench) scenario(ctx context.Context, name string) *result {
 }
 
 // startJob starts a cluster in a directory of its own and submits the job.
-func (b *bench) startJob(ctx context.Context, name string, every int) (*jobRun, error) {
+func (b *bench) startJob(ctx context.Context, name string, every, steps int) (*jobRun, error) {
 	b.runs++
 	dir := filepath.Join(b.dir, fmt.Sprintf("%02d-%s", b.runs, name))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -148,7 +148,7 @@ func (b *bench) startJob(ctx context.Context, name string, every int) (*jobRun, 
 		return nil, fmt.Errorf("start the cluster: %w; logs in %s", err, dir)
 	}
 	j := &jobRun{c: c, dir: dir, ckptDir: filepath.Join(dir, "ckpt")}
-	if j.id, err = c.Submit(ctx, b.jobTOML(j.ckptDir, every)); err != nil {
+	if j.id, err = c.Submit(ctx, b.jobTOML(j.ckptDir, every, steps)); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%w; logs in %s", err, dir)
 	}
@@ -462,13 +462,13 @@ func stageNodes(s api.JobStatus) string {
 	return fmt.Sprint(s.Stages[0].Nodes)
 }
 
-// overhead runs the job without checkpoints and with them, overheadRuns
-// times each (the reference run counting as one with), and compares the
-// best mean step times.
+// overhead runs the job of overheadSteps without checkpoints and with
+// them, overheadRuns times each (the reference run counting as one with
+// when it is as long), and compares the best mean step times.
 func (b *bench) overhead(ctx context.Context, ref *result) *result {
 	r := &result{name: "overhead", recovery: -1, twice: -1, identical: "n/a"}
 	var with, without []time.Duration
-	if ref != nil && ref.stepTime > 0 {
+	if ref != nil && ref.stepTime > 0 && b.o.overheadSteps == b.o.steps {
 		with = append(with, ref.stepTime)
 	}
 	for len(without) < b.o.overheadRuns || len(with) < b.o.overheadRuns {
@@ -492,12 +492,15 @@ func (b *bench) overhead(ctx context.Context, ref *result) *result {
 	r.notes = append(r.notes, fmt.Sprintf("mean step time without [checkpoint] %.2f ms, with every = %d %.2f ms (best of %d each): overhead %+.1f %% (bound %.1f %%)",
 		ms(r.plain), b.o.every, ms(r.checked), b.o.overheadRuns, overheadPct(r.plain, r.checked), overheadBound))
 	r.notes = append(r.notes, fmt.Sprintf("runs without %v, with %v", msList(without), msList(with)))
+	span := r.plain * time.Duration(b.o.overheadSteps)
+	r.notes = append(r.notes, fmt.Sprintf("runs of %d steps; a run's span is known to a heartbeat (%v): +-%.1f %% of the faster one's %.1f s",
+		b.o.overheadSteps, loopback.Heartbeat, 100*loopback.Heartbeat.Seconds()/span.Seconds(), span.Seconds()))
 	return r
 }
 
 // timedRun runs the job once undisturbed and returns its mean step time.
 func (b *bench) timedRun(ctx context.Context, every int) (time.Duration, error) {
-	j, err := b.startJob(ctx, fmt.Sprintf("overhead-every-%d", every), every)
+	j, err := b.startJob(ctx, fmt.Sprintf("overhead-every-%d", every), every, b.o.overheadSteps)
 	if err != nil {
 		return 0, err
 	}

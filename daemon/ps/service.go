@@ -320,22 +320,7 @@ func (s *Service) pushSparse(sh *Shard, name string, req *wire.MessageView) (*wi
 }
 
 func (s *Service) pushDense(sh *Shard, name string, req *wire.MessageView) (*wire.Message, error) {
-	b, ok := sh.blocks[name]
-	if !ok {
-		return nil, fmt.Errorf("dense push to %q, not a block: %w", name, ErrArg)
-	}
-	if err := req.Want(wire.Float32); err != nil {
-		return nil, fmt.Errorf("dense push to %q: %w: %w", name, err, ErrArg)
-	}
-	g := &req.Tensors[0]
-	if g.Len() != len(b.spec.Init) {
-		return nil, fmt.Errorf("dense push to %q: %d gradient floats for a block of %d: %w", name, g.Len(), len(b.spec.Init), ErrArg)
-	}
-	grad, err := gradient(g)
-	if err != nil {
-		return nil, err
-	}
-	id, weight, err := pushIdentity(sh, req)
+	grad, id, weight, err := blockRequest(sh, name, req, "dense push to", "gradient floats")
 	if err != nil {
 		return nil, err
 	}
@@ -347,26 +332,11 @@ func (s *Service) pushDense(sh *Shard, name string, req *wire.MessageView) (*wir
 }
 
 func (s *Service) assignBlock(sh *Shard, name string, req *wire.MessageView) (*wire.Message, error) {
-	b, ok := sh.blocks[name]
-	if !ok {
-		return nil, fmt.Errorf("assignment of %q, not a block: %w", name, ErrArg)
-	}
-	if err := req.Want(wire.Float32); err != nil {
-		return nil, fmt.Errorf("assignment of %q: %w: %w", name, err, ErrArg)
-	}
-	t := &req.Tensors[0]
-	if t.Len() != len(b.spec.Init) {
-		return nil, fmt.Errorf("assignment of %q: %d floats for a block of %d: %w", name, t.Len(), len(b.spec.Init), ErrArg)
-	}
 	part, err := blockPart(req.Meta.Micro)
 	if err != nil {
 		return nil, err
 	}
-	v, err := gradient(t)
-	if err != nil {
-		return nil, err
-	}
-	id, _, err := pushIdentity(sh, req)
+	v, id, _, err := blockRequest(sh, name, req, "assignment of", "floats")
 	if err != nil {
 		return nil, err
 	}
@@ -375,6 +345,30 @@ func (s *Service) assignBlock(sh *Shard, name string, req *wire.MessageView) (*w
 		return nil, err
 	}
 	return ackMessage(req, ack), nil
+}
+
+// blockRequest checks a request that carries a whole block of floats (a
+// dense push's gradient, an assignment's part) and returns the floats, in
+// place in the frame where it can (gradient), and the push's identity and
+// weight. what and floats name the request and its floats in errors.
+func blockRequest(sh *Shard, name string, req *wire.MessageView, what, floats string) ([]float32, PushID, float64, error) {
+	b, ok := sh.blocks[name]
+	if !ok {
+		return nil, PushID{}, 0, fmt.Errorf("%s %q, not a block: %w", what, name, ErrArg)
+	}
+	if err := req.Want(wire.Float32); err != nil {
+		return nil, PushID{}, 0, fmt.Errorf("%s %q: %w: %w", what, name, err, ErrArg)
+	}
+	t := &req.Tensors[0]
+	if t.Len() != len(b.spec.Init) {
+		return nil, PushID{}, 0, fmt.Errorf("%s %q: %d %s for a block of %d: %w", what, name, t.Len(), floats, len(b.spec.Init), ErrArg)
+	}
+	v, err := gradient(t)
+	if err != nil {
+		return nil, PushID{}, 0, err
+	}
+	id, weight, err := pushIdentity(sh, req)
+	return v, id, weight, err
 }
 
 func (s *Service) setMembers(sh *Shard, req *wire.MessageView) (*wire.Message, error) {
