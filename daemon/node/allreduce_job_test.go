@@ -84,9 +84,10 @@ func TestDataParallelAllreduceJob(t *testing.T) {
 // those of the same job through the parameter servers, and a job restored
 // from its step 10 ends with them too, bit for bit, syncing by allreduce
 // (its replicas load the restored optimiser state) or through the servers
-// (equal batches of 32 weigh by powers of two either way).
+// (equal batches of 32 weigh by powers of two either way) — and so does an
+// allreduce job restored from the PS-synced job's step 10.
 func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
-	rootA, rootB, rootC, rootD := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	rootA, rootB, rootC, rootD, rootE := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
@@ -101,24 +102,25 @@ func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
 			t.Errorf("step %d: manifest %+v (%v)", step, m, err)
 		}
 	}
-	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("dense_sync = \"ps\"\n[checkpoint]\ndir = %q\nevery = 20\n", rootB))), final)
-	restore := func(sync, root string) api.JobStatus {
-		job := fmt.Sprintf("dense_sync = %q\n[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", sync, root, ckpt.StepDir(rootA, 10))
+	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("dense_sync = \"ps\"\n[checkpoint]\ndir = %q\nevery = 10\n", rootB))), final)
+	restore := func(sync, root, from string) api.JobStatus {
+		job := fmt.Sprintf("dense_sync = %q\n[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", sync, root, ckpt.StepDir(from, 10))
 		s := cl.waitJob(cl.submit(dpJob(t, job)), final)
 		if got := s.Stages[0].DenseSync; got != sync {
 			t.Fatalf("restored job %s asked for %s and synced by %q", s.ID, sync, got)
 		}
 		return s
 	}
-	c, d := restore(api.DenseSyncPS, rootC), restore(api.DenseSyncAllreduce, rootD)
-	for _, s := range []api.JobStatus{b, c, d} {
+	c, d := restore(api.DenseSyncPS, rootC, rootA), restore(api.DenseSyncAllreduce, rootD, rootA)
+	e := restore(api.DenseSyncAllreduce, rootE, rootB)
+	for _, s := range []api.JobStatus{b, c, d, e} {
 		if s.State != api.JobDone || s.Step != 20 {
 			t.Fatalf("job %s %s at step %d: %s", s.ID, s.State, s.Step, s.Reason)
 		}
 	}
 	for shard := range 2 {
 		name := ps.FileName(shard, 2)
-		for _, root := range []string{rootB, rootC, rootD} {
+		for _, root := range []string{rootB, rootC, rootD, rootE} {
 			sameTensors(t, filepath.Join(ckpt.StepDir(rootA, 20), name), filepath.Join(ckpt.StepDir(root, 20), name))
 		}
 	}
