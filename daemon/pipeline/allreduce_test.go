@@ -649,7 +649,7 @@ func checkMirrorState(t *testing.T, mirror *ps.Client, ws []*Worker, step int64)
 			for r, w := range ws {
 				lo, hi := 0, p.Len()
 				if w.local.shard {
-					lo, hi = ownChunk(p.Len(), len(ws), r)
+					lo, hi = ownedRange(w, i, len(ws), r)
 				}
 				have, err := hostFloats(w.cfg.Backend, w.local.state[i][k])
 				if err != nil {
@@ -716,8 +716,14 @@ func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
 	const steps = 4
 	cfg := modelConfig(t, adamAdagrad)
 	sizes := []int{3, 5, 4, 6}
-	for _, tc := range []struct{ replicas, micro int }{{2, 1}, {3, 2}, {4, 1}} {
-		t.Run(fmt.Sprintf("%d replicas, %d micro-batches", tc.replicas, tc.micro), func(t *testing.T) {
+	for _, tc := range []struct {
+		replicas, micro int
+		fused           bool
+	}{{2, 1, true}, {3, 2, true}, {4, 1, true}, {3, 2, false}, {4, 1, false}} {
+		t.Run(fmt.Sprintf("%d replicas, %d micro-batches, fused %v", tc.replicas, tc.micro, tc.fused), func(t *testing.T) {
+			if !tc.fused {
+				withoutFusion(t)
+			}
 			train := func(shard bool) ([][]float64, []*Worker) {
 				j := newJob(t, cfg, []Range{{0, 5}}, []int{tc.replicas}, steps, ps.BSP)
 				j.micro = tc.micro
@@ -746,7 +752,7 @@ func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
 			}
 			for r, w := range sharded {
 				for i, p := range w.copies[0].dense {
-					lo, hi := ownChunk(p.Len(), tc.replicas, r)
+					lo, hi := ownedRange(w, i, tc.replicas, r)
 					if tc.replicas == 2 { // a swap of alike members: each updates everything
 						lo, hi = 0, p.Len()
 					}
@@ -754,11 +760,37 @@ func TestShardedOptimiserTrainsTheSameBits(t *testing.T) {
 				}
 			}
 			m := firstMoment(t, replicated[0], 0)
-			if lo, hi := ownChunk(len(m), tc.replicas, 0); tc.replicas > 2 && !slices.ContainsFunc(m[:lo], nonZero) && !slices.ContainsFunc(m[hi:], nonZero) {
+			if lo, hi := ownedRange(replicated[0], 0, tc.replicas, 0); tc.replicas > 2 && !slices.ContainsFunc(m[:lo], nonZero) && !slices.ContainsFunc(m[hi:], nonZero) {
 				t.Fatal("replicated: replica 0's first moment did not move outside its chunk; the check above proves nothing")
 			}
 		})
 	}
+}
+
+// ownedRange is the part of worker w's dense parameter i that member pos
+// of a ring of members finishes, and so updates when sharded: its share of
+// the chunk of the reduction it belongs to (a bucket of several parameters,
+// or itself alone). Possibly empty.
+func ownedRange(w *Worker, i, members, pos int) (lo, hi int) {
+	for _, b := range w.local.buckets {
+		k := slices.Index(b.params, i)
+		if k < 0 {
+			continue
+		}
+		clo, chi := ownChunk(b.offs[len(b.params)], members, pos)
+		n := b.offs[k+1] - b.offs[k]
+		lo = min(max(clo-b.offs[k], 0), n)
+		hi = max(min(max(chi-b.offs[k], 0), n), lo)
+		return lo, hi
+	}
+	panic(fmt.Sprintf("dense parameter %d is in no bucket", i))
+}
+
+// withoutFusion reduces every dense parameter alone for the rest of t.
+func withoutFusion(t *testing.T) {
+	old := fuseFloats
+	fuseFloats = 0
+	t.Cleanup(func() { fuseFloats = old })
 }
 
 // ownChunk is the chunk of a parameter of n floats that member pos of a
@@ -970,7 +1002,7 @@ func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 			}
 			for r, w := range ws[0] {
 				for i, p := range w.copies[0].dense {
-					lo, hi := ownChunk(p.Len(), replicas, r)
+					lo, hi := ownedRange(w, i, replicas, r)
 					checkMoved(t, fmt.Sprintf("replica %d, %s", r, p.Name), firstMoment(t, w, i), lo, hi)
 				}
 			}

@@ -31,6 +31,8 @@ type localDense struct {
 	// kernels is what every step's ring names as its kernels (ring.kernels):
 	// the worker's backend and the sum kernel's ISA.
 	kernels string
+	// buckets are the reductions a step runs (buckets.go).
+	buckets []bucket
 }
 
 // initAllreduce prepares the local optimiser of a worker whose Config asks
@@ -59,6 +61,11 @@ func (w *Worker) initAllreduce() error {
 		}
 	}
 	d.shard = shardable(d, dense)
+	lens := make([]int, len(dense))
+	for i, p := range dense {
+		lens[i] = p.Len()
+	}
+	d.buckets = fuseBuckets(lens, w.copies[0].denseLayer)
 	d.kernels = w.cfg.Backend.Name() + ", sums " + sumKernels()
 	w.local = d
 	return nil
@@ -127,22 +134,33 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	return r, nil
 }
 
-// reduceLayer returns the work of reducing and applying every dense
-// parameter of layer: pushLayer runs it in the background as backward
-// leaves the layer.
+// reduceLayer returns the work of reducing and applying the buckets that
+// backward completes as it leaves layer: pushLayer runs it in the
+// background.
 func (w *Worker) reduceLayer(st *stepState, layer int) []func() error {
-	first := w.copies[0]
 	r, err := w.stepRing(st)
 	var work []func() error
-	for i, l := range first.denseLayer {
-		if l != layer {
+	for k := range w.local.buckets {
+		b := &w.local.buckets[k]
+		if b.layer != layer {
 			continue
 		}
+		done := st.cover(b)
 		work = append(work, func() error {
 			if err != nil {
 				return err
 			}
-			return w.reduceAndApply(st, r, i)
+			reduce := w.reduceBucket
+			if !b.fused() {
+				reduce = func(st *stepState, r *ring, b *bucket) error { return w.reduceAndApply(st, r, b.params[0]) }
+			}
+			if err := reduce(st, r, b); err != nil {
+				return err
+			}
+			if done != nil {
+				close(done)
+			}
+			return nil
 		})
 	}
 	return work

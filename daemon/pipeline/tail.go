@@ -34,11 +34,12 @@ import (
 // stepTail is the background work a step left to finish.
 type stepTail struct {
 	step   int64
-	layers map[int]chan struct{} // per layer with tail work: closed once it is all in
-	tables []int                 // the layers whose work pushes tables
-	done   chan struct{}         // closed when all of the tail's work has ended
-	err    error                 // valid once done is closed: failure() wrapping the first error
-	cancel context.CancelFunc    // ends the tail's work
+	layers map[int]chan struct{}   // per layer with tail work: closed once it is all in
+	covers map[int][]chan struct{} // per layer, fused reductions run at a lower layer (stepState.covers)
+	tables []int                   // the layers whose work pushes tables
+	done   chan struct{}           // closed when all of the tail's work has ended
+	err    error                   // valid once done is closed: failure() wrapping the first error
+	cancel context.CancelFunc      // ends the tail's work
 }
 
 // overlaps reports whether step may leave its tail to the next step.
@@ -51,7 +52,7 @@ func (w *Worker) overlaps(step int64) bool {
 // step's gate when the work ends, so that the next batch's prefetch never
 // waits on a failed step.
 func (w *Worker) keepTail(st *stepState, bg *errgroup.Group, cancel context.CancelFunc) *stepTail {
-	t := &stepTail{step: st.step, layers: st.layers, tables: st.tableLayers, done: make(chan struct{}), cancel: cancel}
+	t := &stepTail{step: st.step, layers: st.layers, covers: st.covers, tables: st.tableLayers, done: make(chan struct{}), cancel: cancel}
 	w.wg.Go(func() {
 		err := bg.Wait()
 		if err != nil {
@@ -64,16 +65,28 @@ func (w *Worker) keepTail(st *stepState, bg *errgroup.Group, cancel context.Canc
 	return t
 }
 
-// waitLayer waits until the tail's work on layer is in; a layer without
-// such work, or no tail, need not wait.
+// waitLayer waits until the tail's work on layer is in, fused reductions
+// of its parameters included; a layer without such work, or no tail, need
+// not wait.
 func (t *stepTail) waitLayer(ctx context.Context, layer int) error {
 	if t == nil {
 		return nil
 	}
-	ch, ok := t.layers[layer]
-	if !ok {
-		return nil
+	chans := t.covers[layer]
+	if ch, ok := t.layers[layer]; ok {
+		chans = append([]chan struct{}{ch}, chans...)
 	}
+	for _, ch := range chans {
+		if err := t.wait(ctx, ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait waits until ch is closed, or the tail has failed without closing
+// it, or ctx ends.
+func (t *stepTail) wait(ctx context.Context, ch chan struct{}) error {
 	select {
 	case <-ch:
 		return nil

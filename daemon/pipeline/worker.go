@@ -354,10 +354,13 @@ type stepState struct {
 	// those that push tables.
 	layers      map[int]chan struct{}
 	tableLayers []int
-	prev        *stepTail   // the previous step's work still under way, if any
-	ahead       *denseAhead // the dense pulls ahead for this step that the forward takes
-	taken       []bool      // per dense parameter: taken from ahead
-	readyWait   time.Duration
+	// covers holds, per layer, the channels of fused reductions that
+	// include its parameters but run at a lower layer (bucket.layers).
+	covers    map[int][]chan struct{}
+	prev      *stepTail   // the previous step's work still under way, if any
+	ahead     *denseAhead // the dense pulls ahead for this step that the forward takes
+	taken     []bool      // per dense parameter: taken from ahead
+	readyWait time.Duration
 	// pieces[m] bounds the rows of micro-batch m's output sent to each
 	// downstream partner (their gradients come back in the same pieces).
 	pieces [][]int
@@ -368,7 +371,8 @@ func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *
 	return &stepState{ctx: ctx, step: step, snd: snd, bg: bg, clk: clock{time.Now()}, dense: make(chan error, 1),
 		outs: make([]nn.Activation, len(w.grads)), ins: make([]input, len(w.grads)),
 		next: newDenseAhead(step+1, len(w.copies[0].dense), w.takeSpare()), gate: newGate(len(w.copies[0].tables)), scale: 1,
-		share: w.askFor(step), pieces: make([][]int, len(w.grads)), layers: map[int]chan struct{}{}}
+		share: w.askFor(step), pieces: make([][]int, len(w.grads)), layers: map[int]chan struct{}{},
+		covers: map[int][]chan struct{}{}}
 }
 
 // step runs the step's phases into st.res; the pulls and pushes they

@@ -1,0 +1,178 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/heterps/heterps/native"
+)
+
+// Fused reductions. Each ring reduction costs its members a few messages
+// and wake-ups whatever its size, and a model's small dense parameters
+// (biases, narrow layers: ctrdnn has seven below 5,000 floats beside three
+// of 30,000 to 130,000) would each pay that. So parameters of at most
+// fuseFloats floats are reduced together in buckets, as DDP's buckets and
+// Horovod's tensor fusion do: their gradients concatenated, one reduction,
+// the optimiser run over the concatenation (every optimiser here is
+// elementwise, with one schedule for all dense parameters, so each element
+// gets the bits a reduction of its own would give it with the same ring
+// order). Buckets fill in backward order and close once they hold
+// fuseFloats floats; a bucket is reduced as backward leaves its last layer
+// (the model's first among its parameters), and the next step's forward
+// through any of its layers waits for it. Larger parameters are reduced
+// alone as soon as backward leaves their layer.
+
+// fuseFloats bounds the parameters fused into buckets and each bucket's
+// floats (64 KiB); a variable so that tests can turn fusion off (0).
+var fuseFloats = 1 << 14
+
+// bucket is dense parameters reduced as one.
+type bucket struct {
+	params []int // indices into the stage's dense parameters
+	offs   []int // where each one starts in the concatenation; offs[len(params)] is its length
+	layer  int   // the layer whose backward completes it: its members' lowest
+	layers []int // every layer its members belong to
+}
+
+// fused reports whether b concatenates several parameters.
+func (b *bucket) fused() bool { return len(b.params) > 1 }
+
+// fuseBuckets groups dense parameters of lengths lens, of layers layers
+// (ascending, as the stage lists them), into buckets in backward order.
+func fuseBuckets(lens, layers []int) []bucket {
+	var out []bucket
+	var open *bucket
+	add := func(b *bucket, i int) {
+		if len(b.offs) == 0 {
+			b.offs = []int{0}
+		}
+		b.params = append(b.params, i)
+		b.offs = append(b.offs, b.offs[len(b.offs)-1]+lens[i])
+		b.layer = layers[i]
+		if len(b.layers) == 0 || b.layers[len(b.layers)-1] != layers[i] {
+			b.layers = append(b.layers, layers[i])
+		}
+	}
+	for i := len(lens) - 1; i >= 0; i-- {
+		if lens[i] > fuseFloats {
+			out = append(out, bucket{})
+			add(&out[len(out)-1], i)
+			continue
+		}
+		if open == nil {
+			open = &bucket{}
+		}
+		add(open, i)
+		if open.offs[len(open.offs)-1] >= fuseFloats {
+			out = append(out, *open)
+			open = nil
+		}
+	}
+	if open != nil {
+		out = append(out, *open)
+	}
+	return out
+}
+
+// reduceBucket reduces and applies the fused bucket b: its members'
+// gradients concatenated, one ring reduction, the optimiser over the
+// concatenation (sharded like a parameter's: bucketUpdate), then each
+// member's share copied back.
+func (w *Worker) reduceBucket(st *stepState, r *ring, b *bucket) error {
+	dense := w.copies[0].dense
+	g := make([]float32, b.offs[len(b.params)])
+	for k, i := range b.params {
+		gi, err := w.denseGradient(i)
+		if err != nil {
+			return err
+		}
+		copy(g[b.offs[k]:b.offs[k+1]], gi[:dense[i].Len()])
+	}
+	optim := w.local.optim.At(st.step)
+	u, scatter := w.bucketUpdate(r, b, g, optim, w.local.assigns(st.step))
+	if err := r.reduce(st.bgCtx, b.params[0], g, st.res.Samples, u); err != nil {
+		return fmt.Errorf("%s and %d more: %w", dense[b.params[0]].Name, len(b.params)-1, err)
+	}
+	if u != nil {
+		scatter()
+	}
+	for k, i := range b.params {
+		if u == nil {
+			gb, err := toBuffer(w.cfg.Backend, g[b.offs[k]:b.offs[k+1]])
+			if err != nil {
+				return err
+			}
+			if err := w.cfg.Backend.Update(optim, dense[i].Value, gb, w.local.state[i]...); err != nil {
+				return fmt.Errorf("%s: update: %w", dense[i].Name, err)
+			}
+		}
+		if w.local.assigns(st.step) && r.members[0] == w.cfg.Replica {
+			if err := w.assignDense(st.bgCtx, i, st.step); err != nil {
+				return fmt.Errorf("%s: mirror on the parameter servers: %w", dense[i].Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// bucketUpdate is ownerUpdate for a fused bucket: the members' values and
+// optimiser state gathered into concatenations the ring's owners update
+// and pass on, and scatter, which copies them back once the reduction is
+// done. nil where every member applies the whole step.
+func (w *Worker) bucketUpdate(r *ring, b *bucket, g []float32, optim native.Optim, snapshot bool) (*ownerUpdate, func()) {
+	if !w.local.shard || len(r.members) == 1 {
+		return nil, nil
+	}
+	n := b.offs[len(b.params)]
+	val := make(native.HostBuffer, n)
+	state := make([]native.HostBuffer, len(w.local.state[b.params[0]]))
+	for s := range state {
+		state[s] = make(native.HostBuffer, n)
+	}
+	each := func(f func(i, lo, hi int)) {
+		for k, i := range b.params {
+			f(i, b.offs[k], b.offs[k+1])
+		}
+	}
+	dense := w.copies[0].dense
+	each(func(i, lo, hi int) {
+		copy(val[lo:hi], dense[i].Value.(native.HostBuffer)) // shardable checked them
+		for s, buf := range w.local.state[i] {
+			copy(state[s][lo:hi], buf.(native.HostBuffer))
+		}
+	})
+	part := make([]native.Buffer, len(state))
+	u := &ownerUpdate{w: val, state: state, snapshot: snapshot, apply: func(lo, hi int) error {
+		for s, buf := range state {
+			part[s] = buf[lo:hi]
+		}
+		if err := w.cfg.Backend.Update(optim, val[lo:hi], native.HostBuffer(g[lo:hi]), part...); err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		return nil
+	}}
+	return u, func() {
+		each(func(i, lo, hi int) {
+			copy(dense[i].Value.(native.HostBuffer), val[lo:hi])
+			for s, buf := range w.local.state[i] {
+				copy(buf.(native.HostBuffer), state[s][lo:hi])
+			}
+		})
+	}
+}
+
+// cover registers, under every layer of b but the one that completes it,
+// a channel that the bucket's work closes once it is in (stepTail.waitLayer
+// waits for it too), and returns it; nil when b has no other layer.
+func (st *stepState) cover(b *bucket) chan struct{} {
+	var done chan struct{}
+	for _, l := range b.layers {
+		if l == b.layer {
+			continue
+		}
+		if done == nil {
+			done = make(chan struct{})
+		}
+		st.covers[l] = append(st.covers[l], done)
+	}
+	return done
+}
