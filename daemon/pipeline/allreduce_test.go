@@ -533,14 +533,14 @@ func TestRingRefusesAMalformedPieceBeforeAddingIt(t *testing.T) {
 // sum alike).
 //
 // Sharded, the ring's first member collects the other owners' chunks of
-// the optimiser state for the mirror: the same holds, and the mirror
-// matches the replicas with 3 of them too.
+// the optimiser state for the mirror: the same holds, with 3 replicas too
+// (restored by allreduce).
 func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		replicas       int
 		shard, restore bool
-	}{{"replicated", 2, false, true}, {"sharded", 2, true, true}, {"sharded, 3 replicas", 3, true, false}} {
+	}{{"replicated", 2, false, true}, {"sharded", 2, true, true}, {"sharded, 3 replicas", 3, true, true}, {"replicated, 3 replicas", 3, false, true}} {
 		t.Run(tc.name, func(t *testing.T) { testMirror(t, tc.replicas, tc.shard, tc.restore) })
 	}
 }
@@ -605,20 +605,24 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	t.Run("through the servers", func(t *testing.T) {
-		restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, nil, dir)
-		restored.train(restored.workers(batches), k+1, steps)
-		for name, v := range held[0] {
-			got, _, err := restored.client(0, 0).PullBlock(ctx, name, steps)
-			if err != nil {
-				t.Fatal(err)
+	// The servers weigh pushes by b_k/Σb: by powers of two for a pair only,
+	// where their sums repeat the ring's bit for bit.
+	if replicas == 2 {
+		t.Run("through the servers", func(t *testing.T) {
+			restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, nil, dir)
+			restored.train(restored.workers(batches), k+1, steps)
+			for name, v := range held[0] {
+				got, _, err := restored.client(0, 0).PullBlock(ctx, name, steps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, v) {
+					t.Fatalf("%s: restored at step %d and trained through the servers, differs from the allreduce run", name, k)
+				}
 			}
-			if !slices.Equal(got, v) {
-				t.Fatalf("%s: restored at step %d and trained through the servers, differs from the allreduce run", name, k)
-			}
-		}
-		sameRows(t, whole, restored, steps)
-	})
+			sameRows(t, whole, restored, steps)
+		})
+	}
 	t.Run("by allreduce", func(t *testing.T) {
 		restored := newJobFrom(t, cfg, stages, []int{replicas}, steps, ps.BSP, marked, dir)
 		mirrored(restored)

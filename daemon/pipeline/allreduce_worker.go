@@ -134,33 +134,29 @@ func (w *Worker) stepRing(st *stepState) (*ring, error) {
 	return r, nil
 }
 
-// reduceLayer returns the work of reducing and applying the buckets that
-// backward completes as it leaves layer: pushLayer runs it in the
-// background.
+// reduceLayer returns the work of reducing and applying the parameters
+// of layer that are reduced alone, for pushLayer to run in the background,
+// and starts every fused bucket whose layers backward has now all left
+// (startBucket).
 func (w *Worker) reduceLayer(st *stepState, layer int) []func() error {
 	r, err := w.stepRing(st)
 	var work []func() error
-	for k := range w.local.buckets {
+	for _, k := range st.bucketsDone(w.local.buckets, layer) {
 		b := &w.local.buckets[k]
-		if b.layer != layer {
+		if !b.fused() {
+			work = append(work, func() error {
+				if err != nil {
+					return err
+				}
+				return w.reduceAndApply(st, r, b.params[0])
+			})
 			continue
 		}
-		done := st.cover(b)
-		work = append(work, func() error {
+		w.startBucket(st, b, func() error {
 			if err != nil {
 				return err
 			}
-			reduce := w.reduceBucket
-			if !b.fused() {
-				reduce = func(st *stepState, r *ring, b *bucket) error { return w.reduceAndApply(st, r, b.params[0]) }
-			}
-			if err := reduce(st, r, b); err != nil {
-				return err
-			}
-			if done != nil {
-				close(done)
-			}
-			return nil
+			return w.reduceBucket(st, r, b)
 		})
 	}
 	return work

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/heterps/heterps/native"
 )
@@ -16,10 +17,12 @@ import (
 // elementwise, with one schedule for all dense parameters, so each element
 // gets the bits a reduction of its own would give it with the same ring
 // order). Buckets fill in backward order and close once they hold
-// fuseFloats floats; a bucket is reduced as backward leaves its last layer
-// (the model's first among its parameters), and the next step's forward
-// through any of its layers waits for it. Larger parameters are reduced
-// alone as soon as backward leaves their layer.
+// fuseFloats floats; a bucket is reduced once backward has finished the
+// gradients of every layer it holds parameters of — in whatever order
+// (a CPU backend of one thread computes the weight gradients from the
+// first layer up, two threads from the last down) — and the next step's
+// forward through any of its layers waits for it. Larger parameters are
+// reduced alone as soon as backward leaves their layer.
 
 // fuseFloats bounds the parameters fused into buckets and each bucket's
 // floats (64 KiB); a variable so that tests can turn fusion off (0).
@@ -29,8 +32,7 @@ var fuseFloats = 1 << 14
 type bucket struct {
 	params []int // indices into the stage's dense parameters
 	offs   []int // where each one starts in the concatenation; offs[len(params)] is its length
-	layer  int   // the layer whose backward completes it: its members' lowest
-	layers []int // every layer its members belong to
+	layers []int // every layer its members belong to, in backward order
 }
 
 // fused reports whether b concatenates several parameters.
@@ -47,7 +49,6 @@ func fuseBuckets(lens, layers []int) []bucket {
 		}
 		b.params = append(b.params, i)
 		b.offs = append(b.offs, b.offs[len(b.offs)-1]+lens[i])
-		b.layer = layers[i]
 		if len(b.layers) == 0 || b.layers[len(b.layers)-1] != layers[i] {
 			b.layers = append(b.layers, layers[i])
 		}
@@ -160,19 +161,41 @@ func (w *Worker) bucketUpdate(r *ring, b *bucket, g []float32, optim native.Opti
 	}
 }
 
-// cover registers, under every layer of b but the one that completes it,
-// a channel that the bucket's work closes once it is in (stepTail.waitLayer
-// waits for it too), and returns it; nil when b has no other layer.
-func (st *stepState) cover(b *bucket) chan struct{} {
-	var done chan struct{}
-	for _, l := range b.layers {
-		if l == b.layer {
-			continue
+// bucketsDone returns the buckets whose gradients backward has now
+// finished, layer being the one it has just left: every layer of each
+// (st.bucketLeft counts them down).
+func (st *stepState) bucketsDone(buckets []bucket, layer int) []int {
+	if st.bucketLeft == nil {
+		st.bucketLeft = make([]int, len(buckets))
+		for k, b := range buckets {
+			st.bucketLeft[k] = len(b.layers)
 		}
-		if done == nil {
-			done = make(chan struct{})
+	}
+	var done []int
+	for k, b := range buckets {
+		if slices.Contains(b.layers, layer) {
+			if st.bucketLeft[k]--; st.bucketLeft[k] == 0 {
+				done = append(done, k)
+			}
 		}
-		st.covers[l] = append(st.covers[l], done)
 	}
 	return done
+}
+
+// startBucket runs reduce, fused bucket b's reduction, on st.bg, and
+// registers under each of b's layers a channel it closes once the
+// reduction is in: the next step's forward through any of them waits for
+// it (stepTail.waitLayer).
+func (w *Worker) startBucket(st *stepState, b *bucket, reduce func() error) {
+	done := make(chan struct{})
+	for _, l := range b.layers {
+		st.covers[l] = append(st.covers[l], done)
+	}
+	st.bg.Go(func() error {
+		if err := reduce(); err != nil {
+			return err
+		}
+		close(done)
+		return nil
+	})
 }

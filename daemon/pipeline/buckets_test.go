@@ -10,6 +10,8 @@ import (
 
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
 )
 
 // ctrdnn's dense parameters: weights and biases of fc1..fc4 and the logit
@@ -23,12 +25,12 @@ func TestFuseBucketsGroupsTheSmallParameters(t *testing.T) {
 		t.Fatalf("%d buckets, want 4: %+v", len(got), got)
 	}
 	for k, want := range []int{4, 2, 0} {
-		if b := got[k]; b.fused() || b.params[0] != want || b.layer != layers[want] {
+		if b := got[k]; b.fused() || b.params[0] != want || !slices.Equal(b.layers, []int{layers[want]}) {
 			t.Errorf("bucket %d: %+v, want parameter %d alone", k, b, want)
 		}
 	}
 	small := got[3]
-	if !slices.Equal(small.params, []int{9, 8, 7, 6, 5, 3, 1}) || small.layer != 2 || !slices.Equal(small.layers, []int{6, 5, 4, 3, 2}) {
+	if !slices.Equal(small.params, []int{9, 8, 7, 6, 5, 3, 1}) || !slices.Equal(small.layers, []int{6, 5, 4, 3, 2}) {
 		t.Fatalf("the small parameters' bucket: %+v", small)
 	}
 	if want := []int{0, 1, 33, 65, 4161, 4289, 4545, 5057}; !slices.Equal(small.offs, want) {
@@ -52,6 +54,41 @@ func TestFuseBucketsGroupsTheSmallParameters(t *testing.T) {
 	}
 }
 
+// A bucket is done once backward has left every one of its layers,
+// whichever order it leaves them in: a CPU backend of one thread finishes
+// the weight gradients from the first layer up, two threads from the last
+// down (a bucket started at its lowest layer read the gradients of the
+// layers above before they were computed).
+func TestBucketsAreDoneOnceEveryLayerIs(t *testing.T) {
+	lens := []int{247 * 512, 512, 512 * 256, 256, 256 * 128, 128, 128 * 32, 32, 32, 1}
+	layers := []int{2, 2, 3, 3, 4, 4, 5, 5, 6, 6}
+	buckets := fuseBuckets(lens, layers) // fc3.W, fc2.W and fc1.W alone, then the rest
+	for _, order := range [][]int{{6, 5, 4, 3, 2}, {2, 3, 4, 5, 6}} {
+		st := &stepState{}
+		var seen [][]int
+		for _, l := range order {
+			seen = append(seen, st.bucketsDone(buckets, l))
+		}
+		for i, l := range order {
+			want := []int{}
+			switch l {
+			case 4:
+				want = []int{0}
+			case 3:
+				want = []int{1}
+			case 2:
+				want = []int{2}
+			}
+			if i == len(order)-1 {
+				want = append(want, 3)
+			}
+			if !slices.Equal(append([]int{}, seen[i]...), want) {
+				t.Fatalf("order %v: leaving layer %d completed buckets %v, want %v", order, l, seen[i], want)
+			}
+		}
+	}
+}
+
 // Fused reductions train what reductions of each parameter alone train: the
 // same bits for a pair (which sums elementwise in member order), and within
 // float32 rounding for rings of 3 and 4, whose chunks then start at other
@@ -61,8 +98,16 @@ func TestFusedReductionsTrainAsReductionsAlone(t *testing.T) {
 	const steps = 4
 	cfg := modelConfig(t, adamAdagrad)
 	sizes := []int{3, 5, 4, 6}
-	for _, replicas := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
+	one, err := native.NewCPU(native.CPUOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		replicas int
+		oneCPU   bool // whose backward computes the weight gradients from the first layer up
+	}{{2, false}, {3, false}, {4, false}, {2, true}, {3, true}} {
+		replicas := tc.replicas
+		t.Run(fmt.Sprintf("%d replicas, one CPU thread %v", replicas, tc.oneCPU), func(t *testing.T) {
 			train := func(fused bool) []*Worker {
 				if !fused {
 					old := fuseFloats
@@ -71,6 +116,13 @@ func TestFusedReductionsTrainAsReductionsAlone(t *testing.T) {
 				}
 				j := newJob(t, cfg, []Range{{0, 5}}, []int{replicas}, steps, ps.BSP)
 				allreduceSharded(j)
+				if tc.oneCPU {
+					sharded := j.configure
+					j.configure = func(c *Config, trs map[string]*wire.TCPTransport) {
+						sharded(c, trs)
+						c.Backend = one
+					}
+				}
 				ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
 					return fixedBatches(func(step int64) *data.Batch { return testBatch(30+uint64(r), uint64(step), sizes[r]) })
 				})
@@ -126,5 +178,37 @@ func TestTailWaitsForTheFusedReductionsOfALayer(t *testing.T) {
 	}
 	if err := tail.waitLayer(context.Background(), 4); err != nil {
 		t.Fatalf("a layer without tail work: %v", err)
+	}
+}
+
+// Fused reductions under overlapped steps train the bits of steps that do
+// not overlap, in a sharded ring of 3 with unequal batches.
+func TestFusedReductionsOverlapLikeSteps(t *testing.T) {
+	checkLeaks(t)
+	old := fuseFloats
+	fuseFloats = 20 // the larger weights alone, beside a bucket, as in ctrdnn
+	defer func() { fuseFloats = old }()
+	const steps = 6
+	cfg := modelConfig(t, adamAdagrad)
+	sizes := []int{3, 5, 4}
+	train := func(overlap bool) map[string][]float32 {
+		j := newJobFrom(t, cfg, []Range{{0, 5}}, []int{3}, steps, ps.BSP, []bool{true}, "")
+		j.lastStep = steps
+		allreduceWith(j, true)
+		shardOptimiser(j)
+		overlapOn(j, overlap)
+		ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+			return fixedBatches(func(step int64) *data.Batch { return testBatch(40+uint64(r), uint64(step), sizes[r]) })
+		})
+		j.train(ws, 1, steps)
+		return denseOf(t, ws)[0][0]
+	}
+	want := train(false)
+	for range 3 {
+		for name, v := range train(true) {
+			if !slices.Equal(v, want[name]) {
+				t.Fatalf("%s: overlapped steps trained other bits", name)
+			}
+		}
 	}
 }

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -35,7 +37,7 @@ import (
 type stepTail struct {
 	step   int64
 	layers map[int]chan struct{}   // per layer with tail work: closed once it is all in
-	covers map[int][]chan struct{} // per layer, fused reductions run at a lower layer (stepState.covers)
+	covers map[int][]chan struct{} // per layer, the fused reductions holding its parameters (stepState.covers)
 	tables []int                   // the layers whose work pushes tables
 	done   chan struct{}           // closed when all of the tail's work has ended
 	err    error                   // valid once done is closed: failure() wrapping the first error
@@ -172,7 +174,7 @@ func (w *Worker) readyAll(st *stepState) error {
 	start := time.Now()
 	defer func() { st.readyWait += time.Since(start) }()
 	if t := st.prev; t != nil {
-		for l := range t.layers {
+		for _, l := range slices.Concat(slices.Collect(maps.Keys(t.layers)), slices.Collect(maps.Keys(t.covers))) {
 			if err := t.waitLayer(st.ctx, l); err != nil {
 				return err
 			}

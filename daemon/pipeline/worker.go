@@ -354,13 +354,15 @@ type stepState struct {
 	// those that push tables.
 	layers      map[int]chan struct{}
 	tableLayers []int
-	// covers holds, per layer, the channels of fused reductions that
-	// include its parameters but run at a lower layer (bucket.layers).
-	covers    map[int][]chan struct{}
-	prev      *stepTail   // the previous step's work still under way, if any
-	ahead     *denseAhead // the dense pulls ahead for this step that the forward takes
-	taken     []bool      // per dense parameter: taken from ahead
-	readyWait time.Duration
+	// covers holds, per layer, the channels of the fused reductions that
+	// include its parameters (startBucket); bucketLeft counts, per bucket,
+	// the layers whose gradients backward has yet to finish.
+	covers     map[int][]chan struct{}
+	bucketLeft []int
+	prev       *stepTail   // the previous step's work still under way, if any
+	ahead      *denseAhead // the dense pulls ahead for this step that the forward takes
+	taken      []bool      // per dense parameter: taken from ahead
+	readyWait  time.Duration
 	// pieces[m] bounds the rows of micro-batch m's output sent to each
 	// downstream partner (their gradients come back in the same pieces).
 	pieces [][]int
