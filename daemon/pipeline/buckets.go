@@ -14,9 +14,10 @@ import (
 // fuseFloats floats are reduced together in buckets, as DDP's buckets and
 // Horovod's tensor fusion do: their gradients concatenated, one reduction,
 // the optimiser run over the concatenation (every optimiser here is
-// elementwise, with one schedule for all dense parameters, so each element
-// gets the bits a reduction of its own would give it with the same ring
-// order). Buckets fill in backward order and close once they hold
+// elementwise, with one schedule for all dense parameters: a pair of
+// replicas gets the bits of reductions alone, a ring of three or more sums
+// an element in another member order where its chunk now starts elsewhere,
+// the same on every member). Buckets fill in backward order and close once they hold
 // fuseFloats floats; a bucket is reduced once backward has finished the
 // gradients of every layer it holds parameters of — in whatever order
 // (a CPU backend of one thread computes the weight gradients from the
