@@ -126,6 +126,21 @@ func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
 	}
 }
 
+// TestAllreduceJobWithADirectoryButNoInterval: a job file may name a
+// checkpoint directory without an interval (the servers then write no
+// checkpoint); its allreduce stage runs without a mirror instead of
+// refusing one that would never be used.
+func TestAllreduceJobWithADirectoryButNoInterval(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("dense_sync = \"allreduce\"\n[checkpoint]\ndir = %q\n", t.TempDir()))), final)
+	if s.State != api.JobDone || s.Step != 20 || s.Stages[0].DenseSync != api.DenseSyncAllreduce {
+		t.Fatalf("job %s (%s) at step %d, synced by %q", s.State, s.Reason, s.Step, s.Stages[0].DenseSync)
+	}
+}
+
 // TestAllreduceJobRestartsWhenAReplicaDies: an allreduce stage does not
 // shrink in place when the node of a replica without a PS shard dies (the
 // step in flight needs that replica): the job fails and restarts from its
