@@ -174,7 +174,15 @@ func (w *Worker) reduceAndApply(st *stepState, r *ring, i int) error {
 	if err := r.reduce(st.bgCtx, i, g, st.res.Samples, u); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
-	if u == nil {
+	return w.finishDense(st, r, i, g, optim, u != nil)
+}
+
+// finishDense ends dense parameter i's step once its reduced gradient g is
+// in: the optimiser update, unless the ring's owners ran it (updated), and
+// at a checkpoint step the first member's assignment to the mirror.
+func (w *Worker) finishDense(st *stepState, r *ring, i int, g []float32, optim native.Optim, updated bool) error {
+	p := w.copies[0].dense[i]
+	if !updated {
 		gb, err := toBuffer(w.cfg.Backend, g)
 		if err != nil {
 			return err
@@ -227,6 +235,13 @@ func (w *Worker) ownerUpdate(r *ring, i int, g []float32, optim native.Optim, sn
 	for k, s := range w.local.state[i] {
 		state[k] = s.(native.HostBuffer) // shardable checked them
 	}
+	return w.shardedUpdate(val, state, g, optim, snapshot)
+}
+
+// shardedUpdate is the ownerUpdate of values val with optimiser state
+// state and reduced gradient g, all as long: a member updates the
+// elements it owns as their chunk finishes.
+func (w *Worker) shardedUpdate(val native.HostBuffer, state []native.HostBuffer, g []float32, optim native.Optim, snapshot bool) *ownerUpdate {
 	part := make([]native.Buffer, len(state))
 	return &ownerUpdate{w: val, state: state, snapshot: snapshot, apply: func(lo, hi int) error {
 		for k, s := range state {

@@ -98,19 +98,8 @@ func (w *Worker) reduceBucket(st *stepState, r *ring, b *bucket) error {
 		scatter()
 	}
 	for k, i := range b.params {
-		if u == nil {
-			gb, err := toBuffer(w.cfg.Backend, g[b.offs[k]:b.offs[k+1]])
-			if err != nil {
-				return err
-			}
-			if err := w.cfg.Backend.Update(optim, dense[i].Value, gb, w.local.state[i]...); err != nil {
-				return fmt.Errorf("%s: update: %w", dense[i].Name, err)
-			}
-		}
-		if w.local.assigns(st.step) && r.members[0] == w.cfg.Replica {
-			if err := w.assignDense(st.bgCtx, i, st.step); err != nil {
-				return fmt.Errorf("%s: mirror on the parameter servers: %w", dense[i].Name, err)
-			}
+		if err := w.finishDense(st, r, i, g[b.offs[k]:b.offs[k+1]], optim, u != nil); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -142,17 +131,7 @@ func (w *Worker) bucketUpdate(r *ring, b *bucket, g []float32, optim native.Opti
 			copy(state[s][lo:hi], buf.(native.HostBuffer))
 		}
 	})
-	part := make([]native.Buffer, len(state))
-	u := &ownerUpdate{w: val, state: state, snapshot: snapshot, apply: func(lo, hi int) error {
-		for s, buf := range state {
-			part[s] = buf[lo:hi]
-		}
-		if err := w.cfg.Backend.Update(optim, val[lo:hi], native.HostBuffer(g[lo:hi]), part...); err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
-		return nil
-	}}
-	return u, func() {
+	return w.shardedUpdate(val, state, g, optim, snapshot), func() {
 		each(func(i, lo, hi int) {
 			copy(dense[i].Value.(native.HostBuffer), val[lo:hi])
 			for s, buf := range w.local.state[i] {

@@ -35,13 +35,14 @@ func (s *Shard) AssignBlock(id PushID, name string, part int, v []float32) (Ack,
 	fail := func(err error) (Ack, error) {
 		return Ack{}, fmt.Errorf("ps shard %d: assign %q part %d (%v): %w", s.cfg.Shard, name, part, id, err)
 	}
+	if _, err := b.part(part); err != nil {
+		return fail(err)
+	}
 	switch err := s.checkPush(id, b.spec.Stage, 1); {
 	case err != nil:
 		return fail(err)
 	case s.cfg.Mode != BSP:
 		return fail(fmt.Errorf("assigning a block needs BSP: %w", ErrArg))
-	case part < 0 || part > len(b.state):
-		return fail(fmt.Errorf("its optimiser keeps %d state buffer(s) (parts 1..%d): %w", len(b.state), len(b.state), ErrArg))
 	case len(v) != len(b.value):
 		return fail(fmt.Errorf("%d floats for a block of %d: %w", len(v), len(b.value), ErrArg))
 	}
@@ -101,8 +102,8 @@ func (b *block) admitAssign(id PushID, members func(step int64) []int) (dup bool
 // applyAssignment makes the open step's assigned parts the block's values
 // and optimiser state.
 func (b *block) applyAssignment(parts [][]float32) {
-	copy(b.value, parts[BlockValue])
-	for k, st := range b.state {
-		copy(st, parts[1+k])
+	for k, v := range parts {
+		dst, _ := b.part(k) // AssignBlock checked every part
+		copy(dst, v)
 	}
 }

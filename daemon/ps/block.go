@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -23,6 +24,18 @@ type block struct {
 	// assigning collects the parts of an assignment (AssignBlock) until
 	// every part is in; under mu.
 	assigning *assignment
+}
+
+// part returns part k of the block: its values (BlockValue) or, for k > 0,
+// its optimiser's state buffer k-1; an error for a part it lacks.
+func (b *block) part(k int) ([]float32, error) {
+	switch {
+	case k == BlockValue:
+		return b.value, nil
+	case k > 0 && k <= len(b.state):
+		return b.state[k-1], nil
+	}
+	return nil, fmt.Errorf("part %d, but its optimiser keeps %d state buffer(s) (parts 1..%d): %w", k, len(b.state), len(b.state), ErrArg)
 }
 
 // replyBuffer returns a buffer of the block's length for a pull's reply,

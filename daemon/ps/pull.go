@@ -93,9 +93,9 @@ func (s *Shard) PullBlockStateInto(ctx context.Context, name string, after int64
 
 // pullBlockPart is PullBlockStateInto of a block already looked up.
 func (s *Shard) pullBlockPart(ctx context.Context, b *block, after int64, part int, dst []float32) (int64, error) {
-	if part < 0 || part > len(b.state) {
-		return 0, fmt.Errorf("ps shard %d: pull %q: part %d, but its optimiser keeps %d state buffer(s) (parts 1..%d): %w",
-			s.cfg.Shard, b.spec.Name, part, len(b.state), len(b.state), ErrArg)
+	src, err := b.part(part)
+	if err != nil {
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, b.spec.Name, err)
 	}
 	if len(dst) != len(b.value) {
 		return 0, fmt.Errorf("ps shard %d: pull %q: a buffer of %d floats for a block of %d: %w", s.cfg.Shard, b.spec.Name, len(dst), len(b.value), ErrArg)
@@ -105,11 +105,7 @@ func (s *Shard) pullBlockPart(ctx context.Context, b *block, after int64, part i
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if part == BlockValue {
-		copy(dst, b.value)
-	} else {
-		copy(dst, b.state[part-1])
-	}
+	copy(dst, src)
 	return b.version, nil
 }
 
