@@ -154,7 +154,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
 		MicroBatches: s.MicroBatches, Schedule: schedule, Allreduce: allreduce, SoleReplica: s.Replicas == 1,
-		OverlapSteps: true}
+		OverlapSteps: a.waitsOnOthers(s)}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
 		in, err := stageInput(ctx, s, cfg, a.taskLog(s))

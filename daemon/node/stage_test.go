@@ -35,3 +35,30 @@ func TestStageWorkerTakesTheTasksSchedule(t *testing.T) {
 		}
 	}
 }
+
+// Only a task that waits on other processes lets its steps return before
+// their pushes are in: make run's job (one replica, its servers in this
+// daemon) has nothing to hide behind the next forward.
+func TestStageWorkerOverlapsStepsOnlyWhenItWaitsOnOthers(t *testing.T) {
+	model, err := os.ReadFile("testdata/tiny.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ctx := startAgent(t, "a")
+	for _, replicas := range []int{1, 2} {
+		s := api.Task{JobID: "overlap", TaskID: "overlap-s0r0", Role: api.RoleStage, Model: string(model), Data: "synthetic:1",
+			Steps: 2, Seed: 1, Mode: api.ModeBSP, Plain: true, PS: []string{a.psAddr},
+			Layout: []api.StageLayout{{FirstLayer: 0, LastLayer: 3, Replicas: replicas}}, Replicas: replicas, Units: 1, LastLayer: 3,
+			DataShards: replicas, Batch: 8}
+		w, cleanup, err := a.stageWorker(ctx, s)
+		if err != nil {
+			cleanup()
+			t.Fatalf("%d replicas: %v", replicas, err)
+		}
+		if got, want := w.OverlapsSteps(), replicas > 1; got != want {
+			t.Errorf("%d replicas, the servers in this daemon: overlaps steps %v, want %v", replicas, got, want)
+		}
+		w.Close()
+		cleanup()
+	}
+}

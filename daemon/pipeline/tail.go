@@ -44,6 +44,10 @@ type stepTail struct {
 	cancel context.CancelFunc      // ends the tail's work
 }
 
+// OverlapsSteps reports whether the worker's steps may return before
+// their last pushes and reductions are in (Config.OverlapSteps).
+func (w *Worker) OverlapsSteps() bool { return w.cfg.OverlapSteps }
+
 // overlaps reports whether step may leave its tail to the next step.
 func (w *Worker) overlaps(step int64) bool {
 	return w.cfg.OverlapSteps && w.cfg.Stages == 1 && len(w.grads) == 1 && w.hasStep(step+1)
