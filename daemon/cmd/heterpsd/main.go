@@ -5,7 +5,7 @@
 // than 8 s exits 1 instead, and a second signal kills it at once.
 //
 //	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--state-dir DIR] [--secret-file F]
-//	heterpsd --role=node --config node.toml [--register-timeout D]
+//	heterpsd --role=node --config node.toml [--register-timeout D] [--gc-headroom-mib 256]
 //
 // Either role also takes [--metrics-listen ADDR [--pprof]] [--log-format
 // text|json] [--log-file PATH] [--log-level L] (observe.go).
@@ -29,6 +29,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/gctune"
 	"github.com/heterps/heterps/native"
 )
 
@@ -103,6 +105,7 @@ type flags struct {
 	heartbeat, timeout, registerTimeout                 time.Duration
 	allocPolicy                                         string
 	allocEpoch                                          time.Duration
+	gcHeadroomMiB                                       int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -131,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.checkConfig, "check-config", "", "validate this node file or coordinator catalog, say which it is, and exit (0 valid, 2 not)")
 	fs.StringVar(&f.allocPolicy, "alloc-policy", coord.AllocOff, "coordinator: how running jobs share units: quality, maxmin, priority, fair, quality-per-cost or off")
 	fs.DurationVar(&f.allocEpoch, "alloc-epoch", coord.DefaultAllocEpoch, "coordinator: how often the allocator decides")
+	fs.IntVar(&f.gcHeadroomMiB, "gc-headroom-mib", gctune.DefaultHeadroom>>20, "node: let the Go heap hold this many MiB of garbage beyond the live heap before collecting (0: GOGC's default; a GOGC variable overrides it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -147,6 +151,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("--role %q: want coordinator or node", f.role)
 	case f.registerTimeout < 0:
 		return nil, fmt.Errorf("--register-timeout %s: want >= 0", f.registerTimeout)
+	case f.gcHeadroomMiB < 0 || f.gcHeadroomMiB > maxGCHeadroomMiB:
+		return nil, fmt.Errorf("--gc-headroom-mib %d: want 0..%d", f.gcHeadroomMiB, maxGCHeadroomMiB)
 	}
 	if err := f.mergeSecretFlags(stderr); err != nil {
 		return nil, err
@@ -174,6 +180,20 @@ func (f *flags) mergeSecretFlags(stderr io.Writer) error {
 	return nil
 }
 
+// maxGCHeadroomMiB bounds --gc-headroom-mib (64 GiB).
+const maxGCHeadroomMiB = 64 << 10
+
+// tuneGC keeps the collector's slack at mib MiB (package gctune: a node's
+// step buffers made it collect ~15 times a second) until the returned
+// stop is called; an operator's GOGC variable wins.
+func tuneGC(ctx context.Context, mib int) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	_, gogcSet := os.LookupEnv("GOGC")
+	var wg sync.WaitGroup
+	wg.Go(func() { gctune.Run(ctx, uint64(mib)<<20, time.Second, gogcSet) })
+	return func() { cancel(); wg.Wait() }
+}
+
 // run runs the daemon until ctx ends and returns its exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseFlags(args, stderr)
@@ -196,6 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.role == "coordinator" {
 		return runCoordinator(ctx, f, log, stdout, stderr)
 	}
+	defer tuneGC(ctx, f.gcHeadroomMiB)()
 	return runNode(ctx, f, log, stdout, stderr)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -248,5 +249,43 @@ func TestOneSecretFlag(t *testing.T) {
 	_, err = parseFlags([]string{"--role=coordinator", "--catalog", "c.toml", "--secret-file", "/a", "--api-secret-file", "/b"}, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "differ") {
 		t.Fatalf("two secrets: %v", err)
+	}
+}
+
+// The daemon keeps --gc-headroom-mib of slack for the collector (256 by
+// default) unless the operator set GOGC, and refuses a negative or absurd
+// headroom naming the flag.
+func TestGCHeadroomFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	f, err := parseFlags([]string{"--role=node", "--config", "n.toml"}, &stderr)
+	if err != nil || f.gcHeadroomMiB != 256 {
+		t.Fatalf("default: %v, headroom %d MiB, want 256", err, f.gcHeadroomMiB)
+	}
+	for _, bad := range []string{"-1", "65537"} {
+		if _, err := parseFlags([]string{"--role=node", "--config", "n.toml", "--gc-headroom-mib", bad}, &stderr); err == nil ||
+			!strings.Contains(err.Error(), "--gc-headroom-mib "+bad) {
+			t.Errorf("--gc-headroom-mib %s: %v, want an error naming it", bad, err)
+		}
+	}
+	percent := func() int { p := debug.SetGCPercent(100); debug.SetGCPercent(p); return p }
+	before := percent()
+	for _, c := range []struct {
+		gogc string // "" unset
+		want func(p int) bool
+	}{{"", func(p int) bool { return p > 1000 }}, {"100", func(p int) bool { return p == before }}} {
+		t.Setenv("GOGC", c.gogc)
+		if c.gogc == "" {
+			os.Unsetenv("GOGC")
+		}
+		stop := tuneGC(context.Background(), 1024)
+		time.Sleep(100 * time.Millisecond) // Run reads the heap at once
+		during := percent()
+		stop()
+		if !c.want(during) {
+			t.Errorf("GOGC %q, 1 GiB of headroom over a test's heap: percentage %d while tuning", c.gogc, during)
+		}
+		if after := percent(); after != before {
+			t.Errorf("GOGC %q: percentage %d after tuning stopped, want %d", c.gogc, after, before)
+		}
 	}
 }
