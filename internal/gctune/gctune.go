@@ -3,7 +3,8 @@
 //
 // The collector's goal is live × (1 + GOGC/100): a node daemon holding 30 MB
 // of live heap and allocating 400 MB/s of step buffers (batches, row
-// copies, id maps) collects about 15 times a second at GOGC = 100. Run sets
+// copies, id maps) collects about 15 times a second at GOGC = 100, and
+// about 4 times with 64 MiB of headroom. Run sets
 // the percentage so that the goal is at least live + headroom — a floor on
 // the collector's slack, as a ballast would give, without one — and back to
 // 100 once the live heap exceeds the headroom, so the process never holds
@@ -19,11 +20,14 @@ import (
 	"time"
 )
 
-// DefaultHeadroom is the slack Run keeps by default: on a 2-core Zen 5 VM,
-// make run's job (one node, ~30 MB live) trained 9.6 % faster with the
-// collector's goal ~270 MB instead of ~60 MB (GOGC = 800, 8 alternated
-// pairs, all faster).
-const DefaultHeadroom = 256 << 20
+// DefaultHeadroom is the slack Run keeps by default. Measured on a 2-core
+// Zen 5 VM with alternated pairs: make run's job (one node, ~30 MB live,
+// 400 MB/s) trained 123.8k samples/s with 64 MiB against 112.0k without (4
+// of 4 faster) and 121.5k with 256 MiB; four 1-thread nodes on the same 2
+// cores were 5 % slower with 64 MiB (3 of 7 faster: within the noise) and
+// 11 % slower with 256 MiB (0 of 6), whose 300 MB heaps took ten times the
+// page faults. So the slack is kept small.
+const DefaultHeadroom = 64 << 20
 
 // maxPercent bounds the percentage for a nearly empty heap.
 const maxPercent = 10_000

@@ -5,7 +5,7 @@
 // than 8 s exits 1 instead, and a second signal kills it at once.
 //
 //	heterpsd --role=coordinator --catalog catalog.toml --listen 127.0.0.1:7070 [--state-dir DIR] [--secret-file F]
-//	heterpsd --role=node --config node.toml [--register-timeout D] [--gc-headroom-mib 256]
+//	heterpsd --role=node --config node.toml [--register-timeout D] [--gc-headroom-mib 64]
 //
 // Either role also takes [--metrics-listen ADDR [--pprof]] [--log-format
 // text|json] [--log-file PATH] [--log-level L] (observe.go).

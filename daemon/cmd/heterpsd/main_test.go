@@ -252,14 +252,14 @@ func TestOneSecretFlag(t *testing.T) {
 	}
 }
 
-// The daemon keeps --gc-headroom-mib of slack for the collector (256 by
+// The daemon keeps --gc-headroom-mib of slack for the collector (64 by
 // default) unless the operator set GOGC, and refuses a negative or absurd
 // headroom naming the flag.
 func TestGCHeadroomFlag(t *testing.T) {
 	var stderr bytes.Buffer
 	f, err := parseFlags([]string{"--role=node", "--config", "n.toml"}, &stderr)
-	if err != nil || f.gcHeadroomMiB != 256 {
-		t.Fatalf("default: %v, headroom %d MiB, want 256", err, f.gcHeadroomMiB)
+	if err != nil || f.gcHeadroomMiB != 64 {
+		t.Fatalf("default: %v, headroom %d MiB, want 64", err, f.gcHeadroomMiB)
 	}
 	for _, bad := range []string{"-1", "65537"} {
 		if _, err := parseFlags([]string{"--role=node", "--config", "n.toml", "--gc-headroom-mib", bad}, &stderr); err == nil ||
