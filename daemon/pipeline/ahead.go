@@ -289,7 +289,9 @@ type rowsAhead struct {
 // version before step's, the rows that touched (ascending) does not list.
 func (w *Worker) pullUntouched(ctx context.Context, step int64, t sparseTable, tp tablePlan, touched []int64) (rowsAhead, error) {
 	a := rowsAhead{table: make([]float32, len(tp.ids)*t.table.Cols)}
-	var ids, rows []int64
+	late := min(len(touched), len(tp.used))
+	a.lateIDs, a.lateRows = make([]int64, 0, late), make([]int64, 0, late)
+	ids, rows := make([]int64, 0, len(tp.used)), make([]int64, 0, len(tp.used))
 	j := 0 // tp.used and touched both ascend: one walk splits them
 	for _, k := range tp.used {
 		id := tp.ids[k]
@@ -311,18 +313,8 @@ func (w *Worker) pullInto(ctx context.Context, after int64, t sparseTable, table
 	if len(ids) == 0 {
 		return nil
 	}
-	v, _, err := w.cfg.PS.Pull(ctx, t.table.Name, ids, after)
-	if err != nil {
-		return err
-	}
-	dim := t.table.Cols
-	if len(v) != len(ids)*dim {
-		return fmt.Errorf("%s: pulled %d floats for %d rows of %d", t.table.Name, len(v), len(ids), dim)
-	}
-	for j, k := range rows {
-		copy(table[int(k)*dim:int(k+1)*dim], v[j*dim:(j+1)*dim])
-	}
-	return nil
+	_, err := w.cfg.PS.PullInto(ctx, t.table.Name, ids, after, table, t.table.Cols, rows)
+	return err
 }
 
 // touchedRows returns, per sparse table, the ids (ascending) whose rows

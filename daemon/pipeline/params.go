@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -217,11 +218,20 @@ func localIDs(ids []int64) (uniq, local []int64) {
 		return nil, local
 	}
 	lo, hi := slices.Min(ids), slices.Max(ids)
-	keys, pos := make([]uint64, len(ids)), make([]int32, len(ids))
+	scratch := getIDScratch(len(ids))
+	defer idScratch.Put(scratch)
+	keys, pos := scratch.keys[:len(ids)], scratch.pos[:len(ids)]
 	for i, id := range ids {
 		keys[i], pos[i] = uint64(id)-uint64(lo), int32(i)
 	}
 	radix.Pairs(keys, pos, uint64(hi)-uint64(lo))
+	distinct := 1
+	for j := 1; j < len(keys); j++ {
+		if keys[j] != keys[j-1] {
+			distinct++
+		}
+	}
+	uniq = make([]int64, 0, distinct)
 	for j, k := range keys {
 		if j == 0 || k != keys[j-1] {
 			uniq = append(uniq, int64(k+uint64(lo)))
@@ -229,6 +239,25 @@ func localIDs(ids []int64) (uniq, local []int64) {
 		local[pos[j]] = int64(len(uniq) - 1)
 	}
 	return uniq, local
+}
+
+// idScratch keeps localIDs' sort keys and positions between steps
+// (*idBuf): with radix.Pairs' own scratch they were a fifth of what a
+// make-run step allocated.
+var idScratch sync.Pool
+
+type idBuf struct {
+	keys []uint64
+	pos  []int32
+}
+
+// getIDScratch returns a scratch for at least n ids.
+func getIDScratch(n int) *idBuf {
+	b, _ := idScratch.Get().(*idBuf)
+	if b == nil || cap(b.keys) < n {
+		b = &idBuf{keys: make([]uint64, n), pos: make([]int32, n)}
+	}
+	return b
 }
 
 // slotIDs returns the distinct compact rows (of n), ascending, that slots

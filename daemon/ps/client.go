@@ -171,6 +171,40 @@ func (c *Client) Pull(ctx context.Context, table string, ids []int64, after int6
 	return out, version, nil
 }
 
+// PullInto is Pull writing the row of ids[j] into row at[j] of dst (dim
+// floats a row; at nil: row j) and returning the version: from a shard in
+// this process the rows are copied once, straight from the table, with
+// nothing allocated for them.
+func (c *Client) PullInto(ctx context.Context, table string, ids []int64, after int64, dst []float32, dim int, at []int64) (int64, error) {
+	if s := c.local(0); c.cfg.Shards == 1 && s != nil && len(ids) > 0 {
+		defer c.cfg.Metrics.since(opPull, paramTable, time.Now())
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+		version, err := s.PullRowsInto(ctx, table, ids, after, dst, dim, at)
+		if err != nil {
+			return 0, fmt.Errorf("ps client: pull %q: %w", table, err)
+		}
+		return version, nil
+	}
+	if err := checkDestination(ids, dst, dim, at); err != nil {
+		return 0, fmt.Errorf("ps client: pull %q: %w", table, err)
+	}
+	v, version, err := c.Pull(ctx, table, ids, after)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != len(ids)*dim {
+		return 0, fmt.Errorf("ps client: pull %q: %d floats for %d rows of %d", table, len(v), len(ids), dim)
+	}
+	if at == nil {
+		copy(dst, v)
+	}
+	for j, r := range at {
+		copy(dst[int(r)*dim:int(r+1)*dim], v[j*dim:(j+1)*dim])
+	}
+	return version, nil
+}
+
 // PullBlock returns dense block name once its version is at least after,
 // and the version it was read at.
 func (c *Client) PullBlock(ctx context.Context, name string, after int64) ([]float32, int64, error) {

@@ -16,24 +16,70 @@ func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after in
 	if err != nil {
 		return nil, 0, err
 	}
+	out := make([]float32, len(ids)*t.spec.Dim)
+	version, err := s.PullRowsInto(ctx, name, ids, after, out, t.spec.Dim, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, version, nil
+}
+
+// PullRowsInto is PullRows writing the row of ids[j] into row at[j] of
+// dst (dim floats a row, the table's; at nil: row j) instead of a new
+// slice, and returning the version: a replica whose servers are in its
+// own process pulls straight into its batch's rows.
+func (s *Shard) PullRowsInto(ctx context.Context, name string, ids []int64, after int64, dst []float32, dim int, at []int64) (int64, error) {
+	t, err := s.table(name)
+	if err != nil {
+		return 0, err
+	}
 	if err := s.checkOwned(ids); err != nil {
-		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
+	if dim != t.spec.Dim {
+		return 0, fmt.Errorf("ps shard %d: pull %q: rows of %d floats, the table's are %d", s.cfg.Shard, name, dim, t.spec.Dim)
+	}
+	if err := checkDestination(ids, dst, dim, at); err != nil {
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
 	// The slots first, the wait after: a slot once given never changes, so
 	// a pull held for the step's update (a BSP replica asks for the next
 	// batch's rows early) has only the copies left once it is applied.
 	slots, err := t.slotsOf(s, ids)
 	if err != nil {
-		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
 	if err := s.await(ctx, &t.stepped, after); err != nil {
-		return nil, 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
-	out := make([]float32, len(ids)*t.spec.Dim)
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	t.read(slots, out)
-	return out, t.version, nil
+	t.read(slots, dst, at)
+	return t.version, nil
+}
+
+// checkDestination checks that dst holds a row of dim floats at every
+// position of at (at nil: len(ids) rows) and that at names one per id.
+func checkDestination(ids []int64, dst []float32, dim int, at []int64) error {
+	if dim <= 0 {
+		return fmt.Errorf("rows of %d floats", dim)
+	}
+	if at == nil {
+		if len(dst) != len(ids)*dim {
+			return fmt.Errorf("%d floats for %d rows of %d", len(dst), len(ids), dim)
+		}
+		return nil
+	}
+	if len(at) != len(ids) {
+		return fmt.Errorf("%d destination rows for %d ids", len(at), len(ids))
+	}
+	rows := int64(len(dst) / dim)
+	for _, r := range at {
+		if r < 0 || r >= rows {
+			return fmt.Errorf("destination row %d of %d", r, rows)
+		}
+	}
+	return nil
 }
 
 // slotsOf returns the slot of every id, creating the rows that do not

@@ -541,3 +541,68 @@ func TestServiceBlockPullsRecycleTheirReplyBuffer(t *testing.T) {
 		t.Fatalf("a pull of a %d-byte block allocates %d bytes", n*4, per)
 	}
 }
+
+// PullInto writes each id's row where at says — in process straight from
+// the table, over the wire from the reply — the rows Pull returns, and
+// leaves the other rows of the destination alone; a destination that does
+// not fit is refused before anything is written.
+func TestPullIntoScattersWhatPullReturns(t *testing.T) {
+	checkLeaks(t)
+	local := oneShard(t)[0]
+	clients := map[string]*Client{"wire": newClient(t, served(t, ServiceOptions{}, oneShard(t)...), 1, 0)}
+	c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
+		Dial:  func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") },
+		Local: func(int) *Shard { return local }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	clients["local"] = c
+	ids, at := []int64{7, 3, 100, 12}, []int64{4, 0, 2, 5}
+	const sentinel = -7
+	for name, c := range clients {
+		ctx := context.Background()
+		want, _, err := c.Pull(ctx, testTable, ids, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := slices.Repeat([]float32{sentinel}, 6*testDim)
+		if _, err := c.PullInto(ctx, testTable, ids, 0, dst, testDim, at); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for j, r := range at {
+			if got := dst[r*testDim : (r+1)*testDim]; !bitsEqual(got, want[j*testDim:(j+1)*testDim]) {
+				t.Errorf("%s: row %d (id %d) = %v, want %v", name, r, ids[j], got, want[j*testDim:(j+1)*testDim])
+			}
+		}
+		for _, r := range []int{1, 3} {
+			if got := dst[r*testDim : (r+1)*testDim]; slices.ContainsFunc(got, func(x float32) bool { return x != sentinel }) {
+				t.Errorf("%s: row %d, named by no id, became %v", name, r, got)
+			}
+		}
+		contiguous := make([]float32, len(want))
+		if _, err := c.PullInto(ctx, testTable, ids, 0, contiguous, testDim, nil); err != nil || !bitsEqual(contiguous, want) {
+			t.Errorf("%s: at nil: %v, %v, want %v", name, err, contiguous, want)
+		}
+		for _, bad := range []struct {
+			dst  []float32
+			dim  int
+			at   []int64
+			says string
+		}{
+			{make([]float32, 6*testDim), testDim, []int64{4, 0, 6, 5}, "destination row 6 of 6"},
+			{make([]float32, 6*testDim), testDim, []int64{4, 0}, "2 destination rows for 4 ids"},
+			{make([]float32, 3*testDim), testDim, nil, "floats for 4 rows"},
+			{make([]float32, 6*(testDim+1)), testDim + 1, at, "rows of"},
+		} {
+			before := slices.Clone(bad.dst)
+			_, err := c.PullInto(ctx, testTable, ids, 0, bad.dst, bad.dim, bad.at)
+			if err == nil || !strings.Contains(err.Error(), bad.says) {
+				t.Errorf("%s: dim %d, at %v, %d floats: %v, want an error saying %q", name, bad.dim, bad.at, len(bad.dst), err, bad.says)
+			}
+			if !bitsEqual(bad.dst, before) {
+				t.Errorf("%s: a refused pull wrote into its destination", name)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package ps
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/heterps/heterps/daemon/initrow"
@@ -24,6 +25,12 @@ type table struct {
 	// at is scratch for laying a step's pushes out: 1 + a slot's position
 	// in the step's rows, 0 between uses. Under the write lock.
 	at []int32
+	// laid holds the last layOut's slots and rows, reused by the next
+	// (under the write lock): a push allocated them anew every step.
+	laid struct {
+		slots []int
+		rows  [][]int32
+	}
 	// scratch holds a step's scattered gradients and their sum across
 	// steps (scratchBuf), under the write lock.
 	scratch [][]float32
@@ -209,12 +216,16 @@ func (s *Shard) reserveBlocks() error {
 	return nil
 }
 
-// read copies the rows at slots into dst (len(slots) x dim). Under at
-// least the read lock.
-func (t *table) read(slots []int, dst []float32) {
+// read copies the row at slots[i] into row at[i] of dst (at nil: row i).
+// Under at least the read lock.
+func (t *table) read(slots []int, dst []float32, at []int64) {
 	d := t.spec.Dim
 	for i, k := range slots {
-		copy(dst[i*d:(i+1)*d], t.row(k))
+		r := i
+		if at != nil {
+			r = int(at[i])
+		}
+		copy(dst[r*d:(r+1)*d], t.row(k))
 	}
 }
 
@@ -309,12 +320,14 @@ func (t *table) updateRuns(b native.Backend, o native.Optim, runs []slabRun, slo
 
 // layOut arranges the rows that pushes touch for one update: slots lists
 // each touched slot once, ascending (so grouped by slab), and rows[p][j]
-// is the position in slots of push p's j-th row. Under the write lock.
+// is the position in slots of push p's j-th row. Under the write lock;
+// both stay valid until the next layOut.
 func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
 	if cap(t.at) < len(t.ids) {
 		t.at = make([]int32, len(t.ids), cap(t.ids))
 	}
 	at := t.at[:len(t.ids)]
+	slots = t.laid.slots[:0]
 	for _, c := range pushes {
 		for _, k := range c.slots {
 			if at[k] == 0 {
@@ -327,9 +340,14 @@ func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
 	for j, k := range slots {
 		at[k] = int32(j) + 1
 	}
-	rows = make([][]int32, len(pushes))
+	rows = t.laid.rows[:0]
 	for p, c := range pushes {
-		rows[p] = make([]int32, len(c.slots))
+		if p < cap(rows) {
+			rows = rows[:p+1]
+		} else {
+			rows = append(rows, nil)
+		}
+		rows[p] = slices.Grow(rows[p][:0], len(c.slots))[:len(c.slots)]
 		for j, k := range c.slots {
 			rows[p][j] = at[k] - 1
 		}
@@ -337,6 +355,7 @@ func (t *table) layOut(pushes []*contribution) (slots []int, rows [][]int32) {
 	for _, k := range slots {
 		at[k] = 0
 	}
+	t.laid.slots, t.laid.rows = slots, rows
 	return slots, rows
 }
 

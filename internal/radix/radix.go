@@ -4,6 +4,8 @@
 // thousand keys a step sorts, several times faster than a comparison sort.
 package radix
 
+import "sync"
+
 // Key is an integer key type; keys must be non-negative.
 type Key interface {
 	~int | ~int64 | ~uint64
@@ -47,7 +49,9 @@ func Pairs(keys []uint64, vals []int32, top uint64) {
 	if len(vals) != len(keys) {
 		panic("radix: vals and keys differ in length")
 	}
-	k2, v2 := make([]uint64, len(keys)), make([]int32, len(vals))
+	scratch := getPairScratch(len(keys))
+	defer pairScratch.Put(scratch)
+	k2, v2 := scratch.keys[:len(keys)], scratch.vals[:len(vals)]
 	for shift := uint(0); shift < 64 && top>>shift > 0; shift += 8 {
 		var count [257]int
 		for _, k := range keys {
@@ -64,4 +68,23 @@ func Pairs(keys []uint64, vals []int32, top uint64) {
 		copy(keys, k2) // back each pass: the loops keep fixed slices, which measured faster
 		copy(vals, v2)
 	}
+}
+
+// pairScratch keeps Pairs' scratch between calls (*pairBuf): the pipeline
+// sorts a batch's ids every step, and the two buffers were a tenth of what
+// a make-run step allocated.
+var pairScratch sync.Pool
+
+type pairBuf struct {
+	keys []uint64
+	vals []int32
+}
+
+// getPairScratch returns a scratch of at least n keys and values.
+func getPairScratch(n int) *pairBuf {
+	b, _ := pairScratch.Get().(*pairBuf)
+	if b == nil || cap(b.keys) < n {
+		b = &pairBuf{keys: make([]uint64, n), vals: make([]int32, n)}
+	}
+	return b
 }
