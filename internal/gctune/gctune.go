@@ -24,9 +24,9 @@ import (
 // Zen 5 VM with alternated pairs: make run's job (one node, ~30 MB live,
 // 400 MB/s) trained 123.8k samples/s with 64 MiB against 112.0k without (4
 // of 4 faster) and 121.5k with 256 MiB; four 1-thread nodes on the same 2
-// cores were 5 % slower with 64 MiB (3 of 7 faster: within the noise) and
-// 11 % slower with 256 MiB (0 of 6), whose 300 MB heaps took ten times the
-// page faults. So the slack is kept small.
+// cores were 12 % slower with 64 MiB and 11 % with 256, their heaps taking
+// ten times the page faults — so heterpsd keeps it for a node alone on its
+// machine, and the slack is kept small.
 const DefaultHeadroom = 64 << 20
 
 // maxPercent bounds the percentage for a nearly empty heap.

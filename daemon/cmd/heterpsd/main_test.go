@@ -252,16 +252,24 @@ func TestOneSecretFlag(t *testing.T) {
 	}
 }
 
-// The daemon keeps --gc-headroom-mib of slack for the collector (64 by
-// default) unless the operator set GOGC, and refuses a negative or absurd
-// headroom naming the flag.
+// A node keeps 64 MiB of slack for the collector when its threads cover
+// the machine's CPUs and none when it shares them, unless
+// --gc-headroom-mib says otherwise or the operator set GOGC; a negative or
+// absurd headroom is refused naming the flag.
 func TestGCHeadroomFlag(t *testing.T) {
 	var stderr bytes.Buffer
 	f, err := parseFlags([]string{"--role=node", "--config", "n.toml"}, &stderr)
-	if err != nil || f.gcHeadroomMiB != 64 {
-		t.Fatalf("default: %v, headroom %d MiB, want 64", err, f.gcHeadroomMiB)
+	if err != nil || f.gcHeadroomMiB != -1 {
+		t.Fatalf("default: %v, headroom %d MiB, want -1 (by the node's threads)", err, f.gcHeadroomMiB)
 	}
-	for _, bad := range []string{"-1", "65537"} {
+	for _, c := range []struct{ flag, threads, cpus, want int }{
+		{-1, 2, 2, 64}, {-1, 16, 8, 64}, {-1, 1, 2, 0}, {0, 2, 2, 0}, {300, 1, 2, 300},
+	} {
+		if got := gcHeadroomMiB(c.flag, c.threads, c.cpus); got != c.want {
+			t.Errorf("flag %d, %d threads on %d CPUs: %d MiB, want %d", c.flag, c.threads, c.cpus, got, c.want)
+		}
+	}
+	for _, bad := range []string{"-2", "65537"} {
 		if _, err := parseFlags([]string{"--role=node", "--config", "n.toml", "--gc-headroom-mib", bad}, &stderr); err == nil ||
 			!strings.Contains(err.Error(), "--gc-headroom-mib "+bad) {
 			t.Errorf("--gc-headroom-mib %s: %v, want an error naming it", bad, err)
