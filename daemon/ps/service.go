@@ -279,13 +279,15 @@ func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, version, err := sh.PullRows(ctx, name, ids, after)
+	buf := t.replyBuffer(len(ids) * t.spec.Dim)
+	version, err := sh.PullRowsInto(ctx, name, ids, after, *buf, t.spec.Dim, nil)
 	if err != nil {
+		t.replies.Put(buf)
 		return nil, nil, err
 	}
 	reply.Meta.Step = uint64(version)
-	reply.Tensors = []wire.Tensor{wire.F32Tensor(rows, len(ids), t.spec.Dim)}
-	return reply, nil, nil
+	reply.Tensors = []wire.Tensor{wire.F32Tensor(*buf, len(ids), t.spec.Dim)}
+	return reply, func() { t.replies.Put(buf) }, nil
 }
 
 func (s *Service) pushSparse(sh *Shard, name string, req *wire.MessageView) (*wire.Message, error) {

@@ -34,6 +34,22 @@ type table struct {
 	// scratch holds a step's scattered gradients and their sum across
 	// steps (scratchBuf), under the write lock.
 	scratch [][]float32
+	// replies recycles the buffers the service pulls rows into for remote
+	// replicas (*[]float32), as block.replies does a block's: the largest
+	// of what a parameter server serving three replicas allocated.
+	replies sync.Pool
+}
+
+// replyBuffer returns a buffer of n floats for a pull's reply, recycled
+// when one large enough is free.
+func (t *table) replyBuffer(n int) *[]float32 {
+	p, ok := t.replies.Get().(*[]float32)
+	if !ok || cap(*p) < n {
+		buf := make([]float32, n, n+n/4)
+		p = &buf
+	}
+	*p = (*p)[:n]
+	return p
 }
 
 // slab holds slabRows rows of values and of each optimiser state buffer.
