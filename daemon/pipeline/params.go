@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -218,9 +217,9 @@ func localIDs(ids []int64) (uniq, local []int64) {
 		return nil, local
 	}
 	lo, hi := slices.Min(ids), slices.Max(ids)
-	scratch := getIDScratch(len(ids))
-	defer idScratch.Put(scratch)
-	keys, pos := scratch.keys[:len(ids)], scratch.pos[:len(ids)]
+	scratch := radix.GetBuffers(len(ids))
+	defer radix.PutBuffers(scratch)
+	keys, pos := scratch.Keys, scratch.Vals
 	for i, id := range ids {
 		keys[i], pos[i] = uint64(id)-uint64(lo), int32(i)
 	}
@@ -239,25 +238,6 @@ func localIDs(ids []int64) (uniq, local []int64) {
 		local[pos[j]] = int64(len(uniq) - 1)
 	}
 	return uniq, local
-}
-
-// idScratch keeps localIDs' sort keys and positions between steps
-// (*idBuf): with radix.Pairs' own scratch they were a fifth of what a
-// make-run step allocated.
-var idScratch sync.Pool
-
-type idBuf struct {
-	keys []uint64
-	pos  []int32
-}
-
-// getIDScratch returns a scratch for at least n ids.
-func getIDScratch(n int) *idBuf {
-	b, _ := idScratch.Get().(*idBuf)
-	if b == nil || cap(b.keys) < n {
-		b = &idBuf{keys: make([]uint64, n), pos: make([]int32, n)}
-	}
-	return b
 }
 
 // slotIDs returns the distinct compact rows (of n), ascending, that slots

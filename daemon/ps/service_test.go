@@ -79,6 +79,20 @@ func newClient(t *testing.T, addr string, shards, replica int) *Client {
 	return c
 }
 
+// localClient returns a client of job "j" whose one shard is shard, in
+// this process.
+func localClient(t *testing.T, shard *Shard) *Client {
+	t.Helper()
+	c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
+		Dial:  func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") },
+		Local: func(int) *Shard { return shard }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // twoShards returns shards 0 and 1 of job "j" with the block placed by
 // BlockShard.
 func twoShards(t *testing.T, replicas int) []*Shard {
@@ -256,15 +270,7 @@ func TestOneShardClientMatchesShard(t *testing.T) {
 		checkClientAgainstShards(t, c, oneShard(t))
 	})
 	t.Run("local", func(t *testing.T) {
-		shard := oneShard(t)[0]
-		c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
-			Dial:  func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") },
-			Local: func(int) *Shard { return shard }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		checkClientAgainstShards(t, c, oneShard(t))
+		checkClientAgainstShards(t, localClient(t, oneShard(t)[0]), oneShard(t))
 	})
 }
 
@@ -485,16 +491,7 @@ func TestServiceBlockPullsRecycleTheirReplyBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	pull := func(after int64) []float32 {
-		m := wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testBlock), Step: uint64(after)}}
-		p, err := wire.AppendMessage(nil, &m, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := wire.DecodeMessage(m.Type, p, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reply, sent := svc.handle(context.Background(), 0, req)
+		reply, sent := handleEncoded(t, svc, &wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testBlock), Step: uint64(after)}})
 		if reply.Type != wire.MsgPullReply {
 			t.Fatalf("reply %v: %s", reply.Type, reply.Text)
 		}
@@ -527,10 +524,8 @@ func TestServiceBlockPullsRecycleTheirReplyBuffer(t *testing.T) {
 	// their mean: with 20, half of them dropped now and then (1-2 % of runs).
 	const pulls = 200
 	for range pulls {
-		m := wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testBlock), Step: 3}}
-		p, _ := wire.AppendMessage(nil, &m, 1<<20)
-		req, _ := wire.DecodeMessage(m.Type, p, 1<<20)
-		if _, sent := svc.handle(context.Background(), 0, req); sent != nil {
+		m := &wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testBlock), Step: 3}}
+		if _, sent := handleEncoded(t, svc, m); sent != nil {
 			sent()
 		}
 	}
@@ -548,16 +543,8 @@ func TestServiceBlockPullsRecycleTheirReplyBuffer(t *testing.T) {
 // not fit is refused before anything is written.
 func TestPullIntoScattersWhatPullReturns(t *testing.T) {
 	checkLeaks(t)
-	local := oneShard(t)[0]
-	clients := map[string]*Client{"wire": newClient(t, served(t, ServiceOptions{}, oneShard(t)...), 1, 0)}
-	c, err := NewClient(ClientConfig{Job: "j", Shards: 1, Timeout: 5 * time.Second,
-		Dial:  func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") },
-		Local: func(int) *Shard { return local }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	clients["local"] = c
+	clients := map[string]*Client{"wire": newClient(t, served(t, ServiceOptions{}, oneShard(t)...), 1, 0),
+		"local": localClient(t, oneShard(t)[0])}
 	ids, at := []int64{7, 3, 100, 12}, []int64{4, 0, 2, 5}
 	const sentinel = -7
 	for name, c := range clients {
@@ -622,17 +609,8 @@ func TestServiceRowPullsRecycleTheirReplyBuffer(t *testing.T) {
 	reused := 0
 	var last *float32
 	for range pulls {
-		m := wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testTable)},
-			Tensors: []wire.Tensor{wire.I64Tensor(ids, len(ids))}}
-		p, err := wire.AppendMessage(nil, &m, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := wire.DecodeMessage(m.Type, p, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reply, sent := svc.handle(context.Background(), 0, req)
+		reply, sent := handleEncoded(t, svc, &wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testTable)},
+			Tensors: []wire.Tensor{wire.I64Tensor(ids, len(ids))}})
 		if reply.Type != wire.MsgPullReply {
 			t.Fatalf("reply %v: %s", reply.Type, reply.Text)
 		}
@@ -653,4 +631,19 @@ func TestServiceRowPullsRecycleTheirReplyBuffer(t *testing.T) {
 	if reused < pulls/2 {
 		t.Fatalf("%d of %d pulls answered from the buffer the one before returned", reused, pulls)
 	}
+}
+
+// handleEncoded encodes m as a client does, decodes it as the service's
+// stream does, and has svc answer it.
+func handleEncoded(t testing.TB, svc *Service, m *wire.Message) (*wire.Message, func()) {
+	t.Helper()
+	p, err := wire.AppendMessage(nil, m, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := wire.DecodeMessage(m.Type, p, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc.handle(context.Background(), 0, req)
 }

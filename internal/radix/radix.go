@@ -49,9 +49,9 @@ func Pairs(keys []uint64, vals []int32, top uint64) {
 	if len(vals) != len(keys) {
 		panic("radix: vals and keys differ in length")
 	}
-	scratch := getPairScratch(len(keys))
-	defer pairScratch.Put(scratch)
-	k2, v2 := scratch.keys[:len(keys)], scratch.vals[:len(vals)]
+	scratch := GetBuffers(len(keys))
+	defer PutBuffers(scratch)
+	k2, v2 := scratch.Keys, scratch.Vals
 	for shift := uint(0); shift < 64 && top>>shift > 0; shift += 8 {
 		var count [257]int
 		for _, k := range keys {
@@ -70,21 +70,28 @@ func Pairs(keys []uint64, vals []int32, top uint64) {
 	}
 }
 
-// pairScratch keeps Pairs' scratch between calls (*pairBuf): the pipeline
-// sorts a batch's ids every step, and the two buffers were a tenth of what
-// a make-run step allocated.
-var pairScratch sync.Pool
-
-type pairBuf struct {
-	keys []uint64
-	vals []int32
+// Buffers holds keys and values for Pairs, pooled between calls
+// (GetBuffers, PutBuffers): the pipeline maps a batch's ids every step,
+// and these buffers, its own and Pairs' scratch, were a fifth of what a
+// make-run step allocated.
+type Buffers struct {
+	Keys []uint64
+	Vals []int32
 }
 
-// getPairScratch returns a scratch of at least n keys and values.
-func getPairScratch(n int) *pairBuf {
-	b, _ := pairScratch.Get().(*pairBuf)
-	if b == nil || cap(b.keys) < n {
-		b = &pairBuf{keys: make([]uint64, n), vals: make([]int32, n)}
+var buffers sync.Pool // of *Buffers
+
+// GetBuffers returns buffers of n keys and n values, recycled when a
+// large enough pair is free.
+func GetBuffers(n int) *Buffers {
+	b, _ := buffers.Get().(*Buffers)
+	if b == nil || cap(b.Keys) < n {
+		b = &Buffers{Keys: make([]uint64, n), Vals: make([]int32, n)}
 	}
+	b.Keys, b.Vals = b.Keys[:n], b.Vals[:n]
 	return b
 }
+
+// PutBuffers gives b back for a later GetBuffers; the caller no longer
+// uses it.
+func PutBuffers(b *Buffers) { buffers.Put(b) }

@@ -61,3 +61,13 @@ func TestSortOrdersKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestGetBuffersHoldsNKeysAndValues(t *testing.T) {
+	for _, n := range []int{0, 5, 1000, 3} {
+		b := GetBuffers(n)
+		if len(b.Keys) != n || len(b.Vals) != n {
+			t.Fatalf("GetBuffers(%d): %d keys, %d values", n, len(b.Keys), len(b.Vals))
+		}
+		PutBuffers(b)
+	}
+}
