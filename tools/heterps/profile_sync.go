@@ -259,7 +259,9 @@ func (r *stageRunner) worker(i int, share pipeline.Share, names []string, trs []
 	batch := share.Batches[i]
 	wc := pipeline.Config{Job: profileJob, Stage: 0, Stages: 1, Replica: i, Layers: r.layers, Model: model, Backend: backend,
 		PS: client, Mode: ps.BSP, Share: share, LastStep: r.totalSteps(), StepTimeout: time.Minute,
-		OverlapSteps: true, // as node daemons run them
+		// As node daemons run them: a sole replica whose server is in its
+		// process waits on no other and does not overlap (node/compute.go).
+		OverlapSteps: r.k > 1,
 		Batches:      func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, batch) }}
 	if r.allreduce() {
 		wc.Allreduce = &pipeline.Allreduce{Peers: names, TotalSteps: r.totalSteps(), ShardOptimiser: true} // as node daemons run it

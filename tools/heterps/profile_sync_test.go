@@ -225,3 +225,35 @@ func TestSyncRunsChoosesTheFasterForAuto(t *testing.T) {
 		}
 	}
 }
+
+// The profile's replicas run as node daemons run them: one replica whose
+// server is in its process does not overlap its steps, several do.
+func TestStageRunOverlapsStepsAsNodesDo(t *testing.T) {
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := stageSetup{model: cfg, data: "synthetic:1", batch: 64, denseSync: config.DenseSyncPS, warmup: 1, steps: 1,
+		backend: func(int) (native.Backend, func(), error) {
+			b, err := native.NewCPU(native.CPUOptions{Threads: 1})
+			return b, func() {}, err
+		}}
+	for _, k := range []int{1, 2} {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &stageRunner{setup: setup, k: k}
+		err := r.startShard(ctx)
+		if err == nil {
+			err = r.startWorkers()
+		}
+		for i, w := range r.workers {
+			if got := w.OverlapsSteps(); got != (k > 1) {
+				t.Errorf("%d replicas: replica %d overlaps steps %v, want %v", k, i, got, k > 1)
+			}
+		}
+		cancel()
+		r.close()
+		if err != nil {
+			t.Fatalf("%d replicas: %v", k, err)
+		}
+	}
+}
