@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
+	"sync"
 )
 
 // PullRows returns the rows of ids, len(ids) x dim, one row per id in the
@@ -45,7 +46,9 @@ func (s *Shard) PullRowsInto(ctx context.Context, name string, ids []int64, afte
 	// The slots first, the wait after: a slot once given never changes, so
 	// a pull held for the step's update (a BSP replica asks for the next
 	// batch's rows early) has only the copies left once it is applied.
-	slots, err := t.slotsOf(s, ids)
+	buf := getSlots(len(ids))
+	defer slotBufs.Put(buf)
+	slots, err := t.slotsOf(s, ids, *buf)
 	if err != nil {
 		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
@@ -56,6 +59,21 @@ func (s *Shard) PullRowsInto(ctx context.Context, name string, ids []int64, afte
 	defer t.mu.RUnlock()
 	t.read(slots, dst, at)
 	return t.version, nil
+}
+
+// slotBufs recycles the slots a pull looks its ids up into (*[]int): they
+// are done with once the rows are copied.
+var slotBufs sync.Pool
+
+// getSlots returns a buffer of n slots, recycled when one is free.
+func getSlots(n int) *[]int {
+	p, ok := slotBufs.Get().(*[]int)
+	if !ok || cap(*p) < n {
+		buf := make([]int, n)
+		p = &buf
+	}
+	*p = (*p)[:n]
+	return p
 }
 
 // checkDestination checks that dst holds a row of dim floats at every
@@ -82,11 +100,10 @@ func checkDestination(ids []int64, dst []float32, dim int, at []int64) error {
 	return nil
 }
 
-// slotsOf returns the slot of every id, creating the rows that do not
-// exist yet with their initial values: only those ids are looked up again,
-// under the write lock.
-func (t *table) slotsOf(s *Shard, ids []int64) ([]int, error) {
-	slots := make([]int, len(ids))
+// slotsOf writes the slot of every id into slots (as long as ids),
+// creating the rows that do not exist yet with their initial values: only
+// those ids are looked up again, under the write lock.
+func (t *table) slotsOf(s *Shard, ids []int64, slots []int) ([]int, error) {
 	t.mu.RLock()
 	missing := t.lookup(ids, slots)
 	t.mu.RUnlock()
@@ -156,6 +173,9 @@ func (s *Shard) pullBlockPart(ctx context.Context, b *block, after int64, part i
 }
 
 func (s *Shard) await(ctx context.Context, st *stepped, after int64) error {
+	if st.reached(after) { // most pulls: no timer to arm
+		return nil
+	}
 	ctx, cancel := s.waitCtx(ctx)
 	defer cancel()
 	return st.waitVersion(ctx, s.closed, after)

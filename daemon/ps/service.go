@@ -275,7 +275,7 @@ func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.Me
 	if req.Meta.Micro != 0 {
 		return nil, nil, fmt.Errorf("pull of rows of %q: part %d, but a table's rows have no parts: %w", name, req.Meta.Micro, ErrArg)
 	}
-	ids, err := s.ids(req, 1)
+	ids, err := s.idsInFrame(req, 1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -401,13 +401,35 @@ func (s *Service) setMembers(sh *Shard, req *wire.MessageView) (*wire.Message, e
 // ids decodes tensor 0 of a request with want tensors in all: int64 [n],
 // n within the cap.
 func (s *Service) ids(req *wire.MessageView, want int) ([]int64, error) {
-	if len(req.Tensors) != want || req.Tensors[0].DType != wire.Int64 || len(req.Tensors[0].Shape) != 1 {
-		return nil, fmt.Errorf("%v: want %d tensors, the first int64 [n] ids: %w", req.Type, want, ErrArg)
-	}
-	if n := req.Tensors[0].Len(); n > s.opts.MaxIDs {
-		return nil, fmt.Errorf("%v: %d ids, limit %d: %w", req.Type, n, s.opts.MaxIDs, ErrArg)
+	if err := s.checkIDs(req, want); err != nil {
+		return nil, err
 	}
 	return req.Tensors[0].Int64s(nil)
+}
+
+// idsInFrame is ids in place in the received frame where this host can
+// read them so: for a request that is done with them before handle
+// returns (a pull), since the frame is released then.
+func (s *Service) idsInFrame(req *wire.MessageView, want int) ([]int64, error) {
+	if err := s.checkIDs(req, want); err != nil {
+		return nil, err
+	}
+	if v, ok := req.Tensors[0].Int64View(); ok {
+		return v, nil
+	}
+	return req.Tensors[0].Int64s(nil)
+}
+
+// checkIDs checks that req carries want tensors, the first of at most
+// MaxIDs int64 ids.
+func (s *Service) checkIDs(req *wire.MessageView, want int) error {
+	if len(req.Tensors) != want || req.Tensors[0].DType != wire.Int64 || len(req.Tensors[0].Shape) != 1 {
+		return fmt.Errorf("%v: want %d tensors, the first int64 [n] ids: %w", req.Type, want, ErrArg)
+	}
+	if n := req.Tensors[0].Len(); n > s.opts.MaxIDs {
+		return fmt.Errorf("%v: %d ids, limit %d: %w", req.Type, n, s.opts.MaxIDs, ErrArg)
+	}
+	return nil
 }
 
 // gradient is a pushed gradient tensor, in place in the received frame

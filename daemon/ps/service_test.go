@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/daemon/wire/wiretest"
@@ -646,4 +647,53 @@ func handleEncoded(t testing.TB, svc *Service, m *wire.Message) (*wire.Message, 
 		t.Fatal(err)
 	}
 	return svc.handle(context.Background(), 0, req)
+}
+
+// A pull's ids are read in place in the received frame where the host can
+// (a pull is done with them before its frame is released); other
+// requests' ids, which a shard may keep, are copies.
+func TestPullIDsStayInTheFrame(t *testing.T) {
+	svc, err := NewService(ServiceOptions{Logger: quiet}, oneShard(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &wire.Message{Type: wire.MsgPull, Meta: wire.Meta{Job: JobKey("j"), Key: ParamKey(testTable)},
+		Tensors: []wire.Tensor{wire.I64Tensor([]int64{4, 8, 15, 16, 23, 42}, 6)}}
+	p, err := wire.AppendMessage(nil, m, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The frame as the connection hands it over: in a buffer of its own,
+	// which a stream's receive aligns.
+	frame := make([]int64, (len(p)+7)/8)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(frame))), len(p))
+	copy(buf, p)
+	req, err := wire.DecodeMessage(m.Type, buf, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, inPlace := req.Tensors[0].Int64View()
+	inFrame, err := svc.idsInFrame(req, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := svc.ids(req, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(inFrame, copied) || !slices.Equal(copied, []int64{4, 8, 15, 16, 23, 42}) {
+		t.Fatalf("ids %v in the frame, %v copied", inFrame, copied)
+	}
+	if !inPlace {
+		if runtime.GOARCH == "amd64" {
+			t.Error("the ids of a frame in an aligned buffer are not readable in place on amd64")
+		}
+		return
+	}
+	if &inFrame[0] != &view[0] {
+		t.Error("a pull's ids were copied out of a frame this host reads in place")
+	}
+	if &copied[0] == &view[0] {
+		t.Error("ids a shard may keep alias the frame")
+	}
 }

@@ -209,6 +209,13 @@ func (st *stepped) finishStep() {
 	st.advance(b.step)
 }
 
+// reached reports whether the version is at least after.
+func (st *stepped) reached(after int64) bool {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.version >= after
+}
+
 // waitVersion waits until the version is at least after, or ctx ends, or
 // closed is closed. Its error says which replicas the open BSP step still
 // waits for: whom a stuck step is stuck on.
