@@ -14,10 +14,11 @@ package gctune
 import (
 	"context"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // DefaultHeadroom is the slack Run keeps by default. Measured on a 2-core
@@ -46,36 +47,72 @@ func Percent(live, headroom uint64) int {
 // is the process's).
 var running atomic.Bool
 
-// Run re-reads the live heap every interval and sets the percentage
-// (Percent) when it moved by more than a tenth, until ctx ends; it then
-// restores the percentage it found. It does nothing when headroom is 0,
-// when gogcSet (the GOGC environment variable is the operator's choice),
-// or while another Run is under way in the process (a coordinator and a
-// node in one test binary).
-func Run(ctx context.Context, headroom uint64, every time.Duration, gogcSet bool) {
+// Run sets the percentage (Percent) now and again after every collection,
+// from the live heap that collection found, until ctx ends; it then
+// restores the percentage it found. Re-deciding at every cycle, not on a
+// timer, keeps a heap that grows fast (a node restoring a large table)
+// from running on a percentage set for a small one. It does nothing when
+// headroom is 0, when gogcSet (the GOGC environment variable is the
+// operator's choice), or while another Run is under way in the process (a
+// coordinator and a node in one test binary).
+func Run(ctx context.Context, headroom uint64, gogcSet bool) {
 	if headroom == 0 || gogcSet || !running.CompareAndSwap(false, true) {
 		return
 	}
 	defer running.Store(false)
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	current := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(current)
-	current = 100
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		metrics.Read(sample)
-		if sample[0].Value.Kind() == metrics.KindUint64 {
-			if p := Percent(sample[0].Value.Uint64(), headroom); moved(current, p) {
-				debug.SetGCPercent(p)
-				current = p
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	t := &tuner{headroom: headroom, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	t.mu.Lock()
+	t.found = debug.SetGCPercent(100)
+	t.current = 100
+	t.adjust()
+	t.mu.Unlock()
+	t.arm()
+	<-ctx.Done()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	debug.SetGCPercent(t.found)
+}
+
+// tuner is one Run's state, shared with the finalizer goroutine.
+type tuner struct {
+	headroom uint64
+	mu       sync.Mutex
+	sample   []metrics.Sample
+	found    int  // the percentage before Run
+	current  int  // the percentage Run set last
+	stopped  bool // Run has ended: arm no more
+}
+
+// cycle is a sentinel whose finalizer runs once a collection has found it
+// unreachable: once a cycle. It holds a pointer, so it is never one of the
+// tiny allocations whose finalizers may not run.
+type cycle struct{ t *tuner }
+
+func (t *tuner) arm() {
+	runtime.SetFinalizer(&cycle{t: t}, func(c *cycle) { c.t.afterGC() })
+}
+
+func (t *tuner) afterGC() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.adjust()
+	t.arm()
+}
+
+// adjust sets the percentage for the live heap when it moved by more than
+// a tenth. Under mu.
+func (t *tuner) adjust() {
+	metrics.Read(t.sample)
+	if t.sample[0].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	if p := Percent(t.sample[0].Value.Uint64(), t.headroom); moved(t.current, p) {
+		debug.SetGCPercent(p)
+		t.current = p
 	}
 }
 

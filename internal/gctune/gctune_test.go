@@ -34,18 +34,27 @@ func gcPercent() int {
 	return p
 }
 
-// runFor runs Run until it has looked at the heap a few times, then stops
-// it and reports the percentage it had set.
+// runFor runs Run over a few collections, then stops it and reports the
+// percentage it had set.
 func runFor(t *testing.T, headroom uint64, gogcSet bool) (during, after int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { Run(ctx, headroom, time.Millisecond, gogcSet) })
-	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { Run(ctx, headroom, gogcSet) })
+	time.Sleep(20 * time.Millisecond)
+	collect()
 	during = gcPercent()
 	cancel()
 	wg.Wait()
 	return during, gcPercent()
+}
+
+// collect runs two collections and lets the finalizers of the first run.
+func collect() {
+	for range 2 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // A test binary's live heap is a few MiB: with 1 GiB of headroom the
@@ -81,11 +90,11 @@ func TestOneRunAtATime(t *testing.T) {
 	before := gcPercent()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { Run(ctx, 1<<30, time.Millisecond, false) })
-	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { Run(ctx, 1<<30, false) })
+	time.Sleep(20 * time.Millisecond)
 	first := gcPercent()
 	second := make(chan struct{})
-	go func() { Run(context.Background(), 1<<20, time.Millisecond, false); close(second) }()
+	go func() { Run(context.Background(), 1<<20, false); close(second) }()
 	select {
 	case <-second:
 	case <-time.After(5 * time.Second):
@@ -98,5 +107,35 @@ func TestOneRunAtATime(t *testing.T) {
 	wg.Wait()
 	if got := gcPercent(); got != before {
 		t.Errorf("percentage %d after both, want %d", got, before)
+	}
+}
+
+// The percentage follows the live heap from one collection to the next: a
+// heap that grows past the headroom goes back to GOGC's 100 at the next
+// collection, and rises again once it shrinks.
+func TestRunFollowsTheLiveHeapAtEveryCollection(t *testing.T) {
+	const headroom = 32 << 20
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { Run(ctx, headroom, false) })
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(20 * time.Millisecond)
+	collect()
+	if p := gcPercent(); p < 200 {
+		t.Fatalf("percentage %d over a test's small heap with 32 MiB of headroom, want >= 200", p)
+	}
+	big := make([]byte, 96<<20) // live across the collections below
+	for i := range big {
+		big[i] = byte(i)
+	}
+	collect()
+	if p := gcPercent(); p != 100 {
+		t.Errorf("percentage %d with 96 MiB live and 32 MiB of headroom, want 100", p)
+	}
+	runtime.KeepAlive(big)
+	big = nil
+	collect()
+	if p := gcPercent(); p < 200 {
+		t.Errorf("percentage %d once the 96 MiB are garbage, want >= 200 again", p)
 	}
 }

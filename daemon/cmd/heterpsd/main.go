@@ -209,7 +209,7 @@ func tuneGC(ctx context.Context, mib int) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	_, gogcSet := os.LookupEnv("GOGC")
 	var wg sync.WaitGroup
-	wg.Go(func() { gctune.Run(ctx, uint64(mib)<<20, time.Second, gogcSet) })
+	wg.Go(func() { gctune.Run(ctx, uint64(mib)<<20, gogcSet) })
 	return func() { cancel(); wg.Wait() }
 }
 
