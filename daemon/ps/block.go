@@ -40,13 +40,7 @@ func (b *block) part(k int) ([]float32, error) {
 
 // replyBuffer returns a buffer of the block's length for a pull's reply,
 // recycled when one is free.
-func (b *block) replyBuffer() *[]float32 {
-	if p, ok := b.replies.Get().(*[]float32); ok {
-		return p
-	}
-	buf := make([]float32, len(b.value))
-	return &buf
-}
+func (b *block) replyBuffer() *[]float32 { return pooled[float32](&b.replies, len(b.value), 0) }
 
 func newBlock(spec BlockSpec) *block {
 	b := &block{spec: spec, stepped: newStepped(), value: slices.Clone(spec.Init)}

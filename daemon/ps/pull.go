@@ -18,7 +18,7 @@ func (s *Shard) PullRows(ctx context.Context, name string, ids []int64, after in
 		return nil, 0, err
 	}
 	out := make([]float32, len(ids)*t.spec.Dim)
-	version, err := s.PullRowsInto(ctx, name, ids, after, out, t.spec.Dim, nil)
+	version, err := s.pullRows(ctx, t, ids, after, out, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -34,19 +34,26 @@ func (s *Shard) PullRowsInto(ctx context.Context, name string, ids []int64, afte
 	if err != nil {
 		return 0, err
 	}
-	if err := s.checkOwned(ids); err != nil {
-		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
-	}
 	if dim != t.spec.Dim {
 		return 0, fmt.Errorf("ps shard %d: pull %q: rows of %d floats, the table's are %d", s.cfg.Shard, name, dim, t.spec.Dim)
 	}
-	if err := checkDestination(ids, dst, dim, at); err != nil {
+	return s.pullRows(ctx, t, ids, after, dst, at)
+}
+
+// pullRows is PullRowsInto of a table already looked up, into rows of its
+// width.
+func (s *Shard) pullRows(ctx context.Context, t *table, ids []int64, after int64, dst []float32, at []int64) (int64, error) {
+	name := t.spec.Name
+	if err := s.checkOwned(ids); err != nil {
+		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
+	}
+	if err := checkDestination(ids, dst, t.spec.Dim, at); err != nil {
 		return 0, fmt.Errorf("ps shard %d: pull %q: %w", s.cfg.Shard, name, err)
 	}
 	// The slots first, the wait after: a slot once given never changes, so
 	// a pull held for the step's update (a BSP replica asks for the next
 	// batch's rows early) has only the copies left once it is applied.
-	buf := getSlots(len(ids))
+	buf := pooled[int](&slotBufs, len(ids), 0)
 	defer slotBufs.Put(buf)
 	slots, err := t.slotsOf(s, ids, *buf)
 	if err != nil {
@@ -64,17 +71,6 @@ func (s *Shard) PullRowsInto(ctx context.Context, name string, ids []int64, afte
 // slotBufs recycles the slots a pull looks its ids up into (*[]int): they
 // are done with once the rows are copied.
 var slotBufs sync.Pool
-
-// getSlots returns a buffer of n slots, recycled when one is free.
-func getSlots(n int) *[]int {
-	p, ok := slotBufs.Get().(*[]int)
-	if !ok || cap(*p) < n {
-		buf := make([]int, n)
-		p = &buf
-	}
-	*p = (*p)[:n]
-	return p
-}
 
 // checkDestination checks that dst holds a row of dim floats at every
 // position of at (at nil: len(ids) rows) and that at names one per id.

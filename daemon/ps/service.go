@@ -280,7 +280,7 @@ func (s *Service) pull(ctx context.Context, sh *Shard, name string, req *wire.Me
 		return nil, nil, err
 	}
 	buf := t.replyBuffer(len(ids) * t.spec.Dim)
-	version, err := sh.PullRowsInto(ctx, name, ids, after, *buf, t.spec.Dim, nil)
+	version, err := sh.pullRows(ctx, t, ids, after, *buf, nil)
 	if err != nil {
 		t.replies.Put(buf)
 		return nil, nil, err

@@ -99,6 +99,20 @@ type contribution struct {
 	parts [][]float32
 }
 
+// pooled returns a slice of n elements from pool (which holds *[]T), one
+// recycled when a free one has the capacity, else a new one with spare
+// more: the shard's per-step buffers (kept pushes, pull replies, a pull's
+// slots) vary in length from step to step, or not at all (spare 0).
+func pooled[T any](pool *sync.Pool, n, spare int) *[]T {
+	p, ok := pool.Get().(*[]T)
+	if !ok || cap(*p) < n {
+		buf := make([]T, n, n+spare)
+		p = &buf
+	}
+	*p = (*p)[:n]
+	return p
+}
+
 // keep copies c's gradient into a buffer of the shard's, for a push that
 // outlives its call (borrowGrad). Every replica's push but the last of a
 // step is kept, every step: the buffers are recycled (release) rather than
@@ -107,12 +121,7 @@ func (st *stepped) keep(c *contribution) {
 	if c.parts != nil {
 		return // already the shard's
 	}
-	p, _ := st.kept.Get().(*[]float32)
-	if p == nil || cap(*p) < len(c.grad) {
-		buf := make([]float32, len(c.grad), len(c.grad)+len(c.grad)/4) // a table's pushes vary in rows
-		p = &buf
-	}
-	*p = (*p)[:len(c.grad)]
+	p := pooled[float32](&st.kept, len(c.grad), len(c.grad)/4) // a table's pushes vary in rows
 	copy(*p, c.grad)
 	c.grad, c.kept = *p, p
 }

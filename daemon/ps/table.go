@@ -42,15 +42,7 @@ type table struct {
 
 // replyBuffer returns a buffer of n floats for a pull's reply, recycled
 // when one large enough is free.
-func (t *table) replyBuffer(n int) *[]float32 {
-	p, ok := t.replies.Get().(*[]float32)
-	if !ok || cap(*p) < n {
-		buf := make([]float32, n, n+n/4)
-		p = &buf
-	}
-	*p = (*p)[:n]
-	return p
-}
+func (t *table) replyBuffer(n int) *[]float32 { return pooled[float32](&t.replies, n, n/4) }
 
 // slab holds slabRows rows of values and of each optimiser state buffer.
 type slab struct {
