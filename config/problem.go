@@ -43,12 +43,18 @@ type ProblemType struct {
 
 // ProblemLayer is one layer's profile: one value per [[type]], in order.
 type ProblemLayer struct {
-	Name  string    `toml:"name"`
-	Kind  string    `toml:"kind"`
-	OCT   []float64 `toml:"oct"`   // seconds of forward+backward on one unit at profile_batch
-	ODT   []float64 `toml:"odt"`   // seconds to exchange the output activations and their gradients
-	Alpha []float64 `toml:"alpha"` // parallelisable fraction of oct (Amdahl)
-	Beta  []float64 `toml:"beta"`  // parallelisable fraction of odt
+	Name string    `toml:"name"`
+	Kind string    `toml:"kind"`
+	OCT  []float64 `toml:"oct"` // seconds of forward+backward on one unit at profile_batch
+	ODT  []float64 `toml:"odt"` // seconds to exchange the output activations and their gradients
+	// Alpha is the parallelisable fraction of oct (Amdahl): one unit's
+	// time is split into (1-alpha)·oct that k units each spend and
+	// alpha·oct that they share. Below 0 (down to MinAlpha), more units
+	// slow the layer down, to (1-alpha)·oct at the most: synchronisation
+	// that grows with the replicas, as a profile measures it on machines
+	// whose nodes share cores.
+	Alpha []float64 `toml:"alpha"`
+	Beta  []float64 `toml:"beta"` // parallelisable fraction of odt
 	// Sizes, optional features for learned schedulers: floats per sample
 	// entering the layer and floats of weights.
 	InputSize  int64 `toml:"input_size,omitempty"`
@@ -261,7 +267,7 @@ func (l *ProblemLayer) validate(loc *Locator, at string, types []ProblemType, er
 	}{
 		{"oct", l.OCT, func(v float64) bool { return v > 0 }, "> 0 seconds"},
 		{"odt", l.ODT, func(v float64) bool { return v >= 0 }, ">= 0 seconds"},
-		{"alpha", l.Alpha, func(v float64) bool { return v >= 0 && v <= 1 }, "in [0, 1]"},
+		{"alpha", l.Alpha, func(v float64) bool { return v >= MinAlpha && v <= 1 }, fmt.Sprintf("in [%g, 1]", MinAlpha)},
 		{"beta", l.Beta, func(v float64) bool { return v >= 0 && v <= 1 }, "in [0, 1]"},
 	}
 	for _, c := range checks {
@@ -278,5 +284,9 @@ func (l *ProblemLayer) validate(loc *Locator, at string, types []ProblemType, er
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._\-]*$`)
+
+// MinAlpha bounds a layer's alpha from below: a stage that many units make
+// at most 11 times slower than one.
+const MinAlpha = -10.0
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

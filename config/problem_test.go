@@ -93,7 +93,8 @@ func TestBadProblemsNameLineAndField(t *testing.T) {
 		{"wrong array length", "odt = [0.002, 0.001]", "odt = [0.002]", 23, "layer[0].odt", "has 1 values"},
 		{"negative time", "oct = [0.010, 0.020]", "oct = [0.010, -0.020]", 22, "layer[0].oct", `type "v100"`},
 		{"zero compute time", "oct = [0.010, 0.020]", "oct = [0.0, 0.020]", 22, "layer[0].oct", "want > 0"},
-		{"alpha above 1", "alpha = [0.95, 0.9]", "alpha = [1.5, 0.9]", 24, "layer[0].alpha", "in [0, 1]"},
+		{"alpha above 1", "alpha = [0.95, 0.9]", "alpha = [1.5, 0.9]", 24, "layer[0].alpha", "in [-10, 1]"},
+		{"alpha below its floor", "alpha = [0.95, 0.9]", "alpha = [0.95, -10.5]", 24, "layer[0].alpha", `type "v100") is -10.5, want in [-10, 1]`},
 		{"beta below 0", "beta = [0.9, 0.9]", "beta = [0.9, -0.1]", 25, "layer[0].beta", "in [0, 1]"},
 		{"unknown ps type", `ps_type = "cpu"`, `ps_type = "tpu"`, 6, "ps_type", `unknown type "tpu"`},
 		{"duplicate type", `name = "v100"`, `name = "cpu"`, 15, "type[1].name", "duplicate"},
@@ -129,6 +130,19 @@ func TestProblemNeedsTypesAndLayers(t *testing.T) {
 	_, err := ParseProblem("p.toml", []byte(src))
 	if err == nil || !strings.Contains(err.Error(), "at least one [[type]]") || !strings.Contains(err.Error(), "at least one [[layer]]") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A profile may fit alpha below 0 (more units slow the layer down) down to
+// MinAlpha.
+func TestProblemTakesAlphaBelowZero(t *testing.T) {
+	src := strings.Replace(goodProblem, "alpha = [0.95, 0.9]", "alpha = [-0.75, -10]", 1)
+	p, err := ParseProblem("p.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layers[0].Alpha[0] != -0.75 || p.Layers[0].Alpha[1] != MinAlpha {
+		t.Errorf("alpha %v, want [-0.75 -10]", p.Layers[0].Alpha)
 	}
 }
 

@@ -201,7 +201,10 @@ func (s *exactSolver) extend(j, t int, x float64, top, ltop topTwo) {
 		if kd < 0 {
 			continue
 		}
-		k := max0(kc, kd)
+		k, ok := bothParts(b, sh, x, kc, kd)
+		if !ok {
+			continue
+		}
 		et := sh.et(k)
 		v, mx := fv+s.lin[t]*float64(k), math.Min(fx, b/et)
 		at := (i+1)*nt + t
@@ -391,7 +394,10 @@ func (s *exactSolver) explainInfeasible(x float64) string {
 // shortReason says why a stage of shape sh on type t misses a throughput.
 func (p *Problem) shortReason(t int, sh shape, need stageNeed) string {
 	ty := p.Types[t]
-	if need.why == amdahlLimit {
+	switch {
+	case need.why == amdahlLimit && sh.cp < 0:
+		return fmt.Sprintf("on %s at most %.6g samples/s, on one unit (alpha < 0: more units are slower)", ty.Name, p.Batch/sh.ct(1))
+	case need.why == amdahlLimit:
 		return fmt.Sprintf("on %s at most %.6g samples/s (Amdahl limit)", ty.Name, p.Batch/sh.cs)
 	}
 	return fmt.Sprintf("on %s it needs %d units, max_units is %d (unit limit)", ty.Name, need.units, ty.MaxUnits)

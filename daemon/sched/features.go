@@ -108,7 +108,7 @@ func newPolicyInput(p *Problem) *policyInput {
 			f[featAlpha], f[featBeta] = float32(ly.Alpha[t]), float32(ly.Beta[t])
 			serial := sc * ly.OCT[t] * (1 - ly.Alpha[t]) / tau
 			f[featSerial] = float32(math.Log1p(serial))
-			need := sc * ly.OCT[t] * ly.Alpha[t] / tau / math.Max(1-serial, 0.05)
+			need := math.Max(0, sc*ly.OCT[t]*ly.Alpha[t]/tau/math.Max(1-serial, 0.05)) // alpha < 0 shares no work
 			f[featUnits] = float32(math.Log1p(need / float64(ty.MaxUnits)))
 			f[featRelPrice] = capLog(ty.Price / minPrice)
 			if rate == minRates[l] {

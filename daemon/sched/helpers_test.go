@@ -30,7 +30,7 @@ func randomProblem(r *rand.Rand, layers, types int) *Problem {
 		for range types {
 			ly.OCT = append(ly.OCT, 0.001+r.Float64()*0.05)
 			ly.ODT = append(ly.ODT, r.Float64()*0.01)
-			ly.Alpha = append(ly.Alpha, []float64{0, 0.5, 0.8, 0.9, 0.95, 0.99, 1}[r.IntN(7)])
+			ly.Alpha = append(ly.Alpha, []float64{-0.5, 0, 0.5, 0.8, 0.9, 0.95, 0.99, 1}[r.IntN(8)]) // below 0: more units are slower
 			ly.Beta = append(ly.Beta, []float64{0, 0.5, 0.9, 1}[r.IntN(4)])
 		}
 		p.Layers = append(p.Layers, ly)

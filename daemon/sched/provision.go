@@ -314,8 +314,9 @@ func roundUp(k float64) int {
 }
 
 // provisionStatic is the static-ratio baseline: GPU stages get g units, CPU
-// stages staticRatio*g, with the smallest g that reaches the limit (the
-// throughput only grows with g, so a binary search finds it). With ps, the
+// stages staticRatio*g, with the smallest g that reaches the limit (a
+// binary search: the throughput grows with g unless a stage's alpha is
+// below 0, where g = 1 is tried first). With ps, the
 // plan also pays staticRatio*g parameter-server cores.
 func (p *Problem) provisionStatic(segs []Segment, ps bool) Provisioning {
 	rule := RuleStaRatio
@@ -338,13 +339,21 @@ func (p *Problem) provisionStatic(segs []Segment, ps bool) Provisioning {
 		out.Reason = p.typeLimits(at(1))
 		return out
 	}
-	if p.PipelineThroughput(at(gmax)) < p.ThroughputLimit {
+	reaches := func(g int) bool { return p.PipelineThroughput(at(g)) >= p.ThroughputLimit }
+	if reaches(1) { // also where more units are slower (alpha < 0), which the search below assumes away
+		return p.staticAt(out, at(1), ps, 1)
+	}
+	if !reaches(gmax) {
 		out.Reason = fmt.Sprintf("%s: at the most units the limits allow (g = %d), the pipeline reaches only %.6g samples/s < %.6g",
 			rule, gmax, p.PipelineThroughput(at(gmax)), p.ThroughputLimit)
 		return out
 	}
-	g := 1 + sort.Search(gmax-1, func(i int) bool { return p.PipelineThroughput(at(i+1)) >= p.ThroughputLimit })
-	cand := at(g)
+	g := 1 + sort.Search(gmax-1, func(i int) bool { return reaches(i + 1) })
+	return p.staticAt(out, at(g), ps, g)
+}
+
+// staticAt is the static-ratio plan cand at g, with its PS cores and cost.
+func (p *Problem) staticAt(out Provisioning, cand []Segment, ps bool, g int) Provisioning {
 	out.Feasible, out.Segments = true, cand
 	out.PSCores = p.PSCores(totalUnits(cand))
 	if ps {

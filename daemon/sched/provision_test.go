@@ -167,3 +167,46 @@ func TestBreakpointsMayRunFasterThanTheLimit(t *testing.T) {
 		t.Fatalf("cost %v", pr.Cost)
 	}
 }
+
+// A stage that more units slow down (alpha < 0, as a profile fits it when
+// its replicas' synchronisation outgrows the work they share) gets one
+// unit, is priced slower on more, and says why when one is not enough —
+// also when its transfer needs more units than its compute can take.
+func TestStagesThatMoreUnitsSlowDown(t *testing.T) {
+	p := handProblem()
+	p.Layers[0].Alpha[0], p.Layers[1].Alpha[0] = -0.5, -0.5
+	one := Segment{First: 0, Last: 1, Type: 0, Units: 1}
+	two := one
+	two.Units = 2
+	// CT(1) = 0.11*2 = 0.22 s; CT(2) = 0.22*(1.5 - 0.25) = 0.275 s.
+	if x1, x2 := p.StageThroughput(one), p.StageThroughput(two); !relClose(x1, 512/0.22, 1e-12) || !relClose(x2, 512/0.275, 1e-12) {
+		t.Errorf("throughput on 1 and 2 units %g, %g; want %g, %g", x1, x2, 512/0.22, 512/0.275)
+	}
+	p.ThroughputLimit = 2000 // below 512/0.22 = 2327
+	if pr, err := p.Provision([]int{0, 0}, RuleBreakpoints); err != nil || !pr.Feasible || pr.Segments[0].Units != 1 {
+		t.Errorf("at 2000 samples/s: %v %+v, want one unit", err, pr)
+	}
+	// The static ratio gives a CPU stage 6g units: 1643 samples/s at g = 1,
+	// 1560 at the most g the limits allow (10).
+	p.ThroughputLimit = 1600
+	if pr, err := p.Provision([]int{0, 0}, RuleStaRatio); err != nil || !pr.Feasible || pr.Segments[0].Units != staticRatio {
+		t.Errorf("static ratio at 1600 samples/s: %v %+v, want g = 1", err, pr)
+	}
+	p.ThroughputLimit = 2400
+	pr, _ := p.Provision([]int{0, 0}, RuleBreakpoints)
+	if pr.Feasible || !strings.Contains(pr.Reason, "one unit, its fastest (alpha < 0: more units are slower), reaches only 2327.27") {
+		t.Errorf("at 2400: %+v", pr)
+	}
+	// Layer 0 alone on the CPU at 20000 samples/s (0.0256 s a batch): its
+	// compute, 0.02 s on one unit, takes 0.025 on two and 0.0267 on three;
+	// its transfer, 0.036 (0.5 + 0.5/k), needs three (0.027 on two).
+	p.Layers[0].ODT[0] = 0.018
+	p.ThroughputLimit = 20000
+	pr, _ = p.Provision([]int{0, 1}, RuleBreakpoints)
+	if pr.Feasible || !strings.Contains(pr.Reason, "its transfer needs 3 units to reach 20000 samples/s, and more units slow its compute (alpha < 0) to 19200 samples/s there") {
+		t.Errorf("transfer against compute: %+v", pr)
+	}
+	if plan := mustRun(t, "exact", p, Options{}); plan.Feasible && plan.Assign[0] == "cpu" && plan.Stages[0].Last == 0 {
+		t.Errorf("exact put layer 0 on the CPU, where no unit count reaches the limit: %+v", plan)
+	}
+}

@@ -219,3 +219,21 @@ func TestRLRelaxesOffPlateaus(t *testing.T) {
 		t.Fatalf("rl's decision within 2%% of exact on %d of %d problems with relax, %d without", relaxed, n, plain)
 	}
 }
+
+// The policy's features stay finite for layers that more units slow down
+// (alpha < 0), which the pretrained policy never saw: such a layer needs
+// no units for its parallel part.
+func TestPolicyFeaturesOfLayersSlowerOnMoreUnits(t *testing.T) {
+	p := handProblem()
+	p.Layers[0].Alpha[0], p.Layers[1].Alpha[0] = -10, -0.5
+	p.ThroughputLimit = 1e6 // a budget far below the layers' time: a large need
+	in := newPolicyInput(p)
+	for l, row := range in.static {
+		for i, v := range row {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Errorf("layer %d: static feature %d is %g", l, i, v)
+			}
+		}
+	}
+	mustRun(t, "rl", p, Options{Seed: 1}) // runs to a plan or a reason on them
+}

@@ -143,7 +143,10 @@ func (sr *labelSearch) expand(l *label) error {
 			if kd < 0 || kd > max {
 				continue
 			}
-			k := max0(kc, kd)
+			k, ok := bothParts(b, sh, sr.x, kc, kd)
+			if !ok {
+				continue
+			}
 			if err := sr.push(l, i+1, t, k, b/sh.et(k)); err != nil {
 				return err
 			}
@@ -238,7 +241,8 @@ func (s *exactSolver) suffixBounds(x float64) suffixBounds {
 			var serial, parallel float64
 			for i := j; i < s.n; i++ {
 				serial, parallel = addLayer(serial, parallel, p.Layers[i], t)
-				kc, why := partUnits(b, scale*serial, scale*parallel, x, p.Types[t].MaxUnits)
+				sh := shape{cs: scale * serial, cp: scale * parallel}
+				kc, why := partUnits(b, sh.cs, sh.cp, x, p.Types[t].MaxUnits)
 				if why != reached {
 					break
 				}
@@ -246,7 +250,11 @@ func (s *exactSolver) suffixBounds(x float64) suffixBounds {
 				if kd < 0 {
 					continue
 				}
-				best = math.Min(best, s.lin[t]*float64(max0(kc, kd))+sb.at(i+1, t))
+				k, ok := bothParts(b, sh, x, kc, kd)
+				if !ok {
+					continue
+				}
+				best = math.Min(best, s.lin[t]*float64(k)+sb.at(i+1, t))
 			}
 			sb[j].offer(best, 0, t)
 		}

@@ -12,6 +12,9 @@ const (
 	reached limit = iota
 	unitLimit
 	amdahlLimit // even unlimited units cannot: the serial part alone is too slow
+	// slowerLimit: the transfer needs more units than the compute can take,
+	// more units slowing it (alpha < 0).
+	slowerLimit
 )
 
 // partUnits returns the fewest units k in [1, max] for which a part taking
@@ -79,7 +82,21 @@ func (p *Problem) stageUnits(sh shape, x float64, max int) stageNeed {
 	if why != reached {
 		return stageNeed{units: kd, why: why, part: "transfer"}
 	}
-	return stageNeed{units: max0(kc, kd)}
+	k, ok := bothParts(p.Batch, sh, x, kc, kd)
+	if !ok {
+		return stageNeed{units: k, why: slowerLimit, part: "compute"}
+	}
+	return stageNeed{units: k}
+}
+
+// bothParts is the units of a stage whose compute reaches x on kc units
+// and its transfer on kd (each the fewest, from partUnits): the larger,
+// and whether the compute still reaches x there — not when kd > kc and
+// more units slow the compute down (alpha < 0), in which case no count of
+// units reaches x.
+func bothParts(b float64, sh shape, x float64, kc, kd int) (int, bool) {
+	k := max0(kc, kd)
+	return k, k == kc || b/sh.ct(k) >= x
 }
 
 func max0(a, b int) int {
@@ -92,7 +109,14 @@ func max0(a, b int) int {
 // reason explains why stage i cannot reach x.
 func (p *Problem) reason(i int, s Segment, sh shape, need stageNeed, x float64) string {
 	name := p.Types[s.Type]
-	if need.why == amdahlLimit {
+	switch {
+	case need.why == slowerLimit:
+		return fmt.Sprintf("%s: its transfer needs %d units to reach %.6g samples/s, and more units slow its compute (alpha < 0) to %.6g samples/s there",
+			p.describe(i, s), need.units, x, p.Batch/sh.ct(need.units))
+	case need.why == amdahlLimit && need.part == "compute" && sh.cp < 0:
+		return fmt.Sprintf("%s: one unit, its fastest (alpha < 0: more units are slower), reaches only %.6g samples/s < %.6g",
+			p.describe(i, s), p.Batch/sh.ct(1), x)
+	case need.why == amdahlLimit:
 		serial := sh.cs
 		if need.part == "transfer" {
 			serial = sh.ds
