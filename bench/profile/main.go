@@ -61,7 +61,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.steps, "steps", 200, "training steps of every job")
 	flag.IntVar(&o.batch, "batch", 512, "the jobs' batch, and the profile's B_o")
-	flag.IntVar(&o.syncSteps, "sync-steps", 50, "heterps profile --sync-steps")
+	flag.IntVar(&o.syncSteps, "sync-steps", 200, "heterps profile --sync-steps")
 	nodes := flag.String("nodes", "1,2,4", "comma-separated node counts")
 	sync := flag.String("dense-sync", "ps,allreduce,auto", "comma-separated dense_sync methods (ps, allreduce, auto): a profile and a run per node count each")
 	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose --unit type the nodes offer")

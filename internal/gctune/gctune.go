@@ -30,6 +30,16 @@ import (
 // machine, and the slack is kept small.
 const DefaultHeadroom = 64 << 20
 
+// NodeHeadroom is the slack for a node whose units run threads threads in
+// all on a machine of cpus CPUs: DefaultHeadroom when they cover the
+// machine, none when the node shares it with others.
+func NodeHeadroom(threads, cpus int) uint64 {
+	if threads >= cpus {
+		return DefaultHeadroom
+	}
+	return 0
+}
+
 // maxPercent bounds the percentage for a nearly empty heap.
 const maxPercent = 10_000
 

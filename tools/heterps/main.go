@@ -79,6 +79,9 @@ func usage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if commands[n].summary == "" { // started by another command, not by users
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(os.Stderr, "\nRun 'heterps <command> -h' for a command's flags.")

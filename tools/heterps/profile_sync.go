@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,7 +28,8 @@ import (
 // pushes their gradients, and its dense parameters go through the servers
 // (dense_sync = "ps") or a ring allreduce among its replicas. stageRun
 // trains the whole model as one data-parallel stage of k replicas for a few
-// steps in this process, on the runtime's own code: pipeline.Worker per
+// steps in this process (stageRunProcesses, the default, in k processes:
+// profile_replicas.go), on the runtime's own code: pipeline.Worker per
 // replica (one unit's threads each), one BSP parameter-server shard
 // (ps.Shard behind ps.Service on a loopback wire listener), replica 0
 // calling the shard directly as a node hosting its job's shard does and the
@@ -41,6 +43,7 @@ type stageTimes struct {
 	k        int
 	step     float64 // seconds per step, wall
 	replicas []pipeline.Result
+	pids     []int // the replicas' processes, when each had its own
 }
 
 // stageSetup is what stageRun needs besides the replica count.
@@ -54,6 +57,10 @@ type stageSetup struct {
 	// backend opens replica i's unit (cpuUnits, gpuUnits) and the function
 	// that releases it.
 	backend func(replica int) (native.Backend, func(), error)
+	// For replicas in processes of their own (stageRunProcesses): the
+	// model as --model names it, and the flags that open the same units.
+	modelRef string
+	unitArgs []string
 }
 
 // cpuUnits gives every replica a CPU backend of threads threads.
@@ -132,24 +139,29 @@ func quietWire(node string) wire.Config {
 	return wire.Config{NodeID: node, Plain: true, Logger: slog.New(slog.DiscardHandler), DialTimeout: 5 * time.Second}
 }
 
-// startShard declares the model's parameters as a node hosting the job's
-// only shard does, and serves the shard on a loopback listener until ctx
-// ends.
-func (r *stageRunner) startShard(ctx context.Context) error {
-	cfg, backend := r.setup.model, native.MustCPU()
-	declared, err := pipeline.DeclareModel(backend, cfg, 1)
+// declare declares the model's parameters as a node hosting the job's
+// only shard does: the stage's layers, and the tables and blocks of its
+// shard.
+func (r *stageRunner) declare() ([]ps.TableSpec, []ps.BlockSpec, error) {
+	declared, err := pipeline.DeclareModel(native.MustCPU(), r.setup.model, 1)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	r.layers = pipeline.Range{First: 0, Last: declared.NumLayers() - 1}
-	tables, blocks, err := pipeline.PSParams(declared, []pipeline.Range{r.layers}, r.totalSteps())
+	return pipeline.PSParams(declared, []pipeline.Range{r.layers}, r.totalSteps())
+}
+
+// startShard serves the job's only shard on a loopback listener until ctx
+// ends.
+func (r *stageRunner) startShard(ctx context.Context) error {
+	tables, blocks, err := r.declare()
 	if err != nil {
 		return err
 	}
 	allreduce := []bool{r.allreduce()}
 	pipeline.MirrorBlocks(blocks, 1, allreduce)
-	cfgs := pipeline.ShardConfigs(pipeline.ShardSpec{Job: profileJob, Model: cfg.Name, Shards: 1, Mode: ps.BSP,
-		Replicas: []int{r.k}, Allreduce: allreduce, WaitTimeout: time.Minute, Backend: backend}, tables, blocks)
+	cfgs := pipeline.ShardConfigs(pipeline.ShardSpec{Job: profileJob, Model: r.setup.model.Name, Shards: 1, Mode: ps.BSP,
+		Replicas: []int{r.k}, Allreduce: allreduce, WaitTimeout: time.Minute, Backend: native.MustCPU()}, tables, blocks)
 	if r.shard, err = ps.NewShard(cfgs[0]); err != nil {
 		return err
 	}
@@ -168,27 +180,44 @@ func (r *stageRunner) startShard(ctx context.Context) error {
 	return nil
 }
 
-// startWorkers builds every replica's worker, with its client, data and,
-// for allreduce, its ring transport.
-func (r *stageRunner) startWorkers() error {
-	names := make([]string, r.k)
+// replicaNames are the replicas' node names, which the ring peers by.
+func replicaNames(k int) []string {
+	names := make([]string, k)
 	for i := range names {
 		names[i] = fmt.Sprintf("replica-%d", i)
 	}
+	return names
+}
+
+// shareOf splits a batch over k replicas, the first ones a row more when
+// it does not divide.
+func shareOf(batch, k int) pipeline.Share {
+	share := pipeline.Share{Members: make([]int, k), Batches: make([]int, k)}
+	for i := range k {
+		share.Members[i] = i
+		share.Batches[i] = batch / k
+		if i < batch%k {
+			share.Batches[i]++
+		}
+	}
+	return share
+}
+
+// startWorkers builds every replica's worker, with its client, data and,
+// for allreduce, its ring transport.
+func (r *stageRunner) startWorkers() error {
+	names := replicaNames(r.k)
 	trs, err := r.ringTransports(names)
 	if err != nil {
 		return err
 	}
-	share := pipeline.Share{Members: make([]int, r.k), Batches: make([]int, r.k)}
+	share := shareOf(r.setup.batch, r.k)
 	for i := range r.k {
-		share.Members[i] = i
-		share.Batches[i] = r.setup.batch / r.k
-		if i < r.setup.batch%r.k {
-			share.Batches[i]++
+		var tr *wire.TCPTransport
+		if trs != nil {
+			tr = trs[i]
 		}
-	}
-	for i := range r.k {
-		w, err := r.worker(i, share, names, trs)
+		w, err := r.worker(i, share, names, tr)
 		if err != nil {
 			return fmt.Errorf("replica %d: %w", i, err)
 		}
@@ -197,36 +226,57 @@ func (r *stageRunner) startWorkers() error {
 	return nil
 }
 
-// ringTransports are the replicas' wire transports, every pair peered
-// (the larger id first: it waits to be dialled), when the stage syncs by
-// allreduce; nil otherwise.
+// ringTransports are the replicas' wire transports, every pair peered,
+// when the stage syncs by allreduce; nil otherwise.
 func (r *stageRunner) ringTransports(names []string) ([]*wire.TCPTransport, error) {
-	if !r.allreduce() || r.k < 2 {
+	if !r.ringed() {
 		return nil, nil
 	}
 	trs := make([]*wire.TCPTransport, r.k)
+	addrs := make([]string, r.k)
 	for i, n := range names {
-		t, err := wire.NewTCPTransport("127.0.0.1:0", quietWire(n))
+		t, err := r.ringTransport(n)
 		if err != nil {
 			return nil, err
 		}
-		r.closers = append(r.closers, func() { t.Close() })
-		trs[i] = t
+		trs[i], addrs[i] = t, t.Addr().String()
 	}
-	for hi := range trs {
-		for lo := range hi {
-			if err := trs[hi].AddPeer(names[lo], trs[lo].Addr().String()); err != nil {
-				return nil, err
-			}
-			if err := trs[lo].AddPeer(names[hi], trs[hi].Addr().String()); err != nil {
-				return nil, err
-			}
+	for i, t := range trs {
+		if err := peerRing(t, i, names, addrs); err != nil {
+			return nil, err
 		}
 	}
 	return trs, nil
 }
 
-func (r *stageRunner) worker(i int, share pipeline.Share, names []string, trs []*wire.TCPTransport) (*pipeline.Worker, error) {
+// ringed says whether the replicas reduce among themselves.
+func (r *stageRunner) ringed() bool { return r.allreduce() && r.k > 1 }
+
+// ringTransport is one replica's ring transport on a loopback port, closed
+// with the runner.
+func (r *stageRunner) ringTransport(name string) (*wire.TCPTransport, error) {
+	t, err := wire.NewTCPTransport("127.0.0.1:0", quietWire(name))
+	if err != nil {
+		return nil, err
+	}
+	r.closers = append(r.closers, func() { t.Close() })
+	return t, nil
+}
+
+// peerRing tells replica self's transport where every other replica's is.
+func peerRing(t *wire.TCPTransport, self int, names, addrs []string) error {
+	for j, n := range names {
+		if j == self {
+			continue
+		}
+		if err := t.AddPeer(n, addrs[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *stageRunner) worker(i int, share pipeline.Share, names []string, tr *wire.TCPTransport) (*pipeline.Worker, error) {
 	cfg := r.setup.model
 	backend, release, err := r.setup.backend(i)
 	if err != nil {
@@ -265,53 +315,73 @@ func (r *stageRunner) worker(i int, share pipeline.Share, names []string, trs []
 		Batches:      func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, batch) }}
 	if r.allreduce() {
 		wc.Allreduce = &pipeline.Allreduce{Peers: names, TotalSteps: r.totalSteps(), ShardOptimiser: true} // as node daemons run it
-		if trs != nil {
-			wc.Allreduce.Transport = trs[i]
+		if tr != nil {
+			wc.Allreduce.Transport = tr
 		}
 	}
 	return pipeline.NewWorker(wc)
 }
 
-// train runs every replica's steps at once; the step time is the wall
-// time of the steps after the warm-up over their number, as the slowest
-// replica sets it (BSP holds the others to it).
+// replicaRun is what one replica's timed steps took: when the first began
+// and the last returned, and where their time went, summed.
+type replicaRun struct {
+	Started, Ended time.Time
+	Sum            pipeline.Result
+}
+
+// runSteps runs w's warm-up and timed steps.
+func (r *stageRunner) runSteps(ctx context.Context, w *pipeline.Worker) (replicaRun, error) {
+	var run replicaRun
+	for step := int64(1); step <= r.totalSteps(); step++ {
+		if step == int64(r.setup.warmup)+1 {
+			run.Started = time.Now()
+		}
+		res, err := w.Step(ctx, step)
+		if err != nil {
+			return run, err
+		}
+		if step > int64(r.setup.warmup) {
+			addResult(&run.Sum, res)
+		}
+	}
+	run.Ended = time.Now()
+	return run, nil
+}
+
+// train runs every replica's steps at once and times them (stageTimesOf).
 func (r *stageRunner) train(ctx context.Context) (*stageTimes, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	t := &stageTimes{k: r.k, replicas: make([]pipeline.Result, r.k)}
-	started := make([]time.Time, r.k)
-	ended := make([]time.Time, r.k)
+	runs := make([]replicaRun, r.k)
 	errs := make([]error, r.k)
 	var wg sync.WaitGroup
 	for i, w := range r.workers {
 		wg.Go(func() {
-			for step := int64(1); step <= r.totalSteps(); step++ {
-				if step == int64(r.setup.warmup)+1 {
-					started[i] = time.Now()
-				}
-				res, err := w.Step(ctx, step)
-				if err != nil {
-					errs[i] = err
-					cancel() // the others would wait for this replica's pushes
-					return
-				}
-				if step > int64(r.setup.warmup) {
-					addResult(&t.replicas[i], res)
-				}
+			if runs[i], errs[i] = r.runSteps(ctx, w); errs[i] != nil {
+				cancel() // the others would wait for this replica's pushes
 			}
-			ended[i] = time.Now()
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	first, last := slices.MinFunc(started, time.Time.Compare), slices.MaxFunc(ended, time.Time.Compare)
-	t.step = last.Sub(first).Seconds() / float64(r.setup.steps)
-	for i := range t.replicas {
-		scaleResult(&t.replicas[i], r.setup.steps)
+	return stageTimesOf(runs, r.setup.steps), nil
+}
+
+// stageTimesOf is the stage's step time, the wall time of the timed steps
+// over their number as the slowest replica sets it (BSP holds the others
+// to it), and each replica's mean step.
+func stageTimesOf(runs []replicaRun, steps int) *stageTimes {
+	t := &stageTimes{k: len(runs), replicas: make([]pipeline.Result, len(runs))}
+	first := slices.MinFunc(runs, func(a, b replicaRun) int { return a.Started.Compare(b.Started) }).Started
+	last := slices.MaxFunc(runs, func(a, b replicaRun) int { return a.Ended.Compare(b.Ended) }).Ended
+	t.step = last.Sub(first).Seconds() / float64(steps)
+	for i, run := range runs {
+		t.replicas[i] = run.Sum
+		scaleResult(&t.replicas[i], steps)
 	}
-	return t, nil
+	return t
 }
 
 func addResult(sum *pipeline.Result, r pipeline.Result) {
@@ -341,10 +411,11 @@ const syncWarmup = 3
 // the lines that say what was folded, for the file's header.
 func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *config.Problem, col int) ([]string, error) {
 	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, denseSync: config.DenseSyncPS,
-		warmup: syncWarmup, steps: f.syncSteps, backend: cpuUnits(f.unitThreads)}
+		warmup: syncWarmup, steps: f.syncSteps, backend: cpuUnits(f.unitThreads),
+		modelRef: f.model, unitArgs: []string{"--unit-threads", strconv.Itoa(f.unitThreads)}}
 	units := f.units
 	if f.device.cuda {
-		setup.backend = gpuUnits(f.device.gpu)
+		setup.backend, setup.unitArgs = gpuUnits(f.device.gpu), []string{"--gpu", strconv.Itoa(f.device.gpu)}
 		var err error
 		if units, err = unitsOnGPUs(f.units, f.device.gpu, cudaGPUCount); err != nil {
 			return nil, err
@@ -353,7 +424,11 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 	}
 	method, runs, chose, err := syncRuns(f.denseSync, slices.Max(units) > 1, func(method string) ([]*stageTimes, error) {
 		setup.denseSync = method
-		return stageRounds(units, f.syncRounds, func(k int) (*stageTimes, error) { return stageRun(ctx, setup, k) })
+		run := stageRunProcesses
+		if f.syncInProcess {
+			run = stageRun
+		}
+		return stageRounds(units, f.syncRounds, func(k int) (*stageTimes, error) { return run(ctx, setup, k) })
 	})
 	if err != nil {
 		return nil, err
@@ -455,9 +530,11 @@ func stageRounds(units []int, rounds int, run func(k int) (*stageTimes, error)) 
 // layers' oct add up to the one-replica step (the time beyond their
 // compute, extra, spread over the layers by weight: the bytes each one
 // synchronises), and every layer's alpha is the one Amdahl fraction that
-// fits the k-replica steps best (least squares, clamped to [0, 1]), since
-// synchronisation that grows with the replicas is not parallel work. runs
-// must start with k = 1.
+// fits the k-replica steps best (fitAlpha, within [MinAlpha, 1]):
+// synchronisation that grows with the replicas is not parallel work, and
+// where it outgrows the work they share, alpha falls below 0 and the cost
+// model prices the stage slower on more units, as it ran. runs must start
+// with k = 1.
 func foldSync(prob *config.Problem, col int, weights []float64, runs []*stageTimes) (extra, alpha float64) {
 	t1 := runs[0].step
 	compute, total := 0.0, 0.0
@@ -486,19 +563,49 @@ func foldSync(prob *config.Problem, col int, weights []float64, runs []*stageTim
 	return extra, alpha
 }
 
-// fitAlpha is the a minimising sum over runs of (t1((1-a) + a/k) - t_k)^2,
-// clamped to [0, 1]; 0 without runs.
+// fitAlpha is the a in [config.MinAlpha, 1] whose predicted steps,
+// t1((1-a) + a/k), are off the measured t_k by the least relative error at
+// the worst k (0 without runs): the cost model is held to a band of
+// measured over predicted, so its fit minimises the largest ratio's
+// distance from 1 rather than a sum of squares, which the longest steps
+// (the most replicas) would dominate. Each relative error is linear in a,
+// e_k(a) = p_k - a q_k, so the optimum is where one is 0 or two are equal
+// and opposite; those candidates are all tried.
 func fitAlpha(t1 float64, runs []*stageTimes) float64 {
-	var num, den float64
-	for _, r := range runs {
-		d := 1 - 1/float64(r.k)
-		num += (t1 - r.step) * d * t1
-		den += d * d * t1 * t1
-	}
-	if den == 0 {
+	if len(runs) == 0 {
 		return 0
 	}
-	return math.Min(1, math.Max(0, num/den))
+	p, q := make([]float64, len(runs)), make([]float64, len(runs))
+	for i, r := range runs {
+		p[i] = t1/r.step - 1
+		q[i] = (1 - 1/float64(r.k)) * t1 / r.step
+	}
+	worst := func(a float64) float64 {
+		w := 0.0
+		for i := range p {
+			w = math.Max(w, math.Abs(p[i]-a*q[i]))
+		}
+		return w
+	}
+	best, bestWorst := 0.0, math.Inf(1)
+	try := func(a float64) {
+		if math.IsNaN(a) || math.IsInf(a, 0) {
+			return
+		}
+		a = math.Min(1, math.Max(config.MinAlpha, a))
+		if w := worst(a); w < bestWorst {
+			best, bestWorst = a, w
+		}
+	}
+	try(config.MinAlpha)
+	try(1)
+	for i := range p {
+		try(p[i] / q[i])
+		for j := range i {
+			try((p[i] + p[j]) / (q[i] + q[j]))
+		}
+	}
+	return best
 }
 
 // syncWeights is the floats each layer moves to and from the parameter
@@ -524,8 +631,12 @@ func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, e
 	if f.device.cuda {
 		unit = fmt.Sprintf("one GPU each, replica i on GPU %d+i", f.device.gpu)
 	}
-	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%s) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
-		method, unit, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[method == config.DenseSyncAllreduce])}
+	where := "each in a process of its own, as k node daemons run them"
+	if f.syncInProcess {
+		where = "as goroutines of one process (--sync-in-process)"
+	}
+	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%s; %s) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
+		method, unit, where, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[method == config.DenseSyncAllreduce])}
 	for _, r := range runs {
 		line := fmt.Sprintf("k = %d: %.2f ms a step", r.k, r.step*1e3)
 		for i, x := range r.replicas {
@@ -538,7 +649,7 @@ func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, e
 		}
 		lines = append(lines, line)
 	}
-	fitted := fmt.Sprintf("alpha = %.4f on every layer: the Amdahl fraction that best fits the k-replica steps (sync that grows with k lowers it; the cost model cannot price a stage that more units slow down, so the fit stops at 0)", alpha)
+	fitted := fmt.Sprintf("alpha = %.4f on every layer: the Amdahl fraction whose predicted k-replica steps are off the measured ones by the least relative error at the worst k (sync that grows with k lowers it; below 0, more units slow the stage down and a plan gives it one)", alpha)
 	if len(runs) < 2 {
 		fitted = "alpha not fitted to stage runs (only k = 1 was run): as measured from the layers' threads, or estimated"
 	}

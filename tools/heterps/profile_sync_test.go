@@ -51,8 +51,18 @@ func TestFoldSyncScalesWhenTheRuntimeIsFasterAndClampsAlpha(t *testing.T) {
 	if got := p.Layers[0].OCT[1] + p.Layers[1].OCT[1]; math.Abs(got-0.004) > 1e-9 || math.Abs(p.Layers[1].OCT[1]-0.003) > 1e-9 {
 		t.Errorf("oct %g + %g, want 0.001 + 0.003 (scaled to the 0.004 s step)", p.Layers[0].OCT[1], p.Layers[1].OCT[1])
 	}
-	if alpha != 0 {
-		t.Errorf("alpha %g for steps that grow with k, want 0 (clamped)", alpha)
+	// Predicted over measured, 0.004 (1 - a/2) / 0.006 and 0.004 (1 - 3a/4)
+	// / 0.008, are 1 -+ 1/17 at a = -20/17 (-1 fits k = 2 alone and leaves
+	// k = 4 1/8 off; -4/3 the other way round).
+	if math.Abs(alpha-(-20.0/17)) > 1e-12 || p.Layers[0].Alpha[1] != round4(-20.0/17) {
+		t.Errorf("alpha %g (layer %g) for steps that grow with k, want -20/17: more units slow this stage", alpha, p.Layers[0].Alpha[1])
+	}
+	for _, tc := range []struct {
+		k2, want float64
+	}{{0.1, config.MinAlpha}, {0.001, 1}} {
+		if a := fitAlpha(0.004, []*stageTimes{{k: 2, step: tc.k2}}); a != tc.want {
+			t.Errorf("2 replicas at %g s a step against 0.004: alpha %g, want %g (clamped)", tc.k2, a, tc.want)
+		}
 	}
 }
 

@@ -192,14 +192,10 @@ const maxGCHeadroomMiB = 64 << 10
 // nodes on the same 2 cores were 12 % slower with it (4 of 4), their
 // heaps taking ten times the page faults.
 func gcHeadroomMiB(flag, threads, cpus int) int {
-	switch {
-	case flag >= 0:
+	if flag >= 0 {
 		return flag
-	case threads >= cpus:
-		return gctune.DefaultHeadroom >> 20
-	default:
-		return 0
 	}
+	return int(gctune.NodeHeadroom(threads, cpus) >> 20)
 }
 
 // tuneGC keeps the collector's slack at mib MiB (package gctune: a node's
