@@ -189,6 +189,11 @@ func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.C
 	limit, err := floorFor(ctx, cat, model, jobTOML(n, o.batch, o.steps, 0, sync, prof), n)
 	if errors.Is(err, planlimit.ErrNoFloor) {
 		planProf, mark = "", "*"
+		// Planned without the profile, auto would not sync as the profile
+		// folded: the job is told the profile's method instead.
+		if sync, err = foldedSync(prof, unit.Name, sync); err != nil {
+			return err
+		}
 		limit, err = floorFor(ctx, cat, model, jobTOML(n, o.batch, o.steps, 0, sync, ""), n)
 	}
 	if err != nil {
@@ -225,6 +230,24 @@ func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.C
 		}
 	}
 	return nil
+}
+
+// foldedSync is the dense_sync the profile at path folded for type typ
+// when asked is auto, else asked.
+func foldedSync(path, typ, asked string) (string, error) {
+	if asked != config.DenseSyncAuto {
+		return asked, nil
+	}
+	p, err := config.LoadProblem(path)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range p.Types {
+		if t.Name == typ && t.DenseSync != "" {
+			return t.DenseSync, nil
+		}
+	}
+	return "", fmt.Errorf("%s: type %s has no folded dense_sync", path, typ)
 }
 
 // problemOf is the problem the coordinator plans the job on.
