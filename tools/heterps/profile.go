@@ -73,7 +73,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.StringVar(&f.denseSync, "dense-sync", config.DenseSyncAuto, "how the job's data-parallel stages sync dense parameters, whose synchronisation is folded into oct and alpha: ps, allreduce, or auto (both measured, the faster folded and named in the profile, for jobs with dense_sync = \"auto\")")
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
 	fs.IntVar(&f.syncRounds, "sync-rounds", 3, "rounds of stage runs over the ks; each k keeps its median round")
-	fs.IntVar(&f.syncSteps, "sync-steps", 20, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
+	fs.IntVar(&f.syncSteps, "sync-steps", 100, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
 	fs.BoolVar(&f.syncInProcess, "sync-in-process", false, "run the k replicas of the synchronisation runs in this process instead of one process each (as k node daemons run them; processes on one machine also share its cores, which goroutines of one process share more cheaply)")
 	fs.TextVar(&f.device, "device", device{}, "where the layers are timed: cpu, or cuda[:N] (GPU N is one unit of --type; a CUDA build: make build-cuda)")
 	fs.BoolVar(&f.submit, "submit", false, "also send the measured types (this one and those kept by --into) to the coordinator, which plans the model's jobs on them")
