@@ -473,7 +473,7 @@ func TestBadProfilesAreRefused(t *testing.T) {
 		{"oversize", "ctrdnn", api.ContentTypeTOML, append([]byte(good), bytes.Repeat([]byte("#"), api.MaxProfileBytes)...), http.StatusRequestEntityTooLarge, []string{"body over 4194304 bytes"}},
 		{"NaN", "ctrdnn", api.ContentTypeTOML, replaceOnce(oct2, "oct = [nan]"), http.StatusBadRequest, []string{"profile of model ctrdnn", "layer[2].oct", `type "cpu"`, "NaN"}},
 		{"negative odt", "ctrdnn", api.ContentTypeTOML, replaceOnce("odt = [", "odt = [-"), http.StatusBadRequest, []string{"layer[0].odt", `type "cpu"`, ">= 0"}},
-		{"alpha above 1", "ctrdnn", api.ContentTypeTOML, replaceOnce("alpha = [", "alpha = [1"), http.StatusBadRequest, []string{"layer[0].alpha", "in [0, 1]"}},
+		{"alpha above 1", "ctrdnn", api.ContentTypeTOML, replaceOnce("alpha = [", "alpha = [1"), http.StatusBadRequest, []string{"layer[0].alpha", "in [-10, 1]"}},
 		{"unknown field", "ctrdnn", api.ContentTypeTOML, replaceOnce("oct = [", "octt = 1\noct = ["), http.StatusBadRequest, []string{"layer.octt", "unknown key"}},
 		{"layer count", "ctrdnn", api.ContentTypeTOML, mlp, http.StatusBadRequest, []string{"profile of model ctrdnn, type cpu", "layer", "4 layers, model ctrdnn has 7"}},
 		{"layer name", "ctrdnn", api.ContentTypeTOML, replaceOnce(`name = 'fc2'`, `name = 'fc9'`), http.StatusBadRequest, []string{"type cpu", "layer[3].name", `"fc9"`, `"fc2"`}},
