@@ -335,7 +335,7 @@ func runProfileReplica(args []string) int {
 	out := json.NewEncoder(os.Stdout)
 	if err := profileReplica(args, os.Stdin, out); err != nil {
 		out.Encode(replicaReport{Error: err.Error()})
-		fmt.Fprintln(os.Stderr, "heterps profile-replica:", err)
+		fmt.Fprintln(os.Stderr, "heterps profile-replica (one replica of heterps profile's synchronisation runs, which starts it):", err)
 		return exitFailure
 	}
 	return exitOK
