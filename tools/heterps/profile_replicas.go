@@ -100,7 +100,7 @@ type replicaProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan []byte // closed when its stdout ends
-	stderr *bytes.Buffer
+	stderr *capped
 }
 
 type replicaProcs []*replicaProc
@@ -125,8 +125,8 @@ func startReplica(ctx context.Context, prog string, args []string) (*replicaProc
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Env = append(os.Environ(), asHeterpsEnv+"=1")
 	cmd.WaitDelay = 5 * time.Second
-	p := &replicaProc{cmd: cmd, lines: make(chan []byte, 2), stderr: &bytes.Buffer{}}
-	cmd.Stderr = &capped{buf: p.stderr, limit: 64 << 10}
+	p := &replicaProc{cmd: cmd, lines: make(chan []byte, 2), stderr: &capped{limit: 64 << 10}}
+	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -281,11 +281,18 @@ func (kids replicaProcs) stop() {
 	}
 }
 
-// capped keeps the first limit bytes written to it and drops the rest.
+// capped keeps the first limit bytes written to it and drops the rest;
+// it may be read while the child still writes.
 type capped struct {
 	mu    sync.Mutex
-	buf   *bytes.Buffer
+	buf   bytes.Buffer
 	limit int
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
 }
 
 func (c *capped) Write(b []byte) (int, error) {
