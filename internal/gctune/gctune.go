@@ -14,6 +14,7 @@ package gctune
 import (
 	"context"
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -82,6 +83,17 @@ func Run(ctx context.Context, headroom uint64, gogcSet bool) {
 	defer t.mu.Unlock()
 	t.stopped = true
 	debug.SetGCPercent(t.found)
+}
+
+// Start runs Run in its own goroutine with the operator's GOGC, if the
+// environment sets it, winning, until the returned stop is called; stop
+// waits for Run to restore the percentage.
+func Start(ctx context.Context, headroom uint64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	_, gogcSet := os.LookupEnv("GOGC")
+	var wg sync.WaitGroup
+	wg.Go(func() { Run(ctx, headroom, gogcSet) })
+	return func() { cancel(); wg.Wait() }
 }
 
 // tuner is one Run's state, shared with the finalizer goroutine.

@@ -44,6 +44,8 @@ type replicaHello struct {
 	Error string `json:"error,omitempty"` // it failed before it had them
 }
 
+func (h *replicaHello) failure() string { return h.Error }
+
 // replicaPeers is the parent's answer: the server's address and every
 // replica's ring address, by replica.
 type replicaPeers struct {
@@ -57,6 +59,11 @@ type replicaReport struct {
 	PID   int        `json:"pid"`
 	Error string     `json:"error,omitempty"`
 }
+
+func (r *replicaReport) failure() string { return r.Error }
+
+// replicaLine is a line a child writes, which says so when it failed.
+type replicaLine interface{ failure() string }
 
 // replicaArgs are the flags of the child that runs replica i of k.
 func replicaArgs(s stageSetup, k, i int) []string {
@@ -83,14 +90,12 @@ func stageRunProcesses(ctx context.Context, s stageSetup, k int) (*stageTimes, e
 	if err != nil {
 		return nil, fmt.Errorf("profile: %d replica processes, dense_sync %s: %w", k, s.denseSync, err)
 	}
-	runs := make([]replicaRun, k)
+	runs, pids := make([]replicaRun, k), make([]int, k)
 	for i, r := range reps {
-		runs[i] = r.Run
+		runs[i], pids[i] = r.Run, r.PID
 	}
 	t := stageTimesOf(runs, s.steps)
-	for _, r := range reps {
-		t.pids = append(t.pids, r.PID)
-	}
+	t.pids = pids
 	return t, nil
 }
 
@@ -145,8 +150,8 @@ func startReplica(ctx context.Context, prog string, args []string) (*replicaProc
 // a test binary's TestMain then runs the command instead of the tests.
 const asHeterpsEnv = "HETERPS_TEST_AS_CLI"
 
-// readLines sends r's lines (of at most 1 MiB; a longer one ends the
-// stream) to out and closes it when r ends.
+// readLines sends r's lines to out and closes it when r ends or has
+// written more than 1 MiB in all (a child writes two short lines).
 func readLines(r io.Reader, out chan<- []byte) {
 	defer close(out)
 	dec := json.NewDecoder(io.LimitReader(r, 1<<20))
@@ -165,11 +170,7 @@ func (kids replicaProcs) exchange(ctx context.Context) ([]replicaReport, error) 
 	peers := replicaPeers{}
 	for i, p := range kids {
 		var h replicaHello
-		err := p.next(ctx, &h)
-		if err == nil && h.Error != "" {
-			err = errors.New(h.Error)
-		}
-		if err != nil {
+		if err := p.next(ctx, &h); err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
 		if i == 0 {
@@ -211,9 +212,6 @@ func (kids replicaProcs) reports(ctx context.Context) ([]replicaReport, error) {
 		go func() {
 			var rep replicaReport
 			err := p.next(ctx, &rep)
-			if err == nil && rep.Error != "" {
-				err = errors.New(rep.Error)
-			}
 			ch <- got{i, rep, err}
 		}()
 	}
@@ -228,8 +226,9 @@ func (kids replicaProcs) reports(ctx context.Context) ([]replicaReport, error) {
 	return reps, nil
 }
 
-// next decodes the child's next line into v.
-func (p *replicaProc) next(ctx context.Context, v any) error {
+// next decodes the child's next line into v, and returns the failure the
+// line reports, if any.
+func (p *replicaProc) next(ctx context.Context, v replicaLine) error {
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the replica: %w%s", ctx.Err(), p.said())
@@ -239,6 +238,9 @@ func (p *replicaProc) next(ctx context.Context, v any) error {
 		}
 		if err := json.Unmarshal(line, v); err != nil {
 			return fmt.Errorf("the replica wrote %.200q: %w", line, err)
+		}
+		if msg := v.failure(); msg != "" {
+			return errors.New(msg)
 		}
 		return nil
 	}
@@ -362,12 +364,10 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	if f.gpu >= 0 {
 		setup.backend = gpuUnits(f.gpu)
 	}
-	var tuning sync.WaitGroup
-	defer tuning.Wait()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if f.gpu < 0 { // the collector's slack a node of these threads keeps (heterpsd)
-		tuning.Go(func() { gctune.Run(ctx, gctune.NodeHeadroom(f.unitThreads, runtime.NumCPU()), os.Getenv("GOGC") != "") })
+		defer gctune.Start(ctx, gctune.NodeHeadroom(f.unitThreads, runtime.NumCPU()))()
 	}
 	r := &stageRunner{setup: setup, k: f.k}
 	defer r.close()

@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"sync"
 	"syscall"
 	"time"
 
@@ -202,11 +201,7 @@ func gcHeadroomMiB(flag, threads, cpus int) int {
 // step buffers made it collect ~15 times a second) until the returned
 // stop is called; an operator's GOGC variable wins.
 func tuneGC(ctx context.Context, mib int) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	_, gogcSet := os.LookupEnv("GOGC")
-	var wg sync.WaitGroup
-	wg.Go(func() { gctune.Run(ctx, uint64(mib)<<20, gogcSet) })
-	return func() { cancel(); wg.Wait() }
+	return gctune.Start(ctx, uint64(mib)<<20)
 }
 
 // run runs the daemon until ctx ends and returns its exit status.
