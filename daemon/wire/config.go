@@ -65,6 +65,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, if set, counts traffic and rejected handshakes (metrics.go).
 	Metrics *Metrics
+
+	// keepChecksums keeps payload checksums on where they are redundant,
+	// as a peer that predates the handshake's features does (tests).
+	keepChecksums bool
 }
 
 // MinSecretLen is the shortest cluster secret accepted, in bytes.

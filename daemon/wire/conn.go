@@ -131,7 +131,7 @@ func (c *Conn) Send(ctx context.Context, stream uint32, m *Message) error {
 	if stream == 0 {
 		return errors.New("wire: send: stream 0 is reserved for connection control")
 	}
-	p, err := encodeMessage(m, c.cfg.MaxPayload)
+	p, err := encodeMessage(m, c.cfg.MaxPayload, !c.fr.unchecked)
 	if err != nil {
 		return fmt.Errorf("wire: send to %s: %w", c.peer, err)
 	}
@@ -271,7 +271,7 @@ func (c *Conn) readMessage() (*MessageView, error) {
 	if err := c.nc.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
 		return nil, err
 	}
-	payload, err := readPayloadInto(c.fr.r, h, getPayload(int(h.Length)))
+	payload, err := readPayloadInto(c.fr.r, h, getPayload(int(h.Length)), !c.fr.unchecked)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,9 @@
 //
 // Layers, bottom up:
 //
-//   - frame.go: the fixed 28-byte frame header and CRC32C-checked payload.
+//   - frame.go: the fixed 28-byte frame header and CRC32C-checked payload
+//     (data frames leave the CRC out on same-host sockets and under TLS,
+//     as both ends agree in the handshake).
 //   - tensor.go, message.go: what data frames carry (float32/int64 tensors
 //     plus a fixed block of job/stage/replica/step metadata).
 //   - handshake.go: HMAC-SHA256 challenge-response in both directions, done

@@ -150,13 +150,13 @@ func TestParseHelloRejects(t *testing.T) {
 	good := (&hello{role: roleDialer, mode: modeHMAC, node: "node"}).marshal()
 	mutate := func(f func([]byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	cases := map[string][]byte{
-		"short":          good[:10],
-		"role":           mutate(func(b []byte) []byte { b[0] = 7; return b }),
-		"mode":           mutate(func(b []byte) []byte { b[1] = 7; return b }),
-		"reserved":       mutate(func(b []byte) []byte { b[3] = 1; return b }),
-		"id length":      mutate(func(b []byte) []byte { b[2] = 5; return b }),
-		"empty id":       mutate(func(b []byte) []byte { b[2] = 0; return b[:helloFixed] }),
-		"unprintable id": mutate(func(b []byte) []byte { b[helloFixed] = '\n'; return b }),
+		"short":           good[:10],
+		"role":            mutate(func(b []byte) []byte { b[0] = 7; return b }),
+		"mode":            mutate(func(b []byte) []byte { b[1] = 7; return b }),
+		"unknown feature": mutate(func(b []byte) []byte { b[3] = 2; return b }),
+		"id length":       mutate(func(b []byte) []byte { b[2] = 5; return b }),
+		"empty id":        mutate(func(b []byte) []byte { b[2] = 0; return b[:helloFixed] }),
+		"unprintable id":  mutate(func(b []byte) []byte { b[helloFixed] = '\n'; return b }),
 	}
 	for name, b := range cases {
 		if _, err := parseHello(b); err == nil {

@@ -200,11 +200,17 @@ func echoOK(t *testing.T, addr string, cfg Config) {
 // raw socket (and the frame numbering) to misbehave on.
 func rawAuthed(t *testing.T, addr string, cfg Config) (net.Conn, *framer) {
 	t.Helper()
+	return rawAuthedOn(t, "tcp", addr, cfg)
+}
+
+// rawAuthedOn is rawAuthed on another network ("unix": a twin's name).
+func rawAuthedOn(t *testing.T, network, addr string, cfg Config) (net.Conn, *framer) {
+	t.Helper()
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := net.Dial("tcp", addr)
+	nc, err := net.Dial(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

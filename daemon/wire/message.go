@@ -158,9 +158,10 @@ type encodedPayload struct {
 	crc    uint32
 }
 
-// encodeMessage lays m out for sending without copying tensor data, and
-// fails if m breaks a codec rule or its payload would exceed maxPayload.
-func encodeMessage(m *Message, maxPayload int) (encodedPayload, error) {
+// encodeMessage lays m out for sending without copying tensor data, with
+// its CRC32C if checksum (else crc 0), and fails if m breaks a codec rule
+// or its payload would exceed maxPayload.
+func encodeMessage(m *Message, maxPayload int, checksum bool) (encodedPayload, error) {
 	if m.Type < MsgData {
 		return encodedPayload{}, fmt.Errorf("wire: message type %d is reserved for connection control", m.Type)
 	}
@@ -199,7 +200,9 @@ func encodeMessage(m *Message, maxPayload int) (encodedPayload, error) {
 		if p.size > maxPayload {
 			return encodedPayload{}, fmt.Errorf("wire: message payload over limit %d bytes", maxPayload)
 		}
-		p.crc = crc32.Update(p.crc, castagnoli, b)
+		if checksum {
+			p.crc = crc32.Update(p.crc, castagnoli, b)
+		}
 	}
 	return p, nil
 }
@@ -218,7 +221,7 @@ func appendMessageHeader(dst []byte, m *Message) []byte {
 // AppendMessage appends m's payload encoding to dst (a copy; Conn sends
 // without one). maxPayload bounds the payload size.
 func AppendMessage(dst []byte, m *Message, maxPayload int) ([]byte, error) {
-	p, err := encodeMessage(m, maxPayload)
+	p, err := encodeMessage(m, maxPayload, false)
 	if err != nil {
 		return dst, err
 	}

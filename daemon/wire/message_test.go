@@ -63,7 +63,7 @@ func TestMessageHeaderOffsets(t *testing.T) {
 
 func TestEncodeMessageChecksum(t *testing.T) {
 	m := sampleMessage()
-	p, err := encodeMessage(m, 1<<20)
+	p, err := encodeMessage(m, 1<<20, true)
 	if err != nil {
 		t.Fatal(err)
 	}
