@@ -101,3 +101,42 @@ func TestUncheckedFramesCarryNoChecksum(t *testing.T) {
 		t.Fatalf("echo: %+v, CRC field %#x, %v", m, h.CRC, err)
 	}
 }
+
+// A listener of a version before the hello's features hangs up on a hello
+// that sets one; Dial asks it again without, and the two keep checksums.
+func TestDialFallsBackForAListenerWithoutFeatures(t *testing.T) {
+	checkLeaks(t)
+	logs := &logSink{}
+	old := testConfig("server", logs)
+	old.refuseFeatures = true
+	srv := startEcho(t, old)
+	echoOK(t, srv.addr(), testConfig("client", logs))
+	conn, err := Dial(testContext(t), srv.addr(), testConfig("client", logs), "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if conn.fr.unchecked {
+		t.Error("a connection to a listener without features left checksums out")
+	}
+	logs.waitFor(t, "reserved byte is 1")
+}
+
+// A listener answers a dialer that offers no features with none, so that a
+// dialer of a version before them can read its hello.
+func TestListenerOffersNoFeatureTheDialerDidNot(t *testing.T) {
+	checkLeaks(t)
+	logs := &logSink{}
+	srv := startEcho(t, testConfig("server", logs))
+	old := testConfig("client", logs)
+	old.keepChecksums, old.refuseFeatures = true, true
+	nc, fr := rawAuthedOn(t, "unix", twinName(srv.addr()), old)
+	if fr.unchecked {
+		t.Fatal("a connection whose dialer offered no features left checksums out")
+	}
+	nc.Write(dataFrame(t, 1, fr.sendSeq+1, &Message{Type: MsgAck, Meta: Meta{Job: 77}}))
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := ReadFrame(nc, 1<<20); err != nil {
+		t.Fatalf("echo with its CRC: %v", err)
+	}
+}

@@ -67,8 +67,12 @@ type Config struct {
 	Metrics *Metrics
 
 	// keepChecksums keeps payload checksums on where they are redundant,
-	// as a peer that predates the handshake's features does (tests).
+	// as a peer that predates the handshake's features does (a Dial that
+	// such a listener hung up on, and tests).
 	keepChecksums bool
+	// refuseFeatures refuses a peer's hello that sets features, as a
+	// version that predates them does (tests of mixed versions).
+	refuseFeatures bool
 }
 
 // MinSecretLen is the shortest cluster secret accepted, in bytes.

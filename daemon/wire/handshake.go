@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -50,7 +51,9 @@ import (
 // features, and need not: an end skips checksums only where it judged them
 // redundant itself, and a peer that leaves the bit clear keeps them on. A
 // version without features refuses a hello that sets one (it was a
-// reserved byte): a cluster's nodes are upgraded together.
+// reserved byte), so L sets none D did not, and Dial asks again without
+// features when L hangs up on its hello (errHelloRefused): nodes of both
+// versions still talk, with checksums.
 
 const (
 	roleDialer   byte = 1
@@ -261,7 +264,10 @@ func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
 	if err := f.writeSmall(MsgHello, d.marshal()); err != nil {
 		return "", err
 	}
-	l, err := readHello(f, roleListener)
+	l, err := readHello(f, roleListener, cfg)
+	if err != nil && d.features != 0 && hungUp(err) {
+		return "", fmt.Errorf("%w: %w", errHelloRefused, err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -294,7 +300,7 @@ func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {
 // listenerHandshake runs L's side; the connection's deadline is
 // HelloTimeout away until D's hello has arrived, then deadline.
 func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline time.Time) (string, error) {
-	d, err := readHello(f, roleDialer)
+	d, err := readHello(f, roleDialer, cfg)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 		return "", fmt.Errorf("no hello within the hello timeout (%s): %w", cfg.HelloTimeout, err)
@@ -309,6 +315,7 @@ func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline tim
 		return "", err
 	}
 	l := newHello(cfg, roleListener, f.nc)
+	l.features &= d.features // a dialer of a version before features refuses a hello that sets one
 	if err := f.writeSmall(MsgHello, l.marshal()); err != nil {
 		return "", err
 	}
@@ -332,7 +339,16 @@ func listenerHandshake(ctx context.Context, f *framer, cfg *Config, deadline tim
 	return d.node, nil
 }
 
-func readHello(f *framer, wantRole byte) (hello, error) {
+// errHelloRefused: the listener hung up on a hello that set features, as
+// one of a version before them does (Dial asks again without).
+var errHelloRefused = errors.New("the listener hung up on this hello's features (an older version?)")
+
+// hungUp reports whether err says the peer closed the connection.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, ErrTruncated) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func readHello(f *framer, wantRole byte, cfg *Config) (hello, error) {
 	b, err := f.readHandshake(MsgHello)
 	if err != nil {
 		return hello{}, err
@@ -343,6 +359,9 @@ func readHello(f *framer, wantRole byte) (hello, error) {
 	}
 	if h.role != wantRole {
 		return hello{}, decodeErr("handshake hello", ErrMalformed, "peer claims role %d, want %d", h.role, wantRole)
+	}
+	if cfg.refuseFeatures && h.features != 0 {
+		return hello{}, decodeErr("handshake hello", ErrMalformed, "reserved byte is %d", h.features)
 	}
 	return h, nil
 }

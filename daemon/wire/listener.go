@@ -24,15 +24,28 @@ func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn,
 			return nil, err
 		}
 	}
-	if nc := dialTwin(ctx, addr, &cfg); nc != nil {
-		return dialOn(ctx, nc, addr, &cfg, wantPeer)
+	c, err := dialOnce(ctx, addr, &cfg, wantPeer)
+	if errors.Is(err, errHelloRefused) && !cfg.keepChecksums {
+		// A listener of a version before the hello's features hangs up on
+		// one that sets any: ask it again without.
+		cfg.keepChecksums = true
+		return dialOnce(ctx, addr, &cfg, wantPeer)
+	}
+	return c, err
+}
+
+// dialOnce connects to addr, on its twin when it has one, and runs the
+// handshake as the dialer.
+func dialOnce(ctx context.Context, addr string, cfg *Config, wantPeer string) (*Conn, error) {
+	if nc := dialTwin(ctx, addr, cfg); nc != nil {
+		return dialOn(ctx, nc, addr, cfg, wantPeer)
 	}
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
 	}
-	return dialOn(ctx, nc, addr, &cfg, wantPeer)
+	return dialOn(ctx, nc, addr, cfg, wantPeer)
 }
 
 // dialOn runs the dialer's side of TLS (if configured) and the handshake
