@@ -36,7 +36,7 @@ import (
 //
 //	offset  size  field
 //	     0     1  role: 1 = dialer, 2 = listener
-//	     1     1  mode: 1 = HMAC-SHA256, 2 = plain
+//	     1     1  mode: 1 = HMAC-SHA256, 2 = plain, 3 = inside TLS
 //	     2     1  node id length n, 1..64
 //	     3     1  features: bit 0 = payload checksums are redundant here
 //	     4    32  nonce
