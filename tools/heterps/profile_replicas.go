@@ -76,8 +76,8 @@ func replicaArgs(s stageSetup, k, i int) []string {
 // stageRunProcesses runs s on k replicas, one process each, and times its
 // steps as stageRun does.
 func stageRunProcesses(ctx context.Context, s stageSetup, k int) (*stageTimes, error) {
-	if s.batch < k {
-		return nil, fmt.Errorf("profile: batch %d cannot be split over %d replicas", s.batch, k)
+	if err := s.splits(k); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()

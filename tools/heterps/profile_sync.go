@@ -63,6 +63,14 @@ type stageSetup struct {
 	unitArgs []string
 }
 
+// splits checks that the stage's batch gives each of k replicas a row.
+func (s stageSetup) splits(k int) error {
+	if s.batch < k {
+		return fmt.Errorf("profile: batch %d cannot be split over %d replicas", s.batch, k)
+	}
+	return nil
+}
+
 // cpuUnits gives every replica a CPU backend of threads threads.
 func cpuUnits(threads int) func(int) (native.Backend, func(), error) {
 	return func(int) (native.Backend, func(), error) {
@@ -86,8 +94,8 @@ const profileJob = "profile"
 
 // stageRun runs s on k replicas and times its steps.
 func stageRun(ctx context.Context, s stageSetup, k int) (*stageTimes, error) {
-	if s.batch < k {
-		return nil, fmt.Errorf("profile: batch %d cannot be split over %d replicas", s.batch, k)
+	if err := s.splits(k); err != nil {
+		return nil, err
 	}
 	// k node daemons would each schedule goroutines on every CPU: so may
 	// the k replicas here, or they would queue behind one another for Ps.
