@@ -34,7 +34,9 @@ import (
 // steps) fails the step rather than mix two rings.
 //
 // A ring of two swaps instead (ring.swap): each member sends its whole
-// gradient to the other, and both sum the pair in member order.
+// gradient to the other, and both sum the pair in member order. Rings of
+// 4, 8, 16 ... members reduce small gradients by recursive halving and
+// doubling (halving.go).
 //
 // The sum is weighted as the parameter servers weigh pushes: member k
 // multiplies its gradient by its rows b_k before adding it, the messages
@@ -194,16 +196,23 @@ type ownerUpdate struct {
 // the allgather carries u.w: every member ends with the updated values in
 // u.w, and g holds the mean over its own chunk only.
 func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
-	n := len(r.members)
-	if n == 1 {
-		if u != nil {
-			return u.apply(0, len(g))
-		}
+	switch n := len(r.members); {
+	case n == 1 && u != nil:
+		return u.apply(0, len(g))
+	case n == 1:
 		return nil
-	}
-	if n == 2 {
+	case n == 2:
 		return r.swap(ctx, param, g, rows, u)
+	case halving(n, len(g)):
+		return r.halveAndDouble(ctx, param, g, rows, u)
 	}
+	return r.passAround(ctx, param, g, rows, u)
+}
+
+// passAround is reduce for rings of three or more members: chunks passed
+// around the ring.
+func (r *ring) passAround(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
+	n := len(r.members)
 	fb := float32(rows)
 	bounds := chunks(len(g), n)
 	span := func(c int) (lo, hi int) { c = ((c % n) + n) % n; return bounds[c], bounds[c+1] }
@@ -276,12 +285,21 @@ func (r *ring) reduce(ctx context.Context, param int, g []float32, rows int, u *
 			}
 		}
 	}
-	if u != nil && u.snapshot && r.pos == 0 {
-		for p := 1; p < n; p++ {
-			lo, hi := span(ownedChunk(p, n))
-			if err := r.recvState(ctx, param, p, u.state, lo, hi); err != nil {
-				return err
-			}
+	return r.collectStates(ctx, param, u, bounds)
+}
+
+// collectStates receives, on the ring's first member of a snapshot, every
+// other owner's chunk of the optimiser state (ownerUpdate.snapshot); the
+// parameter's chunks lie at bounds.
+func (r *ring) collectStates(ctx context.Context, param int, u *ownerUpdate, bounds []int) error {
+	if u == nil || !u.snapshot || r.pos != 0 {
+		return nil
+	}
+	n := len(r.members)
+	for p := 1; p < n; p++ {
+		c := ownedChunk(p, n, bounds[n])
+		if err := r.recvState(ctx, param, p, u.state, bounds[c], bounds[c+1]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -347,7 +365,7 @@ func (r *ring) swap(ctx context.Context, param int, g []float32, rows int, u *ow
 // of the other chunk.
 func (r *ring) swapUpdates(x *ringExchange, u *ownerUpdate, n, total int) error {
 	bounds := chunks(n, 2)
-	own, theirs := ownedChunk(r.pos, 2), ownedChunk(1-r.pos, 2)
+	own, theirs := ownedChunk(r.pos, 2, n), ownedChunk(1-r.pos, 2, n)
 	lo, hi := bounds[own], bounds[own+1]
 	if err := u.apply(lo, hi); err != nil {
 		return err
@@ -389,10 +407,16 @@ func sumPortable(dst []float32, a float32, x []float32, b float32, y []float32) 
 	}
 }
 
-// ownedChunk is the chunk that the member at place pos of a ring of n
-// finishes: the reduce-scatter's last round adds its part to chunk
-// pos-(n-1).
-func ownedChunk(pos, n int) int { return (pos + 1) % n }
+// ownedChunk is the chunk of a gradient of floats floats that the member
+// at place pos of a ring of n finishes: on a ring the reduce-scatter's
+// last round adds its part to chunk pos-(n-1); halving leaves each member
+// its own (halveAndDouble).
+func ownedChunk(pos, n, floats int) int {
+	if halving(n, floats) {
+		return pos
+	}
+	return (pos + 1) % n
+}
 
 // stateRound numbers the messages that carry optimiser state buffer k to
 // the ring's first member (ownerUpdate.snapshot), apart from the swap's.
@@ -524,8 +548,12 @@ func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param 
 	}
 	defer m.Release()
 	unexpected := func() error {
-		return fmt.Errorf("got %v for step %d parameter %d round %d piece %d, want step %d parameter %d round %d piece %d",
+		err := fmt.Errorf("got %v for step %d parameter %d round %d piece %d, want step %d parameter %d round %d piece %d",
 			m.Type, m.Meta.Step, m.Meta.Key, m.Meta.Micro>>32, uint32(m.Meta.Micro), r.step, param, micro>>32, uint32(micro))
+		if halvingRounds(m.Meta.Micro>>32) != halvingRounds(micro>>32) {
+			err = fmt.Errorf("%w: the members reduce by different algorithms (another heterps version?)", err)
+		}
+		return err
 	}
 	if m.Type != wire.MsgGradient || m.Meta.Step != uint64(r.step) || m.Meta.Key != uint64(param) {
 		return 0, unexpected()

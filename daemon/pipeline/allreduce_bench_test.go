@@ -21,10 +21,17 @@ import (
 //
 //	go test -run '^$' -bench DenseSync -benchtime 20x ./daemon/pipeline
 func BenchmarkDenseSync(b *testing.B) {
-	for _, reps := range []int{2, 4} {
-		for _, n := range []int{1 << 14, 1 << 16, 1 << 18, 1 << 20} {
+	for _, reps := range []int{2, 4, 8} {
+		for _, n := range []int{1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 20} {
 			b.Run(fmt.Sprintf("ps/R=%d/bytes=%d", reps, 4*n), func(b *testing.B) { benchPSSync(b, reps, n) })
 			b.Run(fmt.Sprintf("allreduce/R=%d/bytes=%d", reps, 4*n), func(b *testing.B) { benchRingSync(b, reps, n) })
+			if halving(reps, n) {
+				b.Run(fmt.Sprintf("allreduce-ring/R=%d/bytes=%d", reps, 4*n), func(b *testing.B) {
+					halvingOn = false
+					defer func() { halvingOn = true }()
+					benchRingSync(b, reps, n)
+				})
+			}
 		}
 	}
 }
@@ -93,7 +100,7 @@ func benchPSSync(b *testing.B, reps, n int) {
 	for b.Loop() {
 		sync()
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/step")
 }
 
 func benchRingSync(b *testing.B, reps, n int) {
@@ -121,7 +128,7 @@ func benchRingSync(b *testing.B, reps, n int) {
 	for b.Loop() {
 		sync()
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/step")
 }
 
 func benchGrads(reps, n int) [][]float32 {

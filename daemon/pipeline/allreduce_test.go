@@ -115,7 +115,8 @@ func TestRingAllreduceIsTheWeightedMeanOnEveryMember(t *testing.T) {
 	checkLeaks(t)
 	for _, tc := range []struct {
 		members, length int
-	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {4, 3}, {2, 2*ringPiece + 3}, {3, 5*ringPiece + 1}, {4, 2*ringPiece + 1}, {5, 11}} {
+	}{{2, 1}, {3, 2}, {3, 7}, {4, 1000}, {4, 3}, {2, 2*ringPiece + 3}, {3, 5*ringPiece + 1}, {4, 2*ringPiece + 1}, {5, 11},
+		{8, 5}, {8, 1000}, {4, 2 * ringPiece}, {8, 2*ringPiece + 1}} {
 		t.Run(fmt.Sprintf("%d members, %d floats", tc.members, tc.length), func(t *testing.T) {
 			trs, names := ringTransports(t, tc.members)
 			rng := rand.New(rand.NewPCG(uint64(tc.members), uint64(tc.length)))
@@ -540,7 +541,8 @@ func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
 		name           string
 		replicas       int
 		shard, restore bool
-	}{{"replicated", 2, false, true}, {"sharded", 2, true, true}, {"sharded, 3 replicas", 3, true, true}, {"replicated, 3 replicas", 3, false, true}} {
+	}{{"replicated", 2, false, true}, {"sharded", 2, true, true}, {"sharded, 3 replicas", 3, true, true}, {"replicated, 3 replicas", 3, false, true},
+		{"sharded, 4 replicas (halving)", 4, true, true}} {
 		t.Run(tc.name, func(t *testing.T) { testMirror(t, tc.replicas, tc.shard, tc.restore) })
 	}
 }
@@ -801,7 +803,7 @@ func withoutFusion(t *testing.T) {
 // ring of members finishes, and so updates when sharded.
 func ownChunk(n, members, pos int) (lo, hi int) {
 	b := chunks(n, members)
-	c := ownedChunk(pos, members)
+	c := ownedChunk(pos, members, n)
 	return b[c], b[c+1]
 }
 

@@ -97,7 +97,10 @@
 // the reduced gradient applies the optimiser to that chunk alone and the
 // allgather carries the updated values instead (the same bits, 1/n of the
 // work; such a stage cannot change members; for a mirror, below, the other
-// members send the optimiser state of their chunks to the first). Two replicas swap
+// members send the optimiser state of their chunks to the first). Rings of 4, 8,
+// 16 ... members reduce gradients of at most halvingMaxFloats by recursive
+// halving and doubling instead (halving.go: log2 n rounds each way instead
+// of n-1, the same bytes, each chunk still finished by one member). Two replicas swap
 // instead of passing chunks: each sends the other its whole gradient and
 // both sum the pair in member order, one message each way (the ring's
 // bytes, half its rounds); they sum and update alike, the whole parameter
