@@ -314,7 +314,7 @@ type JobStatus struct {
 	ID     string   `json:"id"`
 	Name   string   `json:"name"`
 	State  JobState `json:"state"`
-	Reason string   `json:"reason,omitempty"` // why it failed, was cancelled or waits
+	Reason string   `json:"reason,omitempty"` // why it failed, was cancelled or waits, or why a restart runs below its throughput_limit
 	// QueuePosition is a waiting job's 1-based place in the queue.
 	QueuePosition int `json:"queue_position,omitempty"`
 	// Generation counts the job's placements: it grows when its tasks are

@@ -457,7 +457,11 @@ func (c *Coordinator) maybeDone(j *job, now time.Time) {
 		}
 		return
 	}
-	c.finish(j, api.JobDone, "", now)
+	reason := ""
+	if strings.HasPrefix(j.reason, belowLimit) {
+		reason = j.reason
+	}
+	c.finish(j, api.JobDone, reason, now)
 }
 
 // taskOn finds a task of a running job on n. c.mu is held.

@@ -111,6 +111,10 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 		cl = all
 		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
 	}
+	below := 0.0 // the throughput_limit a restart's plan falls short of
+	if err == nil && !plan.Feasible && j.restartOf != "" {
+		plan, below, err = c.planBelowLimit(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()), plan)
+	}
 	var possible *sched.Plan
 	switch {
 	case err != nil || plan.Feasible || j.possible != 0:
@@ -143,6 +147,11 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 		pl, err := place(plan, j.file.Batch, cl, c.plainDataPlane())
 		if err == nil {
 			c.start(j, pl, now)
+			if below > 0 {
+				j.reason = fmt.Sprintf("%s: the free live nodes reach %.6g of %.6g samples/s", belowLimit, plan.Throughput, below)
+				c.log.Warn("job runs below its throughput_limit", "job", j.id, "planned", plan.Throughput, "limit", below)
+				c.save(j)
+			}
 			return true
 		}
 		if errors.As(err, new(neverPlaceable)) {
@@ -175,6 +184,54 @@ func (c *Coordinator) setPlan(j *job, plan *sched.Plan) {
 }
 
 func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*sched.Plan, error) {
+	return c.planFileOn(ctx, j, c.planFile(j), j.file.Method, cat, true)
+}
+
+// belowLimit begins the reason of a job that a restart placed below its
+// throughput_limit; the job keeps it when done.
+const belowLimit = "restarted below its throughput_limit"
+
+// anyThroughput is the limit a plan that may run at any speed is asked
+// for: one sample a second.
+const anyThroughput = 1
+
+// planBelowLimit is the plan of a restarted job that the free live units
+// of cat cannot carry at its throughput_limit: the cheapest plan of the
+// highest throughput they reach (exact, found within 1 % of the limit), so
+// that a job that lost a node goes on at what the survivors can do — as a
+// parameter-server stage that loses a replica shrinks in place and goes on
+// — instead of waiting for units that may not come back. It also returns
+// the limit the plan falls short of; infeasible comes back as it is (and
+// 0) where the units reach nothing or the job has no limit.
+func (c *Coordinator) planBelowLimit(ctx context.Context, j *job, cat *config.Catalog, infeasible *sched.Plan) (*sched.Plan, float64, error) {
+	jf := *c.planFile(j)
+	limit := jf.ThroughputLimit
+	if limit <= anyThroughput || len(cat.Types) == 0 {
+		return infeasible, 0, nil
+	}
+	jf.ThroughputLimit = anyThroughput // 0 would ask for the floor derived from the catalog
+	best, err := c.planFileOn(ctx, j, &jf, "exact", cat, false)
+	if err != nil || !best.Feasible {
+		return infeasible, 0, err
+	}
+	for lo, hi := best.Throughput, limit; hi-lo > limit/100; {
+		jf.ThroughputLimit = (lo + hi) / 2
+		p, err := c.planFileOn(ctx, j, &jf, "exact", cat, false)
+		switch {
+		case err != nil:
+			return nil, 0, err
+		case p.Feasible:
+			best, lo = p, max(jf.ThroughputLimit, p.Throughput)
+		default:
+			hi = jf.ThroughputLimit
+		}
+	}
+	return best, limit, nil
+}
+
+// planFileOn plans j as jf describes it with method on the units of cat,
+// logging the stored profiles it could not use if warn.
+func (c *Coordinator) planFileOn(ctx context.Context, j *job, jf *config.Job, method string, cat *config.Catalog, warn bool) (*sched.Plan, error) {
 	if len(cat.Types) == 0 {
 		return &sched.Plan{Method: j.file.Method, Reason: "no live node offers free units"}, nil
 	}
@@ -183,14 +240,15 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 			return &sched.Plan{Method: j.file.Method, Reason: fmt.Sprintf("no live node offers the parameter-server type %s", j.file.PSType)}, nil
 		}
 	}
-	p, src, err := jobProblem(c.planFile(j), j.model, cat, c.storedProfiles(j.model.Name))
+	p, src, err := jobProblem(jf, j.model, cat, c.storedProfiles(j.model.Name))
 	if err != nil {
 		return nil, err
 	}
 	for _, why := range src.skipped {
-		c.log.Warn("stored profile not used", "job", j.id, "reason", why)
+		if warn {
+			c.log.Warn("stored profile not used", "job", j.id, "reason", why)
+		}
 	}
-	method := j.file.Method
 	if j.replan.correct(p) { // measured speeds (replan.go): plan as the re-planner did
 		method = "exact"
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +146,55 @@ func TestSuspectsAreAPreference(t *testing.T) {
 	}
 	if s := tc.waitJob(j.id); s.State != api.JobDone {
 		t.Fatalf("%s %q", s.State, s.Reason)
+	}
+}
+
+// TestRestartRunsBelowItsLimitOnTheSurvivors: a restarted job whose
+// throughput_limit the free live units cannot reach runs on them at the
+// most they reach and says so, to the end; a new job of the same file
+// waits for units instead.
+func TestRestartRunsBelowItsLimitOnTheSurvivors(t *testing.T) {
+	tc := startCluster(t, nil)
+	tc.start(newFakeNode("survivor", "cpu", 2, 7621))
+	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n") // the cheapest plan on cpu units: one
+	limit := 2.5 * one.Throughput                           // beyond 2 units, within the catalog's 8
+	src := ctrJob + fmt.Sprintf("method = \"cpu\"\nthroughput_limit = %.0f\n", limit)
+	if p := tc.expectedPlan(src); p.Stages[0].Units <= 2 {
+		t.Fatalf("the catalog reaches %.0f samples/s with %d units: the test needs more than the survivor's 2", limit, p.Stages[0].Units)
+	}
+	enqueue := func(restartOf string) *job {
+		jf, err := config.ParseJob(jobFileName, []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := &job{source: src, file: jf, state: api.JobPending, submitted: time.Now(), restartOf: restartOf}
+		if err := tc.c.check(j); err != nil {
+			t.Fatal(err)
+		}
+		tc.c.mu.Lock()
+		defer tc.c.mu.Unlock()
+		if err := tc.c.enqueue(j); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	restarted := enqueue("j0")
+	s := tc.waitJob(restarted.id)
+	if s.State != api.JobDone || !strings.HasPrefix(s.Reason, belowLimit) {
+		t.Fatalf("restart: %s %q, want done below its limit", s.State, s.Reason)
+	}
+	tc.c.mu.Lock()
+	plan := restarted.plan
+	tc.c.mu.Unlock()
+	if plan.Stages[0].Units != 2 || plan.Throughput >= limit {
+		t.Fatalf("restart planned %d units at %.0f samples/s, want the survivor's 2 below %.0f", plan.Stages[0].Units, plan.Throughput, limit)
+	}
+	fresh := enqueue("")
+	deadline := time.Now().Add(patience)
+	for s = tc.job(fresh.id); s.State != api.JobQueued && time.Now().Before(deadline); s = tc.job(fresh.id) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s.State != api.JobQueued || !strings.Contains(s.Reason, "waiting for units") {
+		t.Fatalf("new job: %s %q, want it queued waiting for units", s.State, s.Reason)
 	}
 }
