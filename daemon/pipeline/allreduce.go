@@ -243,27 +243,20 @@ func (r *ring) passAround(ctx context.Context, param int, g []float32, rows int,
 		lo, hi := span(r.pos - s - 1)
 		last := s == n-2
 		for j, piece := range pieces(g[lo:hi]) {
-			got, err := x.recv(s, j, len(piece), func(v []float32, got int) error {
-				if !last {
-					return weigh(piece, fb, v, 1)
-				}
-				// The chunk is summed over the ring: this member owns it.
-				total = got + rows
-				return weigh(piece, fb/float32(total), v, 1/float32(total))
-			})
+			got, sum, err := x.addIn(s, j, piece, fb, rows, last) // last: this member owns the chunk
 			if err != nil {
 				return err
 			}
 			out := piece
+			if last {
+				total = sum
+			}
 			if last && u != nil {
 				at := lo + j*ringPiece
-				if err := u.apply(at, at+len(piece)); err != nil {
+				if err := u.finish(toFirst, j, at, len(piece), total); err != nil {
 					return err
 				}
 				out = u.w[at : at+len(piece)]
-				if err := toFirst.sendState(u.state, j, at, at+len(piece), got+rows); err != nil {
-					return err
-				}
 			}
 			if err := x.send(s+1, j, out, got+rows); err != nil {
 				return err
@@ -303,6 +296,32 @@ func (r *ring) collectStates(ctx context.Context, param int, u *ownerUpdate, bou
 		}
 	}
 	return nil
+}
+
+// addIn receives piece j of round from x and adds it to piece, which
+// holds this member's part times own: piece = own·piece + what came, or,
+// where last (the piece is then summed over the ring, and this member owns
+// it), both weighed by 1/Σb, Σb being the rows held here and the rows that
+// came. It returns the rows that came and, where last, Σb.
+func (x *ringExchange) addIn(round, j int, piece []float32, own float32, held int, last bool) (got, total int, err error) {
+	got, err = x.recv(round, j, len(piece), func(v []float32, got int) error {
+		if !last {
+			return weigh(piece, own, v, 1)
+		}
+		total = held + got
+		return weigh(piece, own/float32(total), v, 1/float32(total))
+	})
+	return got, total, err
+}
+
+// finish runs the owner's update of elements [at, at+n), piece j of the
+// chunk it finished, and sends their optimiser state on to the ring's
+// first member for the mirror (toFirst nil: none).
+func (u *ownerUpdate) finish(toFirst *ringExchange, j, at, n, total int) error {
+	if err := u.apply(at, at+n); err != nil {
+		return err
+	}
+	return toFirst.sendState(u.state, j, at, at+n, total)
 }
 
 // swapRound numbers the messages of a swap, apart from the ring's rounds;

@@ -87,22 +87,11 @@ func (r *ring) halveAndDouble(ctx context.Context, param int, g []float32, rows 
 		got := 0
 		for j, piece := range pieces(kept) {
 			var err error
-			got, err = x.recv(round, j, len(piece), func(v []float32, got int) error {
-				if !last {
-					return weigh(piece, own, v, 1)
-				}
-				total = held + got
-				return weigh(piece, own/float32(total), v, 1/float32(total))
-			})
-			if err != nil {
+			if got, total, err = x.addIn(round, j, piece, own, held, last); err != nil {
 				return err
 			}
 			if last && u != nil {
-				at := bounds[p] + j*ringPiece
-				if err := u.apply(at, at+len(piece)); err != nil {
-					return err
-				}
-				if err := toFirst.sendState(u.state, j, at, at+len(piece), total); err != nil {
+				if err := u.finish(toFirst, j, bounds[p]+j*ringPiece, len(piece), total); err != nil {
 					return err
 				}
 			}
