@@ -50,9 +50,8 @@ func halvingRounds(round uint64) bool { return round >= halvingRound && round < 
 func (r *ring) halveAndDouble(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
 	n, p := len(r.members), r.pos
 	bounds := chunks(len(g), n)
-	// part is the chunks [first, first+m) of the first that are aligned
-	// with place at mask m: those a member at place holds after the
-	// round of mask m.
+	// part is the m chunks from place rounded down to a multiple of m:
+	// what the member at place holds after the round of mask m.
 	part := func(buf []float32, place, m int) []float32 {
 		first := place &^ (m - 1)
 		return buf[bounds[first]:bounds[first+m]]
