@@ -156,8 +156,10 @@ func TestSuspectsAreAPreference(t *testing.T) {
 func TestRestartRunsBelowItsLimitOnTheSurvivors(t *testing.T) {
 	tc := startCluster(t, nil)
 	tc.start(newFakeNode("survivor", "cpu", 2, 7621))
-	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n") // the cheapest plan on cpu units: one
-	limit := 2.5 * one.Throughput                                               // beyond 2 units, within the catalog's 8
+	// The cheapest plan on cpu units takes one; 2.5 times its throughput
+	// needs more than the survivor's 2, and the catalog has 8.
+	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n")
+	limit := 2.5 * one.Throughput
 	src := ctrJob + fmt.Sprintf("method = \"cpu\"\nthroughput_limit = %.0f\n", limit)
 	if p := tc.expectedPlan(src); p.Stages[0].Units <= 2 {
 		t.Fatalf("the catalog reaches %.0f samples/s with %d units: the test needs more than the survivor's 2", limit, p.Stages[0].Units)
