@@ -268,7 +268,7 @@ func (c *Coordinator) replanDue(j *job) (replanInput, bool) {
 		in.moveS = r.moveSeconds
 	}
 	in.cat = liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())
-	if canResize(j) == "" {
+	if canResize(j) == "" && !syncsByAllreduce(j) { // an allreduce ring keeps its members: it moves by restart
 		for _, t := range j.tasks {
 			if t.task.Role == api.RoleStage {
 				in.replicas = append(in.replicas, replica{units: t.task.Units})

@@ -290,12 +290,24 @@ func checkChain(t *testing.T, chain []api.JobStatus) {
 // 2-unit replica at a step boundary, without a restart, and the
 // re-planner, confirming the plan at later checkpoints, moves it no more.
 func TestReplanResizesASingleStageJobInPlace(t *testing.T) {
+	testReplanDropsUnits(t, "ps")
+}
+
+// TestReplanDoesNotResizeAnAllreduceRing: the same job syncing its dense
+// parameters by allreduce, whose ring cannot change members, is priced a
+// move by restart from its checkpoint, never a resize in place.
+func TestReplanDoesNotResizeAnAllreduceRing(t *testing.T) {
+	testReplanDropsUnits(t, "allreduce")
+}
+
+// testReplanDropsUnits runs the job of the two tests above with denseSync.
+func testReplanDropsUnits(t *testing.T, denseSync string) {
 	base := loadTestCatalog(t)
 	wrong := scaleType(t, base, "cpu", 0.5)
 	tc := startCluster(t, func(c *Config) { c.Catalog = wrong })
 	// Units cost about the same per sample at 2 and 4 (near-linear
 	// speed-up): a 1% gain is worth taking here.
-	src := strings.NewReplacer("throughput_limit = 1000.0", "throughput_limit = 50000.0",
+	src := strings.NewReplacer("throughput_limit = 1000.0", "throughput_limit = 50000.0\ndense_sync = \""+denseSync+"\"",
 		"enabled = true", "enabled = true\ngain = 0.01").Replace(fmt.Sprintf(replanJob, t.TempDir()))
 	jf, err := config.ParseJob(jobFileName, []byte(src))
 	if err != nil {
@@ -318,6 +330,21 @@ func TestReplanResizesASingleStageJobInPlace(t *testing.T) {
 		files: map[string][]api.ShardCheckpoint{}}
 	tc.start(tr.node("cpu-a", "cpu", 2, 9111))
 	tc.start(tr.node("cpu-b", "cpu", 2, 9112))
+	if denseSync == "allreduce" {
+		// A restart here costs more than it saves (the steps since the
+		// checkpoint again, the start-up): the job stays where it is.
+		s := tc.waitJob(tc.submit(src))
+		r := s.Replan
+		if s.State != api.JobDone || s.Step != s.Steps || r == nil || len(r.Replans) == 0 {
+			t.Fatalf("%s %q at step %d of %d, replans %+v", s.State, s.Reason, s.Step, s.Steps, r)
+		}
+		for _, d := range r.Replans {
+			if d.Move == moveResize || !slices.Equal(d.NewUnits, []int{2}) {
+				t.Fatalf("replan %+v: want 2 units considered, and no resize in place of a ring", d)
+			}
+		}
+		return
+	}
 	id := tc.submit(src)
 	s := tc.waitJob(id)
 	if s.State != api.JobDone || s.Step != s.Steps || s.RestartedAs != "" {
