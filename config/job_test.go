@@ -42,6 +42,10 @@ func TestJobDefaults(t *testing.T) {
 	if j.DenseSync != DenseSyncPS {
 		t.Errorf("dense_sync defaults to %q, want ps", j.DenseSync)
 	}
+	j, err = ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 2\n"))
+	if err != nil || j.DenseSync != DenseSyncAuto {
+		t.Errorf("a job that restarts: dense_sync defaults to %q (%v), want auto", j.DenseSync, err)
+	}
 	j, err = ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \"auto\"\n"))
 	if err != nil || !j.AllreduceAllowed() {
 		t.Errorf("dense_sync = \"auto\": allreduce allowed %v (%v), want allowed", j != nil && j.AllreduceAllowed(), err)
