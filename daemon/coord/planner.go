@@ -113,7 +113,7 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 	}
 	below := 0.0 // the throughput_limit a restart's plan falls short of
 	if err == nil && !plan.Feasible && j.restartOf != "" {
-		plan, below, err = c.planBelowLimit(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()), plan)
+		plan, below = c.planBelowLimit(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()), plan)
 	}
 	var possible *sched.Plan
 	switch {
@@ -202,31 +202,38 @@ const anyThroughput = 1
 // parameter-server stage that loses a replica shrinks in place and goes on
 // — instead of waiting for units that may not come back. It also returns
 // the limit the plan falls short of; infeasible comes back as it is (and
-// 0) where the units reach nothing or the job has no limit.
-func (c *Coordinator) planBelowLimit(ctx context.Context, j *job, cat *config.Catalog, infeasible *sched.Plan) (*sched.Plan, float64, error) {
+// 0) where the units reach nothing, the job has no limit or planning
+// fails.
+func (c *Coordinator) planBelowLimit(ctx context.Context, j *job, cat *config.Catalog, infeasible *sched.Plan) (*sched.Plan, float64) {
 	jf := *c.planFile(j)
 	limit := jf.ThroughputLimit
 	if limit <= anyThroughput || len(cat.Types) == 0 {
-		return infeasible, 0, nil
+		return infeasible, 0
 	}
 	jf.ThroughputLimit = anyThroughput // 0 would ask for the floor derived from the catalog
 	best, err := c.planFileOn(ctx, j, &jf, "exact", cat, false)
 	if err != nil || !best.Feasible {
-		return infeasible, 0, err
+		// The search is a fallback: where it fails (out of planning
+		// time, say) the job waits for units as before, it does not fail.
+		if err != nil {
+			c.log.Warn("planning a restart below its throughput_limit", "job", j.id, "err", err)
+		}
+		return infeasible, 0
 	}
 	for lo, hi := best.Throughput, limit; hi-lo > limit/100; {
 		jf.ThroughputLimit = (lo + hi) / 2
 		p, err := c.planFileOn(ctx, j, &jf, "exact", cat, false)
 		switch {
-		case err != nil:
-			return nil, 0, err
+		case err != nil: // the best plan so far will do
+			c.log.Warn("planning a restart below its throughput_limit", "job", j.id, "err", err)
+			return best, limit
 		case p.Feasible:
 			best, lo = p, max(jf.ThroughputLimit, p.Throughput)
 		default:
 			hi = jf.ThroughputLimit
 		}
 	}
-	return best, limit, nil
+	return best, limit
 }
 
 // planFileOn plans j as jf describes it with method on the units of cat,
