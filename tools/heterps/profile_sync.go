@@ -644,7 +644,7 @@ func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, e
 		where = "as goroutines of one process (--sync-in-process)"
 	}
 	lines := []string{fmt.Sprintf("folded into oct and alpha: the synchronisation of dense_sync = %s, measured by training the whole model as one BSP stage of k one-unit replicas (%s; %s) at batch %d on %s for %d steps after %d (the median of %d rounds over the ks), with one parameter-server shard that replica 0 calls in-process and the others over loopback wire%s",
-		method, unit, where, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by ring allreduce among the replicas", false: ", dense blocks pulled and pushed through the shard"}[method == config.DenseSyncAllreduce])}
+		method, unit, where, f.batch, f.data, f.syncSteps, syncWarmup, f.syncRounds, map[bool]string{true: ", dense gradients by allreduce among the replicas (a ring; halving and doubling for small gradients on 4, 8 … replicas)", false: ", dense blocks pulled and pushed through the shard"}[method == config.DenseSyncAllreduce])}
 	for _, r := range runs {
 		line := fmt.Sprintf("k = %d: %.2f ms a step", r.k, r.step*1e3)
 		for i, x := range r.replicas {

@@ -100,7 +100,7 @@ func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
 					t.Errorf("the file lacks %q:\n%s", want, src)
 				}
 			}
-			if folded == "allreduce" && !strings.Contains(src, "ring allreduce") {
+			if folded == "allreduce" && !strings.Contains(src, "dense gradients by allreduce among the replicas") {
 				t.Errorf("allreduce not named:\n%s", src)
 			}
 			if p.Types[0].Name != "cpu-1t" || p.Types[0].DenseSync != folded || (folded != "ps" && folded != "allreduce") {
