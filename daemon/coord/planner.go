@@ -102,18 +102,20 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 		err = c.verifyRestore(j)
 	}
 	var plan *sched.Plan
+	free := liveCatalog(c.cfg.Catalog, cl.free())
 	if err == nil {
-		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
+		plan, err = c.plan(ctx, j, free)
 	}
 	if err == nil && !plan.Feasible && len(all.live) > len(cl.live) {
 		// Avoiding the nodes that failed the job is a preference: better
 		// one of them than waiting until the suspicion expires.
 		cl = all
-		plan, err = c.plan(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()))
+		free = liveCatalog(c.cfg.Catalog, cl.free())
+		plan, err = c.plan(ctx, j, free)
 	}
 	below := 0.0 // the throughput_limit a restart's plan falls short of
 	if err == nil && !plan.Feasible && j.restartOf != "" {
-		plan, below = c.planBelowLimit(ctx, j, liveCatalog(c.cfg.Catalog, cl.free()), plan)
+		plan, below = c.planBelowLimit(ctx, j, free, plan)
 	}
 	var possible *sched.Plan
 	switch {
