@@ -85,9 +85,13 @@ func (r *ring) halveAndDouble(ctx context.Context, param int, g []float32, rows 
 		}
 		got := 0
 		for j, piece := range pieces(kept) {
-			var err error
-			if got, total, err = x.addIn(round, j, piece, own, held, last); err != nil {
+			n, sum, err := x.addIn(round, j, piece, own, held, last)
+			if err != nil {
 				return err
+			}
+			got = n
+			if last {
+				total = sum
 			}
 			if last && u != nil {
 				if err := u.finish(toFirst, j, bounds[p]+j*ringPiece, len(piece), total); err != nil {
