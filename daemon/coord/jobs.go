@@ -50,6 +50,11 @@ type job struct {
 	suspects  []store.Suspect
 	// lost names the nodes whose death failed the job (for suspects).
 	lost []lostNode
+	// raiseChecked is the newest checkpoint a move back up to the
+	// throughput_limit was evaluated at; raising is set while restarting
+	// for it (raise.go).
+	raiseChecked int64
+	raising      bool
 
 	balance   *jobBalance
 	carry     *batchCarry  // batches a restart hands on (batchrestart.go)

@@ -83,6 +83,7 @@ func (c *Coordinator) restartLoop(ctx context.Context) {
 			c.restart(j)
 		}
 		c.replanTick(ctx, now)
+		c.raiseTick(ctx)
 	})
 }
 
@@ -129,7 +130,7 @@ func (c *Coordinator) restart(old *job) {
 		j.restarts, j.carry = old.restarts, old.resizeTo
 	}
 	j.replan = old.replan.handOn(old, now)
-	if old.replan.isMoving() { // not a failure: replan.go
+	if old.replan.isMoving() || old.raising { // not a failure: replan.go, raise.go
 		j.restarts = old.restarts
 	}
 	c.mu.Unlock()

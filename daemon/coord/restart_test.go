@@ -149,6 +149,26 @@ func TestSuspectsAreAPreference(t *testing.T) {
 	}
 }
 
+// enqueueAs queues the job file src as a restart of the job restartOf
+// ("": as a new job) would be.
+func (tc *testCluster) enqueueAs(src, restartOf string) *job {
+	tc.t.Helper()
+	jf, err := config.ParseJob(jobFileName, []byte(src))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	j := &job{source: src, file: jf, state: api.JobPending, submitted: time.Now(), restartOf: restartOf}
+	if err := tc.c.check(j); err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.c.mu.Lock()
+	defer tc.c.mu.Unlock()
+	if err := tc.c.enqueue(j); err != nil {
+		tc.t.Fatal(err)
+	}
+	return j
+}
+
 // TestRestartRunsBelowItsLimitOnTheSurvivors: a restarted job whose
 // throughput_limit the free live units cannot reach runs on them at the
 // most they reach and says so, to the end; a new job of the same file
@@ -164,23 +184,7 @@ func TestRestartRunsBelowItsLimitOnTheSurvivors(t *testing.T) {
 	if p := tc.expectedPlan(src); p.Stages[0].Units <= 2 {
 		t.Fatalf("the catalog reaches %.0f samples/s with %d units: the test needs more than the survivor's 2", limit, p.Stages[0].Units)
 	}
-	enqueue := func(restartOf string) *job {
-		jf, err := config.ParseJob(jobFileName, []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		j := &job{source: src, file: jf, state: api.JobPending, submitted: time.Now(), restartOf: restartOf}
-		if err := tc.c.check(j); err != nil {
-			t.Fatal(err)
-		}
-		tc.c.mu.Lock()
-		defer tc.c.mu.Unlock()
-		if err := tc.c.enqueue(j); err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}
-	restarted := enqueue("j0")
+	restarted := tc.enqueueAs(src, "j0")
 	s := tc.waitJob(restarted.id)
 	if s.State != api.JobDone || !strings.HasPrefix(s.Reason, belowLimit) {
 		t.Fatalf("restart: %s %q, want done below its limit", s.State, s.Reason)
@@ -191,7 +195,7 @@ func TestRestartRunsBelowItsLimitOnTheSurvivors(t *testing.T) {
 	if plan.Stages[0].Units != 2 || plan.Throughput >= limit {
 		t.Fatalf("restart planned %d units at %.0f samples/s, want the survivor's 2 below %.0f", plan.Stages[0].Units, plan.Throughput, limit)
 	}
-	fresh := enqueue("")
+	fresh := tc.enqueueAs(src, "")
 	deadline := time.Now().Add(patience)
 	for s = tc.job(fresh.id); s.State != api.JobQueued && time.Now().Before(deadline); s = tc.job(fresh.id) {
 		time.Sleep(5 * time.Millisecond)

@@ -1,0 +1,141 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+// Moving a job back up to its throughput_limit. A restart that the free
+// live nodes could not carry at its limit runs below it (planBelowLimit).
+// At each new complete checkpoint of such a job the restarter plans it
+// again at its limit, on its own units and the free live ones, avoiding
+// the nodes that failed its chain until their suspicion expires (a node
+// that dies and comes back at once would otherwise move the job up and
+// down again). Where that plan is feasible and the rest of the run ends
+// sooner on it — the restart's start-up and the steps since the
+// checkpoint trained again included — the job restarts from the
+// checkpoint onto it. That is a move, not a failure: it spends none of
+// checkpoint.restarts, waits no backoff and avoids no node. A job waiting
+// ahead of it in the queue would take the units it frees: then it stays.
+// Under an allocation policy the allocator owns the units and nothing
+// moves.
+
+// raiseInput is what deciding a move back up needs, copied out under c.mu.
+type raiseInput struct {
+	j     *job
+	gen   int64
+	plan  *job // a copy of j with what planning reads (planFileOn)
+	cat   *config.Catalog
+	from  int64   // the checkpoint a restart restores
+	step  int64   // where the job is
+	cur   float64 // the current plan's throughput, samples/s
+	moveS float64 // the start-up a restart is charged, seconds
+}
+
+// raiseDue returns what deciding a move back up needs when j runs below
+// its throughput_limit and has a complete checkpoint not yet evaluated.
+// c.mu is held.
+func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
+	cp := j.ckpt.latest
+	if j.state != api.JobRunning || !strings.HasPrefix(j.reason, belowLimit) || j.plan == nil || cp == nil ||
+		cp.Step <= j.raiseChecked || cp.Step >= j.file.TotalSteps() || j.replan.isMoving() || c.waitsAhead(j) {
+		return raiseInput{}, false
+	}
+	j.raiseChecked = cp.Step
+	step, _, _ := measuredStages(j)
+	in := raiseInput{j: j, gen: j.gen, plan: j.planningCopy(), from: cp.Step, step: max(step, cp.Step),
+		cur: j.plan.Throughput, moveS: j.file.Replan.MoveSeconds,
+		cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())}
+	if r := j.replan; r != nil && r.moves > 0 {
+		in.moveS = r.moveSeconds
+	}
+	return in, true
+}
+
+// planningCopy is a copy of j holding what planning it reads, so that it
+// can be planned without c.mu while j runs. c.mu is held.
+func (j *job) planningCopy() *job {
+	cp := &job{id: j.id, file: j.file, model: j.model}
+	if j.replan != nil {
+		cp.replan = &replanState{scales: maps.Clone(j.replan.scales)}
+	}
+	return cp
+}
+
+// waitsAhead reports whether a job ahead of j in the queue waits for
+// units. c.mu is held.
+func (c *Coordinator) waitsAhead(j *job) bool {
+	for _, o := range c.jobs {
+		if o != j && o.waiting() && o.seq < j.seq {
+			return true
+		}
+	}
+	return false
+}
+
+// raiseTick evaluates every job running below its throughput_limit at a
+// new checkpoint, planning without c.mu.
+func (c *Coordinator) raiseTick(ctx context.Context) {
+	if c.allocPolicy() != "" {
+		return
+	}
+	c.mu.Lock()
+	var due []raiseInput
+	for _, j := range c.jobs {
+		if in, ok := c.raiseDue(j); ok {
+			due = append(due, in)
+		}
+	}
+	c.mu.Unlock()
+	for _, in := range due {
+		pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+		plan, err := c.planFileOn(pctx, in.plan, c.planFile(in.plan), in.plan.file.Method, in.cat, false)
+		stop()
+		c.mu.Lock()
+		c.applyRaise(in, plan, err, time.Now())
+		c.mu.Unlock()
+	}
+}
+
+// applyRaise restarts the job onto plan if it meets the limit and pays,
+// unless the job changed meanwhile. c.mu is held.
+func (c *Coordinator) applyRaise(in raiseInput, plan *sched.Plan, err error, now time.Time) {
+	j := in.j
+	switch {
+	case err != nil:
+		c.log.Warn("planning a move back up to the throughput_limit", "job", j.id, "err", err)
+		return
+	case j.state != api.JobRunning || j.gen != in.gen || c.waitsAhead(j) || !plan.Feasible:
+		return
+	}
+	keep, move := raiseTimes(in, plan.Throughput, float64(j.file.Batch), j.file.TotalSteps())
+	if move >= keep {
+		c.log.Info("not moving back up to the throughput_limit: the rest of the run would not end sooner", "job", j.id,
+			"step", in.step, "keep_s", keep, "move_s", move)
+		return
+	}
+	j.state = api.JobRestarting
+	j.reason = fmt.Sprintf("moving back up to its throughput_limit: %.6g samples/s on %v units %v from the checkpoint of step %d",
+		plan.Throughput, plan.Assign, stageUnits(plan), in.from)
+	j.failedAt, j.notBefore, j.raising = now, now, true
+	c.log.Info("job moves back up to its throughput_limit", "job", j.id, "from_step", in.from, "throughput", plan.Throughput,
+		"was", in.cur, "keep_s", keep, "move_s", move)
+	c.save(j)
+	c.wake()
+}
+
+// raiseTimes is the seconds the rest of the run takes on the current
+// plan and after a restart onto one of throughput x: the steps from the
+// checkpoint trained again, plus the start-up.
+func raiseTimes(in raiseInput, x, batch float64, total int64) (keep, move float64) {
+	keep = float64(total-in.step) * batch / in.cur
+	move = float64(total-in.from)*batch/x + in.moveS
+	return keep, move
+}

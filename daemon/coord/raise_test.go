@@ -1,0 +1,137 @@
+package coord
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
+)
+
+// raiseJob is a ctrdnn job on CPU units that checkpoints every 10 steps;
+// its throughput_limit is filled in.
+const raiseJob = `version = 1
+name = "raise"
+model = "ctrdnn"
+data = "synthetic:1"
+batch = 512
+steps = 200
+seed = 3
+method = "cpu"
+throughput_limit = %.0f
+[checkpoint]
+every = 10
+dir = %q
+[replan]
+move_seconds = 0.1
+`
+
+// TestRestartBelowItsLimitMovesBackUp: a restart that the survivor alone
+// cannot carry at its throughput_limit runs below it; once another node
+// joins, the job moves from its next checkpoint to a plan that meets the
+// limit, spending none of its restarts and losing no step, and ends done
+// at its limit.
+func TestRestartBelowItsLimitMovesBackUp(t *testing.T) {
+	chain, limit := runBelowLimitThenAddANode(t, false)
+	if len(chain) != 2 || !strings.HasPrefix(chain[0].Reason, "moving back up to its throughput_limit") {
+		t.Fatalf("a chain of %d jobs, want the restart and one move back up", len(chain))
+	}
+	last := chain[1]
+	if last.State != api.JobDone || last.Step != last.Steps || last.Reason != "" {
+		t.Fatalf("the moved job %s: %s %q at step %d of %d", last.ID, last.State, last.Reason, last.Step, last.Steps)
+	}
+	if p := planOf(t, last); p.Throughput < limit {
+		t.Errorf("moved to %v units %v at %.0f samples/s, below the limit %.0f", p.Assign, stageUnits(&p), p.Throughput, limit)
+	}
+	checkChain(t, chain)
+}
+
+// TestASuspectNodeDoesNotMoveAJobBackUp: the node that joins is one that
+// failed the job's chain and is still suspect: the job stays below its
+// limit to the end rather than move onto a node that may fail it again.
+func TestASuspectNodeDoesNotMoveAJobBackUp(t *testing.T) {
+	chain, _ := runBelowLimitThenAddANode(t, true)
+	if len(chain) != 1 || chain[0].State != api.JobDone || !strings.HasPrefix(chain[0].Reason, belowLimit) {
+		t.Fatalf("a chain of %d jobs, want one done below its limit", len(chain))
+	}
+}
+
+// runBelowLimitThenAddANode runs a restart below its limit on a 2-unit
+// node, adds an 8-unit node (suspect to the job if suspect is set) and
+// returns the restart chain and the limit.
+func runBelowLimitThenAddANode(t *testing.T, suspect bool) ([]api.JobStatus, float64) {
+	tc := startCluster(t, nil)
+	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n")
+	limit := 2.5 * one.Throughput
+	src := fmt.Sprintf(raiseJob, limit, t.TempDir())
+	jf, m := jobAndModel(t, src)
+	truth, err := JobProblem(jf, m, liveCatalog(tc.cat, map[string]int{"cpu": 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trueCluster{t: t, truth: truth, steps: map[string]map[string]int64{}, written: map[string]int64{},
+		files: map[string][]api.ShardCheckpoint{}}
+	tc.start(tr.node("survivor", "cpu", 2, 9121))
+	restarted := tc.enqueueAs(src, "j0")
+	waitFor(t, "the restart running below its limit", func() bool {
+		s := tc.job(restarted.id)
+		return s.State == api.JobRunning && strings.HasPrefix(s.Reason, belowLimit) && s.Step > 0
+	})
+	if suspect {
+		tc.c.mu.Lock()
+		restarted.suspects = append(restarted.suspects, store.Suspect{Node: "returned", Until: time.Now().Add(time.Hour)})
+		tc.c.mu.Unlock()
+	}
+	tc.start(tr.node("returned", "cpu", 8, 9122))
+	chain := tc.chainOf(restarted.id)
+	for _, s := range chain {
+		t.Logf("%s: %s %q", s.ID, s.State, s.Reason)
+	}
+	return chain, limit
+}
+
+// TestMovingBackUpPaysForTheRestart: near the end of the run the steps
+// trained again and the start-up cost more than the faster plan saves.
+func TestMovingBackUpPaysForTheRestart(t *testing.T) {
+	in := raiseInput{from: 900, step: 905, cur: 1000, moveS: 30}
+	for _, c := range []struct {
+		total int64
+		x     float64
+		moves bool
+	}{
+		{total: 100_000, x: 2000, moves: true},
+		{total: 1000, x: 2000, moves: false}, // 95 steps left: 48.6 s kept, 25.6+30 s moved
+		{total: 100_000, x: 1000, moves: false},
+	} {
+		keep, move := raiseTimes(in, c.x, 512, c.total)
+		if (move < keep) != c.moves {
+			t.Errorf("%d steps to %.0f samples/s: keep %.1f s, move %.1f s; want moving %v", c.total, c.x, keep, move, c.moves)
+		}
+	}
+}
+
+// TestAJobWaitingAheadKeepsAJobBelowItsLimit: a job ahead in the queue
+// that waits for units would take those a move frees, so the job below its
+// limit is not evaluated while one waits; each checkpoint is evaluated
+// once.
+func TestAJobWaitingAheadKeepsAJobBelowItsLimit(t *testing.T) {
+	jf, _ := jobAndModel(t, fmt.Sprintf(raiseJob, 1000.0, t.TempDir()))
+	below := &job{id: "j2", seq: 2, file: jf, state: api.JobRunning, reason: belowLimit + ": 500 of 1000",
+		plan: &sched.Plan{Throughput: 500}}
+	below.ckpt.latest = &api.CheckpointStatus{Step: 10}
+	ahead := &job{id: "j1", seq: 1, file: jf, state: api.JobQueued}
+	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}, jobs: []*job{ahead, below}}
+	if _, due := c.raiseDue(below); due {
+		t.Fatal("evaluated while a job ahead waits for units")
+	}
+	ahead.state = api.JobRunning
+	if in, due := c.raiseDue(below); !due || in.from != 10 || in.cur != 500 {
+		t.Fatalf("not evaluated once the job ahead runs (%v): %+v", due, in)
+	}
+	if _, due := c.raiseDue(below); due {
+		t.Fatal("the same checkpoint evaluated twice")
+	}
+}
