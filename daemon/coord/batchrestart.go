@@ -46,7 +46,7 @@ func (c *Coordinator) restartForBatches(j *job, lanes []int) {
 	}
 	now := time.Now()
 	j.state, j.reason = api.JobRestarting, fmt.Sprintf("restarting to resize its batches to %v (batching.resize = restart)", lanes)
-	j.failedAt, j.notBefore, j.resizeTo = now, now, carry
+	j.failedAt, j.notBefore, j.resizeTo, j.moving = now, now, carry, true
 	b.restarts = carry.restarts
 	c.log.Info("job restarting to resize its batches", "job", j.id, "batches", lanes, "restarts", carry.restarts)
 	c.save(j)

@@ -51,10 +51,11 @@ type job struct {
 	// lost names the nodes whose death failed the job (for suspects).
 	lost []lostNode
 	// raiseChecked is the newest checkpoint a move back up to the
-	// throughput_limit was evaluated at; raising is set while restarting
-	// for it (raise.go).
+	// throughput_limit was evaluated at (raise.go).
 	raiseChecked int64
-	raising      bool
+	// moving is set while a restarting job restarts to move, not to
+	// recover: the restart spends none of checkpoint.restarts.
+	moving bool
 
 	balance   *jobBalance
 	carry     *batchCarry  // batches a restart hands on (batchrestart.go)

@@ -46,7 +46,7 @@ func (j *job) record() store.Job {
 	r := store.Job{ID: j.id, Seq: j.seq, Source: j.source, Restore: j.file.Checkpoint.Restore, Model: j.modelText,
 		State: j.state, Reason: j.reason, Plan: j.planJSON, Generation: j.gen, Hourly: j.hourly,
 		Restored: j.ckpt.restored, Latest: j.ckpt.latest, Restarts: j.restarts, RestartOf: j.restartOf,
-		RestartedAs: j.restartedAs, Suspects: slices.Clone(j.suspects), FailedAt: j.failedAt, NotBefore: j.notBefore,
+		RestartedAs: j.restartedAs, Suspects: slices.Clone(j.suspects), FailedAt: j.failedAt, NotBefore: j.notBefore, Move: j.moving,
 		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished}
 	for _, t := range j.tasks {
 		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName})
@@ -98,7 +98,7 @@ func jobFromRecord(r store.Job) (*job, error) {
 	jf.Checkpoint.Restore = r.Restore
 	j := &job{id: r.ID, seq: r.Seq, source: r.Source, file: jf, modelText: r.Model, state: r.State, reason: r.Reason,
 		planJSON: r.Plan, gen: r.Generation, hourly: r.Hourly, restarts: r.Restarts, restartOf: r.RestartOf,
-		restartedAs: r.RestartedAs, suspects: r.Suspects, failedAt: r.FailedAt, notBefore: r.NotBefore,
+		restartedAs: r.RestartedAs, suspects: r.Suspects, failedAt: r.FailedAt, notBefore: r.NotBefore, moving: r.Move,
 		idemKey: r.IdempotencyKey, submitted: r.Submitted, started: r.Started, finished: r.Finished, verified: true}
 	j.ckpt.restored, j.ckpt.latest = r.Restored, r.Latest
 	if r.Model != "" {

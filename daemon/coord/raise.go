@@ -45,7 +45,7 @@ type raiseInput struct {
 func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 	cp := j.ckpt.latest
 	if j.state != api.JobRunning || !strings.HasPrefix(j.reason, belowLimit) || j.plan == nil || cp == nil ||
-		cp.Step <= j.raiseChecked || cp.Step >= j.file.TotalSteps() || j.replan.isMoving() || c.waitsAhead(j) {
+		cp.Step <= j.raiseChecked || cp.Step >= j.file.TotalSteps() || c.waitsAhead(j) {
 		return raiseInput{}, false
 	}
 	j.raiseChecked = cp.Step
@@ -124,7 +124,7 @@ func (c *Coordinator) applyRaise(in raiseInput, plan *sched.Plan, err error, now
 	j.state = api.JobRestarting
 	j.reason = fmt.Sprintf("moving back up to its throughput_limit: %.6g samples/s on %v units %v from the checkpoint of step %d",
 		plan.Throughput, plan.Assign, stageUnits(plan), in.from)
-	j.failedAt, j.notBefore, j.raising = now, now, true
+	j.failedAt, j.notBefore, j.moving = now, now, true
 	c.log.Info("job moves back up to its throughput_limit", "job", j.id, "from_step", in.from, "throughput", plan.Throughput,
 		"was", in.cur, "keep_s", keep, "move_s", move)
 	c.save(j)

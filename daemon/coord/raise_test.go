@@ -135,3 +135,21 @@ func TestAJobWaitingAheadKeepsAJobBelowItsLimit(t *testing.T) {
 		t.Fatal("the same checkpoint evaluated twice")
 	}
 }
+
+// TestAMoveSurvivesACoordinatorRestart: a job restarting to move is
+// recorded so, and the coordinator that loads it restarts it as a move,
+// spending none of its restarts.
+func TestAMoveSurvivesACoordinatorRestart(t *testing.T) {
+	src := fmt.Sprintf(raiseJob, 1000.0, t.TempDir())
+	jf, _ := jobAndModel(t, src)
+	for _, moving := range []bool{true, false} {
+		j := &job{id: "j3", source: src, file: jf, state: api.JobRestarting, restarts: 1, moving: moving, failedAt: time.Now()}
+		back, err := jobFromRecord(j.record())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.moving != moving || back.restarts != 1 {
+			t.Errorf("recorded moving %v: loaded moving %v, %d restarts", moving, back.moving, back.restarts)
+		}
+	}
+}

@@ -469,7 +469,7 @@ func (c *Coordinator) restartToMove(j *job, d *replanDecision, now time.Time) {
 	j.reason = fmt.Sprintf("re-planning: moving to %v units %v from the checkpoint of step %d (predicted gain %.1f%%)",
 		d.plan.Assign, stageUnits(d.plan), d.rec.FromStep, 100*d.rec.Gain)
 	j.failedAt, j.notBefore = now, now
-	j.replan.moving = true
+	j.replan.moving, j.moving = true, true
 	c.save(j)
 	c.wake()
 }

@@ -126,13 +126,13 @@ func (c *Coordinator) restart(old *job) {
 	now := time.Now()
 	j := &job{source: old.source, file: &jf, state: api.JobPending, submitted: now, restarts: old.restarts + 1,
 		restartOf: old.id, seq: old.seq, suspects: old.nextSuspects(now, c.cfg.SuspectFor), carry: old.carry}
-	if old.resizeTo != nil { // not a failure: batchrestart.go
-		j.restarts, j.carry = old.restarts, old.resizeTo
-	}
-	j.replan = old.replan.handOn(old, now)
-	if old.replan.isMoving() || old.raising { // not a failure: replan.go, raise.go
+	if old.moving { // not a failure: replan.go, raise.go, batchrestart.go
 		j.restarts = old.restarts
 	}
+	if old.resizeTo != nil {
+		j.carry = old.resizeTo
+	}
+	j.replan = old.replan.handOn(old, now)
 	c.mu.Unlock()
 
 	cp, err := newestVerified(jf.Checkpoint.Dir, chain, known, jf.TotalSteps())

@@ -53,6 +53,10 @@ type Job struct {
 	// time it may be restarted (backoff).
 	FailedAt  time.Time `json:"failed_at,omitzero"`
 	NotBefore time.Time `json:"not_before,omitzero"`
+	// Move says the restart under way moves the job (to another plan or
+	// batch split) rather than recovering from a failure: it spends none
+	// of the job's restarts.
+	Move bool `json:"move,omitempty"`
 
 	// IdempotencyKey is the key its submission carried: a repeat of it
 	// gets this job.
