@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Elastic stages. The replicas of a data-parallel stage and their batch
@@ -73,10 +74,29 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
 	for i, r := range reps {
 		batches[i] = r.batch
 	}
+	c.markShrunk(j, n, now)
 	from := c.resize(j, members, batches)
 	c.log.Warn("job goes on without the replicas of a dead node", "job", j.id, "node", n.req.Name, "node_id", n.id, "replicas", members,
 		"batches", batches, "from_step", from)
 	return true
+}
+
+// markShrunk notes that j, shrinking without the replicas on n, runs
+// below its throughput_limit (if it has one): its status says so, and n is
+// suspect to it as to a restart, so that it moves back up (raise.go) onto
+// other nodes, or onto n once n has stayed up. c.mu is held.
+func (c *Coordinator) markShrunk(j *job, n *node, now time.Time) {
+	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
+	if c.planFile(j).ThroughputLimit <= anyThroughput {
+		return
+	}
+	left := 0
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage && t.node != n {
+			left += t.task.Units
+		}
+	}
+	j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s died", shrunkBelow, left, j.plan.Stages[0].Units, n.req.Name)
 }
 
 // resize gives j's single stage the replicas members (replica ids, a

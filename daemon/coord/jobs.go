@@ -464,7 +464,7 @@ func (c *Coordinator) maybeDone(j *job, now time.Time) {
 		return
 	}
 	reason := ""
-	if strings.HasPrefix(j.reason, belowLimit) {
+	if runsBelowLimit(j) {
 		reason = j.reason
 	}
 	c.finish(j, api.JobDone, reason, now)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -190,8 +191,18 @@ func (c *Coordinator) plan(ctx context.Context, j *job, cat *config.Catalog) (*s
 }
 
 // belowLimit begins the reason of a job that a restart placed below its
-// throughput_limit; the job keeps it when done.
-const belowLimit = "restarted below its throughput_limit"
+// throughput_limit, shrunkBelow that of one that went on without a dead
+// node's replicas; the job keeps it when done.
+const (
+	belowLimit  = "restarted below its throughput_limit"
+	shrunkBelow = "shrunk below its throughput_limit"
+)
+
+// runsBelowLimit reports whether j lost units that its throughput_limit
+// needs and has not won them back.
+func runsBelowLimit(j *job) bool {
+	return strings.HasPrefix(j.reason, belowLimit) || strings.HasPrefix(j.reason, shrunkBelow)
+}
 
 // anyThroughput is the limit a plan that may run at any speed is asked
 // for: one sample a second.

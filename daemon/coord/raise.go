@@ -13,8 +13,10 @@ import (
 )
 
 // Moving a job back up to its throughput_limit. A restart that the free
-// live nodes could not carry at its limit runs below it (planBelowLimit).
-// At each new complete checkpoint of such a job the restarter plans it
+// live nodes could not carry at its limit runs below it (planBelowLimit),
+// and so does a stage that went on without a dead node's replicas
+// (elastic.go: shrink). At each new complete checkpoint of such a job that
+// is still below its limit the restarter plans it
 // again at its limit, on its own units and the free live ones, avoiding
 // the nodes that failed its chain until their suspicion expires (a node
 // that dies and comes back at once would otherwise move the job up and
@@ -33,10 +35,12 @@ type raiseInput struct {
 	gen   int64
 	plan  *job // a copy of j with what planning reads (planFileOn)
 	cat   *config.Catalog
-	from  int64   // the checkpoint a restart restores
-	step  int64   // where the job is
-	cur   float64 // the current plan's throughput, samples/s
-	moveS float64 // the start-up a restart is charged, seconds
+	stage sched.Stage // the plan's first stage
+	from  int64       // the checkpoint a restart restores
+	step  int64       // where the job is
+	cur   float64     // the current plan's throughput, samples/s (0: to predict for units)
+	units int         // a shrunk stage's units left
+	moveS float64     // the start-up a restart is charged, seconds
 }
 
 // raiseDue returns what deciding a move back up needs when j runs below
@@ -44,19 +48,50 @@ type raiseInput struct {
 // c.mu is held.
 func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 	cp := j.ckpt.latest
-	if j.state != api.JobRunning || !strings.HasPrefix(j.reason, belowLimit) || j.plan == nil || cp == nil ||
+	if j.state != api.JobRunning || !runsBelowLimit(j) || j.plan == nil || len(j.plan.Stages) == 0 || cp == nil ||
 		cp.Step <= j.raiseChecked || cp.Step >= j.file.TotalSteps() || c.waitsAhead(j) {
 		return raiseInput{}, false
 	}
 	j.raiseChecked = cp.Step
 	step, _, _ := measuredStages(j)
-	in := raiseInput{j: j, gen: j.gen, plan: j.planningCopy(), from: cp.Step, step: max(step, cp.Step),
+	in := raiseInput{j: j, gen: j.gen, plan: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: max(step, cp.Step),
 		cur: j.plan.Throughput, moveS: j.file.Replan.MoveSeconds,
 		cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())}
 	if r := j.replan; r != nil && r.moves > 0 {
 		in.moveS = r.moveSeconds
 	}
+	if strings.HasPrefix(j.reason, shrunkBelow) {
+		in.cur, in.units = 0, stageUnitsLeft(j)
+	}
 	return in, true
+}
+
+// stageUnitsLeft is the units of j's stage replicas. c.mu is held.
+func stageUnitsLeft(j *job) int {
+	n := 0
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage {
+			n += t.task.Units
+		}
+	}
+	return n
+}
+
+// shrunkThroughput is the throughput the plan's single stage is predicted
+// to reach on units units.
+func (c *Coordinator) shrunkThroughput(in raiseInput) (float64, error) {
+	j := in.plan
+	p, _, err := jobProblem(c.planFile(j), j.model, in.cat, c.storedProfiles(j.model.Name))
+	if err != nil {
+		return 0, err
+	}
+	j.replan.correct(p)
+	s := in.stage
+	t, ok := p.TypeIndex(s.Type)
+	if !ok {
+		return 0, fmt.Errorf("type %s of its stage is not among the live nodes", s.Type)
+	}
+	return p.StageThroughput(sched.Segment{First: s.First, Last: s.Last, Type: t, Units: in.units}), nil
 }
 
 // planningCopy is a copy of j holding what planning it reads, so that it
@@ -95,9 +130,16 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	for _, in := range due {
-		pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
-		plan, err := c.planFileOn(pctx, in.plan, c.planFile(in.plan), in.plan.file.Method, in.cat, false)
-		stop()
+		var err error
+		if in.cur == 0 {
+			in.cur, err = c.shrunkThroughput(in)
+		}
+		var plan *sched.Plan
+		if err == nil {
+			pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+			plan, err = c.planFileOn(pctx, in.plan, c.planFile(in.plan), in.plan.file.Method, in.cat, false)
+			stop()
+		}
 		c.mu.Lock()
 		c.applyRaise(in, plan, err, time.Now())
 		c.mu.Unlock()
@@ -122,8 +164,8 @@ func (c *Coordinator) applyRaise(in raiseInput, plan *sched.Plan, err error, now
 		return
 	}
 	j.state = api.JobRestarting
-	j.reason = fmt.Sprintf("moving back up to its throughput_limit: %.6g samples/s on %v units %v from the checkpoint of step %d",
-		plan.Throughput, plan.Assign, stageUnits(plan), in.from)
+	j.reason = fmt.Sprintf("moving back up to its throughput_limit: %.6g samples/s on %v units %v, from its newest checkpoint",
+		plan.Throughput, plan.Assign, stageUnits(plan))
 	j.failedAt, j.notBefore, j.moving = now, now, true
 	c.log.Info("job moves back up to its throughput_limit", "job", j.id, "from_step", in.from, "throughput", plan.Throughput,
 		"was", in.cur, "keep_s", keep, "move_s", move)

@@ -120,7 +120,7 @@ func TestMovingBackUpPaysForTheRestart(t *testing.T) {
 func TestAJobWaitingAheadKeepsAJobBelowItsLimit(t *testing.T) {
 	jf, _ := jobAndModel(t, fmt.Sprintf(raiseJob, 1000.0, t.TempDir()))
 	below := &job{id: "j2", seq: 2, file: jf, state: api.JobRunning, reason: belowLimit + ": 500 of 1000",
-		plan: &sched.Plan{Throughput: 500}}
+		plan: &sched.Plan{Throughput: 500, Stages: []sched.Stage{{Type: "cpu", Units: 1, Throughput: 500}}}}
 	below.ckpt.latest = &api.CheckpointStatus{Step: 10}
 	ahead := &job{id: "j1", seq: 1, file: jf, state: api.JobQueued}
 	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}, jobs: []*job{ahead, below}}
@@ -151,5 +151,63 @@ func TestAMoveSurvivesACoordinatorRestart(t *testing.T) {
 		if back.moving != moving || back.restarts != 1 {
 			t.Errorf("recorded moving %v: loaded moving %v, %d restarts", moving, back.moving, back.restarts)
 		}
+	}
+}
+
+// TestAShrunkStageMovesBackUp: a stage that syncs through the parameter
+// servers goes on without a dead node's replica, below its limit, and
+// says so; once another node joins, it moves back up from its next
+// checkpoint, as a restart that goes on at its limit.
+func TestAShrunkStageMovesBackUp(t *testing.T) {
+	tc := startCluster(t, nil)
+	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n")
+	limit := 2.5 * one.Throughput
+	src := fmt.Sprintf(raiseJob, limit, t.TempDir())
+	jf, m := jobAndModel(t, src)
+	truth, err := JobProblem(jf, m, liveCatalog(tc.cat, map[string]int{"cpu": 12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trueCluster{t: t, truth: truth, steps: map[string]map[string]int64{}, written: map[string]int64{},
+		files: map[string][]api.ShardCheckpoint{}}
+	nodes := []*fakeNode{tr.node("a", "cpu", 2, 9131), tr.node("b", "cpu", 2, 9132)}
+	for _, n := range nodes {
+		tc.start(n)
+	}
+	id := tc.submit(src)
+	waitFor(t, "the job running", func() bool { return tc.job(id).Step > 0 })
+	var victim *fakeNode
+	for _, n := range nodes {
+		_, current, _ := n.snapshot()
+		ps := false
+		for _, task := range current {
+			ps = ps || task.Role == api.RolePS
+		}
+		if !ps && len(current) > 0 {
+			victim = n
+		}
+	}
+	if victim == nil {
+		t.Fatal("every node of the job hosts a parameter server: none can die without a restart")
+	}
+	close(victim.stall)
+	waitFor(t, "the stage shrunk below its limit", func() bool {
+		return strings.HasPrefix(tc.job(id).Reason, shrunkBelow)
+	})
+	tc.start(tr.node("c", "cpu", 8, 9133))
+
+	chain := tc.chainOf(id)
+	for _, s := range chain {
+		t.Logf("%s: %s %q", s.ID, s.State, s.Reason)
+	}
+	if len(chain) != 2 || !strings.HasPrefix(chain[0].Reason, "moving back up to its throughput_limit") {
+		t.Fatalf("a chain of %d jobs, want the shrunk job and one move back up", len(chain))
+	}
+	last := chain[1]
+	if last.State != api.JobDone || last.Step != last.Steps || last.Reason != "" || last.Restarts != 0 {
+		t.Fatalf("the moved job %s: %s %q at step %d of %d, %d restarts", last.ID, last.State, last.Reason, last.Step, last.Steps, last.Restarts)
+	}
+	if p := planOf(t, last); p.Throughput < limit {
+		t.Errorf("moved to %d units at %.0f samples/s, below the limit %.0f", p.Stages[0].Units, p.Throughput, limit)
 	}
 }
