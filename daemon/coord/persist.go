@@ -49,9 +49,21 @@ func (j *job) record() store.Job {
 		RestartedAs: j.restartedAs, Suspects: slices.Clone(j.suspects), FailedAt: j.failedAt, NotBefore: j.notBefore, Move: j.moving,
 		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished}
 	for _, t := range j.tasks {
-		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName})
+		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName, Last: lastReport(j, t)})
 	}
 	return r
+}
+
+// lastReport is what a final job's record keeps of t's last report: its
+// progress, without the checkpoint files (the job's record has its
+// checkpoint). nil while the job has not ended: its nodes report again.
+func lastReport(j *job, t *taskRun) *api.TaskReport {
+	if !j.state.Final() || t.report.TaskID == "" {
+		return nil
+	}
+	r := t.report
+	r.Checkpoints = nil
+	return &r
 }
 
 // load takes up the state database's jobs: waiting jobs queue again,
@@ -113,7 +125,11 @@ func jobFromRecord(r store.Job) (*job, error) {
 		}
 	}
 	for _, t := range r.Tasks {
-		j.tasks = append(j.tasks, &taskRun{job: j, task: t.Spec, nodeName: t.Node})
+		tr := &taskRun{job: j, task: t.Spec, nodeName: t.Node}
+		if t.Last != nil && j.state.Final() {
+			tr.report = *t.Last
+		}
+		j.tasks = append(j.tasks, tr)
 	}
 	return j, nil
 }

@@ -66,10 +66,13 @@ type Job struct {
 	Finished       time.Time `json:"finished,omitzero"`
 }
 
-// Task is one placed task and the name of the node it is on.
+// Task is one placed task and the name of the node it is on; Last is its
+// node's last report of it, kept once the job has ended (its step, loss
+// and throughput, which a restarted coordinator shows).
 type Task struct {
-	Spec api.Task `json:"spec"`
-	Node string   `json:"node"`
+	Spec api.Task        `json:"spec"`
+	Node string          `json:"node"`
+	Last *api.TaskReport `json:"last,omitempty"`
 }
 
 // Suspect is a node that failed a job, avoided by its restarts until
