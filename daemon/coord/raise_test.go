@@ -59,21 +59,29 @@ func TestASuspectNodeDoesNotMoveAJobBackUp(t *testing.T) {
 	}
 }
 
-// runBelowLimitThenAddANode runs a restart below its limit on a 2-unit
-// node, adds an 8-unit node (suspect to the job if suspect is set) and
-// returns the restart chain and the limit.
-func runBelowLimitThenAddANode(t *testing.T, suspect bool) ([]api.JobStatus, float64) {
+// raiseFixture is a cluster, fake nodes that run at the true speeds of
+// cpu units (free of them in all), and raiseJob at a throughput_limit
+// that needs more than 2 units (2.5 times one unit's).
+func raiseFixture(t *testing.T, free int) (*testCluster, *trueCluster, string, float64) {
 	tc := startCluster(t, nil)
 	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n")
 	limit := 2.5 * one.Throughput
 	src := fmt.Sprintf(raiseJob, limit, t.TempDir())
 	jf, m := jobAndModel(t, src)
-	truth, err := JobProblem(jf, m, liveCatalog(tc.cat, map[string]int{"cpu": 10}))
+	truth, err := JobProblem(jf, m, liveCatalog(tc.cat, map[string]int{"cpu": free}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := &trueCluster{t: t, truth: truth, steps: map[string]map[string]int64{}, written: map[string]int64{},
 		files: map[string][]api.ShardCheckpoint{}}
+	return tc, tr, src, limit
+}
+
+// runBelowLimitThenAddANode runs a restart below its limit on a 2-unit
+// node, adds an 8-unit node (suspect to the job if suspect is set) and
+// returns the restart chain and the limit.
+func runBelowLimitThenAddANode(t *testing.T, suspect bool) ([]api.JobStatus, float64) {
+	tc, tr, src, limit := raiseFixture(t, 10)
 	tc.start(tr.node("survivor", "cpu", 2, 9121))
 	restarted := tc.enqueueAs(src, "j0")
 	waitFor(t, "the restart running below its limit", func() bool {
@@ -159,17 +167,7 @@ func TestAMoveSurvivesACoordinatorRestart(t *testing.T) {
 // says so; once another node joins, it moves back up from its next
 // checkpoint, as a restart that goes on at its limit.
 func TestAShrunkStageMovesBackUp(t *testing.T) {
-	tc := startCluster(t, nil)
-	one := tc.expectedPlan(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n")
-	limit := 2.5 * one.Throughput
-	src := fmt.Sprintf(raiseJob, limit, t.TempDir())
-	jf, m := jobAndModel(t, src)
-	truth, err := JobProblem(jf, m, liveCatalog(tc.cat, map[string]int{"cpu": 12}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &trueCluster{t: t, truth: truth, steps: map[string]map[string]int64{}, written: map[string]int64{},
-		files: map[string][]api.ShardCheckpoint{}}
+	tc, tr, src, limit := raiseFixture(t, 12)
 	nodes := []*fakeNode{tr.node("a", "cpu", 2, 9131), tr.node("b", "cpu", 2, 9132)}
 	for _, n := range nodes {
 		tc.start(n)
