@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"time"
 
@@ -15,19 +16,18 @@ import (
 // Moving a job back up to its throughput_limit. A restart that the free
 // live nodes could not carry at its limit runs below it (planBelowLimit),
 // and so does a stage that went on without a dead node's replicas
-// (elastic.go: shrink). At each new complete checkpoint of such a job that
-// is still below its limit the restarter plans it
-// again at its limit, on its own units and the free live ones, avoiding
-// the nodes that failed its chain until their suspicion expires (a node
-// that dies and comes back at once would otherwise move the job up and
-// down again). Where that plan is feasible and the rest of the run ends
-// sooner on it — the restart's start-up and the steps since the
-// checkpoint trained again included — the job restarts from the
-// checkpoint onto it. That is a move, not a failure: it spends none of
-// checkpoint.restarts, waits no backoff and avoids no node. A job waiting
-// ahead of it in the queue would take the units it frees: then it stays.
-// Under an allocation policy the allocator owns the units and nothing
-// moves.
+// (elastic.go: shrink). At each new complete checkpoint of such a job the
+// restarter plans it again at its limit, on its own units and the free
+// live ones, avoiding the nodes that failed its chain until their
+// suspicion expires (a node that dies and comes back at once would
+// otherwise move the job up and down again). Where that plan is feasible
+// and the rest of the run ends sooner on it — the restart's start-up and
+// the steps since the checkpoint trained again included — the job
+// restarts from the checkpoint onto it. That is a move, not a failure: it
+// spends none of checkpoint.restarts, waits no backoff and avoids no node.
+// A job waiting ahead of it in the queue would take the units it frees:
+// then it stays. Under an allocation policy the allocator owns the units
+// and nothing moves.
 
 // raiseInput is what deciding a move back up needs, copied out under c.mu.
 type raiseInput struct {
@@ -49,11 +49,14 @@ type raiseInput struct {
 func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 	cp := j.ckpt.latest
 	if j.state != api.JobRunning || !runsBelowLimit(j) || j.plan == nil || len(j.plan.Stages) == 0 || cp == nil ||
-		cp.Step <= j.raiseChecked || cp.Step >= j.file.TotalSteps() || c.waitsAhead(j) {
+		cp.Step <= j.raiseChecked || c.waitsAhead(j) {
 		return raiseInput{}, false
 	}
 	j.raiseChecked = cp.Step
 	step, _, _ := measuredStages(j)
+	if max(step, cp.Step) >= j.file.TotalSteps() {
+		return raiseInput{}, false // trained: nothing left to speed up
+	}
 	in := raiseInput{j: j, gen: j.gen, plan: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: max(step, cp.Step),
 		cur: j.plan.Throughput, moveS: j.file.Replan.MoveSeconds,
 		cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())}
@@ -177,7 +180,10 @@ func (c *Coordinator) applyRaise(in raiseInput, plan *sched.Plan, err error, now
 // plan and after a restart onto one of throughput x: the steps from the
 // checkpoint trained again, plus the start-up.
 func raiseTimes(in raiseInput, x, batch float64, total int64) (keep, move float64) {
-	keep = float64(total-in.step) * batch / in.cur
+	keep = math.Inf(1) // a stage predicted to reach nothing
+	if in.cur > 0 {
+		keep = float64(total-in.step) * batch / in.cur
+	}
 	move = float64(total-in.from)*batch/x + in.moveS
 	return keep, move
 }

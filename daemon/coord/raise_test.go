@@ -119,6 +119,10 @@ func TestMovingBackUpPaysForTheRestart(t *testing.T) {
 			t.Errorf("%d steps to %.0f samples/s: keep %.1f s, move %.1f s; want moving %v", c.total, c.x, keep, move, c.moves)
 		}
 	}
+	in.cur = 0 // a shrunk stage predicted to reach nothing
+	if keep, move := raiseTimes(in, 2000, 512, 1000); move >= keep {
+		t.Errorf("a stage reaching nothing: keep %.1f s, move %.1f s; want moving", keep, move)
+	}
 }
 
 // TestAJobWaitingAheadKeepsAJobBelowItsLimit: a job ahead in the queue
@@ -130,17 +134,23 @@ func TestAJobWaitingAheadKeepsAJobBelowItsLimit(t *testing.T) {
 	below := &job{id: "j2", seq: 2, file: jf, state: api.JobRunning, reason: belowLimit + ": 500 of 1000",
 		plan: &sched.Plan{Throughput: 500, Stages: []sched.Stage{{Type: "cpu", Units: 1, Throughput: 500}}}}
 	below.ckpt.latest = &api.CheckpointStatus{Step: 10}
+	below.tasks = []*taskRun{{job: below, task: api.Task{Role: api.RoleStage}, report: api.TaskReport{TaskID: "j2.s0.r0", Step: 15}}}
 	ahead := &job{id: "j1", seq: 1, file: jf, state: api.JobQueued}
 	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}, jobs: []*job{ahead, below}}
 	if _, due := c.raiseDue(below); due {
 		t.Fatal("evaluated while a job ahead waits for units")
 	}
 	ahead.state = api.JobRunning
-	if in, due := c.raiseDue(below); !due || in.from != 10 || in.cur != 500 {
+	if in, due := c.raiseDue(below); !due || in.from != 10 || in.step != 15 || in.cur != 500 {
 		t.Fatalf("not evaluated once the job ahead runs (%v): %+v", due, in)
 	}
 	if _, due := c.raiseDue(below); due {
 		t.Fatal("the same checkpoint evaluated twice")
+	}
+	below.ckpt.latest = &api.CheckpointStatus{Step: 190}
+	below.tasks[0].report.Step = jf.TotalSteps()
+	if _, due := c.raiseDue(below); due {
+		t.Fatal("evaluated once every step is trained")
 	}
 }
 
