@@ -16,7 +16,9 @@
 // latest checkpoint (restart.go); so is a job whose batch controller
 // resizes by restarting (batching.resize = "restart", batchrestart.go), or
 // that re-planning from measured throughput moves to a better plan
-// (replan.go: [replan] in the job file; it may also resize in place).
+// (replan.go: [replan] in the job file; it may also resize in place), or
+// that runs below its throughput_limit after losing nodes and moves back
+// up once nodes return (raise.go).
 // The batch controller balances a job's lanes (lanes.go, balance.go).
 // Checkpoints whose shards span several nodes are completed here: the
 // coordinator writes a step's manifest once every shard has reported its
