@@ -50,6 +50,10 @@ var (
 	jobCostDesc   = desc("heterps_job_cost", "What the job has cost so far, in the catalog's price unit.", "job_id")
 	jobRestarts   = desc("heterps_job_restarts", "Automatic restarts in the job's chain before it.", "job_id")
 	jobGeneration = desc("heterps_job_generation", "The job's generation: placements and elastic resizes.", "job_id")
+	jobLimitDesc  = desc("heterps_job_throughput_limit_samples_per_second",
+		"The throughput the job file asks for (0: none, the scheduler's floor).", "job_id")
+	jobBelowDesc = desc("heterps_job_below_throughput_limit",
+		"1 while the job runs below its throughput_limit after losing nodes (until it moves back up), else 0.", "job_id")
 	stagePredDesc = desc("heterps_job_stage_predicted_throughput_samples_per_second",
 		"The plan's throughput for the stage.", "job_id", "stage")
 	stageMeasDesc = desc("heterps_job_stage_measured_throughput_samples_per_second",
@@ -72,7 +76,7 @@ type coordCollector struct{ c *Coordinator }
 
 func (coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{jobsDesc, jobStateDesc, jobStepDesc, jobStepsDesc, jobSamplesDesc, jobLossDesc,
-		jobRateDesc, jobCostDesc, jobRestarts, jobGeneration, stagePredDesc, stageMeasDesc, replicaBatchDesc,
+		jobRateDesc, jobCostDesc, jobRestarts, jobGeneration, jobLimitDesc, jobBelowDesc, stagePredDesc, stageMeasDesc, replicaBatchDesc,
 		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc} {
 		ch <- d
 	}
@@ -115,6 +119,12 @@ func collectJob(ch chan<- prometheus.Metric, j *job, s api.JobStatus) {
 	gauge(ch, jobCostDesc, s.CostSoFar, id)
 	gauge(ch, jobRestarts, float64(s.Restarts), id)
 	gauge(ch, jobGeneration, float64(s.Generation), id)
+	gauge(ch, jobLimitDesc, j.file.ThroughputLimit, id)
+	below := 0.0
+	if runsBelowLimit(j) {
+		below = 1
+	}
+	gauge(ch, jobBelowDesc, below, id)
 	if s.Batching != nil {
 		counter(ch, adjustmentsDesc, float64(s.Batching.Adjustments), id)
 	}

@@ -2,9 +2,12 @@ package coord
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
@@ -83,11 +86,20 @@ func raiseFixture(t *testing.T, free int) (*testCluster, *trueCluster, string, f
 func runBelowLimitThenAddANode(t *testing.T, suspect bool) ([]api.JobStatus, float64) {
 	tc, tr, src, limit := raiseFixture(t, 10)
 	tc.start(tr.node("survivor", "cpu", 2, 9121))
+	reg := prometheus.NewPedanticRegistry()
+	if err := tc.c.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
 	restarted := tc.enqueueAs(src, "j0")
 	waitFor(t, "the restart running below its limit", func() bool {
 		s := tc.job(restarted.id)
 		return s.State == api.JobRunning && strings.HasPrefix(s.Reason, belowLimit) && s.Step > 0
 	})
+	job := map[string]string{"job_id": restarted.id}
+	if one(t, reg, "heterps_job_below_throughput_limit", job) != 1 ||
+		one(t, reg, "heterps_job_throughput_limit_samples_per_second", job) != math.Round(limit) {
+		t.Errorf("metrics of a job below its limit %.0f: %v", limit, series(t, reg, "heterps_job_below_throughput_limit", job))
+	}
 	if suspect {
 		tc.c.mu.Lock()
 		restarted.suspects = append(restarted.suspects, store.Suspect{Node: "returned", Until: time.Now().Add(time.Hour)})
@@ -97,6 +109,9 @@ func runBelowLimitThenAddANode(t *testing.T, suspect bool) ([]api.JobStatus, flo
 	chain := tc.chainOf(restarted.id)
 	for _, s := range chain {
 		t.Logf("%s: %s %q", s.ID, s.State, s.Reason)
+	}
+	if last := chain[len(chain)-1]; last.Reason == "" && one(t, reg, "heterps_job_below_throughput_limit", map[string]string{"job_id": last.ID}) != 0 {
+		t.Errorf("job %s at its limit counts as below it", last.ID)
 	}
 	return chain, limit
 }
