@@ -160,6 +160,12 @@ func (c *Coordinator) applyRaise(in raiseInput, plan *sched.Plan, err error, now
 	case j.state != api.JobRunning || j.gen != in.gen || c.waitsAhead(j) || !plan.Feasible:
 		return
 	}
+	if _, err := place(plan, j.file.Batch, c.cluster(j, true), c.plainDataPlane()); err != nil {
+		// The restart would wait in the queue for a placement: better to
+		// go on below the limit.
+		c.log.Info("not moving back up to the throughput_limit: the nodes cannot host the plan", "job", j.id, "err", err)
+		return
+	}
 	keep, move := raiseTimes(in, plan.Throughput, float64(j.file.Batch), j.file.TotalSteps())
 	if move >= keep {
 		c.log.Info("not moving back up to the throughput_limit: the rest of the run would not end sooner", "job", j.id,

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -232,5 +233,20 @@ func TestAShrunkStageMovesBackUp(t *testing.T) {
 	}
 	if p := planOf(t, last); p.Throughput < limit {
 		t.Errorf("moved to %d units at %.0f samples/s, below the limit %.0f", p.Stages[0].Units, p.Throughput, limit)
+	}
+}
+
+// TestAMoveBackUpNeedsNodesThatHostThePlan: a plan that meets the limit
+// but that the live nodes cannot host (here: there are none) leaves the
+// job running below its limit, rather than restarting it into the queue.
+func TestAMoveBackUpNeedsNodesThatHostThePlan(t *testing.T) {
+	jf, _ := jobAndModel(t, fmt.Sprintf(raiseJob, 1000.0, t.TempDir()))
+	j := &job{id: "j2", seq: 2, file: jf, state: api.JobRunning, reason: belowLimit + ": 500 of 1000",
+		plan: &sched.Plan{Throughput: 500, Stages: []sched.Stage{{Type: "cpu", Units: 1, Throughput: 500}}}}
+	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}, jobs: []*job{j}, log: slog.New(slog.DiscardHandler)}
+	at := &sched.Plan{Feasible: true, Throughput: 1000, Stages: []sched.Stage{{Type: "cpu", Units: 2, Throughput: 1000}}}
+	c.applyRaise(raiseInput{j: j, from: 10, step: 15, cur: 500}, at, nil, time.Now())
+	if j.state != api.JobRunning || j.moving {
+		t.Fatalf("the job is %s (moving %v): %q", j.state, j.moving, j.reason)
 	}
 }
