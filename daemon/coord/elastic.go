@@ -82,12 +82,14 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
 }
 
 // markShrunk notes that j, shrinking without the replicas on n, runs
-// below its throughput_limit (if it has one): its status says so, and n is
-// suspect to it as to a restart, so that it moves back up (raise.go) onto
-// other nodes, or onto n once n has stayed up. c.mu is held.
+// below its throughput_limit if the units left are predicted to fall
+// short of it: its status says so, and n is suspect to it as to a
+// restart, so that it moves back up (raise.go) onto other nodes, or onto
+// n once n has stayed up. c.mu is held.
 func (c *Coordinator) markShrunk(j *job, n *node, now time.Time) {
 	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
-	if c.planFile(j).ThroughputLimit <= anyThroughput {
+	limit := c.planFile(j).ThroughputLimit
+	if limit <= anyThroughput {
 		return
 	}
 	left := 0
@@ -96,7 +98,16 @@ func (c *Coordinator) markShrunk(j *job, n *node, now time.Time) {
 			left += t.task.Units
 		}
 	}
-	j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s died", shrunkBelow, left, j.plan.Stages[0].Units, n.req.Name)
+	stage := j.plan.Stages[0]
+	x, err := c.stageThroughputOn(j, c.cfg.Catalog, stage, left)
+	switch {
+	case err != nil:
+		c.log.Warn("predicting a shrunk stage's throughput", "job", j.id, "err", err)
+		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s died", shrunkBelow, left, stage.Units, n.req.Name)
+	case x < limit:
+		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s died, predicted %.6g of %.6g samples/s",
+			shrunkBelow, left, stage.Units, n.req.Name, x, limit)
+	}
 }
 
 // resize gives j's single stage the replicas members (replica ids, a

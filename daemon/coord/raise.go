@@ -80,21 +80,20 @@ func stageUnitsLeft(j *job) int {
 	return n
 }
 
-// shrunkThroughput is the throughput the plan's single stage is predicted
-// to reach on units units.
-func (c *Coordinator) shrunkThroughput(in raiseInput) (float64, error) {
-	j := in.plan
-	p, _, err := jobProblem(c.planFile(j), j.model, in.cat, c.storedProfiles(j.model.Name))
+// stageThroughputOn is the throughput stage s of j's plan is predicted to
+// reach on units units of its type in cat: what a shrunk stage runs at.
+// j is the job or its planningCopy.
+func (c *Coordinator) stageThroughputOn(j *job, cat *config.Catalog, s sched.Stage, units int) (float64, error) {
+	p, _, err := jobProblem(c.planFile(j), j.model, cat, c.storedProfiles(j.model.Name))
 	if err != nil {
 		return 0, err
 	}
 	j.replan.correct(p)
-	s := in.stage
 	t, ok := p.TypeIndex(s.Type)
 	if !ok {
-		return 0, fmt.Errorf("type %s of its stage is not among the live nodes", s.Type)
+		return 0, fmt.Errorf("type %s of its stage is not in the catalog", s.Type)
 	}
-	return p.StageThroughput(sched.Segment{First: s.First, Last: s.Last, Type: t, Units: in.units}), nil
+	return p.StageThroughput(sched.Segment{First: s.First, Last: s.Last, Type: t, Units: units}), nil
 }
 
 // planningCopy is a copy of j holding what planning it reads, so that it
@@ -135,7 +134,7 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 	for _, in := range due {
 		var err error
 		if in.cur == 0 {
-			in.cur, err = c.shrunkThroughput(in)
+			in.cur, err = c.stageThroughputOn(in.plan, in.cat, in.stage, in.units)
 		}
 		var plan *sched.Plan
 		if err == nil {

@@ -250,3 +250,32 @@ func TestAMoveBackUpNeedsNodesThatHostThePlan(t *testing.T) {
 		t.Fatalf("the job is %s (moving %v): %q", j.state, j.moving, j.reason)
 	}
 }
+
+// TestAShrunkStageWithSlackIsNotBelowItsLimit: a stage that loses a
+// replica but whose units left are predicted to still reach its limit
+// does not say it runs below it; one that falls short does. Both suspect
+// the dead node.
+func TestAShrunkStageWithSlackIsNotBelowItsLimit(t *testing.T) {
+	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t), SuspectFor: time.Minute}, log: slog.New(slog.DiscardHandler)}
+	jf, m := jobAndModel(t, fmt.Sprintf(raiseJob, 1000.0, t.TempDir()))
+	stage := sched.Stage{First: 0, Last: len(m.Shapes()) - 1, Type: "cpu", Units: 4}
+	three, err := c.stageThroughputOn(&job{file: jf, model: m}, c.cfg.Catalog, stage, 3)
+	if err != nil || three <= 0 {
+		t.Fatalf("3 units: %v samples/s (%v)", three, err)
+	}
+	for _, limit := range []float64{0.9 * three, 1.1 * three} {
+		f := *jf
+		f.ThroughputLimit = limit
+		j := &job{id: "j1", file: &f, model: m, state: api.JobRunning, plan: &sched.Plan{Stages: []sched.Stage{stage}}}
+		var dead *node
+		for i := range 4 {
+			n := &node{req: api.RegisterRequest{Name: fmt.Sprintf("n%d", i)}}
+			j.tasks = append(j.tasks, &taskRun{job: j, node: n, task: api.Task{Role: api.RoleStage, Replica: i, Units: 1}})
+			dead = n
+		}
+		c.markShrunk(j, dead, time.Now())
+		if below := strings.HasPrefix(j.reason, shrunkBelow); below != (limit > three) || len(j.suspects) != 1 {
+			t.Errorf("limit %.0f, 3 units reach %.0f: reason %q, suspects %v", limit, three, j.reason, j.suspects)
+		}
+	}
+}
