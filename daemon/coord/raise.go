@@ -33,7 +33,7 @@ import (
 type raiseInput struct {
 	j     *job
 	gen   int64
-	sub   *job // a copy of j with what planning reads (planFileOn)
+	snap  *job // a copy of j with what planning reads (planFileOn)
 	cat   *config.Catalog
 	stage sched.Stage // the plan's first stage
 	from  int64       // the checkpoint a restart restores
@@ -57,7 +57,7 @@ func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 	if max(step, cp.Step) >= j.file.TotalSteps() {
 		return raiseInput{}, false // trained: nothing left to speed up
 	}
-	in := raiseInput{j: j, gen: j.gen, sub: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: max(step, cp.Step),
+	in := raiseInput{j: j, gen: j.gen, snap: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: max(step, cp.Step),
 		cur: j.plan.Throughput, moveS: j.file.Replan.MoveSeconds,
 		cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())}
 	if r := j.replan; r != nil && r.moves > 0 {
@@ -134,12 +134,12 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 	for _, in := range due {
 		var err error
 		if in.cur == 0 {
-			in.cur, err = c.stageThroughputOn(in.sub, in.cat, in.stage, in.units)
+			in.cur, err = c.stageThroughputOn(in.snap, in.cat, in.stage, in.units)
 		}
 		var plan *sched.Plan
 		if err == nil {
 			pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
-			plan, err = c.planFileOn(pctx, in.sub, c.planFile(in.sub), in.sub.file.Method, in.cat, false)
+			plan, err = c.planFileOn(pctx, in.snap, c.planFile(in.snap), in.snap.file.Method, in.cat, false)
 			stop()
 		}
 		c.mu.Lock()
