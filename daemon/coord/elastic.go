@@ -92,12 +92,7 @@ func (c *Coordinator) markShrunk(j *job, n *node, now time.Time) {
 	if limit <= anyThroughput {
 		return
 	}
-	left := 0
-	for _, t := range j.tasks {
-		if t.task.Role == api.RoleStage && t.node != n {
-			left += t.task.Units
-		}
-	}
+	left := replicaUnits(j, n)
 	stage := j.plan.Stages[0]
 	x, err := c.stageThroughputOn(j, c.cfg.Catalog, stage, left)
 	switch {

@@ -38,8 +38,8 @@ type raiseInput struct {
 	stage sched.Stage // the plan's first stage
 	from  int64       // the checkpoint a restart restores
 	step  int64       // where the job is
-	cur   float64     // the current plan's throughput, samples/s (0: to predict for units)
-	units int         // a shrunk stage's units left
+	cur   float64     // the current plan's throughput, samples/s
+	units int         // a shrunk stage's units left (0: not shrunk), whose throughput cur becomes
 	moveS float64     // the start-up a restart is charged, seconds
 }
 
@@ -64,16 +64,17 @@ func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 		in.moveS = r.moveSeconds
 	}
 	if strings.HasPrefix(j.reason, shrunkBelow) {
-		in.cur, in.units = 0, stageUnitsLeft(j)
+		in.units = replicaUnits(j, nil)
 	}
 	return in, true
 }
 
-// stageUnitsLeft is the units of j's stage replicas. c.mu is held.
-func stageUnitsLeft(j *job) int {
+// replicaUnits is the units of j's stage replicas, leaving out those on
+// node without (nil: none). c.mu is held.
+func replicaUnits(j *job, without *node) int {
 	n := 0
 	for _, t := range j.tasks {
-		if t.task.Role == api.RoleStage {
+		if t.task.Role == api.RoleStage && (without == nil || t.node != without) {
 			n += t.task.Units
 		}
 	}
@@ -133,7 +134,7 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 	c.mu.Unlock()
 	for _, in := range due {
 		var err error
-		if in.cur == 0 {
+		if in.units > 0 {
 			in.cur, err = c.stageThroughputOn(in.snap, in.cat, in.stage, in.units)
 		}
 		var plan *sched.Plan
