@@ -85,11 +85,11 @@ func (r *ring) halveAndDouble(ctx context.Context, param int, g []float32, rows 
 		}
 		got := 0
 		for j, piece := range pieces(kept) {
-			n, sum, err := x.addIn(round, j, piece, own, held, last)
+			came, sum, err := x.addIn(round, j, piece, own, held, last)
 			if err != nil {
 				return err
 			}
-			got = n
+			got = came
 			if last {
 				total = sum
 			}
