@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -205,7 +206,7 @@ func (c *coordClient) submit(ctx context.Context, jobTOML []byte) (string, error
 
 func (c *coordClient) job(ctx context.Context, id string) (api.JobStatus, error) {
 	var s api.JobStatus
-	err := c.Get(ctx, "/v1/jobs/"+id, &s)
+	err := c.Get(ctx, "/v1/jobs/"+url.PathEscape(id), &s)
 	return s, err
 }
 
@@ -230,7 +231,7 @@ func (c *coordClient) alloc(ctx context.Context) (api.AllocStatus, error) {
 
 func (c *coordClient) cancel(ctx context.Context, id string) error {
 	var s api.JobStatus
-	return c.Delete(ctx, "/v1/jobs/"+id, &s)
+	return c.Delete(ctx, "/v1/jobs/"+url.PathEscape(id), &s)
 }
 
 // pollEvery is how often waitJob asks for the job's status.
