@@ -70,6 +70,9 @@ type Job struct {
 	MicroBatches    int           `toml:"micro_batches"` // per step; 0 = 1
 	Schedule        string        `toml:"schedule"`      // ScheduleOneFOneB (default) or ScheduleFillDrain
 	DenseSync       string        `toml:"dense_sync"`    // DenseSyncAuto, DenseSyncAllreduce or DenseSyncPS
+	// DenseSyncDefaulted says the file named no dense_sync: applyDefaults
+	// chose DenseSync, which a stage of one replica need not follow.
+	DenseSyncDefaulted bool `toml:"-"`
 	Seed            uint64        `toml:"seed"`
 	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
 	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
@@ -236,7 +239,7 @@ func (j *Job) applyDefaults() {
 		j.Optimizer.defaults()
 	}
 	if j.DenseSync == "" {
-		j.DenseSync = defaultDenseSync(j.Checkpoint.Restarts)
+		j.DenseSync, j.DenseSyncDefaulted = defaultDenseSync(j.Checkpoint.Restarts), true
 	}
 	b := &j.Batching
 	if b.Mode == "" {
@@ -336,7 +339,9 @@ func (j *Job) validate(loc *Locator) error {
 
 // defaultDenseSync is dense_sync where the file names none: auto (allreduce
 // where measured or sized to win) for a job that restarts from its
-// checkpoints after a failure, the parameter servers otherwise. An
+// checkpoints after a failure, the parameter servers otherwise (for
+// stages of several replicas: one replica keeps its dense parameters to
+// itself either way, daemon/coord's denseSync). An
 // allreduce stage cannot shrink in place when a replica's node dies; it
 // restarts the job from its newest checkpoint, on the survivors below its
 // throughput_limit if need be, so only a job allowed restarts can afford

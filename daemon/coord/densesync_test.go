@@ -12,8 +12,9 @@ import (
 // The auto rule: the method measured the faster on the stage's type when
 // its profile says, else allreduce for a stage of at least two replicas
 // whose dense bytes times replicas reach AllreduceMinBytes, in a job that
-// allows either way; an explicit choice wins (allreduce even for one
-// replica).
+// allows either way; a stage of one replica keeps its dense parameters
+// (allreduce over a ring of one) unless the file names ps; an explicit
+// choice wins.
 func TestDenseSyncRule(t *testing.T) {
 	m, err := config.LoadModel("ctrdnn")
 	if err != nil {
@@ -25,7 +26,10 @@ func TestDenseSyncRule(t *testing.T) {
 		t.Fatalf("ctrdnn: %d dense bytes in all, %d in the embedding layer; want about 1.2 MB and 0", all, denseBytes(m, 0, 0))
 	}
 	job := func(sync, extra string) *config.Job {
-		jf, err := config.ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\ndense_sync = \""+sync+"\"\n"+extra))
+		if sync != "" {
+			extra = "dense_sync = \"" + sync + "\"\n" + extra
+		}
+		jf, err := config.ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\n"+extra))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,14 +43,19 @@ func TestDenseSyncRule(t *testing.T) {
 		want        string
 	}{
 		{"auto, whole model on 2 replicas", job("auto", ""), 0, 2, "", api.DenseSyncAllreduce},
-		{"auto, one replica", job("auto", ""), 0, 1, "", api.DenseSyncPS},
+		{"auto, one replica", job("auto", ""), 0, 1, "", api.DenseSyncAllreduce},
+		{"unnamed, no restarts, one replica", job("", ""), 0, 1, "", api.DenseSyncAllreduce},
+		{"unnamed, no restarts, 2 replicas", job("", ""), 0, 2, "allreduce", api.DenseSyncPS},
+		{"unnamed, restarts, 2 replicas", job("", "[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n"), 0, 2, "", api.DenseSyncAllreduce},
+		{"unnamed, asp, one replica", job("", "mode = \"asp\"\n"), 0, 1, "", api.DenseSyncPS},
+		{"ps, one replica", job("ps", ""), 0, 1, "", api.DenseSyncPS},
 		{"auto, only the small last layers", job("auto", ""), last - 1, 4, "", api.DenseSyncPS},
 		{"auto, checkpointed", job("auto", "[checkpoint]\ndir = \"/x\"\nevery = 5\n"), 0, 2, "", api.DenseSyncAllreduce},
 		{"allreduce, restored", job("allreduce", "[checkpoint]\nrestore = \"/x/step-5\"\n"), 0, 2, "", api.DenseSyncAllreduce},
 		{"auto, asp", job("auto", "mode = \"asp\"\n"), 0, 2, "", api.DenseSyncPS},
 		{"auto, ps measured faster", job("auto", ""), 0, 2, "ps", api.DenseSyncPS},
 		{"auto, allreduce measured faster", job("auto", ""), last - 1, 4, "allreduce", api.DenseSyncAllreduce},
-		{"auto, allreduce measured, one replica", job("auto", ""), 0, 1, "allreduce", api.DenseSyncPS},
+		{"auto, ps measured, one replica", job("auto", ""), 0, 1, "ps", api.DenseSyncAllreduce},
 		{"auto, allreduce measured, asp", job("auto", "mode = \"asp\"\n"), 0, 2, "allreduce", api.DenseSyncPS},
 		{"ps", job("ps", ""), 0, 4, "allreduce", api.DenseSyncPS},
 		{"allreduce, one replica", job("allreduce", ""), 0, 1, "", api.DenseSyncAllreduce},

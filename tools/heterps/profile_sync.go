@@ -446,7 +446,9 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 		compute += l.OCT[col]
 	}
 	extra, alpha := foldSync(prob, col, syncWeights(cfg.Shapes(), f.batch), runs)
-	prob.Types[col].DenseSync = method
+	if slices.Max(units) > 1 || f.denseSync != config.DenseSyncAuto {
+		prob.Types[col].DenseSync = method
+	}
 	return append(describeFold(f, method, runs, compute, extra, alpha), chose...), nil
 }
 
@@ -459,17 +461,17 @@ const allreduceMargin = 0.05
 // syncRuns runs the stage rounds of the dense_sync method asked for, or
 // for auto of both, and returns the method to fold (auto: allreduce when
 // its step at the most replicas measured is allreduceMargin shorter than
-// ps's, else ps; without several replicas, where a job's auto takes ps,
-// ps alone is run), its runs and, for auto, the line that says how it
-// chose.
+// ps's, else ps; without several replicas allreduce alone is run, a ring
+// of one, as a job's stage of one replica syncs), its runs and, for auto,
+// the line that says how it chose.
 func syncRuns(asked string, several bool, rounds func(method string) ([]*stageTimes, error)) (string, []*stageTimes, []string, error) {
 	if asked != config.DenseSyncAuto {
 		runs, err := rounds(asked)
 		return asked, runs, nil, err
 	}
 	if !several {
-		runs, err := rounds(config.DenseSyncPS)
-		return config.DenseSyncPS, runs, []string{"dense_sync auto: one replica only, which syncs through the parameter server (a job's auto does so too): folded: ps"}, err
+		runs, err := rounds(config.DenseSyncAllreduce)
+		return config.DenseSyncAllreduce, runs, []string{"dense_sync auto: one replica only, which keeps its dense parameters to itself (a ring of one), as a job's stage of one replica does unless its file names ps: folded: allreduce (the type names no method: one replica cannot tell which syncs several the faster)"}, err
 	}
 	ps, err := rounds(config.DenseSyncPS)
 	if err != nil {

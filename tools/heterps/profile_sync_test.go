@@ -195,8 +195,8 @@ func TestStageRunOpensAUnitPerReplica(t *testing.T) {
 }
 
 // syncRuns folds the method asked for, or for auto allreduce when its step
-// at the most replicas was 5 % shorter (else ps; with one replica only ps
-// is run), and says how auto chose.
+// at the most replicas was 5 % shorter (else ps; with one replica only
+// allreduce, a ring of one, is run), and says how auto chose.
 func TestSyncRunsChoosesTheFasterForAuto(t *testing.T) {
 	steps := func(k1, k2 float64) []*stageTimes { return []*stageTimes{{k: 1, step: k1}, {k: 2, step: k2}} }
 	for _, tc := range []struct {
@@ -207,7 +207,7 @@ func TestSyncRunsChoosesTheFasterForAuto(t *testing.T) {
 		{"allreduce faster", "auto", steps(0.010, 0.008), steps(0.011, 0.006), "allreduce"},
 		{"ps faster", "auto", steps(0.010, 0.006), steps(0.009, 0.007), "ps"},
 		{"allreduce within the margin", "auto", steps(0.010, 0.0060), steps(0.010, 0.0058), "ps"},
-		{"one replica", "auto", steps(0.010, 0)[:1], steps(0.005, 0)[:1], "ps"},
+		{"one replica", "auto", steps(0.010, 0)[:1], steps(0.011, 0)[:1], "allreduce"},
 		{"asked ps", "ps", steps(0.010, 0.008), steps(0.011, 0.006), "ps"},
 		{"asked allreduce", "allreduce", steps(0.010, 0.006), steps(0.011, 0.009), "allreduce"},
 	} {
