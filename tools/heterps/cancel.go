@@ -49,8 +49,8 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	if err == nil && len(rest) != 1 {
-		err = fmt.Errorf("want one JOB, got %d argument(s)\n%s", len(rest), cancelUsage)
+	if err == nil && (len(rest) != 1 || rest[0] == "") {
+		err = fmt.Errorf("want one JOB, got %q\n%s", rest, cancelUsage)
 	}
 	if err != nil {
 		return failTo(stderr, exitUsage, err)

@@ -79,8 +79,10 @@ func TestCancelAQueuedJob(t *testing.T) {
 	if code, _, errb := cli(runCancel, "j9"); code != exitFailure || !strings.Contains(errb, "404") {
 		t.Errorf("cancel of an unknown job: exit %d, %s", code, errb)
 	}
-	if code, _, errb := cli(runCancel); code != exitUsage || !strings.Contains(errb, "want one JOB") {
-		t.Errorf("cancel without a job: exit %d, %s", code, errb)
+	for _, args := range [][]string{nil, {""}, {"j1", "j2"}} {
+		if code, _, errb := cli(runCancel, args...); code != exitUsage || !strings.Contains(errb, "want one JOB") {
+			t.Errorf("cancel %q: exit %d, %s", args, code, errb)
+		}
 	}
 }
 
