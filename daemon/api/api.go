@@ -435,8 +435,11 @@ type StageStatus struct {
 	Units      int      `json:"units"`
 	FirstLayer int      `json:"first_layer"`
 	LastLayer  int      `json:"last_layer"`
-	Nodes      []string `json:"nodes"`   // node name of each replica
-	Batches    []int    `json:"batches"` // batch of each replica, in the order of Nodes
+	Nodes      []string `json:"nodes"` // node name of each replica
+	// Replicas is each replica's id, in the order of Nodes: the ids a
+	// resize (ResizeRequest.Replicas) names.
+	Replicas []int `json:"replicas"`
+	Batches  []int `json:"batches"` // batch of each replica, in the order of Nodes
 	// StepSeconds is each replica's reported busy time per step.
 	StepSeconds         []float64 `json:"step_seconds"`
 	PredictedThroughput float64   `json:"predicted_throughput"`

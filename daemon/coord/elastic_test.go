@@ -3,6 +3,7 @@ package coord
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,9 @@ func TestResizeStartsAtTheOpenStep(t *testing.T) {
 		if tr.task.Generation != 2 || tr.task.FromStep != 10 || len(tr.task.Members) != 2 {
 			t.Errorf("task %s replica %d: %+v", tr.task.TaskID, tr.task.Replica, tr.task)
 		}
+	}
+	if st := c.status(j, time.Now()).Stages[0]; !slices.Equal(st.Replicas, []int{0, 1}) || !slices.Equal(st.Batches, []int{32, 32}) {
+		t.Errorf("status shows replicas %v with batches %v, want [0 1] and [32 32]", st.Replicas, st.Batches)
 	}
 }
 

@@ -563,12 +563,12 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 	last := len(j.plan.Stages) - 1
 	for i, ps := range j.plan.Stages {
 		st := api.StageStatus{Stage: i, Type: ps.Type, Units: ps.Units, FirstLayer: ps.First, LastLayer: ps.Last,
-			PredictedThroughput: ps.Throughput, Nodes: []string{}, Batches: []int{}, StepSeconds: []float64{}}
+			PredictedThroughput: ps.Throughput, Nodes: []string{}, Replicas: []int{}, Batches: []int{}, StepSeconds: []float64{}}
 		for _, t := range j.tasks {
 			if t.task.Role != api.RoleStage || t.task.Stage != i {
 				continue
 			}
-			st.Nodes = append(st.Nodes, t.nodeName)
+			st.Nodes, st.Replicas = append(st.Nodes, t.nodeName), append(st.Replicas, t.task.Replica)
 			if i < len(t.task.Layout) {
 				st.DenseSync = t.task.Layout[i].DenseSync
 			}

@@ -214,7 +214,7 @@ type runResult struct {
 	Predicted   float64      `json:"predicted_throughput"` // the plan's
 	Cost        float64      `json:"cost"`                 // catalog prices x units placed x time running
 	PlanCost    float64      `json:"plan_cost"`            // the cost model's for the whole run
-	Seconds     float64      `json:"seconds"`              // from start to finish
+	Seconds     float64      `json:"seconds"`              // from start to finish (so far, while it runs)
 	Method      string       `json:"method,omitempty"`     // the scheduling method
 	PSShards    []string     `json:"ps_shards"`            // node of each parameter-server shard
 	Stages      []runStage   `json:"stages"`
@@ -245,8 +245,11 @@ func resultOf(s api.JobStatus) (runResult, error) {
 	if r.PSShards == nil {
 		r.PSShards = []string{}
 	}
-	if s.Started != nil && s.Finished != nil {
+	switch {
+	case s.Started != nil && s.Finished != nil:
 		r.Seconds = s.Finished.Sub(*s.Started).Seconds()
+	case s.Started != nil && !s.State.Final(): // so far, by this machine's clock
+		r.Seconds = max(0, time.Since(*s.Started).Seconds())
 	}
 	if len(s.Plan) > 0 {
 		r.Plan = &sched.Plan{}

@@ -125,3 +125,17 @@ func TestJobProgressWaitsForAStep(t *testing.T) {
 		t.Fatalf("progress: %q", got)
 	}
 }
+
+// A running job's seconds are those since it started (its status has no
+// finish yet), a finished one's from start to finish.
+func TestResultSecondsOfARunningJob(t *testing.T) {
+	started := time.Now().Add(-90 * time.Second)
+	r, err := resultOf(api.JobStatus{ID: "j1", State: api.JobRunning, Started: &started})
+	if err != nil || r.Seconds < 89 || r.Seconds > 120 {
+		t.Errorf("running for 90 s: %.1f s (%v)", r.Seconds, err)
+	}
+	finished := started.Add(30 * time.Second)
+	if r, _ := resultOf(api.JobStatus{ID: "j1", State: api.JobDone, Started: &started, Finished: &finished}); r.Seconds != 30 {
+		t.Errorf("done after 30 s: %.1f s", r.Seconds)
+	}
+}

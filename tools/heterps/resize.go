@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/apiclient"
+)
+
+func init() {
+	register("resize", "change which replicas of a running data-parallel job train, and their batches, from the next step", func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return runResize(ctx, args, os.Stdout, os.Stderr)
+	})
+}
+
+const resizeUsage = "usage: heterps resize JOB REPLICA[=BATCH]... [--coordinator URL] [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json]\n" +
+	"  REPLICA is a node's name as heterps status shows it, or rK for replica K; the replicas named keep training from the\n" +
+	"  next step, the others stop. Give BATCH for every replica named or for none: given, they must add up to the job's\n" +
+	"  batch; else that batch is split over the replicas named in proportion to their batches now."
+
+// runResize resizes the single data-parallel stage of a running job (or of
+// the live restart of a restarted one) in place: PATCH /v1/jobs/{id}.
+func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var coord coordFlags
+	fs := flag.NewFlagSet("resize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	coord.add(fs)
+	asJSON := fs.Bool("json", false, "print the resized job's status as JSON")
+	rest, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil && (len(rest) < 2 || rest[0] == "") {
+		err = fmt.Errorf("want JOB and at least one REPLICA, got %q\n%s", rest, resizeUsage)
+	}
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	c, err := coord.client()
+	if err != nil {
+		return failTo(stderr, exitUsage, err)
+	}
+	defer c.close()
+	c.retryFor(requestRetryFor, stderr)
+	s, err := c.liveEnd(ctx, rest[0])
+	if err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
+	if s.State != api.JobRunning || len(s.Stages) != 1 {
+		return failTo(stderr, exitFailure, fmt.Errorf("job %s is %s with %d stage(s): only a running single-stage job changes its replicas", s.ID, s.State, len(s.Stages)))
+	}
+	req, err := resizeRequest(rest[1:], s.Stages[0])
+	if err != nil {
+		return failTo(stderr, exitUsage, fmt.Errorf("job %s: %w", s.ID, err))
+	}
+	resized, err := c.resize(ctx, s.ID, req)
+	if err != nil {
+		return failTo(stderr, exitFailure, err)
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, resized)
+	}
+	fmt.Fprintf(stdout, "job %s: stage 0 now runs %s from its next step\n", resized.ID, describeSplit(resized.Stages[0]))
+	return exitOK
+}
+
+func (c *coordClient) resize(ctx context.Context, id string, req api.ResizeRequest) (api.JobStatus, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.JobStatus{}, err
+	}
+	var s api.JobStatus
+	err = c.Do(ctx, apiclient.Request{Method: http.MethodPatch, Path: "/v1/jobs/" + url.PathEscape(id),
+		ContentType: api.ContentTypeJSON, Body: body}, &s)
+	return s, err
+}
+
+var replicaID = regexp.MustCompile(`^r([0-9]+)$`)
+
+// resizeRequest turns REPLICA[=BATCH] arguments into the request for stage
+// st, whose batches now add up to the job's batch.
+func resizeRequest(specs []string, st api.StageStatus) (api.ResizeRequest, error) {
+	if len(st.Replicas) != len(st.Nodes) || len(st.Batches) != len(st.Nodes) {
+		return api.ResizeRequest{}, errors.New("the coordinator's status names no replica ids (an older coordinator?)")
+	}
+	type kept struct{ at, batch int }
+	var keep []kept
+	given := 0
+	for _, spec := range specs {
+		name, batch, hasBatch := strings.Cut(spec, "=")
+		at, err := replicaIndex(name, st)
+		if err != nil {
+			return api.ResizeRequest{}, err
+		}
+		if slices.ContainsFunc(keep, func(k kept) bool { return k.at == at }) {
+			return api.ResizeRequest{}, fmt.Errorf("replica r%d named twice", st.Replicas[at])
+		}
+		k := kept{at: at}
+		if hasBatch {
+			given++
+			if k.batch, err = strconv.Atoi(batch); err != nil || k.batch < 1 {
+				return api.ResizeRequest{}, fmt.Errorf("%s: the batch must be a whole number >= 1, got %q", name, batch)
+			}
+		}
+		keep = append(keep, k)
+	}
+	total := sum(st.Batches)
+	switch given {
+	case len(keep):
+		if got := sumOf(keep, func(k kept) int { return k.batch }); got != total {
+			return api.ResizeRequest{}, fmt.Errorf("the batches given add up to %d; the job's batch is %d", got, total)
+		}
+	case 0:
+		shares := splitInProportion(total, mapSlice(keep, func(k kept) int { return st.Batches[k.at] }))
+		for i := range keep {
+			keep[i].batch = shares[i]
+		}
+	default:
+		return api.ResizeRequest{}, fmt.Errorf("a batch for %d of the %d replicas named: give one for every replica or for none", given, len(keep))
+	}
+	if slices.ContainsFunc(keep, func(k kept) bool { return k.batch < 1 }) {
+		return api.ResizeRequest{}, fmt.Errorf("the job's batch %d leaves a replica no rows: name fewer replicas", total)
+	}
+	slices.SortFunc(keep, func(a, b kept) int { return st.Replicas[a.at] - st.Replicas[b.at] })
+	req := api.ResizeRequest{Stage: st.Stage}
+	for _, k := range keep {
+		req.Replicas, req.Batches = append(req.Replicas, st.Replicas[k.at]), append(req.Batches, k.batch)
+	}
+	return req, nil
+}
+
+// replicaIndex finds name, a node's name or rK, among st's replicas.
+func replicaIndex(name string, st api.StageStatus) (int, error) {
+	if m := replicaID.FindStringSubmatch(name); m != nil {
+		id, err := strconv.Atoi(m[1])
+		if at := slices.Index(st.Replicas, id); err == nil && at >= 0 {
+			return at, nil
+		}
+	}
+	var on []int
+	for at, n := range st.Nodes {
+		if n == name {
+			on = append(on, at)
+		}
+	}
+	switch len(on) {
+	case 1:
+		return on[0], nil
+	case 0:
+		return 0, fmt.Errorf("no replica %q; the stage runs %s", name, describeSplit(st))
+	}
+	return 0, fmt.Errorf("node %s runs %d replicas; name them as rK: the stage runs %s", name, len(on), describeSplit(st))
+}
+
+// splitInProportion splits total over len(weights) parts in proportion to
+// the weights (equally if they are all 0), largest remainders first, so
+// that the parts add up to total.
+func splitInProportion(total int, weights []int) []int {
+	w := sum(weights)
+	if w == 0 {
+		weights, w = slices.Repeat([]int{1}, len(weights)), len(weights)
+	}
+	parts := make([]int, len(weights))
+	rem := make([]int, len(weights))
+	left := total
+	for i, x := range weights {
+		parts[i], rem[i] = total*x/w, total*x%w
+		left -= parts[i]
+	}
+	order := make([]int, len(weights))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return rem[b] - rem[a] })
+	for _, i := range order[:left] {
+		parts[i]++
+	}
+	return parts
+}
+
+// describeSplit is "n0 (r0) b=256, n1 (r1) b=256".
+func describeSplit(st api.StageStatus) string {
+	var parts []string
+	for i, n := range st.Nodes {
+		part := n
+		if i < len(st.Replicas) {
+			part += fmt.Sprintf(" (r%d)", st.Replicas[i])
+		}
+		if i < len(st.Batches) {
+			part += fmt.Sprintf(" b=%d", st.Batches[i])
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sum(xs []int) int { return sumOf(xs, func(x int) int { return x }) }
+
+func sumOf[T any](xs []T, f func(T) int) int {
+	n := 0
+	for _, x := range xs {
+		n += f(x)
+	}
+	return n
+}
+
+func mapSlice[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
+}
