@@ -3,24 +3,17 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/signal"
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/apiclient"
 )
 
 func init() {
-	register("cancel", "cancel a job of a running coordinator (the live restart of a restarted job)", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runCancel(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("cancel", "cancel a job of a running coordinator (the live restart of a restarted job)", runCancel)
 }
 
 const cancelUsage = "usage: heterps cancel JOB [--coordinator URL] [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json]"
@@ -40,36 +33,17 @@ const cancelTries = 5
 // repeated cancel is harmless); one that is done or failed for good
 // cannot be, and exits 1.
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var coord coordFlags
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	coord.add(fs)
-	asJSON := fs.Bool("json", false, "print the cancelled job's status as JSON")
-	rest, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err == nil && (len(rest) != 1 || rest[0] == "") {
-		err = fmt.Errorf("want one JOB, got %q\n%s", rest, cancelUsage)
-	}
-	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	c, err := coord.client()
-	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	defer c.close()
-	c.retryFor(requestRetryFor, stderr)
-	s, err := c.cancelChain(ctx, rest[0])
-	if err != nil {
-		return failTo(stderr, exitFailure, err)
-	}
-	if *asJSON {
-		return printJSON(stdout, stderr, s)
-	}
-	fmt.Fprintln(stdout, describeCancelled(rest[0], s))
-	return exitOK
+	return jobControl{name: "cancel", usage: cancelUsage, jsonHelp: "print the cancelled job's status as JSON",
+		check: func(args []string) error {
+			if len(args) != 1 || args[0] == "" {
+				return fmt.Errorf("want one JOB, got %q", args)
+			}
+			return nil
+		},
+		act: func(ctx context.Context, c *coordClient, args []string) (api.JobStatus, string, error) {
+			s, err := c.cancelChain(ctx, args[0])
+			return s, describeCancelled(args[0], s), err
+		}}.run(ctx, args, stdout, stderr)
 }
 
 // cancelChain cancels the live end of id's restart chain and returns its

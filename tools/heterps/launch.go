@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,11 +21,7 @@ import (
 )
 
 func init() {
-	register("launch", "run a job on a batch allocation (OAR, Slurm, a hostfile): a coordinator and node daemons over oarsh/srun/ssh", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return runLaunch(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("launch", "run a job on a batch allocation (OAR, Slurm, a hostfile): a coordinator and node daemons over oarsh/srun/ssh", runLaunch, syscall.SIGTERM)
 }
 
 // Default remote shells, per allocation source. Each gets the host (in

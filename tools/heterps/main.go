@@ -5,10 +5,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 
 	"github.com/heterps/heterps/native"
@@ -23,6 +25,17 @@ type command struct {
 
 // commands is filled by each subcommand file's init.
 var commands = map[string]command{}
+
+// registerStoppable registers a command whose context SIGINT (and the
+// other signals given) cancels, writing to the process's stdout and
+// stderr.
+func registerStoppable(name, summary string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) int, signals ...os.Signal) {
+	register(name, summary, func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), append([]os.Signal{os.Interrupt}, signals...)...)
+		defer stop()
+		return run(ctx, args, os.Stdout, os.Stderr)
+	})
+}
 
 func register(name, summary string, run func(args []string) int) {
 	if _, dup := commands[name]; dup {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,11 +15,7 @@ import (
 )
 
 func init() {
-	register("nodes", "list a running coordinator's nodes, or throttle one's CPU share", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runNodes(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("nodes", "list a running coordinator's nodes, or throttle one's CPU share", runNodes)
 }
 
 const (

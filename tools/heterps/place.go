@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
 	"text/tabwriter"
 
@@ -18,11 +16,7 @@ import (
 )
 
 func init() {
-	register("place", "place the ops of a model's training step on one machine's devices (single, expert, mincut, exact, rl)", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runPlace(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("place", "place the ops of a model's training step on one machine's devices (single, expert, mincut, exact, rl)", runPlace)
 }
 
 type placeFlags struct {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -26,11 +25,7 @@ import (
 )
 
 func init() {
-	register("plan", "schedule a model's layers onto resource types at the lowest cost", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runPlan(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("plan", "schedule a model's layers onto resource types at the lowest cost", runPlan)
 }
 
 // planFlags are the options of `heterps plan`.

@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/signal"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,11 +18,7 @@ import (
 )
 
 func init() {
-	register("resize", "change which replicas of a running data-parallel job train, and their batches, from the next step", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runResize(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("resize", "change which replicas of a running data-parallel job train, and their batches, from the next step", runResize)
 }
 
 const resizeUsage = "usage: heterps resize JOB REPLICA[=BATCH]... [--coordinator URL] [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json]\n" +
@@ -36,47 +29,33 @@ const resizeUsage = "usage: heterps resize JOB REPLICA[=BATCH]... [--coordinator
 // runResize resizes the single data-parallel stage of a running job (or of
 // the live restart of a restarted one) in place: PATCH /v1/jobs/{id}.
 func runResize(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var coord coordFlags
-	fs := flag.NewFlagSet("resize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	coord.add(fs)
-	asJSON := fs.Bool("json", false, "print the resized job's status as JSON")
-	rest, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err == nil && (len(rest) < 2 || rest[0] == "") {
-		err = fmt.Errorf("want JOB and at least one REPLICA, got %q\n%s", rest, resizeUsage)
-	}
+	return jobControl{name: "resize", usage: resizeUsage, jsonHelp: "print the resized job's status as JSON",
+		check: func(args []string) error {
+			if len(args) < 2 || args[0] == "" {
+				return fmt.Errorf("want JOB and at least one REPLICA, got %q", args)
+			}
+			return nil
+		},
+		act: resizeJob}.run(ctx, args, stdout, stderr)
+}
+
+// resizeJob sends the resize args[1:] ask for to job args[0]'s live end.
+func resizeJob(ctx context.Context, c *coordClient, args []string) (api.JobStatus, string, error) {
+	s, err := c.liveEnd(ctx, args[0])
 	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	c, err := coord.client()
-	if err != nil {
-		return failTo(stderr, exitUsage, err)
-	}
-	defer c.close()
-	c.retryFor(requestRetryFor, stderr)
-	s, err := c.liveEnd(ctx, rest[0])
-	if err != nil {
-		return failTo(stderr, exitFailure, err)
+		return s, "", err
 	}
 	if s.State != api.JobRunning || len(s.Stages) != 1 {
-		return failTo(stderr, exitFailure, fmt.Errorf("job %s is %s with %d stage(s): only a running single-stage job changes its replicas", s.ID, s.State, len(s.Stages)))
+		return s, "", fmt.Errorf("job %s is %s with %d stage(s): only a running single-stage job changes its replicas", s.ID, s.State, len(s.Stages))
 	}
-	req, err := resizeRequest(rest[1:], s.Stages[0])
+	req, err := resizeRequest(args[1:], s.Stages[0])
 	if err != nil {
-		return failTo(stderr, exitUsage, fmt.Errorf("job %s: %w", s.ID, err))
+		return s, "", usageError{fmt.Errorf("job %s: %w", s.ID, err)}
 	}
-	resized, err := c.resize(ctx, s.ID, req)
-	if err != nil {
-		return failTo(stderr, exitFailure, err)
+	if s, err = c.resize(ctx, s.ID, req); err != nil {
+		return s, "", err
 	}
-	if *asJSON {
-		return printJSON(stdout, stderr, resized)
-	}
-	fmt.Fprintf(stdout, "job %s: stage 0 now runs %s from its next step\n", resized.ID, describeSplit(resized.Stages[0]))
-	return exitOK
+	return s, fmt.Sprintf("job %s: stage 0 now runs %s from its next step", s.ID, describeSplit(s.Stages[0])), nil
 }
 
 func (c *coordClient) resize(ctx context.Context, id string, req api.ResizeRequest) (api.JobStatus, error) {

@@ -116,6 +116,10 @@ func TestResizeCommand(t *testing.T) {
 	if code := runResize(context.Background(), []string{"j2", "--coordinator", srv.URL}, &out, &errb); code != exitUsage {
 		t.Errorf("resize without a replica: exit %d", code)
 	}
+	errb.Reset()
+	if code := runResize(context.Background(), []string{"j2", "n7", "--coordinator", srv.URL}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `job j2: no replica "n7"`) {
+		t.Errorf("resize naming no replica of the job: exit %d: %s", code, errb.String())
+	}
 	if len(patched) != 1 {
 		t.Errorf("%d PATCHes, want the one", len(patched))
 	}

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,11 +24,7 @@ import (
 )
 
 func init() {
-	register("run", "run a job on this machine: a coordinator and node daemons on loopback", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return runRun(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("run", "run a job on this machine: a coordinator and node daemons on loopback", runRun, syscall.SIGTERM)
 }
 
 type runFlags struct {

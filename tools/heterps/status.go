@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,11 +17,7 @@ import (
 )
 
 func init() {
-	register("status", "show a job (or every job) of a running coordinator", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runStatus(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("status", "show a job (or every job) of a running coordinator", runStatus)
 }
 
 type statusFlags struct {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -22,11 +21,7 @@ import (
 )
 
 func init() {
-	register("submit", "submit a job file to a running coordinator", func(args []string) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		return runSubmit(ctx, args, os.Stdout, os.Stderr)
-	})
+	registerStoppable("submit", "submit a job file to a running coordinator", runSubmit)
 }
 
 // defaultCoordinator is where submit and status look without --coordinator.
