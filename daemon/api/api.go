@@ -84,6 +84,13 @@ type ThrottleRequest struct {
 	CPUShare float64 `json:"cpu_share"`
 }
 
+// DrainRequest is the body of POST /v1/nodes/{id}/drain: Drain true takes
+// the node out of service (nothing new is placed on it; its jobs end or
+// leave it), false puts it back.
+type DrainRequest struct {
+	Drain bool `json:"drain"`
+}
+
 // RegisterResponse answers a registration.
 type RegisterResponse struct {
 	NodeID              string `json:"node_id"`
@@ -460,17 +467,20 @@ const (
 
 // NodeStatus is a node as GET /v1/nodes shows it.
 type NodeStatus struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	DataAddr      string    `json:"data_addr"`
-	PSAddr        string    `json:"ps_addr,omitempty"`
-	Type          string    `json:"type"`
-	Units         int       `json:"units"`
-	Cores         int       `json:"cores"`
-	MemoryBytes   int64     `json:"memory_bytes"`
-	GPUs          []GPU     `json:"gpus"`
-	State         NodeState `json:"state"`
-	Reason        string    `json:"reason,omitempty"` // why it is dead
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	DataAddr    string    `json:"data_addr"`
+	PSAddr      string    `json:"ps_addr,omitempty"`
+	Type        string    `json:"type"`
+	Units       int       `json:"units"`
+	Cores       int       `json:"cores"`
+	MemoryBytes int64     `json:"memory_bytes"`
+	GPUs        []GPU     `json:"gpus"`
+	State       NodeState `json:"state"`
+	Reason      string    `json:"reason,omitempty"` // why it is dead
+	// Draining says the node is out of service (POST .../drain): it is
+	// drained once Tasks is empty.
+	Draining      bool      `json:"draining,omitempty"`
 	Registered    time.Time `json:"registered"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	Tasks         []string  `json:"tasks"` // ids of the tasks assigned to it

@@ -11,6 +11,7 @@
 //	POST   /v1/nodes/{id}/heartbeat  Heartbeat        -> HeartbeatResponse
 //	GET    /v1/nodes                                  -> []NodeStatus
 //	POST   /v1/nodes/{id}/throttle   ThrottleRequest  -> NodeStatus
+//	POST   /v1/nodes/{id}/drain      DrainRequest     -> NodeStatus
 //	POST   /v1/jobs                  job file (TOML)  -> SubmitResponse
 //	GET    /v1/jobs                                   -> []JobStatus
 //	GET    /v1/jobs/{id}                              -> JobStatus

@@ -40,10 +40,11 @@ func canResize(j *job) string {
 	return ""
 }
 
-// shrink drops j's stage replicas on n, which died, if the job can go on
+// shrink drops j's stage replicas on n, which died or is draining (cause
+// says which, for the log and the job's reason), if the job can go on
 // without them: the survivors take their share of the batch from the next
 // step. It reports whether it did. c.mu is held.
-func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
+func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool {
 	if canResize(j) != "" || syncsByAllreduce(j) {
 		return false
 	}
@@ -74,19 +75,25 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time) bool {
 	for i, r := range reps {
 		batches[i] = r.batch
 	}
-	c.markShrunk(j, n, now)
+	c.markShrunk(j, n, now, cause)
 	from := c.resize(j, members, batches)
-	c.log.Warn("job goes on without the replicas of a dead node", "job", j.id, "node", n.req.Name, "node_id", n.id, "replicas", members,
-		"batches", batches, "from_step", from)
+	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
+		"replicas", members, "batches", batches, "from_step", from)
 	return true
 }
+
+// Causes of a shrink (shrink).
+const (
+	causeDied     = "died"
+	causeDraining = "is draining"
+)
 
 // markShrunk notes that j, shrinking without the replicas on n, runs
 // below its throughput_limit if the units left are predicted to fall
 // short of it: its status says so, and n is suspect to it as to a
 // restart, so that it moves back up (raise.go) onto other nodes, or onto
 // n once n has stayed up. c.mu is held.
-func (c *Coordinator) markShrunk(j *job, n *node, now time.Time) {
+func (c *Coordinator) markShrunk(j *job, n *node, now time.Time, cause string) {
 	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
 	limit := c.planFile(j).ThroughputLimit
 	if limit <= anyThroughput {
@@ -98,10 +105,10 @@ func (c *Coordinator) markShrunk(j *job, n *node, now time.Time) {
 	switch {
 	case err != nil:
 		c.log.Warn("predicting a shrunk stage's throughput", "job", j.id, "err", err)
-		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s died", shrunkBelow, left, stage.Units, n.req.Name)
+		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s %s", shrunkBelow, left, stage.Units, n.req.Name, cause)
 	case x < limit:
-		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s died, predicted %.6g of %.6g samples/s",
-			shrunkBelow, left, stage.Units, n.req.Name, x, limit)
+		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s %s, predicted %.6g of %.6g samples/s",
+			shrunkBelow, left, stage.Units, n.req.Name, cause, x, limit)
 	}
 }
 

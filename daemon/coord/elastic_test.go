@@ -61,7 +61,7 @@ func TestAllreduceStagesKeepTheirReplicas(t *testing.T) {
 	}
 	j.tasks = append(j.tasks, &taskRun{job: j, node: nodes[0], task: api.Task{TaskID: "ps", Role: api.RolePS, Layout: layout}})
 	c.jobs = append(c.jobs, j)
-	if c.shrink(j, nodes[1], time.Now()) || len(j.tasks) != 3 || j.gen != 1 {
+	if c.shrink(j, nodes[1], time.Now(), causeDied) || len(j.tasks) != 3 || j.gen != 1 {
 		t.Fatalf("shrunk an allreduce job: %d tasks, generation %d", len(j.tasks), j.gen)
 	}
 	_, err := c.patch("j1", api.ResizeRequest{Stage: 0, Replicas: []int{0}, Batches: []int{64}})

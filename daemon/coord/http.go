@@ -37,6 +37,7 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{id}/heartbeat", c.handleHeartbeat)
 	mux.HandleFunc("GET /v1/nodes", c.handleNodes)
 	mux.HandleFunc("POST /v1/nodes/{id}/throttle", c.handleThrottle)
+	mux.HandleFunc("POST /v1/nodes/{id}/drain", c.handleDrain)
 	mux.HandleFunc("POST /v1/jobs", c.handleSubmit)
 	mux.HandleFunc("GET /v1/jobs", c.handleJobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
@@ -133,6 +134,16 @@ func (c *Coordinator) handleThrottle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, err := c.throttle(r.PathValue("id"), req)
+	reply(w, http.StatusOK, s, err)
+}
+
+func (c *Coordinator) handleDrain(w http.ResponseWriter, r *http.Request) {
+	var req api.DrainRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s, err := c.drain(r.Context(), r.PathValue("id"), req.Drain)
 	reply(w, http.StatusOK, s, err)
 }
 

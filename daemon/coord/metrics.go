@@ -66,6 +66,7 @@ var (
 	adjustmentsDesc = desc("heterps_job_batching_adjustments_total", "Batch splits the dynamic batching controller has changed.", "job_id")
 	nodesDesc       = desc("heterps_nodes", "Nodes the coordinator lists, by state.", "state")
 	heartbeatDesc   = desc("heterps_node_heartbeat_age_seconds", "Time since a live node's last heartbeat.", "node", "node_id")
+	drainingDesc    = desc("heterps_node_draining", "1 for a live node taken out of service (heterps nodes drain), 0 otherwise.", "node", "node_id")
 )
 
 var jobStates = []api.JobState{api.JobPending, api.JobQueued, api.JobPlanning, api.JobRunning, api.JobRestarting,
@@ -77,7 +78,7 @@ type coordCollector struct{ c *Coordinator }
 func (coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{jobsDesc, jobStateDesc, jobStepDesc, jobStepsDesc, jobSamplesDesc, jobLossDesc,
 		jobRateDesc, jobCostDesc, jobRestarts, jobGeneration, jobLimitDesc, jobBelowDesc, stagePredDesc, stageMeasDesc, replicaBatchDesc,
-		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc} {
+		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc, drainingDesc} {
 		ch <- d
 	}
 }
@@ -100,6 +101,7 @@ func (cc coordCollector) Collect(ch chan<- prometheus.Metric) {
 		nodes[n.state]++
 		if n.alive() {
 			gauge(ch, heartbeatDesc, now.Sub(n.lastSeen).Seconds(), n.req.Name, n.id)
+			gauge(ch, drainingDesc, map[bool]float64{true: 1}[c.draining(n)], n.req.Name, n.id)
 		}
 	}
 	for _, s := range []api.NodeState{api.NodeAlive, api.NodeDead} {

@@ -250,7 +250,7 @@ func (c *Coordinator) declareDead(n *node, reason string, now time.Time) {
 			continue
 		}
 		switch {
-		case j.state == api.JobRunning && c.shrink(j, n, now):
+		case j.state == api.JobRunning && c.shrink(j, n, now, causeDied):
 			j.addLost(lostNode{name: n.req.Name, dead: true}) // a later failure in its wake is not the survivors' fault
 			continue
 		case j.state == api.JobRunning:
@@ -301,17 +301,22 @@ func (c *Coordinator) checkAdoptions(now time.Time) {
 func (c *Coordinator) nodeStatuses() []api.NodeStatus {
 	out := make([]api.NodeStatus, 0, len(c.nodes))
 	for _, n := range c.nodes {
-		tasks := []string{}
-		for _, t := range c.tasksOf(n) {
-			tasks = append(tasks, t.TaskID)
-		}
-		gpus := n.req.GPUs
-		if gpus == nil {
-			gpus = []api.GPU{}
-		}
-		out = append(out, api.NodeStatus{ID: n.id, Name: n.req.Name, DataAddr: n.req.DataAddr, PSAddr: n.req.PSAddr, Type: n.req.Type,
-			Units: n.req.Units, Cores: n.req.Cores, MemoryBytes: n.req.MemoryBytes, GPUs: gpus, State: n.state,
-			Reason: n.reason, Registered: n.registered, LastHeartbeat: n.lastSeen, Tasks: tasks})
+		out = append(out, c.nodeStatusOf(n))
 	}
 	return out
+}
+
+// nodeStatusOf is n as GET /v1/nodes shows it. c.mu is held.
+func (c *Coordinator) nodeStatusOf(n *node) api.NodeStatus {
+	tasks := []string{}
+	for _, t := range c.tasksOf(n) {
+		tasks = append(tasks, t.TaskID)
+	}
+	gpus := n.req.GPUs
+	if gpus == nil {
+		gpus = []api.GPU{}
+	}
+	return api.NodeStatus{ID: n.id, Name: n.req.Name, DataAddr: n.req.DataAddr, PSAddr: n.req.PSAddr, Type: n.req.Type,
+		Units: n.req.Units, Cores: n.req.Cores, MemoryBytes: n.req.MemoryBytes, GPUs: gpus, State: n.state,
+		Reason: n.reason, Draining: c.draining(n), Registered: n.registered, LastHeartbeat: n.lastSeen, Tasks: tasks}
 }

@@ -97,6 +97,9 @@ func (c *Coordinator) load() error {
 		}
 	}
 	c.loadProfiles(st.Profiles)
+	for _, name := range st.Drained {
+		c.drained[name] = true
+	}
 	c.log.Info("state loaded", "dir", c.cfg.StateDir, "jobs", len(c.jobs), "last_job", c.lastJob, "profiles", len(st.Profiles))
 	return nil
 }

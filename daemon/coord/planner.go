@@ -299,15 +299,15 @@ func liveCatalog(cat *config.Catalog, free map[string]int) *config.Catalog {
 }
 
 // cluster is the registry as placement of j sees it: the live nodes it
-// may use (without its suspects if avoid is set) in registration order,
-// the nodes already hosting a stage replica of a running job other than j
-// (a running j's own units count as free to re-plan it), and how many
-// tasks each node hosts. c.mu is held.
+// may use (none draining, and without its suspects if avoid is set) in
+// registration order, the nodes already hosting a stage replica of a
+// running job other than j (a running j's own units count as free to
+// re-plan it), and how many tasks each node hosts. c.mu is held.
 func (c *Coordinator) cluster(j *job, avoid bool) cluster {
 	cl := cluster{busy: map[*node]bool{}, load: map[*node]int{}}
 	now := time.Now()
 	for _, n := range c.nodes {
-		if n.alive() && !(avoid && j.suspect(n.req.Name, now)) {
+		if n.alive() && !c.draining(n) && !(avoid && j.suspect(n.req.Name, now)) {
 			cl.live = append(cl.live, n)
 		}
 	}

@@ -34,6 +34,7 @@ var (
 	bucketProfiles = []byte("profiles") // by ProfileKey; added to version 1 databases as they open
 	keyLastJob     = []byte("last_job")
 	keyLastNode    = []byte("last_node")
+	keyDrained     = []byte("drained") // the drained nodes' names, a JSON list
 	keyVersion     = []byte("version")
 	allBuckets     = [][]byte{bucketJobs, bucketMeta, bucketProfiles}
 )
@@ -215,6 +216,16 @@ func (s *Store) PutCounters(c Counters) <-chan error {
 		write{bucket: bucketMeta, key: keyLastNode, value: u64(c.LastNode)})
 }
 
+// PutDrained records the names of the nodes being drained (all of them:
+// the record replaces the one before).
+func (s *Store) PutDrained(names []string) <-chan error {
+	v, err := json.Marshal(names)
+	if err != nil {
+		return failed(fmt.Errorf("store: drained nodes: %w", err))
+	}
+	return s.enqueue(write{bucket: bucketMeta, key: keyDrained, value: v})
+}
+
 // PutProfile records a measured profile, replacing the one of the same
 // model and type.
 func (s *Store) PutProfile(p Profile) <-chan error {
@@ -245,6 +256,11 @@ func (s *Store) Load() (*State, error) {
 		meta := tx.Bucket(bucketMeta)
 		st.Counters.LastJob = fromU64(meta.Get(keyLastJob))
 		st.Counters.LastNode = fromU64(meta.Get(keyLastNode))
+		if v := meta.Get(keyDrained); v != nil {
+			if err := json.Unmarshal(v, &st.Drained); err != nil {
+				return fmt.Errorf("drained nodes: %w", err)
+			}
+		}
 		err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 			var j Job
 			if err := json.Unmarshal(v, &j); err != nil {

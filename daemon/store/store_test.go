@@ -164,3 +164,24 @@ func TestProfilesSurviveReopening(t *testing.T) {
 		t.Errorf("mine/cpu read back as %+v", m)
 	}
 }
+
+// The drained nodes' names survive a reopening; a later record replaces
+// the earlier, an empty one drains none.
+func TestDrainedNodesSurviveReopening(t *testing.T) {
+	s, dir := openTemp(t)
+	must(t, s.PutDrained([]string{"a", "c"}))
+	must(t, s.PutDrained([]string{"b", "c"}))
+	s.Close()
+	if st := reopen(t, dir); strings.Join(st.Drained, ",") != "b,c" {
+		t.Errorf("drained %v, want b,c", st.Drained)
+	}
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.PutDrained(nil))
+	s.Close()
+	if st := reopen(t, dir); len(st.Drained) != 0 {
+		t.Errorf("drained %v after an empty record", st.Drained)
+	}
+}

@@ -13,6 +13,7 @@ type State struct {
 	Counters Counters
 	Jobs     []Job     // in submission order
 	Profiles []Profile // in key order (ProfileKey)
+	Drained  []string  // names of the nodes being drained
 }
 
 // Counters are the last ids handed out, so that ids stay unique across

@@ -10,19 +10,23 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 )
 
-// jobControl is a command that acts on one job of a running coordinator
-// (cancel, resize): check vets its positional arguments, act does the
-// work and returns the job's status and the line that tells the user.
-type jobControl struct {
+// control is a command that acts on one job or node of a running
+// coordinator (cancel, resize, nodes drain): check vets its positional
+// arguments, act does the work and returns the job's or node's status and
+// the line that tells the user.
+type control[S any] struct {
 	name, usage, jsonHelp string
 	check                 func(args []string) error
-	act                   func(ctx context.Context, c *coordClient, args []string) (api.JobStatus, string, error)
+	act                   func(ctx context.Context, c *coordClient, args []string) (S, string, error)
 }
+
+// jobControl is a control of a job.
+type jobControl = control[api.JobStatus]
 
 // run parses the coordinator's flags and --json, runs act and prints its
 // line or, with --json, the status. An error act wraps in usageError
 // exits 2, others 1.
-func (j jobControl) run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func (j control[S]) run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var coord coordFlags
 	fs := flag.NewFlagSet(j.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -22,6 +22,9 @@ const (
 	nodesUsage    = "usage: heterps nodes [--coordinator URL] [--secret-file F] [--json]"
 	throttleUsage = "usage: heterps nodes throttle NODE SHARE [--coordinator URL] [--secret-file F] [--json]\n" +
 		"  NODE is a node's id or the name of a live node; SHARE the fraction of its CPU it is to use (0.01..1)"
+	drainUsage = "usage: heterps nodes drain|undrain NODE [--coordinator URL] [--secret-file F] [--json]\n" +
+		"  drain takes NODE (an id or a node's name) out of service: nothing new is placed on it, a job that syncs through\n" +
+		"  the parameter servers drops its replicas there at once, others run to their end; undrain puts it back"
 )
 
 type nodesFlags struct {
@@ -44,15 +47,20 @@ func parseNodesFlags(name string, args []string, stderr io.Writer) (*nodesFlags,
 // runNodes lists the coordinator's nodes, or with "throttle" first,
 // throttles one (runThrottle).
 func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "throttle" {
-		return runThrottle(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "throttle":
+			return runThrottle(ctx, args[1:], stdout, stderr)
+		case "drain", "undrain":
+			return runDrain(ctx, args[0] == "drain", args[1:], stdout, stderr)
+		}
 	}
 	f, err := parseNodesFlags("nodes", args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
 	if err == nil && len(f.rest) > 0 {
-		err = fmt.Errorf("unexpected argument %q\n%s\n%s", f.rest[0], nodesUsage, throttleUsage)
+		err = fmt.Errorf("unexpected argument %q\n%s\n%s\n%s", f.rest[0], nodesUsage, throttleUsage, drainUsage)
 	}
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
@@ -82,9 +90,50 @@ func printNodes(w io.Writer, nodes []api.NodeStatus) {
 		if mode == "" {
 			mode = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.Name, n.Type, n.Units, shareText(n), mode, n.State, taskList(n))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.Name, n.Type, n.Units, shareText(n), mode, stateText(n), taskList(n))
 	}
 	tw.Flush()
+}
+
+// runDrain takes a node out of service (on) or puts it back.
+func runDrain(ctx context.Context, on bool, args []string, stdout, stderr io.Writer) int {
+	return control[api.NodeStatus]{name: "nodes drain", usage: drainUsage, jsonHelp: "print the node's status as JSON",
+		check: func(args []string) error {
+			if len(args) != 1 || args[0] == "" {
+				return fmt.Errorf("want one NODE, got %q", args)
+			}
+			return nil
+		},
+		act: func(ctx context.Context, c *coordClient, args []string) (api.NodeStatus, string, error) {
+			var s api.NodeStatus
+			err := c.PostJSON(ctx, "/v1/nodes/"+url.PathEscape(args[0])+"/drain", api.DrainRequest{Drain: on}, &s)
+			return s, fmt.Sprintf("node %s (%s): %s", s.Name, s.ID, serviceText(s)), err
+		}}.run(ctx, args, stdout, stderr)
+}
+
+// serviceText says whether a node is in service: "in service",
+// "draining (2 tasks left)" or "drained".
+func serviceText(n api.NodeStatus) string {
+	switch {
+	case !n.Draining:
+		return "in service"
+	case len(n.Tasks) > 0:
+		return fmt.Sprintf("draining (%d tasks left)", len(n.Tasks))
+	}
+	return "drained"
+}
+
+// stateText is a node's state with its service: "alive", "alive,
+// drained", "dead (...)".
+func stateText(n api.NodeStatus) string {
+	s := string(n.State)
+	if n.Reason != "" {
+		s += " (" + n.Reason + ")"
+	}
+	if n.Draining {
+		s += ", " + serviceText(n)
+	}
+	return s
 }
 
 // taskList is a node's tasks, comma-separated, or "-".

@@ -103,3 +103,43 @@ func TestNodesThrottleRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestNodesDrainAndUndrain: `heterps nodes drain` takes a node out of
+// service (with no task, it is drained at once), the list says so, and
+// undrain puts it back; an unknown node is a failure, a missing one a
+// usage error.
+func TestNodesDrainAndUndrain(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	url := startCoordinator(t)
+	var reg api.RegisterResponse
+	postJSON(t, url, "/v1/nodes/register", api.RegisterRequest{Name: "old", DataAddr: "127.0.0.1:7002", Type: "cpu-1t", Units: 1,
+		CPUShare: 1, CPUShareMode: api.CPUShareNone}, &reg)
+	ctx := context.Background()
+	nodes := func(want int, args ...string) (string, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := runNodes(ctx, append(args, "--coordinator", url), &out, &errb); code != want {
+			t.Fatalf("nodes %v: exit %d, want %d: %s", args, code, want, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	if out, _ := nodes(exitOK, "drain", "old"); !strings.Contains(out, "node old ("+reg.NodeID+"): drained") {
+		t.Errorf("nodes drain:\n%s", out)
+	}
+	if out, _ := nodes(exitOK); !strings.Contains(out, "alive, drained") {
+		t.Errorf("nodes after the drain:\n%s", out)
+	}
+	if out, _ := nodes(exitOK, "undrain", reg.NodeID); !strings.Contains(out, "in service") {
+		t.Errorf("nodes undrain:\n%s", out)
+	}
+	if out, _ := nodes(exitOK); strings.Contains(out, "drain") {
+		t.Errorf("nodes after undrain:\n%s", out)
+	}
+	if _, errb := nodes(exitFailure, "drain", "nosuch"); !strings.Contains(errb, "404") {
+		t.Errorf("draining an unknown node: %s", errb)
+	}
+	if _, errb := nodes(exitUsage, "drain"); !strings.Contains(errb, "want one NODE") {
+		t.Errorf("drain without a node: %s", errb)
+	}
+}

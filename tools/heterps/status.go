@@ -163,11 +163,7 @@ func printNodeList(w io.Writer, nodes []api.NodeStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "node\tid\ttype\tunits\tstate\theartbeat\ttasks")
 	for _, n := range nodes {
-		state := string(n.State)
-		if n.Reason != "" {
-			state += " (" + n.Reason + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.ID, n.Type, n.Units, state, heartbeatAge(n.LastHeartbeat, now), taskList(n))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.ID, n.Type, n.Units, stateText(n), heartbeatAge(n.LastHeartbeat, now), taskList(n))
 	}
 	tw.Flush()
 }

@@ -1,0 +1,141 @@
+package coord
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// TestDrainingANodeTakesItOutOfService: draining the node of a stage
+// replica of a job that syncs through the parameter servers drops that
+// replica in place (the job goes on, below its limit, saying why), the
+// node shows draining and then drained, and when another node joins the
+// job moves back up onto it, not onto the drained one; put back, the node
+// shows in service.
+func TestDrainingANodeTakesItOutOfService(t *testing.T) {
+	tc, tr, src, _ := raiseFixture(t, 12)
+	nodes := []*fakeNode{tr.node("a", "cpu", 2, 9141), tr.node("b", "cpu", 2, 9142)}
+	for _, n := range nodes {
+		tc.start(n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := tc.c.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	id := tc.submit(src)
+	waitFor(t, "the job running", func() bool { return tc.job(id).Step > 0 })
+	victim := stageOnlyNode(t, nodes)
+	draining := func() float64 { return one(t, reg, "heterps_node_draining", map[string]string{"node": victim.req.Name}) }
+	if d := draining(); d != 0 {
+		t.Errorf("heterps_node_draining before the drain: %v", d)
+	}
+
+	var s api.NodeStatus
+	tc.call("POST", "/v1/nodes/"+victim.req.Name+"/drain", api.DrainRequest{Drain: true}, http.StatusOK, &s)
+	if !s.Draining || s.Name != victim.req.Name {
+		t.Fatalf("drain answered %+v", s)
+	}
+	if d := draining(); d != 1 {
+		t.Errorf("heterps_node_draining after the drain: %v", d)
+	}
+	if r := tc.job(id).Reason; !strings.HasPrefix(r, shrunkBelow) || !strings.Contains(r, "after node "+victim.req.Name+" is draining") {
+		t.Fatalf("the job's reason after the drain: %q", r)
+	}
+	waitFor(t, "the drained node's tasks stopped", func() bool {
+		_, current, _ := victim.snapshot()
+		return len(current) == 0 && len(tc.nodeNamed(victim.req.Name).Tasks) == 0
+	})
+	if st := tc.job(id); st.State != api.JobRunning || st.Restarts != 0 {
+		t.Fatalf("the job after the drain: %s, %d restarts", st.State, st.Restarts)
+	}
+
+	tc.start(tr.node("c", "cpu", 8, 9143))
+	chain := tc.chainOf(id)
+	last := chain[len(chain)-1]
+	if len(chain) != 2 || last.State != api.JobDone || last.Restarts != 0 {
+		t.Fatalf("a chain of %d jobs ending %s with %d restarts, want the shrunk job and its move back up, done", len(chain), last.State, last.Restarts)
+	}
+	received, _, _ := victim.snapshot()
+	for taskID := range received {
+		if strings.HasPrefix(taskID, last.ID+".") {
+			t.Errorf("the drained node got task %s of the moved job", taskID)
+		}
+	}
+
+	s = api.NodeStatus{}
+	tc.call("POST", "/v1/nodes/"+victim.id+"/drain", api.DrainRequest{Drain: false}, http.StatusOK, &s)
+	if s.Draining || tc.nodeNamed(victim.req.Name).Draining {
+		t.Errorf("put back, the node still shows draining: %+v", s)
+	}
+	if code, body := tc.do("POST", "/v1/nodes/nosuch/drain", api.ContentTypeJSON, []byte(`{"drain": true}`)); code != http.StatusNotFound {
+		t.Errorf("draining an unknown node: %d %s", code, body)
+	}
+}
+
+// stageOnlyNode is a node among nodes that hosts stage replicas and no
+// parameter server.
+func stageOnlyNode(t *testing.T, nodes []*fakeNode) *fakeNode {
+	t.Helper()
+	for _, n := range nodes {
+		_, current, _ := n.snapshot()
+		ps := false
+		for _, task := range current {
+			ps = ps || task.Role == api.RolePS
+		}
+		if !ps && len(current) > 0 {
+			return n
+		}
+	}
+	t.Fatal("every node of the job hosts a parameter server")
+	return nil
+}
+
+// nodeNamed is the status of the node last registered as name.
+func (tc *testCluster) nodeNamed(name string) api.NodeStatus {
+	tc.t.Helper()
+	var nodes []api.NodeStatus
+	tc.call("GET", "/v1/nodes", nil, http.StatusOK, &nodes)
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if nodes[i].Name == name {
+			return nodes[i]
+		}
+	}
+	tc.t.Fatalf("no node %s", name)
+	return api.NodeStatus{}
+}
+
+// TestADrainOutlivesTheCoordinator: the drain mark is kept by name in the
+// state database: a coordinator that loads it places nothing on the node
+// when it registers again, and shows it draining.
+func TestADrainOutlivesTheCoordinator(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Catalog: loadTestCatalog(t), StateDir: dir, Logger: slog.New(slog.DiscardHandler)}
+	c, stop := runCoordinator(t, cfg)
+	n := &node{id: "n1", req: api.RegisterRequest{Name: "a", Type: "cpu", Units: 2}, state: api.NodeAlive}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	if s, err := c.drain(context.Background(), "a", true); err != nil || !s.Draining {
+		t.Fatalf("drain: %+v, %v", s, err)
+	}
+	stop()
+
+	c, stop = runCoordinator(t, cfg)
+	defer stop()
+	again := &node{id: "n2", req: api.RegisterRequest{Name: "a", Type: "cpu", Units: 2}, state: api.NodeAlive}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes = append(c.nodes, again)
+	if !c.nodeStatusOf(again).Draining {
+		t.Error("the node registered again after the restart is not draining")
+	}
+	if cl := c.cluster(&job{}, false); len(cl.live) != 0 {
+		t.Errorf("placement sees %d live nodes, want none: the only one is draining", len(cl.live))
+	}
+}
