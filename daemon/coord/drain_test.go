@@ -31,7 +31,9 @@ func TestDrainingANodeTakesItOutOfService(t *testing.T) {
 	id := tc.submit(src)
 	waitFor(t, "the job running", func() bool { return tc.job(id).Step > 0 })
 	victim := stageOnlyNode(t, nodes)
-	draining := func() float64 { return one(t, reg, "heterps_node_draining", map[string]string{"node": victim.req.Name}) }
+	draining := func() float64 {
+		return one(t, reg, "heterps_node_draining", map[string]string{"node": victim.req.Name})
+	}
 	if d := draining(); d != 0 {
 		t.Errorf("heterps_node_draining before the drain: %v", d)
 	}
