@@ -135,6 +135,11 @@ func cudaProfileFlags(f *profileFlags, fs *flag.FlagSet) error {
 }
 
 func runProfile(args []string) int {
+	if len(args) > 0 && args[0] == "forget" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return runForgetProfiles(ctx, args[1:], os.Stdout, os.Stderr)
+	}
 	f, err := parseProfileFlags(args, os.Stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

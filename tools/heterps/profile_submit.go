@@ -91,3 +91,33 @@ func (c *coordClient) profiles(ctx context.Context) ([]api.Profile, error) {
 	err := c.Get(ctx, "/v1/profiles", &ps)
 	return ps, err
 }
+
+const forgetUsage = "usage: heterps profile forget MODEL [TYPE] [--coordinator URL] [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json]\n" +
+	"  the coordinator forgets the profiles it stores for MODEL (on TYPE only, if given): its jobs plan on estimates again"
+
+// runForgetProfiles makes the coordinator forget stored profiles, e.g.
+// after the machines of a type changed (DELETE /v1/profiles/{model}[/{type}]).
+func runForgetProfiles(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return control[[]api.Profile]{name: "profile forget", usage: forgetUsage, jsonHelp: "print the forgotten profiles as JSON",
+		check: func(args []string) error {
+			if len(args) < 1 || len(args) > 2 || slices.Contains(args, "") {
+				return fmt.Errorf("want MODEL and maybe TYPE, got %q", args)
+			}
+			return nil
+		},
+		act: func(ctx context.Context, c *coordClient, args []string) ([]api.Profile, string, error) {
+			path := "/v1/profiles/" + url.PathEscape(args[0])
+			if len(args) == 2 {
+				path += "/" + url.PathEscape(args[1])
+			}
+			var gone []api.Profile
+			if err := c.Delete(ctx, path, &gone); err != nil {
+				return nil, "", err
+			}
+			names := make([]string, len(gone))
+			for i, p := range gone {
+				names[i] = p.Model + " on " + p.Type
+			}
+			return gone, "forgot the profiles of " + strings.Join(names, ", "), nil
+		}}.run(ctx, args, stdout, stderr)
+}

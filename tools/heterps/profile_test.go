@@ -199,6 +199,31 @@ func TestProfileSubmitStoresTheMeasuredTypes(t *testing.T) {
 	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("unsigned --submit: %v, want the coordinator's 401", err)
 	}
+
+	forget := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := runForgetProfiles(context.Background(), append(args, "--coordinator", url, "--secret-file", secretFile), &out, &errb); code != want {
+			t.Fatalf("profile forget %v: exit %d, want %d: %s", args, code, want, errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	if out := forget(exitOK, "mlp-digits", "cpu-2t"); !strings.Contains(out, "forgot the profiles of mlp-digits on cpu-2t") {
+		t.Errorf("profile forget of one type: %s", out)
+	}
+	if ps, err = c.profiles(context.Background()); err != nil || len(ps) != 1 || ps[0].Type != "cpu-1t" {
+		t.Errorf("after forgetting cpu-2t: %+v (%v)", ps, err)
+	}
+	forget(exitOK, "mlp-digits")
+	if ps, err = c.profiles(context.Background()); err != nil || len(ps) != 0 {
+		t.Errorf("after forgetting the model: %+v (%v)", ps, err)
+	}
+	if out := forget(exitFailure, "mlp-digits"); !strings.Contains(out, "404") {
+		t.Errorf("forgetting what is not stored: %s", out)
+	}
+	if out := forget(exitUsage); !strings.Contains(out, "want MODEL") {
+		t.Errorf("forget without a model: %s", out)
+	}
 }
 
 // --device cuda profiles one GPU as one unit of a GPU type: unit threads
