@@ -40,6 +40,7 @@ import (
 //	                           # complete checkpoint (or this step directory)
 //	restarts = 3               # optional: after a failure while running,
 //	                           # restart from the latest checkpoint
+//	keep = 5                   # newest complete checkpoints kept; 0 = all (default 5)
 //	[batching]                 # per-replica batch sizes of data-parallel stages
 //	mode = "dynamic"           # uniform | variable | dynamic; default "auto"
 //	interval = 3               # dynamic: step-time reports (one a heartbeat) between adjustments
@@ -149,7 +150,18 @@ type JobCheckpoint struct {
 	// latest complete checkpoint after it failed while running (a node
 	// died, a task failed); 0 = never.
 	Restarts int `toml:"restarts"`
+	// Keep is how many of the job's newest complete checkpoints stay in
+	// Dir: the coordinator removes older ones as newer ones complete
+	// (DefaultCheckpointKeep when absent; 0 keeps them all).
+	Keep *int `toml:"keep"`
 }
+
+// DefaultCheckpointKeep is checkpoint.keep when absent: a week of
+// checkpoints every few minutes would otherwise fill the disk they share.
+const DefaultCheckpointKeep = 5
+
+// KeepAll reports whether the job keeps every checkpoint it writes.
+func (c JobCheckpoint) KeepAll() bool { return c.Keep == nil || *c.Keep == 0 }
 
 // Pipeline schedules (daemon/pipeline): 1F1B alternates a stage's
 // forwards and backwards after a warm-up, holding at most the pipeline's
@@ -241,6 +253,10 @@ func (j *Job) applyDefaults() {
 	if j.DenseSync == "" {
 		j.DenseSync, j.DenseSyncDefaulted = defaultDenseSync(j.Checkpoint.Restarts), true
 	}
+	if j.Checkpoint.Keep == nil {
+		keep := DefaultCheckpointKeep
+		j.Checkpoint.Keep = &keep
+	}
 	b := &j.Batching
 	if b.Mode == "" {
 		b.Mode = BatchingAuto
@@ -315,6 +331,9 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.every", "must be >= 0, got %d", j.Checkpoint.Every))
 	case j.Checkpoint.Every > 0 && j.Checkpoint.Dir == "":
 		errs.add(loc.Errorf("checkpoint.dir", "missing: checkpoint.every needs a directory"))
+	}
+	if k := j.Checkpoint.Keep; k != nil && *k < 0 {
+		errs.add(loc.Errorf("checkpoint.keep", "must be >= 0 (0 keeps every checkpoint), got %d", *k))
 	}
 	switch {
 	case j.Checkpoint.Restarts < 0 || j.Checkpoint.Restarts > maxJobRestarts:

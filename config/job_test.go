@@ -111,6 +111,7 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"micro-batches above the batch", "batch = 8\nsteps = 1\nmicro_batches = 9\n", "micro_batches", 6},
 		{"restarts without checkpoints", "batch = 8\nsteps = 1\n[checkpoint]\nrestarts = 2\n", "checkpoint.restarts", 7},
 		{"negative restarts", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = -1\n", "checkpoint.restarts", 9},
+		{"negative keep", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nkeep = -1\n", "checkpoint.keep", 9},
 		{"restarts of an ASP job", "batch = 8\nsteps = 1\nmode = \"asp\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n", "checkpoint.restarts", 10},
 		{"unknown dense sync", "batch = 8\nsteps = 1\ndense_sync = \"nccl\"\n", "dense_sync", 6},
 		{"allreduce in ASP", "batch = 8\nsteps = 1\nmode = \"asp\"\ndense_sync = \"allreduce\"\n", "dense_sync", 7},
@@ -236,5 +237,19 @@ func TestJobBatching(t *testing.T) {
 	_, err = ParseJob("job.toml", []byte("mode = \"asp\"\n"+base+ckpt+"[batching]\nresize = \"restart\"\n"))
 	if ce := (*Error)(nil); !errors.As(err, &ce) || ce.Field != "batching.resize" {
 		t.Errorf("kill-restart resizing of an ASP job: %v, want an error naming batching.resize", err)
+	}
+}
+
+// checkpoint.keep defaults to DefaultCheckpointKeep; 0 keeps every
+// checkpoint.
+func TestCheckpointKeep(t *testing.T) {
+	for src, want := range map[string]int{"": DefaultCheckpointKeep, "keep = 2\n": 2, "keep = 0\n": 0} {
+		j, err := ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\n"+src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *j.Checkpoint.Keep != want || j.Checkpoint.KeepAll() != (want == 0) {
+			t.Errorf("%q: keep %d (all: %v), want %d", src, *j.Checkpoint.Keep, j.Checkpoint.KeepAll(), want)
+		}
 	}
 }

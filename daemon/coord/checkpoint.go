@@ -152,7 +152,30 @@ func (c *Coordinator) manifestLoop(ctx context.Context) {
 			err := writeManifest(w)
 			c.mu.Lock()
 			c.manifestWritten(w, err, time.Now())
+			prune := c.pruneOf(w.job, err)
 			c.mu.Unlock()
+			prune()
+		}
+	}
+}
+
+// pruneOf is what removes j's checkpoints beyond checkpoint.keep once one
+// more has completed (none after a failed manifest, or with keep = 0): the
+// complete ones under its directory that j or the jobs it restarts wrote,
+// oldest first. It runs without c.mu (it deletes files). c.mu is held.
+func (c *Coordinator) pruneOf(j *job, manifestErr error) func() {
+	cp := j.file.Checkpoint
+	if manifestErr != nil || cp.KeepAll() || cp.Dir == "" {
+		return func() {}
+	}
+	owned := c.chain(j)
+	return func() {
+		removed, err := ckpt.Prune(cp.Dir, *cp.Keep, func(id string) bool { return owned[id] })
+		for _, dir := range removed {
+			c.log.Info("checkpoint removed", "job", j.id, "dir", dir, "keep", *cp.Keep)
+		}
+		if err != nil {
+			c.log.Warn("removing old checkpoints", "job", j.id, "err", err)
 		}
 	}
 }

@@ -28,6 +28,7 @@ method = "cpu"
 throughput_limit = %.0f
 [checkpoint]
 every = 10
+keep = 0 # the tests check each restore's checkpoint after the run
 dir = %q
 [replan]
 move_seconds = 0.1

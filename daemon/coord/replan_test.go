@@ -33,6 +33,7 @@ seed = 3
 throughput_limit = 1000.0
 [checkpoint]
 every = 10
+keep = 0 # the tests check each restore's checkpoint after the run
 dir = %q
 [replan]
 enabled = true

@@ -204,3 +204,45 @@ func TestRestartRunsBelowItsLimitOnTheSurvivors(t *testing.T) {
 		t.Fatalf("new job: %s %q, want it queued waiting for units", s.State, s.Reason)
 	}
 }
+
+// TestCheckpointsBeyondKeepAreRemoved: as each checkpoint completes, the
+// coordinator removes the job's complete checkpoints beyond its newest
+// checkpoint.keep; keep = 0 keeps them all.
+func TestCheckpointsBeyondKeepAreRemoved(t *testing.T) {
+	for keep, want := range map[int]int{2: 2, 0: 20} {
+		t.Run(fmt.Sprint("keep=", keep), func(t *testing.T) {
+			tc, tr, src, _ := raiseFixture(t, 8)
+			src = strings.Replace(src, "keep = 0", fmt.Sprintf("keep = %d", keep), 1)
+			jf, _ := jobAndModel(t, src)
+			tc.start(tr.node("a", "cpu", 8, 9151))
+			if s := tc.waitJob(tc.submit(src)); s.State != api.JobDone || s.Checkpoint == nil || s.Checkpoint.Step != 200 {
+				t.Fatalf("job %s %q, checkpoint %+v", s.State, s.Reason, s.Checkpoint)
+			}
+			var steps []int64
+			waitFor(t, fmt.Sprintf("%d checkpoints left", want), func() bool {
+				steps = completeSteps(t, jf.Checkpoint.Dir)
+				return len(steps) == want
+			})
+			if steps[len(steps)-1] != 200 || (keep == 2 && steps[0] != 190) {
+				t.Errorf("kept steps %v", steps)
+			}
+		})
+	}
+}
+
+// completeSteps is the steps of the complete checkpoints under root,
+// ascending.
+func completeSteps(t *testing.T, root string) []int64 {
+	t.Helper()
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, e := range entries {
+		if m, err := ckpt.ReadManifest(filepath.Join(root, e.Name())); err == nil {
+			steps = append(steps, m.Step)
+		}
+	}
+	return steps
+}
