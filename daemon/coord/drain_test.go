@@ -15,9 +15,10 @@ import (
 // TestDrainingANodeTakesItOutOfService: draining the node of a stage
 // replica of a job that syncs through the parameter servers drops that
 // replica in place (the job goes on, below its limit, saying why), the
-// node shows draining and then drained, and when another node joins the
-// job moves back up onto it, not onto the drained one; put back, the node
-// shows in service.
+// node shows draining and then drained; draining the node of its
+// parameter server and last replica leaves the job running there; when
+// another node joins, the job moves back up onto it alone, and the second
+// node is drained too; put back, a node shows in service.
 func TestDrainingANodeTakesItOutOfService(t *testing.T) {
 	tc, tr, src, _ := raiseFixture(t, 12)
 	nodes := []*fakeNode{tr.node("a", "cpu", 2, 9141), tr.node("b", "cpu", 2, 9142)}
@@ -56,6 +57,14 @@ func TestDrainingANodeTakesItOutOfService(t *testing.T) {
 	if st := tc.job(id); st.State != api.JobRunning || st.Restarts != 0 {
 		t.Fatalf("the job after the drain: %s, %d restarts", st.State, st.Restarts)
 	}
+	psNode := nodes[0]
+	if psNode == victim {
+		psNode = nodes[1]
+	}
+	tc.call("POST", "/v1/nodes/"+psNode.req.Name+"/drain", api.DrainRequest{Drain: true}, http.StatusOK, &s)
+	if st := tc.job(id); st.State != api.JobRunning || len(s.Tasks) == 0 || !s.Draining {
+		t.Fatalf("draining the node of the job's parameter server and last replica: job %s, node %+v; want both going on", st.State, s)
+	}
 
 	tc.start(tr.node("c", "cpu", 8, 9143))
 	chain := tc.chainOf(id)
@@ -63,11 +72,16 @@ func TestDrainingANodeTakesItOutOfService(t *testing.T) {
 	if len(chain) != 2 || last.State != api.JobDone || last.Restarts != 0 {
 		t.Fatalf("a chain of %d jobs ending %s with %d restarts, want the shrunk job and its move back up, done", len(chain), last.State, last.Restarts)
 	}
-	received, _, _ := victim.snapshot()
-	for taskID := range received {
-		if strings.HasPrefix(taskID, last.ID+".") {
-			t.Errorf("the drained node got task %s of the moved job", taskID)
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for taskID := range received {
+			if strings.HasPrefix(taskID, last.ID+".") {
+				t.Errorf("drained node %s got task %s of the moved job", n.req.Name, taskID)
+			}
 		}
+	}
+	if n := tc.nodeNamed(psNode.req.Name); !n.Draining || len(n.Tasks) != 0 {
+		t.Errorf("the parameter server's node once the job moved: %+v, want drained", n)
 	}
 
 	s = api.NodeStatus{}
