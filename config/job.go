@@ -56,30 +56,30 @@ import (
 //	smoothing = 0.5            # EMA weight of a new measurement, in (0, 1]
 //	move_seconds = 30          # a move's start-up time until one was measured
 type Job struct {
-	Version         int           `toml:"version"`
-	Name            string        `toml:"name"`
-	Model           string        `toml:"model"`
-	Data            string        `toml:"data"`
-	Batch           int           `toml:"batch"`
-	Steps           int64         `toml:"steps"`
-	Epochs          float64       `toml:"epochs"`
-	Samples         int64         `toml:"samples"` // samples per epoch, with epochs
-	Optimizer       *Optimizer    `toml:"optimizer"`
-	ThroughputLimit float64       `toml:"throughput_limit"`
-	Method          string        `toml:"method"`
-	Mode            string        `toml:"mode"`
-	MicroBatches    int           `toml:"micro_batches"` // per step; 0 = 1
-	Schedule        string        `toml:"schedule"`      // ScheduleOneFOneB (default) or ScheduleFillDrain
-	DenseSync       string        `toml:"dense_sync"`    // DenseSyncAuto, DenseSyncAllreduce or DenseSyncPS
+	Version         int        `toml:"version"`
+	Name            string     `toml:"name"`
+	Model           string     `toml:"model"`
+	Data            string     `toml:"data"`
+	Batch           int        `toml:"batch"`
+	Steps           int64      `toml:"steps"`
+	Epochs          float64    `toml:"epochs"`
+	Samples         int64      `toml:"samples"` // samples per epoch, with epochs
+	Optimizer       *Optimizer `toml:"optimizer"`
+	ThroughputLimit float64    `toml:"throughput_limit"`
+	Method          string     `toml:"method"`
+	Mode            string     `toml:"mode"`
+	MicroBatches    int        `toml:"micro_batches"` // per step; 0 = 1
+	Schedule        string     `toml:"schedule"`      // ScheduleOneFOneB (default) or ScheduleFillDrain
+	DenseSync       string     `toml:"dense_sync"`    // DenseSyncAuto, DenseSyncAllreduce or DenseSyncPS
 	// DenseSyncDefaulted says the file named no dense_sync: applyDefaults
 	// chose DenseSync, which a stage of one replica need not follow.
-	DenseSyncDefaulted bool `toml:"-"`
-	Seed            uint64        `toml:"seed"`
-	PSType          string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
-	PSRatio         float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
-	Checkpoint      JobCheckpoint `toml:"checkpoint"`
-	Batching        JobBatching   `toml:"batching"`
-	Replan          JobReplan     `toml:"replan"` // re-planning from measured throughput (job_replan.go)
+	DenseSyncDefaulted bool          `toml:"-"`
+	Seed               uint64        `toml:"seed"`
+	PSType             string        `toml:"ps_type"`  // type whose price pays PS cores; "" = the catalog's first CPU type
+	PSRatio            float64       `toml:"ps_ratio"` // ps_cores = ceil(ps_ratio * units); 0 = one shard
+	Checkpoint         JobCheckpoint `toml:"checkpoint"`
+	Batching           JobBatching   `toml:"batching"`
+	Replan             JobReplan     `toml:"replan"` // re-planning from measured throughput (job_replan.go)
 	// Priority weighs the job's gains under the coordinator's priority
 	// allocation policy (default 1); TargetLossReduction, when set, stops
 	// the job once its normalised loss reduction reaches it; Trace, when
