@@ -95,7 +95,7 @@ func TestDrainingANodeTakesItOutOfService(t *testing.T) {
 }
 
 // stageOnlyNode is a node among nodes that hosts stage replicas and no
-// parameter server.
+// parameter server: one a job can lose without a restart.
 func stageOnlyNode(t *testing.T, nodes []*fakeNode) *fakeNode {
 	t.Helper()
 	for _, n := range nodes {
@@ -108,7 +108,7 @@ func stageOnlyNode(t *testing.T, nodes []*fakeNode) *fakeNode {
 			return n
 		}
 	}
-	t.Fatal("every node of the job hosts a parameter server")
+	t.Fatal("every node of the job hosts a parameter server: none can leave it without a restart")
 	return nil
 }
 

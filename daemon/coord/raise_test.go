@@ -201,20 +201,7 @@ func TestAShrunkStageMovesBackUp(t *testing.T) {
 	}
 	id := tc.submit(src)
 	waitFor(t, "the job running", func() bool { return tc.job(id).Step > 0 })
-	var victim *fakeNode
-	for _, n := range nodes {
-		_, current, _ := n.snapshot()
-		ps := false
-		for _, task := range current {
-			ps = ps || task.Role == api.RolePS
-		}
-		if !ps && len(current) > 0 {
-			victim = n
-		}
-	}
-	if victim == nil {
-		t.Fatal("every node of the job hosts a parameter server: none can die without a restart")
-	}
+	victim := stageOnlyNode(t, nodes)
 	close(victim.stall)
 	waitFor(t, "the stage shrunk below its limit", func() bool {
 		return strings.HasPrefix(tc.job(id).Reason, shrunkBelow)
