@@ -159,10 +159,11 @@ func (c *Coordinator) manifestLoop(ctx context.Context) {
 	}
 }
 
-// pruneOf is what removes j's checkpoints beyond checkpoint.keep once one
-// more has completed (none after a failed manifest, or with keep = 0): the
-// complete ones under its directory that j or the jobs it restarts wrote,
-// oldest first. It runs without c.mu (it deletes files). c.mu is held.
+// pruneOf returns what removes, once one more of j's checkpoints has
+// completed, the complete checkpoints under its directory that j or the
+// jobs it continues wrote, beyond the newest checkpoint.keep (nothing
+// after a failed manifest, or with keep = 0). The returned func deletes
+// files and runs without c.mu; pruneOf itself runs with it held.
 func (c *Coordinator) pruneOf(j *job, manifestErr error) func() {
 	cp := j.file.Checkpoint
 	if manifestErr != nil || cp.KeepAll() || cp.Dir == "" {

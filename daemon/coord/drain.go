@@ -25,7 +25,7 @@ import (
 // drain marks the node idOrName (an id, or the name of a registered node,
 // live or dead) draining or puts it back, and returns its status once the
 // mark is stored.
-func (c *Coordinator) drain(ctx context.Context, idOrName string, on bool) (_ api.NodeStatus, err error) {
+func (c *Coordinator) drain(ctx context.Context, idOrName string, on bool) (api.NodeStatus, error) {
 	c.mu.Lock()
 	n := c.nodeByIDOrName(idOrName)
 	if n == nil {
