@@ -10,10 +10,10 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 )
 
-// control is a command that acts on one job or node of a running
-// coordinator (cancel, resize, nodes drain): check vets its positional
-// arguments, act does the work and returns the job's or node's status and
-// the line that tells the user.
+// control is a command that acts on one thing of a running coordinator
+// (cancel, resize, nodes drain, profile forget): check vets its
+// positional arguments, act does the work and returns the thing's status
+// and the line that tells the user.
 type control[S any] struct {
 	name, usage, jsonHelp string
 	check                 func(args []string) error
