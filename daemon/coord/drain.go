@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -81,6 +82,21 @@ func (c *Coordinator) latestNamed(name string) *node {
 		}
 	}
 	return nil
+}
+
+// drainingNote is what a queued job's reason adds when live nodes it may
+// not use are draining: "; draining: a, b". c.mu is held.
+func (c *Coordinator) drainingNote() string {
+	var names []string
+	for _, n := range c.nodes {
+		if n.alive() && c.draining(n) {
+			names = append(names, n.req.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "; draining: " + strings.Join(names, ", ")
 }
 
 // draining reports whether n is out of service. c.mu is held.

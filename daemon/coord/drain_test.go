@@ -155,3 +155,22 @@ func TestADrainOutlivesTheCoordinator(t *testing.T) {
 		t.Errorf("placement sees %d live nodes, want none: the only one is draining", len(cl.live))
 	}
 }
+
+// TestAJobQueuedBehindDrainedNodesSaysSo: a job that waits because the
+// only node is draining says so in its reason, and starts once the node
+// is put back.
+func TestAJobQueuedBehindDrainedNodesSaysSo(t *testing.T) {
+	tc := startCluster(t, nil)
+	n := newFakeNode("only", "cpu", 4, 9161)
+	tc.start(n)
+	tc.call("POST", "/v1/nodes/only/drain", api.DrainRequest{Drain: true}, http.StatusOK, nil)
+	id := tc.submit(ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n")
+	waitFor(t, "the job queued naming the drained node", func() bool {
+		s := tc.job(id)
+		return s.State == api.JobQueued && strings.HasSuffix(s.Reason, "; draining: only")
+	})
+	tc.call("POST", "/v1/nodes/only/drain", api.DrainRequest{Drain: false}, http.StatusOK, nil)
+	if s := tc.waitJob(id); s.State != api.JobDone {
+		t.Fatalf("the job once the node is back: %s %q", s.State, s.Reason)
+	}
+}

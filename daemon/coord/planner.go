@@ -161,14 +161,14 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 			c.finish(j, api.JobFailed, fmt.Sprintf("the cluster cannot host the plan: %v", err), now)
 			return true
 		}
-		return c.wait(j, fmt.Sprintf("the live nodes cannot host the plan yet: %v", err), changes, waitedBefore)
+		return c.wait(j, fmt.Sprintf("the live nodes cannot host the plan yet: %v%s", err, c.drainingNote()), changes, waitedBefore)
 	}
 	if j.possible < 0 {
 		c.setPlan(j, possible)
 		c.finish(j, api.JobFailed, fmt.Sprintf("no feasible plan (method %s) even with every unit of the catalog: %s", possible.Method, possible.Reason), now)
 		return true
 	}
-	return c.wait(j, fmt.Sprintf("waiting for units: no feasible plan on the free live nodes (%s)", plan.Reason), changes, waitedBefore)
+	return c.wait(j, fmt.Sprintf("waiting for units: no feasible plan on the free live nodes (%s)%s", plan.Reason, c.drainingNote()), changes, waitedBefore)
 }
 
 // wait leaves j queued with the reason. c.mu is held.
