@@ -52,8 +52,8 @@ func resizeJob(ctx context.Context, c *coordClient, args []string) (api.JobStatu
 	if err != nil {
 		return s, "", usageError{fmt.Errorf("job %s: %w", s.ID, err)}
 	}
-	if s, err = c.resize(ctx, s.ID, req); err != nil {
-		return s, "", err
+	if s, err = c.resize(ctx, s.ID, req); err != nil || len(s.Stages) == 0 {
+		return s, fmt.Sprintf("job %s: resized", s.ID), err
 	}
 	return s, fmt.Sprintf("job %s: stage 0 now runs %s from its next step", s.ID, describeSplit(s.Stages[0])), nil
 }
