@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/sched"
 )
 
 // Draining takes a node out of service without failing its jobs, for
@@ -18,9 +20,15 @@ import (
 // single-stage job that syncs through the parameter servers and has
 // replicas elsewhere drops its replicas on it at once, in place (shrink,
 // as when a node dies; it moves back up from a checkpoint if that leaves
-// it below its throughput_limit), and every other job on it runs to its
-// end there. The node is drained once it hosts no task. The mark is kept
-// by node name, in the state database, across the node's and the
+// it below its throughput_limit), and every other job on it — its
+// parameter-server shard there, an allreduce stage, a pipeline, its last
+// replica — moves off it at its next complete checkpoint: when the free
+// live nodes that are not draining can host it at any throughput, it
+// restarts from that checkpoint onto them (planned at its limit, or below
+// it as any restart is), as a move: no restart spent, no backoff. A job
+// that writes no checkpoint, or finds no room elsewhere, runs to its end
+// where it is. The node is drained once it hosts no task. The mark is
+// kept by node name, in the state database, across the node's and the
 // coordinator's restarts, until the node is put back.
 
 // drain marks the node idOrName (an id, or the name of a registered node,
@@ -118,4 +126,97 @@ func (c *Coordinator) saveDrained() func(context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// drainMove is what deciding a move off a draining node needs, copied out
+// under c.mu.
+type drainMove struct {
+	j    *job
+	gen  int64
+	snap *job // planningCopy
+	cat  *config.Catalog
+	node string // the draining node it would leave
+	from int64  // the checkpoint the move restores
+}
+
+// drainMovesDue returns the running jobs on a draining node with a
+// complete checkpoint not yet evaluated for a move. c.mu is held.
+func (c *Coordinator) drainMovesDue() []drainMove {
+	var due []drainMove
+	for _, j := range c.jobs {
+		cp := j.ckpt.latest
+		if j.state != api.JobRunning || cp == nil || cp.Step <= j.drainChecked {
+			continue
+		}
+		node := c.drainingNodeOf(j)
+		if node == "" {
+			continue
+		}
+		j.drainChecked = cp.Step
+		if step, _, _ := measuredStages(j); max(step, cp.Step) >= j.file.TotalSteps() {
+			continue // trained: it ends where it is
+		}
+		due = append(due, drainMove{j: j, gen: j.gen, snap: j.planningCopy(), node: node, from: cp.Step,
+			cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())})
+	}
+	return due
+}
+
+// drainingNodeOf is the name of a live draining node that hosts a task of
+// j, or "". c.mu is held.
+func (c *Coordinator) drainingNodeOf(j *job) string {
+	for _, t := range j.tasks {
+		if t.node != nil && t.node.alive() && c.draining(t.node) {
+			return t.node.req.Name
+		}
+	}
+	return ""
+}
+
+// drainTick moves the jobs on draining nodes that can leave them at a new
+// checkpoint, planning without c.mu.
+func (c *Coordinator) drainTick(ctx context.Context) {
+	if c.allocPolicy() != "" {
+		return // the allocator owns the units
+	}
+	c.mu.Lock()
+	due := c.drainMovesDue()
+	c.mu.Unlock()
+	for _, m := range due {
+		jf := *c.planFile(m.snap)
+		jf.ThroughputLimit = anyThroughput
+		pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+		plan, err := c.planFileOn(pctx, m.snap, &jf, "exact", m.cat, false)
+		stop()
+		c.mu.Lock()
+		c.applyDrainMove(m, plan, err, time.Now())
+		c.mu.Unlock()
+	}
+}
+
+// applyDrainMove restarts the job from its checkpoint as a move when the
+// nodes that are not draining can host plan, unless the job changed
+// meanwhile. c.mu is held.
+func (c *Coordinator) applyDrainMove(m drainMove, plan *sched.Plan, err error, now time.Time) {
+	j := m.j
+	switch {
+	case err != nil:
+		c.log.Warn("planning a move off a draining node", "job", j.id, "node", m.node, "err", err)
+		return
+	case j.state != api.JobRunning || j.gen != m.gen:
+		return
+	case !plan.Feasible:
+		c.log.Info("not moving off a draining node: no room on the others", "job", j.id, "node", m.node, "reason", plan.Reason)
+		return
+	}
+	if _, err := place(plan, j.file.Batch, c.cluster(j, true), c.plainDataPlane()); err != nil {
+		c.log.Info("not moving off a draining node: the others cannot host it", "job", j.id, "node", m.node, "err", err)
+		return
+	}
+	j.state = api.JobRestarting
+	j.reason = fmt.Sprintf("moving off draining node %s from its newest checkpoint", m.node)
+	j.failedAt, j.notBefore, j.moving = now, now, true
+	c.log.Info("job moves off a draining node", "job", j.id, "node", m.node, "from_step", m.from)
+	c.save(j)
+	c.wake()
 }

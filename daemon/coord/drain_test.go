@@ -174,3 +174,39 @@ func TestAJobQueuedBehindDrainedNodesSaysSo(t *testing.T) {
 		t.Fatalf("the job once the node is back: %s %q", s.State, s.Reason)
 	}
 }
+
+// TestAJobThatCannotShrinkMovesOffADrainingNode: a job whose stage syncs
+// by allreduce cannot drop a replica in place; draining one of its nodes
+// moves it at its next checkpoint onto the nodes that are not draining,
+// as a move (no restart spent), and it ends there.
+func TestAJobThatCannotShrinkMovesOffADrainingNode(t *testing.T) {
+	tc, tr, src, _ := raiseFixture(t, 12)
+	src = strings.Replace(src, "[checkpoint]", "dense_sync = \"allreduce\"\n[checkpoint]", 1)
+	nodes := []*fakeNode{tr.node("a", "cpu", 2, 9171), tr.node("b", "cpu", 2, 9172)}
+	for _, n := range nodes {
+		tc.start(n)
+	}
+	id := tc.submit(src)
+	waitFor(t, "the job running on both nodes", func() bool {
+		s := tc.job(id)
+		return s.Step > 0 && len(s.Stages) == 1 && len(s.Stages[0].Nodes) == 2
+	})
+	tc.call("POST", "/v1/nodes/b/drain", api.DrainRequest{Drain: true}, http.StatusOK, nil)
+	chain := tc.chainOf(id)
+	if len(chain) != 2 || !strings.HasPrefix(chain[0].Reason, "moving off draining node b from its newest checkpoint") {
+		t.Fatalf("a chain of %d jobs, the first %q; want it moved off b", len(chain), chain[0].Reason)
+	}
+	last := chain[1]
+	if last.State != api.JobDone || last.Step != last.Steps || last.Restarts != 0 {
+		t.Fatalf("the moved job %s: %s %q at step %d of %d, %d restarts", last.ID, last.State, last.Reason, last.Step, last.Steps, last.Restarts)
+	}
+	received, _, _ := nodes[1].snapshot()
+	for taskID := range received {
+		if strings.HasPrefix(taskID, last.ID+".") {
+			t.Errorf("the draining node got task %s of the moved job", taskID)
+		}
+	}
+	if n := tc.nodeNamed("b"); len(n.Tasks) != 0 {
+		t.Errorf("b after the move: %+v, want drained", n)
+	}
+}

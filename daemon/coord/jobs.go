@@ -53,6 +53,9 @@ type job struct {
 	// raiseChecked is the newest checkpoint a move back up to the
 	// throughput_limit was evaluated at (raise.go).
 	raiseChecked int64
+	// drainChecked is the newest checkpoint a move off a draining node
+	// was evaluated at (drain.go).
+	drainChecked int64
 	// moving is set while a restarting job restarts to move, not to
 	// recover: the restart spends none of checkpoint.restarts.
 	moving bool

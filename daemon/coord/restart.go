@@ -84,6 +84,7 @@ func (c *Coordinator) restartLoop(ctx context.Context) {
 		}
 		c.replanTick(ctx, now)
 		c.raiseTick(ctx)
+		c.drainTick(ctx)
 	})
 }
 
