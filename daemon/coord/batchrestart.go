@@ -44,13 +44,9 @@ func (c *Coordinator) restartForBatches(j *job, lanes []int) {
 			k++
 		}
 	}
-	now := time.Now()
-	j.state, j.reason = api.JobRestarting, fmt.Sprintf("restarting to resize its batches to %v (batching.resize = restart)", lanes)
-	j.failedAt, j.notBefore, j.resizeTo, j.moving = now, now, carry, true
-	b.restarts = carry.restarts
+	j.resizeTo, b.restarts = carry, carry.restarts
 	c.log.Info("job restarting to resize its batches", "job", j.id, "batches", lanes, "restarts", carry.restarts)
-	c.save(j)
-	c.wake()
+	c.startMove(j, fmt.Sprintf("restarting to resize its batches to %v (batching.resize = restart)", lanes), time.Now())
 }
 
 // lanesFor is the carried batches for a new placement: lane k gets the

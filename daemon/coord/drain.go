@@ -185,9 +185,7 @@ func (c *Coordinator) drainTick(ctx context.Context) {
 	for _, m := range due {
 		jf := *c.planFile(m.snap)
 		jf.ThroughputLimit = anyThroughput
-		pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
-		plan, err := c.planFileOn(pctx, m.snap, &jf, "exact", m.cat, false)
-		stop()
+		plan, err := c.planWithin(ctx, m.snap, &jf, "exact", m.cat)
 		c.mu.Lock()
 		c.applyDrainMove(m, plan, err, time.Now())
 		c.mu.Unlock()
@@ -213,10 +211,6 @@ func (c *Coordinator) applyDrainMove(m drainMove, plan *sched.Plan, err error, n
 		c.log.Info("not moving off a draining node: the others cannot host it", "job", j.id, "node", m.node, "err", err)
 		return
 	}
-	j.state = api.JobRestarting
-	j.reason = fmt.Sprintf("moving off draining node %s from its newest checkpoint", m.node)
-	j.failedAt, j.notBefore, j.moving = now, now, true
 	c.log.Info("job moves off a draining node", "job", j.id, "node", m.node, "from_step", m.from)
-	c.save(j)
-	c.wake()
+	c.startMove(j, fmt.Sprintf("moving off draining node %s from its newest checkpoint", m.node), now)
 }

@@ -139,9 +139,7 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 		}
 		var plan *sched.Plan
 		if err == nil {
-			pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
-			plan, err = c.planFileOn(pctx, in.snap, c.planFile(in.snap), in.snap.file.Method, in.cat, false)
-			stop()
+			plan, err = c.planWithin(ctx, in.snap, c.planFile(in.snap), in.snap.file.Method, in.cat)
 		}
 		c.mu.Lock()
 		c.applyRaise(in, plan, err, time.Now())
@@ -172,14 +170,27 @@ func (c *Coordinator) applyRaise(in raiseInput, plan *sched.Plan, err error, now
 			"step", in.step, "keep_s", keep, "move_s", move)
 		return
 	}
-	j.state = api.JobRestarting
-	j.reason = fmt.Sprintf("moving back up to its throughput_limit: %.6g samples/s on %v units %v, from its newest checkpoint",
-		plan.Throughput, plan.Assign, stageUnits(plan))
-	j.failedAt, j.notBefore, j.moving = now, now, true
 	c.log.Info("job moves back up to its throughput_limit", "job", j.id, "from_step", in.from, "throughput", plan.Throughput,
 		"was", in.cur, "keep_s", keep, "move_s", move)
+	c.startMove(j, fmt.Sprintf("moving back up to its throughput_limit: %.6g samples/s on %v units %v, from its newest checkpoint",
+		plan.Throughput, plan.Assign, stageUnits(plan)), now)
+}
+
+// startMove sets j restarting from its newest checkpoint to move, not to
+// recover: no restart spent, no backoff. c.mu is held.
+func (c *Coordinator) startMove(j *job, reason string, now time.Time) {
+	j.state, j.reason = api.JobRestarting, reason
+	j.failedAt, j.notBefore, j.moving = now, now, true
 	c.save(j)
 	c.wake()
+}
+
+// planWithin plans snap (a planningCopy) as jf describes it on cat within
+// the planning timeout, without c.mu.
+func (c *Coordinator) planWithin(ctx context.Context, snap *job, jf *config.Job, method string, cat *config.Catalog) (*sched.Plan, error) {
+	ctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+	defer stop()
+	return c.planFileOn(ctx, snap, jf, method, cat, false)
 }
 
 // raiseTimes is the seconds the rest of the run takes on the current

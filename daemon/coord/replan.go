@@ -465,13 +465,9 @@ func (c *Coordinator) applyReplan(in replanInput, d *replanDecision, err error, 
 // corrected problem's plan. Like a kill-restart resize (batchrestart.go)
 // it is no failure: it waits no backoff and avoids no node. c.mu is held.
 func (c *Coordinator) restartToMove(j *job, d *replanDecision, now time.Time) {
-	j.state = api.JobRestarting
-	j.reason = fmt.Sprintf("re-planning: moving to %v units %v from the checkpoint of step %d (predicted gain %.1f%%)",
-		d.plan.Assign, stageUnits(d.plan), d.rec.FromStep, 100*d.rec.Gain)
-	j.failedAt, j.notBefore = now, now
-	j.replan.moving, j.moving = true, true
-	c.save(j)
-	c.wake()
+	j.replan.moving = true
+	c.startMove(j, fmt.Sprintf("re-planning: moving to %v units %v from the checkpoint of step %d (predicted gain %.1f%%)",
+		d.plan.Assign, stageUnits(d.plan), d.rec.FromStep, 100*d.rec.Gain), now)
 }
 
 // replanRestarted notes the job a move restarted old as, and where from.
