@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	registerStoppable("nodes", "list a running coordinator's nodes, or throttle one's CPU share", runNodes)
+	registerStoppable("nodes", "list a running coordinator's nodes; throttle one's CPU share, drain it or put it back", runNodes)
 }
 
 const (

@@ -30,7 +30,7 @@ import (
 )
 
 func init() {
-	register("profile", "measure per-layer oct/odt/alpha/beta on this machine and write a problem file", runProfile)
+	register("profile", "measure per-layer oct/odt/alpha/beta on this machine and write a problem file; forget a coordinator's stored ones", runProfile)
 }
 
 type profileFlags struct {
