@@ -102,9 +102,19 @@ func printJobList(w io.Writer, jobs []api.JobStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "job\tname\tstate\tstep\tloss\tsamples/s\tcost")
 	for _, s := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%.4g\t%.4g\t%.4g\n", s.ID, s.Name, s.State, s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%.4g\t%.4g\t%.4g\n", s.ID, s.Name, listState(s), s.Step, s.Steps, s.Loss, s.SamplesPerS, s.CostSoFar)
 	}
 	tw.Flush()
+}
+
+// listState is a job's state in the job list, with the job that carries
+// it on when it was restarted (after a failure, or to move): "failed ->
+// j2".
+func listState(s api.JobStatus) string {
+	if s.RestartedAs != "" {
+		return fmt.Sprintf("%s -> %s", s.State, s.RestartedAs)
+	}
+	return string(s.State)
 }
 
 // printAllocDecision prints a line with the allocator's last decision:

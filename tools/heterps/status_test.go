@@ -139,3 +139,12 @@ func TestResultSecondsOfARunningJob(t *testing.T) {
 		t.Errorf("done after 30 s: %.1f s", r.Seconds)
 	}
 }
+
+// The job list names the restart that carries a restarted job on.
+func TestJobListNamesTheRestart(t *testing.T) {
+	var out bytes.Buffer
+	printJobList(&out, []api.JobStatus{{ID: "j1", Name: "n", State: api.JobFailed, RestartedAs: "j2"}, {ID: "j2", Name: "n", State: api.JobRunning}})
+	if !strings.Contains(out.String(), "failed -> j2") || strings.Count(out.String(), "->") != 1 {
+		t.Errorf("job list:\n%s", out.String())
+	}
+}
