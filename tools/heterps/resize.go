@@ -15,6 +15,7 @@ import (
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/apiclient"
+	"github.com/heterps/heterps/daemon/batching"
 )
 
 func init() {
@@ -101,11 +102,22 @@ func resizeRequest(specs []string, st api.StageStatus) (api.ResizeRequest, error
 	total := sum(st.Batches)
 	switch given {
 	case len(keep):
-		if got := sumOf(keep, func(k kept) int { return k.batch }); got != total {
+		got := 0
+		for _, k := range keep {
+			got += k.batch
+		}
+		if got != total {
 			return api.ResizeRequest{}, fmt.Errorf("the batches given add up to %d; the job's batch is %d", got, total)
 		}
 	case 0:
-		shares := splitInProportion(total, mapSlice(keep, func(k kept) int { return st.Batches[k.at] }))
+		weights := make([]float64, len(keep))
+		for i, k := range keep {
+			weights[i] = float64(st.Batches[k.at])
+		}
+		shares, err := batching.Split(total, weights, nil, nil)
+		if err != nil {
+			return api.ResizeRequest{}, err
+		}
 		for i := range keep {
 			keep[i].batch = shares[i]
 		}
@@ -146,32 +158,6 @@ func replicaIndex(name string, st api.StageStatus) (int, error) {
 	return 0, fmt.Errorf("node %s runs %d replicas; name them as rK: the stage runs %s", name, len(on), describeSplit(st))
 }
 
-// splitInProportion splits total over len(weights) parts in proportion to
-// the weights (equally if they are all 0), largest remainders first, so
-// that the parts add up to total.
-func splitInProportion(total int, weights []int) []int {
-	w := sum(weights)
-	if w == 0 {
-		weights, w = slices.Repeat([]int{1}, len(weights)), len(weights)
-	}
-	parts := make([]int, len(weights))
-	rem := make([]int, len(weights))
-	left := total
-	for i, x := range weights {
-		parts[i], rem[i] = total*x/w, total*x%w
-		left -= parts[i]
-	}
-	order := make([]int, len(weights))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return rem[b] - rem[a] })
-	for _, i := range order[:left] {
-		parts[i]++
-	}
-	return parts
-}
-
 // describeSplit is "n0 (r0) b=256, n1 (r1) b=256".
 func describeSplit(st api.StageStatus) string {
 	var parts []string
@@ -188,20 +174,10 @@ func describeSplit(st api.StageStatus) string {
 	return strings.Join(parts, ", ")
 }
 
-func sum(xs []int) int { return sumOf(xs, func(x int) int { return x }) }
-
-func sumOf[T any](xs []T, f func(T) int) int {
+func sum(xs []int) int {
 	n := 0
 	for _, x := range xs {
-		n += f(x)
+		n += x
 	}
 	return n
-}
-
-func mapSlice[T, U any](xs []T, f func(T) U) []U {
-	out := make([]U, len(xs))
-	for i, x := range xs {
-		out[i] = f(x)
-	}
-	return out
 }

@@ -53,23 +53,6 @@ func TestResizeRequest(t *testing.T) {
 	}
 }
 
-func TestSplitInProportion(t *testing.T) {
-	for _, tc := range []struct {
-		total   int
-		weights []int
-		want    []int
-	}{
-		{512, []int{256, 256}, []int{256, 256}},
-		{10, []int{1, 1, 1}, []int{4, 3, 3}},
-		{7, []int{0, 0}, []int{4, 3}},
-		{100, []int{3, 1}, []int{75, 25}},
-	} {
-		if got := splitInProportion(tc.total, tc.weights); !slices.Equal(got, tc.want) || sum(got) != tc.total {
-			t.Errorf("split %d by %v: %v, want %v", tc.total, tc.weights, got, tc.want)
-		}
-	}
-}
-
 // TestResizeCommand: `heterps resize` follows a restarted job to its live
 // restart, sends the PATCH the arguments mean, and prints the new split;
 // a job that is not running is refused before any PATCH.
