@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/apiclient"
@@ -60,8 +59,7 @@ func (c *coordClient) cancelChain(ctx context.Context, id string) (api.JobStatus
 		case api.JobDone, api.JobFailed:
 			return s, fmt.Errorf("job %s is already %s (%s); nothing to cancel", s.ID, s.State, s.Reason)
 		}
-		var cancelled api.JobStatus
-		err = c.Delete(ctx, "/v1/jobs/"+url.PathEscape(s.ID), &cancelled)
+		cancelled, err := c.cancel(ctx, s.ID)
 		var se *apiclient.StatusError
 		if errors.As(err, &se) && se.Code == http.StatusConflict {
 			continue // it ended or restarted since the look-up

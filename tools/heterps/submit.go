@@ -224,9 +224,10 @@ func (c *coordClient) alloc(ctx context.Context) (api.AllocStatus, error) {
 	return a, err
 }
 
-func (c *coordClient) cancel(ctx context.Context, id string) error {
+func (c *coordClient) cancel(ctx context.Context, id string) (api.JobStatus, error) {
 	var s api.JobStatus
-	return c.Delete(ctx, "/v1/jobs/"+url.PathEscape(id), &s)
+	err := c.Delete(ctx, "/v1/jobs/"+url.PathEscape(id), &s)
+	return s, err
 }
 
 // pollEvery is how often waitJob asks for the job's status.
