@@ -36,7 +36,7 @@ import (
 // mark is stored.
 func (c *Coordinator) drain(ctx context.Context, idOrName string, on bool) (api.NodeStatus, error) {
 	c.mu.Lock()
-	n := c.nodeByIDOrName(idOrName)
+	n := c.node(idOrName)
 	if n == nil {
 		n = c.latestNamed(idOrName)
 	}
@@ -153,11 +153,11 @@ func (c *Coordinator) drainMovesDue() []drainMove {
 			continue
 		}
 		j.drainChecked = cp.Step
-		if step, _, _ := measuredStages(j); max(step, cp.Step) >= j.file.TotalSteps() {
+		if atStep(j, cp.Step) >= j.file.TotalSteps() {
 			continue // trained: it ends where it is
 		}
 		due = append(due, drainMove{j: j, gen: j.gen, snap: j.planningCopy(), node: node, from: cp.Step,
-			cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())})
+			cat: c.replanCatalog(j)})
 	}
 	return due
 }

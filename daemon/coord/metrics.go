@@ -101,7 +101,7 @@ func (cc coordCollector) Collect(ch chan<- prometheus.Metric) {
 		nodes[n.state]++
 		if n.alive() {
 			gauge(ch, heartbeatDesc, now.Sub(n.lastSeen).Seconds(), n.req.Name, n.id)
-			gauge(ch, drainingDesc, map[bool]float64{true: 1}[c.draining(n)], n.req.Name, n.id)
+			gauge(ch, drainingDesc, oneIf(c.draining(n)), n.req.Name, n.id)
 		}
 	}
 	for _, s := range []api.NodeState{api.NodeAlive, api.NodeDead} {
@@ -122,11 +122,7 @@ func collectJob(ch chan<- prometheus.Metric, j *job, s api.JobStatus) {
 	gauge(ch, jobRestarts, float64(s.Restarts), id)
 	gauge(ch, jobGeneration, float64(s.Generation), id)
 	gauge(ch, jobLimitDesc, j.file.ThroughputLimit, id)
-	below := 0.0
-	if runsBelowLimit(j) {
-		below = 1
-	}
-	gauge(ch, jobBelowDesc, below, id)
+	gauge(ch, jobBelowDesc, oneIf(runsBelowLimit(j)), id)
 	if s.Batching != nil {
 		counter(ch, adjustmentsDesc, float64(s.Batching.Adjustments), id)
 	}
@@ -157,4 +153,12 @@ func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ..
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+// oneIf is a 0/1 gauge's value.
+func oneIf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -285,6 +285,13 @@ func (c *Coordinator) planFileOn(ctx context.Context, j *job, jf *config.Job, me
 	return plan, err
 }
 
+// replanCatalog is the catalog a running j is planned on again (a re-plan,
+// a move back up or off a draining node): its own units and the free live
+// ones it need not avoid. c.mu is held.
+func (c *Coordinator) replanCatalog(j *job) *config.Catalog {
+	return liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())
+}
+
 // liveCatalog is cat with each type's max_units replaced by the free live
 // units of that type; types with none are left out.
 func liveCatalog(cat *config.Catalog, free map[string]int) *config.Catalog {

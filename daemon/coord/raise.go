@@ -53,13 +53,13 @@ func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 		return raiseInput{}, false
 	}
 	j.raiseChecked = cp.Step
-	step, _, _ := measuredStages(j)
-	if max(step, cp.Step) >= j.file.TotalSteps() {
+	step := atStep(j, cp.Step)
+	if step >= j.file.TotalSteps() {
 		return raiseInput{}, false // trained: nothing left to speed up
 	}
-	in := raiseInput{j: j, gen: j.gen, snap: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: max(step, cp.Step),
+	in := raiseInput{j: j, gen: j.gen, snap: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: step,
 		cur: j.plan.Throughput, moveS: j.file.Replan.MoveSeconds,
-		cat: liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())}
+		cat: c.replanCatalog(j)}
 	if r := j.replan; r != nil && r.moves > 0 {
 		in.moveS = r.moveSeconds
 	}
@@ -67,6 +67,13 @@ func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 		in.units = replicaUnits(j, nil)
 	}
 	return in, true
+}
+
+// atStep is where j is, its newest checkpoint being at step cp: the
+// fewest steps its stage replicas reported, or cp if later. c.mu is held.
+func atStep(j *job, cp int64) int64 {
+	step, _, _ := measuredStages(j)
+	return max(step, cp)
 }
 
 // replicaUnits is the units of j's stage replicas, leaving out those on

@@ -267,7 +267,7 @@ func (c *Coordinator) replanDue(j *job) (replanInput, bool) {
 	if r.moves > 0 {
 		in.moveS = r.moveSeconds
 	}
-	in.cat = liveCatalog(c.cfg.Catalog, c.cluster(j, true).free())
+	in.cat = c.replanCatalog(j)
 	if canResize(j) == "" && !syncsByAllreduce(j) { // an allreduce ring keeps its members: it moves by restart
 		for _, t := range j.tasks {
 			if t.task.Role == api.RoleStage {
