@@ -169,8 +169,9 @@ func (c *Coordinator) pruneOf(j *job, manifestErr error) func() {
 	if manifestErr != nil || cp.KeepAll() || cp.Dir == "" {
 		return func() {}
 	}
-	owned := c.chain(j)
+	owned, restored := c.chainJobs(j)
 	return func() {
+		addRestoredJobs(owned, restored) // manifests: read without c.mu
 		removed, err := ckpt.Prune(cp.Dir, *cp.Keep, func(id string) bool { return owned[id] })
 		for _, dir := range removed {
 			c.log.Info("checkpoint removed", "job", j.id, "dir", dir, "keep", *cp.Keep)

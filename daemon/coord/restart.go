@@ -169,19 +169,36 @@ func (c *Coordinator) restart(old *job) {
 	c.finish(old, api.JobFailed, fmt.Sprintf("%s; restarted from %s as job %s", old.reason, from, j.id), now)
 }
 
-// chain is the ids of j and of the jobs it restarts, transitively. c.mu is
-// held.
+// chain is the ids of j and of the jobs it restarts, transitively, and of
+// the job the chain started from (its restored checkpoint's manifest says
+// which). c.mu is held.
 func (c *Coordinator) chain(j *job) map[string]bool {
-	ids := map[string]bool{}
+	ids, restored := c.chainJobs(j)
+	addRestoredJobs(ids, restored)
+	return ids
+}
+
+// chainJobs is chain without reading anything: the ids of j and the jobs
+// it restarts, and the directories of the checkpoints they restored.
+// c.mu is held.
+func (c *Coordinator) chainJobs(j *job) (ids map[string]bool, restored []string) {
+	ids = map[string]bool{}
 	for o := j; o != nil && !ids[o.id]; o = c.job(o.restartOf) {
 		ids[o.id] = true
 		if o.ckpt.restored != nil {
-			if m, err := ckpt.ReadManifest(o.ckpt.restored.Dir); err == nil {
-				ids[m.JobID] = true // the job the chain started from
-			}
+			restored = append(restored, o.ckpt.restored.Dir)
 		}
 	}
-	return ids
+	return ids, restored
+}
+
+// addRestoredJobs adds to ids the jobs that wrote the checkpoints in dirs.
+func addRestoredJobs(ids map[string]bool, dirs []string) {
+	for _, dir := range dirs {
+		if m, err := ckpt.ReadManifest(dir); err == nil {
+			ids[m.JobID] = true
+		}
+	}
 }
 
 // nextSuspects is the suspects a restart of j avoids: its unexpired ones
