@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -172,7 +173,7 @@ func (c *Coordinator) pruneOf(j *job, manifestErr error) func() {
 	owned, restored := c.chainJobs(j)
 	return func() {
 		addRestoredJobs(owned, restored) // manifests: read without c.mu
-		removed, err := ckpt.Prune(cp.Dir, *cp.Keep, func(id string) bool { return owned[id] })
+		removed, err := removeBeyond(cp.Dir, *cp.Keep, owned)
 		for _, dir := range removed {
 			c.log.Info("checkpoint removed", "job", j.id, "dir", dir, "keep", *cp.Keep)
 		}
@@ -180,6 +181,33 @@ func (c *Coordinator) pruneOf(j *job, manifestErr error) func() {
 			c.log.Warn("removing old checkpoints", "job", j.id, "err", err)
 		}
 	}
+}
+
+// removeBeyond removes the complete checkpoints under root of the jobs in
+// owned (chainCheckpoints: by their manifests, in their own step
+// directories, links left out) beyond the newest keep of them, and
+// returns the directories it removed. A step directory without a manifest
+// (one being written, or whose writing died: the step is written again
+// over it) and another job's checkpoint stay. keep must be at least 1: the
+// newest complete checkpoint is what a restart restores.
+func removeBeyond(root string, keep int, owned map[string]bool) ([]string, error) {
+	if keep < 1 {
+		return nil, fmt.Errorf("removing checkpoints under %s: keep %d, want at least 1", root, keep)
+	}
+	cands, err := chainCheckpoints(root, owned, -1)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, c := range cands[min(keep, len(cands)):] {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, c.Dir)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // writeManifest writes a step's manifest unless the node holding every

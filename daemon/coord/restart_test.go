@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -245,4 +246,52 @@ func completeSteps(t *testing.T, root string) []int64 {
 		}
 	}
 	return steps
+}
+
+// removeBeyond keeps the newest keep complete checkpoints of the jobs it
+// owns and removes their older ones; an incomplete step directory,
+// another job's checkpoint, a link, and whatever is not a step directory
+// stay.
+func TestRemoveBeyondKeepsTheNewest(t *testing.T) {
+	root := t.TempDir()
+	var dirs []string
+	for _, step := range []int64{10, 20, 30, 40} {
+		dirs = append(dirs, writeFakeCheckpoint(t, root, "j1", step))
+	}
+	other := writeFakeCheckpoint(t, root, "j9", 5)
+	partial := ckpt.StepDir(root, 50) // being written: no manifest
+	if err := os.MkdirAll(partial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	linked := writeFakeCheckpoint(t, t.TempDir(), "j1", 1)
+	if err := os.Symlink(linked, ckpt.StepDir(root, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "notes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	removed, err := removeBeyond(root, 2, map[string]bool{"j1": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(removed, []string{dirs[1], dirs[0]}) {
+		t.Errorf("removed %v, want steps 20 and 10", removed)
+	}
+	for _, gone := range dirs[:2] {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s still there (%v)", gone, err)
+		}
+	}
+	for _, kept := range []string{dirs[2], dirs[3], other, partial, linked, filepath.Join(root, "notes"), ckpt.StepDir(root, 1)} {
+		if _, err := os.Lstat(kept); err != nil {
+			t.Errorf("%s: %v, want it kept", kept, err)
+		}
+	}
+	if got, err := ckpt.LatestComplete(root); err != nil || got.Dir != dirs[3] {
+		t.Errorf("latest after removing: %+v, %v; want step 40", got, err)
+	}
+	if _, err := removeBeyond(root, 0, map[string]bool{"j1": true, "j9": true}); err == nil {
+		t.Error("keep 0 accepted: it would remove the checkpoint a restart needs")
+	}
 }
