@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/heterps/heterps/daemon/data"
 )
@@ -17,15 +18,26 @@ var ErrNotMember = errors.New("replica is not a member of its stage for the step
 // reads data shard i of len(Members) with batch Batches[i]. Next, if set,
 // is the batch of each replica of the next stage, which this stage (of one
 // replica) splits its rows among (lanes.go); nil means near-equal pieces.
+//
+// Start, when > 0, makes the share exact: stage 0's data segment that
+// begins with it starts at record Start instead of where the replica
+// computes the stage has reached, and the worker takes it at exactly its
+// step or refuses it (Resize). A replica joining a running stage needs
+// both: it has no history to compute the start from, and every member
+// must shard the same segment from the same step.
 type Share struct {
 	Members []int
 	Batches []int
 	Next    []int
+	Start   int64
 }
 
 func (s Share) check() error {
 	if len(s.Members) == 0 || len(s.Batches) != len(s.Members) {
 		return fmt.Errorf("share: %d members with %d batches, want as many and at least one", len(s.Members), len(s.Batches))
+	}
+	if s.Start < 0 {
+		return fmt.Errorf("share: data start %d, want >= 0", s.Start)
 	}
 	for i, r := range s.Members {
 		if r < 0 || r >= maxReplicas || (i > 0 && s.Members[i-1] >= r) {
@@ -53,12 +65,16 @@ func (s Share) of(replica int) (shard, batch int, ok bool) {
 }
 
 func (s Share) equal(o Share) bool {
-	return slices.Equal(s.Members, o.Members) && slices.Equal(s.Batches, o.Batches) && slices.Equal(s.Next, o.Next)
+	return slices.Equal(s.Members, o.Members) && slices.Equal(s.Batches, o.Batches) && slices.Equal(s.Next, o.Next) && s.Start == o.Start
 }
 
 func (s Share) clone() Share {
-	return Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches), Next: slices.Clone(s.Next)}
+	return Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches), Next: slices.Clone(s.Next), Start: s.Start}
 }
+
+// ErrLate: an exact share (Share.Start) reached a replica that had read
+// its first step's input already.
+var ErrLate = errors.New("the change came after the replica had read its step's input")
 
 // shareChange is a Share in force from step from on.
 type shareChange struct {
@@ -69,7 +85,8 @@ type shareChange struct {
 // Resize makes share the stage's make-up from step fromStep on, or from the
 // first step whose input this replica has not asked for yet if that is
 // later (a step's input is read ahead while the step before runs); it
-// returns the step the change takes effect at. A replica that is not a
+// returns the step the change takes effect at. An exact share (Start > 0)
+// takes effect at fromStep or not at all (ErrLate). A replica that is not a
 // member of a step refuses to run it (ErrNotMember) and reads nothing ahead
 // for it; its caller stops at Member. Only single-stage jobs may change
 // their members; other stages may change batches only. Safe to call while
@@ -85,6 +102,9 @@ func (w *Worker) Resize(fromStep int64, share Share) (int64, error) {
 	w.shareMu.Lock()
 	defer w.shareMu.Unlock()
 	from := max(fromStep, w.asked+1)
+	if share.Start > 0 && from != fromStep {
+		return fail(fmt.Errorf("an exact change (data from record %d) must start at its step, and step %d's input was read: %w", share.Start, w.asked, ErrLate))
+	}
 	if cur := w.shareAt(from); w.cfg.Stages > 1 && !slices.Equal(cur.Members, share.Members) {
 		return fail(fmt.Errorf("members %v -> %v: a stage of a multi-stage job cannot change its replicas yet (its partners would change)",
 			cur.Members, share.Members))
@@ -162,7 +182,8 @@ type ShardedInput struct {
 	// and the new segment starts where it would without them.
 	Ahead int
 
-	from, start int64 // the current segment: its first step and record
+	mu          sync.Mutex // guards from, start and share against Segment
+	from, start int64      // the current segment: its first step and record
 	share       Share
 	src         data.Source
 	next        int64 // the step the reader is positioned for
@@ -173,7 +194,42 @@ type ShardedInput struct {
 // start, with share. src, if not nil, is the replica's reader of that
 // segment positioned for step next; otherwise Next opens one.
 func (in *ShardedInput) Begin(from, start int64, share Share, src data.Source, next int64) {
-	in.from, in.start, in.share, in.src, in.next = from, start, share, src, next
+	in.mu.Lock()
+	in.from, in.start, in.share = from, start, share
+	in.mu.Unlock()
+	in.src, in.next = src, next
+}
+
+// Segment is a data segment: from step From on, at record Start, the
+// members of Share read their shards of the data with its batches.
+type Segment struct {
+	From, Start int64
+	Share       Share
+}
+
+// Segment returns the segment the reader is in, for the coordinator to
+// compute where the stage has got to (Reached). Safe to call while Next
+// runs.
+func (in *ShardedInput) Segment() Segment {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return Segment{From: in.from, Start: in.start, Share: in.share.clone()}
+}
+
+// Reached returns the record index member's reader of segment s is at
+// after the steps before step, counted by base's selection rules: what
+// ShardedInput.reached takes the largest of over the members.
+func (s Segment) Reached(base data.Options, member int, step int64) (int64, error) {
+	shard, batch, ok := s.Share.of(member)
+	if !ok {
+		return 0, fmt.Errorf("replica %d is not a member of the segment from step %d (%v)", member, s.From, s.Share.Members)
+	}
+	if step < s.From {
+		return 0, fmt.Errorf("step %d is before the segment's first step %d", step, s.From)
+	}
+	o := base
+	o.Shard, o.Shards, o.Start = shard, len(s.Share.Members), s.Start
+	return o.After((step - s.From) * int64(batch))
 }
 
 // Next returns the replica's batch of step under share. Steps come in
@@ -184,8 +240,13 @@ func (in *ShardedInput) Next(ctx context.Context, step int64, share Share) (*dat
 		if err != nil {
 			return nil, err
 		}
+		if share.Start > 0 {
+			start = share.Start
+		}
 		in.Close()
+		in.mu.Lock()
 		in.from, in.start, in.share = step, start, share
+		in.mu.Unlock()
 	}
 	shard, batch, ok := share.of(in.Replica)
 	if !ok {
@@ -223,9 +284,10 @@ func (in *ShardedInput) read(ctx context.Context, batch int) (*data.Batch, error
 // reached returns the record index the stage has reached at step in the
 // current segment.
 func (in *ShardedInput) reached(step int64) (int64, error) {
+	seg := Segment{From: in.from, Start: in.start, Share: in.share}
 	at := in.start
-	for i, b := range in.share.Batches {
-		p, err := in.opts(i).After((step - in.from) * int64(b))
+	for _, m := range in.share.Members {
+		p, err := seg.Reached(in.Base, m, step)
 		if err != nil {
 			return 0, err
 		}

@@ -93,6 +93,78 @@ func TestResizeDropsAReplicaAtAStep(t *testing.T) {
 	}
 }
 
+// The reverse: a stage of one replica (batch 8) takes replica 1 in from
+// step k+1 by an exact change, batches 3 and 5. Replica 1 starts at that
+// step with nothing but the share (it pulls what it needs), and the result
+// equals single-process training on replica 0's batch for k steps and on
+// the stacked batch after. A replica that has read the step's input
+// already refuses the exact change (ErrLate) rather than take it later.
+func TestResizeAddsAReplicaAtAStep(t *testing.T) {
+	checkLeaks(t)
+	const k, steps, tolerance = 2, 5, 2e-6
+	cfg := modelConfig(t, sgdMomentum)
+	batchOf := func(replica int, step int64, size int) *data.Batch {
+		return testBatch(10+uint64(replica), uint64(step), size)
+	}
+	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
+		if step <= k {
+			return batchOf(0, step, 8)
+		}
+		b, err := concatBatches([]*data.Batch{batchOf(0, step, 3), batchOf(1, step, 5)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
+
+	j := newJob(t, cfg, []Range{{0, 5}}, []int{1}, steps, ps.BSP)
+	j.lastStep = steps
+	trs := j.transports()
+	before, after := Share{Members: []int{0}, Batches: []int{8}}, Share{Members: []int{0, 1}, Batches: []int{3, 5}, Start: 99}
+	input := func(r int) func(context.Context, int64, Share) (*data.Batch, error) {
+		return func(_ context.Context, step int64, s Share) (*data.Batch, error) {
+			_, b, ok := s.of(r)
+			if !ok {
+				return nil, errors.New("asked for input while not a member")
+			}
+			return batchOf(r, step, b), nil
+		}
+	}
+	w0 := j.elasticWorker(trs, 0, before, input(0))
+	if from, err := w0.Resize(k+1, after); err != nil || from != k+1 {
+		t.Fatalf("replica 0: Resize = %d, %v; want %d", from, err, k+1)
+	}
+	for _, s := range j.shards {
+		if err := s.SetMembers(0, k+1, after.Members); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w1 := j.elasticWorker(trs, 1, after, input(1))
+	done := make(chan error, 2)
+	run := func(w *Worker, first int64) {
+		var err error
+		for step := first; step <= steps && err == nil; step++ {
+			_, err = w.Step(context.Background(), step)
+		}
+		done <- err
+	}
+	go run(w0, 1)
+	go run(w1, k+1)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := j.maxDiff(ref)
+	t.Logf("largest difference from single-process training: %g", d)
+	if d > tolerance || math.IsNaN(d) {
+		t.Fatalf("parameters differ from single-process training by %g, tolerance %g", d, tolerance)
+	}
+	if _, err := w0.Resize(3, Share{Members: []int{0, 1}, Batches: []int{4, 4}, Start: 7}); !errors.Is(err, ErrLate) {
+		t.Errorf("an exact change from step 3 after step %d was read: %v, want ErrLate", steps, err)
+	}
+}
+
 // elasticWorker is a stage-0 replica's worker that reads through Input
 // with the stage's share.
 func (j *job) elasticWorker(trs map[string]*wire.TCPTransport, replica int, share Share,
@@ -251,4 +323,56 @@ func slicesEqual(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// An exact share starts its segment at its own Start, not where the
+// replica computes the stage has got to, and Segment reports the segment
+// the reader is in; Segment.Reached is where a member's reader of it is.
+func TestShardedInputTakesAnExactStart(t *testing.T) {
+	ctx := context.Background()
+	base := data.Options{Split: data.SplitTrain}
+	open := func(o data.Options) (data.Source, error) { return data.Open("synthetic:2", o) }
+	one := Share{Members: []int{0}, Batches: []int{4}}
+	two := Share{Members: []int{0, 1}, Batches: []int{4, 6}, Start: 1000}
+	in := &ShardedInput{Replica: 1, Base: base, Open: open}
+	in.Begin(5, 1000, two, nil, 5) // a joining replica: its spec gives the start
+	defer in.Close()
+	got, err := in.Next(ctx, 5, two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := base
+	o.Shard, o.Shards, o.Start = 1, 2, 1000
+	if want, _ := readOpened(t, open, o, 6); !slicesEqual(got.Probs, want.Probs) {
+		t.Errorf("replica 1's first batch: %v, want shard 1 of 2 from record 1000: %v", got.Probs, want.Probs)
+	}
+	seg := in.Segment()
+	if seg.From != 5 || seg.Start != 1000 || !seg.Share.equal(two) {
+		t.Errorf("Segment = %+v, want from step 5 at record 1000 with %+v", seg, two)
+	}
+	p, err := seg.Reached(base, 1, 6)
+	if want, _ := o.After(6); err != nil || p != want {
+		t.Errorf("Reached(member 1, step 6) = %d, %v; want %d", p, err, want)
+	}
+	if _, err := seg.Reached(base, 2, 6); err == nil {
+		t.Error("Reached of a replica that is not a member")
+	}
+	if _, err := seg.Reached(base, 1, 4); err == nil {
+		t.Error("Reached of a step before the segment")
+	}
+
+	zero := &ShardedInput{Replica: 0, Base: base, Open: open}
+	zero.Begin(1, 0, one, nil, 1)
+	defer zero.Close()
+	for step := int64(1); step <= 2; step++ {
+		if _, err := zero.Next(ctx, step, one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := zero.Next(ctx, 3, Share{Members: []int{0, 1}, Batches: []int{4, 6}, Start: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if seg := zero.Segment(); seg.From != 3 || seg.Start != 500 {
+		t.Errorf("after an exact change at step 3: %+v, want from step 3 at record 500", seg)
+	}
 }

@@ -86,12 +86,19 @@ func (s *Shard) SetMembers(stage int, fromStep int64, replicas []int) error {
 	}
 	s.membersMu.Lock()
 	m, ok := s.members[stage]
+	var late error
 	if ok {
+		late = addedTooLate(params, fromStep, m.at(fromStep), set)
+	}
+	if ok && late == nil {
 		m.set(fromStep, set)
 	}
 	s.membersMu.Unlock()
 	if !ok {
 		return fail(fmt.Errorf("the stage owns no table or block here: %w", ErrArg))
+	}
+	if late != nil {
+		return fail(late)
 	}
 	var errs []error
 	for _, p := range params {
@@ -106,6 +113,28 @@ func (s *Shard) SetMembers(stage int, fromStep int64, replicas []int) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fail(fmt.Errorf("apply the completed step: %w", err))
+	}
+	return nil
+}
+
+// ErrLate: a membership change adds a replica at a step already applied
+// without it.
+var ErrLate = errors.New("the step was applied before the change came")
+
+// addedTooLate refuses a change from fromStep that adds replicas to old
+// (the members of fromStep) when a table or block has applied that step
+// already: the new replica's push for it could no longer count. Dropping
+// replicas is fine: the steps applied kept their set. Under the params'
+// locks.
+func addedTooLate(params []stageParam, fromStep int64, old, set []int) error {
+	added := slices.ContainsFunc(set, func(r int) bool { return !slices.Contains(old, r) })
+	if !added {
+		return nil
+	}
+	for _, p := range params {
+		if p.st.version >= fromStep {
+			return fmt.Errorf("adding replicas %v -> %v from step %d: step %d is applied: %w", old, set, fromStep, p.st.version, ErrLate)
+		}
 	}
 	return nil
 }

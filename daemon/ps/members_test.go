@@ -181,6 +181,33 @@ func TestSetMembersLeavesAppliedStepsAlone(t *testing.T) {
 	}
 }
 
+// Adding a replica from a step already applied is refused and changes
+// nothing (the step counted without it); from the open step it is waited
+// for like the others.
+func TestSetMembersRefusesAddingAtAnAppliedStep(t *testing.T) {
+	s := newTestShard(t, BSP, 1, adam)
+	zero := make([]float32, testLen)
+	mustPushBlock(t, s, id(0, 1), 1, zero)
+	mustPushBlock(t, s, id(0, 2), 1, zero)
+	if err := s.SetMembers(0, 2, []int{0, 1}); !errors.Is(err, ErrLate) {
+		t.Errorf("adding replica 1 from step 2, applied: %v, want ErrLate", err)
+	}
+	if m, _ := s.Members(0, 3); len(m) != 1 {
+		t.Errorf("a refused change changed the members: %v", m)
+	}
+	if err := s.SetMembers(0, 3, []int{0, 1}); err != nil {
+		t.Fatalf("adding replica 1 from the open step 3: %v", err)
+	}
+	mustPushBlock(t, s, id(0, 3), 1, zero)
+	if v, _ := s.Version(testBlock); v != 2 {
+		t.Errorf("step 3 applied without the added replica: version %d, want 2", v)
+	}
+	mustPushBlock(t, s, id(1, 3), 1, zero)
+	if v, _ := s.Version(testBlock); v != 3 {
+		t.Errorf("version %d after both members pushed step 3, want 3", v)
+	}
+}
+
 // A membership change travels to every shard over the wire, may be sent
 // again, and a bad one comes back as the service's refusal.
 func TestClientSetMembersReachesEveryShard(t *testing.T) {
