@@ -125,11 +125,25 @@ type TaskReport struct {
 	// the data cannot feed, memory the task cannot have): restarting the
 	// job would fail the same way.
 	Permanent bool `json:"permanent,omitempty"`
+	// Segment is a stage-0 replica's data segment (its reader's position
+	// is computed from it): what the coordinator needs to give a replica
+	// joining the stage its data start (Task.DataStart).
+	Segment *DataSegment `json:"segment,omitempty"`
 	// Checkpoints lists a PS task's shard files written for the job's
 	// checkpoints, latest last (at most MaxReportedCheckpoints), when the
 	// job's shards span several nodes: the coordinator writes each step's
 	// manifest once every shard has reported its file.
 	Checkpoints []ShardCheckpoint `json:"checkpoints,omitempty"`
+}
+
+// DataSegment is a stretch of stage 0's data: from step From on, at
+// record Start, replica Members[i] reads shard i of len(Members) of the
+// training records with batch Batches[i].
+type DataSegment struct {
+	From    int64 `json:"from"`
+	Start   int64 `json:"start"`
+	Members []int `json:"members"`
+	Batches []int `json:"batches"`
 }
 
 // MaxReportedCheckpoints caps TaskReport.Checkpoints.
@@ -254,9 +268,14 @@ type Task struct {
 	// (ps.Shard.SetMembers), which also completes a step a removed replica
 	// never pushed. Batches, when given in a task's first spec, are every
 	// replica's batch (the positions the data is re-sharded at are exact
-	// only then). DataStart is the record index stage 0's data starts at
-	// in the segment beginning at FromStep (a replica joining a running
-	// job, or a job restored where another had got to).
+	// only then). DataStart, when > 0, is the record index stage 0's data
+	// starts at in the segment beginning at FromStep, for every member: a
+	// replica joining a running stage starts there, and the change is
+	// exact — each member takes it at FromStep or fails (a replica that
+	// has read that step's input already cannot), and a PS shard refuses
+	// it once that step is applied. Without it a member takes a change
+	// from the first step whose input it has not read, at the record it
+	// computes the stage has reached.
 	Generation int64 `json:"generation,omitempty"`
 	FromStep   int64 `json:"from_step,omitempty"`
 	Members    []int `json:"members,omitempty"`
@@ -428,11 +447,21 @@ type CheckpointStatus struct {
 
 // ResizeRequest is the body of PATCH /v1/jobs/{id}: from the next step,
 // stage Stage runs replicas Replicas (ids among its current ones,
-// ascending) with batch Batches[i] for replica Replicas[i].
+// ascending) with batch Batches[i] for replica Replicas[i], and, when Add
+// is given, a new replica on each named node too, from a step a few
+// heartbeats ahead (the change is then exact: Task.DataStart).
 type ResizeRequest struct {
-	Stage    int   `json:"stage"`
-	Replicas []int `json:"replicas"`
-	Batches  []int `json:"batches"`
+	Stage    int          `json:"stage"`
+	Replicas []int        `json:"replicas"`
+	Batches  []int        `json:"batches"`
+	Add      []NewReplica `json:"add,omitempty"`
+}
+
+// NewReplica is a replica a resize adds: on the node named Node, all the
+// units it offers a stage, with batch Batch.
+type NewReplica struct {
+	Node  string `json:"node"`
+	Batch int    `json:"batch"`
 }
 
 // StageStatus is one stage of a running job.

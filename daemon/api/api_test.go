@@ -63,6 +63,12 @@ func TestHeartbeatValidate(t *testing.T) {
 		{"negative step", TaskReport{TaskID: "a", State: TaskDone, Step: -1}, "step"},
 		{"negative throughput", TaskReport{TaskID: "a", State: TaskDone, SamplesPerS: -1}, "samples_per_s"},
 		{"long error", TaskReport{TaskID: "a", State: TaskFailed, Error: strings.Repeat("x", MaxErrorLen+1)}, "error"},
+		{"segment before step 1", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 0, Members: []int{0}, Batches: []int{1}}}, "segment: from 0"},
+		{"segment without members", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1}}, "segment: members"},
+		{"segment members unsorted", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: []int{2, 1}, Batches: []int{1, 1}}}, "ascending"},
+		{"segment batch 0", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: []int{0}, Batches: []int{0}}}, "batches[0]"},
+		{"segment batches short", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: []int{0, 1}, Batches: []int{4}}}, "2 members"},
+		{"segment too many", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: make([]int, MaxUnits+1), Batches: make([]int, MaxUnits+1)}}, "members: want"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := Heartbeat{Tasks: []TaskReport{tc.r}}
@@ -199,5 +205,39 @@ func TestCPUShareValidate(t *testing.T) {
 	}
 	if hb := (Heartbeat{}); hb.Validate() != nil {
 		t.Error("a heartbeat without a share is refused")
+	}
+}
+
+// A resize names its kept replicas ascending with a batch each, and the
+// replicas it adds by node, each named once with a batch in bounds.
+func TestResizeRequestValidate(t *testing.T) {
+	good := []ResizeRequest{
+		{Replicas: []int{0, 2}, Batches: []int{300, 212}},
+		{Replicas: []int{0}, Batches: []int{256}, Add: []NewReplica{{Node: "n2", Batch: 256}}},
+		{Add: []NewReplica{{Node: "n2", Batch: 512}}},
+	}
+	for _, r := range good {
+		if err := r.Validate(); err != nil {
+			t.Errorf("%+v: %v", r, err)
+		}
+	}
+	for _, tc := range []struct {
+		r    ResizeRequest
+		want string
+	}{
+		{ResizeRequest{}, "at least one"},
+		{ResizeRequest{Stage: -1, Replicas: []int{0}, Batches: []int{1}}, "stage"},
+		{ResizeRequest{Replicas: []int{1, 0}, Batches: []int{1, 1}}, "ascending"},
+		{ResizeRequest{Replicas: []int{0}, Batches: []int{MaxBatch + 1}}, "batches[0]"},
+		{ResizeRequest{Replicas: []int{0}, Batches: []int{1, 2}}, "2 for 1"},
+		{ResizeRequest{Add: []NewReplica{{Node: "", Batch: 1}}}, "add[0].node"},
+		{ResizeRequest{Add: []NewReplica{{Node: strings.Repeat("n", MaxNameLen+1), Batch: 1}}}, "add[0].node"},
+		{ResizeRequest{Add: []NewReplica{{Node: "a", Batch: 1}, {Node: "a", Batch: 1}}}, "named twice"},
+		{ResizeRequest{Add: []NewReplica{{Node: "a", Batch: 0}}}, "add[0].batch"},
+		{ResizeRequest{Add: make([]NewReplica, MaxUnits+1)}, "at most"},
+	} {
+		if err := tc.r.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %q", tc.r, err, tc.want)
+		}
 	}
 }

@@ -151,6 +151,36 @@ func (t *TaskReport) validate() error {
 		return fmt.Errorf("step_seconds: must be finite and >= 0, got %g", t.StepSeconds)
 	case len(t.Error) > MaxErrorLen:
 		return fmt.Errorf("error: at most %d bytes, got %d", MaxErrorLen, len(t.Error))
+	case t.Segment != nil:
+		if err := t.Segment.validate(); err != nil {
+			return fmt.Errorf("segment: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *DataSegment) validate() error {
+	switch {
+	case s.From < 1 || s.Start < 0:
+		return fmt.Errorf("from %d, start %d: want from >= 1, start >= 0", s.From, s.Start)
+	case len(s.Members) == 0 || len(s.Members) > MaxUnits:
+		return fmt.Errorf("members: want 1..%d, got %d", MaxUnits, len(s.Members))
+	case len(s.Batches) != len(s.Members):
+		return fmt.Errorf("batches: %d for %d members", len(s.Batches), len(s.Members))
+	}
+	return checkReplicaBatches("members", s.Members, s.Batches)
+}
+
+// checkReplicaBatches checks replica ids (distinct, >= 0, ascending) and
+// their batches (1..MaxBatch each), as many.
+func checkReplicaBatches(field string, ids, batches []int) error {
+	for i, id := range ids {
+		if id < 0 || (i > 0 && id <= ids[i-1]) {
+			return fmt.Errorf("%s: want distinct ids >= 0 in ascending order, got %v", field, ids)
+		}
+		if b := batches[i]; b < 1 || b > MaxBatch {
+			return fmt.Errorf("batches[%d]: must be in 1..%d, got %d", i, MaxBatch, b)
+		}
 	}
 	return nil
 }
@@ -266,25 +296,33 @@ func (t *Task) validateDenseSync() error {
 const MaxBatch = 1 << 24
 
 // Validate checks a resize: replicas ascending and distinct, one batch of
-// 1..MaxBatch each.
+// 1..MaxBatch each; replicas added on distinct named nodes, with batches
+// of the same bounds; at least one replica in all.
 func (r *ResizeRequest) Validate() error {
 	switch {
 	case r.Stage < 0:
 		return fmt.Errorf("stage: must be >= 0, got %d", r.Stage)
-	case len(r.Replicas) == 0:
+	case len(r.Replicas)+len(r.Add) == 0:
 		return errors.New("replicas: at least one")
-	case len(r.Replicas) > MaxUnits:
-		return fmt.Errorf("replicas: at most %d", MaxUnits)
+	case len(r.Replicas)+len(r.Add) > MaxUnits:
+		return fmt.Errorf("replicas: at most %d, added ones included", MaxUnits)
 	case len(r.Batches) != len(r.Replicas):
 		return fmt.Errorf("batches: %d for %d replicas", len(r.Batches), len(r.Replicas))
 	}
-	for i, id := range r.Replicas {
-		if id < 0 || (i > 0 && id <= r.Replicas[i-1]) {
-			return fmt.Errorf("replicas: want distinct ids >= 0 in ascending order, got %v", r.Replicas)
+	if err := checkReplicaBatches("replicas", r.Replicas, r.Batches); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, a := range r.Add {
+		switch {
+		case a.Node == "" || len(a.Node) > MaxNameLen:
+			return fmt.Errorf("add[%d].node: want a node name of 1..%d bytes", i, MaxNameLen)
+		case seen[a.Node]:
+			return fmt.Errorf("add[%d].node: node %q named twice", i, a.Node)
+		case a.Batch < 1 || a.Batch > MaxBatch:
+			return fmt.Errorf("add[%d].batch: must be in 1..%d, got %d", i, MaxBatch, a.Batch)
 		}
-		if b := r.Batches[i]; b < 1 || b > MaxBatch {
-			return fmt.Errorf("batches[%d]: must be in 1..%d, got %d", i, MaxBatch, b)
-		}
+		seen[a.Node] = true
 	}
 	return nil
 }

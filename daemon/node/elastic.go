@@ -67,8 +67,19 @@ func checkElastic(old, spec api.Task) error {
 }
 
 // specShare is the stage make-up a spec gives from FromStep on.
+// A DataStart makes it exact (pipeline.Share.Start).
 func specShare(s api.Task) pipeline.Share {
-	return pipeline.Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches), Next: slices.Clone(s.NextBatches)}
+	return pipeline.Share{Members: slices.Clone(s.Members), Batches: slices.Clone(s.Batches), Next: slices.Clone(s.NextBatches), Start: s.DataStart}
+}
+
+// segmentReport is the data segment in's reader is in, as reports carry
+// it (api.TaskReport.Segment); nil without an input.
+func segmentReport(in *pipeline.ShardedInput) *api.DataSegment {
+	if in == nil {
+		return nil
+	}
+	seg := in.Segment()
+	return &api.DataSegment{From: seg.From, Start: seg.Start, Members: seg.Share.Members, Batches: seg.Share.Batches}
 }
 
 // firstShare is the make-up a stage task starts with: its Members and
@@ -137,10 +148,12 @@ func (a *Agent) applyLatestMembers(tasks []*task) error {
 }
 
 // attachWorker records a stage task's worker, so that updates reach it,
-// and applies the task's latest update if one came while it was built.
-func (a *Agent) attachWorker(t *task, w *pipeline.Worker) error {
+// and its input (nil past stage 0), so that reports carry its data
+// segment; it applies the task's latest update if one came while they
+// were built.
+func (a *Agent) attachWorker(t *task, w *pipeline.Worker, in *pipeline.ShardedInput) error {
 	a.mu.Lock()
-	t.worker = w
+	t.worker, t.input = w, in
 	update := pendingResize(t)
 	a.mu.Unlock()
 	if update == nil {

@@ -177,3 +177,40 @@ func TestDynamicBatchingFollowsTheSlowerReplica(t *testing.T) {
 	}
 	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
 }
+
+// TestPatchGrowsAStage: PATCH /v1/jobs/{id} with add puts a third replica
+// on a node that joined after the job started, without a restart: the
+// parameter servers wait for it from the step it joins at, so the job can
+// end only if it trains, and it ends with the three replicas.
+func TestPatchGrowsAStage(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	id := cl.submit(longDPJob(t, 600))
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
+	cl.startNode("c", "cpu")
+	cl.waitNodes(3)
+	grow, _ := json.Marshal(api.ResizeRequest{Replicas: []int{0, 1}, Batches: []int{24, 20}, Add: []api.NewReplica{{Node: "c", Batch: 20}}})
+	var status int
+	var text string
+	for range 100 { // until every replica has reported its data position
+		if status, text = cl.send("PATCH", "/v1/jobs/"+id, api.ContentTypeJSON, grow); status != http.StatusConflict || !strings.Contains(text, "try again") {
+			break
+		}
+		time.Sleep(interval)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("grow: %d %s", status, text)
+	}
+	s := cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Step != 600 || s.Restarts != 0 || s.RestartedAs != "" || s.Generation != 2 {
+		t.Fatalf("after the grow: %s (%q) at step %d, generation %d, restarted as %q", s.State, s.Reason, s.Step, s.Generation, s.RestartedAs)
+	}
+	st := s.Stages[0]
+	if !slices.Equal(st.Nodes, []string{"a", "b", "c"}) && !slices.Equal(st.Nodes, []string{"b", "a", "c"}) || !slices.Equal(st.Replicas, []int{0, 1, 2}) ||
+		!slices.Equal(st.Batches, []int{24, 20, 20}) || st.StepSeconds[2] <= 0 {
+		t.Errorf("the stage ended on %v (replicas %v) with batches %v and step times %v; want c's replica 2 with 20, having trained",
+			st.Nodes, st.Replicas, st.Batches, st.StepSeconds)
+	}
+}

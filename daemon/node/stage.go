@@ -24,11 +24,11 @@ import (
 // thread (compute.go): its goroutine must end when it returns.
 func (a *Agent) runStage(ctx context.Context, t *task) {
 	a.onComputeThread(t)
-	w, cleanup, err := a.stageWorker(ctx, t.spec)
+	w, in, cleanup, err := a.stageWorker(ctx, t.spec)
 	defer cleanup()
 	var spent pipeline.Result
 	if err == nil {
-		err = a.attachWorker(t, w)
+		err = a.attachWorker(t, w, in)
 	}
 	if err == nil {
 		err = a.train(ctx, t, w, &spent)
@@ -86,17 +86,17 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 }
 
 // stageWorker builds the replica's model, parameter-server client, links
-// and data, and greets its partners. cleanup releases what it built, also
-// after an error.
-func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker, cleanup func(), err error) {
+// and data (in, stage 0's only), and greets its partners. cleanup releases
+// what it built, also after an error.
+func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker, in *pipeline.ShardedInput, cleanup func(), err error) {
 	var undo []func()
 	cleanup = func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
-	fail := func(err error) (*pipeline.Worker, func(), error) {
-		return nil, cleanup, fmt.Errorf("stage %d replica %d: %w", s.Stage, s.Replica, err)
+	fail := func(err error) (*pipeline.Worker, *pipeline.ShardedInput, func(), error) {
+		return nil, nil, cleanup, fmt.Errorf("stage %d replica %d: %w", s.Stage, s.Replica, err)
 	}
 	ranges, replicas := layout(s)
 	if err := checkLayout(s, replicas); err != nil {
@@ -157,8 +157,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		OverlapSteps: a.waitsOnOthers(s)}
 	wc.Share = firstShare(s)
 	if s.Stage == 0 {
-		in, err := stageInput(ctx, s, cfg, a.taskLog(s))
-		if err != nil {
+		if in, err = stageInput(ctx, s, cfg, a.taskLog(s)); err != nil {
 			return fail(permanent(err))
 		}
 		undo = append(undo, func() { in.Close() })
@@ -171,7 +170,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		return fail(err)
 	}
 	undo = append(undo, func() { w.Close() })
-	return w, cleanup, nil
+	return w, in, cleanup, nil
 }
 
 // stageBackend is the backend task s runs on (gpus.go): one of the node's

@@ -22,7 +22,7 @@ func TestStageWorkerTakesTheTasksSchedule(t *testing.T) {
 		DataShards: 1, Batch: 8, MicroBatches: 2}
 	for _, schedule := range []string{"", "1f1b", "fill-drain", "gpipe"} {
 		s.Schedule = schedule
-		w, cleanup, err := a.stageWorker(ctx, s)
+		w, _, cleanup, err := a.stageWorker(ctx, s)
 		if w != nil {
 			w.Close()
 		}
@@ -50,7 +50,7 @@ func TestStageWorkerOverlapsStepsOnlyWhenItWaitsOnOthers(t *testing.T) {
 			Steps: 2, Seed: 1, Mode: api.ModeBSP, Plain: true, PS: []string{a.psAddr},
 			Layout: []api.StageLayout{{FirstLayer: 0, LastLayer: 3, Replicas: replicas}}, Replicas: replicas, Units: 1, LastLayer: 3,
 			DataShards: replicas, Batch: 8}
-		w, cleanup, err := a.stageWorker(ctx, s)
+		w, _, cleanup, err := a.stageWorker(ctx, s)
 		if err != nil {
 			cleanup()
 			t.Fatalf("%d replicas: %v", replicas, err)

@@ -24,6 +24,7 @@ type task struct {
 	// worker once built; both guarded by Agent.mu.
 	latest *api.Task
 	worker *pipeline.Worker
+	input  *pipeline.ShardedInput // stage 0's, once built; guarded by Agent.mu
 }
 
 // reports lists the report of every task the node holds, in task id order.
@@ -32,7 +33,10 @@ func (a *Agent) reports() []api.TaskReport {
 	defer a.mu.Unlock()
 	out := make([]api.TaskReport, 0, len(a.tasks))
 	for _, id := range slices.Sorted(maps.Keys(a.tasks)) {
-		out = append(out, a.tasks[id].report)
+		t := a.tasks[id]
+		r := t.report
+		r.Segment = segmentReport(t.input)
+		out = append(out, r)
 	}
 	return out
 }
@@ -123,7 +127,8 @@ func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 			}
 			continue
 		}
-		t := &task{spec: s, cancel: func() {}, report: api.TaskReport{TaskID: s.TaskID, State: api.TaskRunning}}
+		// A task that starts after step FirstStep has those steps behind it.
+		t := &task{spec: s, cancel: func() {}, report: api.TaskReport{TaskID: s.TaskID, State: api.TaskRunning, Step: s.FirstStep}}
 		a.tasks[s.TaskID] = t
 		if err := a.check(s); err != nil {
 			t.report.State, t.report.Error = api.TaskFailed, err.Error()
