@@ -203,6 +203,8 @@ func canRebalance(j *job) string {
 		return fmt.Sprintf("job %s is not placed", j.id)
 	case j.balance.shape.lanes == 0:
 		return j.balance.reason
+	case j.joining():
+		return fmt.Sprintf("replicas join job %s at step %d", j.id, j.joinAt)
 	}
 	return ""
 }

@@ -18,8 +18,9 @@ import (
 // step, the open step included, and stage 0 re-shards its data from where
 // the stage had got to. Today this serves two things: a job whose stage
 // replica's node dies goes on with the other replicas when no PS shard was
-// on that node (shrink), and PATCH /v1/jobs/{id} sets a stage's replicas
-// and batches (resize). Jobs of one stage only, in BSP mode: changing the
+// on that node (shrink), PATCH /v1/jobs/{id} sets a stage's replicas
+// and batches (resize), and the same PATCH with added replicas grows the
+// stage onto free nodes (grow.go). Jobs of one stage only, in BSP mode: changing the
 // replicas of a stage that exchanges activations with another is not
 // built yet. The batch controller (balance.go) also changes the batches
 // of ASP jobs, where each replica applies them from its own next step,
@@ -43,7 +44,9 @@ func canResize(j *job) string {
 // shrink drops j's stage replicas on n, which died or is draining (cause
 // says which, for the log and the job's reason), if the job can go on
 // without them: the survivors take their share of the batch from the next
-// step. It reports whether it did. c.mu is held.
+// step. Replicas still joining (grow.go) leave with them, having trained
+// nothing: the job goes on as before the grow, less n's. It reports
+// whether it did. c.mu is held.
 func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool {
 	if canResize(j) != "" || syncsByAllreduce(j) {
 		return false
@@ -56,7 +59,7 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 			return false // its shard's rows are lost: restart from a checkpoint
 		case t.node == n:
 			gone++
-		case t.task.Role == api.RoleStage:
+		case t.task.Role == api.RoleStage && !j.joins(t):
 			left = append(left, t)
 		}
 	}
@@ -76,6 +79,7 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 		batches[i] = r.batch
 	}
 	c.markShrunk(j, n, now, cause)
+	j.joinAt = 0 // the grow in flight, if any, is called off
 	from := c.resize(j, members, batches)
 	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
 		"replicas", members, "batches", batches, "from_step", from)
@@ -130,6 +134,15 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 			}
 		}
 	}
+	c.changeMembers(j, members, batches, from, 0)
+	return from
+}
+
+// changeMembers gives every task of j a new generation with the stage's
+// members and batches from step from, exact with its data from record
+// dataStart when that is > 0 (grow.go), and drops the stage tasks not in
+// members. c.mu is held.
+func (c *Coordinator) changeMembers(j *job, members, batches []int, from, dataStart int64) {
 	j.gen++
 	kept := j.tasks[:0]
 	j.hourly = 0
@@ -138,7 +151,7 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 		if t.task.Role == api.RoleStage && at < 0 {
 			continue
 		}
-		t.task.Generation, t.task.FromStep = j.gen, from
+		t.task.Generation, t.task.FromStep, t.task.DataStart = j.gen, from, dataStart
 		t.task.Members, t.task.Batches = slices.Clone(members), slices.Clone(batches)
 		if t.task.Role == api.RoleStage {
 			t.task.Batch = batches[at]
@@ -152,42 +165,56 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 	j.tasks = kept
 	c.save(j)
 	c.wake()
-	return from
 }
 
 // patch applies PATCH /v1/jobs/{id}: new replicas and batches for the
-// job's stage.
+// job's stage, replicas added included (grow.go).
 func (c *Coordinator) patch(id string, req api.ResizeRequest) (api.JobStatus, error) {
 	if err := req.Validate(); err != nil {
 		return api.JobStatus{}, badRequest("resize: %v", err)
 	}
+	if len(req.Add) > 0 {
+		return c.grow(id, req)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j := c.job(id)
-	if j == nil {
-		return api.JobStatus{}, httpErrorf(http.StatusNotFound, "no job %q", id)
-	}
-	if why := canResize(j); why != "" {
-		return api.JobStatus{}, httpErrorf(http.StatusConflict, "resize job %s: %s", id, why)
-	}
-	if req.Stage != 0 {
-		return api.JobStatus{}, badRequest("resize: job %s has one stage, 0; got stage %d", id, req.Stage)
-	}
-	current := map[int]bool{}
-	for _, t := range j.tasks {
-		if t.task.Role == api.RoleStage {
-			current[t.task.Replica] = true
-		}
-	}
-	for _, r := range req.Replicas {
-		if !current[r] {
-			return api.JobStatus{}, badRequest("resize: replica %d is not one of job %s's (adding replicas is not built yet)", r, id)
-		}
-	}
-	if len(req.Replicas) != len(current) && syncsByAllreduce(j) {
-		return api.JobStatus{}, httpErrorf(http.StatusConflict, "resize job %s: %s", id, allreduceMembersFixed)
+	j, err := c.resizable(id, req)
+	if err != nil {
+		return api.JobStatus{}, err
 	}
 	from := c.resize(j, req.Replicas, req.Batches)
 	c.log.Info("job resized", "job", id, "replicas", req.Replicas, "batches", req.Batches, "from_step", from, "generation", j.gen)
 	return c.status(j, time.Now()), nil
+}
+
+// resizable looks up the job a resize names and checks that it may take
+// it now: running, one BSP stage, the replicas named its own, none still
+// joining, the replicas unchanged for an allreduce stage. c.mu is held.
+func (c *Coordinator) resizable(id string, req api.ResizeRequest) (*job, error) {
+	j := c.job(id)
+	if j == nil {
+		return nil, httpErrorf(http.StatusNotFound, "no job %q", id)
+	}
+	if why := canResize(j); why != "" {
+		return nil, httpErrorf(http.StatusConflict, "resize job %s: %s", id, why)
+	}
+	if req.Stage != 0 {
+		return nil, badRequest("resize: job %s has one stage, 0; got stage %d", id, req.Stage)
+	}
+	if j.joining() {
+		return nil, httpErrorf(http.StatusConflict, "resize job %s: replicas join it at step %d; it changes again once they have", id, j.joinAt)
+	}
+	current := map[int]bool{}
+	for _, t := range stageRuns(j) {
+		current[t.task.Replica] = true
+	}
+	for _, r := range req.Replicas {
+		if !current[r] {
+			return nil, badRequest("resize: replica %d is not one of job %s's (a replica is added by node: add)", r, id)
+		}
+	}
+	if len(req.Replicas) != len(current) && len(req.Add) == 0 && syncsByAllreduce(j) {
+		return nil, httpErrorf(http.StatusConflict, "resize job %s: %s", id, allreduceMembersFixed)
+	}
+	return j, nil
 }

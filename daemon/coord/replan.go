@@ -257,7 +257,7 @@ func (c *Coordinator) replanDue(j *job) (replanInput, bool) {
 	r := j.replan
 	cp := j.ckpt.latest
 	step, _, _ := measuredStages(j)
-	if r == nil || cp == nil || cp.Step <= r.checked || r.samples == 0 || r.gen != j.gen ||
+	if r == nil || cp == nil || cp.Step <= r.checked || r.samples == 0 || r.gen != j.gen || j.joining() ||
 		step < r.since+j.file.Replan.Warmup || cp.Step >= j.file.TotalSteps() {
 		return replanInput{}, false
 	}

@@ -27,28 +27,32 @@ func TestResizeRequest(t *testing.T) {
 		replicas []int
 		batches  []int
 		err      string
+		add      []api.NewReplica
 	}{
-		{"drop c", three, []string{"a", "b"}, []int{0, 1}, []int{256, 256}, ""},
-		{"drop b, in proportion", three, []string{"c", "a"}, []int{0, 2}, []int{257, 255}, ""},
-		{"batches given, by id", three, []string{"r1=500", "c=12"}, []int{1, 2}, []int{500, 12}, ""},
-		{"batches off the job's", three, []string{"a=300", "b=200"}, nil, nil, "add up to 500; the job's batch is 512"},
-		{"some batches", three, []string{"a=300", "b"}, nil, nil, "a batch for 1 of the 2 replicas"},
-		{"unknown node", three, []string{"x"}, nil, nil, `no replica "x"; the stage runs a (r0) b=171`},
-		{"unknown id", three, []string{"r7"}, nil, nil, `no replica "r7"`},
-		{"twice", three, []string{"a", "r0"}, nil, nil, "replica r0 named twice"},
-		{"zero batch", three, []string{"a=0", "b=512"}, nil, nil, "whole number >= 1"},
-		{"two replicas on a node", twoOnA, []string{"a"}, nil, nil, "node a runs 2 replicas; name them as rK"},
-		{"one of them by id", twoOnA, []string{"r5"}, []int{5}, []int{2}, ""},
+		{"drop c", three, []string{"a", "b"}, []int{0, 1}, []int{256, 256}, "", nil},
+		{"drop b, in proportion", three, []string{"c", "a"}, []int{0, 2}, []int{257, 255}, "", nil},
+		{"batches given, by id", three, []string{"r1=500", "c=12"}, []int{1, 2}, []int{500, 12}, "", nil},
+		{"batches off the job's", three, []string{"a=300", "b=200"}, nil, nil, "add up to 500; the job's batch is 512", nil},
+		{"some batches", three, []string{"a=300", "b"}, nil, nil, "a batch for 1 of the 2 replicas", nil},
+		{"a node without a replica adds one", three, []string{"x=100", "a=412"}, []int{0}, []int{412}, "", []api.NewReplica{{Node: "x", Batch: 100}}},
+		{"added, in proportion", api.StageStatus{Nodes: []string{"a", "b"}, Replicas: []int{0, 1}, Batches: []int{300, 212}}, []string{"a", "b", "x"},
+			[]int{0, 1}, []int{200, 141}, "", []api.NewReplica{{Node: "x", Batch: 171}}}, // weights 300, 212 and the mean 256
+		{"added twice", three, []string{"x", "x"}, nil, nil, "node x named twice", nil},
+		{"unknown id", three, []string{"r7"}, nil, nil, `no replica "r7"`, nil},
+		{"twice", three, []string{"a", "r0"}, nil, nil, "replica r0 named twice", nil},
+		{"zero batch", three, []string{"a=0", "b=512"}, nil, nil, "whole number >= 1", nil},
+		{"two replicas on a node", twoOnA, []string{"a"}, nil, nil, "node a runs 2 replicas; name them as rK", nil},
+		{"one of them by id", twoOnA, []string{"r5"}, []int{5}, []int{2}, "", nil},
 		{"more replicas than rows", api.StageStatus{Nodes: []string{"a", "b", "c"}, Replicas: []int{0, 1, 2}, Batches: []int{1, 1, 0}},
-			[]string{"a", "b", "c"}, nil, nil, "leaves a replica no rows"},
-		{"no replica ids", api.StageStatus{Nodes: []string{"a"}, Batches: []int{4}}, []string{"a"}, nil, nil, "names no replica ids"},
+			[]string{"a", "b", "c"}, nil, nil, "leaves a replica no rows", nil},
+		{"no replica ids", api.StageStatus{Nodes: []string{"a"}, Batches: []int{4}}, []string{"a"}, nil, nil, "names no replica ids", nil},
 	} {
 		req, err := resizeRequest(tc.specs, tc.st)
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: %+v, %v; want an error saying %q", tc.name, req, err, tc.err)
-		case tc.err == "" && (err != nil || !slices.Equal(req.Replicas, tc.replicas) || !slices.Equal(req.Batches, tc.batches)):
-			t.Errorf("%s: %+v, %v; want replicas %v batches %v", tc.name, req, err, tc.replicas, tc.batches)
+		case tc.err == "" && (err != nil || !slices.Equal(req.Replicas, tc.replicas) || !slices.Equal(req.Batches, tc.batches) || !slices.Equal(req.Add, tc.add)):
+			t.Errorf("%s: %+v, %v; want replicas %v batches %v, added %v", tc.name, req, err, tc.replicas, tc.batches, tc.add)
 		}
 	}
 }
@@ -76,7 +80,17 @@ func TestResizeCommand(t *testing.T) {
 				t.Errorf("PATCH body: %v", err)
 			}
 			patched = append(patched, req)
+			if len(req.Add) > 0 && len(patched) < 4 { // a grow is refused until the replicas report the latest change
+				w.Header().Set("Content-Type", api.ContentTypeJSON)
+				w.WriteHeader(http.StatusConflict)
+				json.NewEncoder(w).Encode(api.Error{Error: "grow job j2: replica 0 has not reported its data position yet; try again in a few heartbeats"})
+				return
+			}
 			s.Stages = []api.StageStatus{{Nodes: []string{"n1"}, Replicas: req.Replicas, Batches: req.Batches}}
+			for _, a := range req.Add {
+				st := &s.Stages[0]
+				st.Nodes, st.Replicas, st.Batches = append(st.Nodes, a.Node), append(st.Replicas, 2), append(st.Batches, a.Batch)
+			}
 		}
 		w.Header().Set("Content-Type", api.ContentTypeJSON)
 		json.NewEncoder(w).Encode(s)
@@ -99,11 +113,17 @@ func TestResizeCommand(t *testing.T) {
 	if code := runResize(context.Background(), []string{"j2", "--coordinator", srv.URL}, &out, &errb); code != exitUsage {
 		t.Errorf("resize without a replica: exit %d", code)
 	}
-	errb.Reset()
-	if code := runResize(context.Background(), []string{"j2", "n7", "--coordinator", srv.URL}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `job j2: no replica "n7"`) {
-		t.Errorf("resize naming no replica of the job: exit %d: %s", code, errb.String())
-	}
 	if len(patched) != 1 {
 		t.Errorf("%d PATCHes, want the one", len(patched))
+	}
+	out.Reset()
+	if code := runResize(context.Background(), []string{"j2", "n1=300", "n7=212", "--coordinator", srv.URL}, &out, &errb); code != exitOK {
+		t.Fatalf("resize adding a replica on n7: exit %d: %s", code, errb.String())
+	}
+	if len(patched) != 4 || !slices.Equal(patched[3].Add, []api.NewReplica{{Node: "n7", Batch: 212}}) || !slices.Equal(patched[3].Replicas, []int{1}) {
+		t.Errorf("PATCHed %+v; want the grow sent until it was taken (3 times), adding n7 with 212", patched[1:])
+	}
+	if want := "n7 (r2) b=212"; !strings.Contains(out.String(), want) {
+		t.Errorf("resize says %q, want it to name %q", out.String(), want)
 	}
 }

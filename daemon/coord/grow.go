@@ -1,0 +1,288 @@
+package coord
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/pipeline"
+)
+
+// Growing a stage in place: PATCH /v1/jobs/{id} with Add puts a new
+// replica of a running single-stage BSP job that syncs through the
+// parameter servers on each named node, without a restart. The new
+// replica holds no state of its own (the servers keep every parameter and
+// optimiser moment), so it needs only the step to join at and where its
+// data starts:
+//
+//   - The step F is a few heartbeats of steps past the furthest any
+//     replica has reported, so that every node has the change before any
+//     replica reads F's input. The change is exact (api.Task.DataStart):
+//     a replica that has read F's input already fails its task rather
+//     than take it later, and a PS shard that has applied F refuses it;
+//     the job then restarts from its checkpoint as after any failure.
+//   - The data start is where the whole stage has got to at F: the
+//     largest, over the current replicas, of where each one's reader is
+//     after the steps before F in the data segment it reports
+//     (api.TaskReport.Segment). Every member starts the new segment there,
+//     so no record is read twice and none is skipped beyond the slower
+//     shards' few.
+//
+// The coordinator accepts a grow only once every replica reports the
+// segment of the current make-up (an earlier change has reached them
+// all), and no other change until every replica has reached F.
+
+// growHeartbeats is how many heartbeat intervals of steps ahead of the
+// furthest replica a new one joins, and minGrowSteps the fewest steps.
+const (
+	growHeartbeats = 3
+	minGrowSteps   = 16
+)
+
+// growPlan is a grow decided under the coordinator's lock, to be finished
+// by grown after the data start is computed outside it.
+type growPlan struct {
+	gen      int64
+	from     int64
+	segments map[int]pipeline.Segment // each current replica's, by id
+	nodes    []*node
+	req      api.ResizeRequest
+}
+
+// grow applies a resize that adds replicas (req.Add) to job id's stage.
+// It takes c.mu itself: the data start can take a while to count for a
+// long segment, and is counted without it.
+func (c *Coordinator) grow(id string, req api.ResizeRequest) (api.JobStatus, error) {
+	c.mu.Lock()
+	j, err := c.resizable(id, req)
+	var g *growPlan
+	if err == nil {
+		g, err = c.planGrow(j, req)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return api.JobStatus{}, err
+	}
+	start, err := dataStart(g)
+	if err != nil {
+		return api.JobStatus{}, fmt.Errorf("grow job %s: %w", j.id, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j.gen != g.gen || j.state != api.JobRunning {
+		return api.JobStatus{}, httpErrorf(http.StatusConflict, "grow job %s: the job changed while its data start was counted; try again", j.id)
+	}
+	c.addReplicas(j, g, start)
+	return c.status(j, time.Now()), nil
+}
+
+// planGrow checks that j can take req's new replicas now and on the named
+// nodes, and picks the step they join at. c.mu is held.
+func (c *Coordinator) planGrow(j *job, req api.ResizeRequest) (*growPlan, error) {
+	conflict := func(format string, args ...any) (*growPlan, error) {
+		return nil, httpErrorf(http.StatusConflict, "grow job %s: "+format, append([]any{j.id}, args...)...)
+	}
+	switch {
+	case c.allocPolicy() != "":
+		return conflict("the allocator (%s) gives jobs their units; it does not take replicas added by hand", c.allocPolicy())
+	case syncsByAllreduce(j):
+		return conflict("%s", allreduceMembersFixed)
+	}
+	if why := c.notReadyToGrow(j); why != "" {
+		return conflict("%s; try again in a few heartbeats", why)
+	}
+	nodes, err := c.growNodes(j, req.Add)
+	if err != nil {
+		return nil, err
+	}
+	g := &growPlan{gen: j.gen, segments: map[int]pipeline.Segment{}, nodes: nodes, req: req}
+	var furthest int64
+	for _, t := range stageRuns(j) {
+		s := t.report.Segment
+		g.segments[t.task.Replica] = pipeline.Segment{From: s.From, Start: s.Start, Share: pipeline.Share{Members: s.Members, Batches: s.Batches}}
+		furthest = max(furthest, t.report.Step)
+	}
+	g.from = furthest + 1 + c.growMargin(j)
+	if g.from > j.file.TotalSteps() {
+		return conflict("it ends at step %d, before a new replica could join (step %d)", j.file.TotalSteps(), g.from)
+	}
+	return g, nil
+}
+
+// notReadyToGrow says why j's replicas do not all report the segment of
+// the job's current make-up, or "". c.mu is held.
+func (c *Coordinator) notReadyToGrow(j *job) string {
+	members, batches := currentShare(j)
+	for _, t := range stageRuns(j) {
+		s := t.report.Segment
+		switch {
+		case s == nil:
+			return fmt.Sprintf("replica %d has not reported its data position yet", t.task.Replica)
+		case !slices.Equal(s.Members, members) || !slices.Equal(s.Batches, batches):
+			return fmt.Sprintf("replica %d reports replicas %v with batches %v, not the job's latest %v with %v", t.task.Replica, s.Members, s.Batches, members, batches)
+		}
+	}
+	return ""
+}
+
+// growMargin is the steps a new replica joins ahead of the furthest one:
+// growHeartbeats heartbeat intervals at the fastest replica's reported
+// step rate, at least minGrowSteps. c.mu is held.
+func (c *Coordinator) growMargin(j *job) int64 {
+	rate := 0.0
+	for _, t := range stageRuns(j) {
+		if t.task.Batch > 0 {
+			rate = max(rate, t.report.SamplesPerS/float64(t.task.Batch))
+		}
+	}
+	steps := rate * growHeartbeats * c.cfg.HeartbeatInterval.Seconds()
+	return max(minGrowSteps, int64(math.Ceil(steps)))
+}
+
+// growNodes looks up the nodes new replicas go on: live, in service, of
+// the stage's type, hosting no stage of another running job nor of j.
+// c.mu is held.
+func (c *Coordinator) growNodes(j *job, add []api.NewReplica) ([]*node, error) {
+	stageType := j.plan.Stages[0].Type
+	cl := c.cluster(j, false)
+	var nodes []*node
+	for _, a := range add {
+		n := c.latestNamed(a.Node)
+		why := ""
+		switch {
+		case n == nil:
+			return nil, httpErrorf(http.StatusNotFound, "grow job %s: no node %q", j.id, a.Node)
+		case !n.alive():
+			why = "is dead"
+		case c.draining(n):
+			why = "is draining"
+		case n.req.Type != stageType:
+			why = fmt.Sprintf("is of type %s; the stage runs on %s", n.req.Type, stageType)
+		case cl.busy[n]:
+			why = "hosts a stage of another running job"
+		case slices.ContainsFunc(stageRuns(j), func(t *taskRun) bool { return t.node == n }):
+			why = "hosts a replica of this job already"
+		}
+		if why != "" {
+			return nil, httpErrorf(http.StatusConflict, "grow job %s: node %s %s", j.id, a.Node, why)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// dataStart is the record the stage has reached at g.from: the largest
+// position of any current replica's reader after the steps before it.
+func dataStart(g *growPlan) (int64, error) {
+	base := data.Options{Split: data.SplitTrain}
+	start := int64(1) // > 0: the change is exact
+	for replica, seg := range g.segments {
+		p, err := seg.Reached(base, replica, g.from)
+		if err != nil {
+			return 0, fmt.Errorf("replica %d's data position: %w", replica, err)
+		}
+		start = max(start, p)
+	}
+	return start, nil
+}
+
+// addReplicas gives j's stage the replicas of g from step g.from, with
+// data from record start: the kept replicas with the batches asked, then
+// one new task per node, ids above every current one. c.mu is held.
+func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
+	runs := stageRuns(j)
+	model := runs[0].task
+	next := 0
+	for _, t := range runs {
+		next = max(next, t.task.Replica+1)
+	}
+	members, batches := slices.Clone(g.req.Replicas), slices.Clone(g.req.Batches)
+	units := 0
+	// A task's ids lie below its Replicas, which its layout repeats.
+	model.Replicas = next + len(g.nodes)
+	model.Layout = slices.Clone(model.Layout)
+	model.Layout[0].Replicas = model.Replicas
+	for i, n := range g.nodes {
+		t := model
+		t.Replica, t.Units, t.Batch = next+i, n.stageUnits(), g.req.Add[i].Batch
+		t.TaskID = fmt.Sprintf("%s.s0.r%d", j.id, t.Replica)
+		t.FirstStep, t.RestoreDir = g.from-1, ""
+		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n, nodeName: n.req.Name,
+			report: api.TaskReport{TaskID: t.TaskID, State: api.TaskRunning, Step: g.from - 1}})
+		members, batches = append(members, t.Replica), append(batches, t.Batch)
+		units += t.Units
+	}
+	for _, t := range runs {
+		if slices.Contains(members, t.task.Replica) {
+			units += t.task.Units
+		}
+	}
+	c.growPlanTo(j, units)
+	j.joinAt = g.from
+	c.changeMembers(j, members, batches, g.from, start)
+	c.log.Info("job grown", "job", j.id, "replicas", members, "batches", batches, "from_step", g.from,
+		"data_start", start, "generation", j.gen)
+}
+
+// growPlanTo makes j's plan one of units units: the stage's and the
+// plan's predicted throughput are the cost model's for them. c.mu is held.
+func (c *Coordinator) growPlanTo(j *job, units int) {
+	plan := *j.plan
+	plan.Stages = slices.Clone(plan.Stages)
+	plan.Stages[0].Units = units
+	x, err := c.stageThroughputOn(j, c.cfg.Catalog, plan.Stages[0], units)
+	if err != nil {
+		c.log.Warn("predicting a grown stage's throughput", "job", j.id, "err", err)
+	} else {
+		plan.Stages[0].Throughput, plan.Throughput = x, x
+	}
+	c.setPlan(j, &plan)
+}
+
+// joining reports whether replicas added to j have yet to reach the step
+// they join at: until then no other change may reach the job, since the
+// one in flight is exact. c.mu is held.
+func (j *job) joining() bool {
+	if j.joinAt == 0 {
+		return false
+	}
+	for _, t := range stageRuns(j) {
+		if t.report.Step < j.joinAt {
+			return true
+		}
+	}
+	j.joinAt = 0
+	return false
+}
+
+// joins reports whether t is a replica a grow added that has not reached
+// the step it joins at. c.mu is held.
+func (j *job) joins(t *taskRun) bool {
+	return j.joinAt > 0 && t.task.Role == api.RoleStage && t.task.FirstStep >= j.joinAt-1 && t.report.Step < j.joinAt
+}
+
+// stageRuns lists j's stage tasks (of its one stage, for a resize).
+func stageRuns(j *job) []*taskRun {
+	var out []*taskRun
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// currentShare is the replica ids of j's stage, ascending, and their
+// batches: what its replicas run now.
+func currentShare(j *job) (members, batches []int) {
+	runs := stageRuns(j)
+	slices.SortFunc(runs, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
+	for _, t := range runs {
+		members, batches = append(members, t.task.Replica), append(batches, t.task.Batch)
+	}
+	return members, batches
+}

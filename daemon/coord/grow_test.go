@@ -1,0 +1,183 @@
+package coord
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/sched"
+)
+
+// growFixture is a coordinator with a running one-replica ps job j1 on
+// node a (its PS shard there too) and nodes around it: b free, c of
+// another type, d dead, e draining, f busy with another job's stage.
+func growFixture(t *testing.T) (*Coordinator, *job, map[string]*node) {
+	t.Helper()
+	cat := loadTestCatalog(t)
+	c := &Coordinator{cfg: Config{Catalog: cat, HeartbeatInterval: time.Second}.withDefaults(), drained: map[string]bool{}}
+	c.log = c.cfg.Logger
+	nodes := map[string]*node{}
+	for _, n := range []struct {
+		name, typ string
+		state     api.NodeState
+	}{{"a", "cpu", api.NodeAlive}, {"b", "cpu", api.NodeAlive}, {"c", "gpu", api.NodeAlive}, {"d", "cpu", api.NodeDead},
+		{"e", "cpu", api.NodeAlive}, {"f", "cpu", api.NodeAlive}} {
+		nd := &node{id: "id-" + n.name, req: api.RegisterRequest{Name: n.name, Type: n.typ, Units: 1}, kind: config.KindCPU, state: n.state}
+		nodes[n.name] = nd
+		c.nodes = append(c.nodes, nd)
+	}
+	c.drained["e"] = true
+	layout := []api.StageLayout{{Replicas: 1, DenseSync: api.DenseSyncPS}}
+	jf, model := jobAndModel(t, ctrJob)
+	jf.Batch, jf.Steps = 64, 100000
+	j := &job{id: "j1", file: jf, model: model, state: api.JobRunning, gen: 1,
+		plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 1, Last: len(model.Shapes()) - 1}}, PSType: "cpu"}}
+	j.tasks = []*taskRun{
+		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.s0.r0", JobID: "j1", Role: api.RoleStage, Replicas: 1,
+			Units: 1, Batch: 64, DataShards: 1, Layout: layout, Generation: 1},
+			report: api.TaskReport{TaskID: "j1.s0.r0", State: api.TaskRunning, Step: 1000, SamplesPerS: 6400,
+				Segment: &api.DataSegment{From: 1, Start: 0, Members: []int{0}, Batches: []int{64}}}},
+		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.ps0", JobID: "j1", Role: api.RolePS, Layout: layout, Generation: 1}},
+	}
+	other := &job{id: "j0", file: &config.Job{Batch: 8, Steps: 10, Mode: api.ModeBSP}, state: api.JobRunning,
+		plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 1}}}}
+	other.tasks = []*taskRun{{job: other, node: nodes["f"], task: api.Task{TaskID: "j0.s0.r0", Role: api.RoleStage}}}
+	c.jobs = []*job{other, j}
+	return c, j, nodes
+}
+
+func growRequest(node string) api.ResizeRequest {
+	return api.ResizeRequest{Replicas: []int{0}, Batches: []int{32}, Add: []api.NewReplica{{Node: node, Batch: 32}}}
+}
+
+// A grow adds a replica on the named node from a step three heartbeats of
+// steps past the furthest replica, with the data start where the stage
+// has got to there, exact for every task; no other change reaches the job
+// until the new replica has joined.
+func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
+	c, j, nodes := growFixture(t)
+	if _, err := c.patch("j1", growRequest("b")); err != nil {
+		t.Fatal(err)
+	}
+	const from = 1000 + 1 + 3*100 // 100 steps/s reported, a 1 s heartbeat
+	wantStart, _ := data.Options{Split: data.SplitTrain}.After((from - 1) * 64)
+	if len(j.tasks) != 3 || j.gen != 2 {
+		t.Fatalf("%d tasks at generation %d, want 3 at 2", len(j.tasks), j.gen)
+	}
+	added := j.tasks[2].task
+	if added.TaskID != "j1.s0.r1" || added.Replica != 1 || added.Replicas != 2 || added.Layout[0].Replicas != 2 ||
+		added.FirstStep != from-1 || added.Batch != 32 || j.tasks[2].node != nodes["b"] {
+		t.Errorf("the added task: %+v on %s", added, j.tasks[2].nodeName)
+	}
+	if j.tasks[0].task.Layout[0].Replicas != 1 {
+		t.Error("the added task's layout was written into the first replica's")
+	}
+	for _, tr := range j.tasks {
+		tk := tr.task
+		if tk.Generation != 2 || tk.FromStep != from || tk.DataStart != wantStart || !slices.Equal(tk.Members, []int{0, 1}) || !slices.Equal(tk.Batches, []int{32, 32}) {
+			t.Errorf("task %s: generation %d from step %d data start %d members %v batches %v; want 2, %d, %d, [0 1], [32 32]",
+				tk.TaskID, tk.Generation, tk.FromStep, tk.DataStart, tk.Members, tk.Batches, from, wantStart)
+		}
+	}
+	st := c.status(j, time.Now()).Stages[0]
+	if st.Units != 2 || !slices.Equal(st.Nodes, []string{"a", "b"}) || !slices.Equal(st.Batches, []int{32, 32}) {
+		t.Errorf("status: %d units on %v with batches %v, want 2 on [a b] with [32 32]", st.Units, st.Nodes, st.Batches)
+	}
+	price := c.price("cpu")
+	if j.hourly != 3*price {
+		t.Errorf("price %g an hour, want %g (two cpu units and the PS)", j.hourly, 3*price)
+	}
+	one, _ := c.stageThroughputOn(j, c.cfg.Catalog, j.plan.Stages[0], 1)
+	if st.PredictedThroughput <= one || j.plan.Throughput != st.PredictedThroughput {
+		t.Errorf("predicted %g samples/s for the grown stage (plan %g), want more than one unit's %g", st.PredictedThroughput, j.plan.Throughput, one)
+	}
+
+	expectConflict(t, c, "j1", api.ResizeRequest{Replicas: []int{0, 1}, Batches: []int{40, 24}}, "join")
+	if canRebalance(j) == "" {
+		t.Error("the batch controller may change the batches of a job whose replicas are still joining")
+	}
+	j.tasks[0].report.Step = from
+	if !j.joining() {
+		t.Error("joined before the added replica reported the step")
+	}
+	j.tasks[2].report.Step = from
+	if j.joining() {
+		t.Error("still joining once every replica has reached the step")
+	}
+}
+
+// When the node of a replica that is still joining dies, the job goes on
+// as before the grow: the replica leaves, having trained nothing, and the
+// grow is called off.
+func TestAJoiningReplicasNodeDying(t *testing.T) {
+	c, j, nodes := growFixture(t)
+	if _, err := c.patch("j1", growRequest("b")); err != nil {
+		t.Fatal(err)
+	}
+	if !c.shrink(j, nodes["b"], time.Now(), causeDied) {
+		t.Fatal("the job did not go on without the joining replica")
+	}
+	if j.joining() || len(stageRuns(j)) != 1 || j.gen != 3 {
+		t.Fatalf("joining %v, %d stage tasks at generation %d; want the grow called off, one replica, generation 3", j.joining(), len(stageRuns(j)), j.gen)
+	}
+	if r0 := j.tasks[0].task; !slices.Equal(r0.Members, []int{0}) || r0.Batch != 64 || r0.DataStart != 0 || r0.FromStep != 1000 {
+		t.Errorf("replica 0 after: members %v batch %d data start %d from step %d; want [0], 64, not exact, from step 1000 (resize's rule)",
+			r0.Members, r0.Batch, r0.DataStart, r0.FromStep)
+	}
+}
+
+// A grow is refused, naming why, unless the job's replicas all report the
+// segment of its latest make-up and the node can take the replica.
+func TestGrowRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name, node, want string
+		status           int
+		mutate           func(*Coordinator, *job)
+	}{
+		{"unknown node", "zz", "no node", http.StatusNotFound, nil},
+		{"dead", "d", "dead", http.StatusConflict, nil},
+		{"draining", "e", "draining", http.StatusConflict, nil},
+		{"another type", "c", "type gpu", http.StatusConflict, nil},
+		{"another job's stage", "f", "another running job", http.StatusConflict, nil},
+		{"its own replica's node", "a", "replica of this job", http.StatusConflict, nil},
+		{"no position reported", "b", "not reported", http.StatusConflict, func(_ *Coordinator, j *job) { j.tasks[0].report.Segment = nil }},
+		{"a change not reached", "b", "latest", http.StatusConflict, func(_ *Coordinator, j *job) { j.tasks[0].task.Batch = 60 }},
+		{"ends too soon", "b", "ends at step", http.StatusConflict, func(_ *Coordinator, j *job) { j.file.Steps = 1200 }},
+		{"allreduce", "b", "allreduce", http.StatusConflict, func(_ *Coordinator, j *job) {
+			for _, tr := range j.tasks {
+				tr.task.Layout = []api.StageLayout{{Replicas: 1, DenseSync: api.DenseSyncAllreduce}}
+			}
+		}},
+		{"allocator", "b", "allocator", http.StatusConflict, func(c *Coordinator, _ *job) { c.cfg.AllocPolicy = "slaq" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, j, _ := growFixture(t)
+			if tc.mutate != nil {
+				tc.mutate(c, j)
+			}
+			_, err := c.patch("j1", growRequest(tc.node))
+			var he *httpError
+			if !errors.As(err, &he) || he.status != tc.status || !strings.Contains(he.msg, tc.want) {
+				t.Fatalf("grow onto %s: %v, want %d naming %q", tc.node, err, tc.status, tc.want)
+			}
+			if len(j.tasks) != 2 || j.gen != 1 {
+				t.Errorf("a refused grow changed the job: %d tasks, generation %d", len(j.tasks), j.gen)
+			}
+		})
+	}
+}
+
+func expectConflict(t *testing.T, c *Coordinator, id string, req api.ResizeRequest, want string) {
+	t.Helper()
+	_, err := c.patch(id, req)
+	var he *httpError
+	if !errors.As(err, &he) || he.status != http.StatusConflict || !strings.Contains(he.msg, want) {
+		t.Errorf("PATCH %+v: %v, want 409 naming %q", req, err, want)
+	}
+}
