@@ -229,7 +229,9 @@ func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 }
 
 // growPlanTo makes j's plan one of units units: the stage's and the
-// plan's predicted throughput are the cost model's for them. c.mu is held.
+// plan's predicted throughput are the cost model's for them, and a job
+// that ran below its throughput_limit no longer says so once they reach
+// it. c.mu is held.
 func (c *Coordinator) growPlanTo(j *job, units int) {
 	plan := *j.plan
 	plan.Stages = slices.Clone(plan.Stages)
@@ -239,6 +241,9 @@ func (c *Coordinator) growPlanTo(j *job, units int) {
 		c.log.Warn("predicting a grown stage's throughput", "job", j.id, "err", err)
 	} else {
 		plan.Stages[0].Throughput, plan.Throughput = x, x
+	}
+	if err == nil && runsBelowLimit(j) && x >= c.planFile(j).ThroughputLimit {
+		j.reason = "" // back up at its limit
 	}
 	c.setPlan(j, &plan)
 }

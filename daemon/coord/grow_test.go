@@ -181,3 +181,40 @@ func expectConflict(t *testing.T, c *Coordinator, id string, req api.ResizeReque
 		t.Errorf("PATCH %+v: %v, want 409 naming %q", req, err, want)
 	}
 }
+
+// A move back up is a grow when the plan is the job's stage with more
+// units of its type and free nodes of the type offer them; otherwise it
+// stays a restart (raiseInPlace says no).
+func TestRaiseInPlaceOnlyWhenTheStageGrows(t *testing.T) {
+	c, j, _ := growFixture(t)
+	last := j.plan.Stages[0].Last
+	plan := func(typ string, units int) *sched.Plan {
+		return &sched.Plan{Feasible: true, Stages: []sched.Stage{{Type: typ, Units: units, Last: last}}}
+	}
+	req, ok := c.raiseInPlace(raiseInput{j: j, gen: j.gen}, plan("cpu", 2), nil)
+	if !ok || !slices.Equal(req.Replicas, []int{0}) || !slices.Equal(req.Batches, []int{32}) ||
+		!slices.Equal(req.Add, []api.NewReplica{{Node: "b", Batch: 32}}) {
+		t.Fatalf("two cpu units: %+v, %v; want replica 0 kept and one added on b, 32 each", req, ok)
+	}
+	for _, tc := range []struct {
+		name string
+		plan *sched.Plan
+		gen  int64
+	}{
+		{"another type", plan("gpu", 2), j.gen},
+		{"no more units", plan("cpu", 1), j.gen},
+		{"more units than the free nodes offer", plan("cpu", 3), j.gen},
+		{"two stages", &sched.Plan{Feasible: true, Stages: []sched.Stage{{Type: "cpu", Units: 1, Last: 2}, {Type: "cpu", Units: 1, First: 3, Last: last}}}, j.gen},
+		{"the job changed since", plan("cpu", 2), j.gen - 1},
+	} {
+		if req, ok := c.raiseInPlace(raiseInput{j: j, gen: tc.gen}, tc.plan, nil); ok {
+			t.Errorf("%s: grows by %+v", tc.name, req)
+		}
+	}
+	for _, tr := range j.tasks {
+		tr.task.Layout = []api.StageLayout{{Replicas: 1, DenseSync: api.DenseSyncAllreduce}}
+	}
+	if req, ok := c.raiseInPlace(raiseInput{j: j, gen: j.gen}, plan("cpu", 2), nil); ok {
+		t.Errorf("an allreduce stage grows by %+v", req)
+	}
+}

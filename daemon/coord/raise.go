@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,9 +150,96 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 			plan, err = c.planWithin(ctx, in.snap, c.planFile(in.snap), in.snap.file.Method, in.cat)
 		}
 		c.mu.Lock()
-		c.applyRaise(in, plan, err, time.Now())
+		req, inPlace := c.raiseInPlace(in, plan, err)
+		if !inPlace {
+			c.applyRaise(in, plan, err, time.Now())
+		}
 		c.mu.Unlock()
+		if inPlace {
+			c.raiseByGrowing(in, req, plan)
+		}
 	}
+}
+
+// raiseByGrowing grows in.j by req (grow.go); if the coordinator refuses,
+// the job moves back up by a restart as it would have without it.
+func (c *Coordinator) raiseByGrowing(in raiseInput, req api.ResizeRequest, plan *sched.Plan) {
+	_, err := c.grow(in.j.id, req)
+	if err == nil {
+		c.log.Info("job grows back up to its throughput_limit in place", "job", in.j.id, "throughput", plan.Throughput, "was", in.cur,
+			"added", req.Add)
+		return
+	}
+	c.log.Info("not growing back up in place; moving by a restart instead", "job", in.j.id, "err", err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applyRaise(in, plan, nil, time.Now())
+}
+
+// raiseInPlace returns the grow that takes j to plan without a restart,
+// when there is one: plan is j's one stage with more units of its type,
+// j's stage syncs through the parameter servers, and free nodes of the
+// type that host none of j offer the units it lacks. c.mu is held.
+func (c *Coordinator) raiseInPlace(in raiseInput, plan *sched.Plan, err error) (api.ResizeRequest, bool) {
+	j := in.j
+	if err != nil || plan == nil || !plan.Feasible || j.state != api.JobRunning || j.gen != in.gen || c.waitsAhead(j) ||
+		canResize(j) != "" || syncsByAllreduce(j) || len(plan.Stages) != 1 {
+		return api.ResizeRequest{}, false
+	}
+	want, cur := plan.Stages[0], j.plan.Stages[0]
+	have := replicaUnits(j, nil)
+	if want.Type != cur.Type || want.First != cur.First || want.Last != cur.Last || want.Units <= have {
+		return api.ResizeRequest{}, false
+	}
+	added := c.freeReplicas(j, want.Type, want.Units-have)
+	if added == nil {
+		return api.ResizeRequest{}, false
+	}
+	var reps []replica
+	var req api.ResizeRequest
+	runs := stageRuns(j)
+	slices.SortFunc(runs, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
+	for _, t := range runs {
+		reps = append(reps, replica{units: t.task.Units})
+		req.Replicas = append(req.Replicas, t.task.Replica)
+	}
+	reps = append(reps, added...)
+	if splitBatch(0, j.file.Batch, reps) != nil {
+		return api.ResizeRequest{}, false
+	}
+	for i, r := range reps {
+		if i < len(req.Replicas) {
+			req.Batches = append(req.Batches, r.batch)
+		} else {
+			req.Add = append(req.Add, api.NewReplica{Node: r.node.req.Name, Batch: r.batch})
+		}
+	}
+	return req, true
+}
+
+// freeReplicas picks free live nodes of type typ that host none of j's
+// tasks' stages, largest offer first, until they offer units units; nil if
+// they cannot. c.mu is held.
+func (c *Coordinator) freeReplicas(j *job, typ string, units int) []replica {
+	cl := c.cluster(j, true)
+	mine := map[*node]bool{}
+	for _, t := range stageRuns(j) {
+		mine[t.node] = true
+	}
+	var reps []replica
+	for _, n := range cl.live {
+		if units <= 0 {
+			break
+		}
+		if n.req.Type == typ && !cl.busy[n] && !mine[n] {
+			reps = append(reps, replica{node: n, units: n.stageUnits()})
+			units -= n.stageUnits()
+		}
+	}
+	if units > 0 {
+		return nil
+	}
+	return reps
 }
 
 // applyRaise restarts the job onto plan if it meets the limit and pays,

@@ -214,3 +214,41 @@ func TestPatchGrowsAStage(t *testing.T) {
 			st.Nodes, st.Replicas, st.Batches, st.StepSeconds)
 	}
 }
+
+// TestAShrunkStageGrowsBackUpInPlace: a stage that lost a replica runs
+// below its throughput_limit; once a node joins, it grows back up onto it
+// at its next checkpoint without a restart (no steps trained again, the
+// same job), and says it no longer runs below its limit.
+func TestAShrunkStageGrowsBackUpInPlace(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	stops := map[string]func(){"a": cl.startNode("a", "cpu"), "b": cl.startNode("b", "cpu")}
+	cl.waitNodes(2)
+	src, err := os.ReadFile(longDPJob(t, 6000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "job.toml")
+	job := string(src) + fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 100\n", t.TempDir())
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 5 || s.State.Final() })
+	victim := s.Stages[0].Nodes[0]
+	if victim == s.PS[0] {
+		victim = s.Stages[0].Nodes[1]
+	}
+	stops[victim]()
+	s = cl.waitJob(id, func(s api.JobStatus) bool { return strings.HasPrefix(s.Reason, "shrunk below") || s.State.Final() })
+	if s.State != api.JobRunning {
+		t.Fatalf("after the kill: %s (%q) at step %d", s.State, s.Reason, s.Step)
+	}
+	cl.startNode("c", "cpu")
+	s = cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Step != 6000 || s.RestartedAs != "" || s.Reason != "" {
+		t.Fatalf("after c joined: %s (%q) at step %d, restarted as %q", s.State, s.Reason, s.Step, s.RestartedAs)
+	}
+	if st := s.Stages[0]; !slices.Contains(st.Nodes, "c") || len(st.Nodes) != 2 || st.StepSeconds[slices.Index(st.Nodes, "c")] <= 0 {
+		t.Errorf("the stage ended on %v with step times %v; want it grown onto c, having trained there", st.Nodes, st.StepSeconds)
+	}
+}
