@@ -196,16 +196,11 @@ func dataStart(g *growPlan) (int64, error) {
 func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 	runs := stageRuns(j)
 	model := runs[0].task
-	next := 0
-	for _, t := range runs {
-		next = max(next, t.task.Replica+1)
-	}
+	next := idsAbove(j)
 	members, batches := slices.Clone(g.req.Replicas), slices.Clone(g.req.Batches)
 	units := 0
-	// A task's ids lie below its Replicas, which its layout repeats.
-	model.Replicas = next + len(g.nodes)
-	model.Layout = slices.Clone(model.Layout)
-	model.Layout[0].Replicas = model.Replicas
+	raiseIDBound(j, next+len(g.nodes))
+	model.Replicas, model.Layout = next+len(g.nodes), j.tasks[0].task.Layout
 	for i, n := range g.nodes {
 		t := model
 		t.Replica, t.Units, t.Batch = next+i, n.stageUnits(), g.req.Add[i].Batch
@@ -226,6 +221,36 @@ func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 	c.changeMembers(j, members, batches, g.from, start)
 	c.log.Info("job grown", "job", j.id, "replicas", members, "batches", batches, "from_step", g.from,
 		"data_start", start, "generation", j.gen)
+}
+
+// idsAbove is the first replica id above every id j's stage has had:
+// each task's Replicas bounds them, and grows with every grow
+// (raiseIDBound), so a replica that left, its node perhaps only cut off,
+// never shares an id with one that joins.
+func idsAbove(j *job) int {
+	next := 0
+	for _, t := range j.tasks {
+		next = max(next, t.task.Replicas, t.task.Replica+1)
+		if len(t.task.Layout) > 0 {
+			next = max(next, t.task.Layout[0].Replicas)
+		}
+	}
+	return next
+}
+
+// raiseIDBound makes bound the replica-id bound every task of j carries
+// (Replicas, and its layout's, which a stage task checks against its own).
+// c.mu is held.
+func raiseIDBound(j *job, bound int) {
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage {
+			t.task.Replicas = bound
+		}
+		if len(t.task.Layout) > 0 {
+			t.task.Layout = slices.Clone(t.task.Layout)
+			t.task.Layout[0].Replicas = bound
+		}
+	}
 }
 
 // growPlanTo makes j's plan one of units units: the stage's and the

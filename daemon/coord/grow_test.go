@@ -75,8 +75,10 @@ func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 		added.FirstStep != from-1 || added.Batch != 32 || j.tasks[2].node != nodes["b"] {
 		t.Errorf("the added task: %+v on %s", added, j.tasks[2].nodeName)
 	}
-	if j.tasks[0].task.Layout[0].Replicas != 1 {
-		t.Error("the added task's layout was written into the first replica's")
+	for _, tr := range j.tasks {
+		if tr.task.Layout[0].Replicas != 2 || (tr.task.Role == api.RoleStage && tr.task.Replicas != 2) {
+			t.Errorf("task %s carries the id bound %d (layout %d), want 2", tr.task.TaskID, tr.task.Replicas, tr.task.Layout[0].Replicas)
+		}
 	}
 	for _, tr := range j.tasks {
 		tk := tr.task
@@ -125,6 +127,9 @@ func TestAJoiningReplicasNodeDying(t *testing.T) {
 	}
 	if j.joining() || len(stageRuns(j)) != 1 || j.gen != 3 {
 		t.Fatalf("joining %v, %d stage tasks at generation %d; want the grow called off, one replica, generation 3", j.joining(), len(stageRuns(j)), j.gen)
+	}
+	if next := idsAbove(j); next != 2 {
+		t.Errorf("the next replica id is %d, want 2: replica 1 left, and its id is not given again", next)
 	}
 	if r0 := j.tasks[0].task; !slices.Equal(r0.Members, []int{0}) || r0.Batch != 64 || r0.DataStart != 0 || r0.FromStep != 1000 {
 		t.Errorf("replica 0 after: members %v batch %d data start %d from step %d; want [0], 64, not exact, from step 1000 (resize's rule)",
