@@ -136,15 +136,22 @@ type TaskReport struct {
 	Checkpoints []ShardCheckpoint `json:"checkpoints,omitempty"`
 }
 
-// DataSegment is a stretch of stage 0's data: from step From on, at
-// record Start, replica Members[i] reads shard i of len(Members) of the
-// training records with batch Batches[i].
+// DataSegment is the stretch of stage 0's data a replica reads: from step
+// From on, at record Start, replica Members[i] reads shard i of
+// len(Members) of the training records with batch Batches[i]; the
+// reporting replica's reader is at record Position after the steps before
+// step At.
 type DataSegment struct {
-	From    int64 `json:"from"`
-	Start   int64 `json:"start"`
-	Members []int `json:"members"`
-	Batches []int `json:"batches"`
+	From     int64 `json:"from"`
+	Start    int64 `json:"start"`
+	Members  []int `json:"members"`
+	Batches  []int `json:"batches"`
+	At       int64 `json:"at"`
+	Position int64 `json:"position"`
 }
+
+// MaxRecord bounds a record index a report may carry.
+const MaxRecord = 1 << 62
 
 // MaxReportedCheckpoints caps TaskReport.Checkpoints.
 const MaxReportedCheckpoints = 8

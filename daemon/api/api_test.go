@@ -64,11 +64,13 @@ func TestHeartbeatValidate(t *testing.T) {
 		{"negative throughput", TaskReport{TaskID: "a", State: TaskDone, SamplesPerS: -1}, "samples_per_s"},
 		{"long error", TaskReport{TaskID: "a", State: TaskFailed, Error: strings.Repeat("x", MaxErrorLen+1)}, "error"},
 		{"segment before step 1", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 0, Members: []int{0}, Batches: []int{1}}}, "segment: from 0"},
-		{"segment without members", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1}}, "segment: members"},
-		{"segment members unsorted", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: []int{2, 1}, Batches: []int{1, 1}}}, "ascending"},
-		{"segment batch 0", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: []int{0}, Batches: []int{0}}}, "batches[0]"},
-		{"segment batches short", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: []int{0, 1}, Batches: []int{4}}}, "2 members"},
-		{"segment too many", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, Members: make([]int, MaxUnits+1), Batches: make([]int, MaxUnits+1)}}, "members: want"},
+		{"segment without members", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1}}, "segment: members"},
+		{"segment read before its start", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 5, At: 4, Members: []int{0}, Batches: []int{1}}}, "at 4"},
+		{"segment position past the bound", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1, Position: MaxRecord + 1, Members: []int{0}, Batches: []int{1}}}, "position"},
+		{"segment members unsorted", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1, Members: []int{2, 1}, Batches: []int{1, 1}}}, "ascending"},
+		{"segment batch 0", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1, Members: []int{0}, Batches: []int{0}}}, "batches[0]"},
+		{"segment batches short", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1, Members: []int{0, 1}, Batches: []int{4}}}, "2 members"},
+		{"segment too many", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1, Members: make([]int, MaxUnits+1), Batches: make([]int, MaxUnits+1)}}, "members: want"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := Heartbeat{Tasks: []TaskReport{tc.r}}

@@ -161,8 +161,10 @@ func (t *TaskReport) validate() error {
 
 func (s *DataSegment) validate() error {
 	switch {
-	case s.From < 1 || s.Start < 0:
-		return fmt.Errorf("from %d, start %d: want from >= 1, start >= 0", s.From, s.Start)
+	case s.From < 1 || s.Start < 0 || s.Start > MaxRecord:
+		return fmt.Errorf("from %d, start %d: want from >= 1, start in 0..%d", s.From, s.Start, int64(MaxRecord))
+	case s.At < s.From || s.Position < s.Start || s.Position > MaxRecord:
+		return fmt.Errorf("at %d, position %d: want at >= from %d, position in start %d..%d", s.At, s.Position, s.From, s.Start, int64(MaxRecord))
 	case len(s.Members) == 0 || len(s.Members) > MaxUnits:
 		return fmt.Errorf("members: want 1..%d, got %d", MaxUnits, len(s.Members))
 	case len(s.Batches) != len(s.Members):

@@ -103,15 +103,28 @@ func (c *Coordinator) planGrow(j *job, req api.ResizeRequest) (*growPlan, error)
 	var furthest int64
 	for _, t := range stageRuns(j) {
 		s := t.report.Segment
-		g.segments[t.task.Replica] = pipeline.Segment{From: s.From, Start: s.Start, Share: pipeline.Share{Members: s.Members, Batches: s.Batches}}
+		g.segments[t.task.Replica] = pipeline.Segment{From: s.From, Start: s.Start, Share: pipeline.Share{Members: s.Members, Batches: s.Batches},
+			At: s.At, Position: s.Position}
 		furthest = max(furthest, t.report.Step)
 	}
 	g.from = furthest + 1 + c.growMargin(j)
 	if g.from > j.file.TotalSteps() {
 		return conflict("it ends at step %d, before a new replica could join (step %d)", j.file.TotalSteps(), g.from)
 	}
+	for replica, seg := range g.segments {
+		_, batch, _ := seg.Share.Of(replica)
+		if (g.from-seg.At)*int64(batch) > maxGrowRecords {
+			return conflict("replica %d reports its data position at step %d, %d steps before the step it would join at; try again once it reports a newer one",
+				replica, seg.At, g.from-seg.At)
+		}
+	}
 	return g, nil
 }
+
+// maxGrowRecords bounds the records counted from a replica's reported
+// position to the step a grow joins at (a fraction of a second), since a
+// report is at most a few heartbeats old.
+const maxGrowRecords = 1 << 26
 
 // notReadyToGrow says why j's replicas do not all report the segment of
 // the job's current make-up, or "". c.mu is held.
@@ -175,13 +188,14 @@ func (c *Coordinator) growNodes(j *job, add []api.NewReplica) ([]*node, error) {
 	return nodes, nil
 }
 
-// dataStart is the record the stage has reached at g.from: the largest
-// position of any current replica's reader after the steps before it.
+// dataStart is the record the stage has reached at g.from: the furthest
+// any current replica's reader will be after the steps before it,
+// counted from where each one reports it is.
 func dataStart(g *growPlan) (int64, error) {
 	base := data.Options{Split: data.SplitTrain}
 	start := int64(1) // > 0: the change is exact
 	for replica, seg := range g.segments {
-		p, err := seg.Reached(base, replica, g.from)
+		p, err := seg.PositionAt(base, replica, g.from)
 		if err != nil {
 			return 0, fmt.Errorf("replica %d's data position: %w", replica, err)
 		}

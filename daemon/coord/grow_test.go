@@ -42,7 +42,7 @@ func growFixture(t *testing.T) (*Coordinator, *job, map[string]*node) {
 		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.s0.r0", JobID: "j1", Role: api.RoleStage, Replicas: 1,
 			Units: 1, Batch: 64, DataShards: 1, Layout: layout, Generation: 1},
 			report: api.TaskReport{TaskID: "j1.s0.r0", State: api.TaskRunning, Step: 1000, SamplesPerS: 6400,
-				Segment: &api.DataSegment{From: 1, Start: 0, Members: []int{0}, Batches: []int{64}}}},
+				Segment: &api.DataSegment{From: 1, Start: 0, Members: []int{0}, Batches: []int{64}, At: 1, Position: 0}}},
 		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.ps0", JobID: "j1", Role: api.RolePS, Layout: layout, Generation: 1}},
 	}
 	other := &job{id: "j0", file: &config.Job{Batch: 8, Steps: 10, Mode: api.ModeBSP}, state: api.JobRunning,
@@ -153,6 +153,7 @@ func TestGrowRefusals(t *testing.T) {
 		{"its own replica's node", "a", "replica of this job", http.StatusConflict, nil},
 		{"no position reported", "b", "not reported", http.StatusConflict, func(_ *Coordinator, j *job) { j.tasks[0].report.Segment = nil }},
 		{"a change not reached", "b", "latest", http.StatusConflict, func(_ *Coordinator, j *job) { j.tasks[0].task.Batch = 60 }},
+		{"a stale position", "b", "reports its data position at step 1,", http.StatusConflict, func(_ *Coordinator, j *job) { j.tasks[0].report.Step, j.file.Steps = 1<<21, 1<<22 }},
 		{"ends too soon", "b", "ends at step", http.StatusConflict, func(_ *Coordinator, j *job) { j.file.Steps = 1200 }},
 		{"allreduce", "b", "allreduce", http.StatusConflict, func(_ *Coordinator, j *job) {
 			for _, tr := range j.tasks {

@@ -79,7 +79,8 @@ func segmentReport(in *pipeline.ShardedInput) *api.DataSegment {
 		return nil
 	}
 	seg := in.Segment()
-	return &api.DataSegment{From: seg.From, Start: seg.Start, Members: seg.Share.Members, Batches: seg.Share.Batches}
+	return &api.DataSegment{From: seg.From, Start: seg.Start, Members: seg.Share.Members, Batches: seg.Share.Batches,
+		At: seg.At, Position: seg.Position}
 }
 
 // firstShare is the make-up a stage task starts with: its Members and

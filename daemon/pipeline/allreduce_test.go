@@ -402,7 +402,7 @@ func TestAllreduceRingFollowsAResize(t *testing.T) {
 	var ws []*Worker
 	for r := range 3 {
 		input := func(_ context.Context, step int64, s Share) (*data.Batch, error) {
-			_, b, ok := s.of(r)
+			_, b, ok := s.Of(r)
 			if !ok {
 				return nil, fmt.Errorf("replica %d asked for step %d's input while not a member", r, step)
 			}

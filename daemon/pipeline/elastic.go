@@ -55,8 +55,8 @@ func (s Share) check() error {
 	return nil
 }
 
-// of returns replica's data shard (its index among the members) and batch.
-func (s Share) of(replica int) (shard, batch int, ok bool) {
+// Of returns replica's data shard (its index among the members) and batch.
+func (s Share) Of(replica int) (shard, batch int, ok bool) {
 	i, ok := slices.BinarySearch(s.Members, replica)
 	if !ok {
 		return 0, 0, false
@@ -125,7 +125,7 @@ func (w *Worker) Resize(fromStep int64, share Share) (int64, error) {
 func (w *Worker) Member(step int64) bool {
 	w.shareMu.Lock()
 	defer w.shareMu.Unlock()
-	_, _, ok := w.shareAt(step).of(w.cfg.Replica)
+	_, _, ok := w.shareAt(step).Of(w.cfg.Replica)
 	return ok
 }
 
@@ -182,12 +182,18 @@ type ShardedInput struct {
 	// and the new segment starts where it would without them.
 	Ahead int
 
-	mu          sync.Mutex // guards from, start and share against Segment
+	mu          sync.Mutex // guards the segment and the cursors against Segment
 	from, start int64      // the current segment: its first step and record
 	share       Share
-	src         data.Source
-	next        int64 // the step the reader is positioned for
-	ahead       *data.Prefetcher[*data.Batch]
+	// cursors[i] is where member i's reader of the segment is after the
+	// steps before step at: advanced a step at a time as steps are read,
+	// so that finding where the stage has got to never counts the whole
+	// segment's records again.
+	at      int64
+	cursors []int64
+	src     data.Source
+	next    int64 // the step the reader is positioned for
+	ahead   *data.Prefetcher[*data.Batch]
 }
 
 // Begin sets the segment the reader is in: from step from, at record
@@ -195,41 +201,58 @@ type ShardedInput struct {
 // segment positioned for step next; otherwise Next opens one.
 func (in *ShardedInput) Begin(from, start int64, share Share, src data.Source, next int64) {
 	in.mu.Lock()
-	in.from, in.start, in.share = from, start, share
+	in.begin(from, start, share)
 	in.mu.Unlock()
 	in.src, in.next = src, next
 }
 
-// Segment is a data segment: from step From on, at record Start, the
-// members of Share read their shards of the data with its batches.
-type Segment struct {
-	From, Start int64
-	Share       Share
+// begin starts a segment, its cursors at its start. Under mu.
+func (in *ShardedInput) begin(from, start int64, share Share) {
+	in.from, in.start, in.share, in.at = from, start, share, from
+	in.cursors = make([]int64, len(share.Members))
+	for i := range in.cursors {
+		in.cursors[i] = start
+	}
 }
 
-// Segment returns the segment the reader is in, for the coordinator to
-// compute where the stage has got to (Reached). Safe to call while Next
-// runs.
+// Segment is the data segment a replica reads: from step From on, at
+// record Start, the members of Share read their shards of the data with
+// its batches; the replica's own reader is at record Position after the
+// segment's steps before step At.
+type Segment struct {
+	From, Start  int64
+	Share        Share
+	At, Position int64
+}
+
+// Segment returns the segment the replica reads and where its reader is,
+// for the coordinator to compute where the stage has got to
+// (PositionAt). Safe to call while Next runs.
 func (in *ShardedInput) Segment() Segment {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return Segment{From: in.from, Start: in.start, Share: in.share.clone()}
+	seg := Segment{From: in.from, Start: in.start, Share: in.share.clone(), At: in.at, Position: in.start}
+	if i, _, ok := in.share.Of(in.Replica); ok {
+		seg.Position = in.cursors[i]
+	}
+	return seg
 }
 
-// Reached returns the record index member's reader of segment s is at
-// after the steps before step, counted by base's selection rules: what
-// ShardedInput.reached takes the largest of over the members.
-func (s Segment) Reached(base data.Options, member int, step int64) (int64, error) {
-	shard, batch, ok := s.Share.of(member)
+// PositionAt returns the record index the reader of replica, the one
+// whose segment s is, will be at after the steps before step, counted by
+// base's selection rules from where it is (s.Position at s.At): the
+// records of step - s.At steps.
+func (s Segment) PositionAt(base data.Options, replica int, step int64) (int64, error) {
+	shard, batch, ok := s.Share.Of(replica)
 	if !ok {
-		return 0, fmt.Errorf("replica %d is not a member of the segment from step %d (%v)", member, s.From, s.Share.Members)
+		return 0, fmt.Errorf("replica %d is not a member of its segment from step %d (%v)", replica, s.From, s.Share.Members)
 	}
-	if step < s.From {
-		return 0, fmt.Errorf("step %d is before the segment's first step %d", step, s.From)
+	if step < s.At {
+		return 0, fmt.Errorf("step %d is before step %d, where its reader is", step, s.At)
 	}
 	o := base
-	o.Shard, o.Shards, o.Start = shard, len(s.Share.Members), s.Start
-	return o.After((step - s.From) * int64(batch))
+	o.Shard, o.Shards, o.Start = shard, len(s.Share.Members), s.Position
+	return o.After((step - s.At) * int64(batch))
 }
 
 // Next returns the replica's batch of step under share. Steps come in
@@ -245,15 +268,18 @@ func (in *ShardedInput) Next(ctx context.Context, step int64, share Share) (*dat
 		}
 		in.Close()
 		in.mu.Lock()
-		in.from, in.start, in.share = step, start, share
+		in.begin(step, start, share)
 		in.mu.Unlock()
 	}
-	shard, batch, ok := share.of(in.Replica)
+	shard, batch, ok := share.Of(in.Replica)
 	if !ok {
 		return nil, fmt.Errorf("step %d: replica %d of %v: %w", step, in.Replica, share.Members, ErrNotMember)
 	}
+	if err := in.advance(step); err != nil {
+		return nil, err
+	}
 	if in.src == nil || in.next != step {
-		if err := in.open(step, shard, batch); err != nil {
+		if err := in.open(step, shard); err != nil {
 			return nil, err
 		}
 	}
@@ -282,35 +308,42 @@ func (in *ShardedInput) read(ctx context.Context, batch int) (*data.Batch, error
 }
 
 // reached returns the record index the stage has reached at step in the
-// current segment.
+// current segment: the furthest of the members' cursors.
 func (in *ShardedInput) reached(step int64) (int64, error) {
-	seg := Segment{From: in.from, Start: in.start, Share: in.share}
-	at := in.start
-	for _, m := range in.share.Members {
-		p, err := seg.Reached(in.Base, m, step)
-		if err != nil {
-			return 0, err
-		}
-		at = max(at, p)
+	if err := in.advance(step); err != nil {
+		return 0, err
 	}
-	return at, nil
+	return slices.Max(in.cursors), nil
 }
 
-func (in *ShardedInput) opts(shard int) data.Options {
-	o := in.Base
-	o.Shard, o.Shards, o.Start = shard, len(in.share.Members), in.start
-	return o
+// advance moves the cursors to step: each member's past the records of
+// its shard its batches of the steps from in.at read.
+func (in *ShardedInput) advance(step int64) error {
+	if step < in.at {
+		return fmt.Errorf("step %d: the data is at step %d already (steps come in order)", step, in.at)
+	}
+	in.mu.Lock() // a step's records take microseconds to count
+	defer in.mu.Unlock()
+	for i, b := range in.share.Batches {
+		o := in.Base
+		o.Shard, o.Shards, o.Start = i, len(in.share.Members), in.cursors[i]
+		p, err := o.After((step - in.at) * int64(b))
+		if err != nil {
+			return err
+		}
+		in.cursors[i] = p
+	}
+	in.at = step
+	return nil
 }
 
 // open opens the replica's shard of the current segment positioned for
-// step.
-func (in *ShardedInput) open(step int64, shard, batch int) error {
+// step, whose cursor is advanced to it.
+func (in *ShardedInput) open(step int64, shard int) error {
 	in.Close()
-	o := in.opts(shard)
+	o := in.Base
+	o.Shard, o.Shards, o.Start = shard, len(in.share.Members), in.cursors[shard]
 	var err error
-	if o.Start, err = o.After((step - in.from) * int64(batch)); err != nil {
-		return err
-	}
 	if in.src, err = in.Open(o); err != nil {
 		return fmt.Errorf("open data shard %d of %d from record %d: %w", shard, o.Shards, o.Start, err)
 	}

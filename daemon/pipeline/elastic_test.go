@@ -45,7 +45,7 @@ func TestResizeDropsAReplicaAtAStep(t *testing.T) {
 	var ws []*Worker
 	for r := range 2 {
 		input := func(_ context.Context, step int64, s Share) (*data.Batch, error) {
-			i, b, ok := s.of(r)
+			i, b, ok := s.Of(r)
 			if !ok || s.Members[i] != r {
 				return nil, errors.New("asked for input while not a member")
 			}
@@ -123,7 +123,7 @@ func TestResizeAddsAReplicaAtAStep(t *testing.T) {
 	before, after := Share{Members: []int{0}, Batches: []int{8}}, Share{Members: []int{0, 1}, Batches: []int{3, 5}, Start: 99}
 	input := func(r int) func(context.Context, int64, Share) (*data.Batch, error) {
 		return func(_ context.Context, step int64, s Share) (*data.Batch, error) {
-			_, b, ok := s.of(r)
+			_, b, ok := s.Of(r)
 			if !ok {
 				return nil, errors.New("asked for input while not a member")
 			}
@@ -256,6 +256,15 @@ func shardedInputReshards(t *testing.T, ahead int) {
 	}
 }
 
+func mustAfter(t *testing.T, o data.Options, n int64) int64 {
+	t.Helper()
+	p, err := o.After(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // countingSource counts the batches asked of it.
 type countingSource struct {
 	data.Source
@@ -347,18 +356,26 @@ func TestShardedInputTakesAnExactStart(t *testing.T) {
 		t.Errorf("replica 1's first batch: %v, want shard 1 of 2 from record 1000: %v", got.Probs, want.Probs)
 	}
 	seg := in.Segment()
-	if seg.From != 5 || seg.Start != 1000 || !seg.Share.equal(two) {
+	if seg.From != 5 || seg.Start != 1000 || !seg.Share.equal(two) || seg.At != 5 || seg.Position != 1000 {
 		t.Errorf("Segment = %+v, want from step 5 at record 1000 with %+v", seg, two)
 	}
-	p, err := seg.Reached(base, 1, 6)
+	p, err := seg.PositionAt(base, 1, 6)
 	if want, _ := o.After(6); err != nil || p != want {
-		t.Errorf("Reached(member 1, step 6) = %d, %v; want %d", p, err, want)
+		t.Errorf("PositionAt(replica 1, step 6) = %d, %v; want %d", p, err, want)
 	}
-	if _, err := seg.Reached(base, 2, 6); err == nil {
-		t.Error("Reached of a replica that is not a member")
+	for step := int64(6); step <= 7; step++ {
+		if _, err := in.Next(ctx, step, two); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := seg.Reached(base, 1, 4); err == nil {
-		t.Error("Reached of a step before the segment")
+	if after, want := in.Segment(), mustAfter(t, o, 12); after.At != 7 || after.Position != want {
+		t.Errorf("after reading steps 5-7: at step %d record %d, want step 7 record %d (steps 5 and 6: 12 records of its shard, counted afresh)", after.At, after.Position, want)
+	}
+	if _, err := seg.PositionAt(base, 2, 6); err == nil {
+		t.Error("PositionAt of a replica that is not a member")
+	}
+	if _, err := seg.PositionAt(base, 1, 4); err == nil {
+		t.Error("PositionAt of a step before the reader's")
 	}
 
 	zero := &ShardedInput{Replica: 0, Base: base, Open: open}
