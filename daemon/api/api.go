@@ -450,6 +450,7 @@ type BatchingStatus struct {
 type CheckpointStatus struct {
 	Step int64  `json:"step"`
 	Dir  string `json:"dir"`
+	Job  string `json:"job,omitempty"` // the job that wrote it (its manifest's job_id)
 }
 
 // ResizeRequest is the body of PATCH /v1/jobs/{id}: from the next step,

@@ -45,7 +45,7 @@ type manifestWork struct {
 // the files later.
 func resolveRestore(path string) (api.CheckpointStatus, error) {
 	if m, err := ckpt.ReadManifest(path); err == nil {
-		return api.CheckpointStatus{Step: m.Step, Dir: path}, nil
+		return api.CheckpointStatus{Step: m.Step, Dir: path, Job: m.JobID}, nil
 	} else if !errors.Is(err, ckpt.ErrNoManifest) {
 		return api.CheckpointStatus{}, err
 	}
@@ -235,7 +235,7 @@ func (c *Coordinator) manifestWritten(w manifestWork, err error, now time.Time) 
 	if j.ckpt.latest != nil && j.ckpt.latest.Step >= w.step {
 		return
 	}
-	j.ckpt.latest = &api.CheckpointStatus{Step: w.step, Dir: w.dir}
+	j.ckpt.latest = &api.CheckpointStatus{Step: w.step, Dir: w.dir, Job: j.id}
 	c.log.Info("checkpoint complete", "job", j.id, "step", w.step, "dir", w.dir)
 	c.save(j)
 	c.maybeDone(j, now)

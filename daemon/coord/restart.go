@@ -123,7 +123,7 @@ func (c *Coordinator) restart(old *job) {
 	if known == nil {
 		known = old.ckpt.restored
 	}
-	chain := c.chain(old)
+	chain, restored := c.chainJobs(old) // the restored manifests are read below, unlocked
 	now := time.Now()
 	j := &job{source: old.source, file: &jf, state: api.JobPending, submitted: now, restarts: old.restarts + 1,
 		restartOf: old.id, seq: old.seq, suspects: old.nextSuspects(now, c.cfg.SuspectFor), carry: old.carry}
@@ -136,6 +136,7 @@ func (c *Coordinator) restart(old *job) {
 	j.replan = old.replan.handOn(old, now)
 	c.mu.Unlock()
 
+	addRestoredJobs(chain, restored)
 	cp, err := newestVerified(jf.Checkpoint.Dir, chain, known, jf.TotalSteps())
 	if err == nil {
 		jf.Checkpoint.Restore = ""
@@ -179,14 +180,18 @@ func (c *Coordinator) chain(j *job) map[string]bool {
 }
 
 // chainJobs is chain without reading anything: the ids of j and the jobs
-// it restarts, and the directories of the checkpoints they restored.
-// c.mu is held.
+// it restarts, with the writers of the checkpoints they restored, and the
+// directories of restored checkpoints whose writer a record from before
+// CheckpointStatus.Job does not name, to read. c.mu is held.
 func (c *Coordinator) chainJobs(j *job) (ids map[string]bool, restored []string) {
 	ids = map[string]bool{}
 	for o := j; o != nil && !ids[o.id]; o = c.job(o.restartOf) {
 		ids[o.id] = true
-		if o.ckpt.restored != nil {
-			restored = append(restored, o.ckpt.restored.Dir)
+		switch r := o.ckpt.restored; {
+		case r != nil && r.Job != "":
+			ids[r.Job] = true
+		case r != nil:
+			restored = append(restored, r.Dir)
 		}
 	}
 	return ids, restored
@@ -265,7 +270,7 @@ func chainCheckpoints(root string, chain map[string]bool, steps int64) ([]api.Ch
 		if err != nil || (chain != nil && !chain[m.JobID]) || (steps > 0 && m.Step >= steps) || dir != ckpt.StepDir(root, m.Step) {
 			continue
 		}
-		out = append(out, api.CheckpointStatus{Step: m.Step, Dir: dir})
+		out = append(out, api.CheckpointStatus{Step: m.Step, Dir: dir, Job: m.JobID})
 	}
 	slices.SortFunc(out, func(a, b api.CheckpointStatus) int { return cmp.Compare(b.Step, a.Step) })
 	return out, nil

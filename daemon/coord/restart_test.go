@@ -295,3 +295,27 @@ func TestRemoveBeyondKeepsTheNewest(t *testing.T) {
 		t.Error("keep 0 accepted: it would remove the checkpoint a restart needs")
 	}
 }
+
+// A job's restart chain names the job that wrote the checkpoint its first
+// job restored, from the status the coordinator keeps (nothing to read);
+// only a record from before that status named it leaves a manifest to
+// read, which then adds its writer.
+func TestChainNamesTheRestoredCheckpointsWriter(t *testing.T) {
+	c := &Coordinator{}
+	first := &job{id: "j2", ckpt: jobCheckpoints{restored: &api.CheckpointStatus{Step: 10, Dir: "/nonexistent/step-10", Job: "j1"}}}
+	second := &job{id: "j3", restartOf: "j2"}
+	c.jobs = []*job{first, second}
+	ids, read := c.chainJobs(second)
+	if !ids["j1"] || !ids["j2"] || !ids["j3"] || len(ids) != 3 || len(read) != 0 {
+		t.Errorf("chain %v, manifests to read %v; want j1, j2, j3 and none", ids, read)
+	}
+
+	dir := writeFakeCheckpoint(t, t.TempDir(), "j0", 10)
+	first.ckpt.restored = &api.CheckpointStatus{Step: 10, Dir: dir}
+	if ids, read = c.chainJobs(second); len(read) != 1 || ids["j0"] {
+		t.Fatalf("a restored status without its writer: chain %v, to read %v; want its directory to read", ids, read)
+	}
+	if ids = c.chain(second); !ids["j0"] {
+		t.Errorf("chain %v, want the writer the manifest names, j0", ids)
+	}
+}
