@@ -63,9 +63,9 @@ func batchingMode(jf *config.Job, pl *placement, shape laneShape) string {
 // newBalance sets up j's batching for its placement; in variable mode it
 // also gives the lanes batches in proportion to units times CPU share (the
 // lane's slowest replica's), and a job restarted to resize its batches
-// (j.carry) gets the batches it was restarted for. Each lane's batch is
+// gets the batches carry, if not nil, hands on. Each lane's batch is
 // bounded by what the memory of its replicas' nodes holds.
-func newBalance(j *job, pl *placement) *jobBalance {
+func newBalance(j *job, pl *placement, carry *batchCarry) *jobBalance {
 	shape := lanesOf(replicaCounts(pl))
 	if shape.lanes == 0 {
 		return &jobBalance{mode: config.BatchingUniform, reason: shape.why}
@@ -94,7 +94,7 @@ func newBalance(j *job, pl *placement) *jobBalance {
 		b.ctl, _ = batching.NewController(batching.Config{Interval: int(bc.Interval), Smoothing: bc.Smoothing,
 			Deadband: bc.Deadband, MinBatch: minBatch, MaxBatch: maxes}) // the job file's bounds are validated
 	}
-	if c := j.carry; c != nil {
+	if c := carry; c != nil {
 		b.adjustments, b.restarts = c.adjustments, c.restarts
 		if carried, ok := c.lanesFor(pl, shape, jf.Batch); ok {
 			lanes = carried
@@ -183,6 +183,29 @@ func (c *Coordinator) balance(j *job) {
 		from = c.resizeLanes(j, next)
 	}
 	c.log.Info("job rebalanced", "job", j.id, "lanes", obs.ids, "batches", next, "from_step", from, "seconds", obs.seconds)
+}
+
+// reshapeBalance sets j's batching up again for the replicas its single
+// stage has now, after a change of members (a shrink or a grow): the
+// controller starts afresh on the new replicas (its history and each
+// node's memory bound were the old ones'), the counts go on. The batches
+// stay as the change set them. c.mu is held.
+func reshapeBalance(j *job) {
+	if j.balance == nil || j.plan == nil || len(j.plan.Stages) != 1 {
+		return
+	}
+	runs := stageRuns(j)
+	slices.SortFunc(runs, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
+	pl := &placement{stages: make([][]replica, 1)}
+	for _, t := range runs {
+		if t.node == nil {
+			return // not placed: nothing to balance
+		}
+		pl.stages[0] = append(pl.stages[0], replica{node: t.node, units: t.task.Units, batch: t.task.Batch})
+	}
+	old := j.balance
+	j.balance = newBalance(j, pl, nil)
+	j.balance.adjustments, j.balance.restarts = old.adjustments, old.restarts
 }
 
 // status is the batching part of a job's status. c.mu is held.

@@ -143,6 +143,7 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 // dataStart when that is > 0 (grow.go), and drops the stage tasks not in
 // members. c.mu is held.
 func (c *Coordinator) changeMembers(j *job, members, batches []int, from, dataStart int64) {
+	before, _ := currentShare(j)
 	j.gen++
 	kept := j.tasks[:0]
 	j.hourly = 0
@@ -163,6 +164,9 @@ func (c *Coordinator) changeMembers(j *job, members, batches []int, from, dataSt
 	}
 	clear(j.tasks[len(kept):])
 	j.tasks = kept
+	if !slices.Equal(before, members) {
+		reshapeBalance(j)
+	}
 	c.save(j)
 	c.wake()
 }

@@ -233,6 +233,7 @@ func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 	c.growPlanTo(j, units)
 	j.joinAt = g.from
 	c.changeMembers(j, members, batches, g.from, start)
+	reshapeBalance(j) // the new tasks were in j.tasks already: changeMembers saw no new member
 	c.log.Info("job grown", "job", j.id, "replicas", members, "batches", batches, "from_step", g.from,
 		"data_start", start, "generation", j.gen)
 }

@@ -62,8 +62,16 @@ func growRequest(node string) api.ResizeRequest {
 // until the new replica has joined.
 func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 	c, j, nodes := growFixture(t)
+	j.file.Batching.Mode = config.BatchingDynamic
+	j.balance = newBalance(j, &placement{stages: [][]replica{{{node: nodes["a"], units: 1, batch: 64}}}}, nil)
+	if j.balance.ctl != nil {
+		t.Fatal("a stage of one replica has a batch controller")
+	}
 	if _, err := c.patch("j1", growRequest("b")); err != nil {
 		t.Fatal(err)
+	}
+	if j.balance.ctl == nil || j.balance.shape.lanes != 2 {
+		t.Errorf("after the grow the batching has %d lanes and controller %v, want 2 lanes, dynamic", j.balance.shape.lanes, j.balance.ctl)
 	}
 	const from = 1000 + 1 + 3*100 // 100 steps/s reported, a 1 s heartbeat
 	wantStart, _ := data.Options{Split: data.SplitTrain}.After((from - 1) * 64)
@@ -119,11 +127,16 @@ func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 // grow is called off.
 func TestAJoiningReplicasNodeDying(t *testing.T) {
 	c, j, nodes := growFixture(t)
+	j.file.Batching.Mode = config.BatchingDynamic
+	j.balance = newBalance(j, &placement{stages: [][]replica{{{node: nodes["a"], units: 1, batch: 64}}}}, nil)
 	if _, err := c.patch("j1", growRequest("b")); err != nil {
 		t.Fatal(err)
 	}
 	if !c.shrink(j, nodes["b"], time.Now(), causeDied) {
 		t.Fatal("the job did not go on without the joining replica")
+	}
+	if j.balance.ctl != nil || j.balance.shape.lanes != 0 {
+		t.Errorf("after the shrink to one replica the batching has %d lanes and a controller %v, want none", j.balance.shape.lanes, j.balance.ctl)
 	}
 	if j.joining() || len(stageRuns(j)) != 1 || j.gen != 3 {
 		t.Fatalf("joining %v, %d stage tasks at generation %d; want the grow called off, one replica, generation 3", j.joining(), len(stageRuns(j)), j.gen)

@@ -334,7 +334,7 @@ func firstCPUType(cat *config.Catalog) string {
 func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	j.state, j.started, j.reason = api.JobRunning, now, ""
 	j.gen++
-	j.balance = newBalance(j, pl)
+	j.balance = newBalance(j, pl, j.carry)
 	j.tasks, j.hourly = nil, 0
 	jf := j.file
 	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches, Schedule: jf.Schedule,

@@ -70,7 +70,7 @@ func TestVariableBatchingSetsLanes(t *testing.T) {
 		}
 	}
 	j := testLaneJob(30, config.BatchingVariable)
-	b := newBalance(j, pl)
+	b := newBalance(j, pl, nil)
 	if b.mode != config.BatchingVariable || b.shape.lanes != 2 {
 		t.Fatalf("balance %+v", b)
 	}
@@ -91,7 +91,7 @@ func TestVariableBatchingSetsLanes(t *testing.T) {
 	}
 
 	odd := testPlacement([]int{2, 3}, 1, 0.25, 1, 1, 1)
-	ob := newBalance(testLaneJob(30, config.BatchingDynamic), odd)
+	ob := newBalance(testLaneJob(30, config.BatchingDynamic), odd, nil)
 	if s := ob.status(); s.Mode != config.BatchingUniform || !strings.Contains(s.Reason, "[2 3] replicas") || ob.ctl != nil {
 		t.Errorf("stages of 2 and 3 replicas: status %+v, want uniform with the reason", s)
 	}
@@ -154,7 +154,7 @@ func TestCarriedBatchesFollowTheirNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := newBalance(j, pl)
+	b := newBalance(j, pl, j.carry)
 	if got := batchesOf(pl.stages[0]); !slices.Equal(got, []int{224, 800}) || b.adjustments != 3 || b.restarts != 2 {
 		t.Errorf("restarted job: batches %v, %d adjustments, %d restarts; want [224 800], 3, 2", got, b.adjustments, b.restarts)
 	}
