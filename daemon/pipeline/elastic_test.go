@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/native"
@@ -24,19 +26,7 @@ func TestResizeDropsAReplicaAtAStep(t *testing.T) {
 	checkLeaks(t)
 	const k, steps, tolerance = 2, 5, 2e-6
 	cfg := modelConfig(t, sgdMomentum)
-	batchOf := func(replica int, step int64, size int) *data.Batch {
-		return testBatch(10+uint64(replica), uint64(step), size)
-	}
-	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
-		if step > k {
-			return batchOf(0, step, 8)
-		}
-		b, err := concatBatches([]*data.Batch{batchOf(0, step, 3), batchOf(1, step, 5)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	})
+	ref := splitReference(t, cfg, steps, func(step int64) bool { return step > k })
 
 	j := newJob(t, cfg, []Range{{0, 5}}, []int{2}, steps, ps.BSP)
 	j.lastStep = steps
@@ -49,7 +39,7 @@ func TestResizeDropsAReplicaAtAStep(t *testing.T) {
 			if !ok || s.Members[i] != r {
 				return nil, errors.New("asked for input while not a member")
 			}
-			return batchOf(r, step, b), nil
+			return elasticBatch(r, step, b), nil
 		}
 		w := j.elasticWorker(trs, r, before, input)
 		if from, err := w.Resize(k+1, after); err != nil || from != k+1 {
@@ -103,19 +93,7 @@ func TestResizeAddsAReplicaAtAStep(t *testing.T) {
 	checkLeaks(t)
 	const k, steps, tolerance = 2, 5, 2e-6
 	cfg := modelConfig(t, sgdMomentum)
-	batchOf := func(replica int, step int64, size int) *data.Batch {
-		return testBatch(10+uint64(replica), uint64(step), size)
-	}
-	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
-		if step <= k {
-			return batchOf(0, step, 8)
-		}
-		b, err := concatBatches([]*data.Batch{batchOf(0, step, 3), batchOf(1, step, 5)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	})
+	ref := splitReference(t, cfg, steps, func(step int64) bool { return step <= k })
 
 	j := newJob(t, cfg, []Range{{0, 5}}, []int{1}, steps, ps.BSP)
 	j.lastStep = steps
@@ -127,7 +105,7 @@ func TestResizeAddsAReplicaAtAStep(t *testing.T) {
 			if !ok {
 				return nil, errors.New("asked for input while not a member")
 			}
-			return batchOf(r, step, b), nil
+			return elasticBatch(r, step, b), nil
 		}
 	}
 	w0 := j.elasticWorker(trs, 0, before, input(0))
@@ -163,6 +141,30 @@ func TestResizeAddsAReplicaAtAStep(t *testing.T) {
 	if _, err := w0.Resize(3, Share{Members: []int{0, 1}, Batches: []int{4, 4}, Start: 7}); !errors.Is(err, ErrLate) {
 		t.Errorf("an exact change from step 3 after step %d was read: %v, want ErrLate", steps, err)
 	}
+}
+
+// elasticBatch is replica's batch of step, of size rows.
+func elasticBatch(replica int, step int64, size int) *data.Batch {
+	return testBatch(10+uint64(replica), uint64(step), size)
+}
+
+// splitReference is single-process training on replica 0's batch of 8
+// at the steps alone says, and on replicas 0 and 1's batches of 3 and 5,
+// stacked, at the others: a stage that changes between one replica and
+// two.
+func splitReference(t *testing.T, cfg *config.Model, steps int64, alone func(step int64) bool) *nn.Model {
+	t.Helper()
+	ref, _ := reference(t, cfg, steps, func(step int64) *data.Batch {
+		if alone(step) {
+			return elasticBatch(0, step, 8)
+		}
+		b, err := concatBatches([]*data.Batch{elasticBatch(0, step, 3), elasticBatch(1, step, 5)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
+	return ref
 }
 
 // elasticWorker is a stage-0 replica's worker that reads through Input
