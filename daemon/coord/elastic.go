@@ -63,20 +63,12 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 			left = append(left, t)
 		}
 	}
-	if gone == 0 || len(left) == 0 {
+	if gone == 0 {
 		return false
 	}
-	reps := make([]replica, len(left))
-	members := make([]int, len(left))
-	for i, t := range left {
-		reps[i].units, members[i] = t.task.Units, t.task.Replica
-	}
-	if splitBatch(0, j.file.Batch, reps) != nil {
+	members, batches, ok := splitOver(j, left)
+	if !ok {
 		return false
-	}
-	batches := make([]int, len(reps))
-	for i, r := range reps {
-		batches[i] = r.batch
 	}
 	c.markShrunk(j, n, now, cause)
 	j.joinAt = 0 // the grow in flight, if any, is called off
@@ -84,6 +76,28 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
 		"replicas", members, "batches", batches, "from_step", from)
 	return true
+}
+
+// splitOver is the members and batches of j's stage when only the
+// replicas left remain: the job's batch split over them by units. ok is
+// false when none remain or the batch is too small for them.
+func splitOver(j *job, left []*taskRun) (members, batches []int, ok bool) {
+	if len(left) == 0 {
+		return nil, nil, false
+	}
+	reps := make([]replica, len(left))
+	members = make([]int, len(left))
+	for i, t := range left {
+		reps[i].units, members[i] = t.task.Units, t.task.Replica
+	}
+	if splitBatch(0, j.file.Batch, reps) != nil {
+		return nil, nil, false
+	}
+	batches = make([]int, len(reps))
+	for i, r := range reps {
+		batches[i] = r.batch
+	}
+	return members, batches, true
 }
 
 // Causes of a shrink (shrink).

@@ -10,6 +10,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/pipeline"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Growing a stage in place: PATCH /v1/jobs/{id} with Add puts a new
@@ -302,6 +303,30 @@ func (j *job) joining() bool {
 	}
 	j.joinAt = 0
 	return false
+}
+
+// callOffGrow drops the replicas still joining j, one of which failed on
+// node n: the job goes on as before the grow, rather than failing for a
+// replica that trained nothing. n is suspect to the job as to a restart,
+// so that moving back up does not pick it again at once. It reports
+// whether it did. c.mu is held.
+func (c *Coordinator) callOffGrow(j *job, n *node, failure string, now time.Time) bool {
+	var left []*taskRun
+	for _, t := range stageRuns(j) {
+		if !j.joins(t) {
+			left = append(left, t)
+		}
+	}
+	members, batches, ok := splitOver(j, left)
+	if !ok || canResize(j) != "" {
+		return false
+	}
+	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
+	j.joinAt = 0
+	from := c.resize(j, members, batches)
+	c.log.Warn("grow called off: a joining replica failed", "job", j.id, "node", n.req.Name, "err", failure,
+		"replicas", members, "batches", batches, "from_step", from)
+	return true
 }
 
 // joins reports whether t is a replica a grow added that has not reached

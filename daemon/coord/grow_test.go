@@ -237,3 +237,25 @@ func TestRaiseInPlaceOnlyWhenTheStageGrows(t *testing.T) {
 		t.Errorf("an allreduce stage grows by %+v", req)
 	}
 }
+
+// A joining replica whose task fails (here: its node lacks the memory)
+// calls the grow off: the job goes on as before, the node suspect to it,
+// instead of failing for a replica that trained nothing.
+func TestAJoiningReplicasFailureCallsTheGrowOff(t *testing.T) {
+	c, j, nodes := growFixture(t)
+	if _, err := c.patch("j1", growRequest("b")); err != nil {
+		t.Fatal(err)
+	}
+	c.applyReport(nodes["b"], api.TaskReport{TaskID: "j1.s0.r1", State: api.TaskFailed, Step: 1300, Error: "out of memory", Permanent: true}, time.Now())
+	if j.state != api.JobRunning || j.joining() || len(stageRuns(j)) != 1 || !j.suspect("b", time.Now()) {
+		t.Fatalf("after the joining replica failed: %s (%q), joining %v, %d stage tasks, b suspect %v; want running as before, b suspect",
+			j.state, j.reason, j.joining(), len(stageRuns(j)), j.suspect("b", time.Now()))
+	}
+	if r0 := j.tasks[0].task; !slices.Equal(r0.Members, []int{0}) || r0.Batch != 64 {
+		t.Errorf("replica 0: members %v batch %d, want [0] and the whole batch", r0.Members, r0.Batch)
+	}
+	c.applyReport(nodes["a"], api.TaskReport{TaskID: "j1.s0.r0", State: api.TaskFailed, Step: 1100, Error: "boom"}, time.Now())
+	if j.state == api.JobRunning {
+		t.Error("the job runs on after its one remaining replica failed")
+	}
+}

@@ -442,6 +442,9 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	t.report = r
 	j := t.job
 	c.recordProgress(t, r, now)
+	if r.State == api.TaskFailed && j.joins(t) && c.callOffGrow(j, n, r.Error, now) {
+		return
+	}
 	if r.State == api.TaskFailed {
 		c.taskFailed(j, n, r, now)
 		return
