@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +213,24 @@ func TestDenseSyncFlag(t *testing.T) {
 	o.denseSync = "nccl"
 	if err := parseScenarios(&o, "none"); err == nil || !strings.Contains(err.Error(), "--dense-sync") {
 		t.Fatalf("--dense-sync nccl: %v", err)
+	}
+}
+
+// The grow keeps the replicas, adds one on the spare node, and splits the
+// batch evenly, the remainder to the first.
+func TestEvenGrow(t *testing.T) {
+	s := api.JobStatus{Stages: []api.StageStatus{{Nodes: []string{"n1", "n0", "n2"}, Replicas: []int{2, 0, 1}, Batches: []int{86, 85, 85}}}}
+	req := evenGrow(s, "n3", 258)
+	if !slices.Equal(req.Replicas, []int{0, 1, 2}) || !slices.Equal(req.Batches, []int{65, 65, 64}) ||
+		len(req.Add) != 1 || req.Add[0] != (api.NewReplica{Node: "n3", Batch: 64}) {
+		t.Errorf("evenGrow = %+v", req)
+	}
+	if err := req.Validate(); err != nil {
+		t.Error(err)
+	}
+	if !trainedOn(api.JobStatus{Stages: []api.StageStatus{{Nodes: []string{"n0", "n3"}, StepSeconds: []float64{0.1, 0.2}}}}, "n3") ||
+		trainedOn(api.JobStatus{Stages: []api.StageStatus{{Nodes: []string{"n0", "n3"}, StepSeconds: []float64{0.1, 0}}}}, "n3") ||
+		trainedOn(api.JobStatus{Stages: []api.StageStatus{{Nodes: []string{"n0"}, StepSeconds: []float64{0.1}}}}, "n3") {
+		t.Error("trainedOn")
 	}
 }

@@ -20,6 +20,10 @@
 //     plus the coordinator's heartbeat timeout, then SIGCONT: what the
 //     coordinator did, and whether the stopped node wrote a checkpoint file
 //     after it was fenced;
+//   - grow: no fault; at 40 % of the steps the job is grown onto the spare
+//     node in place (PATCH /v1/jobs/{id} with add, a quarter of the batch
+//     each): the step the replica joins at, how long until the job runs
+//     past it with the four replicas, and that nothing trained twice;
 //   - overhead: the job without [checkpoint] beside the one with it, the mean
 //     step time of each and the overhead of checkpointing, on jobs of
 //     --overhead-steps (a job's span is known to a heartbeat, so short
@@ -83,7 +87,7 @@ type options struct {
 }
 
 // allScenarios is every scenario, in the order they run.
-var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "overhead"}
+var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "overhead"}
 
 func main() {
 	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -89,6 +90,7 @@ var faults = map[string]fault{
 	"ps-node":       killNode(true),
 	"sigstop-stage": stopNode(false),
 	"sigstop-ps":    stopNode(true),
+	"grow":          growOntoSpare,
 }
 
 // scenario runs the job with the checkpoint on a fresh cluster, injects
@@ -342,6 +344,99 @@ func stopNode(ps bool) fault {
 			r.notes = append(r.notes, staleWrites(p.Log, j.ckptDir, at.s.ID, final.ID, fence))
 		}, nil
 	}
+}
+
+// growOntoSpare grows the job's stage onto the node that hosts none of it,
+// the batch split evenly over the replicas, and measures the join: the
+// step the coordinator gives, the time until the job reports a step past
+// it with the new replica, and the steps trained twice (none, unless the
+// job restarted instead).
+func growOntoSpare(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
+	if _, err := b.atFaultPoint(ctx, j); err != nil {
+		return nil, err
+	}
+	at, _ := j.w.last()
+	spare, err := spareNode(j.c, at.s)
+	if err != nil {
+		return nil, err
+	}
+	req := evenGrow(at.s, spare, b.o.batch)
+	body, _ := json.Marshal(req)
+	asked := time.Now()
+	var grown api.JobStatus
+	for try := 0; ; try++ { // until every replica has reported its data position
+		err = j.c.Call(ctx, "PATCH", "/v1/jobs/"+at.s.ID, api.ContentTypeJSON, string(body), &grown)
+		if err == nil || try == 20 || !strings.Contains(err.Error(), "try again") {
+			break
+		}
+		if err := pause(ctx, loopback.Heartbeat/2); err != nil {
+			return nil, err
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("grow onto %s: %w", spare, err)
+	}
+	r.notes = append(r.notes, fmt.Sprintf("grew onto %s at step %d (stage on %s, generation %d -> %d), answered in %s",
+		spare, at.s.Step, stageNodes(at.s), max(at.s.Generation, 1), grown.Generation, time.Since(asked).Round(time.Millisecond)))
+	joined, err := j.w.waitFor(ctx, "the new replica's first steps", b.o.timeout, func(s api.JobStatus) bool {
+		return s.Generation >= grown.Generation && trainedOn(s, spare)
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.recovery = joined.at.Sub(asked)
+	r.notes = append(r.notes, fmt.Sprintf("the job ran on %s past step %d %.1f s after the request", stageNodes(joined.s), joined.s.Step, r.recovery.Seconds()))
+	return func(final api.JobStatus) {
+		r.twice = 0
+		if final.ID != at.s.ID {
+			r.twice = at.s.Step - loopback.RestoredStep(final)
+			r.notes = append(r.notes, fmt.Sprintf("%s restarted as %s from step %d", at.s.ID, final.ID, loopback.RestoredStep(final)))
+		}
+		r.notes = append(r.notes, fmt.Sprintf("ended on %s, generation %d", stageNodes(final), final.Generation))
+	}, nil
+}
+
+// trainedOn reports whether s's stage has a replica on node that has
+// reported a step's compute time: it has trained.
+func trainedOn(s api.JobStatus, node string) bool {
+	if len(s.Stages) == 0 {
+		return false
+	}
+	st := s.Stages[0]
+	i := slices.Index(st.Nodes, node)
+	return i >= 0 && i < len(st.StepSeconds) && st.StepSeconds[i] > 0
+}
+
+// spareNode is a node of the cluster that hosts no stage replica and no
+// PS shard of s.
+func spareNode(c *loopback.Cluster, s api.JobStatus) (string, error) {
+	for _, p := range c.Nodes {
+		if !contains(s.PS, p.Name) && (len(s.Stages) == 0 || !contains(s.Stages[0].Nodes, p.Name)) {
+			return p.Name, nil
+		}
+	}
+	return "", fmt.Errorf("job %s leaves no node spare (stage on %s, PS on %v)", s.ID, stageNodes(s), s.PS)
+}
+
+// evenGrow is the resize that keeps s's replicas and adds one on spare,
+// batch split evenly over them all.
+func evenGrow(s api.JobStatus, spare string, batch int) api.ResizeRequest {
+	st := s.Stages[0]
+	n := len(st.Replicas) + 1
+	req := api.ResizeRequest{Stage: 0}
+	ids := slices.Sorted(slices.Values(st.Replicas))
+	for i, id := range ids {
+		req.Replicas, req.Batches = append(req.Replicas, id), append(req.Batches, batch/n+boolInt(i < batch%n))
+	}
+	req.Add = []api.NewReplica{{Node: spare, Batch: batch/n + boolInt(len(ids) < batch%n)}}
+	return req
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // whatHappened says how the job got past a fault.
