@@ -27,11 +27,11 @@ import (
 //     than take it later, and a PS shard that has applied F refuses it;
 //     the job then restarts from its checkpoint as after any failure.
 //   - The data start is where the whole stage has got to at F: the
-//     largest, over the current replicas, of where each one's reader is
-//     after the steps before F in the data segment it reports
-//     (api.TaskReport.Segment). Every member starts the new segment there,
-//     so no record is read twice and none is skipped beyond the slower
-//     shards' few.
+//     furthest any current replica's reader will be after the steps
+//     before F, counted from where each reports its reader is
+//     (api.TaskReport.Segment: a few heartbeats of steps to count). Every
+//     member starts the new segment there, so no record is read twice and
+//     none is skipped beyond the slower shards' few.
 //
 // The coordinator accepts a grow only once every replica reports the
 // segment of the current make-up (an earlier change has reached them
@@ -44,8 +44,8 @@ const (
 	minGrowSteps   = 16
 )
 
-// growPlan is a grow decided under the coordinator's lock, to be finished
-// by grown after the data start is computed outside it.
+// growPlan is a grow decided under the coordinator's lock, to be applied
+// by addReplicas once the data start is counted outside it.
 type growPlan struct {
 	gen      int64
 	from     int64
@@ -55,8 +55,8 @@ type growPlan struct {
 }
 
 // grow applies a resize that adds replicas (req.Add) to job id's stage.
-// It takes c.mu itself: the data start can take a while to count for a
-// long segment, and is counted without it.
+// It takes c.mu itself: the data start, up to maxGrowRecords records to
+// count, is counted without it.
 func (c *Coordinator) grow(id string, req api.ResizeRequest) (api.JobStatus, error) {
 	c.mu.Lock()
 	j, err := c.resizable(id, req)
@@ -114,7 +114,7 @@ func (c *Coordinator) planGrow(j *job, req api.ResizeRequest) (*growPlan, error)
 	}
 	for replica, seg := range g.segments {
 		_, batch, _ := seg.Share.Of(replica)
-		if (g.from-seg.At)*int64(batch) > maxGrowRecords {
+		if seg.At > g.from || g.from-seg.At > maxGrowRecords/int64(max(batch, 1)) {
 			return conflict("replica %d reports its data position at step %d, %d steps before the step it would join at; try again once it reports a newer one",
 				replica, seg.At, g.from-seg.At)
 		}
@@ -209,13 +209,12 @@ func dataStart(g *growPlan) (int64, error) {
 // data from record start: the kept replicas with the batches asked, then
 // one new task per node, ids above every current one. c.mu is held.
 func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
-	runs := stageRuns(j)
-	model := runs[0].task
 	next := idsAbove(j)
+	raiseIDBound(j, next+len(g.nodes))
+	runs := stageRuns(j)
+	model := runs[0].task // with the new bound
 	members, batches := slices.Clone(g.req.Replicas), slices.Clone(g.req.Batches)
 	units := 0
-	raiseIDBound(j, next+len(g.nodes))
-	model.Replicas, model.Layout = next+len(g.nodes), j.tasks[0].task.Layout
 	for i, n := range g.nodes {
 		t := model
 		t.Replica, t.Units, t.Batch = next+i, n.stageUnits(), g.req.Add[i].Batch
