@@ -227,7 +227,7 @@ func canRebalance(j *job) string {
 	case j.balance.shape.lanes == 0:
 		return j.balance.reason
 	case j.joining():
-		return fmt.Sprintf("replicas join job %s at step %d", j.id, j.joinAt)
+		return fmt.Sprintf("replicas join job %s at step %d", j.id, j.joinStep())
 	}
 	return ""
 }

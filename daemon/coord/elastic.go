@@ -71,7 +71,6 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 		return false
 	}
 	c.markShrunk(j, n, now, cause)
-	j.joinAt = 0 // the grow in flight, if any, is called off
 	from := c.resize(j, members, batches)
 	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
 		"replicas", members, "batches", batches, "from_step", from)
@@ -220,7 +219,7 @@ func (c *Coordinator) resizable(id string, req api.ResizeRequest) (*job, error) 
 		return nil, badRequest("resize: job %s has one stage, 0; got stage %d", id, req.Stage)
 	}
 	if j.joining() {
-		return nil, httpErrorf(http.StatusConflict, "resize job %s: replicas join it at step %d; it changes again once they have", id, j.joinAt)
+		return nil, httpErrorf(http.StatusConflict, "resize job %s: replicas join it at step %d; it changes again once they have", id, j.joinStep())
 	}
 	current := map[int]bool{}
 	for _, t := range stageRuns(j) {

@@ -231,7 +231,6 @@ func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 		}
 	}
 	c.growPlanTo(j, units)
-	j.joinAt = g.from
 	c.changeMembers(j, members, batches, g.from, start)
 	reshapeBalance(j) // the new tasks were in j.tasks already: changeMembers saw no new member
 	c.log.Info("job grown", "job", j.id, "replicas", members, "batches", batches, "from_step", g.from,
@@ -288,20 +287,25 @@ func (c *Coordinator) growPlanTo(j *job, units int) {
 	c.setPlan(j, &plan)
 }
 
+// joinStep is the step the replicas of j's latest grow join at, or 0
+// when its latest change was no grow: an exact change (DataStart) is a
+// grow's, and every later change is not. Derived from the tasks, it
+// outlives a coordinator restart with them. c.mu is held.
+func (j *job) joinStep() int64 {
+	for _, t := range stageRuns(j) {
+		if t.task.DataStart > 0 {
+			return t.task.FromStep
+		}
+	}
+	return 0
+}
+
 // joining reports whether replicas added to j have yet to reach the step
 // they join at: until then no other change may reach the job, since the
 // one in flight is exact. c.mu is held.
 func (j *job) joining() bool {
-	if j.joinAt == 0 {
-		return false
-	}
-	for _, t := range stageRuns(j) {
-		if t.report.Step < j.joinAt {
-			return true
-		}
-	}
-	j.joinAt = 0
-	return false
+	from := j.joinStep()
+	return from > 0 && slices.ContainsFunc(stageRuns(j), func(t *taskRun) bool { return t.report.Step < from })
 }
 
 // callOffGrow drops the replicas still joining j, one of which failed on
@@ -321,8 +325,7 @@ func (c *Coordinator) callOffGrow(j *job, n *node, failure string, now time.Time
 		return false
 	}
 	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
-	j.joinAt = 0
-	from := c.resize(j, members, batches)
+	from := c.resize(j, members, batches) // not exact: the grow is called off
 	c.log.Warn("grow called off: a joining replica failed", "job", j.id, "node", n.req.Name, "err", failure,
 		"replicas", members, "batches", batches, "from_step", from)
 	return true
@@ -331,7 +334,8 @@ func (c *Coordinator) callOffGrow(j *job, n *node, failure string, now time.Time
 // joins reports whether t is a replica a grow added that has not reached
 // the step it joins at. c.mu is held.
 func (j *job) joins(t *taskRun) bool {
-	return j.joinAt > 0 && t.task.Role == api.RoleStage && t.task.FirstStep >= j.joinAt-1 && t.report.Step < j.joinAt
+	from := j.joinStep()
+	return from > 0 && t.task.Role == api.RoleStage && t.task.FirstStep >= from-1 && t.report.Step < from
 }
 
 // stageRuns lists j's stage tasks (of its one stage, for a resize).

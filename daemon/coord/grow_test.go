@@ -34,9 +34,9 @@ func growFixture(t *testing.T) (*Coordinator, *job, map[string]*node) {
 	}
 	c.drained["e"] = true
 	layout := []api.StageLayout{{Replicas: 1, DenseSync: api.DenseSyncPS}}
-	jf, model := jobAndModel(t, ctrJob)
-	jf.Batch, jf.Steps = 64, 100000
-	j := &job{id: "j1", file: jf, model: model, state: api.JobRunning, gen: 1,
+	src := strings.Replace(strings.Replace(ctrJob, "batch = 512", "batch = 64", 1), "steps = 12", "steps = 100000", 1)
+	jf, model := jobAndModel(t, src)
+	j := &job{id: "j1", source: src, file: jf, model: model, state: api.JobRunning, gen: 1,
 		plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 1, Last: len(model.Shapes()) - 1}}, PSType: "cpu"}}
 	j.tasks = []*taskRun{
 		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.s0.r0", JobID: "j1", Role: api.RoleStage, Replicas: 1,
@@ -109,6 +109,14 @@ func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 	}
 
 	expectConflict(t, c, "j1", api.ResizeRequest{Replicas: []int{0, 1}, Batches: []int{40, 24}}, "join")
+	reloaded, err := jobFromRecord(j.record()) // as a restarted coordinator has it, before its nodes report
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reloaded.joining() || reloaded.joinStep() != from {
+		t.Errorf("reloaded from its record the job joins at step %d (joining %v), want %d: a restarted coordinator must not change it before the join",
+			reloaded.joinStep(), reloaded.joining(), from)
+	}
 	if canRebalance(j) == "" {
 		t.Error("the batch controller may change the batches of a job whose replicas are still joining")
 	}

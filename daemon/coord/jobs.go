@@ -33,7 +33,6 @@ type job struct {
 	plan      *sched.Plan
 	planJSON  json.RawMessage
 	gen       int64
-	joinAt    int64              // the step replicas added by a grow join at, until all have reached it (grow.go)
 	tasks     []*taskRun         // stage replicas in stage order, then PS shards
 	hourly    float64            // price of everything placed, per hour
 	stopPlan  context.CancelFunc // ends the scheduler's run while planning
