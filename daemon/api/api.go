@@ -353,6 +353,9 @@ type JobStatus struct {
 	// Generation counts the job's placements: it grows when its tasks are
 	// replaced.
 	Generation int64 `json:"generation,omitempty"`
+	// JoiningAt is the step replicas added by a grow join the stage at,
+	// while they have not all reached it.
+	JoiningAt int64 `json:"joining_at,omitempty"`
 	// Batching is how its data-parallel stage splits the batch, and the
 	// dynamic controller's last decision (daemon/batching.Decision).
 	Batching *BatchingStatus `json:"batching,omitempty"`

@@ -109,6 +109,9 @@ func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 	}
 
 	expectConflict(t, c, "j1", api.ResizeRequest{Replicas: []int{0, 1}, Batches: []int{40, 24}}, "join")
+	if js := c.status(j, time.Now()); js.JoiningAt != from {
+		t.Errorf("status joining_at %d, want %d", js.JoiningAt, from)
+	}
 	reloaded, err := jobFromRecord(j.record()) // as a restarted coordinator has it, before its nodes report
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +130,9 @@ func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 	j.tasks[2].report.Step = from
 	if j.joining() {
 		t.Error("still joining once every replica has reached the step")
+	}
+	if js := c.status(j, time.Now()); js.JoiningAt != 0 {
+		t.Errorf("status joining_at %d once joined, want 0", js.JoiningAt)
 	}
 }
 

@@ -544,6 +544,9 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s.Batching = j.balance.status()
 	s.Alloc = c.jobAllocStatus(j)
 	s.Replan = replanStatus(j, s.CostSoFar)
+	if j.state == api.JobRunning && j.joining() {
+		s.JoiningAt = j.joinStep()
+	}
 	if j.waiting() {
 		s.QueuePosition = c.queuePosition(j)
 	}

@@ -345,3 +345,18 @@ func TestLastLineIsTheDaemonsReason(t *testing.T) {
 		}
 	}
 }
+
+func TestReportShowsAJoiningGrow(t *testing.T) {
+	s := finishedStatus(t)
+	var out, errb bytes.Buffer
+	reportJob(&out, &errb, s, false)
+	if strings.Contains(out.String(), "join") {
+		t.Errorf("a job with no grow under way says one joins:\n%s", out.String())
+	}
+	s.JoiningAt = 1301
+	out.Reset()
+	reportJob(&out, &errb, s, false)
+	if want := "replicas added to stage 0 join it at step 1301"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}

@@ -326,6 +326,9 @@ func printJob(w io.Writer, s api.JobStatus) {
 			cmp.Or(st.DenseSync, "-"), st.PredictedThroughput, st.MeasuredThroughput, ratio, strings.Join(st.Nodes, ","))
 	}
 	tw.Flush()
+	if s.JoiningAt > 0 {
+		fmt.Fprintf(w, "  replicas added to stage 0 join it at step %d\n", s.JoiningAt)
+	}
 	if len(r.PSShards) > 0 {
 		fmt.Fprintf(w, "  parameter servers on %s\n", strings.Join(r.PSShards, ", "))
 	}
