@@ -234,3 +234,23 @@ func TestEvenGrow(t *testing.T) {
 		t.Error("trainedOn")
 	}
 }
+
+// Steps trained twice: none without a restart, the steps from the
+// checkpoint to the one shown at the fault with one, and none when the
+// checkpoint is past that lagging step.
+func TestTrainedTwice(t *testing.T) {
+	at := api.JobStatus{ID: "j1", Step: 691}
+	for _, tc := range []struct {
+		final api.JobStatus
+		want  int64
+	}{
+		{api.JobStatus{ID: "j1"}, 0},
+		{api.JobStatus{ID: "j2", RestoredFrom: &api.CheckpointStatus{Step: 600}}, 91},
+		{api.JobStatus{ID: "j2", RestoredFrom: &api.CheckpointStatus{Step: 700}}, 0},
+	} {
+		r := &result{}
+		if trainedTwice(r, at, tc.final); r.twice != tc.want {
+			t.Errorf("restored from %+v: %d trained twice, want %d", tc.final.RestoredFrom, r.twice, tc.want)
+		}
+	}
+}

@@ -227,11 +227,24 @@ func measureRecovery(j *jobRun, r *result, at sample, fault time.Time) func(api.
 		} else {
 			r.notes = append(r.notes, "training never went past the step of the fault")
 		}
-		r.twice = 0
-		if final.ID != at.s.ID {
-			r.twice = at.s.Step - loopback.RestoredStep(final)
-			r.notes = append(r.notes, fmt.Sprintf("%s restarted as %s from step %d on %s", at.s.ID, final.ID, loopback.RestoredStep(final), stageNodes(final)))
-		}
+		trainedTwice(r, at.s, final)
+	}
+}
+
+// trainedTwice sets the steps r's job trained twice: none unless it
+// restarted, else those from the checkpoint it resumed from to the step
+// the API showed at the fault — none when that checkpoint is past it
+// (the shown step lags the job by up to a heartbeat).
+func trainedTwice(r *result, at, final api.JobStatus) {
+	r.twice = 0
+	if final.ID == at.ID {
+		return
+	}
+	from := loopback.RestoredStep(final)
+	r.twice = max(0, at.Step-from)
+	r.notes = append(r.notes, fmt.Sprintf("%s restarted as %s from step %d on %s", at.ID, final.ID, from, stageNodes(final)))
+	if from > at.Step {
+		r.notes = append(r.notes, fmt.Sprintf("the checkpoint it resumed from is past step %d, the one shown at the fault: reports lag up to a heartbeat", at.Step))
 	}
 }
 
@@ -387,11 +400,7 @@ func growOntoSpare(ctx context.Context, b *bench, j *jobRun, r *result) (func(ap
 	r.recovery = joined.at.Sub(asked)
 	r.notes = append(r.notes, fmt.Sprintf("the job ran on %s past step %d %.1f s after the request", stageNodes(joined.s), joined.s.Step, r.recovery.Seconds()))
 	return func(final api.JobStatus) {
-		r.twice = 0
-		if final.ID != at.s.ID {
-			r.twice = at.s.Step - loopback.RestoredStep(final)
-			r.notes = append(r.notes, fmt.Sprintf("%s restarted as %s from step %d", at.s.ID, final.ID, loopback.RestoredStep(final)))
-		}
+		trainedTwice(r, at.s, final)
 		r.notes = append(r.notes, fmt.Sprintf("ended on %s, generation %d", stageNodes(final), final.Generation))
 	}, nil
 }
