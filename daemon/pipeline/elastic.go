@@ -191,6 +191,7 @@ type ShardedInput struct {
 	// segment's records again.
 	at      int64
 	cursors []int64
+	scratch []int64 // advance's, reused
 	src     data.Source
 	next    int64 // the step the reader is positioned for
 	ahead   *data.Prefetcher[*data.Batch]
@@ -322,18 +323,22 @@ func (in *ShardedInput) advance(step int64) error {
 	if step < in.at {
 		return fmt.Errorf("step %d: the data is at step %d already (steps come in order)", step, in.at)
 	}
-	in.mu.Lock() // a step's records take microseconds to count
-	defer in.mu.Unlock()
+	// Counted off the lock: a restored job's first step counts every
+	// record before it, and Segment must not wait for that.
+	in.scratch = append(in.scratch[:0], in.cursors...)
 	for i, b := range in.share.Batches {
 		o := in.Base
-		o.Shard, o.Shards, o.Start = i, len(in.share.Members), in.cursors[i]
+		o.Shard, o.Shards, o.Start = i, len(in.share.Members), in.scratch[i]
 		p, err := o.After((step - in.at) * int64(b))
 		if err != nil {
 			return err
 		}
-		in.cursors[i] = p
+		in.scratch[i] = p
 	}
+	in.mu.Lock()
+	copy(in.cursors, in.scratch)
 	in.at = step
+	in.mu.Unlock()
 	return nil
 }
 
