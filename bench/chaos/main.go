@@ -81,6 +81,7 @@ type options struct {
 	stopFor             time.Duration
 	overheadRuns        int
 	scenarios           []string
+	keep                bool
 	out, catalog        string
 	denseSync           string
 	timeout             time.Duration
@@ -104,6 +105,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results/chaos.txt", "also write the output to this file (empty: stdout only)")
 	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose "+unitType+" type the nodes offer")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up on a scenario's job after this long")
+	flag.BoolVar(&o.keep, "keep", false, "keep the daemons' logs and files even when every scenario succeeds")
 	flag.StringVar(&o.denseSync, "dense-sync", "ps", "the job's dense_sync: ps (the stage shrinks in place when a replica's node dies) or allreduce (it restarts from a checkpoint)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -185,9 +187,12 @@ func run(ctx context.Context, o options) error {
 	for _, r := range results {
 		failed = failed || r.err != nil
 	}
-	if failed {
+	switch {
+	case failed:
 		fmt.Fprintf(os.Stderr, "bench/chaos: a scenario failed; the daemons' logs are in %s\n", dir)
-	} else {
+	case o.keep:
+		fmt.Fprintf(os.Stderr, "bench/chaos: the daemons' logs are in %s\n", dir)
+	default:
 		os.RemoveAll(dir)
 	}
 	if err := w.Close(); err != nil { // the load average after, and the results file written whole

@@ -144,17 +144,54 @@ func (c *Coordinator) notReadyToGrow(j *job) string {
 }
 
 // growMargin is the steps a new replica joins ahead of the furthest one:
-// growHeartbeats heartbeat intervals at the fastest replica's reported
-// step rate, at least minGrowSteps. c.mu is held.
+// growHeartbeats heartbeat intervals, and one more for the reports' lag,
+// at the stage's step rate: the faster of its recent pace and each
+// replica's own average (which a stall or a larger batch since lowers),
+// at least minGrowSteps. c.mu is held.
 func (c *Coordinator) growMargin(j *job) int64 {
-	rate := 0.0
+	rate := j.pace.rate()
 	for _, t := range stageRuns(j) {
-		if t.task.Batch > 0 {
-			rate = max(rate, t.report.SamplesPerS/float64(t.task.Batch))
+		if t.report.Batch > 0 {
+			rate = max(rate, t.report.SamplesPerS/float64(t.report.Batch))
 		}
 	}
-	steps := rate * growHeartbeats * c.cfg.HeartbeatInterval.Seconds()
+	steps := rate * (growHeartbeats + 1) * c.cfg.HeartbeatInterval.Seconds()
 	return max(minGrowSteps, int64(math.Ceil(steps)))
+}
+
+// stepPace follows how fast a job's stage advances: the furthest step
+// its replicas have reported and when, over its latest paceSamples
+// advances.
+type stepPace struct {
+	steps []int64
+	times []time.Time
+}
+
+const paceSamples = 8
+
+// observe records that a replica reported step at now.
+func (p *stepPace) observe(step int64, now time.Time) {
+	if n := len(p.steps); n > 0 && step <= p.steps[n-1] {
+		return
+	}
+	p.steps, p.times = append(p.steps, step), append(p.times, now)
+	if len(p.steps) > paceSamples {
+		p.steps, p.times = p.steps[1:], p.times[1:]
+	}
+}
+
+// rate is the steps a second over the recorded advances; 0 with fewer
+// than two.
+func (p *stepPace) rate() float64 {
+	n := len(p.steps)
+	if n < 2 {
+		return 0
+	}
+	d := p.times[n-1].Sub(p.times[0]).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(p.steps[n-1]-p.steps[0]) / d
 }
 
 // growNodes looks up the nodes new replicas go on: live, in service, of

@@ -41,7 +41,7 @@ func growFixture(t *testing.T) (*Coordinator, *job, map[string]*node) {
 	j.tasks = []*taskRun{
 		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.s0.r0", JobID: "j1", Role: api.RoleStage, Replicas: 1,
 			Units: 1, Batch: 64, DataShards: 1, Layout: layout, Generation: 1},
-			report: api.TaskReport{TaskID: "j1.s0.r0", State: api.TaskRunning, Step: 1000, SamplesPerS: 6400,
+			report: api.TaskReport{TaskID: "j1.s0.r0", State: api.TaskRunning, Step: 1000, SamplesPerS: 6400, Batch: 64,
 				Segment: &api.DataSegment{From: 1, Start: 0, Members: []int{0}, Batches: []int{64}, At: 1, Position: 0}}},
 		{job: j, node: nodes["a"], nodeName: "a", task: api.Task{TaskID: "j1.ps0", JobID: "j1", Role: api.RolePS, Layout: layout, Generation: 1}},
 	}
@@ -73,7 +73,7 @@ func TestGrowAddsAReplicaAheadOfTheStage(t *testing.T) {
 	if j.balance.ctl == nil || j.balance.shape.lanes != 2 {
 		t.Errorf("after the grow the batching has %d lanes and controller %v, want 2 lanes, dynamic", j.balance.shape.lanes, j.balance.ctl)
 	}
-	const from = 1000 + 1 + 3*100 // 100 steps/s reported, a 1 s heartbeat
+	const from = 1000 + 1 + 4*100 // 100 steps/s reported, four 1 s heartbeats (three, and one of the reports' lag)
 	wantStart, _ := data.Options{Split: data.SplitTrain}.After((from - 1) * 64)
 	if len(j.tasks) != 3 || j.gen != 2 {
 		t.Fatalf("%d tasks at generation %d, want 3 at 2", len(j.tasks), j.gen)
@@ -260,7 +260,7 @@ func TestAJoiningReplicasFailureCallsTheGrowOff(t *testing.T) {
 	if _, err := c.patch("j1", growRequest("b")); err != nil {
 		t.Fatal(err)
 	}
-	c.applyReport(nodes["b"], api.TaskReport{TaskID: "j1.s0.r1", State: api.TaskFailed, Step: 1300, Error: "out of memory", Permanent: true}, time.Now())
+	c.applyReport(nodes["b"], api.TaskReport{TaskID: "j1.s0.r1", State: api.TaskFailed, Step: 1400, Error: "out of memory", Permanent: true}, time.Now())
 	if j.state != api.JobRunning || j.joining() || len(stageRuns(j)) != 1 || !j.suspect("b", time.Now()) {
 		t.Fatalf("after the joining replica failed: %s (%q), joining %v, %d stage tasks, b suspect %v; want running as before, b suspect",
 			j.state, j.reason, j.joining(), len(stageRuns(j)), j.suspect("b", time.Now()))
@@ -271,5 +271,27 @@ func TestAJoiningReplicasFailureCallsTheGrowOff(t *testing.T) {
 	c.applyReport(nodes["a"], api.TaskReport{TaskID: "j1.s0.r0", State: api.TaskFailed, Step: 1100, Error: "boom"}, time.Now())
 	if j.state == api.JobRunning {
 		t.Error("the job runs on after its one remaining replica failed")
+	}
+}
+
+// The margin a grow leaves follows the stage's recent pace when it is
+// faster than the replicas' own averages (a stall, or a batch grown by a
+// shrink, lowers those), and never falls below minGrowSteps.
+func TestGrowMarginFollowsThePace(t *testing.T) {
+	c, j, _ := growFixture(t)
+	if m := c.growMargin(j); m != 400 {
+		t.Errorf("margin %d steps at the 100 steps/s replica 0 reports, want 400", m)
+	}
+	t0 := time.Now()
+	for i := range 5 {
+		j.pace.observe(int64(1000+250*i), t0.Add(time.Duration(i)*time.Second))
+	}
+	j.pace.observe(1100, t0.Add(6*time.Second)) // an older report from a lagging replica
+	if m := c.growMargin(j); m != 1000 {
+		t.Errorf("margin %d steps at a pace of 250 steps/s, want 1000", m)
+	}
+	j.tasks[0].report.SamplesPerS, j.pace = 0, stepPace{}
+	if m := c.growMargin(j); m != minGrowSteps {
+		t.Errorf("margin %d steps with no rate known, want %d", m, minGrowSteps)
 	}
 }

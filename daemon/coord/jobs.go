@@ -33,6 +33,7 @@ type job struct {
 	plan      *sched.Plan
 	planJSON  json.RawMessage
 	gen       int64
+	pace      stepPace           // how fast its stage advances (grow.go)
 	tasks     []*taskRun         // stage replicas in stage order, then PS shards
 	hourly    float64            // price of everything placed, per hour
 	stopPlan  context.CancelFunc // ends the scheduler's run while planning
@@ -441,6 +442,9 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	t.report = r
 	j := t.job
 	c.recordProgress(t, r, now)
+	if t.task.Role == api.RoleStage && r.State == api.TaskRunning {
+		j.pace.observe(r.Step, now)
+	}
 	if r.State == api.TaskFailed && j.joins(t) && c.callOffGrow(j, n, r.Error, now) {
 		return
 	}

@@ -187,7 +187,7 @@ func TestPatchGrowsAStage(t *testing.T) {
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
 	cl.waitNodes(2)
-	id := cl.submit(longDPJob(t, 600))
+	id := cl.submit(longDPJob(t, 20000)) // long enough for the join, some heartbeats of steps ahead
 	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 3 || s.State.Final() })
 	cl.startNode("c", "cpu")
 	cl.waitNodes(3)
@@ -204,7 +204,7 @@ func TestPatchGrowsAStage(t *testing.T) {
 		t.Fatalf("grow: %d %s", status, text)
 	}
 	s := cl.waitJob(id, final)
-	if s.State != api.JobDone || s.Step != 600 || s.Restarts != 0 || s.RestartedAs != "" || s.Generation != 2 {
+	if s.State != api.JobDone || s.Step != 20000 || s.Restarts != 0 || s.RestartedAs != "" || s.Generation != 2 {
 		t.Fatalf("after the grow: %s (%q) at step %d, generation %d, restarted as %q", s.State, s.Reason, s.Step, s.Generation, s.RestartedAs)
 	}
 	st := s.Stages[0]
