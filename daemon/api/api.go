@@ -125,6 +125,10 @@ type TaskReport struct {
 	// the data cannot feed, memory the task cannot have): restarting the
 	// job would fail the same way.
 	Permanent bool `json:"permanent,omitempty"`
+	// Late is the generation of an exact change (Task.DataStart) the task
+	// could not take at its step and went on without: the coordinator
+	// calls that change off.
+	Late int64 `json:"late,omitempty"`
 	// Segment is a stage-0 replica's data segment (its reader's position
 	// is computed from it): what the coordinator needs to give a replica
 	// joining the stage its data start (Task.DataStart).
@@ -278,9 +282,10 @@ type Task struct {
 	// only then). DataStart, when > 0, is the record index stage 0's data
 	// starts at in the segment beginning at FromStep, for every member: a
 	// replica joining a running stage starts there, and the change is
-	// exact — each member takes it at FromStep or fails (a replica that
-	// has read that step's input already cannot), and a PS shard refuses
-	// it once that step is applied. Without it a member takes a change
+	// exact — each member takes it at FromStep or not at all (a replica
+	// that has read that step's input, a PS shard that has applied the
+	// step), going on as it was and reporting it (TaskReport.Late).
+	// Without it a member takes a change
 	// from the first step whose input it has not read, at the record it
 	// computes the stage has reached.
 	Generation int64 `json:"generation,omitempty"`

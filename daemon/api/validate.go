@@ -141,6 +141,8 @@ func (t *TaskReport) validate() error {
 		return fmt.Errorf("state: %.20q is not running, done or failed", t.State)
 	case t.Step < 0:
 		return fmt.Errorf("step: must be >= 0, got %d", t.Step)
+	case t.Late < 0:
+		return fmt.Errorf("late: must be >= 0, got %d", t.Late)
 	case !finite(t.Loss):
 		return fmt.Errorf("loss: must be finite")
 	case !finite(t.SamplesPerS) || t.SamplesPerS < 0:

@@ -23,9 +23,9 @@ import (
 //   - The step F is a few heartbeats of steps past the furthest any
 //     replica has reported, so that every node has the change before any
 //     replica reads F's input. The change is exact (api.Task.DataStart):
-//     a replica that has read F's input already fails its task rather
-//     than take it later, and a PS shard that has applied F refuses it;
-//     the job then restarts from its checkpoint as after any failure.
+//     a replica that has read F's input already, or a PS shard that has
+//     applied F, refuses it, goes on as it was and reports it late
+//     (api.TaskReport.Late), and the coordinator calls the grow off.
 //   - The data start is where the whole stage has got to at F: the
 //     furthest any current replica's reader will be after the steps
 //     before F, counted from where each reports its reader is
@@ -345,12 +345,12 @@ func (j *job) joining() bool {
 	return from > 0 && slices.ContainsFunc(stageRuns(j), func(t *taskRun) bool { return t.report.Step < from })
 }
 
-// callOffGrow drops the replicas still joining j, one of which failed on
-// node n: the job goes on as before the grow, rather than failing for a
-// replica that trained nothing. n is suspect to the job as to a restart,
-// so that moving back up does not pick it again at once. It reports
-// whether it did. c.mu is held.
-func (c *Coordinator) callOffGrow(j *job, n *node, failure string, now time.Time) bool {
+// callOffGrow drops the replicas still joining j, for why: the job goes
+// on as before the grow rather than failing or waiting for replicas that
+// trained nothing. A joining replica's failure makes its node, suspect,
+// suspect to the job as to a restart, so that moving back up does not pick
+// it again at once. It reports whether it did. c.mu is held.
+func (c *Coordinator) callOffGrow(j *job, why string, suspect *node, now time.Time) bool {
 	var left []*taskRun
 	for _, t := range stageRuns(j) {
 		if !j.joins(t) {
@@ -361,11 +361,18 @@ func (c *Coordinator) callOffGrow(j *job, n *node, failure string, now time.Time
 	if !ok || canResize(j) != "" {
 		return false
 	}
-	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
+	if suspect != nil {
+		j.suspects = append(j.suspects, store.Suspect{Node: suspect.req.Name, Until: now.Add(c.cfg.SuspectFor)})
+	}
 	from := c.resize(j, members, batches) // not exact: the grow is called off
-	c.log.Warn("grow called off: a joining replica failed", "job", j.id, "node", n.req.Name, "err", failure,
-		"replicas", members, "batches", batches, "from_step", from)
+	c.log.Warn("grow called off", "job", j.id, "why", why, "replicas", members, "batches", batches, "from_step", from)
 	return true
+}
+
+// lateForGrow reports whether r says its task could not take j's grow
+// in flight at its step (api.TaskReport.Late). c.mu is held.
+func lateForGrow(j *job, r api.TaskReport) bool {
+	return r.Late > 0 && r.Late == j.gen && j.joining()
 }
 
 // joins reports whether t is a replica a grow added that has not reached

@@ -295,3 +295,23 @@ func TestGrowMarginFollowsThePace(t *testing.T) {
 		t.Errorf("margin %d steps with no rate known, want %d", m, minGrowSteps)
 	}
 }
+
+// A task that reports it took the grow in flight too late (its shard had
+// applied the step, or its replica had read its input) calls the grow
+// off: the job goes on as before; a late report of an older change is
+// ignored.
+func TestALateReportCallsTheGrowOff(t *testing.T) {
+	c, j, nodes := growFixture(t)
+	if _, err := c.patch("j1", growRequest("b")); err != nil {
+		t.Fatal(err)
+	}
+	c.applyReport(nodes["a"], api.TaskReport{TaskID: "j1.ps0", State: api.TaskRunning, Late: j.gen - 1}, time.Now())
+	if !j.joining() {
+		t.Fatal("a late report of an older change called the grow off")
+	}
+	c.applyReport(nodes["a"], api.TaskReport{TaskID: "j1.ps0", State: api.TaskRunning, Late: j.gen}, time.Now())
+	if j.state != api.JobRunning || j.joining() || len(stageRuns(j)) != 1 || j.suspect("a", time.Now()) {
+		t.Fatalf("after the late report: %s, joining %v, %d stage tasks, a suspect %v; want running on replica 0 alone, a not suspect",
+			j.state, j.joining(), len(stageRuns(j)), j.suspect("a", time.Now()))
+	}
+}

@@ -445,8 +445,11 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	if t.task.Role == api.RoleStage && r.State == api.TaskRunning {
 		j.pace.observe(r.Step, now)
 	}
-	if r.State == api.TaskFailed && j.joins(t) && c.callOffGrow(j, n, r.Error, now) {
+	if r.State == api.TaskFailed && j.joins(t) && c.callOffGrow(j, "a joining replica failed: "+r.Error, n, now) {
 		return
+	}
+	if lateForGrow(j, r) {
+		c.callOffGrow(j, fmt.Sprintf("task %s on node %s took it too late", t.task.TaskID, n.req.Name), nil, now)
 	}
 	if r.State == api.TaskFailed {
 		c.taskFailed(j, n, r, now)

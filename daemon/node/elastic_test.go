@@ -136,3 +136,37 @@ func TestUpdateTaskDropsAReplica(t *testing.T) {
 	name := ps.FileName(0, 1)
 	sameTensors(t, filepath.Join(ckpt.StepDir(dir, steps), name), filepath.Join(ckpt.StepDir(refDir, steps), name))
 }
+
+// An exact change (a grow's) that reaches a task after its step — the
+// shard has applied it, the replica has read its input — fails neither:
+// each reports it late and goes on as it was, and the job trains to its
+// end on its old replica.
+func TestALateExactChangeFailsNoTask(t *testing.T) {
+	const steps = 400
+	model, err := os.ReadFile("testdata/tiny.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ctx := startAgent(t, "a")
+	base := api.Task{JobID: "late", Model: string(model), Data: "synthetic:1", Steps: steps, Seed: 3, Mode: api.ModeBSP, Plain: true,
+		Layout: []api.StageLayout{{FirstLayer: 0, LastLayer: 3, Replicas: 1}}, PS: []string{a.psAddr}}
+	psTask := base
+	psTask.TaskID, psTask.Role = "late-ps0", api.RolePS
+	stage := base
+	stage.TaskID, stage.Role, stage.Replicas, stage.Units, stage.LastLayer, stage.DataShards, stage.Batch = "late-s0r0", api.RoleStage, 1, 1, 3, 1, 64
+	a.reconcile(ctx, []api.Task{psTask, stage})
+	waitReport(t, a, stage.TaskID, func(r api.TaskReport) bool { return r.Step >= 20 })
+	grow := func(s api.Task) api.Task {
+		s.Generation, s.FromStep, s.Members, s.Batches, s.DataStart = 1, 2, []int{0, 1}, []int{32, 32}, 1000
+		return s
+	}
+	a.reconcile(ctx, []api.Task{grow(psTask), grow(stage)})
+	for _, id := range []string{psTask.TaskID, stage.TaskID} {
+		if r := waitReport(t, a, id, func(r api.TaskReport) bool { return r.Late == 1 || r.State == api.TaskFailed }); r.State == api.TaskFailed {
+			t.Fatalf("%s failed on a late exact change: %s", id, r.Error)
+		}
+	}
+	if r := waitReport(t, a, stage.TaskID, func(r api.TaskReport) bool { return r.State != api.TaskRunning }); r.State != api.TaskDone || r.Step != steps {
+		t.Errorf("the replica ended %s at step %d (%s), want done at %d", r.State, r.Step, r.Error, steps)
+	}
+}

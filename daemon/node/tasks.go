@@ -10,6 +10,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/pipeline"
+	"github.com/heterps/heterps/daemon/ps"
 )
 
 // task is one assignment the node holds: its spec, how to stop it and its
@@ -63,6 +64,20 @@ func (a *Agent) fail(ctx context.Context, t *task, err error) {
 	a.setReport(ctx, t, func(r *api.TaskReport) { r.State, r.Error, r.Permanent = api.TaskFailed, msg, permanent })
 }
 
+// isLate reports whether err is an exact change that came after its step
+// (a worker had read its input, a shard had applied it): the task goes on
+// as it was, and the coordinator calls the change off.
+func isLate(err error) bool {
+	return errors.Is(err, pipeline.ErrLate) || errors.Is(err, ps.ErrLate)
+}
+
+// late reports that t could not take the exact change of spec's
+// generation at its step, and goes on without it.
+func (a *Agent) late(ctx context.Context, t *task, spec api.Task, err error) {
+	a.taskLog(t.spec).Warn("an exact change came late; going on without it", "generation", spec.Generation, "err", err)
+	a.setReport(ctx, t, func(r *api.TaskReport) { r.Late = spec.Generation })
+}
+
 // permanentError is a deterministic failure: the task's input (model,
 // data, memory it needs) is wrong, so running it again would fail again.
 type permanentError struct{ error }
@@ -90,7 +105,11 @@ func isPermanent(err error) bool {
 // and running ones given a newer generation updated (updateTask).
 func (a *Agent) reconcile(ctx context.Context, specs []api.Task) {
 	for _, u := range a.replaceTasks(ctx, specs) {
-		if err := a.updateTask(u.task, u.spec); err != nil {
+		err := a.updateTask(u.task, u.spec)
+		switch {
+		case isLate(err):
+			a.late(ctx, u.task, u.spec, err)
+		case err != nil:
 			a.fail(ctx, u.task, err)
 		}
 	}
