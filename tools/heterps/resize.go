@@ -66,6 +66,9 @@ func resizeJob(ctx context.Context, c *coordClient, args []string) (api.JobStatu
 	if s, err = c.resizeOrGrow(ctx, s.ID, req); err != nil || len(s.Stages) == 0 {
 		return s, fmt.Sprintf("job %s: resized", s.ID), err
 	}
+	if s.JoiningAt > 0 {
+		return s, fmt.Sprintf("job %s: stage 0 runs %s from step %d, when the added replicas join", s.ID, describeSplit(s.Stages[0]), s.JoiningAt), nil
+	}
 	return s, fmt.Sprintf("job %s: stage 0 now runs %s from its next step", s.ID, describeSplit(s.Stages[0])), nil
 }
 

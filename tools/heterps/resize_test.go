@@ -91,6 +91,9 @@ func TestResizeCommand(t *testing.T) {
 				st := &s.Stages[0]
 				st.Nodes, st.Replicas, st.Batches = append(st.Nodes, a.Node), append(st.Replicas, 2), append(st.Batches, a.Batch)
 			}
+			if len(req.Add) > 0 {
+				s.JoiningAt = 1401
+			}
 		}
 		w.Header().Set("Content-Type", api.ContentTypeJSON)
 		json.NewEncoder(w).Encode(s)
@@ -123,7 +126,7 @@ func TestResizeCommand(t *testing.T) {
 	if len(patched) != 4 || !slices.Equal(patched[3].Add, []api.NewReplica{{Node: "n7", Batch: 212}}) || !slices.Equal(patched[3].Replicas, []int{1}) {
 		t.Errorf("PATCHed %+v; want the grow sent until it was taken (3 times), adding n7 with 212", patched[1:])
 	}
-	if want := "n7 (r2) b=212"; !strings.Contains(out.String(), want) {
+	if want := "n7 (r2) b=212 from step 1401, when the added replicas join"; !strings.Contains(out.String(), want) {
 		t.Errorf("resize says %q, want it to name %q", out.String(), want)
 	}
 }
