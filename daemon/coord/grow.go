@@ -75,7 +75,7 @@ func (c *Coordinator) grow(id string, req api.ResizeRequest) (api.JobStatus, err
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if j.gen != g.gen || j.state != api.JobRunning {
-		return api.JobStatus{}, httpErrorf(http.StatusConflict, "grow job %s: the job changed while its data start was counted; try again", j.id)
+		return api.JobStatus{}, tryAgain("grow job %s: the job changed while its data start was counted", j.id)
 	}
 	c.addReplicas(j, g, start)
 	return c.status(j, time.Now()), nil
@@ -94,7 +94,7 @@ func (c *Coordinator) planGrow(j *job, req api.ResizeRequest) (*growPlan, error)
 		return conflict("%s", allreduceMembersFixed)
 	}
 	if why := c.notReadyToGrow(j); why != "" {
-		return conflict("%s; try again in a few heartbeats", why)
+		return nil, tryAgain("grow job %s: %s", j.id, why)
 	}
 	nodes, err := c.growNodes(j, req.Add)
 	if err != nil {
@@ -115,8 +115,8 @@ func (c *Coordinator) planGrow(j *job, req api.ResizeRequest) (*growPlan, error)
 	for replica, seg := range g.segments {
 		_, batch, _ := seg.Share.Of(replica)
 		if seg.At > g.from || g.from-seg.At > maxGrowRecords/int64(max(batch, 1)) {
-			return conflict("replica %d reports its data position at step %d, %d steps before the step it would join at; try again once it reports a newer one",
-				replica, seg.At, g.from-seg.At)
+			return nil, tryAgain("grow job %s: replica %d reports its data position at step %d, %d steps from the step it would join at",
+				j.id, replica, seg.At, g.from-seg.At)
 		}
 	}
 	return g, nil

@@ -28,7 +28,8 @@ func growFixture(t *testing.T) (*Coordinator, *job, map[string]*node) {
 		state     api.NodeState
 	}{{"a", "cpu", api.NodeAlive}, {"b", "cpu", api.NodeAlive}, {"c", "gpu", api.NodeAlive}, {"d", "cpu", api.NodeDead},
 		{"e", "cpu", api.NodeAlive}, {"f", "cpu", api.NodeAlive}} {
-		nd := &node{id: "id-" + n.name, req: api.RegisterRequest{Name: n.name, Type: n.typ, Units: 1}, kind: config.KindCPU, state: n.state}
+		nd := &node{id: "id-" + n.name, req: api.RegisterRequest{Name: n.name, Type: n.typ, Units: 1, DataAddr: "127.0.0.1:7000"},
+			kind: config.KindCPU, state: n.state}
 		nodes[n.name] = nd
 		c.nodes = append(c.nodes, nd)
 	}
@@ -313,5 +314,30 @@ func TestALateReportCallsTheGrowOff(t *testing.T) {
 	if j.state != api.JobRunning || j.joining() || len(stageRuns(j)) != 1 || j.suspect("a", time.Now()) {
 		t.Fatalf("after the late report: %s, joining %v, %d stage tasks, a suspect %v; want running on replica 0 alone, a not suspect",
 			j.state, j.joining(), len(stageRuns(j)), j.suspect("a", time.Now()))
+	}
+}
+
+// A move back up that the coordinator refuses to grow for now (here: the
+// replica has not reported its data position) waits for the next
+// checkpoints, maxGrowWaits of them, then moves by the restart path.
+func TestRaiseWaitsForAGrowThenRestarts(t *testing.T) {
+	c, j, _ := growFixture(t)
+	j.tasks[0].report.Segment = nil
+	last := j.plan.Stages[0].Last
+	plan := &sched.Plan{Feasible: true, Throughput: 2000, Stages: []sched.Stage{{Type: "cpu", Units: 2, Last: last}}}
+	in := raiseInput{j: j, gen: j.gen, cur: 1000, step: 1000, from: 1000}
+	req, ok := c.raiseInPlace(in, plan, nil)
+	if !ok {
+		t.Fatal("no grow for a plan of two cpu units with b free")
+	}
+	for wait := 1; wait <= maxGrowWaits; wait++ {
+		c.raiseByGrowing(in, req, plan)
+		if j.growWaits != wait || j.state != api.JobRunning || len(stageRuns(j)) != 1 {
+			t.Fatalf("refusal %d: %d waits, %s with %d replicas; want %d waits, still running as it was", wait, j.growWaits, j.state, len(stageRuns(j)), wait)
+		}
+	}
+	c.raiseByGrowing(in, req, plan)
+	if j.growWaits != 0 || j.state != api.JobRestarting || !j.moving {
+		t.Errorf("after %d waits: %d waits, %s (moving %v); want the move back up by a restart", maxGrowWaits, j.growWaits, j.state, j.moving)
 	}
 }

@@ -18,9 +18,22 @@ import (
 type httpError struct {
 	status int
 	msg    string
+	later  bool // the same request may succeed in a few heartbeats (tryAgain)
 }
 
 func (e *httpError) Error() string { return e.msg }
+
+// tryAgain is a 409 that the same request may not meet in a few
+// heartbeats: the message ends by saying so.
+func tryAgain(format string, args ...any) error {
+	return &httpError{status: http.StatusConflict, msg: fmt.Sprintf(format, args...) + "; try again in a few heartbeats", later: true}
+}
+
+// isTryAgain reports whether err is a tryAgain refusal.
+func isTryAgain(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.later
+}
 
 func httpErrorf(status int, format string, args ...any) error {
 	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}

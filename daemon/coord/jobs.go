@@ -34,6 +34,7 @@ type job struct {
 	planJSON  json.RawMessage
 	gen       int64
 	pace      stepPace           // how fast its stage advances (grow.go)
+	growWaits int                // checkpoints a move back up has waited for a grow (raise.go)
 	tasks     []*taskRun         // stage replicas in stage order, then PS shards
 	hourly    float64            // price of everything placed, per hour
 	stopPlan  context.CancelFunc // ends the scheduler's run while planning

@@ -161,20 +161,35 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 	}
 }
 
-// raiseByGrowing grows in.j by req (grow.go); if the coordinator refuses,
-// the job moves back up by a restart as it would have without it.
+// raiseByGrowing grows in.j by req (grow.go); if the coordinator refuses
+// for now (tryAgain), it tries again at the next checkpoints, up to
+// maxGrowWaits of them, and if it refuses for good or for longer, the job
+// moves back up by a restart as it would have without it.
 func (c *Coordinator) raiseByGrowing(in raiseInput, req api.ResizeRequest, plan *sched.Plan) {
 	_, err := c.grow(in.j.id, req)
-	if err == nil {
-		c.log.Info("job grows back up to its throughput_limit in place", "job", in.j.id, "throughput", plan.Throughput, "was", in.cur,
-			"added", req.Add)
-		return
-	}
-	c.log.Info("not growing back up in place; moving by a restart instead", "job", in.j.id, "err", err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	j := in.j
+	switch {
+	case err == nil:
+		j.growWaits = 0
+		c.log.Info("job grows back up to its throughput_limit in place", "job", j.id, "throughput", plan.Throughput, "was", in.cur,
+			"added", req.Add)
+		return
+	case isTryAgain(err) && j.growWaits < maxGrowWaits: // say, the shrink just before has not reached every replica
+		j.growWaits++
+		c.log.Info("not growing back up in place yet; trying at the next checkpoint", "job", j.id, "err", err)
+		return
+	}
+	j.growWaits = 0
+	c.log.Info("not growing back up in place; moving by a restart instead", "job", j.id, "err", err)
 	c.applyRaise(in, plan, nil, time.Now())
 }
+
+// maxGrowWaits is how many checkpoints in a row a move back up waits for
+// a grow the coordinator refuses for now (replicas that report no data
+// position, e.g. of an older heterpsd, never let it) before it restarts.
+const maxGrowWaits = 2
 
 // raiseInPlace returns the grow that takes j to plan without a restart,
 // when there is one: plan is j's one stage with more units of its type,
