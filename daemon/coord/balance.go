@@ -194,10 +194,8 @@ func reshapeBalance(j *job) {
 	if j.balance == nil || j.plan == nil || len(j.plan.Stages) != 1 {
 		return
 	}
-	runs := stageRuns(j)
-	slices.SortFunc(runs, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
 	pl := &placement{stages: make([][]replica, 1)}
-	for _, t := range runs {
+	for _, t := range stageRuns(j) {
 		if t.node == nil {
 			return // not placed: nothing to balance
 		}

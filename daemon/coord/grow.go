@@ -382,7 +382,8 @@ func (j *job) joins(t *taskRun) bool {
 	return from > 0 && t.task.Role == api.RoleStage && t.task.FirstStep >= from-1 && t.report.Step < from
 }
 
-// stageRuns lists j's stage tasks (of its one stage, for a resize).
+// stageRuns lists j's stage tasks (of its one stage, for a resize) by
+// replica id, ascending: the order members are given in.
 func stageRuns(j *job) []*taskRun {
 	var out []*taskRun
 	for _, t := range j.tasks {
@@ -390,15 +391,14 @@ func stageRuns(j *job) []*taskRun {
 			out = append(out, t)
 		}
 	}
+	slices.SortFunc(out, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
 	return out
 }
 
 // currentShare is the replica ids of j's stage, ascending, and their
 // batches: what its replicas run now.
 func currentShare(j *job) (members, batches []int) {
-	runs := stageRuns(j)
-	slices.SortFunc(runs, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
-	for _, t := range runs {
+	for _, t := range stageRuns(j) {
 		members, batches = append(members, t.task.Replica), append(batches, t.task.Batch)
 	}
 	return members, batches

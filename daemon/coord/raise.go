@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -206,15 +205,13 @@ func (c *Coordinator) raiseInPlace(in raiseInput, plan *sched.Plan, err error) (
 	if want.Type != cur.Type || want.First != cur.First || want.Last != cur.Last || want.Units <= have {
 		return api.ResizeRequest{}, false
 	}
-	added := c.freeReplicas(j, want.Type, want.Units-have)
+	added := c.freeReplicas(j, want, want.Units-have)
 	if added == nil {
 		return api.ResizeRequest{}, false
 	}
 	var reps []replica
 	var req api.ResizeRequest
-	runs := stageRuns(j)
-	slices.SortFunc(runs, func(a, b *taskRun) int { return a.task.Replica - b.task.Replica })
-	for _, t := range runs {
+	for _, t := range stageRuns(j) {
 		reps = append(reps, replica{units: t.task.Units})
 		req.Replicas = append(req.Replicas, t.task.Replica)
 	}
@@ -232,27 +229,23 @@ func (c *Coordinator) raiseInPlace(in raiseInput, plan *sched.Plan, err error) (
 	return req, true
 }
 
-// freeReplicas picks free live nodes of type typ that host none of j's
-// tasks' stages, largest offer first, until they offer units units; nil if
-// they cannot. c.mu is held.
-func (c *Coordinator) freeReplicas(j *job, typ string, units int) []replica {
-	cl := c.cluster(j, true)
+// freeReplicas places units more units of stage s's type for j, as
+// placement places a stage (placeStage: free live nodes that host none of
+// j's stage replicas, largest offer first); each new replica takes its
+// whole node, as a grow gives it (addReplicas). nil if they cannot.
+// c.mu is held.
+func (c *Coordinator) freeReplicas(j *job, s sched.Stage, units int) []replica {
 	mine := map[*node]bool{}
 	for _, t := range stageRuns(j) {
 		mine[t.node] = true
 	}
-	var reps []replica
-	for _, n := range cl.live {
-		if units <= 0 {
-			break
-		}
-		if n.req.Type == typ && !cl.busy[n] && !mine[n] {
-			reps = append(reps, replica{node: n, units: n.stageUnits()})
-			units -= n.stageUnits()
-		}
-	}
-	if units > 0 {
+	s.Units = units
+	reps, err := placeStage(0, s, c.cluster(j, true), mine)
+	if err != nil {
 		return nil
+	}
+	for i := range reps {
+		reps[i].units = reps[i].node.stageUnits()
 	}
 	return reps
 }
