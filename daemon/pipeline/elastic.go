@@ -64,6 +64,13 @@ func (s Share) Of(replica int) (shard, batch int, ok bool) {
 	return i, s.Batches[i], true
 }
 
+// reader is base's options for data shard shard of the share, from
+// record start: what member shard reads.
+func (s Share) reader(base data.Options, shard int, start int64) data.Options {
+	base.Shard, base.Shards, base.Start = shard, len(s.Members), start
+	return base
+}
+
 func (s Share) equal(o Share) bool {
 	return slices.Equal(s.Members, o.Members) && slices.Equal(s.Batches, o.Batches) && slices.Equal(s.Next, o.Next) && s.Start == o.Start
 }
@@ -251,9 +258,7 @@ func (s Segment) PositionAt(base data.Options, replica int, step int64) (int64, 
 	if step < s.At {
 		return 0, fmt.Errorf("step %d is before step %d, where its reader is", step, s.At)
 	}
-	o := base
-	o.Shard, o.Shards, o.Start = shard, len(s.Share.Members), s.Position
-	return o.After((step - s.At) * int64(batch))
+	return s.Share.reader(base, shard, s.Position).After((step - s.At) * int64(batch))
 }
 
 // Next returns the replica's batch of step under share. Steps come in
@@ -327,9 +332,7 @@ func (in *ShardedInput) advance(step int64) error {
 	// record before it, and Segment must not wait for that.
 	in.scratch = append(in.scratch[:0], in.cursors...)
 	for i, b := range in.share.Batches {
-		o := in.Base
-		o.Shard, o.Shards, o.Start = i, len(in.share.Members), in.scratch[i]
-		p, err := o.After((step - in.at) * int64(b))
+		p, err := in.share.reader(in.Base, i, in.scratch[i]).After((step - in.at) * int64(b))
 		if err != nil {
 			return err
 		}
@@ -346,8 +349,7 @@ func (in *ShardedInput) advance(step int64) error {
 // step, whose cursor is advanced to it.
 func (in *ShardedInput) open(step int64, shard int) error {
 	in.Close()
-	o := in.Base
-	o.Shard, o.Shards, o.Start = shard, len(in.share.Members), in.cursors[shard]
+	o := in.share.reader(in.Base, shard, in.cursors[shard])
 	var err error
 	if in.src, err = in.Open(o); err != nil {
 		return fmt.Errorf("open data shard %d of %d from record %d: %w", shard, o.Shards, o.Start, err)
