@@ -1,7 +1,10 @@
 // Command pytorch compares heterps' single-machine CTR-DNN training with
 // PyTorch's on the same batches, with the same thread counts, in one run.
 // It also reports the GEMM-bound limit: the FC FLOPs per sample against
-// OpenBLAS sgemm's rate on the layer shapes, measured in the same run.
+// OpenBLAS sgemm's rate on the layer shapes, measured in the same run, and
+// data-parallel training on loopback: `heterps run` on one-thread nodes
+// beside PyTorch DistributedDataParallel (gloo) with as many one-thread
+// ranks (dataparallel.go).
 package main
 
 import (
@@ -17,9 +20,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/heterps/heterps/bench/internal/ctrbench"
 	"github.com/heterps/heterps/bench/internal/header"
+	"github.com/heterps/heterps/bench/internal/heterpsrun"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/native"
@@ -32,6 +37,9 @@ var (
 	batch   = flag.Int("batch", 512, "samples per step")
 	nbatch  = flag.Int("batches", 64, "distinct batches held in memory and cycled")
 	threads = flag.String("threads", "1,2", "thread counts to compare")
+	ddp     = flag.Int("ddp-procs", 2, "processes of the data-parallel comparison (heterps run nodes, DDP ranks), one thread each; 0 skips it")
+	catalog = flag.String("catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type heterps run's nodes offer")
+	timeout = flag.Duration("timeout", 10*time.Minute, "give up on one data-parallel run after this long")
 	outPath = flag.String("out", "", header.OutUsage)
 )
 
@@ -61,6 +69,7 @@ func main() {
 	w := tabwriter.NewWriter(output, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "threads\theterps samples/s\tPyTorch samples/s\theterps/PyTorch\tsgemm GFLOP/s\tGEMM-bound limit\tof limit\theterps loss\tPyTorch loss\t")
 	var torchVersion string
+	var last singleResult // the most threads' pair, against which data parallelism is weighed
 	for _, f := range strings.Split(*threads, ",") {
 		t, err := strconv.Atoi(strings.TrimSpace(f))
 		check(err)
@@ -68,12 +77,18 @@ func main() {
 		theirs := runTorch(dir, t)
 		torchVersion = theirs.Torch
 		limit, gflops := gemmLimit(cfg, t)
+		if t >= last.threads {
+			last = singleResult{threads: t, ours: ours, theirs: theirs.SamplesPerS}
+		}
 		fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.2fx\t%.1f\t%.0f\t%.0f%%\t%.4f\t%.4f\t\n", t, ours, theirs.SamplesPerS,
 			ours/theirs.SamplesPerS, gflops, limit, 100*ours/limit, ourLoss, theirs.Loss)
 	}
 	w.Flush()
 	fmt.Fprintf(output, "PyTorch %s (PyPI wheel, MKL/oneDNN CPU kernels); heterps %s with OpenBLAS sgemm\n", torchVersion, backendName())
 	fmt.Fprintln(output, "targets: heterps/PyTorch >= 2.5x at 1 and 2 threads; GEMM-bound limit = FC FLOPs per sample / sgemm FLOP/s on the same shapes")
+	if *ddp > 0 {
+		check(dataParallel(dir, *ddp, last))
+	}
 	check(res.Close())
 }
 
@@ -107,19 +122,29 @@ type torchResult struct {
 }
 
 func runTorch(dir string, t int) torchResult {
-	script := filepath.Join(sourceDir(), "ctrdnn.py")
-	cmd := exec.Command(*python, script, "--data", dir, "--threads", strconv.Itoa(t),
-		"--steps", strconv.Itoa(*steps), "--warmup", strconv.Itoa(*warmup))
-	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(t), "MKL_NUM_THREADS="+strconv.Itoa(t))
+	var r torchResult
+	check(runPython("ctrdnn.py", t, &r, "--data", dir, "--threads", strconv.Itoa(t),
+		"--steps", strconv.Itoa(*steps), "--warmup", strconv.Itoa(*warmup)))
+	return r
+}
+
+// runPython runs script from bench/pytorch with threads OpenMP and MKL
+// threads (a process's, each rank's for DDP) and decodes the JSON object
+// on the last line it prints into out.
+func runPython(script string, threads int, out any, args ...string) error {
+	cmd := exec.Command(*python, append([]string{filepath.Join(sourceDir(), script)}, args...)...)
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(threads), "MKL_NUM_THREADS="+strconv.Itoa(threads))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	stdout, err := cmd.Output()
 	if err != nil {
-		check(fmt.Errorf("pytorch: %v\n%s", err, stderr.String()))
+		return fmt.Errorf("%s: %v\n%s", script, err, heterpsrun.Tail(stderr.Bytes()))
 	}
-	var r torchResult
-	check(json.Unmarshal(bytes.TrimSpace(out[bytes.LastIndexByte(bytes.TrimSpace(out), '\n')+1:]), &r))
-	return r
+	stdout = bytes.TrimSpace(stdout)
+	if err := json.Unmarshal(stdout[bytes.LastIndexByte(stdout, '\n')+1:], out); err != nil {
+		return fmt.Errorf("%s printed no result (%w): %s", script, err, heterpsrun.Tail(stderr.Bytes()))
+	}
+	return nil
 }
 
 // sourceDir finds bench/pytorch from the working directory (make bench runs
