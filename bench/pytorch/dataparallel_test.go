@@ -41,3 +41,17 @@ func TestDataParallelNamesASideThatCouldNotRun(t *testing.T) {
 		t.Errorf("a ratio against a side not measured:\n%s", buf.String())
 	}
 }
+
+func TestDataParallelKeepsTheBestRun(t *testing.T) {
+	var s dpSide
+	s.keepBest(0, 0, errors.New("first run lost a node"))
+	if s.err == nil {
+		t.Fatal("an error with no figure yet is not kept")
+	}
+	s.keepBest(80000, 0.52, nil)
+	s.keepBest(70000, 0.53, nil)
+	s.keepBest(0, 0, errors.New("third run failed"))
+	if s.err != nil || s.samplesPerS != 80000 || s.loss != 0.52 {
+		t.Errorf("kept %+v, want the 80000 run's figures and no error", s)
+	}
+}

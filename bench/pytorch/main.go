@@ -9,6 +9,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -31,16 +33,17 @@ import (
 )
 
 var (
-	python  = flag.String("python", "python3", "Python interpreter with torch installed")
-	steps   = flag.Int("steps", 300, "timed training steps per run")
-	warmup  = flag.Int("warmup", 20, "untimed steps before timing")
-	batch   = flag.Int("batch", 512, "samples per step")
-	nbatch  = flag.Int("batches", 64, "distinct batches held in memory and cycled")
-	threads = flag.String("threads", "1,2", "thread counts to compare")
-	ddp     = flag.Int("ddp-procs", 2, "processes of the data-parallel comparison (heterps run nodes, DDP ranks), one thread each; 0 skips it")
-	catalog = flag.String("catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type heterps run's nodes offer")
-	timeout = flag.Duration("timeout", 10*time.Minute, "give up on one data-parallel run after this long")
-	outPath = flag.String("out", "", header.OutUsage)
+	python    = flag.String("python", "python3", "Python interpreter with torch installed")
+	steps     = flag.Int("steps", 300, "timed training steps per run")
+	warmup    = flag.Int("warmup", 20, "untimed steps before timing")
+	batch     = flag.Int("batch", 512, "samples per step")
+	nbatch    = flag.Int("batches", 64, "distinct batches held in memory and cycled")
+	threads   = flag.String("threads", "1,2", "thread counts to compare")
+	ddp       = flag.Int("ddp-procs", 2, "processes of the data-parallel comparison (heterps run nodes, DDP ranks), one thread each; 0 skips it")
+	dpRepeats = flag.Int("dp-repeats", 2, "runs of each side of the data-parallel comparison, alternating (the best counts)")
+	catalog   = flag.String("catalog", "config/examples/catalogs/local.toml", "catalog whose cpu-1t type heterps run's nodes offer")
+	timeout   = flag.Duration("timeout", 10*time.Minute, "give up on one run of either side after this long")
+	outPath   = flag.String("out", "", header.OutUsage)
 )
 
 // output is where the table goes: stdout, and the results file with --out.
@@ -130,9 +133,14 @@ func runTorch(dir string, t int) torchResult {
 
 // runPython runs script from bench/pytorch with threads OpenMP and MKL
 // threads (a process's, each rank's for DDP) and decodes the JSON object
-// on the last line it prints into out.
+// on the last line it prints into out. Past --timeout its whole process
+// group (DDP's ranks too) is killed.
 func runPython(script string, threads int, out any, args ...string) error {
-	cmd := exec.Command(*python, append([]string{filepath.Join(sourceDir(), script)}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, *python, append([]string{filepath.Join(sourceDir(), script)}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(threads), "MKL_NUM_THREADS="+strconv.Itoa(threads))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
