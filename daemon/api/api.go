@@ -60,6 +60,14 @@ type RegisterRequest struct {
 	// CPUShareMode says how the cap is enforced (CPUShareCgroup, ...).
 	CPUShare     float64 `json:"cpu_share,omitempty"`
 	CPUShareMode string  `json:"cpu_share_mode,omitempty"`
+	// Previous is the id this daemon last registered under ("name~N"),
+	// sent only while it still holds every task it was handed under that
+	// id (none was stopped by its lease running out): a task the
+	// coordinator bound to that registration and the daemon does not
+	// report then never reached it (the coordinator went down before the
+	// heartbeat that would have handed it over), and is handed over now
+	// instead of failing its job. Empty from a daemon that just started.
+	Previous string `json:"previous,omitempty"`
 }
 
 // How a node enforces its CPU share.

@@ -17,6 +17,10 @@ func TestRegisterValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid registration: %v", err)
 	}
+	ok.Previous = "n-1~12"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid registration naming its previous id: %v", err)
+	}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*RegisterRequest)
@@ -36,6 +40,11 @@ func TestRegisterValidate(t *testing.T) {
 		{"negative gpu memory", func(r *RegisterRequest) { r.GPUs[0].MemoryBytes = -1 }, "gpus[0]"},
 		{"huge gpu uuid", func(r *RegisterRequest) { r.GPUs[0].UUID = strings.Repeat("f", MaxNameLen+1) }, "gpus[0]"},
 		{"too many gpus", func(r *RegisterRequest) { r.GPUs = make([]GPU, MaxGPUs+1) }, "gpus"},
+		{"previous id of another node", func(r *RegisterRequest) { r.Previous = "n-2~3" }, "previous"},
+		{"previous id without a number", func(r *RegisterRequest) { r.Previous = "n-1~" }, "previous"},
+		{"previous id with a sign", func(r *RegisterRequest) { r.Previous = "n-1~-3" }, "previous"},
+		{"previous name alone", func(r *RegisterRequest) { r.Previous = "n-1" }, "previous"},
+		{"previous id too long", func(r *RegisterRequest) { r.Previous = "n-1~" + strings.Repeat("9", 21) }, "previous"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := validRegister()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // Bounds on what a request may hold.
@@ -78,8 +79,26 @@ func (r *RegisterRequest) Validate() error {
 	if r.LeaseMS < 0 || r.LeaseMS > maxLeaseMS {
 		errs = append(errs, fmt.Errorf("lease_ms: must be in 0..%d, got %d", maxLeaseMS, r.LeaseMS))
 	}
+	if r.Previous != "" && !isRegistrationOf(r.Previous, r.Name) {
+		errs = append(errs, fmt.Errorf("previous: want an id %s~N that this node registered under, got %q", r.Name, r.Previous))
+	}
 	errs = append(errs, validateReports(r.Tasks), checkReportedShare(r.CPUShare, r.CPUShareMode))
 	return errors.Join(errs...)
+}
+
+// isRegistrationOf reports whether id is a registration id of the node
+// named name: name, '~' and a registration number.
+func isRegistrationOf(id, name string) bool {
+	seq, ok := strings.CutPrefix(id, name+"~")
+	if !ok || seq == "" || len(seq) > 20 {
+		return false
+	}
+	for _, c := range seq {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks a heartbeat's task reports and CPU share.

@@ -86,6 +86,18 @@ type taskRun struct {
 	nodeName string
 	node     *node
 	report   api.TaskReport
+	// loadedOn is, for a task loaded from the state database, the
+	// registration it was bound to when recorded (registration).
+	loadedOn string
+}
+
+// registration is the id of the node registration t is bound to: its
+// node's, or while a loaded task waits to be adopted, the one recorded.
+func (t *taskRun) registration() string {
+	if t.node != nil {
+		return t.node.id
+	}
+	return t.loadedOn
 }
 
 // waiting reports whether j waits to be placed.

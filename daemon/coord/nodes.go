@@ -125,8 +125,10 @@ func (c *Coordinator) liveNamesake(req api.RegisterRequest, now time.Time) *node
 }
 
 // adopt binds to n the tasks of running jobs placed on a node of n's name
-// that n reports, and fails the jobs whose tasks there n does not report.
-// It returns how many it adopted. c.mu is held.
+// that n reports, and those it never got: bound to the registration n
+// says it held before (api.RegisterRequest.Previous), they are handed over
+// at its next heartbeat. It fails the jobs whose other tasks there n does
+// not report, and returns how many tasks it bound. c.mu is held.
 func (c *Coordinator) adopt(n *node, reports []api.TaskReport, now time.Time) int {
 	reported := map[string]bool{}
 	for _, r := range reports {
@@ -137,21 +139,34 @@ func (c *Coordinator) adopt(n *node, reports []api.TaskReport, now time.Time) in
 		if j.state != api.JobRunning {
 			continue
 		}
-		var lost []string
+		var lost, handed []string
+		bound := 0
 		for _, t := range j.tasks {
 			if t.nodeName != n.req.Name {
 				continue
 			}
-			if reported[t.task.TaskID] {
-				t.node = n
-				adopted++
-			} else {
+			switch {
+			case reported[t.task.TaskID]:
+			case n.req.Previous != "" && t.registration() == n.req.Previous:
+				handed = append(handed, t.task.TaskID)
+			default:
 				lost = append(lost, t.task.TaskID)
+				continue
 			}
+			t.node = n
+			bound++
 		}
+		adopted += bound
 		if len(lost) > 0 {
 			c.failRunning(j, fmt.Sprintf("%s registered again without task(s) %s (the daemon restarted or its lease ran out)",
 				n.describe(), strings.Join(lost, ", ")), now, lostNode{name: n.req.Name, dead: true})
+			continue
+		}
+		if len(handed) > 0 {
+			c.log.Info("handing over tasks the node never got", "job", j.id, "node", n.req.Name, "previous", n.req.Previous, "tasks", handed)
+		}
+		if bound > 0 {
+			c.save(j) // its tasks there are bound to n's registration now
 		}
 	}
 	return adopted

@@ -49,7 +49,7 @@ func (j *job) record() store.Job {
 		RestartedAs: j.restartedAs, Suspects: slices.Clone(j.suspects), FailedAt: j.failedAt, NotBefore: j.notBefore, Move: j.moving,
 		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished}
 	for _, t := range j.tasks {
-		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName, Last: lastReport(j, t)})
+		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName, NodeID: t.registration(), Last: lastReport(j, t)})
 	}
 	return r
 }
@@ -128,7 +128,7 @@ func jobFromRecord(r store.Job) (*job, error) {
 		}
 	}
 	for _, t := range r.Tasks {
-		tr := &taskRun{job: j, task: t.Spec, nodeName: t.Node}
+		tr := &taskRun{job: j, task: t.Spec, nodeName: t.Node, loadedOn: t.NodeID}
 		if t.Last != nil && j.state.Final() {
 			tr.report = *t.Last
 		}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -29,11 +30,22 @@ type restartableCoordinator struct {
 	addr     string
 	stateDir string
 	stop     func()
+	// heartbeat and timeout are the coordinator's heartbeat interval and
+	// timeout; log its logger.
+	heartbeat, timeout time.Duration
+	log                *slog.Logger
 }
 
 // startRestartableCoordinator serves a coordinator for the data-parallel
 // catalog on a free loopback port with a fresh state directory.
 func startRestartableCoordinator(t *testing.T) *restartableCoordinator {
+	t.Helper()
+	return startRestartableCoordinatorWith(t, interval, hbTimeout, quiet)
+}
+
+// startRestartableCoordinatorWith is startRestartableCoordinator with the
+// given heartbeat interval and timeout and logger.
+func startRestartableCoordinatorWith(t *testing.T, heartbeat, timeout time.Duration, log *slog.Logger) *restartableCoordinator {
 	t.Helper()
 	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
 	if err != nil {
@@ -43,7 +55,8 @@ func startRestartableCoordinator(t *testing.T) *restartableCoordinator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &restartableCoordinator{t: t, cat: cat, addr: ln.Addr().String(), stateDir: t.TempDir()}
+	rc := &restartableCoordinator{t: t, cat: cat, addr: ln.Addr().String(), stateDir: t.TempDir(),
+		heartbeat: heartbeat, timeout: timeout, log: log}
 	ln.Close()
 	rc.start()
 	return rc
@@ -51,8 +64,8 @@ func startRestartableCoordinator(t *testing.T) *restartableCoordinator {
 
 func (rc *restartableCoordinator) start() {
 	rc.t.Helper()
-	c, err := coord.New(coord.Config{Catalog: rc.cat, StateDir: rc.stateDir, HeartbeatInterval: interval,
-		HeartbeatTimeout: hbTimeout, Logger: quiet})
+	c, err := coord.New(coord.Config{Catalog: rc.cat, StateDir: rc.stateDir, HeartbeatInterval: rc.heartbeat,
+		HeartbeatTimeout: rc.timeout, Logger: rc.log})
 	if err != nil {
 		rc.t.Fatal(err)
 	}
@@ -132,6 +145,38 @@ func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 	cl.waitJob(next, final)
 }
 
+// TestATaskPlacedJustBeforeACoordinatorRestartIsHandedOver: the
+// coordinator places a job and is stopped before the nodes' next
+// heartbeat (2 s apart here) fetches their tasks. A new coordinator on the
+// same state hands them over when the nodes register again, naming the
+// ids they held, and the job runs to the end with no restart.
+func TestATaskPlacedJustBeforeACoordinatorRestartIsHandedOver(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var logs syncBuffer
+	rc := startRestartableCoordinatorWith(t, 2*time.Second, 20*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer func() { rc.stop() }()
+	cl := &cluster{t: t, base: "http://" + rc.addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl.ctx = ctx
+	defer func() { cancel(); cl.wg.Wait(); cl.client.CloseIdleConnections() }()
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+
+	id := cl.submit(dpJob(t, ""))
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.State != api.JobPending && s.State != api.JobQueued })
+	rc.stop()
+	rc.start()
+
+	s := cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Restarts != 0 || s.RestartedAs != "" {
+		t.Fatalf("after the coordinator's restart: %s (%q), restarted as %q", s.State, s.Reason, s.RestartedAs)
+	}
+	if !strings.Contains(logs.String(), "handing over tasks the node never got") {
+		t.Errorf("no task was handed over (did a heartbeat fetch them before the stop?):\n%s", logs.String())
+	}
+}
+
 // TestLeaseStopsTasksWithoutTheCoordinator: a node that cannot reach the
 // coordinator keeps training until its lease runs out, then stops its
 // tasks (fencing: the coordinator may have given their work away).
@@ -158,6 +203,11 @@ func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
 	cl.waitNodes(2)
 	id := cl.submit(longDPJob(t, 100000))
 	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 2 || s.State.Final() })
+	for name, a := range agents {
+		if r, _ := a.registration(api.RegisterRequest{Name: name}, name+"~1"); r.Previous != name+"~1" {
+			t.Errorf("node %s, holding its tasks, would register again naming previous id %q, want %s~1", name, r.Previous, name)
+		}
+	}
 	rc.stop() // and never back
 	gone := time.Now()
 	time.Sleep(lease / 2)
@@ -173,6 +223,10 @@ func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
 				t.Fatalf("node %s still runs %d task(s) %s after losing the coordinator (lease %s)", name, len(a.reports()), time.Since(gone), lease)
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+		// It cannot vouch that a task it does not report never reached it.
+		if r, _ := a.registration(api.RegisterRequest{Name: name}, name+"~1"); r.Previous != "" {
+			t.Errorf("node %s stopped its tasks on its own, yet would register again naming previous id %q", name, r.Previous)
 		}
 	}
 }

@@ -127,8 +127,14 @@ type Agent struct {
 
 	mu    sync.Mutex
 	tasks map[string]*task
-	wg    sync.WaitGroup // task goroutines
-	lease lease
+	// ownStops counts the times the node stopped its tasks on its own
+	// (its lease ran out); stopsRegistered is the count its latest
+	// registration was made at. While they agree the node holds every
+	// task it was handed, and registering again it names its previous id
+	// (api.RegisterRequest.Previous).
+	ownStops, stopsRegistered int
+	wg                        sync.WaitGroup // task goroutines
+	lease                     lease
 }
 
 // New opens the node's listeners. Run then registers and serves; it closes
@@ -277,14 +283,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	req := api.RegisterRequest{Name: a.cfg.Name, DataAddr: a.dataAddr, PSAddr: a.psAddr, Type: a.cfg.Type,
 		Units: a.cfg.Units, Cores: inv.Cores, MemoryBytes: inv.MemoryBytes, GPUs: inv.GPUs, GPUDevices: a.cfg.GPUs,
 		LeaseMS: a.cfg.Lease.Milliseconds()}
-	id := ""
+	id, previous := "", ""
 	a.logWaiting()
 	deadline := a.registerDeadline()
 	for ctx.Err() == nil {
 		var interval time.Duration
-		req.Tasks = a.reports()
-		req.CPUShare, req.CPUShareMode = a.throttle.state()
-		id, interval, err = a.register(ctx, req, deadline)
+		id, interval, err = a.register(ctx, req, previous, deadline)
 		deadline = time.Time{} // only the first registration gives up: later, the lease rules
 		if err != nil {
 			a.shutdown("")
@@ -298,7 +302,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			break
 		}
 		a.log.Warn("registering again", "err", err)
-		id = ""
+		id, previous = "", id
 	}
 	a.shutdown(id)
 	return nil
@@ -324,15 +328,18 @@ func (a *Agent) registerDeadline() time.Time {
 // errRegisterTimeout: no coordinator answered within RegisterTimeout.
 var errRegisterTimeout = errors.New("no coordinator answered")
 
-// register registers, retrying with backoff until it succeeds, ctx ends
-// (then the id is empty), the coordinator refuses it, or deadline (when
-// not zero) passes.
-func (a *Agent) register(ctx context.Context, req api.RegisterRequest, deadline time.Time) (string, time.Duration, error) {
+// register registers base with the node's tasks and share as they are at
+// each try, retrying with backoff until it succeeds, ctx ends (then the
+// id is empty), the coordinator refuses it, or deadline (when not zero)
+// passes. previous is the id the daemon held before ("" at first).
+func (a *Agent) register(ctx context.Context, base api.RegisterRequest, previous string, deadline time.Time) (string, time.Duration, error) {
 	backoff := registerRetry.Start()
 	for {
+		req, stops := a.registration(base, previous)
 		resp, err := a.ctl.register(ctx, req)
 		switch {
 		case err == nil:
+			a.registered(stops)
 			a.lease.renew()
 			a.obs.registered(resp.NodeID)
 			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr, "reported_tasks", len(req.Tasks))
@@ -350,6 +357,29 @@ func (a *Agent) register(ctx context.Context, req api.RegisterRequest, deadline 
 			return "", 0, nil
 		}
 	}
+}
+
+// registration is base with the node's task reports, its CPU share and,
+// while it has stopped no task on its own since it last registered, the
+// id it held then; stops is the count of such stops it was made at.
+func (a *Agent) registration(base api.RegisterRequest, previous string) (req api.RegisterRequest, stops int) {
+	req = base
+	req.CPUShare, req.CPUShareMode = a.throttle.state()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	req.Tasks = a.reportsLocked()
+	if a.ownStops == a.stopsRegistered {
+		req.Previous = previous
+	}
+	return req, a.ownStops
+}
+
+// registered records that a registration made at stops own stops was
+// taken.
+func (a *Agent) registered(stops int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopsRegistered = stops
 }
 
 // registerRetry spaces the tries to register; jitter keeps the nodes of a

@@ -32,6 +32,11 @@ type task struct {
 func (a *Agent) reports() []api.TaskReport {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.reportsLocked()
+}
+
+// reportsLocked is reports with a.mu held.
+func (a *Agent) reportsLocked() []api.TaskReport {
 	out := make([]api.TaskReport, 0, len(a.tasks))
 	for _, id := range slices.Sorted(maps.Keys(a.tasks)) {
 		t := a.tasks[id]
@@ -197,6 +202,9 @@ func (a *Agent) check(s api.Task) error {
 func (a *Agent) stopTasks(reason string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if reason != "" && len(a.tasks) > 0 {
+		a.ownStops++
+	}
 	for id, t := range a.tasks {
 		t.cancel()
 		if reason != "" {

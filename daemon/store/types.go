@@ -71,9 +71,13 @@ type Job struct {
 // node's last report of it, kept once the job has ended (its step, loss
 // and throughput, which a restarted coordinator shows).
 type Task struct {
-	Spec api.Task        `json:"spec"`
-	Node string          `json:"node"`
-	Last *api.TaskReport `json:"last,omitempty"`
+	Spec api.Task `json:"spec"`
+	Node string   `json:"node"`
+	// NodeID is the registration of the node the task was bound to (its
+	// id, "name~N"), so that the daemon behind it, registering again with
+	// it as its previous id, is known to be the same one.
+	NodeID string          `json:"node_id,omitempty"`
+	Last   *api.TaskReport `json:"last,omitempty"`
 }
 
 // Suspect is a node that failed a job, avoided by its restarts until

@@ -1,0 +1,125 @@
+package coord
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/heterps/heterps/daemon/api"
+)
+
+// handoverJob is one CPU stage and its parameter-server shard.
+const handoverJob = ctrJob + "method = \"cpu\"\nthroughput_limit = 1\n"
+
+// TestARestartedCoordinatorHandsOverATaskItsNodeNeverGot: the coordinator
+// placed a job and went down before the PS node's heartbeat fetched its
+// task. That daemon, registering again with the id it held (it stopped no
+// task since), is handed the task and the job goes on; a daemon that
+// names no previous id (it restarted) fails the job, as a lost task does.
+func TestARestartedCoordinatorHandsOverATaskItsNodeNeverGot(t *testing.T) {
+	for _, vouches := range []bool{true, false} {
+		cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), HeartbeatInterval: interval,
+			HeartbeatTimeout: patience, AdoptionTimeout: patience, Logger: slog.New(slog.DiscardHandler)}
+		c, stop := runCoordinator(t, cfg)
+		reqs := []api.RegisterRequest{newFakeNode("a", "cpu", 1, 9201).req, newFakeNode("b", "cpu", 1, 9202).req}
+		ids := map[string]string{}
+		for _, r := range reqs {
+			ids[r.Name] = mustRegister(t, c, r)
+		}
+		var sub api.SubmitResponse
+		serve(t, c, "POST", "/v1/jobs", api.ContentTypeTOML, []byte(handoverJob), http.StatusCreated, &sub)
+		var st api.JobStatus
+		waitFor(t, "the job placed", func() bool {
+			serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+			return st.State == api.JobRunning && len(st.PS) == 1
+		})
+		late := st.PS[0]
+		held := map[string][]api.TaskReport{} // what the nodes that heartbeated run
+		for name, id := range ids {
+			if name == late {
+				continue
+			}
+			resp, err := c.heartbeat(id, api.Heartbeat{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, task := range resp.Tasks {
+				held[name] = append(held[name], api.TaskReport{TaskID: task.TaskID, State: api.TaskRunning})
+			}
+		}
+		stop()
+
+		c, stop = runCoordinator(t, cfg)
+		for _, r := range reqs {
+			r.Tasks, r.Previous = held[r.Name], ids[r.Name]
+			if r.Name == late && !vouches {
+				r.Previous = ""
+			}
+			ids[r.Name] = mustRegister(t, c, r)
+		}
+		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		if !vouches {
+			if st.State == api.JobRunning || !strings.Contains(st.Reason, "registered again without task(s)") || !strings.Contains(st.Reason, sub.JobID+".ps0") {
+				t.Errorf("a restarted daemon without the PS task: the job is %s (%q), want it failed over", st.State, st.Reason)
+			}
+			stop()
+			continue
+		}
+		if st.State != api.JobRunning {
+			t.Fatalf("the job is %s (%q) after the node that never got its task registered again", st.State, st.Reason)
+		}
+		resp, err := c.heartbeat(ids[late], api.Heartbeat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(resp.Tasks, func(task api.Task) bool { return task.TaskID == sub.JobID+".ps0" }) {
+			t.Errorf("node %s was handed %v, want its PS task %s.ps0", late, resp.Tasks, sub.JobID)
+		}
+		stop()
+		// The handed-over task is recorded bound to the new registration:
+		// a third coordinator hands it over again to that id.
+		c, stop = runCoordinator(t, cfg)
+		r := reqs[slices.IndexFunc(reqs, func(r api.RegisterRequest) bool { return r.Name == late })]
+		r.Tasks, r.Previous = held[late], ids[late]
+		mustRegister(t, c, r)
+		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		if st.State != api.JobRunning {
+			t.Errorf("after a second restart the job is %s (%q)", st.State, st.Reason)
+		}
+		stop()
+	}
+}
+
+func mustRegister(t *testing.T, c *Coordinator, r api.RegisterRequest) string {
+	t.Helper()
+	resp, err := c.register(r)
+	if err != nil {
+		t.Fatalf("register %s: %v", r.Name, err)
+	}
+	return resp.NodeID
+}
+
+// serve calls c's handler and decodes its answer into out.
+func serve(t *testing.T, c *Coordinator, method, path, contentType string, body []byte, want int, out any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, bytes.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, req)
+	if rec.Code != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, rec.Code, rec.Body, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}
+
