@@ -146,6 +146,20 @@ type TaskReport struct {
 	// job's shards span several nodes: the coordinator writes each step's
 	// manifest once every shard has reported its file.
 	Checkpoints []ShardCheckpoint `json:"checkpoints,omitempty"`
+	// CheckpointFailure is the latest checkpoint a PS task could not write
+	// (a full disk, a lost mount), and CheckpointFailures how many it
+	// could not: training goes on, and the next is tried at its step.
+	CheckpointFailure  *CheckpointFailure `json:"checkpoint_failure,omitempty"`
+	CheckpointFailures int64              `json:"checkpoint_failures,omitempty"`
+}
+
+// CheckpointFailure is a checkpoint that could not be written.
+type CheckpointFailure struct {
+	Step int64 `json:"step"`
+	// Node is, in a job's status, the node that could not write its files
+	// ("" for the coordinator's manifest).
+	Node  string `json:"node,omitempty"`
+	Error string `json:"error"`
 }
 
 // DataSegment is the stretch of stage 0's data a replica reads: from step
@@ -388,6 +402,12 @@ type JobStatus struct {
 	RestoredFrom *CheckpointStatus `json:"restored_from,omitempty"`
 	// Checkpoint is the job's latest complete checkpoint, if any.
 	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+	// CheckpointFailure is the latest checkpoint that could not be
+	// written, while no later one is complete; CheckpointFailures counts
+	// the checkpoint files (and manifests) not written since the
+	// coordinator started.
+	CheckpointFailure  *CheckpointFailure `json:"checkpoint_failure,omitempty"`
+	CheckpointFailures int64              `json:"checkpoint_failures,omitempty"`
 	// Restarts counts the automatic restarts before this job (checkpoint
 	// restarts in the job file); RestartOf is the job it restarts and
 	// RestartedAs the job that restarted it after it failed.

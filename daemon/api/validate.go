@@ -172,6 +172,10 @@ func (t *TaskReport) validate() error {
 		return fmt.Errorf("step_seconds: must be finite and >= 0, got %g", t.StepSeconds)
 	case len(t.Error) > MaxErrorLen:
 		return fmt.Errorf("error: at most %d bytes, got %d", MaxErrorLen, len(t.Error))
+	case t.CheckpointFailure != nil && (t.CheckpointFailure.Step < 0 || len(t.CheckpointFailure.Error) > MaxErrorLen || len(t.CheckpointFailure.Node) > MaxNameLen):
+		return fmt.Errorf("checkpoint_failure: want a step >= 0 and at most %d bytes of error", MaxErrorLen)
+	case t.CheckpointFailures < 0:
+		return fmt.Errorf("checkpoint_failures: must be >= 0, got %d", t.CheckpointFailures)
 	case t.Segment != nil:
 		if err := t.Segment.validate(); err != nil {
 			return fmt.Errorf("segment: %w", err)

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,36 @@ type jobCheckpoints struct {
 	files    map[int64]map[int]ckpt.FileEntry // step -> shard -> file, steps not yet complete
 	queued   int64                            // the newest step handed to the manifest writer
 	trained  time.Time                        // when every stage finished, while waiting for the last
+	// failure is the latest checkpoint that could not be written, failures
+	// how many files and manifests could not be.
+	failure  *api.CheckpointFailure
+	failures int64
+}
+
+// noteCheckpointFailure records r's checkpoint failure, new since t's
+// last report, from node n: training goes on without that checkpoint.
+// c.mu is held.
+func (c *Coordinator) noteCheckpointFailure(t *taskRun, n *node, r api.TaskReport) {
+	j := t.job
+	j.ckpt.failures += max(0, r.CheckpointFailures-t.report.CheckpointFailures)
+	f, old := r.CheckpointFailure, t.report.CheckpointFailure
+	if f == nil || (old != nil && *old == *f) {
+		return
+	}
+	c.log.Warn("checkpoint not written; training goes on", "job", j.id, "step", f.Step, "node", n.req.Name, "task", t.task.TaskID, "err", f.Error)
+	if j.ckpt.failure == nil || j.ckpt.failure.Step <= f.Step {
+		j.ckpt.failure = &api.CheckpointFailure{Step: f.Step, Node: n.req.Name, Error: f.Error}
+	}
+}
+
+// unresolvedFailure is j's latest checkpoint failure while no
+// checkpoint of its step or later is complete, else nil. c.mu is held.
+func (j *job) unresolvedFailure() *api.CheckpointFailure {
+	f := j.ckpt.failure
+	if f == nil || (j.ckpt.latest != nil && j.ckpt.latest.Step >= f.Step) {
+		return nil
+	}
+	return f
 }
 
 // manifestWork is a step whose shard files are all in.
@@ -226,10 +257,11 @@ func writeManifest(w manifestWork) error {
 func (c *Coordinator) manifestWritten(w manifestWork, err error, now time.Time) {
 	j := w.job
 	if err != nil {
-		c.log.Error("checkpoint manifest", "job", j.id, "step", w.step, "err", err)
-		if j.state == api.JobRunning {
-			c.finish(j, api.JobFailed, err.Error(), now)
+		c.log.Error("checkpoint manifest not written; training goes on", "job", j.id, "step", w.step, "err", err)
+		if j.ckpt.failure == nil || j.ckpt.failure.Step <= w.step {
+			j.ckpt.failure = &api.CheckpointFailure{Step: w.step, Error: "manifest: " + err.Error()}
 		}
+		j.ckpt.failures++
 		return
 	}
 	if j.ckpt.latest != nil && j.ckpt.latest.Step >= w.step {
@@ -256,8 +288,11 @@ func (c *Coordinator) checkFinalCheckpoints(now time.Time) {
 	for _, j := range c.jobs {
 		wait := c.cfg.FinalCheckpointWait
 		if j.state == api.JobRunning && !j.ckpt.trained.IsZero() && now.Sub(j.ckpt.trained) > wait {
-			c.finish(j, api.JobDone, fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s",
-				j.file.TotalSteps(), wait), now)
+			why := fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s", j.file.TotalSteps(), wait)
+			if f := j.ckpt.failure; f != nil && f.Step == j.file.TotalSteps() {
+				why = fmt.Sprintf("trained, but the checkpoint of step %d could not be written (node %s: %s)", f.Step, cmp.Or(f.Node, "the coordinator"), f.Error)
+			}
+			c.finish(j, api.JobDone, why, now)
 		}
 	}
 }

@@ -452,6 +452,7 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 	if t == nil {
 		return
 	}
+	c.noteCheckpointFailure(t, n, r)
 	t.report = r
 	j := t.job
 	c.recordProgress(t, r, now)
@@ -560,6 +561,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 		s.Finished = &finished
 	}
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
+	s.CheckpointFailure, s.CheckpointFailures = j.unresolvedFailure(), j.ckpt.failures
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	s.Batching = j.balance.status()
 	s.Alloc = c.jobAllocStatus(j)

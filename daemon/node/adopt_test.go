@@ -30,22 +30,20 @@ type restartableCoordinator struct {
 	addr     string
 	stateDir string
 	stop     func()
-	// heartbeat and timeout are the coordinator's heartbeat interval and
-	// timeout; log its logger.
-	heartbeat, timeout time.Duration
-	log                *slog.Logger
+	// mutate, if set, changes the coordinator's configuration.
+	mutate func(*coord.Config)
 }
 
 // startRestartableCoordinator serves a coordinator for the data-parallel
 // catalog on a free loopback port with a fresh state directory.
 func startRestartableCoordinator(t *testing.T) *restartableCoordinator {
 	t.Helper()
-	return startRestartableCoordinatorWith(t, interval, hbTimeout, quiet)
+	return startRestartableCoordinatorWith(t, nil)
 }
 
-// startRestartableCoordinatorWith is startRestartableCoordinator with the
-// given heartbeat interval and timeout and logger.
-func startRestartableCoordinatorWith(t *testing.T, heartbeat, timeout time.Duration, log *slog.Logger) *restartableCoordinator {
+// startRestartableCoordinatorWith is startRestartableCoordinator with its
+// configuration changed by mutate.
+func startRestartableCoordinatorWith(t *testing.T, mutate func(*coord.Config)) *restartableCoordinator {
 	t.Helper()
 	cat, err := config.LoadCatalog("testdata/dp-catalog.toml")
 	if err != nil {
@@ -55,8 +53,7 @@ func startRestartableCoordinatorWith(t *testing.T, heartbeat, timeout time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &restartableCoordinator{t: t, cat: cat, addr: ln.Addr().String(), stateDir: t.TempDir(),
-		heartbeat: heartbeat, timeout: timeout, log: log}
+	rc := &restartableCoordinator{t: t, cat: cat, addr: ln.Addr().String(), stateDir: t.TempDir(), mutate: mutate}
 	ln.Close()
 	rc.start()
 	return rc
@@ -64,8 +61,11 @@ func startRestartableCoordinatorWith(t *testing.T, heartbeat, timeout time.Durat
 
 func (rc *restartableCoordinator) start() {
 	rc.t.Helper()
-	c, err := coord.New(coord.Config{Catalog: rc.cat, StateDir: rc.stateDir, HeartbeatInterval: rc.heartbeat,
-		HeartbeatTimeout: rc.timeout, Logger: rc.log})
+	cfg := coord.Config{Catalog: rc.cat, StateDir: rc.stateDir, HeartbeatInterval: interval, HeartbeatTimeout: hbTimeout, Logger: quiet}
+	if rc.mutate != nil {
+		rc.mutate(&cfg)
+	}
+	c, err := coord.New(cfg)
 	if err != nil {
 		rc.t.Fatal(err)
 	}
@@ -153,7 +153,9 @@ func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 func TestATaskPlacedJustBeforeACoordinatorRestartIsHandedOver(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var logs syncBuffer
-	rc := startRestartableCoordinatorWith(t, 2*time.Second, 20*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
+		c.HeartbeatInterval, c.HeartbeatTimeout, c.Logger = 2*time.Second, 20*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	defer func() { rc.stop() }()
 	cl := &cluster{t: t, base: "http://" + rc.addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -20,6 +20,7 @@ type observer struct {
 	wire           *wire.Metrics
 	ps             *ps.ClientMetrics
 	steps, samples prometheus.Counter
+	ckptFailures   prometheus.Counter
 
 	mu     sync.Mutex
 	nodeID string // given by the coordinator; empty while not registered
@@ -44,7 +45,9 @@ func (a *Agent) observe(reg prometheus.Registerer) error {
 		Help: "Training steps the node's stage replicas have completed."})
 	o.samples = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_samples_total",
 		Help: "Samples the node's stage replicas have trained on."})
-	for _, c := range []prometheus.Collector{o.steps, o.samples, agentCollector{a}} {
+	o.ckptFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_checkpoint_write_failures_total",
+		Help: "Checkpoint copies of the node's parameter-server shards that could not be written (a full disk, a lost mount): training went on without them."})
+	for _, c := range []prometheus.Collector{o.steps, o.samples, o.ckptFailures, agentCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
@@ -57,6 +60,13 @@ func (o *observer) stepDone(samples int) {
 	if o.steps != nil {
 		o.steps.Inc()
 		o.samples.Add(float64(samples))
+	}
+}
+
+// checkpointFailed counts a checkpoint copy not written.
+func (o *observer) checkpointFailed() {
+	if o.ckptFailures != nil {
+		o.ckptFailures.Inc()
 	}
 }
 

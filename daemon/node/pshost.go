@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/daemon/retry"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/native"
 )
@@ -257,36 +260,95 @@ type checkpointWriter struct {
 // startCheckpointWriter starts the writer of tasks' shards: it writes
 // each copy (and the manifest when every shard of the job is here) and
 // reports the files on the tasks. A copy whose node's lease has run out is
-// not written.
+// not written, nor any after it. A copy that cannot be written (a full
+// disk, a lost mount) does not stop training: it is reported on the tasks
+// (api.TaskReport.CheckpointError) and the next is tried at its step; the
+// last step's, which the job waits for, is tried again every
+// finalCheckpointRetry until written or the job ends.
 func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards []*ps.Shard) *checkpointWriter {
 	spec := tasks[0].spec
-	manifest := len(shards) == len(spec.PS)
 	w := &checkpointWriter{queue: make(chan pendingCheckpoint, 1), done: make(chan error, 1)}
 	a.wg.Go(func() {
-		var first error
+		var fenced error
 		for p := range w.queue {
-			if first != nil {
+			if fenced != nil {
 				continue
 			}
-			if err := a.lease.context().Err(); err != nil {
-				first = fmt.Errorf("checkpoint at step %d not written: the node's lease ran out", p.step)
-				continue
+			files, err := a.writeCheckpoint(spec, shards, p)
+			for err != nil && !errors.Is(err, errFenced) && p.step == spec.Steps {
+				a.checkpointFailed(ctx, tasks, shards, p.step, err)
+				if retry.Sleep(ctx, finalCheckpointRetry) != nil {
+					break
+				}
+				files, err = a.writeCheckpoint(spec, shards, p)
 			}
-			dir := ckpt.StepDir(spec.CheckpointDir, p.step)
-			files, err := ps.WriteSnapshots(dir, shards, p.snaps)
-			if err == nil && manifest {
-				err = ps.WriteManifest(dir, spec.JobID, p.step, len(spec.PS), files)
+			switch {
+			case errors.Is(err, errFenced):
+				fenced = err
+			case err != nil:
+				a.checkpointFailed(ctx, tasks, shards, p.step, err)
+			default:
+				a.reportCheckpoint(ctx, tasks, shards, p.step, files)
+				a.log.Info("ps: checkpoint files written", "job", spec.JobID, "step", p.step, "shards", len(shards), "manifest", len(shards) == len(spec.PS))
 			}
-			if err != nil {
-				first = fmt.Errorf("checkpoint at step %d: %w", p.step, err)
-				continue
-			}
-			a.reportCheckpoint(ctx, tasks, shards, p.step, files)
-			a.log.Info("ps: checkpoint files written", "job", spec.JobID, "step", p.step, "shards", len(shards), "manifest", manifest)
 		}
-		w.done <- first
+		w.done <- fenced
 	})
 	return w
+}
+
+// finalCheckpointRetry spaces the tries to write the last step's
+// checkpoint; a variable so that tests can shorten it.
+var finalCheckpointRetry = 5 * time.Second
+
+// errFenced: the node's lease ran out, so it writes no more files.
+var errFenced = errors.New("the node's lease ran out")
+
+// writeCheckpoint writes copy p of shards into its step directory, and the
+// manifest when every shard of the job is here.
+func (a *Agent) writeCheckpoint(spec api.Task, shards []*ps.Shard, p pendingCheckpoint) ([]ckpt.FileEntry, error) {
+	if a.lease.context().Err() != nil {
+		return nil, fmt.Errorf("checkpoint at step %d not written: %w", p.step, errFenced)
+	}
+	dir := ckpt.StepDir(spec.CheckpointDir, p.step)
+	files, err := ps.WriteSnapshots(dir, shards, p.snaps)
+	if err == nil && len(shards) == len(spec.PS) {
+		err = ps.WriteManifest(dir, spec.JobID, p.step, len(spec.PS), files)
+	}
+	if err != nil {
+		removeShardFiles(dir, shards)
+		return nil, err
+	}
+	return files, nil
+}
+
+// removeShardFiles removes what a failed write left of shards' files in
+// dir, and dir itself if nothing else is in it (other nodes' shards may
+// be), so that a full disk is not kept full by halves of checkpoints.
+func removeShardFiles(dir string, shards []*ps.Shard) {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return // nothing was written; what is there is not ours
+	}
+	for _, s := range shards {
+		os.Remove(filepath.Join(dir, s.FileName()))
+	}
+	os.Remove(dir) // fails, as it should, when not empty
+}
+
+// checkpointFailed says that step's checkpoint of shards was not written:
+// in the log, the node's metrics and the tasks' reports.
+func (a *Agent) checkpointFailed(ctx context.Context, tasks []*task, shards []*ps.Shard, step int64, err error) {
+	spec := tasks[0].spec
+	a.log.Warn("ps: checkpoint not written; training goes on, the next is tried at its step", "job", spec.JobID, "step", step, "shards", len(shards), "err", err)
+	a.obs.checkpointFailed()
+	for _, t := range tasks {
+		a.setReport(ctx, t, func(r *api.TaskReport) {
+			if r.CheckpointFailure == nil || r.CheckpointFailure.Step != step {
+				r.CheckpointFailures++
+			}
+			r.CheckpointFailure = &api.CheckpointFailure{Step: step, Error: truncateError(err.Error())}
+		})
+	}
 }
 
 // finish waits for the copies queued to be written and returns the

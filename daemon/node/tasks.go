@@ -61,12 +61,17 @@ func (a *Agent) setReport(ctx context.Context, t *task, f func(r *api.TaskReport
 // fail marks t failed with err.
 func (a *Agent) fail(ctx context.Context, t *task, err error) {
 	a.taskLog(t.spec).Warn("task failed", "err", err)
-	msg := err.Error()
-	if len(msg) > api.MaxErrorLen {
-		msg = msg[:api.MaxErrorLen]
-	}
+	msg := truncateError(err.Error())
 	permanent := isPermanent(err)
 	a.setReport(ctx, t, func(r *api.TaskReport) { r.State, r.Error, r.Permanent = api.TaskFailed, msg, permanent })
+}
+
+// truncateError cuts msg to what a task report may carry.
+func truncateError(msg string) string {
+	if len(msg) > api.MaxErrorLen {
+		return msg[:api.MaxErrorLen]
+	}
+	return msg
 }
 
 // isLate reports whether err is an exact change that came after its step

@@ -41,6 +41,9 @@ func FileName(shard, shards int) string {
 	return fmt.Sprintf("shard-%05d-of-%05d.safetensors", shard, shards)
 }
 
+// FileName is the name of the shard's checkpoint file.
+func (s *Shard) FileName() string { return FileName(s.cfg.Shard, s.cfg.Shards) }
+
 // stateName names a parameter's value (i < 0) or its i-th optimiser state,
 // as daemon/nn's checkpoints do.
 func stateName(param string, i int) string {
@@ -149,7 +152,7 @@ func (s *Shard) snapshot(ctx context.Context, step int64) (Snapshot, error) {
 
 // write writes a snapshot as the shard's file in dir.
 func (s *Shard) write(dir string, snap Snapshot) (ckpt.FileEntry, error) {
-	path := filepath.Join(dir, FileName(s.cfg.Shard, s.cfg.Shards))
+	path := filepath.Join(dir, s.FileName())
 	entry, err := ckpt.WriteFile(path, snap.meta, snap.tensors)
 	if err != nil {
 		return entry, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)

@@ -278,9 +278,12 @@ func TestReportShowsCheckpoints(t *testing.T) {
 	s := finishedStatus(t)
 	s.RestoredFrom = &api.CheckpointStatus{Step: 10, Dir: "/ck/a/step-0000000010"}
 	s.Checkpoint = &api.CheckpointStatus{Step: 20, Dir: "/ck/b/step-0000000020"}
+	s.CheckpointFailure = &api.CheckpointFailure{Step: 30, Node: "n0", Error: "write shard: no space left on device"}
+	s.CheckpointFailures = 3
 	var out, errb bytes.Buffer
 	reportJob(&out, &errb, s, false)
-	for _, want := range []string{"restored from step 10: /ck/a/step-0000000010", "latest checkpoint: step 20 in /ck/b/step-0000000020"} {
+	for _, want := range []string{"restored from step 10: /ck/a/step-0000000010", "latest checkpoint: step 20 in /ck/b/step-0000000020",
+		"checkpoint of step 30 NOT WRITTEN (n0): write shard: no space left on device", "checkpoint files not written so far: 3"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -291,7 +294,8 @@ func TestReportShowsCheckpoints(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.RestoredFrom == nil || res.RestoredFrom.Step != 10 || res.Checkpoint == nil || res.Checkpoint.Step != 20 {
+	if res.RestoredFrom == nil || res.RestoredFrom.Step != 10 || res.Checkpoint == nil || res.Checkpoint.Step != 20 ||
+		res.CheckpointFailure == nil || res.CheckpointFailure.Step != 30 || res.CheckpointFailures != 3 {
 		t.Errorf("JSON restored_from %+v, checkpoint %+v", res.RestoredFrom, res.Checkpoint)
 	}
 }

@@ -223,6 +223,11 @@ type runResult struct {
 	// latest complete checkpoint, when there are.
 	RestoredFrom *api.CheckpointStatus `json:"restored_from,omitempty"`
 	Checkpoint   *api.CheckpointStatus `json:"checkpoint,omitempty"`
+	// CheckpointFailure is the latest checkpoint that could not be
+	// written, while no later one is complete; CheckpointFailures counts
+	// the files not written.
+	CheckpointFailure  *api.CheckpointFailure `json:"checkpoint_failure,omitempty"`
+	CheckpointFailures int64                  `json:"checkpoint_failures,omitempty"`
 }
 
 type runStage struct {
@@ -241,7 +246,7 @@ type runStage struct {
 func resultOf(s api.JobStatus) (runResult, error) {
 	r := runResult{Job: s.ID, Name: s.Name, State: s.State, Reason: s.Reason, Steps: s.Step, Loss: s.Loss,
 		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{},
-		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint}
+		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint, CheckpointFailure: s.CheckpointFailure, CheckpointFailures: s.CheckpointFailures}
 	if r.PSShards == nil {
 		r.PSShards = []string{}
 	}
@@ -337,6 +342,16 @@ func printJob(w io.Writer, s api.JobStatus) {
 	}
 	if c := r.Checkpoint; c != nil {
 		fmt.Fprintf(w, "  latest checkpoint: step %d in %s\n", c.Step, c.Dir)
+	}
+	if f := r.CheckpointFailure; f != nil {
+		next := "training goes on, the next is tried at its step"
+		if r.State.Final() {
+			next = "the job ended without it"
+		}
+		fmt.Fprintf(w, "  checkpoint of step %d NOT WRITTEN (%s): %s; %s\n", f.Step, cmp.Or(f.Node, "manifest"), f.Error, next)
+	}
+	if n := r.CheckpointFailures; n > 0 {
+		fmt.Fprintf(w, "  checkpoint files not written so far: %d (see the PS nodes' logs)\n", n)
 	}
 	printBatching(w, s)
 }
