@@ -79,8 +79,7 @@ func TestACheckpointThatCannotBeWrittenLeavesTrainingGoing(t *testing.T) {
 // checkpoint is missing, and is not restarted to train again.
 func TestALastCheckpointThatCannotBeWrittenIsNamed(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
-	defer func(d time.Duration) { finalCheckpointRetry = d }(finalCheckpointRetry)
-	finalCheckpointRetry = 50 * time.Millisecond
+	shortFinalRetry(t)
 	var logs syncBuffer
 	cl := checkpointCluster(t, &logs, 2*time.Second)
 	root := t.TempDir()
@@ -104,8 +103,7 @@ func TestALastCheckpointThatCannotBeWrittenIsNamed(t *testing.T) {
 // way is gone (an operator freed the disk), and the job ends done with it.
 func TestALastCheckpointIsWrittenOnceItCanBe(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
-	defer func(d time.Duration) { finalCheckpointRetry = d }(finalCheckpointRetry)
-	finalCheckpointRetry = 50 * time.Millisecond
+	shortFinalRetry(t)
 	var logs syncBuffer
 	cl := checkpointCluster(t, &logs, patience)
 	root := t.TempDir()
@@ -166,6 +164,14 @@ func TestAFailedWriteRemovesOnlyItsOwnFiles(t *testing.T) {
 	if fi, err := os.Stat(blocked); err != nil || fi.IsDir() {
 		t.Errorf("the file where the step directory would be went: %v", err)
 	}
+}
+
+// shortFinalRetry makes the last checkpoint tried every 50 ms until the
+// test's cleanups, the cluster's included, are done.
+func shortFinalRetry(t *testing.T) {
+	d := finalCheckpointRetry
+	finalCheckpointRetry = 50 * time.Millisecond
+	t.Cleanup(func() { finalCheckpointRetry = d })
 }
 
 // waitUntil polls cond until it holds, for at most patience.
