@@ -144,7 +144,11 @@ type Coordinator struct {
 	// the queue only when it moved.
 	changes uint64
 	started time.Time
-	serving atomic.Bool // Serve is serving the API (Ready)
+	// storeFailures is the count of failed state commits seen so far,
+	// storeLogged when checkStore last logged them.
+	storeFailures int64
+	storeLogged   time.Time
+	serving       atomic.Bool // Serve is serving the API (Ready)
 	alloc   allocDecisions
 
 	// profiles are the stored measured profiles by store.ProfileKey

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // TestRetriedSubmissionMakesOneJob: submissions that repeat an
@@ -91,4 +93,89 @@ func TestIdempotencyKeysSurviveARestart(t *testing.T) {
 	if again := submit(); again != first {
 		t.Errorf("the retry after a restart made job %s; the first try made %s", again, first)
 	}
+}
+
+// TestASubmissionNotRecordedIsNotAnsweredByItsRetry: when the state
+// database cannot record a job (a full disk; here a closed store), the
+// submission is refused with 503, and its retry under the same key is
+// tried again, refused again, instead of getting the unrecorded job as if
+// it had been created.
+func TestASubmissionNotRecordedIsNotAnsweredByItsRetry(t *testing.T) {
+	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	c, stop := runCoordinator(t, cfg)
+	defer stop()
+	if err := c.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	key := api.NewIdempotencyKey()
+	for try := range 2 {
+		req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(ctrJob))
+		req.Header.Set("Content-Type", api.ContentTypeTOML)
+		req.Header.Set(api.IdempotencyKeyHeader, key)
+		rec := httptest.NewRecorder()
+		c.Handler().ServeHTTP(rec, req)
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "recording the job") {
+			t.Errorf("try %d: %d %s, want 503 naming the state database", try, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestACoordinatorThatCannotRecordIsNotReady: while the state database
+// fails to commit, /readyz says so and the log says it once a minute;
+// once a commit succeeds it is ready, and the log says that too.
+func TestACoordinatorThatCannotRecordIsNotReady(t *testing.T) {
+	var logs lockedBuffer
+	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	c, stop := runCoordinator(t, cfg)
+	defer stop()
+	c.serving.Store(true) // as Serve does
+	if err := c.Ready(); err != nil {
+		t.Fatalf("a fresh coordinator: %v", err)
+	}
+	if err := <-c.store.PutJob(store.Job{ID: strings.Repeat("j", 40000)}); err == nil {
+		t.Fatal("a 40,000-byte key was committed")
+	}
+	if err := c.Ready(); err == nil || !strings.Contains(err.Error(), "state database cannot record changes") {
+		t.Errorf("after a failed commit: Ready() = %v", err)
+	}
+	check := func(at time.Time) {
+		c.mu.Lock()
+		c.checkStore(at)
+		c.mu.Unlock()
+	}
+	now := time.Now()
+	check(now)
+	<-c.store.PutJob(store.Job{ID: strings.Repeat("k", 40000)})
+	check(now.Add(time.Second)) // failing still, within the minute: not again
+	if n := strings.Count(logs.String(), "changes not recorded"); n != 1 {
+		t.Errorf("logged the failures %d times, want once:\n%s", n, logs.String())
+	}
+	if err := <-c.store.PutJob(store.Job{ID: "j9"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(); err != nil {
+		t.Errorf("after a commit that succeeded: %v", err)
+	}
+	check(now.Add(2 * time.Second))
+	if !strings.Contains(logs.String(), "recording changes again") {
+		t.Errorf("the recovery is not logged:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

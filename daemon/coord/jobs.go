@@ -143,6 +143,9 @@ func (c *Coordinator) submit(src []byte, key string) (j *job, created bool, err 
 	if err := saved(); err != nil {
 		c.mu.Lock()
 		c.finish(j, api.JobFailed, fmt.Sprintf("not recorded in the state database: %v", err), time.Now())
+		if key != "" && c.idem[key] == j.id {
+			delete(c.idem, key) // a retry of the request tries again, rather than getting this job
+		}
 		c.mu.Unlock()
 		return nil, false, httpErrorf(http.StatusServiceUnavailable, "recording the job: %v", err)
 	}

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -31,6 +32,11 @@ func (c *Coordinator) Ready() error {
 	if !c.serving.Load() {
 		return errors.New("the coordinator is not serving its API (starting or stopping)")
 	}
+	if c.store != nil {
+		if _, err := c.store.Health(); err != nil {
+			return fmt.Errorf("the state database cannot record changes: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -39,7 +45,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	jobsDesc       = desc("heterps_jobs", "Jobs the coordinator keeps, by state.", "state")
+	jobsDesc          = desc("heterps_jobs", "Jobs the coordinator keeps, by state.", "state")
+	stateFailuresDesc = desc("heterps_coordinator_state_commit_failures_total",
+		"Commits to the coordinator's state database that failed (a full disk): the changes in them are not durable until recorded again.")
 	jobStateDesc   = desc("heterps_job_state", "1 for the job's current state.", "job_id", "state")
 	jobStepDesc    = desc("heterps_job_step", "The fewest steps any stage replica of the job has completed.", "job_id")
 	jobStepsDesc   = desc("heterps_job_target_steps", "The step the job trains to.", "job_id")
@@ -78,7 +86,7 @@ type coordCollector struct{ c *Coordinator }
 func (coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{jobsDesc, jobStateDesc, jobStepDesc, jobStepsDesc, jobSamplesDesc, jobLossDesc,
 		jobRateDesc, jobCostDesc, jobRestarts, jobGeneration, jobLimitDesc, jobBelowDesc, stagePredDesc, stageMeasDesc, replicaBatchDesc,
-		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc, drainingDesc} {
+		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc, drainingDesc, stateFailuresDesc} {
 		ch <- d
 	}
 }
@@ -106,6 +114,10 @@ func (cc coordCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range []api.NodeState{api.NodeAlive, api.NodeDead} {
 		gauge(ch, nodesDesc, float64(nodes[s]), string(s))
+	}
+	if c.store != nil {
+		failures, _ := c.store.Health()
+		counter(ch, stateFailuresDesc, float64(failures))
 	}
 }
 

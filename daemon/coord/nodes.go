@@ -243,6 +243,7 @@ func (c *Coordinator) reap(now time.Time) {
 		}
 	}
 	c.checkAdoptions(now)
+	c.checkStore(now)
 	c.checkFinalCheckpoints(now)
 	c.balanceJobs()
 	c.pruneNodes(now)

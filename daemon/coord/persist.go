@@ -34,6 +34,31 @@ func (c *Coordinator) save(j *job) func() error {
 	}
 }
 
+// checkStore logs the state commits that failed since it last looked (a
+// full disk), at most once a storeLogEvery while they go on failing:
+// until one succeeds again, a restart of the coordinator would come back
+// without the changes since. c.mu is held.
+func (c *Coordinator) checkStore(now time.Time) {
+	if c.store == nil {
+		return
+	}
+	failures, err := c.store.Health()
+	switch {
+	case err == nil && !c.storeLogged.IsZero():
+		c.log.Info("state database: recording changes again", "path", c.store.Path(), "failed_commits", failures)
+		c.storeLogged = time.Time{}
+	case err != nil && failures > c.storeFailures && now.Sub(c.storeLogged) >= storeLogEvery:
+		c.log.Error("state database: changes not recorded; a restart of the coordinator now would lose them (free its disk)",
+			"failed_commits", failures, "path", c.store.Path(), "err", err)
+		c.storeLogged = now
+	}
+	c.storeFailures = failures
+}
+
+// storeLogEvery spaces the log lines of a state database that keeps
+// failing.
+const storeLogEvery = time.Minute
+
 // saveCounters records the id counters. c.mu is held.
 func (c *Coordinator) saveCounters() {
 	if c.store != nil {

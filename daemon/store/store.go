@@ -54,7 +54,11 @@ type Store struct {
 	pending map[string]write // by bucket + "/" + key
 	waiters []chan error
 	closed  bool
-	wake    chan struct{} // capacity 1: there is something pending
+	// failures counts the commits that failed; lastErr is the latest
+	// commit's error (nil once one succeeds).
+	failures int64
+	lastErr  error
+	wake     chan struct{} // capacity 1: there is something pending
 	stopped chan struct{} // closed when the writer has returned
 }
 
@@ -128,6 +132,15 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
+// Health is how many commits have failed so far and the latest commit's
+// error, nil when it succeeded. A failed commit's writes are not retried:
+// the next record of the same key (a job's whole record) replaces them.
+func (s *Store) Health() (failures int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failures, s.lastErr
+}
+
 // enqueue adds writes to the next commit and returns its result channel.
 func (s *Store) enqueue(ws ...write) <-chan error {
 	done := make(chan error, 1)
@@ -162,6 +175,13 @@ func (s *Store) writer() {
 		s.pending, s.waiters = map[string]write{}, nil
 		s.mu.Unlock()
 		err := s.commit(batch)
+		if len(batch) > 0 {
+			s.mu.Lock()
+			if s.lastErr = err; err != nil {
+				s.failures++
+			}
+			s.mu.Unlock()
+		}
 		for _, w := range waiters {
 			w <- err
 		}

@@ -185,3 +185,26 @@ func TestDrainedNodesSurviveReopening(t *testing.T) {
 		t.Errorf("drained %v after an empty record", st.Drained)
 	}
 }
+
+// TestHealthReportsAFailedCommitUntilOneSucceeds: a commit that fails
+// (here a key bbolt refuses; a full disk alike) is counted and its error
+// kept until a later commit succeeds.
+func TestHealthReportsAFailedCommitUntilOneSucceeds(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	if n, err := s.Health(); n != 0 || err != nil {
+		t.Fatalf("a new store: %d failures, %v", n, err)
+	}
+	if err := <-s.PutJob(Job{ID: strings.Repeat("j", 40000)}); err == nil {
+		t.Fatal("a 40,000-byte key was committed")
+	}
+	if n, err := s.Health(); n != 1 || err == nil {
+		t.Fatalf("after a failed commit: %d failures, %v", n, err)
+	}
+	if err := <-s.PutJob(Job{ID: "j1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Health(); n != 1 || err != nil {
+		t.Fatalf("after a commit that succeeded: %d failures, %v; want the count kept and no error", n, err)
+	}
+}
