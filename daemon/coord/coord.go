@@ -149,7 +149,7 @@ type Coordinator struct {
 	storeFailures int64
 	storeLogged   time.Time
 	serving       atomic.Bool // Serve is serving the API (Ready)
-	alloc   allocDecisions
+	alloc         allocDecisions
 
 	// profiles are the stored measured profiles by store.ProfileKey
 	// (profiles.go), under profMu, which is taken alone or inside c.mu,

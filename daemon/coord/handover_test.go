@@ -122,4 +122,3 @@ func serve(t *testing.T, c *Coordinator, method, path, contentType string, body 
 		}
 	}
 }
-

@@ -59,7 +59,7 @@ type Store struct {
 	failures int64
 	lastErr  error
 	wake     chan struct{} // capacity 1: there is something pending
-	stopped chan struct{} // closed when the writer has returned
+	stopped  chan struct{} // closed when the writer has returned
 }
 
 type write struct {
