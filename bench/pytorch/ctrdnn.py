@@ -57,6 +57,28 @@ def load(folder):
     return meta, out
 
 
+def make_step(model, forward, batches):
+    """step(i) trains forward (model, or a wrapper of it such as DDP) on
+    batches[i % len(batches)] and returns the loss: Adam on the dense
+    parameters, SparseAdam on the table, lr 1e-3, BCE with logits."""
+    dense_params = [p for n, p in model.named_parameters() if not n.startswith("emb.")]
+    opt = torch.optim.Adam(dense_params, lr=1e-3)
+    sparse_opt = torch.optim.SparseAdam([model.emb.weight], lr=1e-3)
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    def step(i):
+        ids, offs, dense, labels = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        sparse_opt.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(ids, offs, dense), labels)
+        loss.backward()
+        opt.step()
+        sparse_opt.step()
+        return loss.item()
+
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -71,20 +93,7 @@ def main():
     meta, batches = load(args.data)
     batches = [tuple(t.to(device) for t in b) for b in batches]
     model = CTRDNN(meta["vocab"], meta["dim"], meta["slots"], meta["dense"], meta["hidden"]).to(device)
-    dense_params = [p for n, p in model.named_parameters() if not n.startswith("emb.")]
-    opt = torch.optim.Adam(dense_params, lr=1e-3)
-    sparse_opt = torch.optim.SparseAdam([model.emb.weight], lr=1e-3)
-    loss_fn = nn.BCEWithLogitsLoss()
-
-    def step(i):
-        ids, offs, dense, labels = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        sparse_opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(ids, offs, dense), labels)
-        loss.backward()
-        opt.step()
-        sparse_opt.step()
-        return loss.item()
+    step = make_step(model, model, batches)
 
     for i in range(args.warmup):
         step(i)

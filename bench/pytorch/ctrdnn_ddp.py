@@ -18,10 +18,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ctrdnn import CTRDNN, load
+from ctrdnn import CTRDNN, load, make_step
 
 
 def shard(batch, slots, rank, world):
@@ -42,21 +41,7 @@ def worker(rank, args):
     meta, batches = load(args.data)
     batches = [shard(b, meta["slots"], rank, args.world) for b in batches]
     model = CTRDNN(meta["vocab"], meta["dim"], meta["slots"], meta["dense"], meta["hidden"])
-    ddp = DistributedDataParallel(model)
-    dense_params = [p for n, p in model.named_parameters() if not n.startswith("emb.")]
-    opt = torch.optim.Adam(dense_params, lr=1e-3)
-    sparse_opt = torch.optim.SparseAdam([model.emb.weight], lr=1e-3)
-    loss_fn = nn.BCEWithLogitsLoss()
-
-    def step(i):
-        ids, offs, dense, labels = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        sparse_opt.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp(ids, offs, dense), labels)
-        loss.backward()
-        opt.step()
-        sparse_opt.step()
-        return loss.item()
+    step = make_step(model, DistributedDataParallel(model), batches)
 
     for i in range(args.warmup):
         step(i)

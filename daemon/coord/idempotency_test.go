@@ -13,6 +13,7 @@ import (
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/store"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // TestRetriedSubmissionMakesOneJob: submissions that repeat an
@@ -124,7 +125,7 @@ func TestASubmissionNotRecordedIsNotAnsweredByItsRetry(t *testing.T) {
 // fails to commit, /readyz says so and the log says it once a minute;
 // once a commit succeeds it is ready, and the log says that too.
 func TestACoordinatorThatCannotRecordIsNotReady(t *testing.T) {
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	c, stop := runCoordinator(t, cfg)
 	defer stop()
@@ -160,22 +161,4 @@ func TestACoordinatorThatCannotRecordIsNotReady(t *testing.T) {
 	if !strings.Contains(logs.String(), "recording changes again") {
 		t.Errorf("the recovery is not logged:\n%s", logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // restartableCoordinator serves a coordinator with a state directory on a
@@ -152,7 +153,7 @@ func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 // ids they held, and the job runs to the end with no restart.
 func TestATaskPlacedJustBeforeACoordinatorRestartIsHandedOver(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
 		c.HeartbeatInterval, c.HeartbeatTimeout, c.Logger = 2*time.Second, 20*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
 	})

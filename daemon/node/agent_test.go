@@ -31,6 +31,7 @@ import (
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // Test timing: heartbeats every interval; a silent node is dead after
@@ -748,7 +749,7 @@ func TestRegisterTimeoutEndsRun(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	a, err := New(Config{Name: "x", Coordinator: dead, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
 		Type: "cpu", Units: 1, Plain: true, RegisterTimeout: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -782,23 +783,4 @@ func TestSecondNodeOfOneNameEndsRun(t *testing.T) {
 	if err := a.Run(ctx); err == nil || !strings.Contains(err.Error(), "is taken by the live node twin~") {
 		t.Errorf("Run: %v, want the coordinator's 409", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger and a reader on different
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/internal/syncbuf"
 	"github.com/heterps/heterps/native"
 )
 
@@ -30,7 +31,7 @@ func blockCheckpoint(t *testing.T, root string, step int64) {
 
 // checkpointCluster serves a coordinator that logs into logs and waits
 // finalWait for a job's last checkpoint, and two CPU nodes.
-func checkpointCluster(t *testing.T, logs *syncBuffer, finalWait time.Duration) *cluster {
+func checkpointCluster(t *testing.T, logs *syncbuf.Buffer, finalWait time.Duration) *cluster {
 	t.Helper()
 	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
 		c.Logger, c.FinalCheckpointWait = slog.New(slog.NewTextHandler(logs, nil)), finalWait
@@ -51,7 +52,7 @@ func checkpointCluster(t *testing.T, logs *syncBuffer, finalWait time.Duration) 
 // next checkpoints are written, and the job ends done with no restart.
 func TestACheckpointThatCannotBeWrittenLeavesTrainingGoing(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cl := checkpointCluster(t, &logs, 0)
 	root := t.TempDir()
 	blockCheckpoint(t, root, 5)
@@ -80,7 +81,7 @@ func TestACheckpointThatCannotBeWrittenLeavesTrainingGoing(t *testing.T) {
 func TestALastCheckpointThatCannotBeWrittenIsNamed(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
 	shortFinalRetry(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cl := checkpointCluster(t, &logs, 2*time.Second)
 	root := t.TempDir()
 	blockCheckpoint(t, root, 20)
@@ -104,7 +105,7 @@ func TestALastCheckpointThatCannotBeWrittenIsNamed(t *testing.T) {
 func TestALastCheckpointIsWrittenOnceItCanBe(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
 	shortFinalRetry(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cl := checkpointCluster(t, &logs, patience)
 	root := t.TempDir()
 	blockCheckpoint(t, root, 20)

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // checkLeaks fails the test if goroutines it started outlive it. Call it
@@ -26,22 +27,7 @@ func checkLeaks(t *testing.T) {
 }
 
 // logSink collects log output for assertions.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *logSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
+type logSink struct{ syncbuf.Buffer }
 
 func (s *logSink) logger() *slog.Logger {
 	w := io.Writer(s)

@@ -12,13 +12,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/config/hosts"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // fakeSSH is a remote shell for tests, called as ssh and oarsh are (HOST
@@ -216,7 +216,7 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 	workdir, logDir := t.TempDir(), t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runLaunch(ctx, []string{long, "--hostfile", hostfile, "--rsh", fx.ssh, "--base-port", "0", "--catalog", fx.catalog,
@@ -258,24 +258,6 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 		t.Fatal("launch did not return after its context ended")
 	}
 	checkTornDown(t, workdir, logDir)
-}
-
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func readLogs(dir string) string {

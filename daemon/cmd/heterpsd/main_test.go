@@ -17,29 +17,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
-// syncBuffer is a bytes.Buffer safe for a daemon writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitLine waits for the daemon's first output line.
-func waitLine(t *testing.T, out *syncBuffer) string {
+func waitLine(t *testing.T, out *syncbuf.Buffer) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -86,7 +68,7 @@ func TestCoordinatorAndNode(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	statuses := make([]int, 2)
-	var coordOut, nodeOut, logs syncBuffer
+	var coordOut, nodeOut, logs syncbuf.Buffer
 	wg.Go(func() {
 		statuses[0] = run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
 			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", t.TempDir()}, &coordOut, &logs)
@@ -153,7 +135,7 @@ func TestSignedControlPlane(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	var coordOut, nodeOut, logs syncBuffer
+	var coordOut, nodeOut, logs syncbuf.Buffer
 	wg.Go(func() {
 		run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
 			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", dir, "--secret-file", secretPath}, &coordOut, &logs)
@@ -208,7 +190,7 @@ func TestStopIsBoundedAfterTheSignal(t *testing.T) {
 	unnotified := false
 	release := make(chan struct{})
 	defer close(release)
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runBounded(ctx, func() { unnotified = true }, 50*time.Millisecond, &stderr, func(context.Context) int {

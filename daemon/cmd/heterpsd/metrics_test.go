@@ -21,13 +21,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 const patience = 60 * time.Second
 
 // daemon is a heterpsd run in this process.
 type daemon struct {
-	out    syncBuffer
+	out    syncbuf.Buffer
 	status int
 	done   chan struct{}
 }
@@ -168,7 +169,7 @@ func TestMetricsDuringALoopbackJob(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	defer func() {
 		cancel()
 		wg.Wait()

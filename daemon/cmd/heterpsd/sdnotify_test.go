@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // notification is one datagram the fake systemd got, and when.
@@ -80,7 +82,7 @@ func next(t *testing.T, ch <-chan notification, want string) (notification, []no
 func TestSystemdNotifyCoordinator(t *testing.T) {
 	notes := fakeSystemd(t)
 	t.Setenv("WATCHDOG_USEC", "400000") // pings every ~200 ms
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runMain([]string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
@@ -178,7 +180,7 @@ func TestSystemdNotifyNode(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	var coordOut, nodeOut, logs syncBuffer
+	var coordOut, nodeOut, logs syncbuf.Buffer
 	wg.Go(func() {
 		run(ctx, []string{"--role=coordinator", "--catalog", "../../../config/examples/catalogs/local.toml",
 			"--listen", "127.0.0.1:0", "--heartbeat", "50ms", "--state-dir", t.TempDir()}, &coordOut, &logs)

@@ -15,6 +15,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/daemon/wire/pki"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // issueCerts writes a cluster CA and certificates for names (all on
@@ -52,7 +53,7 @@ func TestMutualTLSCluster(t *testing.T) {
 	issueCerts(t, dir, "coord", "cpu", "gpu", "cli")
 	pem := func(n string) (string, string) { return filepath.Join(dir, n+".pem"), filepath.Join(dir, n+"-key.pem") }
 	ca := filepath.Join(dir, "ca.pem")
-	var logs, coordOut syncBuffer
+	var logs, coordOut syncbuf.Buffer
 	cert, key := pem("coord")
 	wg.Go(func() {
 		run(ctx, []string{"--role=coordinator", "--catalog", "testdata/catalog.toml", "--listen", "127.0.0.1:0", "--heartbeat", "100ms",
@@ -70,7 +71,7 @@ func TestMutualTLSCluster(t *testing.T) {
 		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var out syncBuffer
+		var out syncbuf.Buffer
 		wg.Go(func() { run(ctx, []string{"--role=node", "--config", path}, &out, &logs) })
 	}
 

@@ -1,42 +1,23 @@
 package wiretest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 func checkLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-}
-
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *logSink) contains(sub string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Contains(s.buf.String(), sub)
 }
 
 func config(id string, logs io.Writer) wire.Config {
@@ -136,7 +117,7 @@ func waitDone(t *testing.T, c *wire.Conn, what string) {
 
 func TestBridgeForwardsAndCuts(t *testing.T) {
 	checkLeaks(t)
-	logs := &logSink{}
+	logs := &syncbuf.Buffer{}
 	a, b, br := pair(t, logs)
 	if err := exchange(a, b, "a", "b", 1, 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -154,7 +135,7 @@ func TestBridgeForwardsAndCuts(t *testing.T) {
 
 func TestBridgeBlackholeTripsIdleTimeout(t *testing.T) {
 	checkLeaks(t)
-	logs := &logSink{}
+	logs := &syncbuf.Buffer{}
 	a, b, br := pair(t, logs)
 	if err := exchange(a, b, "a", "b", 1, 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -165,10 +146,10 @@ func TestBridgeBlackholeTripsIdleTimeout(t *testing.T) {
 	// Whichever end's idle deadline fires first closes the link; its log
 	// line may land just after the other end sees the close.
 	deadline := time.Now().Add(2 * time.Second)
-	for !logs.contains("i/o timeout") && time.Now().Before(deadline) {
+	for !logs.Contains("i/o timeout") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !logs.contains("i/o timeout") {
+	if !logs.Contains("i/o timeout") {
 		t.Errorf("closed for %v, and no end logged a timeout", c.Err())
 	}
 	if err := exchange(a, b, "a", "b", 2, 300*time.Millisecond); err == nil {
@@ -180,7 +161,7 @@ func TestBridgeBlackholeTripsIdleTimeout(t *testing.T) {
 
 func TestBridgeCorruptionClosesConnection(t *testing.T) {
 	checkLeaks(t)
-	logs := &logSink{}
+	logs := &syncbuf.Buffer{}
 	a, b, br := pair(t, logs)
 	if err := exchange(a, b, "a", "b", 1, 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -191,7 +172,7 @@ func TestBridgeCorruptionClosesConnection(t *testing.T) {
 	a.Send(context.Background(), "b", 1, big)
 	waitDone(t, c, "corruption")
 	deadline := time.Now().Add(5 * time.Second)
-	for !logs.contains("CRC32C mismatch") && !logs.contains("bad magic") && !logs.contains("malformed") {
+	for !logs.Contains("CRC32C mismatch") && !logs.Contains("bad magic") && !logs.Contains("malformed") {
 		if time.Now().After(deadline) {
 			t.Fatal("no decode failure logged")
 		}
@@ -202,7 +183,7 @@ func TestBridgeCorruptionClosesConnection(t *testing.T) {
 
 func TestBridgeDelayAndReject(t *testing.T) {
 	checkLeaks(t)
-	logs := &logSink{}
+	logs := &syncbuf.Buffer{}
 	a, b, br := pair(t, logs)
 	if err := exchange(a, b, "a", "b", 1, 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -233,7 +214,7 @@ func TestBridgeDelayAndReject(t *testing.T) {
 
 func TestFaultyDropsDelaysBlackholesAndCuts(t *testing.T) {
 	checkLeaks(t)
-	logs := &logSink{}
+	logs := &syncbuf.Buffer{}
 	ra, rb, _ := pair(t, logs)
 	a, b := NewFaulty(ra), NewFaulty(rb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
