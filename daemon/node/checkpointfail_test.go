@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +124,50 @@ func TestALastCheckpointIsWrittenOnceItCanBe(t *testing.T) {
 	if m, err := ckpt.VerifyDir(ckpt.StepDir(root, 20)); err != nil || m.Step != 20 {
 		t.Errorf("step 20: %+v (%v)", m, err)
 	}
+}
+
+// TestAHungCheckpointWriteIsReported: a copy that takes longer than
+// checkpointStuckAfter to write (a hung filesystem; here a write held
+// until the test lets it go) is reported as not written while it hangs,
+// training goes on, and once it ends every checkpoint is written and the
+// job ends done.
+func TestAHungCheckpointWriteIsReported(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
+	release := make(chan struct{})
+	var once sync.Once
+	hangAt(t, 5, release)
+	stuck := checkpointStuckAfter
+	checkpointStuckAfter = 100 * time.Millisecond
+	t.Cleanup(func() { checkpointStuckAfter = stuck })
+	var logs syncbuf.Buffer
+	cl := checkpointCluster(t, &logs, 0)
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the cluster stops, if the test failed
+	root := t.TempDir()
+	id := cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root)))
+	waitUntil(t, "the hung write reported", func() bool { return logs.Contains("still being written after") })
+	once.Do(func() { close(release) })
+	s := cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 20 || s.CheckpointFailure != nil || s.CheckpointFailures < 1 {
+		t.Fatalf("job %s (%q), checkpoint %+v, failure %+v, %d failures", s.State, s.Reason, s.Checkpoint, s.CheckpointFailure, s.CheckpointFailures)
+	}
+	for _, step := range []int64{5, 10, 15, 20} {
+		if m, err := ckpt.VerifyDir(ckpt.StepDir(root, step)); err != nil || m.Step != step {
+			t.Errorf("step %d: %+v (%v)", step, m, err)
+		}
+	}
+}
+
+// hangAt makes the writes of step's checkpoint files wait for release,
+// until the test's cleanups.
+func hangAt(t *testing.T, step int64, release <-chan struct{}) {
+	write := writeSnapshots
+	writeSnapshots = func(dir string, shards []*ps.Shard, snaps []ps.Snapshot) ([]ckpt.FileEntry, error) {
+		if dir == ckpt.StepDir(filepath.Dir(dir), step) {
+			<-release
+		}
+		return write(dir, shards, snaps)
+	}
+	t.Cleanup(func() { writeSnapshots = write })
 }
 
 // TestAFailedWriteRemovesOnlyItsOwnFiles: what a failed checkpoint write

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -208,7 +209,9 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 		case err != nil:
 			return errors.Join(fmt.Errorf("checkpoint at step %d: %w", step, err), w.finish())
 		default:
-			w.queue <- pendingCheckpoint{step: step, snaps: snaps}
+			w.enqueue(pendingCheckpoint{step: step, snaps: snaps}, func(writing int64, d time.Duration) {
+				a.checkpointFailed(ctx, tasks, shards, writing, fmt.Errorf("still being written after %s (a hung or very slow filesystem?); the checkpoints after it wait", d.Round(time.Second)))
+			})
 		}
 		if step == spec.Steps {
 			return w.finish()
@@ -255,6 +258,35 @@ type pendingCheckpoint struct {
 type checkpointWriter struct {
 	queue chan pendingCheckpoint
 	done  chan error // the writer's first error, once it has stopped
+	// writing is the step of the copy being written (0: none), since
+	// when (unix nanoseconds).
+	writing, since atomic.Int64
+}
+
+// checkpointStuckAfter is how long one copy may take to write before
+// the node reports it as not written (it goes on waiting for it); a
+// variable so that tests can shorten it.
+var checkpointStuckAfter = 5 * time.Minute
+
+// enqueue hands p to the writer, waiting while the writer is busy with
+// the copies before it; if one of them takes longer than
+// checkpointStuckAfter, it calls stuck once with its step and age.
+func (w *checkpointWriter) enqueue(p pendingCheckpoint, stuck func(step int64, d time.Duration)) {
+	tick := time.NewTicker(max(checkpointStuckAfter/10, time.Millisecond))
+	defer tick.Stop()
+	reported := int64(0)
+	for {
+		select {
+		case w.queue <- p:
+			return
+		case <-tick.C:
+			step, d := w.writing.Load(), time.Since(time.Unix(0, w.since.Load()))
+			if step > 0 && step != reported && d > checkpointStuckAfter {
+				stuck(step, d)
+				reported = step
+			}
+		}
+	}
 }
 
 // startCheckpointWriter starts the writer of tasks' shards: it writes
@@ -262,7 +294,7 @@ type checkpointWriter struct {
 // reports the files on the tasks. A copy whose node's lease has run out is
 // not written, nor any after it. A copy that cannot be written (a full
 // disk, a lost mount) does not stop training: it is reported on the tasks
-// (api.TaskReport.CheckpointError) and the next is tried at its step; the
+// (api.TaskReport.CheckpointFailure) and the next is tried at its step; the
 // last step's, which the job waits for, is tried again every
 // finalCheckpointRetry until written or the job ends.
 func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards []*ps.Shard) *checkpointWriter {
@@ -274,7 +306,10 @@ func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards
 			if fenced != nil {
 				continue
 			}
+			w.since.Store(time.Now().UnixNano())
+			w.writing.Store(p.step)
 			files, err := a.writeCheckpoint(spec, shards, p)
+			w.writing.Store(0)
 			for err != nil && !errors.Is(err, errFenced) && p.step == spec.Steps {
 				a.checkpointFailed(ctx, tasks, shards, p.step, err)
 				if retry.Sleep(ctx, finalCheckpointRetry) != nil {
@@ -311,7 +346,7 @@ func (a *Agent) writeCheckpoint(spec api.Task, shards []*ps.Shard, p pendingChec
 		return nil, fmt.Errorf("checkpoint at step %d not written: %w", p.step, errFenced)
 	}
 	dir := ckpt.StepDir(spec.CheckpointDir, p.step)
-	files, err := ps.WriteSnapshots(dir, shards, p.snaps)
+	files, err := writeSnapshots(dir, shards, p.snaps)
 	if err == nil && len(shards) == len(spec.PS) {
 		err = ps.WriteManifest(dir, spec.JobID, p.step, len(spec.PS), files)
 	}
@@ -321,6 +356,10 @@ func (a *Agent) writeCheckpoint(spec api.Task, shards []*ps.Shard, p pendingChec
 	}
 	return files, nil
 }
+
+// writeSnapshots writes a checkpoint's shard files: ps.WriteSnapshots, a
+// variable so that tests can stand a slow disk in for it.
+var writeSnapshots = ps.WriteSnapshots
 
 // removeShardFiles removes what a failed write left of shards' files in
 // dir, and dir itself if nothing else is in it (other nodes' shards may
