@@ -286,13 +286,22 @@ func (j *job) awaitsFinalCheckpoint() bool {
 // checkpoint. c.mu is held.
 func (c *Coordinator) checkFinalCheckpoints(now time.Time) {
 	for _, j := range c.jobs {
-		wait := c.cfg.FinalCheckpointWait
-		if j.state == api.JobRunning && !j.ckpt.trained.IsZero() && now.Sub(j.ckpt.trained) > wait {
-			why := fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s", j.file.TotalSteps(), wait)
-			if f := j.ckpt.failure; f != nil && f.Step == j.file.TotalSteps() {
-				why = fmt.Sprintf("trained, but the checkpoint of step %d could not be written (node %s: %s)", f.Step, cmp.Or(f.Node, "the coordinator"), f.Error)
-			}
-			c.finish(j, api.JobDone, why, now)
+		if j.state != api.JobRunning || j.ckpt.trained.IsZero() {
+			continue
 		}
+		f := j.ckpt.failure
+		failing := f != nil && f.Step == j.file.TotalSteps()
+		wait := c.cfg.FinalCheckpointWait
+		if failing {
+			wait = max(wait, c.cfg.FinalCheckpointFailWait)
+		}
+		if now.Sub(j.ckpt.trained) <= wait {
+			continue
+		}
+		why := fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s", j.file.TotalSteps(), wait)
+		if failing {
+			why = fmt.Sprintf("trained, but the checkpoint of step %d could not be written within %s (node %s: %s)", f.Step, wait, cmp.Or(f.Node, "the coordinator"), f.Error)
+		}
+		c.finish(j, api.JobDone, why, now)
 	}
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// have all finished waits for the checkpoint of its last step before
 	// it is done without it (default DefaultFinalCheckpointWait).
 	FinalCheckpointWait time.Duration
+	// FinalCheckpointFailWait is how long such a job waits instead while
+	// a PS node reports that it cannot write that checkpoint (a full
+	// disk) and keeps trying: time for an operator to free the disk
+	// (default DefaultFinalCheckpointFailWait).
+	FinalCheckpointFailWait time.Duration
 	// AllocPolicy is the allocation policy of running jobs' units (a
 	// policy of package alloc, or "off", the default: jobs keep the
 	// units they were placed with); AllocEpoch how often it decides
@@ -77,17 +82,18 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultHeartbeatInterval   = time.Second
-	DefaultQueueLength         = 64
-	DefaultFinalCheckpointWait = 30 * time.Second
-	DefaultAdoptionTimeout     = 30 * time.Second
-	DefaultPlanTimeout         = 5 * time.Minute
-	DefaultKeepFinished        = 1000
-	DefaultDeadNodeRetention   = time.Hour
-	DefaultRestartBackoff      = time.Second
-	DefaultMaxRestartBackoff   = 2 * time.Minute
-	DefaultSuspectFor          = 10 * time.Minute
-	heartbeatsPerTimeout       = 3
+	DefaultHeartbeatInterval       = time.Second
+	DefaultQueueLength             = 64
+	DefaultFinalCheckpointWait     = 30 * time.Second
+	DefaultFinalCheckpointFailWait = 10 * time.Minute
+	DefaultAdoptionTimeout         = 30 * time.Second
+	DefaultPlanTimeout             = 5 * time.Minute
+	DefaultKeepFinished            = 1000
+	DefaultDeadNodeRetention       = time.Hour
+	DefaultRestartBackoff          = time.Second
+	DefaultMaxRestartBackoff       = 2 * time.Minute
+	DefaultSuspectFor              = 10 * time.Minute
+	heartbeatsPerTimeout           = 3
 )
 
 func (c Config) withDefaults() Config {
@@ -104,6 +110,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxRestartBackoff, DefaultMaxRestartBackoff)
 	setDefault(&c.SuspectFor, DefaultSuspectFor)
 	setDefault(&c.FinalCheckpointWait, DefaultFinalCheckpointWait)
+	setDefault(&c.FinalCheckpointFailWait, DefaultFinalCheckpointFailWait)
 	if c.QueueLength <= 0 {
 		c.QueueLength = DefaultQueueLength
 	}

@@ -531,6 +531,46 @@ func TestFinalCheckpointWait(t *testing.T) {
 	}
 }
 
+// TestAFailingLastCheckpointIsWaitedForLonger: while a PS node reports
+// that it cannot write the last step's checkpoint (and keeps trying), the
+// job waits FinalCheckpointFailWait for it instead of
+// FinalCheckpointWait, shows the failure, then ends done naming it.
+func TestAFailingLastCheckpointIsWaitedForLonger(t *testing.T) {
+	const wait, failWait = 100 * time.Millisecond, 800 * time.Millisecond
+	tc := startCluster(t, func(c *Config) { c.FinalCheckpointWait, c.FinalCheckpointFailWait = wait, failWait })
+	job := ctrJob + fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", t.TempDir())
+	for _, n := range tc.nodesFor(tc.expectedPlan(job)) {
+		n.mu.Lock()
+		n.report = func(task api.Task, r *api.TaskReport) {
+			r.State = api.TaskRunning
+			if task.Role == api.RolePS {
+				r.CheckpointFailure, r.CheckpointFailures = &api.CheckpointFailure{Step: 12, Error: "no space left on device"}, 1
+				return
+			}
+			if r.Step = min(task.Steps, r.Step+1); r.Step == task.Steps {
+				r.State = api.TaskDone
+			}
+		}
+		n.mu.Unlock()
+	}
+	id := tc.submit(job)
+	waitFor(t, "stages done", func() bool { s := tc.job(id); return s.Step == s.Steps })
+	trained := time.Now()
+	time.Sleep(2 * wait)
+	if s := tc.job(id); s.State != api.JobRunning || s.CheckpointFailure == nil || s.CheckpointFailure.Step != 12 || s.CheckpointFailures < 1 {
+		t.Fatalf("past FinalCheckpointWait: %s (%q), failure %+v, %d failures; want it running, showing the failure",
+			s.State, s.Reason, s.CheckpointFailure, s.CheckpointFailures)
+	}
+	s := tc.waitJob(id)
+	if s.State != api.JobDone || !strings.Contains(s.Reason, "checkpoint of step 12 could not be written within 800ms") ||
+		!strings.Contains(s.Reason, "no space left on device") {
+		t.Fatalf("job %s: %q", s.State, s.Reason)
+	}
+	if waited := time.Since(trained); waited < failWait/2 {
+		t.Errorf("done %s after training, want about %s", waited, failWait)
+	}
+}
+
 // TestTasksCarryTheJobsMicroBatches: micro_batches and schedule reach
 // every stage task.
 func TestTasksCarryTheJobsMicroBatches(t *testing.T) {

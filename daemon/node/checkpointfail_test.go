@@ -31,11 +31,12 @@ func blockCheckpoint(t *testing.T, root string, step int64) {
 }
 
 // checkpointCluster serves a coordinator that logs into logs and waits
-// finalWait for a job's last checkpoint, and two CPU nodes.
+// finalWait for a job's last checkpoint (also while it is reported
+// failing), and two CPU nodes.
 func checkpointCluster(t *testing.T, logs *syncbuf.Buffer, finalWait time.Duration) *cluster {
 	t.Helper()
 	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
-		c.Logger, c.FinalCheckpointWait = slog.New(slog.NewTextHandler(logs, nil)), finalWait
+		c.Logger, c.FinalCheckpointWait, c.FinalCheckpointFailWait = slog.New(slog.NewTextHandler(logs, nil)), finalWait, finalWait
 	})
 	t.Cleanup(func() { rc.stop() })
 	cl := &cluster{t: t, base: "http://" + rc.addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
@@ -88,7 +89,7 @@ func TestALastCheckpointThatCannotBeWrittenIsNamed(t *testing.T) {
 	blockCheckpoint(t, root, 20)
 	s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\nrestarts = 2\n", root))), final)
 	if s.State != api.JobDone || s.Restarts != 0 || s.RestartedAs != "" ||
-		!strings.Contains(s.Reason, "the checkpoint of step 20 could not be written (node ") {
+		!strings.Contains(s.Reason, "the checkpoint of step 20 could not be written within 2s (node ") {
 		t.Fatalf("job %s (%q), %d restarts, restarted as %q, checkpoint %+v:\n%s", s.State, s.Reason, s.Restarts, s.RestartedAs, s.Checkpoint, logs.String())
 	}
 	if s.Checkpoint == nil || s.Checkpoint.Step != 15 || s.CheckpointFailure == nil || s.CheckpointFailure.Step != 20 || s.CheckpointFailures != 2 {
