@@ -173,8 +173,9 @@ func hangAt(t *testing.T, step int64, release <-chan struct{}) {
 
 // TestAFailedWriteRemovesOnlyItsOwnFiles: what a failed checkpoint write
 // left of this node's shard files goes, and the step directory with it
-// when empty; other nodes' files, and a file standing where the directory
-// would be, stay.
+// when empty; other nodes' files, a complete checkpoint (another job's,
+// with its manifest) and a file standing where the directory would be
+// stay.
 func TestAFailedWriteRemovesOnlyItsOwnFiles(t *testing.T) {
 	shard, err := ps.NewShard(ps.Config{Job: "j1", Shard: 1, Shards: 2, Replicas: map[int]int{0: 1}, Backend: native.MustCPU()})
 	if err != nil {
@@ -186,8 +187,8 @@ func TestAFailedWriteRemovesOnlyItsOwnFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	shared, alone, blocked := ckpt.StepDir(root, 5), ckpt.StepDir(root, 10), ckpt.StepDir(root, 15)
-	for _, dir := range []string{shared, alone} {
+	shared, alone, blocked, complete := ckpt.StepDir(root, 5), ckpt.StepDir(root, 10), ckpt.StepDir(root, 15), ckpt.StepDir(root, 20)
+	for _, dir := range []string{shared, alone, complete} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -196,8 +197,12 @@ func TestAFailedWriteRemovesOnlyItsOwnFiles(t *testing.T) {
 	other := filepath.Join(shared, ps.FileName(0, 2))
 	write(other)
 	write(blocked)
-	for _, dir := range []string{shared, alone, blocked} {
+	write(filepath.Join(complete, ckpt.ManifestName))
+	for _, dir := range []string{shared, alone, blocked, complete} {
 		removeShardFiles(dir, []*ps.Shard{shard})
+	}
+	if _, err := os.Stat(filepath.Join(complete, shard.FileName())); err != nil {
+		t.Errorf("a complete checkpoint's file went: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(shared, shard.FileName())); !os.IsNotExist(err) {
 		t.Errorf("this node's half-written file stayed: %v", err)

@@ -363,10 +363,15 @@ var writeSnapshots = ps.WriteSnapshots
 
 // removeShardFiles removes what a failed write left of shards' files in
 // dir, and dir itself if nothing else is in it (other nodes' shards may
-// be), so that a full disk is not kept full by halves of checkpoints.
+// be), so that a full disk is not kept full by halves of checkpoints. A
+// complete checkpoint there (another job's, with a manifest) is left
+// whole: its files were not replaced, the write having failed.
 func removeShardFiles(dir string, shards []*ps.Shard) {
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		return // nothing was written; what is there is not ours
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ckpt.ManifestName)); err == nil {
+		return
 	}
 	for _, s := range shards {
 		os.Remove(filepath.Join(dir, s.FileName()))
