@@ -254,3 +254,23 @@ func TestTrainedTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestHandedOverReadsTheRestartedCoordinatorsLog: the grow-coordinator
+// scenario says whether the spare node's task was handed over by the
+// restarted coordinator or adopted from the node.
+func TestHandedOverReadsTheRestartedCoordinatorsLog(t *testing.T) {
+	dir := t.TempDir()
+	handed := filepath.Join(dir, "handed.log")
+	adopted := filepath.Join(dir, "adopted.log")
+	os.WriteFile(handed, []byte(`time=x level=INFO msg="handing over tasks the node never got" job=j1 node=n3 previous=n3~4 tasks=[j1.s0.r3]`+"\n"), 0o600)
+	os.WriteFile(adopted, []byte(`time=x level=INFO msg="node registered" node=n3 node_id=n3~8 adopted=1`+"\n"), 0o600)
+	if got := handedOver(handed, "n3"); !strings.Contains(got, "handed it over") {
+		t.Errorf("handed: %q", got)
+	}
+	if got := handedOver(adopted, "n3"); !strings.Contains(got, "adopted it") {
+		t.Errorf("adopted: %q", got)
+	}
+	if got := handedOver(handed, "n2"); !strings.Contains(got, "adopted it") {
+		t.Errorf("another node's handover counted for n2: %q", got)
+	}
+}

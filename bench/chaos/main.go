@@ -24,6 +24,9 @@
 //     node in place (PATCH /v1/jobs/{id} with add, a quarter of the batch
 //     each): the step the replica joins at, how long until the job runs
 //     past it with the four replicas, and that nothing trained twice;
+//   - grow-coordinator: the same grow, and kill -9 of the coordinator as
+//     soon as it has answered, before the spare node's next heartbeat
+//     fetches its task, restarted a second later;
 //   - overhead: the job without [checkpoint] beside the one with it, the mean
 //     step time of each and the overhead of checkpointing, on jobs of
 //     --overhead-steps (a job's span is known to a heartbeat, so short
@@ -88,7 +91,7 @@ type options struct {
 }
 
 // allScenarios is every scenario, in the order they run.
-var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "overhead"}
+var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "grow-coordinator", "overhead"}
 
 func main() {
 	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run

@@ -67,6 +67,10 @@ func printTargets(w io.Writer, results []*result) {
 			fmt.Fprintf(w, "  0 steps lost growing a stage onto a node in place: %s (%d trained twice, %d restarts)\n", verdict(r.twice == 0 && r.restarts == 0), r.twice, r.restarts)
 		case r.name == "grow":
 			fmt.Fprintf(w, "  0 steps lost growing a stage onto a node in place: MISSED (the scenario failed)\n")
+		case r.name == "grow-coordinator" && r.err == nil:
+			fmt.Fprintf(w, "  0 steps lost when the coordinator dies right after a grow: %s (%d trained twice, %d restarts)\n", verdict(r.twice == 0 && r.restarts == 0), r.twice, r.restarts)
+		case r.name == "grow-coordinator":
+			fmt.Fprintf(w, "  0 steps lost when the coordinator dies right after a grow: MISSED (the scenario failed)\n")
 		case r.name == "overhead" && r.err == nil:
 			pct := overheadPct(r.plain, r.checked)
 			fmt.Fprintf(w, "  checkpoint overhead < %.1f %% (CheckFreq's bound): ours %.1f %%: %s\n", overheadBound, pct, verdict(pct < overheadBound))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -84,13 +85,14 @@ func (b *bench) runAll(ctx context.Context) []*result {
 type fault func(ctx context.Context, b *bench, j *jobRun, r *result) (finish func(final api.JobStatus), err error)
 
 var faults = map[string]fault{
-	"none":          nil,
-	"coordinator":   killCoordinator,
-	"stage-node":    killNode(false),
-	"ps-node":       killNode(true),
-	"sigstop-stage": stopNode(false),
-	"sigstop-ps":    stopNode(true),
-	"grow":          growOntoSpare,
+	"none":             nil,
+	"coordinator":      killCoordinator,
+	"stage-node":       killNode(false),
+	"ps-node":          killNode(true),
+	"sigstop-stage":    stopNode(false),
+	"sigstop-ps":       stopNode(true),
+	"grow":             growOntoSpare(false),
+	"grow-coordinator": growOntoSpare(true),
 }
 
 // scenario runs the job with the checkpoint on a fresh cluster, injects
@@ -363,8 +365,16 @@ func stopNode(ps bool) fault {
 // the batch split evenly over the replicas, and measures the join: the
 // step the coordinator gives, the time until the job reports a step past
 // it with the new replica, and the steps trained twice (none, unless the
-// job restarted instead).
-func growOntoSpare(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
+// job restarted instead). With kill, the coordinator is killed with
+// SIGKILL as soon as it has answered (before the spare's next heartbeat
+// fetches its task) and restarted a second later.
+func growOntoSpare(kill bool) fault {
+	return func(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
+		return growOnto(ctx, b, j, r, kill)
+	}
+}
+
+func growOnto(ctx context.Context, b *bench, j *jobRun, r *result, kill bool) (func(api.JobStatus), error) {
 	if _, err := b.atFaultPoint(ctx, j); err != nil {
 		return nil, err
 	}
@@ -389,8 +399,20 @@ func growOntoSpare(ctx context.Context, b *bench, j *jobRun, r *result) (func(ap
 	if err != nil {
 		return nil, fmt.Errorf("grow onto %s: %w", spare, err)
 	}
+	answered := time.Since(asked)
+	if kill {
+		j.c.Coord.Kill()
+		killed := time.Since(asked)
+		if err := pause(ctx, time.Second); err != nil {
+			return nil, err
+		}
+		if err := j.c.StartCoordinator(ctx); err != nil {
+			return nil, fmt.Errorf("restart the coordinator: %w", err)
+		}
+		r.notes = append(r.notes, fmt.Sprintf("killed the coordinator %s after asking, restarted 1 s later", killed.Round(time.Millisecond)))
+	}
 	r.notes = append(r.notes, fmt.Sprintf("grew onto %s at step %d (stage on %s, generation %d -> %d), answered in %s",
-		spare, at.s.Step, stageNodes(at.s), max(at.s.Generation, 1), grown.Generation, time.Since(asked).Round(time.Millisecond)))
+		spare, at.s.Step, stageNodes(at.s), max(at.s.Generation, 1), grown.Generation, answered.Round(time.Millisecond)))
 	joined, err := j.w.waitFor(ctx, "the new replica's first steps", b.o.timeout, func(s api.JobStatus) bool {
 		return s.Generation >= grown.Generation && trainedOn(s, spare)
 	})
@@ -402,7 +424,25 @@ func growOntoSpare(ctx context.Context, b *bench, j *jobRun, r *result) (func(ap
 	return func(final api.JobStatus) {
 		trainedTwice(r, at.s, final)
 		r.notes = append(r.notes, fmt.Sprintf("ended on %s, generation %d", stageNodes(final), final.Generation))
+		if kill {
+			r.notes = append(r.notes, handedOver(j.c.Coord.Log, spare))
+		}
 	}, nil
+}
+
+// handedOver says whether the coordinator whose log is at path handed
+// node its task over when it registered again (it had not fetched it
+// before the kill), or the node had it already.
+func handedOver(path, node string) string {
+	log, err := os.ReadFile(path)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the restarted coordinator's log: %v", err)
+	case bytes.Contains(log, []byte(`msg="handing over tasks the node never got"`)) && bytes.Contains(log, []byte("node="+node+" ")):
+		return fmt.Sprintf("%s had not fetched its task before the kill: the restarted coordinator handed it over", node)
+	default:
+		return fmt.Sprintf("%s had fetched its task before the kill: the restarted coordinator adopted it", node)
+	}
 }
 
 // trainedOn reports whether s's stage has a replica on node that has

@@ -194,14 +194,28 @@ func (c *Coordinator) patch(id string, req api.ResizeRequest) (api.JobStatus, er
 		return c.grow(id, req)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	j, err := c.resizable(id, req)
 	if err != nil {
+		c.mu.Unlock()
 		return api.JobStatus{}, err
 	}
 	from := c.resize(j, req.Replicas, req.Batches)
 	c.log.Info("job resized", "job", id, "replicas", req.Replicas, "batches", req.Batches, "from_step", from, "generation", j.gen)
-	return c.status(j, time.Now()), nil
+	return c.answerRecorded(j)
+}
+
+// answerRecorded is j's status once its record is on disk, so that a
+// change the API has acknowledged outlives a coordinator killed right
+// after; an error (503) if the record could not be written. c.mu is held
+// on entry and released.
+func (c *Coordinator) answerRecorded(j *job) (api.JobStatus, error) {
+	s, saved := c.status(j, time.Now()), c.save(j)
+	c.mu.Unlock()
+	if err := saved(); err != nil {
+		return api.JobStatus{}, httpErrorf(http.StatusServiceUnavailable,
+			"job %s: changed, but not recorded in the state database (a restart of the coordinator now would undo the change): %v", j.id, err)
+	}
+	return s, nil
 }
 
 // resizable looks up the job a resize names and checks that it may take

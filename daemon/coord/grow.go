@@ -73,12 +73,12 @@ func (c *Coordinator) grow(id string, req api.ResizeRequest) (api.JobStatus, err
 		return api.JobStatus{}, fmt.Errorf("grow job %s: %w", j.id, err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if j.gen != g.gen || j.state != api.JobRunning {
+		c.mu.Unlock()
 		return api.JobStatus{}, tryAgain("grow job %s: the job changed while its data start was counted", j.id)
 	}
 	c.addReplicas(j, g, start)
-	return c.status(j, time.Now()), nil
+	return c.answerRecorded(j)
 }
 
 // planGrow checks that j can take req's new replicas now and on the named

@@ -12,6 +12,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // growFixture is a coordinator with a running one-replica ps job j1 on
@@ -339,5 +340,48 @@ func TestRaiseWaitsForAGrowThenRestarts(t *testing.T) {
 	c.raiseByGrowing(in, req, plan)
 	if j.growWaits != 0 || j.state != api.JobRestarting || !j.moving {
 		t.Errorf("after %d waits: %d waits, %s (moving %v); want the move back up by a restart", maxGrowWaits, j.growWaits, j.state, j.moving)
+	}
+}
+
+// TestAnAcknowledgedChangeIsOnDisk: a PATCH is answered once the job's
+// new record is committed, so a coordinator killed right after the answer
+// comes back with the change; one the state database cannot record is
+// answered 503.
+func TestAnAcknowledgedChangeIsOnDisk(t *testing.T) {
+	c, _, _ := growFixture(t)
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c.store = st
+	if _, err := c.patch("j1", growRequest("b")); err != nil {
+		t.Fatal(err)
+	}
+	state, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recorded *store.Job
+	for i := range state.Jobs {
+		if state.Jobs[i].ID == "j1" {
+			recorded = &state.Jobs[i]
+		}
+	}
+	if recorded == nil || recorded.Generation != 2 || len(recorded.Tasks) != 3 {
+		t.Fatalf("recorded after the answer: %+v, want generation 2 with the added replica", recorded)
+	}
+
+	c, _, _ = growFixture(t)
+	closed, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	c.store = closed
+	_, err = c.patch("j1", api.ResizeRequest{Replicas: []int{0}, Batches: []int{48}})
+	var he *httpError
+	if !errors.As(err, &he) || he.status != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "not recorded in the state database") {
+		t.Errorf("a resize the state database could not record: %v, want 503", err)
 	}
 }
