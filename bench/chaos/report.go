@@ -9,17 +9,17 @@ import (
 
 // printTable prints one row per scenario, then each scenario's notes.
 func printTable(w io.Writer, results []*result) {
-	fmt.Fprintf(w, "\n%-14s %10s %13s %8s %10s %-18s %-14s\n", "scenario", "recovery s", "trained twice", "restarts", "generation", "final loss (ref)", "bit-identical")
+	fmt.Fprintf(w, "\n%-16s %10s %13s %8s %10s %-18s %-14s\n", "scenario", "recovery s", "trained twice", "restarts", "generation", "final loss (ref)", "bit-identical")
 	for _, r := range results {
 		if r.err != nil {
-			fmt.Fprintf(w, "%-14s FAILED: %v\n", r.name, r.err)
+			fmt.Fprintf(w, "%-16s FAILED: %v\n", r.name, r.err)
 			continue
 		}
 		if r.name == "overhead" {
-			fmt.Fprintf(w, "%-14s %10s %13s %8s %10s %-18s %-14s\n", r.name, "-", "-", "-", "-", "-", "-")
+			fmt.Fprintf(w, "%-16s %10s %13s %8s %10s %-18s %-14s\n", r.name, "-", "-", "-", "-", "-", "-")
 			continue
 		}
-		fmt.Fprintf(w, "%-14s %10s %13s %8d %10d %-18s %-14s\n", r.name, seconds(r.recovery), count(r.twice), r.restarts, r.generation,
+		fmt.Fprintf(w, "%-16s %10s %13s %8d %10d %-18s %-14s\n", r.name, seconds(r.recovery), count(r.twice), r.restarts, r.generation,
 			fmt.Sprintf("%.4f (%.4f)", r.loss, r.refLoss), r.identical)
 	}
 	fmt.Fprintln(w, "\nnotes:")
