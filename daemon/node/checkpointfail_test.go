@@ -158,6 +158,39 @@ func TestAHungCheckpointWriteIsReported(t *testing.T) {
 	}
 }
 
+// TestACheckpointSkippedBehindASlowWriteIsReported: steps that training
+// passes while the writer is held up by an earlier copy are not
+// checkpointed, and are reported as such; the job still ends done with its
+// last checkpoint.
+func TestACheckpointSkippedBehindASlowWriteIsReported(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
+	release := make(chan struct{})
+	var once sync.Once
+	hangAt(t, 5, release)
+	var logs syncbuf.Buffer
+	cl := checkpointCluster(t, &logs, 0)
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the cluster stops, if the test failed
+	root := t.TempDir()
+	path := dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root))
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(src), "steps = 20\n", "steps = 200\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cl.submit(path)
+	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 100 || s.State.Final() })
+	once.Do(func() { close(release) })
+	s := cl.waitJob(id, final)
+	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 200 {
+		t.Fatalf("job %s (%q), checkpoint %+v", s.State, s.Reason, s.Checkpoint)
+	}
+	if !logs.Contains("skipped: training passed its step") || s.CheckpointFailures < 1 {
+		t.Errorf("%d failures counted, and the coordinator's log has no skipped checkpoint:\n%s", s.CheckpointFailures, logs.String())
+	}
+}
+
 // hangAt makes the writes of step's checkpoint files wait for release,
 // until the test's cleanups.
 func hangAt(t *testing.T, step int64, release <-chan struct{}) {

@@ -205,7 +205,7 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 			return w.finish() // the job ended before the step
 		case errors.Is(err, ps.ErrStepPassed):
 			// The writer was behind and held this loop up: skip the step.
-			a.log.Warn("ps: checkpoint skipped: training passed its step while the last one was being written", "job", spec.JobID, "step", step)
+			a.checkpointFailed(ctx, tasks, shards, step, errors.New("skipped: training passed its step while earlier copies were still being written (a slow disk, or checkpoints too frequent for it)"))
 		case err != nil:
 			return errors.Join(fmt.Errorf("checkpoint at step %d: %w", step, err), w.finish())
 		default:
