@@ -170,6 +170,8 @@ func (c *Coordinator) queueManifest(j *job, step int64) {
 	case c.manifests <- w:
 	default:
 		c.log.Warn("checkpoint manifest writer is behind; skipping a step", "job", j.id, "step", step)
+		j.ckpt.failure = &api.CheckpointFailure{Step: step, Error: "manifest skipped: the writer is behind (a slow or hung checkpoint disk)"}
+		j.ckpt.failures++
 	}
 }
 

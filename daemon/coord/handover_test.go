@@ -9,8 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/ckpt"
 )
 
 // handoverJob is one CPU stage and its parameter-server shard.
@@ -120,5 +122,21 @@ func serve(t *testing.T, c *Coordinator, method, path, contentType string, body 
 		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}
+	}
+}
+
+// TestASkippedManifestIsReported: a complete step whose manifest the
+// writer, behind, cannot take is reported in the job's status as a
+// checkpoint not written.
+func TestASkippedManifestIsReported(t *testing.T) {
+	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}.withDefaults(), manifests: make(chan manifestWork)} // no writer
+	c.log = c.cfg.Logger
+	jf, _ := jobAndModel(t, ctrJob+"[checkpoint]\ndir = \"/ck\"\nevery = 5\n")
+	j := &job{id: "j1", file: jf, state: api.JobRunning}
+	j.ckpt.files = map[int64]map[int]ckpt.FileEntry{5: {0: {Name: "shard-00000-of-00001.safetensors"}}}
+	c.queueManifest(j, 5)
+	s := c.status(j, time.Now())
+	if s.CheckpointFailure == nil || s.CheckpointFailure.Step != 5 || !strings.Contains(s.CheckpointFailure.Error, "manifest skipped") || s.CheckpointFailures != 1 {
+		t.Errorf("status: failure %+v, %d failures; want step 5's manifest reported skipped", s.CheckpointFailure, s.CheckpointFailures)
 	}
 }
