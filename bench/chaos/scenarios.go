@@ -414,7 +414,7 @@ func growOnto(ctx context.Context, b *bench, j *jobRun, r *result, kill bool) (f
 	r.notes = append(r.notes, fmt.Sprintf("grew onto %s at step %d (stage on %s, generation %d -> %d), answered in %s",
 		spare, at.s.Step, stageNodes(at.s), max(at.s.Generation, 1), grown.Generation, answered.Round(time.Millisecond)))
 	joined, err := j.w.waitFor(ctx, "the new replica's first steps", b.o.timeout, func(s api.JobStatus) bool {
-		return s.Generation >= grown.Generation && trainedOn(s, spare)
+		return s.Generation >= grown.Generation && s.TrainedOn(spare)
 	})
 	if err != nil {
 		return nil, err
@@ -443,17 +443,6 @@ func handedOver(path, node string) string {
 	default:
 		return fmt.Sprintf("%s had fetched its task before the kill: the restarted coordinator adopted it", node)
 	}
-}
-
-// trainedOn reports whether s's stage has a replica on node that has
-// reported a step's compute time: it has trained.
-func trainedOn(s api.JobStatus, node string) bool {
-	if len(s.Stages) == 0 {
-		return false
-	}
-	st := s.Stages[0]
-	i := slices.Index(st.Nodes, node)
-	return i >= 0 && i < len(st.StepSeconds) && st.StepSeconds[i] > 0
 }
 
 // spareNode is a node of the cluster that hosts no stage replica and no

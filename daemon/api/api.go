@@ -2,8 +2,10 @@ package api
 
 import (
 	"encoding/json"
-	"github.com/heterps/heterps/daemon/ckpt"
+	"slices"
 	"time"
+
+	"github.com/heterps/heterps/daemon/ckpt"
 )
 
 // Transport limits and media types.
@@ -363,6 +365,17 @@ const (
 
 // Final reports whether s is a final state.
 func (s JobState) Final() bool { return s == JobDone || s == JobFailed || s == JobCancelled }
+
+// TrainedOn reports whether the job's first stage has a replica on node
+// that has reported a step's compute time: it has trained there.
+func (s JobStatus) TrainedOn(node string) bool {
+	if len(s.Stages) == 0 {
+		return false
+	}
+	st := s.Stages[0]
+	i := slices.Index(st.Nodes, node)
+	return i >= 0 && i < len(st.StepSeconds) && st.StepSeconds[i] > 0
+}
 
 // SubmitResponse answers POST /v1/jobs.
 type SubmitResponse struct {

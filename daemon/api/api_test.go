@@ -252,3 +252,25 @@ func TestResizeRequestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestJobStatusTrainedOn: a node has trained once its stage-0 replica
+// reports a step's compute time; a replica yet to report, a node without
+// one and a job without stages have not.
+func TestJobStatusTrainedOn(t *testing.T) {
+	stage := func(seconds ...float64) JobStatus {
+		return JobStatus{Stages: []StageStatus{{Nodes: []string{"n0", "n3"}[:len(seconds)], StepSeconds: seconds}}}
+	}
+	for _, tc := range []struct {
+		s    JobStatus
+		want bool
+	}{
+		{stage(0.1, 0.2), true},
+		{stage(0.1, 0), false},
+		{stage(0.1), false},
+		{JobStatus{}, false},
+	} {
+		if got := tc.s.TrainedOn("n3"); got != tc.want {
+			t.Errorf("%+v: TrainedOn(n3) = %v, want %v", tc.s.Stages, got, tc.want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,36 +83,33 @@ func (rc *restartableCoordinator) start() {
 	rc.stop = func() { cancel(); <-done }
 }
 
+// cluster is a client of rc's address for starting nodes and jobs; the
+// nodes stop, and its connections close, at the test's cleanup.
+func (rc *restartableCoordinator) cluster() *cluster {
+	t := rc.t
+	ctx, cancel := context.WithCancel(context.Background())
+	cl := &cluster{t: t, base: "http://" + rc.addr, ctx: ctx, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
+	t.Cleanup(func() { cancel(); cl.wg.Wait(); cl.client.CloseIdleConnections() })
+	return cl
+}
+
 // TestCoordinatorRestartAdoptsRunningJob stops the coordinator in the
 // middle of a data-parallel job and starts a new one on the same state
 // directory: the nodes register again reporting their tasks, the job
 // goes on under its id without a restart, new ids do not collide with old
 // ones, and the end state is bit-identical to an uninterrupted run's.
 func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the coordinator's and the nodes' cleanups
 	rc := startRestartableCoordinator(t)
-	addr := rc.addr
-	defer func() { rc.stop() }()
-
-	cl := &cluster{t: t, base: "http://" + addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
-	ctx, cancel := context.WithCancel(context.Background())
-	cl.ctx = ctx
-	defer func() { cancel(); cl.wg.Wait(); cl.client.CloseIdleConnections() }()
+	t.Cleanup(func() { rc.stop() })
+	cl := rc.cluster()
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
 	cl.waitNodes(2)
 
 	steps := 150
 	job := func(root string) string {
-		src, err := os.ReadFile(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = %d\n", root, steps)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "job.toml")
-		if err := os.WriteFile(path, []byte(strings.Replace(string(src), "steps = 20", fmt.Sprintf("steps = %d", steps), 1)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return dpJobOf(t, steps, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = %d\n", root, steps))
 	}
 	ref := t.TempDir()
 	if s := cl.waitJob(cl.submit(job(ref)), final); s.State != api.JobDone {
@@ -152,16 +148,13 @@ func TestCoordinatorRestartAdoptsRunningJob(t *testing.T) {
 // same state hands them over when the nodes register again, naming the
 // ids they held, and the job runs to the end with no restart.
 func TestATaskPlacedJustBeforeACoordinatorRestartIsHandedOver(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the coordinator's and the nodes' cleanups
 	var logs syncbuf.Buffer
 	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
 		c.HeartbeatInterval, c.HeartbeatTimeout, c.Logger = 2*time.Second, 20*time.Second, slog.New(slog.NewTextHandler(&logs, nil))
 	})
-	defer func() { rc.stop() }()
-	cl := &cluster{t: t, base: "http://" + rc.addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
-	ctx, cancel := context.WithCancel(context.Background())
-	cl.ctx = ctx
-	defer func() { cancel(); cl.wg.Wait(); cl.client.CloseIdleConnections() }()
+	t.Cleanup(func() { rc.stop() })
+	cl := rc.cluster()
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
 	cl.waitNodes(2)

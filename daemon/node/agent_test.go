@@ -469,16 +469,35 @@ func TestJobWritesCheckpoints(t *testing.T) {
 
 // dpJob writes the data-parallel job with its PS split in two shards
 // (ps_ratio 1 over two units) and extra appended.
-func dpJob(t *testing.T, extra string) string {
+func dpJob(t *testing.T, extra string) string { return dpJobOf(t, 20, extra) }
+
+// dpJobOf is dpJob training steps steps.
+func dpJobOf(t *testing.T, steps int, extra string) string {
+	t.Helper()
+	return writeJobFile(t, dpJobSource(t, steps)+"ps_ratio = 1.0\n"+extra)
+}
+
+// dpJobSource is testdata/dp-job.toml training steps steps, its model's
+// path made absolute: one PS shard.
+func dpJobSource(t *testing.T, steps int) string {
 	t.Helper()
 	src, err := os.ReadFile("testdata/dp-job.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	job := strings.Replace(string(src), `"testdata/tiny.toml"`, fmt.Sprintf("%q", mustAbs(t, "testdata/tiny.toml")), 1)
-	job += "ps_ratio = 1.0\n" + extra
+	if !strings.Contains(job, "\nsteps = 20\n") {
+		t.Fatal("testdata/dp-job.toml has no steps = 20")
+	}
+	return strings.Replace(job, "\nsteps = 20\n", fmt.Sprintf("\nsteps = %d\n", steps), 1)
+}
+
+// writeJobFile writes a job file of src into a temporary directory and
+// returns its path.
+func writeJobFile(t *testing.T, src string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "job.toml")
-	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

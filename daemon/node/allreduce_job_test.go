@@ -155,16 +155,7 @@ func TestAllreduceJobRestartsWhenAReplicaDies(t *testing.T) {
 		stops[name] = cl.startNode(name, "cpu")
 	}
 	cl.waitNodes(3)
-	src, err := os.ReadFile(longDPJob(t, 400))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "job.toml")
-	job := string(src) + fmt.Sprintf("dense_sync = \"allreduce\"\n[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)
-	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	id := cl.submit(path)
+	id := cl.submit(writeJobFile(t, dpJobSource(t, 400)+fmt.Sprintf("dense_sync = \"allreduce\"\n[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)))
 	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Checkpoint != nil || s.State.Final() })
 	if s.State != api.JobRunning || len(s.Stages[0].Nodes) != 2 || len(s.PS) != 1 {
 		t.Fatalf("before the kill: %s (%s), stages %+v, ps %v", s.State, s.Reason, s.Stages, s.PS)

@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -32,22 +30,14 @@ func (cl *cluster) startNodeAt(name, typ string, share float64) {
 // steps, batch batch) with the replacements and extra sections.
 func writeJob(t *testing.T, steps, batch int, replace map[string]string, extra string) string {
 	t.Helper()
-	src, err := os.ReadFile(longDPJob(t, steps))
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := strings.Replace(string(src), "batch = 64", fmt.Sprintf("batch = %d", batch), 1)
+	job := strings.Replace(dpJobSource(t, steps), "batch = 64", fmt.Sprintf("batch = %d", batch), 1)
 	for old, repl := range replace {
 		if !strings.Contains(job, old) {
 			t.Fatalf("the job file has no %q", old)
 		}
 		job = strings.Replace(job, old, repl, 1)
 	}
-	path := filepath.Join(t.TempDir(), "job.toml")
-	if err := os.WriteFile(path, []byte(job+extra), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeJobFile(t, job+extra)
 }
 
 // splitOf returns the batches of stage st's replicas on the nodes named.

@@ -3,7 +3,6 @@ package node
 import (
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,9 +38,7 @@ func checkpointCluster(t *testing.T, logs *syncbuf.Buffer, finalWait time.Durati
 		c.Logger, c.FinalCheckpointWait, c.FinalCheckpointFailWait = slog.New(slog.NewTextHandler(logs, nil)), finalWait, finalWait
 	})
 	t.Cleanup(func() { rc.stop() })
-	cl := &cluster{t: t, base: "http://" + rc.addr, client: &http.Client{Transport: &http.Transport{}, Timeout: patience}}
-	cl.ctx = t.Context()
-	t.Cleanup(func() { cl.wg.Wait(); cl.client.CloseIdleConnections() })
+	cl := rc.cluster()
 	cl.startNode("a", "cpu")
 	cl.startNode("b", "cpu")
 	cl.waitNodes(2)
@@ -171,15 +168,7 @@ func TestACheckpointSkippedBehindASlowWriteIsReported(t *testing.T) {
 	cl := checkpointCluster(t, &logs, 0)
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the cluster stops, if the test failed
 	root := t.TempDir()
-	path := dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root))
-	src, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(src), "steps = 20\n", "steps = 200\n", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	id := cl.submit(path)
+	id := cl.submit(dpJobOf(t, 200, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root)))
 	cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 100 || s.State.Final() })
 	once.Do(func() { close(release) })
 	s := cl.waitJob(id, final)

@@ -19,16 +19,7 @@ import (
 // longDPJob is the data-parallel job with steps steps and one PS shard.
 func longDPJob(t *testing.T, steps int) string {
 	t.Helper()
-	src, err := os.ReadFile(dpJob(t, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := strings.Replace(strings.Replace(string(src), "steps = 20", fmt.Sprintf("steps = %d", steps), 1), "ps_ratio = 1.0\n", "", 1)
-	path := filepath.Join(t.TempDir(), "job.toml")
-	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeJobFile(t, dpJobSource(t, steps))
 }
 
 // TestDeadReplicaLeavesTheStage: when the node of a stage replica that
@@ -235,16 +226,7 @@ func TestAShrunkStageGrowsBackUpInPlace(t *testing.T) {
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	stops := map[string]func(){"a": cl.startNode("a", "cpu"), "b": cl.startNode("b", "cpu")}
 	cl.waitNodes(2)
-	src, err := os.ReadFile(longDPJob(t, 1_000_000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "job.toml")
-	job := string(src) + fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 100\n", ckptDir)
-	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	id := cl.submit(path)
+	id := cl.submit(writeJobFile(t, dpJobSource(t, 1_000_000)+fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 100\n", ckptDir)))
 	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 5 || s.State.Final() })
 	victim := s.Stages[0].Nodes[0]
 	if victim == s.PS[0] {
@@ -256,21 +238,10 @@ func TestAShrunkStageGrowsBackUpInPlace(t *testing.T) {
 		t.Fatalf("after the kill: %s (%q) at step %d", s.State, s.Reason, s.Step)
 	}
 	cl.startNode("c", "cpu")
-	s = cl.waitJob(id, func(s api.JobStatus) bool { return trainedOn(s, "c") || s.State.Final() })
+	s = cl.waitJob(id, func(s api.JobStatus) bool { return s.TrainedOn("c") || s.State.Final() })
 	if s.State != api.JobRunning || s.RestartedAs != "" || s.Reason != "" || len(s.Stages[0].Nodes) != 2 {
 		t.Fatalf("after c joined: %s (%q) at step %d on %v, restarted as %q; want running on c and the PS's node, its reason cleared",
 			s.State, s.Reason, s.Step, s.Stages[0].Nodes, s.RestartedAs)
 	}
 	cancelAndWait(t, cl, id)
-}
-
-// trainedOn reports whether s's stage has a replica on node that has
-// reported a step's compute time.
-func trainedOn(s api.JobStatus, node string) bool {
-	if len(s.Stages) == 0 {
-		return false
-	}
-	st := s.Stages[0]
-	at := slices.Index(st.Nodes, node)
-	return at >= 0 && at < len(st.StepSeconds) && st.StepSeconds[at] > 0
 }
