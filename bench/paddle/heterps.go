@@ -43,6 +43,3 @@ func (t heterpsTools) train(ctx context.Context, o options, threads int) measure
 func (t heterpsTools) run(ctx context.Context, o options, batch int) measured {
 	return fromHeterps(t.Run(ctx, t.job(o, batch), psWorkers, ""))
 }
-
-// tail is the end of a child's standard error, enough to say why it failed.
-func tail(b []byte) string { return heterpsrun.Tail(b) }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heterps/heterps/bench/internal/heterpsrun"
 )
 
 // scriptDir finds bench/paddle's Python scripts from the working directory
@@ -51,7 +53,7 @@ func paddleSingle(ctx context.Context, o options, dir string, threads int) measu
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return measured{err: fmt.Errorf("%s ctrdnn_single.py: %w: %s", o.python, err, tail(stderr.Bytes()))}
+		return measured{err: fmt.Errorf("%s ctrdnn_single.py: %w: %s", o.python, err, heterpsrun.Tail(stderr.Bytes()))}
 	}
 	var r singleResult
 	if err := lastJSON(stdout.Bytes(), &r); err != nil {
@@ -201,7 +203,7 @@ func paddlePSRun(ctx context.Context, o options, dir string) measured {
 	server.Process.Kill() // it serves until killed; it has nothing to save
 	server.Wait()
 	if err != nil {
-		return measured{err: fmt.Errorf("%w (server: %s)", err, tail(serverErr.Bytes()))}
+		return measured{err: fmt.Errorf("%w (server: %s)", err, heterpsrun.Tail(serverErr.Bytes()))}
 	}
 	m, err := aggregate(results)
 	if err != nil {
@@ -222,7 +224,7 @@ func runWorkers(ctx context.Context, cancel context.CancelFunc, command func(wor
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		wg.Go(func() {
 			if err := cmd.Run(); err != nil {
-				errs[i] = fmt.Errorf("paddle PS worker %d: %w: %s", i, err, tail(stderr.Bytes()))
+				errs[i] = fmt.Errorf("paddle PS worker %d: %w: %s", i, err, heterpsrun.Tail(stderr.Bytes()))
 				cancel()
 				return
 			}
