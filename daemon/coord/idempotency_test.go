@@ -119,6 +119,13 @@ func TestASubmissionNotRecordedIsNotAnsweredByItsRetry(t *testing.T) {
 			t.Errorf("try %d: %d %s, want 503 naming the state database", try, rec.Code, rec.Body)
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, j := range c.jobs {
+		if r := j.record(); r.IdempotencyKey != "" {
+			t.Errorf("job %s (%s) keeps the refused request's key for the store's retry to record", r.ID, r.State)
+		}
+	}
 }
 
 // TestACoordinatorThatCannotRecordIsNotReady: while the state database

@@ -142,10 +142,14 @@ func (c *Coordinator) submit(src []byte, key string) (j *job, created bool, err 
 	c.mu.Unlock()
 	if err := saved(); err != nil {
 		c.mu.Lock()
-		c.finish(j, api.JobFailed, fmt.Sprintf("not recorded in the state database: %v", err), time.Now())
+		// A retry of the request tries again, rather than getting this job:
+		// here, and after a restart from the record the store's own retry
+		// lands once the disk is freed.
 		if key != "" && c.idem[key] == j.id {
-			delete(c.idem, key) // a retry of the request tries again, rather than getting this job
+			delete(c.idem, key)
 		}
+		j.idemKey = ""
+		c.finish(j, api.JobFailed, fmt.Sprintf("not recorded in the state database: %v", err), time.Now())
 		c.mu.Unlock()
 		return nil, false, httpErrorf(http.StatusServiceUnavailable, "recording the job: %v", err)
 	}

@@ -48,7 +48,7 @@ func (c *Coordinator) checkStore(now time.Time) {
 		c.log.Info("state database: recording changes again", "path", c.store.Path(), "failed_commits", failures)
 		c.storeLogged = time.Time{}
 	case err != nil && failures > c.storeFailures && now.Sub(c.storeLogged) >= storeLogEvery:
-		c.log.Error("state database: changes not recorded; a restart of the coordinator now would lose them (free its disk)",
+		c.log.Error("state database: changes not recorded (retried every 30 s at most); a restart of the coordinator now would lose them (free its disk)",
 			"failed_commits", failures, "path", c.store.Path(), "err", err)
 		c.storeLogged = now
 	}

@@ -8,8 +8,13 @@
 // error. One goroutine owned by the store collects what is pending and
 // commits it in a single fsynced transaction, so a burst of writes costs one
 // fsync and no caller holds a lock across the disk. A later record for the
-// same key replaces a pending earlier one. Reads happen once, at start-up
-// (Load); afterwards the coordinator's memory is the read side.
+// same key replaces a pending earlier one. A commit that fails (a full
+// disk) is retried by the writer, 1 s later and then at doubling spaces up
+// to 30 s, with every write of it that no later record of its key has
+// replaced, until one succeeds: a disk freed while the coordinator runs
+// gets its state without waiting for the next change of each job. Reads
+// happen once, at start-up (Load); afterwards the coordinator's memory is
+// the read side.
 package store
 
 import (
@@ -58,9 +63,21 @@ type Store struct {
 	// commit's error (nil once one succeeds).
 	failures int64
 	lastErr  error
-	wake     chan struct{} // capacity 1: there is something pending
-	stopped  chan struct{} // closed when the writer has returned
+	// retryIn is the wait before the next retry of a failed commit, 0
+	// while commits succeed.
+	retryIn time.Duration
+	wake    chan struct{} // capacity 1: there is something pending
+	stopped chan struct{} // closed when the writer has returned
+	// failCommit, set by tests, fails commits as a full disk would while
+	// it returns an error.
+	failCommit func() error
 }
+
+// The spaces between the retries of a failed commit.
+const (
+	firstRetry = time.Second
+	lastRetry  = 30 * time.Second
+)
 
 type write struct {
 	bucket, key []byte
@@ -132,9 +149,8 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// Health is how many commits have failed so far and the latest commit's
-// error, nil when it succeeded. A failed commit's writes are not retried:
-// the next record of the same key (a job's whole record) replaces them.
+// Health is how many commits have failed so far, retries included, and
+// the latest commit's error, nil when it succeeded.
 func (s *Store) Health() (failures int64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,29 +182,65 @@ func (s *Store) kick() {
 	}
 }
 
-// writer commits pending writes, one transaction per wake-up, until Close.
+// writer commits pending writes, one transaction per wake-up, until Close;
+// after a failed commit it also wakes to retry it.
 func (s *Store) writer() {
 	defer close(s.stopped)
-	for range s.wake {
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-s.wake:
+		case <-retry:
+		}
 		s.mu.Lock()
 		batch, waiters, closed := s.pending, s.waiters, s.closed
 		s.pending, s.waiters = map[string]write{}, nil
 		s.mu.Unlock()
 		err := s.commit(batch)
-		if len(batch) > 0 {
-			s.mu.Lock()
-			if s.lastErr = err; err != nil {
-				s.failures++
-			}
-			s.mu.Unlock()
-		}
+		wait := s.settle(batch, err)
 		for _, w := range waiters {
 			w <- err
 		}
 		if closed {
 			return
 		}
+		if retry = nil; wait > 0 {
+			retry = time.After(wait)
+		}
 	}
+}
+
+// settle records a commit's outcome. A failed batch goes back to pending,
+// but for the writes a later record of the same key has replaced and those
+// no commit could ever store; it returns the wait before its retry, 0 when
+// there is nothing to retry.
+func (s *Store) settle(batch map[string]write, err error) time.Duration {
+	if len(batch) == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr = err; err == nil {
+		s.retryIn = 0
+		return 0
+	}
+	s.failures++
+	for k, w := range batch {
+		if _, replaced := s.pending[k]; !replaced && storable(w) {
+			s.pending[k] = w
+		}
+	}
+	if len(s.pending) == 0 {
+		return 0
+	}
+	s.retryIn = min(max(2*s.retryIn, firstRetry), lastRetry)
+	return s.retryIn
+}
+
+// storable is whether bbolt would take w at all: a write it refuses for its
+// key or size fails every commit it is in.
+func storable(w write) bool {
+	return len(w.key) > 0 && len(w.key) <= bolt.MaxKeySize && len(w.value) <= bolt.MaxValueSize
 }
 
 func (s *Store) commit(batch map[string]write) error {
@@ -196,6 +248,11 @@ func (s *Store) commit(batch map[string]write) error {
 		return nil
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		if s.failCommit != nil {
+			if err := s.failCommit(); err != nil {
+				return err
+			}
+		}
 		for _, w := range batch {
 			b := tx.Bucket(w.bucket)
 			var err error

@@ -2,10 +2,13 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,5 +209,87 @@ func TestHealthReportsAFailedCommitUntilOneSucceeds(t *testing.T) {
 	}
 	if n, err := s.Health(); n != 1 || err != nil {
 		t.Fatalf("after a commit that succeeded: %d failures, %v; want the count kept and no error", n, err)
+	}
+}
+
+// fullDisk makes s's commits fail with ENOSPC while it is set.
+func fullDisk(s *Store) *atomic.Bool {
+	var full atomic.Bool
+	s.failCommit = func() error {
+		if full.Load() {
+			return fmt.Errorf("write %s: %w", s.path, syscall.ENOSPC)
+		}
+		return nil
+	}
+	return &full
+}
+
+// waitHealthy waits up to 10 s for a commit to succeed.
+func waitHealthy(t *testing.T, s *Store) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := s.Health(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			_, err := s.Health()
+			t.Fatalf("no commit succeeded within 10 s of the disk being freed: %v", err)
+		}
+	}
+}
+
+// TestAFailedCommitIsRetriedOnceTheDiskIsFree: the writes of commits that
+// failed on a full disk land by themselves once it is freed, with no later
+// write to carry them: the latest record of each key, deletions included.
+func TestAFailedCommitIsRetriedOnceTheDiskIsFree(t *testing.T) {
+	s, dir := openTemp(t)
+	full := fullDisk(s)
+	must(t, s.PutJob(Job{ID: "j3", Seq: 3, State: api.JobDone}))
+	full.Store(true)
+	for _, c := range []<-chan error{
+		s.PutJob(Job{ID: "j1", Seq: 1, State: api.JobPending}),
+		s.PutJob(Job{ID: "j1", Seq: 1, State: api.JobRunning}),
+		s.PutJob(Job{ID: "j2", Seq: 2, State: api.JobPending}),
+		s.DeleteJob("j3"),
+		s.PutCounters(Counters{LastJob: 3, LastNode: 1}),
+	} {
+		if err := <-c; !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("a commit on a full disk: %v, want ENOSPC", err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // a retry fails too
+	if n, err := s.Health(); n < 2 || err == nil {
+		t.Fatalf("%d failed commits, latest %v; want the retry counted", n, err)
+	}
+	full.Store(false)
+	waitHealthy(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := reopen(t, dir)
+	if len(st.Jobs) != 2 || st.Jobs[0].ID != "j1" || st.Jobs[0].State != api.JobRunning || st.Jobs[1].ID != "j2" {
+		t.Errorf("jobs %+v, want j1 running and j2 (j3 deleted)", st.Jobs)
+	}
+	if st.Counters != (Counters{LastJob: 3, LastNode: 1}) {
+		t.Errorf("counters %+v", st.Counters)
+	}
+}
+
+// TestAWriteNoCommitCanStoreDoesNotHoldBackTheOthers: a record bbolt
+// refuses fails the commit it is in, but is not retried with the rest.
+func TestAWriteNoCommitCanStoreDoesNotHoldBackTheOthers(t *testing.T) {
+	s, dir := openTemp(t)
+	full := fullDisk(s)
+	full.Store(true)
+	tooLong, good := s.PutJob(Job{ID: strings.Repeat("j", 40000)}), s.PutJob(Job{ID: "j1", Seq: 1})
+	if err := <-tooLong; err == nil {
+		t.Fatal("a 40,000-byte key was committed")
+	}
+	<-good
+	full.Store(false)
+	waitHealthy(t, s)
+	s.Close()
+	if st := reopen(t, dir); len(st.Jobs) != 1 || st.Jobs[0].ID != "j1" {
+		t.Errorf("jobs %+v, want j1 alone", st.Jobs)
 	}
 }
