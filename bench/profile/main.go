@@ -4,15 +4,16 @@
 // with `heterps run` (a coordinator and one heterpsd process per node, built
 // from this tree) on 1, 2 and 4 nodes of one unit each, each job planned
 // from the profile (job file `profile = ...`, a throughput floor making
-// the exact plan use n units), and prints every stage's measured
-// throughput over the profile's prediction (target 0.8-1.2) beside the
+// the exact plan use n units; each job run --runs times, the median kept,
+// as the profile keeps the median of its rounds), and prints every stage's
+// measured throughput over the profile's prediction (target 0.8-1.2) beside the
 // same stage's measured throughput over the prediction of the catalog's
 // roofline (what the coordinator plans on without a profile). With auto the
 // profile measures both methods and folds the faster, and the jobs
 // (dense_sync = "auto") sync as it says; the table shows how each stage
 // synced.
 //
-//	go run ./bench/profile [--steps 200] [--batch 512] [--nodes 1,2,4] [--dense-sync ps,allreduce,auto] [--out bench/results/profile.txt]
+//	go run ./bench/profile [--steps 200] [--runs 3] [--batch 512] [--nodes 1,2,4] [--dense-sync ps,allreduce,auto] [--out bench/results/profile.txt]
 //
 // Run it from the repository root.
 package main
@@ -50,6 +51,7 @@ const (
 
 type options struct {
 	steps, batch, syncSteps int
+	runs                    int
 	nodes                   []int
 	denseSync               []string
 	catalog, unit           string
@@ -62,6 +64,7 @@ func main() {
 	flag.IntVar(&o.steps, "steps", 200, "training steps of every job")
 	flag.IntVar(&o.batch, "batch", 512, "the jobs' batch, and the profile's B_o")
 	flag.IntVar(&o.syncSteps, "sync-steps", 200, "heterps profile --sync-steps")
+	flag.IntVar(&o.runs, "runs", 3, "runs of every job; each stage's median measured throughput is compared")
 	nodes := flag.String("nodes", "1,2,4", "comma-separated node counts")
 	sync := flag.String("dense-sync", "ps,allreduce,auto", "comma-separated dense_sync methods (ps, allreduce, auto): a profile and a run per node count each")
 	flag.StringVar(&o.catalog, "catalog", "config/examples/catalogs/local.toml", "catalog whose --unit type the nodes offer")
@@ -104,8 +107,8 @@ func parseLists(o *options, nodes, sync string) error {
 			return fmt.Errorf("--dense-sync %q: %q is not ps, allreduce or auto", sync, s)
 		}
 	}
-	if o.steps < 2 || o.batch < slices.Max(o.nodes) {
-		return fmt.Errorf("--steps %d, --batch %d: want >= 2 steps and a row per node", o.steps, o.batch)
+	if o.steps < 2 || o.batch < slices.Max(o.nodes) || o.runs < 1 {
+		return fmt.Errorf("--steps %d, --batch %d, --runs %d: want >= 2 steps, a row per node and a run", o.steps, o.batch, o.runs)
 	}
 	return nil
 }
@@ -165,7 +168,7 @@ func syncBlock(ctx context.Context, o options, t tools, dir string, unit config.
 		return fmt.Errorf("heterps profile: %w\n%s", err, out)
 	}
 	w.Write(out)
-	fmt.Fprintf(w, "samples/s of each stage, measured over the job, and predicted by the profile and by the catalog's roofline for the same stage\n")
+	fmt.Fprintf(w, "samples/s of each stage, measured over the job (the median of %d runs, all listed), and predicted by the profile and by the catalog's roofline for the same stage\n", o.runs)
 	fmt.Fprintf(w, "(* the profile's plan would take fewer units, none faster: the run is pinned to n units by the catalog's plan)\n")
 	fmt.Fprintf(w, "%5s  %-5s  %5s  %7s  %9s  %10s  %11s  %6s  %10s  %6s\n", "nodes", "stage", "units", "type", "synced", "measured", "profile", "m/p", "catalog", "m/p")
 	for _, n := range o.nodes {
@@ -203,9 +206,8 @@ func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.C
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, o.timeout)
-	r, err := t.run(rctx, catPath, filepath.Join(dir, fmt.Sprintf("job-%s-%d.toml", sync, n)), jobTOML(n, o.batch, o.steps, limit, sync, planProf))
-	cancel()
+	jobPath := filepath.Join(dir, fmt.Sprintf("job-%s-%d.toml", sync, n))
+	r, runs, err := t.runMedian(ctx, o, catPath, jobPath, jobTOML(n, o.batch, o.steps, limit, sync, planProf))
 	if err != nil {
 		return err
 	}
@@ -217,19 +219,68 @@ func nodesRun(ctx context.Context, o options, t tools, dir string, unit config.C
 	if err != nil {
 		return err
 	}
-	for _, st := range r.Stages {
+	for i, st := range r.Stages {
 		seg := func(p *sched.Problem) sched.Segment {
 			ty, _ := p.TypeIndex(st.Type)
 			return sched.Segment{First: st.FirstLayer, Last: st.LastLayer, Type: ty, Units: st.Units}
 		}
 		catX, profX := roofline.StageThroughput(seg(roofline)), measured.StageThroughput(seg(measured))
-		fmt.Fprintf(w, "%5d  %-5d  %5d  %7s  %9s  %10.0f  %10.0f%1s  %6.3f  %10.0f  %6.3f\n", n, st.Stage, st.Units, st.Type,
-			st.DenseSync, st.MeasuredThroughput, profX, mark, st.MeasuredThroughput/profX, catX, st.MeasuredThroughput/catX)
+		fmt.Fprintf(w, "%5d  %-5d  %5d  %7s  %9s  %10.0f  %10.0f%1s  %6.3f  %10.0f  %6.3f  runs %s\n", n, st.Stage, st.Units, st.Type,
+			st.DenseSync, st.MeasuredThroughput, profX, mark, st.MeasuredThroughput/profX, catX, st.MeasuredThroughput/catX, runs[i])
 		if mark == "" && math.Abs(profX-st.PredictedThroughput) > 1e-6*profX {
 			return fmt.Errorf("stage %d: the coordinator predicted %g samples/s, the profile gives %g", st.Stage, st.PredictedThroughput, profX)
 		}
 	}
 	return nil
+}
+
+// runMedian runs the job o.runs times and returns the first run's result
+// with each stage's measured throughput replaced by its median over the
+// runs, and each stage's runs, listed.
+func (t tools) runMedian(ctx context.Context, o options, catPath, jobPath string, job []byte) (*heterpsbin.Result, []string, error) {
+	var results []*heterpsbin.Result
+	for range o.runs {
+		rctx, cancel := context.WithTimeout(ctx, o.timeout)
+		r, err := t.run(rctx, catPath, jobPath, job)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(results) > 0 && len(r.Stages) != len(results[0].Stages) {
+			return nil, nil, fmt.Errorf("%s: run %d has %d stages, run 1 %d", jobPath, len(results)+1, len(r.Stages), len(results[0].Stages))
+		}
+		results = append(results, r)
+	}
+	r, runs := medianStages(results)
+	return r, runs, nil
+}
+
+// medianStages is results[0] with each stage's measured throughput the
+// median over results, and each stage's throughputs in run order.
+func medianStages(results []*heterpsbin.Result) (*heterpsbin.Result, []string) {
+	first := *results[0]
+	first.Stages = slices.Clone(first.Stages)
+	runs := make([]string, len(first.Stages))
+	for i := range first.Stages {
+		var xs []float64
+		for _, r := range results {
+			xs = append(xs, r.Stages[i].MeasuredThroughput)
+			runs[i] += fmt.Sprintf(" %.0f", r.Stages[i].MeasuredThroughput)
+		}
+		runs[i] = strings.TrimSpace(runs[i])
+		slices.Sort(xs)
+		first.Stages[i].MeasuredThroughput = median(xs)
+	}
+	return &first, runs
+}
+
+// median of sorted xs.
+func median(xs []float64) float64 {
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // foldedSync is the dense_sync the profile at path folded for type typ
