@@ -186,7 +186,46 @@ func (c *Coordinator) heartbeat(id string, hb api.Heartbeat) (api.HeartbeatRespo
 		return api.HeartbeatResponse{}, badRequest("heartbeat: %v", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	resp, err := c.applyHeartbeat(id, hb)
+	recorded := c.recorded()
+	c.mu.Unlock()
+	if err == nil {
+		awaitRecorded(recorded)
+	}
+	return resp, err
+}
+
+// recorded yields once every change made so far is committed to the state
+// database (or its commit failed); nil without one. c.mu is held.
+func (c *Coordinator) recorded() <-chan error {
+	if c.store == nil {
+		return nil
+	}
+	return c.store.Flushed()
+}
+
+// awaitRecorded waits up to recordWait for recorded. A node is handed its
+// tasks only once the change that made them is on disk: a coordinator
+// killed between handing a change out and recording it would come back
+// with an older make-up than its nodes run. A commit that fails is not
+// waited for (the database cannot record; /readyz and the log say so).
+func awaitRecorded(recorded <-chan error) {
+	if recorded == nil {
+		return
+	}
+	select {
+	case <-recorded:
+	case <-time.After(recordWait):
+	}
+}
+
+// recordWait bounds how long a heartbeat's answer waits for a commit: a
+// disk that takes longer delays no node past it.
+const recordWait = 5 * time.Second
+
+// applyHeartbeat takes a heartbeat's reports and returns the node's tasks.
+// c.mu is held.
+func (c *Coordinator) applyHeartbeat(id string, hb api.Heartbeat) (api.HeartbeatResponse, error) {
 	n := c.node(id)
 	switch {
 	case n == nil:

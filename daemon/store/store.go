@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -68,9 +69,9 @@ type Store struct {
 	retryIn time.Duration
 	wake    chan struct{} // capacity 1: there is something pending
 	stopped chan struct{} // closed when the writer has returned
-	// failCommit, set by tests, fails commits as a full disk would while
-	// it returns an error.
-	failCommit func() error
+	// committing says a batch taken from pending is being committed.
+	committing bool
+	fault      atomic.Pointer[func() error] // InjectCommitFault's
 }
 
 // The spaces between the retries of a failed commit.
@@ -157,6 +158,38 @@ func (s *Store) Health() (failures int64, err error) {
 	return s.failures, s.lastErr
 }
 
+// Flushed yields once every write handed to the store before the call is
+// committed (nil) or its commit has failed (the error); at once when
+// nothing is pending, and while commits are failing, when waiting for the
+// next retry would be waiting for a disk to be freed.
+func (s *Store) Flushed() <-chan error {
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return result(ErrClosed)
+	case s.lastErr != nil:
+		defer s.mu.Unlock()
+		return result(s.lastErr)
+	case len(s.pending) == 0 && !s.committing:
+		s.mu.Unlock()
+		return result(nil)
+	}
+	s.mu.Unlock()
+	return s.enqueue()
+}
+
+// InjectCommitFault makes every commit call f first, inside its
+// transaction, and fail with f's error when it returns one: tests hold or
+// fail commits with it as a hung or full disk would. nil removes it.
+func (s *Store) InjectCommitFault(f func() error) {
+	if f == nil {
+		s.fault.Store(nil)
+		return
+	}
+	s.fault.Store(&f)
+}
+
 // enqueue adds writes to the next commit and returns its result channel.
 func (s *Store) enqueue(ws ...write) <-chan error {
 	done := make(chan error, 1)
@@ -194,7 +227,7 @@ func (s *Store) writer() {
 		}
 		s.mu.Lock()
 		batch, waiters, closed := s.pending, s.waiters, s.closed
-		s.pending, s.waiters = map[string]write{}, nil
+		s.pending, s.waiters, s.committing = map[string]write{}, nil, true
 		s.mu.Unlock()
 		err := s.commit(batch)
 		wait := s.settle(batch, err)
@@ -215,11 +248,12 @@ func (s *Store) writer() {
 // no commit could ever store; it returns the wait before its retry, 0 when
 // there is nothing to retry.
 func (s *Store) settle(batch map[string]write, err error) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.committing = false
 	if len(batch) == 0 {
 		return 0
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.lastErr = err; err == nil {
 		s.retryIn = 0
 		return 0
@@ -248,8 +282,8 @@ func (s *Store) commit(batch map[string]write) error {
 		return nil
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		if s.failCommit != nil {
-			if err := s.failCommit(); err != nil {
+		if f := s.fault.Load(); f != nil {
+			if err := (*f)(); err != nil {
 				return err
 			}
 		}
@@ -277,7 +311,7 @@ func (s *Store) commit(batch map[string]write) error {
 func (s *Store) PutJob(j Job) <-chan error {
 	v, err := json.Marshal(j)
 	if err != nil {
-		return failed(fmt.Errorf("store: job %s: %w", j.ID, err))
+		return result(fmt.Errorf("store: job %s: %w", j.ID, err))
 	}
 	return s.enqueue(write{bucket: bucketJobs, key: []byte(j.ID), value: v})
 }
@@ -298,7 +332,7 @@ func (s *Store) PutCounters(c Counters) <-chan error {
 func (s *Store) PutDrained(names []string) <-chan error {
 	v, err := json.Marshal(names)
 	if err != nil {
-		return failed(fmt.Errorf("store: drained nodes: %w", err))
+		return result(fmt.Errorf("store: drained nodes: %w", err))
 	}
 	return s.enqueue(write{bucket: bucketMeta, key: keyDrained, value: v})
 }
@@ -308,7 +342,7 @@ func (s *Store) PutDrained(names []string) <-chan error {
 func (s *Store) PutProfile(p Profile) <-chan error {
 	v, err := json.Marshal(p)
 	if err != nil {
-		return failed(fmt.Errorf("store: profile %s: %w", ProfileKey(p.Model, p.Type), err))
+		return result(fmt.Errorf("store: profile %s: %w", ProfileKey(p.Model, p.Type), err))
 	}
 	return s.enqueue(write{bucket: bucketProfiles, key: []byte(ProfileKey(p.Model, p.Type)), value: v})
 }
@@ -318,7 +352,8 @@ func (s *Store) DeleteProfile(model, typ string) <-chan error {
 	return s.enqueue(write{bucket: bucketProfiles, key: []byte(ProfileKey(model, typ))})
 }
 
-func failed(err error) <-chan error {
+// result is a channel that yields err.
+func result(err error) <-chan error {
 	c := make(chan error, 1)
 	c <- err
 	return c

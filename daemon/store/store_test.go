@@ -215,12 +215,12 @@ func TestHealthReportsAFailedCommitUntilOneSucceeds(t *testing.T) {
 // fullDisk makes s's commits fail with ENOSPC while it is set.
 func fullDisk(s *Store) *atomic.Bool {
 	var full atomic.Bool
-	s.failCommit = func() error {
+	s.InjectCommitFault(func() error {
 		if full.Load() {
 			return fmt.Errorf("write %s: %w", s.path, syscall.ENOSPC)
 		}
 		return nil
-	}
+	})
 	return &full
 }
 
@@ -291,5 +291,61 @@ func TestAWriteNoCommitCanStoreDoesNotHoldBackTheOthers(t *testing.T) {
 	s.Close()
 	if st := reopen(t, dir); len(st.Jobs) != 1 || st.Jobs[0].ID != "j1" {
 		t.Errorf("jobs %+v, want j1 alone", st.Jobs)
+	}
+}
+
+// TestFlushedWaitsForTheCommitUnderWay: Flushed yields only once the
+// writes handed over before it are on disk, also while their commit is
+// already under way; at once when nothing is pending, and at once, with
+// the error, while commits fail.
+func TestFlushedWaitsForTheCommitUnderWay(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	if err := <-s.Flushed(); err != nil {
+		t.Fatalf("nothing pending: %v", err)
+	}
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	defer letGo() // before Close, which waits for the held commit
+	s.InjectCommitFault(func() error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	})
+	put := s.PutJob(Job{ID: "j1"})
+	<-entered // the commit is under way, held
+	flushed := s.Flushed()
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flushed yielded %v while the commit was held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	letGo()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-put:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("Flushed yielded before the write's own commit had")
+	}
+	s.InjectCommitFault(func() error { return syscall.ENOSPC })
+	if err := <-s.PutJob(Job{ID: "j2"}); err == nil {
+		t.Fatal("a commit failed by the fault succeeded")
+	}
+	select {
+	case err := <-s.Flushed():
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("while commits fail: %v, want ENOSPC", err)
+		}
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("Flushed waited for a retry while commits fail")
 	}
 }
