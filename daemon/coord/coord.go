@@ -155,7 +155,10 @@ type Coordinator struct {
 	// storeLogged when checkStore last logged them.
 	storeFailures int64
 	storeLogged   time.Time
-	serving       atomic.Bool // Serve is serving the API (Ready)
+	// lastReap is when reap last ran (nodes.go: a longer gap than
+	// stalledAfter means the coordinator itself was stopped).
+	lastReap time.Time
+	serving  atomic.Bool // Serve is serving the API (Ready)
 	alloc         allocDecisions
 
 	// profiles are the stored measured profiles by store.ProfileKey

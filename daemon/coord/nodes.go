@@ -276,6 +276,7 @@ func (c *Coordinator) everyTick(ctx context.Context, f func(now time.Time)) {
 func (c *Coordinator) reap(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgiveStall(now)
 	for _, n := range c.nodes {
 		if n.alive() && now.Sub(n.lastSeen) > c.cfg.HeartbeatTimeout {
 			c.declareDead(n, fmt.Sprintf("%s missed heartbeats for %s", n.describe(), c.cfg.HeartbeatTimeout), now)
@@ -287,6 +288,32 @@ func (c *Coordinator) reap(now time.Time) {
 	c.balanceJobs()
 	c.pruneNodes(now)
 }
+
+// forgiveStall gives every live node a whole heartbeat timeout from now
+// when the coordinator itself has not run for longer than stalledAfter
+// (SIGSTOP, a paused VM, a swap storm): the heartbeats its nodes sent
+// meanwhile waited unread, and declaring them dead would shrink or
+// restart every job although each node trained on under its lease. A node
+// that did die is declared so one timeout later. c.mu is held.
+func (c *Coordinator) forgiveStall(now time.Time) {
+	last := c.lastReap
+	c.lastReap = now
+	stalled := now.Sub(last)
+	if last.IsZero() || stalled <= c.stalledAfter() {
+		return
+	}
+	c.log.Warn("the coordinator did not run for a while (stopped, paused or starved); its nodes get a heartbeat timeout from now before any is declared dead",
+		"stalled", stalled.Round(time.Millisecond), "heartbeat_timeout", c.cfg.HeartbeatTimeout)
+	for _, n := range c.nodes {
+		if n.alive() {
+			n.lastSeen = now
+		}
+	}
+}
+
+// stalledAfter is the gap between two reaps that says the coordinator was
+// stopped rather than busy: half a heartbeat timeout, four of reap's ticks.
+func (c *Coordinator) stalledAfter() time.Duration { return c.cfg.HeartbeatTimeout / 2 }
 
 // declareDead marks n dead. A running job with a task on it goes on
 // without n's stage replicas if it can (shrink), else it fails; restarts

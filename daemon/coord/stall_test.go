@@ -1,0 +1,66 @@
+package coord
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/syncbuf"
+)
+
+// TestAStalledCoordinatorDoesNotBlameItsNodes: when the coordinator itself
+// did not run for longer than a heartbeat timeout (SIGSTOP, a paused VM),
+// its nodes, whose heartbeats it could not read meanwhile, are not
+// declared dead on its first look back; they get a timeout from then, and
+// one that stays silent is declared dead after it. Without a stall, a
+// silent node is declared dead past one timeout.
+func TestAStalledCoordinatorDoesNotBlameItsNodes(t *testing.T) {
+	var logs syncbuf.Buffer
+	c, err := New(Config{Catalog: loadTestCatalog(t), HeartbeatInterval: interval, HeartbeatTimeout: timeout,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(name string, port int) string {
+		r, err := c.register(newFakeNode(name, "cpu", 1, port).req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.NodeID
+	}
+	state := func(id string) api.NodeState {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.node(id).state
+	}
+	reapAt := func(at time.Time) {
+		t.Helper()
+		c.reap(at)
+	}
+	quiet, silent := register("cpu-q", 7001), register("cpu-s", 7002)
+	t0 := time.Now()
+	reapAt(t0)
+	reapAt(t0.Add(timeout / 8)) // ticking along
+	stalledUntil := t0.Add(10 * timeout)
+	reapAt(stalledUntil)
+	if state(quiet) != api.NodeAlive || state(silent) != api.NodeAlive {
+		t.Fatalf("after the coordinator's own 10 s stall: %s, %s; want both alive", state(quiet), state(silent))
+	}
+	if !strings.Contains(logs.String(), "the coordinator did not run for a while") {
+		t.Errorf("the stall is not logged:\n%s", logs.String())
+	}
+	c.mu.Lock()
+	c.node(quiet).lastSeen = stalledUntil.Add(timeout / 2) // its queued heartbeat is read
+	c.mu.Unlock()
+	for at := stalledUntil; !at.After(stalledUntil.Add(timeout + timeout/4)); at = at.Add(timeout / 8) {
+		reapAt(at)
+	}
+	if state(silent) != api.NodeDead {
+		t.Errorf("a node silent for a whole timeout after the stall is %s, want dead", state(silent))
+	}
+	if state(quiet) != api.NodeAlive {
+		t.Errorf("the node that heartbeat after the stall is %s, want alive", state(quiet))
+	}
+}
