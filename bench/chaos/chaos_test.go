@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
@@ -267,5 +268,20 @@ func TestHandedOverReadsTheRestartedCoordinatorsLog(t *testing.T) {
 	}
 	if got := handedOver(handed, "n2"); !strings.Contains(got, "adopted it") {
 		t.Errorf("another node's handover counted for n2: %q", got)
+	}
+}
+
+// TestEveryScenarioRuns: each scenario but the overhead one has a fault
+// (none's is nil), and the coordinator's stop falls between a heartbeat
+// timeout and the lease its nodes get there.
+func TestEveryScenarioRuns(t *testing.T) {
+	for _, name := range allScenarios {
+		if _, ok := faults[name]; !ok && name != "overhead" {
+			t.Errorf("scenario %s has no fault", name)
+		}
+	}
+	stop, lease := defaultCoordStop, scenarioLease["sigstop-coordinator"]
+	if timeout := 3 * loopback.Heartbeat; stop <= timeout || stop >= lease {
+		t.Errorf("sigstop-coordinator: a %v stop against a %v heartbeat timeout and a %v lease", stop, timeout, lease)
 	}
 }

@@ -75,6 +75,9 @@ const (
 	overheadBound  = 3.5 // %, CheckFreq's bound on checkpoint overhead
 )
 
+// defaultCoordStop is how long sigstop-coordinator stops the coordinator.
+const defaultCoordStop = 4 * time.Second
+
 // options are the command's flags.
 type options struct {
 	steps, batch, every int
@@ -82,6 +85,7 @@ type options struct {
 	restarts            int
 	faultAt             float64
 	stopFor             time.Duration
+	coordStopFor        time.Duration
 	overheadRuns        int
 	scenarios           []string
 	keep                bool
@@ -91,7 +95,7 @@ type options struct {
 }
 
 // allScenarios is every scenario, in the order they run.
-var allScenarios = []string{"none", "coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "grow-coordinator", "overhead"}
+var allScenarios = []string{"none", "coordinator", "sigstop-coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "grow-coordinator", "overhead"}
 
 func main() {
 	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run
@@ -102,6 +106,7 @@ func main() {
 	flag.IntVar(&o.restarts, "restarts", 3, "checkpoint.restarts of the job")
 	flag.Float64Var(&o.faultAt, "fault-at", 0.4, "inject each fault once the job has done this fraction of its steps")
 	flag.DurationVar(&o.stopFor, "stop-for", 6*time.Second, "how long the sigstop scenarios keep the node stopped (more than lease + heartbeat timeout)")
+	flag.DurationVar(&o.coordStopFor, "coordinator-stop-for", defaultCoordStop, "how long sigstop-coordinator keeps the coordinator stopped (more than a heartbeat timeout, less than the nodes' lease there, node.DefaultLease)")
 	flag.IntVar(&o.overheadSteps, "overhead-steps", 6000, "training steps of the overhead scenario's jobs: a job's span is known to a heartbeat, so the runs must be long for the overhead to show")
 	flag.IntVar(&o.overheadRuns, "overhead-runs", 2, "runs with and without checkpoints in the overhead scenario (best of them; the reference run counts as one with)")
 	scen := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")

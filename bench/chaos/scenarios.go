@@ -17,6 +17,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/loopback"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
+	"github.com/heterps/heterps/daemon/node"
 )
 
 // result is what one scenario measured; a negative duration or count is
@@ -85,14 +86,15 @@ func (b *bench) runAll(ctx context.Context) []*result {
 type fault func(ctx context.Context, b *bench, j *jobRun, r *result) (finish func(final api.JobStatus), err error)
 
 var faults = map[string]fault{
-	"none":             nil,
-	"coordinator":      killCoordinator,
-	"stage-node":       killNode(false),
-	"ps-node":          killNode(true),
-	"sigstop-stage":    stopNode(false),
-	"sigstop-ps":       stopNode(true),
-	"grow":             growOntoSpare(false),
-	"grow-coordinator": growOntoSpare(true),
+	"none":                nil,
+	"coordinator":         killCoordinator,
+	"sigstop-coordinator": stopCoordinator,
+	"stage-node":          killNode(false),
+	"ps-node":             killNode(true),
+	"sigstop-stage":       stopNode(false),
+	"sigstop-ps":          stopNode(true),
+	"grow":                growOntoSpare(false),
+	"grow-coordinator":    growOntoSpare(true),
 }
 
 // scenario runs the job with the checkpoint on a fresh cluster, injects
@@ -147,7 +149,8 @@ func (b *bench) startJob(ctx context.Context, name string, every, steps int) (*j
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c, err := loopback.Start(ctx, loopback.Options{Bin: b.heterpsd, Dir: dir, Type: unitType, Catalog: b.catalog, Shares: fullShares(nodes)})
+	c, err := loopback.Start(ctx, loopback.Options{Bin: b.heterpsd, Dir: dir, Type: unitType, Catalog: b.catalog, Shares: fullShares(nodes),
+		Lease: scenarioLease[name]})
 	if err != nil {
 		return nil, fmt.Errorf("start the cluster: %w; logs in %s", err, dir)
 	}
@@ -267,6 +270,54 @@ func killCoordinator(ctx context.Context, b *bench, j *jobRun, r *result) (func(
 	}
 	r.notes = append(r.notes, fmt.Sprintf("killed at step %d, restarted 1 s later", at.s.Step))
 	return measureRecovery(j, r, at, fault), nil
+}
+
+// scenarioLease is the nodes' lease where a scenario needs another than
+// loopback.Lease.
+var scenarioLease = map[string]time.Duration{
+	// The daemons' default: a coordinator stopped past a heartbeat timeout
+	// but within it finds its nodes still training.
+	"sigstop-coordinator": node.DefaultLease,
+}
+
+// stopCoordinator stops the coordinator with SIGSTOP for coordStopFor,
+// longer than a heartbeat timeout and shorter than the nodes' lease
+// (scenarioLease), as a paused VM or a swap storm would. The nodes train
+// on meanwhile; the coordinator, once it runs again, must not take its own
+// silence for theirs (no shrink, no restart).
+func stopCoordinator(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
+	if _, err := b.atFaultPoint(ctx, j); err != nil {
+		return nil, err
+	}
+	at, _ := j.w.last()
+	if err := j.c.Coord.Signal(syscall.SIGSTOP); err != nil {
+		return nil, err
+	}
+	fault := time.Now()
+	waitErr := pause(ctx, b.o.coordStopFor)
+	if err := j.c.Coord.Signal(syscall.SIGCONT); err != nil {
+		return nil, err
+	}
+	if waitErr != nil {
+		return nil, waitErr
+	}
+	resumedAt := time.Now()
+	r.notes = append(r.notes, fmt.Sprintf("stopped the coordinator at step %d for %v (nodes' lease %v, heartbeat timeout %v)",
+		at.s.Step, b.o.coordStopFor, scenarioLease["sigstop-coordinator"], 3*loopback.Heartbeat))
+	after, err := j.w.waitFor(ctx, "the coordinator's first answer after SIGCONT", b.o.timeout, func(api.JobStatus) bool {
+		x, _ := j.w.last()
+		return x.at.After(resumedAt)
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.notes = append(r.notes, fmt.Sprintf("its first status after: step %d (%d steps trained while it was stopped, as far as its nodes had reported)",
+		after.s.Step, after.s.Step-at.s.Step))
+	recovery := measureRecovery(j, r, at, fault)
+	return func(final api.JobStatus) {
+		recovery(final)
+		r.notes = append(r.notes, whatHappened(at.s, final))
+	}, nil
 }
 
 // victim picks the node of a running job to hurt: the PS shard's, or a

@@ -6,6 +6,7 @@ package loopback
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +27,7 @@ import (
 // Timing of the cluster every scenario starts.
 const (
 	Heartbeat    = time.Second     // the coordinator's --heartbeat; a node is dead after three missed
-	Lease        = 3 * time.Second // every node file's lease
+	Lease        = 3 * time.Second // every node file's lease, unless Options say otherwise
 	startTimeout = 30 * time.Second
 	stopGrace    = 3 * time.Second // SIGTERM, then SIGKILL
 )
@@ -73,14 +74,16 @@ func freeAddr() (string, error) {
 // Catalog (the TOML, written to Dir/catalog.toml) and the heartbeat
 // interval Heartbeat (0: the constant Heartbeat), and one node daemon of
 // one unit of Type per entry of Shares, each with that CPU share (1: no
-// throttle). Units, when > 0, is every node's units (default 1);
-// CoordArgs are more coordinator flags (a repeated flag overrides).
+// throttle). Units, when > 0, is every node's units (default 1), and
+// Lease every node's lease (default the constant Lease); CoordArgs are
+// more coordinator flags (a repeated flag overrides).
 type Options struct {
 	Bin, Dir, Type string
 	Catalog        []byte
 	Shares         []float64
 	Heartbeat      time.Duration
 	Units          int
+	Lease          time.Duration
 	CoordArgs      []string
 }
 
@@ -110,7 +113,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	for i, share := range o.Shares {
 		name := fmt.Sprintf("n%d", i)
 		path := filepath.Join(o.Dir, name+".toml")
-		if err := os.WriteFile(path, nodeFile(name, c.URL, o.Type, max(1, o.Units), share), 0o600); err != nil {
+		if err := os.WriteFile(path, nodeFile(name, c.URL, o.Type, max(1, o.Units), cmp.Or(o.Lease, Lease), share), 0o600); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -130,10 +133,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 
 // nodeFile is the node file of node name: units units of typ on one
 // thread each at cpu share, plain loopback links, ports picked by the
-// node, and the short lease.
-func nodeFile(name, coordinator, typ string, units int, share float64) []byte {
+// node, and lease.
+func nodeFile(name, coordinator, typ string, units int, lease time.Duration, share float64) []byte {
 	return fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = %d\nthreads = 1\nplain = true\nlease = %q\ncpu_share = %g\n",
-		name, coordinator, typ, units, Lease.String(), share)
+		name, coordinator, typ, units, lease.String(), share)
 }
 
 // StartCoordinator starts (or restarts) the coordinator on the same

@@ -10,7 +10,7 @@ import (
 
 func TestNodeFileCarriesTheCPUShare(t *testing.T) {
 	for _, share := range []float64{1, 0.33, 0.14} {
-		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 1, share))
+		n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 1, Lease, share))
 		if err != nil {
 			t.Fatalf("share %g: %v", share, err)
 		}
@@ -38,8 +38,15 @@ func TestTheCoordinatorGetsTheHeartbeatOfTheOptions(t *testing.T) {
 }
 
 func TestNodeFileCarriesTheUnits(t *testing.T) {
-	n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 4, 1))
+	n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 4, Lease, 1))
 	if err != nil || n.Units != 4 || n.Threads != 1 {
 		t.Fatalf("node file %+v (%v), want 4 units of 1 thread", n, err)
+	}
+}
+
+func TestNodeFileCarriesTheLease(t *testing.T) {
+	n, err := config.ParseNode("n0.toml", nodeFile("n0", "http://127.0.0.1:7070", "cpu-1t", 1, 10*time.Second, 1))
+	if err != nil || n.Lease.Duration != 10*time.Second {
+		t.Fatalf("node file %+v (%v), want a lease of 10 s", n, err)
 	}
 }
