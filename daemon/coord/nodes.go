@@ -187,10 +187,10 @@ func (c *Coordinator) heartbeat(id string, hb api.Heartbeat) (api.HeartbeatRespo
 	}
 	c.mu.Lock()
 	resp, err := c.applyHeartbeat(id, hb)
-	recorded := c.recorded()
+	recorded, wait := c.recorded(), c.recordWait(id)
 	c.mu.Unlock()
 	if err == nil {
-		awaitRecorded(recorded)
+		awaitRecorded(recorded, wait)
 	}
 	return resp, err
 }
@@ -204,24 +204,33 @@ func (c *Coordinator) recorded() <-chan error {
 	return c.store.Flushed()
 }
 
-// awaitRecorded waits up to recordWait for recorded. A node is handed its
-// tasks only once the change that made them is on disk: a coordinator
-// killed between handing a change out and recording it would come back
-// with an older make-up than its nodes run. A commit that fails is not
-// waited for (the database cannot record; /readyz and the log say so).
-func awaitRecorded(recorded <-chan error) {
+// awaitRecorded waits for recorded, up to wait. A node is handed its tasks
+// only once the change that made them is on disk: a coordinator killed
+// between handing a change out and recording it would come back with an
+// older make-up than its nodes run. A commit that fails is not waited for
+// (the database cannot record; /readyz and the log say so).
+func awaitRecorded(recorded <-chan error, wait time.Duration) {
 	if recorded == nil {
 		return
 	}
 	select {
 	case <-recorded:
-	case <-time.After(recordWait):
+	case <-time.After(wait):
 	}
 }
 
-// recordWait bounds how long a heartbeat's answer waits for a commit: a
-// disk that takes longer delays no node past it.
-const recordWait = 5 * time.Second
+// recordWait is how long node id's heartbeat answer may wait for a
+// commit: a quarter of the node's lease (a node waits for an answer no
+// longer than its lease, and fences its tasks when none comes), at most
+// 5 s; a disk slower than that gets the change handed out before it is
+// durable. c.mu is held.
+func (c *Coordinator) recordWait(id string) time.Duration {
+	const most = 5 * time.Second
+	if n := c.node(id); n != nil && n.lease() > 0 {
+		return min(most, n.lease()/4)
+	}
+	return most
+}
 
 // applyHeartbeat takes a heartbeat's reports and returns the node's tasks.
 // c.mu is held.

@@ -1,6 +1,8 @@
 package coord
 
 import (
+	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,5 +57,32 @@ func TestANodeGetsItsTasksOnlyOnceTheirPlacementIsRecorded(t *testing.T) {
 	waitFor(t, "the tasks handed out", func() bool { return handedOut() > 0 })
 	if s := tc.waitJob(id); s.State != api.JobDone {
 		t.Fatalf("job %s: %s", s.State, s.Reason)
+	}
+}
+
+// TestARecordIsWaitedForAQuarterOfTheNodesLease: a heartbeat's answer
+// waits for a commit no longer than a quarter of the node's lease (the
+// node waits for an answer no longer than its lease, then fences), and
+// never more than 5 s.
+func TestARecordIsWaitedForAQuarterOfTheNodesLease(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		lease, want time.Duration
+	}{{time.Second, 250 * time.Millisecond}, {10 * time.Second, 2500 * time.Millisecond}, {time.Minute, 5 * time.Second}, {0, 5 * time.Second}} {
+		req := newFakeNode(fmt.Sprintf("cpu-%d", i), "cpu", 1, 7001+i).req
+		req.LeaseMS = tc.lease.Milliseconds()
+		r, err := c.register(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		got := c.recordWait(r.NodeID)
+		c.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("lease %v: waits %v, want %v", tc.lease, got, tc.want)
+		}
 	}
 }

@@ -177,6 +177,17 @@ func TestATaskPlacedJustBeforeACoordinatorRestartIsHandedOver(t *testing.T) {
 // coordinator keeps training until its lease runs out, then stops its
 // tasks (fencing: the coordinator may have given their work away).
 func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		name := map[bool]string{false: "refused", true: "hung"}[hang]
+		t.Run(name, func(t *testing.T) { leaseStopsTasks(t, hang) })
+	}
+}
+
+// leaseStopsTasks: the coordinator goes away for good, refusing
+// connections or (hang) taking them and never answering, as a stopped
+// process or a network that drops packets does; the nodes stop their
+// tasks once their lease has run out.
+func leaseStopsTasks(t *testing.T, hang bool) {
 	defer goleak.VerifyNone(t)
 	rc := startRestartableCoordinator(t)
 	addr := rc.addr
@@ -206,6 +217,9 @@ func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
 	}
 	rc.stop() // and never back
 	gone := time.Now()
+	if hang {
+		defer holdConnections(t, rc.addr)()
+	}
 	time.Sleep(lease / 2)
 	for name, a := range agents {
 		if len(a.reports()) == 0 {
@@ -223,6 +237,40 @@ func TestLeaseStopsTasksWithoutTheCoordinator(t *testing.T) {
 		// It cannot vouch that a task it does not report never reached it.
 		if r, _ := a.registration(api.RegisterRequest{Name: name}, name+"~1"); r.Previous != "" {
 			t.Errorf("node %s stopped its tasks on its own, yet would register again naming previous id %q", name, r.Previous)
+		}
+	}
+}
+
+// holdConnections listens on addr, takes every connection and answers
+// none, until the returned function closes them all.
+func holdConnections(t *testing.T, addr string) (release func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
 		}
 	}
 }

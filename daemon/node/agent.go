@@ -336,11 +336,12 @@ func (a *Agent) register(ctx context.Context, base api.RegisterRequest, previous
 	backoff := registerRetry.Start()
 	for {
 		req, stops := a.registration(base, previous)
+		sent := time.Now()
 		resp, err := a.ctl.register(ctx, req)
 		switch {
 		case err == nil:
 			a.registered(stops)
-			a.lease.renew()
+			a.lease.renew(sent)
 			a.obs.registered(resp.NodeID)
 			a.log.Info("registered", "id", resp.NodeID, "data", a.dataAddr, "ps", a.psAddr, "reported_tasks", len(req.Tasks))
 			return resp.NodeID, max(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, 10*time.Millisecond), nil
@@ -394,7 +395,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 	for {
 		hb := api.Heartbeat{Tasks: a.reports()}
 		hb.CPUShare, hb.CPUShareMode = a.throttle.state()
-		resp, err := a.ctl.heartbeat(ctx, id, hb)
+		sent := time.Now()
+		resp, err := a.heartbeat(ctx, id, hb)
 		switch {
 		case errors.Is(err, errGone):
 			a.obs.registered("")
@@ -403,7 +405,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 			a.log.Warn("heartbeat", "err", err)
 			a.checkLease()
 		case err == nil:
-			a.lease.renew()
+			a.lease.renew(sent)
 			a.reconcile(ctx, resp.Tasks)
 			if resp.CPUShare != 0 {
 				a.applyShare(resp.CPUShare)
@@ -415,6 +417,16 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 		case <-tick.C:
 		}
 	}
+}
+
+// heartbeat sends one heartbeat and waits for its answer no longer than
+// the lease: an answer later than that could not keep it, and a
+// coordinator that hangs (stopped, or behind a network that drops
+// packets) must not hold the node past it, unfenced.
+func (a *Agent) heartbeat(ctx context.Context, id string, hb api.Heartbeat) (api.HeartbeatResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Lease)
+	defer cancel()
+	return a.ctl.heartbeat(ctx, id, hb)
 }
 
 // shutdown cancels every task, waits for them and tells the coordinator

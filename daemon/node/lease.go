@@ -27,11 +27,17 @@ func newLease(d time.Duration) lease {
 	return lease{d: d, last: time.Now(), ctx: ctx, cancel: cancel}
 }
 
-// renew records that the coordinator answered now.
-func (l *lease) renew() {
+// renew records that the coordinator answered a request sent at sent. The
+// lease runs from the sending, not the answer: the coordinator counts a
+// silent node's lease from when it last heard it, which is no earlier, so
+// a slow answer never lets the node run on past the time the coordinator
+// takes its lease to have ended.
+func (l *lease) renew(sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.last = time.Now()
+	if sent.After(l.last) {
+		l.last = sent
+	}
 	if l.ctx.Err() != nil {
 		l.ctx, l.cancel = context.WithCancel(context.Background())
 	}
