@@ -92,7 +92,7 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	adopted := c.adopt(n, req.Tasks, now)
 	for _, old := range c.nodes {
 		if old.alive() && old.req.Name == req.Name {
-			c.declareDead(old, fmt.Sprintf("%s registered again as %s (the daemon restarted)", old.describe(), n.id), now)
+			c.declareDead(old, fmt.Sprintf("%s registered again as %s (the daemon restarted, or its lease ran out)", old.describe(), n.id), now)
 		}
 	}
 	c.nodes = append(c.nodes, n)

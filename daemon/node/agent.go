@@ -403,7 +403,14 @@ func (a *Agent) heartbeatLoop(ctx context.Context, id string, interval time.Dura
 			return err
 		case err != nil && ctx.Err() == nil:
 			a.log.Warn("heartbeat", "err", err)
-			a.checkLease()
+			// Tasks the lease stopped lost their state (a shard's rows, a
+			// replica's step): the node must not take them up again from
+			// the coordinator's next answer under this registration, as if
+			// nothing had happened. It registers anew, naming no previous
+			// id, and the coordinator fails their jobs over to a checkpoint.
+			if a.checkLease() {
+				return fmt.Errorf("%w and stopped its tasks", errFenced)
+			}
 		case err == nil:
 			a.lease.renew(sent)
 			a.reconcile(ctx, resp.Tasks)

@@ -66,11 +66,12 @@ func (l *lease) expire() time.Duration {
 	return silent
 }
 
-// checkLease stops every task once the lease has run out.
-func (a *Agent) checkLease() {
+// checkLease stops every task once the lease has run out, and reports
+// whether it stopped any.
+func (a *Agent) checkLease() (fenced bool) {
 	silent := a.lease.expire()
 	if silent == 0 {
-		return
+		return false
 	}
 	a.mu.Lock()
 	n := len(a.tasks)
@@ -78,4 +79,5 @@ func (a *Agent) checkLease() {
 	if n > 0 {
 		a.stopTasks(fmt.Sprintf("lease of %s ran out: the coordinator has not answered for %s", a.cfg.Lease, silent.Round(time.Millisecond)))
 	}
+	return n > 0
 }

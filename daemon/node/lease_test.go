@@ -10,7 +10,7 @@ import (
 // the rest of it, and an older renewal never shortens a newer one.
 func TestALeaseRunsFromTheRequestNotItsAnswer(t *testing.T) {
 	l := newLease(time.Second)
-	l.last = time.Now().Add(-5 * time.Second) // renewed long ago
+	l.last = time.Now().Add(-5 * time.Second)        // renewed long ago
 	l.renew(time.Now().Add(-900 * time.Millisecond)) // answered 0.9 s after it was sent
 	if l.expire() != 0 {
 		t.Fatal("the lease ran out 0.9 s into it")
