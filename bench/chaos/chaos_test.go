@@ -280,8 +280,32 @@ func TestEveryScenarioRuns(t *testing.T) {
 			t.Errorf("scenario %s has no fault", name)
 		}
 	}
-	stop, lease := defaultCoordStop, scenarioLease["sigstop-coordinator"]
+	stop, lease := defaultCoordStop, leaseOf("sigstop-coordinator")
 	if timeout := 3 * loopback.Heartbeat; stop <= timeout || stop >= lease {
 		t.Errorf("sigstop-coordinator: a %v stop against a %v heartbeat timeout and a %v lease", stop, timeout, lease)
+	}
+	if stop, lease := defaultCoordLongStop, leaseOf("sigstop-coordinator-long"); stop <= lease+loopback.Heartbeat {
+		t.Errorf("sigstop-coordinator-long: a %v stop against a %v lease", stop, lease)
+	}
+}
+
+// TestTargetsJudgeEachScenario: a lossless scenario is met only with no
+// restart and no step trained twice; the long coordinator stop only with a
+// restart that ends on the undisturbed values.
+func TestTargetsJudgeEachScenario(t *testing.T) {
+	var out strings.Builder
+	printTargets(&out, []*result{
+		{name: "sigstop-coordinator", recovery: 4 * time.Second},
+		{name: "grow", recovery: 4 * time.Second, restarts: 1, twice: 30},
+		{name: "sigstop-coordinator-long", recovery: 9 * time.Second, restarts: 1, twice: 40, identical: "yes (values)"},
+	})
+	for _, want := range []string{
+		"0 steps lost when the coordinator stops within the nodes' lease: met (0 trained twice, 0 restarts)",
+		"0 steps lost growing a stage onto a node in place: MISSED (30 trained twice, 1 restarts)",
+		"a coordinator stopped past the lease: the job fails over to a checkpoint and ends on the undisturbed values: met (1 restarts, yes (values))",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no line %q in:\n%s", want, out.String())
+		}
 	}
 }

@@ -75,8 +75,12 @@ const (
 	overheadBound  = 3.5 // %, CheckFreq's bound on checkpoint overhead
 )
 
-// defaultCoordStop is how long sigstop-coordinator stops the coordinator.
-const defaultCoordStop = 4 * time.Second
+// How long sigstop-coordinator and sigstop-coordinator-long stop the
+// coordinator.
+const (
+	defaultCoordStop     = 4 * time.Second
+	defaultCoordLongStop = 12 * time.Second
+)
 
 // options are the command's flags.
 type options struct {
@@ -86,6 +90,7 @@ type options struct {
 	faultAt             float64
 	stopFor             time.Duration
 	coordStopFor        time.Duration
+	coordLongStopFor    time.Duration
 	overheadRuns        int
 	scenarios           []string
 	keep                bool
@@ -95,7 +100,7 @@ type options struct {
 }
 
 // allScenarios is every scenario, in the order they run.
-var allScenarios = []string{"none", "coordinator", "sigstop-coordinator", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "grow-coordinator", "overhead"}
+var allScenarios = []string{"none", "coordinator", "sigstop-coordinator", "sigstop-coordinator-long", "stage-node", "ps-node", "sigstop-stage", "sigstop-ps", "grow", "grow-coordinator", "overhead"}
 
 func main() {
 	native.FixOpenBLASCore() // the header then names the kernels the daemons it starts run
@@ -107,6 +112,7 @@ func main() {
 	flag.Float64Var(&o.faultAt, "fault-at", 0.4, "inject each fault once the job has done this fraction of its steps")
 	flag.DurationVar(&o.stopFor, "stop-for", 6*time.Second, "how long the sigstop scenarios keep the node stopped (more than lease + heartbeat timeout)")
 	flag.DurationVar(&o.coordStopFor, "coordinator-stop-for", defaultCoordStop, "how long sigstop-coordinator keeps the coordinator stopped (more than a heartbeat timeout, less than the nodes' lease there, node.DefaultLease)")
+	flag.DurationVar(&o.coordLongStopFor, "coordinator-long-stop-for", defaultCoordLongStop, "how long sigstop-coordinator-long keeps the coordinator stopped (more than the nodes' lease, loopback.Lease)")
 	flag.IntVar(&o.overheadSteps, "overhead-steps", 6000, "training steps of the overhead scenario's jobs: a job's span is known to a heartbeat, so the runs must be long for the overhead to show")
 	flag.IntVar(&o.overheadRuns, "overhead-runs", 2, "runs with and without checkpoints in the overhead scenario (best of them; the reference run counts as one with)")
 	scen := flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
@@ -224,6 +230,8 @@ func (b *bench) header() {
 		loopback.Heartbeat, nodes, unitType, loopback.Lease.String(), 100*b.o.faultAt)
 	fmt.Fprintln(b.w, "recovery: from the fault until the API reports a step past the highest it showed within 2 heartbeats of the fault, or")
 	fmt.Fprintln(b.w, "within a heartbeat of an elastic resize (node reports come once a heartbeat, so the step shown at the fault lags);")
+	fmt.Fprintln(b.w, "for a stopped coordinator, from its SIGCONT (nothing can act on the job before; sigstop-coordinator's nodes keep lease =")
+	fmt.Fprintf(b.w, "%q, longer than its stop, and sigstop-coordinator-long stops it for longer than the lease);\n", leaseOf("sigstop-coordinator").String())
 	fmt.Fprintln(b.w, "trained twice: the step shown at the fault minus")
 	fmt.Fprintln(b.w, "the checkpoint step the restarted job resumed from;")
 	fmt.Fprintln(b.w, "bit-identical: the final checkpoint against the undisturbed run's, \"yes (files)\" when every file's SHA-256 in the")

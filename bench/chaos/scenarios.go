@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,15 +87,16 @@ func (b *bench) runAll(ctx context.Context) []*result {
 type fault func(ctx context.Context, b *bench, j *jobRun, r *result) (finish func(final api.JobStatus), err error)
 
 var faults = map[string]fault{
-	"none":                nil,
-	"coordinator":         killCoordinator,
-	"sigstop-coordinator": stopCoordinator,
-	"stage-node":          killNode(false),
-	"ps-node":             killNode(true),
-	"sigstop-stage":       stopNode(false),
-	"sigstop-ps":          stopNode(true),
-	"grow":                growOntoSpare(false),
-	"grow-coordinator":    growOntoSpare(true),
+	"none":                     nil,
+	"coordinator":              killCoordinator,
+	"sigstop-coordinator":      stopCoordinator(false),
+	"sigstop-coordinator-long": stopCoordinator(true),
+	"stage-node":               killNode(false),
+	"ps-node":                  killNode(true),
+	"sigstop-stage":            stopNode(false),
+	"sigstop-ps":               stopNode(true),
+	"grow":                     growOntoSpare(false),
+	"grow-coordinator":         growOntoSpare(true),
 }
 
 // scenario runs the job with the checkpoint on a fresh cluster, injects
@@ -150,7 +152,7 @@ func (b *bench) startJob(ctx context.Context, name string, every, steps int) (*j
 		return nil, err
 	}
 	c, err := loopback.Start(ctx, loopback.Options{Bin: b.heterpsd, Dir: dir, Type: unitType, Catalog: b.catalog, Shares: fullShares(nodes),
-		Lease: scenarioLease[name]})
+		Lease: leaseOf(name)})
 	if err != nil {
 		return nil, fmt.Errorf("start the cluster: %w; logs in %s", err, dir)
 	}
@@ -280,44 +282,63 @@ var scenarioLease = map[string]time.Duration{
 	"sigstop-coordinator": node.DefaultLease,
 }
 
-// stopCoordinator stops the coordinator with SIGSTOP for coordStopFor,
-// longer than a heartbeat timeout and shorter than the nodes' lease
-// (scenarioLease), as a paused VM or a swap storm would. The nodes train
-// on meanwhile; the coordinator, once it runs again, must not take its own
-// silence for theirs (no shrink, no restart).
-func stopCoordinator(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
-	if _, err := b.atFaultPoint(ctx, j); err != nil {
-		return nil, err
+// leaseOf is the nodes' lease in scenario name.
+func leaseOf(name string) time.Duration { return cmp.Or(scenarioLease[name], loopback.Lease) }
+
+// stopCoordinator stops the coordinator with SIGSTOP, as a paused VM or a
+// swap storm would: for coordStopFor, longer than a heartbeat timeout and
+// shorter than the nodes' lease, or (long) for coordLongStopFor, longer
+// than the lease. Within the lease the nodes train on, and the
+// coordinator, once it runs again, must not take its own silence for
+// theirs (no shrink, no restart). Past it the nodes fence their tasks and
+// register anew, and the job must fail over to its newest checkpoint
+// rather than train on from scratch under its id.
+func stopCoordinator(long bool) fault {
+	name, stop := "sigstop-coordinator", func(o options) time.Duration { return o.coordStopFor }
+	if long {
+		name, stop = "sigstop-coordinator-long", func(o options) time.Duration { return o.coordLongStopFor }
 	}
-	at, _ := j.w.last()
-	if err := j.c.Coord.Signal(syscall.SIGSTOP); err != nil {
-		return nil, err
+	return func(ctx context.Context, b *bench, j *jobRun, r *result) (func(api.JobStatus), error) {
+		if _, err := b.atFaultPoint(ctx, j); err != nil {
+			return nil, err
+		}
+		at, _ := j.w.last()
+		if err := j.c.Coord.Signal(syscall.SIGSTOP); err != nil {
+			return nil, err
+		}
+		waitErr := pause(ctx, stop(b.o))
+		if err := j.c.Coord.Signal(syscall.SIGCONT); err != nil {
+			return nil, err
+		}
+		if waitErr != nil {
+			return nil, waitErr
+		}
+		resumedAt := time.Now()
+		r.notes = append(r.notes, fmt.Sprintf("stopped the coordinator at step %d for %v (nodes' lease %v, heartbeat timeout %v)",
+			at.s.Step, stop(b.o), leaseOf(name), 3*loopback.Heartbeat))
+		after, err := j.w.waitFor(ctx, "the coordinator's first answer after SIGCONT", b.o.timeout, func(api.JobStatus) bool {
+			x, _ := j.w.last()
+			return x.at.After(resumedAt)
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.notes = append(r.notes, fmt.Sprintf("its first status after: step %d (%d steps trained while it was stopped, as far as its nodes had reported)",
+			after.s.Step, after.s.Step-at.s.Step))
+		// Recovery counts from SIGCONT: nothing can act on the job before.
+		// A job that went on under its id, its nodes training meanwhile,
+		// has recovered once the coordinator shows it again.
+		recovery := measureRecovery(j, r, at, resumedAt)
+		return func(final api.JobStatus) {
+			if final.ID == at.s.ID && after.s.Step > at.s.Step {
+				r.recovery = after.at.Sub(resumedAt)
+				trainedTwice(r, at.s, final)
+			} else {
+				recovery(final)
+			}
+			r.notes = append(r.notes, whatHappened(at.s, final))
+		}, nil
 	}
-	fault := time.Now()
-	waitErr := pause(ctx, b.o.coordStopFor)
-	if err := j.c.Coord.Signal(syscall.SIGCONT); err != nil {
-		return nil, err
-	}
-	if waitErr != nil {
-		return nil, waitErr
-	}
-	resumedAt := time.Now()
-	r.notes = append(r.notes, fmt.Sprintf("stopped the coordinator at step %d for %v (nodes' lease %v, heartbeat timeout %v)",
-		at.s.Step, b.o.coordStopFor, scenarioLease["sigstop-coordinator"], 3*loopback.Heartbeat))
-	after, err := j.w.waitFor(ctx, "the coordinator's first answer after SIGCONT", b.o.timeout, func(api.JobStatus) bool {
-		x, _ := j.w.last()
-		return x.at.After(resumedAt)
-	})
-	if err != nil {
-		return nil, err
-	}
-	r.notes = append(r.notes, fmt.Sprintf("its first status after: step %d (%d steps trained while it was stopped, as far as its nodes had reported)",
-		after.s.Step, after.s.Step-at.s.Step))
-	recovery := measureRecovery(j, r, at, fault)
-	return func(final api.JobStatus) {
-		recovery(final)
-		r.notes = append(r.notes, whatHappened(at.s, final))
-	}, nil
 }
 
 // victim picks the node of a running job to hurt: the PS shard's, or a
