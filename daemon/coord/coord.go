@@ -156,10 +156,12 @@ type Coordinator struct {
 	storeFailures int64
 	storeLogged   time.Time
 	// lastReap is when reap last ran (nodes.go: a longer gap than
-	// stalledAfter means the coordinator itself was stopped).
+	// stalledAfter means the coordinator itself was stopped); stalls
+	// counts such gaps.
 	lastReap time.Time
+	stalls   int64
 	serving  atomic.Bool // Serve is serving the API (Ready)
-	alloc         allocDecisions
+	alloc    allocDecisions
 
 	// profiles are the stored measured profiles by store.ProfileKey
 	// (profiles.go), under profMu, which is taken alone or inside c.mu,

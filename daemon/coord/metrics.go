@@ -48,6 +48,8 @@ var (
 	jobsDesc          = desc("heterps_jobs", "Jobs the coordinator keeps, by state.", "state")
 	stateFailuresDesc = desc("heterps_coordinator_state_commit_failures_total",
 		"Commits to the coordinator's state database that failed (a full disk): the changes in them are not durable until recorded again.")
+	stallsDesc = desc("heterps_coordinator_stalls_total",
+		"Times the coordinator found it had not run for over half a heartbeat timeout (stopped, paused or starved); a stall past the nodes' lease fences their tasks.")
 	jobStateDesc   = desc("heterps_job_state", "1 for the job's current state.", "job_id", "state")
 	jobStepDesc    = desc("heterps_job_step", "The fewest steps any stage replica of the job has completed.", "job_id")
 	jobStepsDesc   = desc("heterps_job_target_steps", "The step the job trains to.", "job_id")
@@ -86,7 +88,7 @@ type coordCollector struct{ c *Coordinator }
 func (coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{jobsDesc, jobStateDesc, jobStepDesc, jobStepsDesc, jobSamplesDesc, jobLossDesc,
 		jobRateDesc, jobCostDesc, jobRestarts, jobGeneration, jobLimitDesc, jobBelowDesc, stagePredDesc, stageMeasDesc, replicaBatchDesc,
-		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc, drainingDesc, stateFailuresDesc} {
+		replicaStepDesc, replicaRateDesc, adjustmentsDesc, nodesDesc, heartbeatDesc, drainingDesc, stateFailuresDesc, stallsDesc} {
 		ch <- d
 	}
 }
@@ -119,6 +121,7 @@ func (cc coordCollector) Collect(ch chan<- prometheus.Metric) {
 		failures, _ := c.store.Health()
 		counter(ch, stateFailuresDesc, float64(failures))
 	}
+	counter(ch, stallsDesc, float64(c.stalls))
 }
 
 // collectJob sends the series of job j, whose status is s. c.mu is held.

@@ -311,6 +311,7 @@ func (c *Coordinator) forgiveStall(now time.Time) {
 	if last.IsZero() || stalled <= c.stalledAfter() {
 		return
 	}
+	c.stalls++
 	c.log.Warn("the coordinator did not run for a while (stopped, paused or starved); its nodes get a heartbeat timeout from now before any is declared dead",
 		"stalled", stalled.Round(time.Millisecond), "heartbeat_timeout", c.cfg.HeartbeatTimeout)
 	for _, n := range c.nodes {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/internal/syncbuf"
 )
@@ -39,12 +41,22 @@ func TestAStalledCoordinatorDoesNotBlameItsNodes(t *testing.T) {
 		t.Helper()
 		c.reap(at)
 	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := c.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
 	quiet, silent := register("cpu-q", 7001), register("cpu-s", 7002)
 	t0 := time.Now()
 	reapAt(t0)
 	reapAt(t0.Add(timeout / 8)) // ticking along
+	if n := one(t, reg, "heterps_coordinator_stalls_total", nil); n != 0 {
+		t.Errorf("%v stalls counted while the reaper ticked along", n)
+	}
 	stalledUntil := t0.Add(10 * timeout)
 	reapAt(stalledUntil)
+	if n := one(t, reg, "heterps_coordinator_stalls_total", nil); n != 1 {
+		t.Errorf("heterps_coordinator_stalls_total = %v after one stall, want 1", n)
+	}
 	if state(quiet) != api.NodeAlive || state(silent) != api.NodeAlive {
 		t.Fatalf("after the coordinator's own 10 s stall: %s, %s; want both alive", state(quiet), state(silent))
 	}

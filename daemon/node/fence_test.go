@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -38,10 +39,12 @@ func TestAFencedNodeDoesNotTakeItsTasksUpAgain(t *testing.T) {
 
 	const lease = time.Second
 	var logs syncbuf.Buffer
+	regs := map[string]*prometheus.Registry{}
 	for _, name := range []string{"a", "b"} {
+		regs[name] = prometheus.NewRegistry()
 		a, err := New(Config{Name: name, Coordinator: "http://" + px.addr(), Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: "cpu",
 			Units: 1, Plain: true, Lease: lease, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: regs[name]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,6 +58,11 @@ func TestAFencedNodeDoesNotTakeItsTasksUpAgain(t *testing.T) {
 	if !strings.Contains(logs.String(), "ran out") {
 		t.Fatalf("no node fenced its tasks during the stall:\n%s", logs.String())
 	}
+	for name, reg := range regs {
+		if n := fences(t, reg); n != 1 {
+			t.Errorf("node %s: heterps_node_lease_fences_total = %v, want 1", name, n)
+		}
+	}
 	px.thaw()
 	s := cl.waitJob(id, func(s api.JobStatus) bool {
 		return s.State != api.JobRunning || strings.Count(logs.String(), "task assigned") > 3
@@ -65,6 +73,22 @@ func TestAFencedNodeDoesNotTakeItsTasksUpAgain(t *testing.T) {
 	if s.State == api.JobRunning {
 		t.Fatalf("job %s still running on tasks whose state is gone", id)
 	}
+}
+
+// fences reads heterps_node_lease_fences_total from reg.
+func fences(t *testing.T, reg prometheus.Gatherer) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "heterps_node_lease_fences_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no heterps_node_lease_fences_total")
+	return 0
 }
 
 // freezableProxy passes TCP connections through to target until frozen;

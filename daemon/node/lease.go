@@ -77,6 +77,7 @@ func (a *Agent) checkLease() (fenced bool) {
 	n := len(a.tasks)
 	a.mu.Unlock()
 	if n > 0 {
+		a.obs.fenced()
 		a.stopTasks(fmt.Sprintf("lease of %s ran out: the coordinator has not answered for %s", a.cfg.Lease, silent.Round(time.Millisecond)))
 	}
 	return n > 0

@@ -21,6 +21,7 @@ type observer struct {
 	ps             *ps.ClientMetrics
 	steps, samples prometheus.Counter
 	ckptFailures   prometheus.Counter
+	fences         prometheus.Counter
 
 	mu     sync.Mutex
 	nodeID string // given by the coordinator; empty while not registered
@@ -47,7 +48,9 @@ func (a *Agent) observe(reg prometheus.Registerer) error {
 		Help: "Samples the node's stage replicas have trained on."})
 	o.ckptFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_checkpoint_write_failures_total",
 		Help: "Checkpoint copies of the node's parameter-server shards that could not be written (a full disk, a lost mount): training went on without them."})
-	for _, c := range []prometheus.Collector{o.steps, o.samples, o.ckptFailures, agentCollector{a}} {
+	o.fences = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_lease_fences_total",
+		Help: "Times the node's lease ran out with tasks running: it stopped them (the coordinator did not answer within the lease) and registered anew."})
+	for _, c := range []prometheus.Collector{o.steps, o.samples, o.ckptFailures, o.fences, agentCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
@@ -67,6 +70,13 @@ func (o *observer) stepDone(samples int) {
 func (o *observer) checkpointFailed() {
 	if o.ckptFailures != nil {
 		o.ckptFailures.Inc()
+	}
+}
+
+// fenced counts tasks stopped because the lease ran out.
+func (o *observer) fenced() {
+	if o.fences != nil {
+		o.fences.Inc()
 	}
 }
 
