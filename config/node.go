@@ -118,10 +118,11 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText formats a duration.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// Bounds of a node's lease.
+// Bounds of a node's lease, and the lease of a node file without one.
 const (
-	minLease = time.Second
-	maxLease = 24 * time.Hour
+	minLease     = time.Second
+	maxLease     = 24 * time.Hour
+	DefaultLease = 10 * time.Second
 )
 
 // minCPUShare is api.MinCPUShare (config does not import the control

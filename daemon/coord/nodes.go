@@ -76,6 +76,9 @@ func (c *Coordinator) register(req api.RegisterRequest) (api.RegisterResponse, e
 	if err := checkNodeGPUs(req, typ, c.cfg.Catalog.EmulateGPUs); err != nil {
 		return api.RegisterResponse{}, badRequest("register: %v", err)
 	}
+	if err := c.checkLease(req); err != nil {
+		return api.RegisterResponse{}, badRequest("register: %v", err)
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -217,6 +220,18 @@ func awaitRecorded(recorded <-chan error, wait time.Duration) {
 	case <-recorded:
 	case <-time.After(wait):
 	}
+}
+
+// checkLease refuses a node whose lease would run out between two of this
+// coordinator's heartbeats: it needs two intervals at least, or one late
+// answer fences its tasks and its checkpoint writes find the lease over.
+func (c *Coordinator) checkLease(req api.RegisterRequest) error {
+	lease, least := time.Duration(req.LeaseMS)*time.Millisecond, 2*c.cfg.HeartbeatInterval
+	if req.LeaseMS > 0 && lease < least {
+		return fmt.Errorf("node %s: its lease of %v is shorter than two of this coordinator's heartbeat intervals (%v): it would stop its tasks whenever an answer came late; give it a lease of %v or more (the coordinator declares a silent node dead after %v)",
+			req.Name, lease, c.cfg.HeartbeatInterval, least, c.cfg.HeartbeatTimeout)
+	}
+	return nil
 }
 
 // recordWait is how long node id's heartbeat answer may wait for a

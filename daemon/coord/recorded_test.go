@@ -65,7 +65,7 @@ func TestANodeGetsItsTasksOnlyOnceTheirPlacementIsRecorded(t *testing.T) {
 // node waits for an answer no longer than its lease, then fences), and
 // never more than 5 s.
 func TestARecordIsWaitedForAQuarterOfTheNodesLease(t *testing.T) {
-	c, err := New(Config{Catalog: loadTestCatalog(t), Logger: slog.New(slog.DiscardHandler)})
+	c, err := New(Config{Catalog: loadTestCatalog(t), HeartbeatInterval: interval, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

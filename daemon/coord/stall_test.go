@@ -76,3 +76,25 @@ func TestAStalledCoordinatorDoesNotBlameItsNodes(t *testing.T) {
 		t.Errorf("the node that heartbeat after the stall is %s, want alive", state(quiet))
 	}
 }
+
+// TestANodeWhoseLeaseCannotOutlastAHeartbeatIsRefused: a lease shorter
+// than two heartbeat intervals is refused at registration, naming the
+// lease and what it needs; two intervals are enough.
+func TestANodeWhoseLeaseCannotOutlastAHeartbeatIsRefused(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), HeartbeatInterval: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := newFakeNode("cpu-short", "cpu", 1, 7001).req
+	short.LeaseMS = 1500
+	_, err = c.register(short)
+	if err == nil || !strings.Contains(err.Error(), "lease of 1.5s is shorter than two of this coordinator's heartbeat intervals (1s)") ||
+		!strings.Contains(err.Error(), "give it a lease of 2s or more") {
+		t.Errorf("a 1.5 s lease against 1 s heartbeats: %v", err)
+	}
+	enough := newFakeNode("cpu-enough", "cpu", 1, 7002).req
+	enough.LeaseMS = 2000
+	if _, err := c.register(enough); err != nil {
+		t.Errorf("a 2 s lease against 1 s heartbeats: %v", err)
+	}
+}

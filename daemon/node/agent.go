@@ -77,7 +77,7 @@ type Config struct {
 // Defaults.
 const (
 	DefaultReadyTimeout = time.Minute
-	DefaultLease        = 10 * time.Second
+	DefaultLease        = config.DefaultLease
 )
 
 // ConfigFromFile turns a node file into a Config, reading its secret.

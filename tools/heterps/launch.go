@@ -351,11 +351,20 @@ func newSecret() ([]byte, error) {
 
 // launchNodeFile is a launched node daemon's file; a GPU type's daemon
 // names its GPU (the host's, which it checks against its inventory before
-// registering).
-func launchNodeFile(d hostOffer, coordinator, secretPath string) []byte {
-	b := fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = %q\nps_listen = %q\ntype = %q\nunits = %d\nthreads = %d\nsecret_file = %q\n",
-		d.offer.name, coordinator, hostPort(d.host, d.port), hostPort(d.host, d.psPort), d.offer.typ, d.offer.units, d.offer.threads, secretPath)
+// registering). Its lease outlasts three of the coordinator's heartbeat
+// intervals (launchLease).
+func launchNodeFile(d hostOffer, coordinator, secretPath string, heartbeat time.Duration) []byte {
+	b := fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = %q\nps_listen = %q\ntype = %q\nunits = %d\nthreads = %d\nsecret_file = %q\nlease = %q\n",
+		d.offer.name, coordinator, hostPort(d.host, d.port), hostPort(d.host, d.psPort), d.offer.typ, d.offer.units, d.offer.threads, secretPath,
+		launchLease(heartbeat).String())
 	return appendGPUs(b, d.offer)
+}
+
+// launchLease is a launched node's lease: the daemons' default, or three
+// heartbeat intervals when those are longer (the coordinator refuses a
+// lease under two).
+func launchLease(heartbeat time.Duration) time.Duration {
+	return max(config.DefaultLease, 3*heartbeat)
 }
 
 func hostPort(host string, port int) string { return fmt.Sprintf("%s:%d", host, port) }

@@ -308,7 +308,7 @@ func (p *launchPlan) startAndRun(ctx context.Context, l *launched, secret []byte
 	}
 	nodeFiles := map[string][]remoteFile{}
 	for _, d := range p.daemons {
-		nodeFiles[d.host] = append(nodeFiles[d.host], remoteFile{d.offer.name + ".toml", launchNodeFile(d, url, secretAt)})
+		nodeFiles[d.host] = append(nodeFiles[d.host], remoteFile{d.offer.name + ".toml", launchNodeFile(d, url, secretAt, p.f.heartbeat)})
 	}
 	if err := l.distribute(ctx, nodeFiles); err != nil {
 		return none, err

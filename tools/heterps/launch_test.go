@@ -420,13 +420,28 @@ func TestLaunchedGPUNodesNameTheirGPUs(t *testing.T) {
 		{offer{name: "gemini-1.v100.gpu5", typ: "v100", units: 1, threads: 1, gpus: true, gpu: 5}, []int{5}},
 		{offer{name: "dahu-1.xeon-gold-6130", typ: "xeon-gold-6130", units: 32, threads: 1}, nil},
 	} {
-		file := launchNodeFile(hostOffer{host: "h", offer: tc.o, port: 7100, psPort: 7101}, "http://head:7000", "/etc/heterps/secret")
+		file := launchNodeFile(hostOffer{host: "h", offer: tc.o, port: 7100, psPort: 7101}, "http://head:7000", "/etc/heterps/secret", time.Second)
 		n, err := config.ParseNode(tc.o.name+".toml", file)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", tc.o.name, err, file)
 		}
+		if n.Lease.Duration != config.DefaultLease {
+			t.Errorf("%s: lease %v with 1 s heartbeats, want the default %v", tc.o.name, n.Lease.Duration, config.DefaultLease)
+		}
 		if !slices.Equal(n.GPUs, tc.want) {
 			t.Errorf("%s: gpus %v, want %v", tc.o.name, n.GPUs, tc.want)
 		}
+	}
+}
+
+// TestALaunchedNodesLeaseOutlastsItsHeartbeats: with heartbeats longer
+// than a third of the default lease, the launched nodes' lease grows to
+// three of them, which the coordinator accepts.
+func TestALaunchedNodesLeaseOutlastsItsHeartbeats(t *testing.T) {
+	file := launchNodeFile(hostOffer{host: "h", offer: offer{name: "h.cpu", typ: "cpu", units: 1, threads: 1}, port: 7100, psPort: 7101},
+		"http://head:7000", "/etc/heterps/secret", 6*time.Second)
+	n, err := config.ParseNode("h.cpu.toml", file)
+	if err != nil || n.Lease.Duration != 18*time.Second {
+		t.Fatalf("lease %v (%v) with 6 s heartbeats, want 18s\n%s", n.Lease.Duration, err, file)
 	}
 }
