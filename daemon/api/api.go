@@ -72,6 +72,9 @@ type RegisterRequest struct {
 	Previous string `json:"previous,omitempty"`
 }
 
+// Lease is the node's lease as a duration, 0 when it named none.
+func (r RegisterRequest) Lease() time.Duration { return time.Duration(r.LeaseMS) * time.Millisecond }
+
 // How a node enforces its CPU share.
 const (
 	// CPUShareNone: the share is 1, nothing is capped.

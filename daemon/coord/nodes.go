@@ -40,7 +40,7 @@ func (n *node) stageUnits() int {
 
 // lease is how long the node keeps its tasks running without reaching the
 // coordinator.
-func (n *node) lease() time.Duration { return time.Duration(n.req.LeaseMS) * time.Millisecond }
+func (n *node) lease() time.Duration { return n.req.Lease() }
 
 // psAddr is where the node serves parameter-server shards.
 func (n *node) psAddr() string {
@@ -189,13 +189,15 @@ func (c *Coordinator) heartbeat(id string, hb api.Heartbeat) (api.HeartbeatRespo
 		return api.HeartbeatResponse{}, badRequest("heartbeat: %v", err)
 	}
 	c.mu.Lock()
-	resp, err := c.applyHeartbeat(id, hb)
-	recorded, wait := c.recorded(), c.recordWait(id)
-	c.mu.Unlock()
-	if err == nil {
-		awaitRecorded(recorded, wait)
+	n, resp, err := c.applyHeartbeat(id, hb)
+	if err != nil {
+		c.mu.Unlock()
+		return resp, err
 	}
-	return resp, err
+	recorded, wait := c.recorded(), n.recordWait()
+	c.mu.Unlock()
+	awaitRecorded(recorded, wait)
+	return resp, nil
 }
 
 // recorded yields once every change made so far is committed to the state
@@ -226,36 +228,35 @@ func awaitRecorded(recorded <-chan error, wait time.Duration) {
 // coordinator's heartbeats: it needs two intervals at least, or one late
 // answer fences its tasks and its checkpoint writes find the lease over.
 func (c *Coordinator) checkLease(req api.RegisterRequest) error {
-	lease, least := time.Duration(req.LeaseMS)*time.Millisecond, 2*c.cfg.HeartbeatInterval
-	if req.LeaseMS > 0 && lease < least {
+	lease, least := req.Lease(), 2*c.cfg.HeartbeatInterval
+	if lease > 0 && lease < least {
 		return fmt.Errorf("node %s: its lease of %v is shorter than two of this coordinator's heartbeat intervals (%v): it would stop its tasks whenever an answer came late; give it a lease of %v or more (the coordinator declares a silent node dead after %v)",
 			req.Name, lease, c.cfg.HeartbeatInterval, least, c.cfg.HeartbeatTimeout)
 	}
 	return nil
 }
 
-// recordWait is how long node id's heartbeat answer may wait for a
-// commit: a quarter of the node's lease (a node waits for an answer no
-// longer than its lease, and fences its tasks when none comes), at most
-// 5 s; a disk slower than that gets the change handed out before it is
-// durable. c.mu is held.
-func (c *Coordinator) recordWait(id string) time.Duration {
+// recordWait is how long n's heartbeat answer may wait for a commit: a
+// quarter of its lease (a node waits for an answer no longer than its
+// lease, and fences its tasks when none comes), at most 5 s; a disk slower
+// than that gets the change handed out before it is durable.
+func (n *node) recordWait() time.Duration {
 	const most = 5 * time.Second
-	if n := c.node(id); n != nil && n.lease() > 0 {
+	if n.lease() > 0 {
 		return min(most, n.lease()/4)
 	}
 	return most
 }
 
-// applyHeartbeat takes a heartbeat's reports and returns the node's tasks.
-// c.mu is held.
-func (c *Coordinator) applyHeartbeat(id string, hb api.Heartbeat) (api.HeartbeatResponse, error) {
+// applyHeartbeat takes a heartbeat's reports and returns the node and its
+// tasks. c.mu is held.
+func (c *Coordinator) applyHeartbeat(id string, hb api.Heartbeat) (*node, api.HeartbeatResponse, error) {
 	n := c.node(id)
 	switch {
 	case n == nil:
-		return api.HeartbeatResponse{}, httpErrorf(http.StatusNotFound, "no node %q: register first", id)
+		return nil, api.HeartbeatResponse{}, httpErrorf(http.StatusNotFound, "no node %q: register first", id)
 	case !n.alive():
-		return api.HeartbeatResponse{}, httpErrorf(http.StatusGone, "node %s is dead (%s): register again", id, n.reason)
+		return nil, api.HeartbeatResponse{}, httpErrorf(http.StatusGone, "node %s is dead (%s): register again", id, n.reason)
 	}
 	now := time.Now()
 	n.lastSeen = now
@@ -268,7 +269,7 @@ func (c *Coordinator) applyHeartbeat(id string, hb api.Heartbeat) (api.Heartbeat
 		n.left = true
 		c.declareDead(n, fmt.Sprintf("%s shut down", n.describe()), now)
 	}
-	return api.HeartbeatResponse{Tasks: c.tasksOf(n)}, nil
+	return n, api.HeartbeatResponse{Tasks: c.tasksOf(n)}, nil
 }
 
 func (c *Coordinator) node(id string) *node {

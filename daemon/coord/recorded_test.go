@@ -79,7 +79,7 @@ func TestARecordIsWaitedForAQuarterOfTheNodesLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.mu.Lock()
-		got := c.recordWait(r.NodeID)
+		got := c.node(r.NodeID).recordWait()
 		c.mu.Unlock()
 		if got != tc.want {
 			t.Errorf("lease %v: waits %v, want %v", tc.lease, got, tc.want)

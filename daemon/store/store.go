@@ -164,18 +164,16 @@ func (s *Store) Health() (failures int64, err error) {
 // next retry would be waiting for a disk to be freed.
 func (s *Store) Flushed() <-chan error {
 	s.mu.Lock()
+	closed, lastErr, idle := s.closed, s.lastErr, len(s.pending) == 0 && !s.committing
+	s.mu.Unlock()
 	switch {
-	case s.closed:
-		s.mu.Unlock()
+	case closed:
 		return result(ErrClosed)
-	case s.lastErr != nil:
-		defer s.mu.Unlock()
-		return result(s.lastErr)
-	case len(s.pending) == 0 && !s.committing:
-		s.mu.Unlock()
+	case lastErr != nil:
+		return result(lastErr)
+	case idle:
 		return result(nil)
 	}
-	s.mu.Unlock()
 	return s.enqueue()
 }
 
