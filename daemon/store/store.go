@@ -74,8 +74,10 @@ type Store struct {
 	fault      atomic.Pointer[func() error] // InjectCommitFault's
 }
 
-// The spaces between the retries of a failed commit.
-const (
+// The spaces between the retries of a failed commit: the first, doubling
+// with every failed commit up to the last. Variables so that tests can
+// shorten them.
+var (
 	firstRetry = time.Second
 	lastRetry  = 30 * time.Second
 )

@@ -212,6 +212,16 @@ func TestHealthReportsAFailedCommitUntilOneSucceeds(t *testing.T) {
 	}
 }
 
+// shortRetries spaces the retries of failed commits 20 ms, doubling to
+// 200 ms, for the test: every failed commit doubles the space, so a burst
+// of them at 1 s doubling to 30 s could leave the next retry after the
+// test's wait.
+func shortRetries(t *testing.T) {
+	first, last := firstRetry, lastRetry
+	firstRetry, lastRetry = 20*time.Millisecond, 200*time.Millisecond
+	t.Cleanup(func() { firstRetry, lastRetry = first, last })
+}
+
 // fullDisk makes s's commits fail with ENOSPC while it is set.
 func fullDisk(s *Store) *atomic.Bool {
 	var full atomic.Bool
@@ -242,6 +252,7 @@ func waitHealthy(t *testing.T, s *Store) {
 // failed on a full disk land by themselves once it is freed, with no later
 // write to carry them: the latest record of each key, deletions included.
 func TestAFailedCommitIsRetriedOnceTheDiskIsFree(t *testing.T) {
+	shortRetries(t)
 	s, dir := openTemp(t)
 	full := fullDisk(s)
 	must(t, s.PutJob(Job{ID: "j3", Seq: 3, State: api.JobDone}))
@@ -257,7 +268,7 @@ func TestAFailedCommitIsRetriedOnceTheDiskIsFree(t *testing.T) {
 			t.Fatalf("a commit on a full disk: %v, want ENOSPC", err)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond) // a retry fails too
+	time.Sleep(300 * time.Millisecond) // a retry fails too
 	if n, err := s.Health(); n < 2 || err == nil {
 		t.Fatalf("%d failed commits, latest %v; want the retry counted", n, err)
 	}
@@ -278,6 +289,7 @@ func TestAFailedCommitIsRetriedOnceTheDiskIsFree(t *testing.T) {
 // TestAWriteNoCommitCanStoreDoesNotHoldBackTheOthers: a record bbolt
 // refuses fails the commit it is in, but is not retried with the rest.
 func TestAWriteNoCommitCanStoreDoesNotHoldBackTheOthers(t *testing.T) {
+	shortRetries(t)
 	s, dir := openTemp(t)
 	full := fullDisk(s)
 	full.Store(true)
