@@ -53,7 +53,7 @@ func (o BuildOptions) checkTables(cfg *config.Model, shapes []config.LayerShape)
 	if need > limit {
 		return fmt.Errorf("model %s: its embedding and NCE tables need %d bytes (%s) of values in one process, more than the limit of %d (%s): %w; "+
 			"the parameter servers of distributed training create rows only as batches use them",
-			cfg.Name, need, humanBytes(need), limit, humanBytes(limit), ErrTooLarge)
+			cfg.Name, need, HumanBytes(need), limit, HumanBytes(limit), ErrTooLarge)
 	}
 	return nil
 }
@@ -91,8 +91,8 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// humanBytes writes n in binary units, e.g. "36.0 TiB".
-func humanBytes(n int64) string {
+// HumanBytes writes n in binary units, e.g. "36.0 TiB".
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -104,11 +104,7 @@ const psRowIndexBytes = 36
 // table needs r times that, plus up to one slab of rows (ps.Config.SlabRows)
 // allocated ahead.
 func EstimatePSRowBytes(m *config.Model) []TableRowBytes {
-	sparse := m.Optimizer
-	if m.SparseOptimizer != nil {
-		sparse = *m.SparseOptimizer
-	}
-	states := int64(NativeOptim(sparse, 1, 0).StateBuffers())
+	states := sparseStates(m)
 	var out []TableRowBytes
 	for i, s := range m.Shapes() {
 		var dim int
@@ -124,4 +120,21 @@ func EstimatePSRowBytes(m *config.Model) []TableRowBytes {
 			Bytes: int64(dim)*(1+states)*floatBytes + psRowIndexBytes})
 	}
 	return out
+}
+
+// sparseStates is the state buffers m's sparse optimiser keeps per value.
+func sparseStates(m *config.Model) int64 {
+	return int64(NativeOptim(NewOptimizer(m, 0).Sparse, 1, 0).StateBuffers())
+}
+
+// EstimateProcess returns the bytes single-process training of m at batch
+// needs: its sparse tables held whole (their values and the sparse
+// optimiser's state), and the rest, the whole model as one stage
+// (EstimateStage).
+func EstimateProcess(m *config.Model, batch int) (tables, stage int64, err error) {
+	stage, err = EstimateStage(m, 0, len(m.Shapes())-1, batch, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return mulSat(TableBytes(m.Shapes()), 1+sparseStates(m)), stage, nil
 }

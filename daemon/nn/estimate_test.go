@@ -16,8 +16,9 @@ import (
 const estimateTolerance = 0.25
 
 // measureStep returns the Go heap a trainer of the model holds after one
-// step at batch rows, less its whole tables and their optimiser state
-// (which EstimateStage leaves to the parameter servers).
+// step at batch rows, less its whole tables and their optimiser state as
+// EstimateProcess counts them (EstimateStage leaves them to the parameter
+// servers), and EstimateProcess's estimate of the rest.
 func measureStep(t *testing.T, batch int) (measured, estimate int64) {
 	t.Helper()
 	cfg := loadZoo(t, "ctrdnn")
@@ -41,8 +42,7 @@ func measureStep(t *testing.T, batch int) (measured, estimate int64) {
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(tr)
 	runtime.KeepAlive(b)
-	tables := TableBytes(cfg.Shapes()) * int64(1+NativeOptim(cfg.Optimizer, 1, 0).StateBuffers())
-	estimate, err = EstimateStage(cfg, 0, len(cfg.Layers)-1, batch, 1)
+	tables, estimate, err := EstimateProcess(cfg, batch)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/mem"
 	"golang.org/x/term"
 
 	"github.com/heterps/heterps/config"
@@ -206,6 +208,9 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer stopProfile()
 	warnOpenBLASCore(stderr)
+	if cpus := runtime.NumCPU(); !f.device.cuda && f.threads > cpus {
+		fmt.Fprintf(stderr, "heterps: warning: --threads %d is more than this machine's %d CPUs: the threads take turns on them, and a step waits for its slowest piece\n", f.threads, cpus)
+	}
 	res, err := train(ctx, f, stderr)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
@@ -232,12 +237,54 @@ func newBackend(isaName string, threads int) (*native.CPU, error) {
 	return native.NewCPU(opts)
 }
 
+// availableMemory is the memory this machine can give a new process now
+// without swapping; ok is false where it cannot be told.
+var availableMemory = func() (bytes int64, ok bool) {
+	vm, err := mem.VirtualMemory()
+	if err != nil {
+		return 0, false
+	}
+	return int64(min(vm.Available, math.MaxInt64)), true
+}
+
+// checkHostMemory refuses, before anything is allocated, a run that needs
+// more memory than this machine has available (nn.EstimateProcess): its
+// tables whole, or with them its parameters, optimiser state, a step's
+// activations and the batch. It would otherwise swap, or die in the middle
+// of its first step when an allocation fails.
+func checkHostMemory(cfg *config.Model, batch int, available func() (int64, bool)) error {
+	tables, stage, err := nn.EstimateProcess(cfg, batch)
+	if err != nil {
+		return fmt.Errorf("--batch %d: %w", batch, err)
+	}
+	have, ok := available()
+	need := tables + stage
+	if need < 0 {
+		need = math.MaxInt64 // both saturate at it
+	}
+	switch {
+	case !ok || need <= have:
+		return nil
+	case tables > have:
+		return fmt.Errorf("model %s: its embedding and NCE tables need about %d bytes (%s) with their optimiser state in one process, more than the %d bytes (%s) this machine has available; "+
+			"the parameter servers of distributed training (heterps run) create rows only as batches use them", cfg.Name, tables, nn.HumanBytes(tables), have, nn.HumanBytes(have))
+	default:
+		return fmt.Errorf("--batch %d: model %s needs about %d bytes (%s) in one process, %s of them for the step at this batch (activations, the batch, parameters and their optimiser state), more than the %d bytes (%s) this machine has available; lower --batch",
+			batch, cfg.Name, need, nn.HumanBytes(need), nn.HumanBytes(stage), have, nn.HumanBytes(have))
+	}
+}
+
 // train runs the whole job: build, optionally resume, train with a
 // prefetching reader, checkpoint, evaluate.
 func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainResult, error) {
 	cfg, err := config.LoadModel(f.model)
 	if err != nil {
 		return nil, usageError{err}
+	}
+	if !f.device.cuda {
+		if err := checkHostMemory(cfg, f.batch, availableMemory); err != nil {
+			return nil, usageError{err}
+		}
 	}
 	backend, closeBackend, err := trainBackend(f)
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -499,5 +501,57 @@ func TestTrainOnCUDAWithoutCUDAExits2(t *testing.T) {
 	code, _, errs := trainCLI(t, "--device", "cuda:1", "--data", "criteo:/does/not/exist", "--steps", "1")
 	if code != exitUsage || !strings.Contains(errs, "--device cuda:1: built without CUDA (make build-cuda / -tags cuda)") {
 		t.Errorf("exit %d: %q", code, errs)
+	}
+}
+
+// TestTrainRefusesARunBeyondTheMachinesMemory: a batch whose step needs
+// more memory than the machine has available, or a model whose tables
+// alone do, is refused before anything is allocated, with status 2 and
+// the bytes needed and available; a run that fits, or one on a machine
+// whose memory cannot be read, goes on.
+func TestTrainRefusesARunBeyondTheMachinesMemory(t *testing.T) {
+	// 10^8 rows of ctrdnn need over a TiB: no machine running the tests
+	// has that available.
+	code, _, errs := trainCLI(t, "--batch", "100000000", "--steps", "1", "--threads", "1")
+	if code != exitUsage || !strings.Contains(errs, "--batch 100000000: model ctrdnn needs about") || !strings.Contains(errs, "lower --batch") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, stage, err := nn.EstimateProcess(cfg, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(n int64, ok bool) func() (int64, bool) { return func() (int64, bool) { return n, ok } }
+	for _, c := range []struct {
+		available func() (int64, bool)
+		refused   string
+	}{
+		{has(tables+stage, true), ""},
+		{has(tables+stage-1, true), "--batch 512: model ctrdnn needs about"},
+		{has(tables-1, true), "model ctrdnn: its embedding and NCE tables need about"},
+		{has(0, false), ""},
+	} {
+		err := checkHostMemory(cfg, 512, c.available)
+		if c.refused == "" && err != nil || c.refused != "" && (err == nil || !strings.Contains(err.Error(), c.refused)) {
+			have, _ := c.available()
+			t.Errorf("%d bytes available: %v, want refused %q", have, err, c.refused)
+		}
+	}
+}
+
+// TestTrainWarnsOfMoreThreadsThanCPUs: --threads above the machine's CPUs
+// trains, with a warning naming both counts; at the CPU count, none.
+func TestTrainWarnsOfMoreThreadsThanCPUs(t *testing.T) {
+	args := []string{"--model", "linreg", "--data", "regress:1", "--steps", "2", "--batch", "8", "--eval-samples", "0"}
+	cpus := runtime.NumCPU()
+	warning := fmt.Sprintf("--threads %d is more than this machine's %d CPUs", cpus+1, cpus)
+	if code, _, errs := trainCLI(t, append(args, "--threads", strconv.Itoa(cpus+1))...); code != exitOK || !strings.Contains(errs, warning) {
+		t.Errorf("exit %d, want the warning %q; stderr:\n%s", code, warning, errs)
+	}
+	if code, _, errs := trainCLI(t, append(args, "--threads", strconv.Itoa(cpus))...); code != exitOK || strings.Contains(errs, "CPUs:") {
+		t.Errorf("exit %d at %d threads; stderr:\n%s", code, cpus, errs)
 	}
 }
