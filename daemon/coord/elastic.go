@@ -131,13 +131,20 @@ func (c *Coordinator) markShrunk(j *job, n *node, now time.Time, cause string) {
 
 // resize gives j's single stage the replicas members (replica ids, a
 // subset of the current ones) with batches and returns the step it takes
-// effect from: the fewest steps any member has reported. That step may
-// still be open at the parameter servers (a removed replica never pushed
-// it), and reports lag, so the change must reach it: a change from a step
-// already applied takes effect at the open one, and each worker applies it
-// from the first step whose input it has not read. Stage tasks not in
+// effect from. When members drop replicas, that is the fewest steps any
+// member has reported: that step may still be open at the parameter
+// servers (a removed replica never pushed it), and reports lag, so the
+// change must reach it: a change from a step already applied takes effect
+// at the open one, and each worker applies it from the first step whose
+// input it has not read, replicas a step or two apart each from its own.
+// A change of a BSP stage's batches alone is made exact instead (rebatch);
+// an ASP stage's replicas may be many steps apart, and the slower would
+// take a change ahead of the furthest only after those. Stage tasks not in
 // members leave the job. c.mu is held.
 func (c *Coordinator) resize(j *job, members, batches []int) int64 {
+	if current, _ := currentShare(j); slices.Equal(current, members) && j.file.Mode == api.ModeBSP {
+		return c.rebatch(j, batches)
+	}
 	from := int64(-1)
 	for _, t := range j.tasks {
 		if t.task.Role == api.RoleStage && slices.Contains(members, t.task.Replica) {
@@ -149,6 +156,43 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 	}
 	c.changeMembers(j, members, batches, from, 0)
 	return from
+}
+
+// rebatch gives j's stage replicas the batches batches from a step none
+// of them has read the input of yet: growMargin steps past the furthest
+// any has reported, as a grow joins (grow.go). Every replica then takes the
+// change at that one step and begins the new data segment at the same
+// record, so that no record is read twice and none is skipped beyond the
+// slower shards' few (pipeline.ShardedInput); the batch controller's
+// changes, taken at whatever step each replica had read ahead to, read
+// some records twice and skipped others at every adjustment. The members
+// stay, so nothing waits on a replica that left. A replica the change
+// reaches after it read that step's input (a heartbeat held up past the
+// margin) takes it from its next step, as before. c.mu is held.
+func (c *Coordinator) rebatch(j *job, batches []int) int64 {
+	var furthest int64
+	for _, t := range stageRuns(j) {
+		furthest = max(furthest, t.report.Step)
+	}
+	from := max(furthest, j.firstStep()) + c.growMargin(j)
+	members, _ := currentShare(j)
+	c.changeMembers(j, members, batches, from, 0)
+	return from
+}
+
+// changesAhead is the step j's stage takes its latest change at while a
+// replica has yet to complete it (a rebatch ahead of them all), else 0:
+// the batch controller observes the step times of the batches in force,
+// and a change it made again before its last took effect would put that
+// one off for good. Derived from the tasks, it outlives a coordinator
+// restart with them. c.mu is held.
+func (j *job) changesAhead() int64 {
+	for _, t := range stageRuns(j) {
+		if t.report.Step < t.task.FromStep {
+			return t.task.FromStep
+		}
+	}
+	return 0
 }
 
 // changeMembers gives every task of j a new generation with the stage's

@@ -44,6 +44,57 @@ func TestResizeStartsAtTheOpenStep(t *testing.T) {
 	}
 }
 
+// TestABatchChangeStartsAheadOfEveryReplica: a change of the batches
+// alone (the batch controller's, a PATCH that keeps the replicas) takes
+// effect growMargin steps past the furthest replica, so that every replica
+// takes it at that one step and shards the same data segment, and the
+// batch controller waits until they have; a change that drops a replica,
+// or one of an ASP stage, still starts at the open step.
+func TestABSPBatchChangeStartsAheadOfEveryReplica(t *testing.T) {
+	c := &Coordinator{cfg: Config{Catalog: &config.Catalog{}}.withDefaults()}
+	c.log = c.cfg.Logger
+	jf := &config.Job{Batch: 64, Mode: api.ModeBSP}
+	j := &job{id: "j1", file: jf, state: api.JobRunning, gen: 1, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 3}}}}
+	for r, step := range []int64{10, 12, 7} {
+		j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "s", Role: api.RoleStage, Replica: r, Units: 1, Batch: 21,
+			Members: []int{0, 1, 2}, Batches: []int{21, 21, 22}}, report: api.TaskReport{Step: step, Batch: 21, SamplesPerS: 21 * 100}})
+	}
+	j.tasks[2].task.Batch = 22
+	j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "ps", Role: api.RolePS}})
+	margin := c.growMargin(j)
+	if margin < minGrowSteps {
+		t.Fatalf("margin %d, want at least %d", margin, minGrowSteps)
+	}
+	from := c.resize(j, []int{0, 1, 2}, []int{16, 24, 24})
+	if from != 12+margin {
+		t.Errorf("a batch change from step %d, want %d: the furthest replica's 12 and the margin %d", from, 12+margin, margin)
+	}
+	for _, tr := range j.tasks {
+		if tr.task.Generation != 2 || tr.task.FromStep != from || !slices.Equal(tr.task.Batches, []int{16, 24, 24}) || tr.task.DataStart != 0 {
+			t.Errorf("task %s replica %d: %+v", tr.task.TaskID, tr.task.Replica, tr.task)
+		}
+	}
+	if got := j.changesAhead(); got != from {
+		t.Errorf("changesAhead %d while no replica has reached step %d: the batch controller would change again first", got, from)
+	}
+	for _, tr := range stageRuns(j) {
+		tr.report.Step = from
+	}
+	if got := j.changesAhead(); got != 0 {
+		t.Errorf("changesAhead %d once every replica completed step %d", got, from)
+	}
+	if from := c.resize(j, []int{0, 1}, []int{32, 32}); from != j.tasks[0].report.Step {
+		t.Errorf("dropping replica 2 from step %d, want the open step %d", from, j.tasks[0].report.Step)
+	}
+	if got := j.changesAhead(); got != 0 {
+		t.Errorf("changesAhead %d after a change from the open step", got)
+	}
+	jf.Mode = api.ModeASP
+	if from := c.resize(j, []int{0, 1}, []int{40, 24}); from != j.tasks[0].report.Step {
+		t.Errorf("an ASP stage's batch change from step %d, want the open step %d: its slower replica would wait for the faster's", from, j.tasks[0].report.Step)
+	}
+}
+
 // TestAllreduceStagesKeepTheirReplicas: a job whose stage syncs by
 // allreduce is not shrunk when a replica's node dies (it fails, and
 // restarts from a checkpoint if allowed), and a PATCH that drops a replica

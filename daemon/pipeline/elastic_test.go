@@ -395,3 +395,52 @@ func TestShardedInputTakesAnExactStart(t *testing.T) {
 		t.Errorf("after an exact change at step 3: %+v, want from step 3 at record 500", seg)
 	}
 }
+
+// TestABatchChangeAtOneStepReadsEachRecordOnce: two replicas whose
+// batches change at the same step (the coordinator's rebatch) begin the
+// new data segment at the same record, and read no record twice between
+// them; had one of them taken the change a step later (the step it had
+// read ahead to, as batch changes used to be taken), each would have
+// sharded a segment of its own.
+func TestABatchChangeAtOneStepReadsEachRecordOnce(t *testing.T) {
+	before, after := Share{Members: []int{0, 1}, Batches: []int{4, 4}}, Share{Members: []int{0, 1}, Batches: []int{2, 6}}
+	open := func(o data.Options) (data.Source, error) { return data.Open("synthetic:2", o) }
+	// read returns the segment each replica ends in and how many records
+	// were read more than once, each replica taking the change at its step
+	// of changeAt.
+	read := func(changeAt [2]int64) (segments [2]Segment, twice int) {
+		seen := map[float32]bool{} // a record's true click probability names it
+		for replica := range 2 {
+			in := &ShardedInput{Replica: replica, Base: data.Options{Split: data.SplitTrain}, Open: open}
+			in.Begin(1, 0, before, nil, 1)
+			for step := int64(1); step <= 6; step++ {
+				share := before
+				if step >= changeAt[replica] {
+					share = after
+				}
+				b, err := in.Next(context.Background(), step, share)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range b.Probs {
+					if seen[p] {
+						twice++
+					}
+					seen[p] = true
+				}
+			}
+			segments[replica] = in.Segment()
+			in.Close()
+		}
+		return segments, twice
+	}
+	segs, twice := read([2]int64{3, 3})
+	if twice > 0 || segs[0].From != 3 || segs[0].From != segs[1].From || segs[0].Start != segs[1].Start {
+		t.Errorf("a change at step 3 on both replicas: %d records read twice, segments from step %d at record %d and from step %d at record %d; want none twice and one segment",
+			twice, segs[0].From, segs[0].Start, segs[1].From, segs[1].Start)
+	}
+	segs, _ = read([2]int64{3, 4})
+	if segs[0].Start == segs[1].Start {
+		t.Errorf("a change taken at steps 3 and 4: both segments start at record %d: the test cannot tell it from one step", segs[0].Start)
+	}
+}
