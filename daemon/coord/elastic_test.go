@@ -13,20 +13,29 @@ import (
 	"github.com/heterps/heterps/daemon/sched"
 )
 
+// threeReplicaJob is a running BSP job of batch 64 over replicas 0, 1 and
+// 2 (batches 21, 21, 22), which have reported steps steps at 100 steps a
+// second, and a PS task, on a coordinator of its own.
+func threeReplicaJob(steps ...int64) (*Coordinator, *job) {
+	c := &Coordinator{cfg: Config{Catalog: &config.Catalog{}}.withDefaults()}
+	c.log = c.cfg.Logger
+	jf := &config.Job{Batch: 64, Mode: api.ModeBSP}
+	j := &job{id: "j1", file: jf, state: api.JobRunning, gen: 1, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 3}}}}
+	batches := []int{21, 21, 22}
+	for r, step := range steps {
+		j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "s", Role: api.RoleStage, Replica: r, Units: 1, Batch: batches[r],
+			Members: []int{0, 1, 2}, Batches: batches}, report: api.TaskReport{Step: step, Batch: batches[r], SamplesPerS: float64(batches[r]) * 100}})
+	}
+	j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "ps", Role: api.RolePS}})
+	return c, j
+}
+
 // TestResizeStartsAtTheOpenStep: a replica that has reported k completed
 // steps may have pushed step k while another never did, so step k can
 // still be open at the parameter servers: the new membership must start
 // there, not at k+1, or the survivors wait for the dead replica forever.
 func TestResizeStartsAtTheOpenStep(t *testing.T) {
-	c := &Coordinator{cfg: Config{Catalog: &config.Catalog{}}.withDefaults()}
-	c.log = c.cfg.Logger
-	jf := &config.Job{Batch: 64, Mode: api.ModeBSP}
-	j := &job{id: "j1", file: jf, state: api.JobRunning, gen: 1, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 3}}}}
-	for r, step := range []int64{10, 12, 7} {
-		j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "s", Role: api.RoleStage, Replica: r, Units: 1, Batch: 21},
-			report: api.TaskReport{Step: step}})
-	}
-	j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "ps", Role: api.RolePS}})
+	c, j := threeReplicaJob(10, 12, 7)
 	from := c.resize(j, []int{0, 1}, []int{32, 32})
 	if from != 10 {
 		t.Errorf("resize from step %d, want 10: replica 0 reported 10 steps, step 10 may be open", from)
@@ -51,16 +60,7 @@ func TestResizeStartsAtTheOpenStep(t *testing.T) {
 // batch controller waits until they have; a change that drops a replica,
 // or one of an ASP stage, still starts at the open step.
 func TestABSPBatchChangeStartsAheadOfEveryReplica(t *testing.T) {
-	c := &Coordinator{cfg: Config{Catalog: &config.Catalog{}}.withDefaults()}
-	c.log = c.cfg.Logger
-	jf := &config.Job{Batch: 64, Mode: api.ModeBSP}
-	j := &job{id: "j1", file: jf, state: api.JobRunning, gen: 1, plan: &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 3}}}}
-	for r, step := range []int64{10, 12, 7} {
-		j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "s", Role: api.RoleStage, Replica: r, Units: 1, Batch: 21,
-			Members: []int{0, 1, 2}, Batches: []int{21, 21, 22}}, report: api.TaskReport{Step: step, Batch: 21, SamplesPerS: 21 * 100}})
-	}
-	j.tasks[2].task.Batch = 22
-	j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{TaskID: "ps", Role: api.RolePS}})
+	c, j := threeReplicaJob(10, 12, 7)
 	margin := c.growMargin(j)
 	if margin < minGrowSteps {
 		t.Fatalf("margin %d, want at least %d", margin, minGrowSteps)
@@ -89,7 +89,7 @@ func TestABSPBatchChangeStartsAheadOfEveryReplica(t *testing.T) {
 	if got := j.changesAhead(); got != 0 {
 		t.Errorf("changesAhead %d after a change from the open step", got)
 	}
-	jf.Mode = api.ModeASP
+	j.file.Mode = api.ModeASP
 	if from := c.resize(j, []int{0, 1}, []int{40, 24}); from != j.tasks[0].report.Step {
 		t.Errorf("an ASP stage's batch change from step %d, want the open step %d: its slower replica would wait for the faster's", from, j.tasks[0].report.Step)
 	}
