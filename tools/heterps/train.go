@@ -239,7 +239,7 @@ func newBackend(isaName string, threads int) (*native.CPU, error) {
 
 // availableMemory is the memory this machine can give a new process now
 // without swapping; ok is false where it cannot be told.
-var availableMemory = func() (bytes int64, ok bool) {
+func availableMemory() (bytes int64, ok bool) {
 	vm, err := mem.VirtualMemory()
 	if err != nil {
 		return 0, false
