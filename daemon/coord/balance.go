@@ -226,8 +226,6 @@ func canRebalance(j *job) string {
 		return j.balance.reason
 	case j.joining():
 		return fmt.Sprintf("replicas join job %s at step %d", j.id, j.joinStep())
-	case j.changesAhead() > 0:
-		return fmt.Sprintf("job %s takes its latest batches at step %d", j.id, j.changesAhead())
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -159,33 +160,57 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 }
 
 // rebatch gives j's stage replicas the batches batches from a step none
-// of them has read the input of yet: growMargin steps past the furthest
-// any has reported, as a grow joins (grow.go). Every replica then takes the
-// change at that one step and begins the new data segment at the same
-// record, so that no record is read twice and none is skipped beyond the
-// slower shards' few (pipeline.ShardedInput); the batch controller's
-// changes, taken at whatever step each replica had read ahead to, read
-// some records twice and skipped others at every adjustment. The members
-// stay, so nothing waits on a replica that left. A replica the change
-// reaches after it read that step's input (a heartbeat held up past the
-// margin) takes it from its next step, as before. c.mu is held.
+// of them has read the input of yet, rebatchMargin steps past the furthest
+// any has reported. Every replica then takes the change at that one step
+// and begins the new data segment at the same record, so that no record is
+// read twice and none is skipped beyond the slower shards' few
+// (pipeline.ShardedInput); the batch controller's changes, taken at
+// whatever step each replica had read ahead to, read some records twice
+// and skipped others at every adjustment. The members stay, so nothing
+// waits on a replica that left. A change made while the last is still
+// ahead of the replicas, far enough for it to reach them, takes the last
+// one's step, so that changes in a row cannot put one another off. A
+// replica the change reaches after it read that step's input (a heartbeat
+// held up past the margin) takes it from its next step, as before. c.mu is
+// held.
 func (c *Coordinator) rebatch(j *job, batches []int) int64 {
 	var furthest int64
 	for _, t := range stageRuns(j) {
 		furthest = max(furthest, t.report.Step)
 	}
-	from := max(furthest, j.firstStep()) + c.growMargin(j)
+	margin := c.rebatchMargin(j)
+	from := max(furthest, j.firstStep()) + margin
+	if ahead := j.changesAhead(); ahead > furthest+margin/2 {
+		from = ahead
+	}
 	members, _ := currentShare(j)
 	c.changeMembers(j, members, batches, from, 0)
 	return from
 }
 
+// rebatchHeartbeats is how many heartbeat intervals of steps ahead of the
+// furthest replica a change of batches starts: one for the change to reach
+// every node, one for the reports' lag; minRebatchSteps is the fewest
+// steps (a replica reads the next step's input while a step runs).
+const (
+	rebatchHeartbeats = 2
+	minRebatchSteps   = 8
+)
+
+// rebatchMargin is rebatchHeartbeats heartbeat intervals of steps at the
+// stage's step rate (as growMargin counts it), at least minRebatchSteps.
+// A grow leaves more (growHeartbeats): a grow that comes late is called
+// off, a change of batches that comes late is only taken a step or two
+// apart. c.mu is held.
+func (c *Coordinator) rebatchMargin(j *job) int64 {
+	steps := c.stepRate(j) * rebatchHeartbeats * c.cfg.HeartbeatInterval.Seconds()
+	return max(minRebatchSteps, int64(math.Ceil(steps)))
+}
+
 // changesAhead is the step j's stage takes its latest change at while a
-// replica has yet to complete it (a rebatch ahead of them all), else 0:
-// the batch controller observes the step times of the batches in force,
-// and a change it made again before its last took effect would put that
-// one off for good. Derived from the tasks, it outlives a coordinator
-// restart with them. c.mu is held.
+// replica has yet to complete it (a rebatch ahead of them all), else 0.
+// Derived from the tasks, it outlives a coordinator restart with them.
+// c.mu is held.
 func (j *job) changesAhead() int64 {
 	for _, t := range stageRuns(j) {
 		if t.report.Step < t.task.FromStep {

@@ -53,17 +53,18 @@ func TestResizeStartsAtTheOpenStep(t *testing.T) {
 	}
 }
 
-// TestABatchChangeStartsAheadOfEveryReplica: a change of the batches
+// TestABSPBatchChangeStartsAheadOfEveryReplica: a change of the batches
 // alone (the batch controller's, a PATCH that keeps the replicas) takes
-// effect growMargin steps past the furthest replica, so that every replica
-// takes it at that one step and shards the same data segment, and the
-// batch controller waits until they have; a change that drops a replica,
-// or one of an ASP stage, still starts at the open step.
+// effect rebatchMargin steps past the furthest replica, so that every
+// replica takes it at that one step and shards the same data segment; the
+// next change, while that step is still ahead far enough, takes the same
+// step instead of putting it off; a change that drops a replica, or one of
+// an ASP stage, still starts at the open step.
 func TestABSPBatchChangeStartsAheadOfEveryReplica(t *testing.T) {
 	c, j := threeReplicaJob(10, 12, 7)
-	margin := c.growMargin(j)
-	if margin < minGrowSteps {
-		t.Fatalf("margin %d, want at least %d", margin, minGrowSteps)
+	margin := c.rebatchMargin(j)
+	if margin < minRebatchSteps {
+		t.Fatalf("margin %d, want at least %d", margin, minRebatchSteps)
 	}
 	from := c.resize(j, []int{0, 1, 2}, []int{16, 24, 24})
 	if from != 12+margin {
@@ -75,7 +76,11 @@ func TestABSPBatchChangeStartsAheadOfEveryReplica(t *testing.T) {
 		}
 	}
 	if got := j.changesAhead(); got != from {
-		t.Errorf("changesAhead %d while no replica has reached step %d: the batch controller would change again first", got, from)
+		t.Errorf("changesAhead %d while no replica has reached step %d", got, from)
+	}
+	j.tasks[1].report.Step = 13
+	if again := c.resize(j, []int{0, 1, 2}, []int{20, 22, 22}); again != from {
+		t.Errorf("the next batch change from step %d, want the pending %d, still %d steps ahead", again, from, from-13)
 	}
 	for _, tr := range stageRuns(j) {
 		tr.report.Step = from
@@ -83,11 +88,17 @@ func TestABSPBatchChangeStartsAheadOfEveryReplica(t *testing.T) {
 	if got := j.changesAhead(); got != 0 {
 		t.Errorf("changesAhead %d once every replica completed step %d", got, from)
 	}
-	if from := c.resize(j, []int{0, 1}, []int{32, 32}); from != j.tasks[0].report.Step {
-		t.Errorf("dropping replica 2 from step %d, want the open step %d", from, j.tasks[0].report.Step)
+	if next := c.resize(j, []int{0, 1, 2}, []int{16, 24, 24}); next != from+margin {
+		t.Errorf("a batch change after the last took effect from step %d, want %d", next, from+margin)
 	}
-	if got := j.changesAhead(); got != 0 {
-		t.Errorf("changesAhead %d after a change from the open step", got)
+	for _, tr := range stageRuns(j) {
+		tr.report.Step = from + margin - 1
+	}
+	if late := c.resize(j, []int{0, 1, 2}, []int{20, 22, 22}); late != from+2*margin-1 {
+		t.Errorf("a batch change a step before the pending one from step %d, want a new step %d: the pending one may have been read", late, from+2*margin-1)
+	}
+	if drop := c.resize(j, []int{0, 1}, []int{32, 32}); drop != j.tasks[0].report.Step {
+		t.Errorf("dropping replica 2 from step %d, want the open step %d", drop, j.tasks[0].report.Step)
 	}
 	j.file.Mode = api.ModeASP
 	if from := c.resize(j, []int{0, 1}, []int{40, 24}); from != j.tasks[0].report.Step {

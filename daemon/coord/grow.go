@@ -149,14 +149,21 @@ func (c *Coordinator) notReadyToGrow(j *job) string {
 // replica's own average (which a stall or a larger batch since lowers),
 // at least minGrowSteps. c.mu is held.
 func (c *Coordinator) growMargin(j *job) int64 {
+	steps := c.stepRate(j) * (growHeartbeats + 1) * c.cfg.HeartbeatInterval.Seconds()
+	return max(minGrowSteps, int64(math.Ceil(steps)))
+}
+
+// stepRate is j's stage's steps a second: the faster of its recent pace
+// and each replica's own average (which a stall or a larger batch since
+// lowers). c.mu is held.
+func (c *Coordinator) stepRate(j *job) float64 {
 	rate := j.pace.rate()
 	for _, t := range stageRuns(j) {
 		if t.report.Batch > 0 {
 			rate = max(rate, t.report.SamplesPerS/float64(t.report.Batch))
 		}
 	}
-	steps := rate * (growHeartbeats + 1) * c.cfg.HeartbeatInterval.Seconds()
-	return max(minGrowSteps, int64(math.Ceil(steps)))
+	return rate
 }
 
 // stepPace follows how fast a job's stage advances: the furthest step
