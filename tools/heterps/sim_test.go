@@ -86,7 +86,7 @@ func TestSimComparesEveryPolicy(t *testing.T) {
 
 func TestSimRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"--cores", "10001"}, {"--cores", "0"}, {"--jobs", "0"}, {"--arrival-mean", "0"},
+		{"--cores", "10001"}, {"--cores", "0"}, {"--jobs", "0"}, {"--jobs", "100001"}, {"--arrival-mean", "0"},
 		{"--epoch", "-1"}, {"--policy", "best"}, {"extra"},
 	} {
 		var out, errOut bytes.Buffer
