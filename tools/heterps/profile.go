@@ -163,6 +163,11 @@ func profile(ctx context.Context, f *profileFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{err}
 	}
+	if !f.device.cuda {
+		if err := checkHostMemory(cfg, f.batch, availableMemory); err != nil {
+			return usageError{err}
+		}
+	}
 	cat, err := config.LoadCatalog(f.catalog)
 	if err != nil {
 		return usageError{err}

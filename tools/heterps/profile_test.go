@@ -56,6 +56,22 @@ func TestProfileRejectsUnknownTypeAndBadUnits(t *testing.T) {
 	}
 }
 
+// TestProfileRefusesABatchBeyondTheMachinesMemory: the layers are timed
+// on the whole model at B_o in one process, so a B_o whose step cannot fit
+// the memory available is refused before anything is allocated (it died
+// in Go's out-of-memory trace), as heterps train refuses it.
+func TestProfileRefusesABatchBeyondTheMachinesMemory(t *testing.T) {
+	f, err := parseProfileFlags([]string{"--model", "ctrdnn", "--batch", "100000000", "--units", "1"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{})
+	var usage usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "--batch 100000000: model ctrdnn needs about") {
+		t.Errorf("profile at B_o 10^8: %v, want a usage error naming the bytes", err)
+	}
+}
+
 // TestProfileRefusesAUnitWiderThanTheMachine: --unit-threads above the
 // CPU count used to skip every unit count and then index the empty
 // timings (a panic).
