@@ -144,7 +144,7 @@ func (c *Coordinator) markShrunk(j *job, n *node, now time.Time, cause string) {
 // members leave the job. c.mu is held.
 func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 	if current, _ := currentShare(j); slices.Equal(current, members) && j.file.Mode == api.ModeBSP {
-		return c.rebatch(j, batches)
+		return c.rebatch(j, members, batches)
 	}
 	from := int64(-1)
 	for _, t := range j.tasks {
@@ -159,9 +159,9 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 	return from
 }
 
-// rebatch gives j's stage replicas the batches batches from a step none
-// of them has read the input of yet, rebatchMargin steps past the furthest
-// any has reported. Every replica then takes the change at that one step
+// rebatch gives j's stage replicas, members (its current ones), the
+// batches batches from a step none of them has read the input of yet,
+// rebatchMargin steps past the furthest any has reported. Every replica then takes the change at that one step
 // and begins the new data segment at the same record, so that no record is
 // read twice and none is skipped beyond the slower shards' few
 // (pipeline.ShardedInput); the batch controller's changes, taken at
@@ -173,7 +173,7 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 // replica the change reaches after it read that step's input (a heartbeat
 // held up past the margin) takes it from its next step, as before. c.mu is
 // held.
-func (c *Coordinator) rebatch(j *job, batches []int) int64 {
+func (c *Coordinator) rebatch(j *job, members, batches []int) int64 {
 	var furthest int64
 	for _, t := range stageRuns(j) {
 		furthest = max(furthest, t.report.Step)
@@ -183,7 +183,6 @@ func (c *Coordinator) rebatch(j *job, batches []int) int64 {
 	if ahead := j.changesAhead(); ahead > furthest+margin/2 {
 		from = ahead
 	}
-	members, _ := currentShare(j)
 	c.changeMembers(j, members, batches, from, 0)
 	return from
 }
