@@ -174,17 +174,25 @@ func (c *Coordinator) resize(j *job, members, batches []int) int64 {
 // held up past the margin) takes it from its next step, as before. c.mu is
 // held.
 func (c *Coordinator) rebatch(j *job, members, batches []int) int64 {
+	from := c.stepAheadOfEveryReplica(j)
+	c.changeMembers(j, members, batches, from, 0)
+	return from
+}
+
+// stepAheadOfEveryReplica is the step a change of batches alone starts at
+// (rebatch, resizeLanes): rebatchMargin steps past the furthest step any
+// stage replica of j has reported, or the pending change's step while that
+// is still more than half the margin ahead. c.mu is held.
+func (c *Coordinator) stepAheadOfEveryReplica(j *job) int64 {
 	var furthest int64
 	for _, t := range stageRuns(j) {
 		furthest = max(furthest, t.report.Step)
 	}
 	margin := c.rebatchMargin(j)
-	from := max(furthest, j.firstStep()) + margin
 	if ahead := j.changesAhead(); ahead > furthest+margin/2 {
-		from = ahead
+		return ahead
 	}
-	c.changeMembers(j, members, batches, from, 0)
-	return from
+	return max(furthest, j.firstStep()) + margin
 }
 
 // rebatchHeartbeats is how many heartbeat intervals of steps ahead of the

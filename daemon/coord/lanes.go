@@ -156,18 +156,21 @@ func observeLanes(j *job, shape laneShape) (laneObservation, bool) {
 
 // resizeLanes gives the lanes of a multi-stage job new batches from one
 // step: each wide stage's replicas their lane's batch, each stage of one
-// replica that feeds a wide stage the lanes to split its rows by. The step
-// is stage 0's next (a stage that has taken it already applies the change
-// from its next; the servers weigh by the rows pushed, so a step split
-// across the change is still trained right). Members never change. c.mu is
-// held.
+// replica that feeds a wide stage the lanes to split its rows by. In BSP
+// the step is ahead of every replica, as rebatch's, so that every stage
+// takes the change at that one step: replicas of a wide stage 0 then shard
+// the same data segment (one taking it a step later than its partners
+// would read some records twice and skip others), and a stage of one
+// replica splits its rows as its partners expect them. In ASP, whose
+// replicas may be many steps apart, it is stage 0's next (a stage that has
+// taken that step already applies the change from its next; the servers
+// weigh by the rows pushed, so a step split across the change is still
+// trained right). Members never change. c.mu is held.
 func (c *Coordinator) resizeLanes(j *job, lanes []int) int64 {
 	shape := j.balance.shape
-	from := j.firstStep() + 1
-	for _, t := range j.tasks {
-		if t.task.Role == api.RoleStage && t.task.Stage == 0 {
-			from = max(from, t.report.Step+1)
-		}
+	from := c.stepAheadOfEveryReplica(j)
+	if j.file.Mode != api.ModeBSP {
+		from = stageZerosNext(j)
 	}
 	j.gen++
 	members := make([]int, shape.lanes)
@@ -190,5 +193,17 @@ func (c *Coordinator) resizeLanes(j *job, lanes []int) int64 {
 	}
 	c.save(j)
 	c.wake()
+	return from
+}
+
+// stageZerosNext is the step after the furthest any replica of j's stage 0
+// has reported.
+func stageZerosNext(j *job) int64 {
+	from := j.firstStep() + 1
+	for _, t := range j.tasks {
+		if t.task.Role == api.RoleStage && t.task.Stage == 0 {
+			from = max(from, t.report.Step+1)
+		}
+	}
 	return from
 }

@@ -100,7 +100,8 @@ func TestVariableBatchingSetsLanes(t *testing.T) {
 // TestLaneTimeIsTheSlowestStage: the controller sees lane k's time as the
 // largest busy time of its replicas, and the batches lane k ran as the
 // first wide stage's; a resize gives every stage of the lane the new batch
-// from stage 0's next step, and the stage of one replica the lanes.
+// from one step ahead of every replica (BSP), and the stage of one replica
+// the lanes.
 func TestLaneTimeIsTheSlowestStage(t *testing.T) {
 	c := &Coordinator{kick: make(chan struct{}, 1)}
 	j := testLaneJob(8, config.BatchingDynamic)
@@ -119,17 +120,24 @@ func TestLaneTimeIsTheSlowestStage(t *testing.T) {
 		t.Fatalf("observation %+v (%v), want lane times [0.3 0.4] at batches [4 4], step 10", o, ok)
 	}
 	from := c.resizeLanes(j, []int{5, 3})
-	if from != 13 {
-		t.Errorf("from step %d, want stage 0's next, 13", from)
+	if want := 12 + int64(minRebatchSteps); from != want {
+		t.Errorf("from step %d, want %d: the furthest replica's 12 and the margin", from, want)
 	}
 	for _, tr := range j.tasks {
 		tk := tr.task
 		switch {
-		case tk.Stage == 0 && (!slices.Equal(tk.NextBatches, []int{5, 3}) || !slices.Equal(tk.Batches, []int{8}) || tk.FromStep != 13):
+		case tk.Stage == 0 && (!slices.Equal(tk.NextBatches, []int{5, 3}) || !slices.Equal(tk.Batches, []int{8}) || tk.FromStep != from):
 			t.Errorf("stage 0's task after the resize: %+v", tk)
-		case tk.Stage > 0 && (tk.Batch != []int{5, 3}[tk.Replica] || !slices.Equal(tk.Batches, []int{5, 3}) || !slices.Equal(tk.Members, []int{0, 1}) || tk.FromStep != 13):
+		case tk.Stage > 0 && (tk.Batch != []int{5, 3}[tk.Replica] || !slices.Equal(tk.Batches, []int{5, 3}) || !slices.Equal(tk.Members, []int{0, 1}) || tk.FromStep != from):
 			t.Errorf("stage %d replica %d's task after the resize: %+v", tk.Stage, tk.Replica, tk)
 		}
+	}
+	if again := c.resizeLanes(j, []int{4, 4}); again != from {
+		t.Errorf("a second resize while the first is %d steps ahead: from %d, want the pending step %d", from-12, again, from)
+	}
+	j.file.Mode = api.ModeASP
+	if asp := c.resizeLanes(j, []int{5, 3}); asp != 13 {
+		t.Errorf("ASP: from step %d, want stage 0's next, 13", asp)
 	}
 }
 

@@ -1,10 +1,14 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +18,14 @@ import (
 // startNodeAt runs a node daemon offering one unit of typ at CPU share
 // share until the test ends.
 func (cl *cluster) startNodeAt(name, typ string, share float64) {
+	cl.startNodeLogging(name, typ, share, quiet)
+}
+
+// startNodeLogging is startNodeAt with the node's log to log.
+func (cl *cluster) startNodeLogging(name, typ string, share float64, log *slog.Logger) {
 	cl.t.Helper()
 	a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: typ,
-		Units: 1, Plain: true, CPUShare: share, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
+		Units: 1, Plain: true, CPUShare: share, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: log})
 	if err != nil {
 		cl.t.Fatal(err)
 	}
@@ -85,8 +94,9 @@ func TestDynamicBatchingInASP(t *testing.T) {
 // batch.
 func TestDynamicBatchingBalancesLanes(t *testing.T) {
 	cl := startClusterOn(t, "testdata/lanes-catalog.toml", "")
+	var logs lockedBuffer
 	for _, n := range []struct{ name, typ string }{{"c0", "cpu"}, {"c1", "cpu"}, {"g0", "gpu"}, {"g1", "gpu"}} {
-		cl.startNodeAt(n.name, n.typ, 1)
+		cl.startNodeLogging(n.name, n.typ, 1, slog.New(slog.NewJSONHandler(&logs, nil)))
 	}
 	cl.waitNodes(4)
 	job := writeJob(t, 100000, 512, map[string]string{
@@ -125,6 +135,61 @@ func TestDynamicBatchingBalancesLanes(t *testing.T) {
 		t.Errorf("stage batches %v and %v: a lane's replicas must carry the same batch", s.Stages[0].Batches, s.Stages[1].Batches)
 	}
 	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
+	checkResizesAtOneStep(t, logs.String(), 4)
+}
+
+// checkResizesAtOneStep: in the nodes' JSON log, the replicas took each
+// change of a job's batches ("stage resized" lines of one generation) at
+// one step, so that stage 0's replicas shard one data segment, and all
+// replicas took at least one (the job's last change may not have reached
+// every node before it was cancelled).
+func checkResizesAtOneStep(t *testing.T, log string, replicas int) {
+	t.Helper()
+	byGen := map[int64][]int64{} // generation: the steps it was taken from
+	for line := range strings.Lines(log) {
+		var rec struct {
+			Msg        string `json:"msg"`
+			Generation int64  `json:"generation"`
+			From       int64  `json:"from"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("node log line %q: %v", line, err)
+		}
+		if rec.Msg != "stage resized" {
+			continue
+		}
+		byGen[rec.Generation] = append(byGen[rec.Generation], rec.From)
+	}
+	everyReplica := 0
+	for gen, from := range byGen {
+		if slices.Min(from) != slices.Max(from) {
+			t.Errorf("generation %d taken from steps %v; want every replica at one step", gen, from)
+		}
+		if len(from) == replicas {
+			everyReplica++
+		}
+	}
+	if everyReplica == 0 {
+		t.Errorf("resizes taken %v (generation: from steps): none by all %d replicas", byGen, replicas)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that several nodes' loggers write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestKillRestartResizing: with batching.resize = "restart" the job does

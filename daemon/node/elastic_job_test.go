@@ -2,9 +2,9 @@ package node
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -129,19 +129,13 @@ func TestBadDataIsNotRestarted(t *testing.T) {
 // TestDynamicBatchingFollowsTheSlowerReplica: of two replicas, one on a
 // node at a quarter of its CPU, the dynamic controller (auto mode: the
 // replicas' shares differ) moves batch from the slow one to the fast one
-// while the job runs. It asserts the split, not any time.
+// while the job runs, both replicas taking each change at one step. It
+// asserts the split, not any time.
 func TestDynamicBatchingFollowsTheSlowerReplica(t *testing.T) {
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	var logs lockedBuffer
 	for name, share := range map[string]float64{"fast": 1, "slow": 0.25} {
-		a, err := New(Config{Name: name, Coordinator: cl.base, Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0", Type: "cpu",
-			Units: 1, Plain: true, CPUShare: share, ReadyTimeout: 30 * time.Second, StepTimeout: 30 * time.Second, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(cl.ctx)
-		done := make(chan struct{})
-		cl.wg.Go(func() { defer close(done); a.Run(ctx) })
-		t.Cleanup(func() { cancel(); <-done })
+		cl.startNodeLogging(name, "cpu", share, slog.New(slog.NewJSONHandler(&logs, nil)))
 	}
 	cl.waitNodes(2)
 	src, err := os.ReadFile(longDPJob(t, 100000))
@@ -167,6 +161,7 @@ func TestDynamicBatchingFollowsTheSlowerReplica(t *testing.T) {
 			s.Batching.Adjustments, fast, slow, st.StepSeconds)
 	}
 	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
+	checkResizesAtOneStep(t, logs.String(), 2)
 }
 
 // TestPatchGrowsAStage: PATCH /v1/jobs/{id} with add puts a third replica
