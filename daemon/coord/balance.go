@@ -3,12 +3,14 @@ package coord
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/batching"
 	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Heterogeneity-aware batching. A job's data-parallel stage splits its
@@ -194,16 +196,87 @@ func reshapeBalance(j *job) {
 	if j.balance == nil || j.plan == nil || len(j.plan.Stages) != 1 {
 		return
 	}
-	pl := &placement{stages: make([][]replica, 1)}
-	for _, t := range stageRuns(j) {
-		if t.node == nil {
-			return // not placed: nothing to balance
-		}
-		pl.stages[0] = append(pl.stages[0], replica{node: t.node, units: t.task.Units, batch: t.task.Batch})
+	pl, ok := placementOfTasks(j)
+	if !ok {
+		return // not placed: nothing to balance
 	}
 	old := j.balance
 	j.balance = newBalance(j, pl, nil)
 	j.balance.adjustments, j.balance.restarts = old.adjustments, old.restarts
+}
+
+// restoreBalance sets up the batching of j, a running job taken up from
+// the state database, once every stage task of it is bound to its node
+// again: the batches stay as its tasks run them, a dynamic controller
+// starts afresh, the counts go on from the record. Until then j has no
+// balance, so nothing resizes it. c.mu is held.
+func restoreBalance(j *job) {
+	if j.balance != nil || j.plan == nil || j.state != api.JobRunning {
+		return
+	}
+	pl, ok := placementOfTasks(j)
+	if !ok {
+		return
+	}
+	j.balance = newBalance(j, pl, nil)
+	if h := j.heldBatching; h != nil {
+		j.balance.adjustments, j.balance.restarts = h.Adjustments, h.Restarts
+	}
+	j.heldBatching = nil
+}
+
+// placementOfTasks is the placement j's stage tasks run: each stage's
+// replicas in replica order, with their nodes, units and batches. false
+// while a task is bound to no node or names a stage the plan lacks.
+func placementOfTasks(j *job) (*placement, bool) {
+	pl := &placement{stages: make([][]replica, len(j.plan.Stages))}
+	for _, t := range stageRuns(j) {
+		if t.node == nil || t.task.Stage < 0 || t.task.Stage >= len(pl.stages) {
+			return nil, false
+		}
+		pl.stages[t.task.Stage] = append(pl.stages[t.task.Stage], replica{node: t.node, units: t.task.Units, batch: t.task.Batch})
+	}
+	return pl, true
+}
+
+// batchingRecord is what j's record keeps of its batching (nil: nothing).
+func (j *job) batchingRecord() *store.Batching {
+	var r store.Batching
+	switch {
+	case j.balance != nil:
+		r.Adjustments, r.Restarts = j.balance.adjustments, j.balance.restarts
+	case j.heldBatching != nil:
+		r.Adjustments, r.Restarts = j.heldBatching.Adjustments, j.heldBatching.Restarts
+	}
+	if c := j.resizeTo; c != nil {
+		r.ResizeLanes, r.ResizeByNode = slices.Clone(c.lanes), maps.Clone(c.byNode)
+	}
+	if r.Adjustments == 0 && r.Restarts == 0 && r.ResizeLanes == nil {
+		return nil
+	}
+	return &r
+}
+
+// takeBatching takes up a job record's batching r (nil: none): its counts
+// until the job's balance is set up again, and the batches a job
+// restarting to resize them restarts with.
+func (j *job) takeBatching(r *store.Batching) error {
+	if r == nil {
+		return nil
+	}
+	if r.Adjustments < 0 || r.Restarts < 0 {
+		return fmt.Errorf("adjustments %d, restarts %d: counts cannot be negative", r.Adjustments, r.Restarts)
+	}
+	for _, b := range append(slices.Collect(maps.Values(r.ResizeByNode)), r.ResizeLanes...) {
+		if b < 1 {
+			return fmt.Errorf("resize batches %v (by node %v): a batch must be at least 1", r.ResizeLanes, r.ResizeByNode)
+		}
+	}
+	j.heldBatching = r
+	if len(r.ResizeLanes) > 0 {
+		j.resizeTo = &batchCarry{lanes: r.ResizeLanes, byNode: r.ResizeByNode, adjustments: r.Adjustments, restarts: r.Restarts}
+	}
+	return nil
 }
 
 // status is the batching part of a job's status. c.mu is held.

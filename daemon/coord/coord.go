@@ -146,6 +146,9 @@ type Coordinator struct {
 	lastJob  uint64
 	idem     map[string]string // idempotency key -> job id
 	drained  map[string]bool   // names of the nodes out of service (drain.go)
+	// throttles is the CPU share the latest throttle asked of each node,
+	// by name (throttle.go).
+	throttles map[string]float64
 	// changes counts events that may let a waiting job be placed (a node
 	// registered or died, a job ended); the planner retries the head of
 	// the queue only when it moved.
@@ -186,7 +189,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
 	c := &Coordinator{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), manifests: make(chan manifestWork, 256),
-		idem: map[string]string{}, drained: map[string]bool{}, started: time.Now(), profiles: map[string]store.Profile{}}
+		idem: map[string]string{}, drained: map[string]bool{}, throttles: map[string]float64{}, started: time.Now(), profiles: map[string]store.Profile{}}
 	if cfg.StateDir != "" {
 		st, err := store.Open(cfg.StateDir)
 		if err != nil {

@@ -116,8 +116,11 @@ func (c *Coordinator) saveDrained() func(context.Context) error {
 	if c.store == nil {
 		return func(context.Context) error { return nil }
 	}
-	names := slices.Sorted(maps.Keys(c.drained))
-	done := c.store.PutDrained(names)
+	return commitOf(c.store.PutDrained(slices.Sorted(maps.Keys(c.drained))))
+}
+
+// commitOf is what waits for a store write's commit, or for its context.
+func commitOf(done <-chan error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		select {
 		case err := <-done:

@@ -146,7 +146,7 @@ func (c *Coordinator) handleThrottle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s, err := c.throttle(r.PathValue("id"), req)
+	s, err := c.throttle(r.Context(), r.PathValue("id"), req)
 	reply(w, http.StatusOK, s, err)
 }
 

@@ -62,19 +62,23 @@ type job struct {
 	// recover: the restart spends none of checkpoint.restarts.
 	moving bool
 
-	balance   *jobBalance
-	carry     *batchCarry  // batches a restart hands on (batchrestart.go)
-	resizeTo  *batchCarry  // set while restarting to resize its batches
-	alloc     *jobAlloc    // the allocator's record (alloc_job.go); nil: not tracked
-	replan    *replanState // re-planning from measured throughput (replan.go); nil: not yet running or not enabled
-	idemKey   string
-	verified  bool   // its restore checkpoint was verified in full
-	possible  int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
-	triedAt   uint64 // Coordinator.changes when its placement last failed
-	adoptBy   time.Time
-	submitted time.Time
-	started   time.Time
-	finished  time.Time
+	balance *jobBalance
+	// heldBatching is the batching counts of a running job taken up from
+	// the state database, until its balance is set up again once its
+	// tasks are adopted (restoreBalance).
+	heldBatching *store.Batching
+	carry        *batchCarry  // batches a restart hands on (batchrestart.go)
+	resizeTo     *batchCarry  // set while restarting to resize its batches
+	alloc        *jobAlloc    // the allocator's record (alloc_job.go); nil: not tracked
+	replan       *replanState // re-planning from measured throughput (replan.go); nil: not yet running or not enabled
+	idemKey      string
+	verified     bool   // its restore checkpoint was verified in full
+	possible     int    // 1: the catalog could host it, so it may wait; -1: it never can; 0: unknown yet
+	triedAt      uint64 // Coordinator.changes when its placement last failed
+	adoptBy      time.Time
+	submitted    time.Time
+	started      time.Time
+	finished     time.Time
 }
 
 // taskRun is a task, the node it is placed on and the node's last report

@@ -169,6 +169,7 @@ func (c *Coordinator) adopt(n *node, reports []api.TaskReport, now time.Time) in
 			c.log.Info("handing over tasks the node never got", "job", j.id, "node", n.req.Name, "previous", n.req.Previous, "tasks", handed)
 		}
 		if bound > 0 {
+			restoreBalance(j)
 			c.save(j) // its tasks there are bound to n's registration now
 		}
 	}

@@ -3,6 +3,7 @@ package coord
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -72,7 +73,7 @@ func (j *job) record() store.Job {
 		State: j.state, Reason: j.reason, Plan: j.planJSON, Generation: j.gen, Hourly: j.hourly,
 		Restored: j.ckpt.restored, Latest: j.ckpt.latest, Restarts: j.restarts, RestartOf: j.restartOf,
 		RestartedAs: j.restartedAs, Suspects: slices.Clone(j.suspects), FailedAt: j.failedAt, NotBefore: j.notBefore, Move: j.moving,
-		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished}
+		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished, Batching: j.batchingRecord()}
 	for _, t := range j.tasks {
 		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName, NodeID: t.registration(), Last: lastReport(j, t)})
 	}
@@ -125,6 +126,7 @@ func (c *Coordinator) load() error {
 	for _, name := range st.Drained {
 		c.drained[name] = true
 	}
+	maps.Copy(c.throttles, st.Throttles)
 	c.log.Info("state loaded", "dir", c.cfg.StateDir, "jobs", len(c.jobs), "last_job", c.lastJob, "profiles", len(st.Profiles))
 	return nil
 }
@@ -151,6 +153,9 @@ func jobFromRecord(r store.Job) (*job, error) {
 		if err := json.Unmarshal(r.Plan, j.plan); err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
+	}
+	if err := j.takeBatching(r.Batching); err != nil {
+		return nil, fmt.Errorf("batching: %w", err)
 	}
 	for _, t := range r.Tasks {
 		tr := &taskRun{job: j, task: t.Spec, nodeName: t.Node, loadedOn: t.NodeID}

@@ -1,6 +1,9 @@
 package coord
 
 import (
+	"context"
+	"fmt"
+	"maps"
 	"net/http"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -36,28 +39,43 @@ func (n *node) pendingShare() float64 {
 }
 
 // throttle records that node idOrName (an id, or the name of a live node)
-// is to run at req's share; its next heartbeat reply hands the share on.
-func (c *Coordinator) throttle(idOrName string, req api.ThrottleRequest) (api.NodeStatus, error) {
+// is to run at req's share, and returns its status once the share is
+// stored: its next heartbeat reply hands the share on, and the share is
+// kept by node name, in the state database, across the node's and the
+// coordinator's restarts.
+func (c *Coordinator) throttle(ctx context.Context, idOrName string, req api.ThrottleRequest) (api.NodeStatus, error) {
 	if err := req.Validate(); err != nil {
 		return api.NodeStatus{}, badRequest("throttle: %v", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	n := c.nodeByIDOrName(idOrName)
 	switch {
 	case n == nil:
+		c.mu.Unlock()
 		return api.NodeStatus{}, httpErrorf(http.StatusNotFound, "throttle: no node %q", idOrName)
 	case !n.alive():
+		c.mu.Unlock()
 		return api.NodeStatus{}, httpErrorf(http.StatusConflict, "throttle: node %s is dead (%s)", n.id, n.reason)
 	}
 	n.cpu.requested = req.CPUShare
+	c.throttles[n.req.Name] = req.CPUShare
 	c.log.Info("node throttled", "node", n.req.Name, "node_id", n.id, "cpu_share", req.CPUShare)
-	for _, s := range c.nodeStatuses() {
-		if s.ID == n.id {
-			return withShare(s, n), nil
-		}
+	saved := c.saveThrottles()
+	status := withShare(c.nodeStatusOf(n), n)
+	c.mu.Unlock()
+	if err := saved(ctx); err != nil {
+		return api.NodeStatus{}, fmt.Errorf("throttle %s: storing the share: %w", n.req.Name, err)
 	}
-	return api.NodeStatus{}, httpErrorf(http.StatusInternalServerError, "throttle: node %s has no status", n.id)
+	return status, nil
+}
+
+// saveThrottles stores the shares throttles asked for and returns what
+// waits for the commit. c.mu is held.
+func (c *Coordinator) saveThrottles() func(context.Context) error {
+	if c.store == nil {
+		return func(context.Context) error { return nil }
+	}
+	return commitOf(c.store.PutThrottles(maps.Clone(c.throttles)))
 }
 
 // nodeByIDOrName is the node with id key, else the live node named key.
@@ -89,20 +107,14 @@ func (c *Coordinator) exchangeShare(id string, hb api.Heartbeat) float64 {
 	return n.pendingShare()
 }
 
-// inheritShare gives node id, just registered, the share asked for of the
-// entry it replaced (a daemon restarted under the same name), so that a
-// throttle outlives a restart of the daemon.
+// inheritShare gives node id, just registered, the share the latest
+// throttle asked of its name, so that a throttle outlives a restart of the
+// daemon and of the coordinator.
 func (c *Coordinator) inheritShare(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.node(id)
-	if n == nil {
-		return
-	}
-	for _, old := range c.nodes {
-		if old != n && old.req.Name == n.req.Name && old.cpu.requested != 0 {
-			n.cpu.requested = old.cpu.requested // the newest such entry wins: nodes are in registration order
-		}
+	if n := c.node(id); n != nil {
+		n.cpu.requested = c.throttles[n.req.Name]
 	}
 }
 

@@ -1,6 +1,8 @@
 package coord
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -116,5 +118,37 @@ func TestThrottleOutlivesARestartOfTheDaemon(t *testing.T) {
 	}
 	if r := tc.heartbeat(second, api.Heartbeat{CPUShare: 1}); r.CPUShare != 0.5 {
 		t.Fatalf("the restarted daemon is handed share %g, want 0.5", r.CPUShare)
+	}
+}
+
+// TestThrottleOutlivesTheCoordinator: the share a throttle asked for is
+// stored by node name before the reply, so a coordinator killed before the
+// node's next heartbeat hands it on once the node registers again with its
+// successor, and shows it asked for.
+func TestThrottleOutlivesTheCoordinator(t *testing.T) {
+	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	c, stop := runCoordinator(t, cfg)
+	c.mu.Lock()
+	c.nodes = append(c.nodes, &node{id: "n1", req: api.RegisterRequest{Name: "slow", Type: "cpu", Units: 2}, state: api.NodeAlive})
+	c.mu.Unlock()
+	if s, err := c.throttle(context.Background(), "slow", api.ThrottleRequest{CPUShare: 0.4}); err != nil || s.CPUShareRequested != 0.4 {
+		t.Fatalf("throttle: %+v, %v", s, err)
+	}
+	stop()
+
+	c, stop = runCoordinator(t, cfg)
+	defer stop()
+	again := &node{id: "n2", req: api.RegisterRequest{Name: "slow", Type: "cpu", Units: 2}, state: api.NodeAlive}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, again)
+	c.mu.Unlock()
+	c.inheritShare(again.id)
+	if r := c.exchangeShare(again.id, api.Heartbeat{CPUShare: 1, CPUShareMode: api.CPUShareNone}); r != 0.4 {
+		t.Errorf("after the coordinator's restart the node is handed share %g, want 0.4", r)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := withShare(c.nodeStatusOf(again), again); s.CPUShareRequested != 0.4 {
+		t.Errorf("status after the restart: requested %g, want 0.4", s.CPUShareRequested)
 	}
 }

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/heterps/heterps/daemon/api"
 )
 
 // FileName is the database's name inside the state directory.
@@ -40,7 +42,8 @@ var (
 	bucketProfiles = []byte("profiles") // by ProfileKey; added to version 1 databases as they open
 	keyLastJob     = []byte("last_job")
 	keyLastNode    = []byte("last_node")
-	keyDrained     = []byte("drained") // the drained nodes' names, a JSON list
+	keyDrained     = []byte("drained")   // the drained nodes' names, a JSON list
+	keyThrottles   = []byte("throttles") // the CPU shares throttles asked of nodes, a JSON object by node name
 	keyVersion     = []byte("version")
 	allBuckets     = [][]byte{bucketJobs, bucketMeta, bucketProfiles}
 )
@@ -337,6 +340,16 @@ func (s *Store) PutDrained(names []string) <-chan error {
 	return s.enqueue(write{bucket: bucketMeta, key: keyDrained, value: v})
 }
 
+// PutThrottles records the CPU share the latest throttle asked of each
+// node, by node name (all of them: the record replaces the one before).
+func (s *Store) PutThrottles(shares map[string]float64) <-chan error {
+	v, err := json.Marshal(shares)
+	if err != nil {
+		return result(fmt.Errorf("store: throttles: %w", err))
+	}
+	return s.enqueue(write{bucket: bucketMeta, key: keyThrottles, value: v})
+}
+
 // PutProfile records a measured profile, replacing the one of the same
 // model and type.
 func (s *Store) PutProfile(p Profile) <-chan error {
@@ -373,6 +386,9 @@ func (s *Store) Load() (*State, error) {
 				return fmt.Errorf("drained nodes: %w", err)
 			}
 		}
+		if err := loadThrottles(meta.Get(keyThrottles), st); err != nil {
+			return err
+		}
 		err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 			var j Job
 			if err := json.Unmarshal(v, &j); err != nil {
@@ -401,6 +417,23 @@ func (s *Store) Load() (*State, error) {
 	}
 	sortJobs(st.Jobs)
 	return st, nil
+}
+
+// loadThrottles reads the throttles' record v (nil: none) into st,
+// refusing a share a throttle could not have asked for.
+func loadThrottles(v []byte, st *State) error {
+	if v == nil {
+		return nil
+	}
+	if err := json.Unmarshal(v, &st.Throttles); err != nil {
+		return fmt.Errorf("throttles: %w", err)
+	}
+	for name, share := range st.Throttles {
+		if err := api.CheckCPUShare("cpu_share", share); err != nil {
+			return fmt.Errorf("throttles: node %q: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/heterps/heterps/daemon/api"
 )
@@ -186,6 +189,38 @@ func TestDrainedNodesSurviveReopening(t *testing.T) {
 	s.Close()
 	if st := reopen(t, dir); len(st.Drained) != 0 {
 		t.Errorf("drained %v after an empty record", st.Drained)
+	}
+}
+
+// The throttles' shares survive a reopening, a later record replacing
+// the earlier; a share out of range in the record (a database edited or
+// damaged) is refused, naming the node, rather than handed to it.
+func TestThrottlesSurviveReopening(t *testing.T) {
+	s, dir := openTemp(t)
+	must(t, s.PutThrottles(map[string]float64{"a": 0.5, "b": 0.25}))
+	must(t, s.PutThrottles(map[string]float64{"a": 1, "c": 0.1}))
+	s.Close()
+	if st := reopen(t, dir); !maps.Equal(st.Throttles, map[string]float64{"a": 1, "c": 0.1}) {
+		t.Errorf("throttles %v, want a: 1, c: 0.1", st.Throttles)
+	}
+	for _, bad := range []string{`{"a": 0.5, "slow": 7}`, `{"slow": 0}`, `[0.5]`} {
+		db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyThrottles, []byte(bad)) }); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Load()
+		s.Close()
+		if err == nil || !strings.Contains(err.Error(), "throttles") || (bad != `[0.5]` && !strings.Contains(err.Error(), `node "slow"`)) {
+			t.Errorf("loading throttles %s: %v, want an error naming the record and the node", bad, err)
+		}
 	}
 }
 

@@ -14,6 +14,9 @@ type State struct {
 	Jobs     []Job     // in submission order
 	Profiles []Profile // in key order (ProfileKey)
 	Drained  []string  // names of the nodes being drained
+	// Throttles is the CPU share the latest throttle asked of each node,
+	// by node name.
+	Throttles map[string]float64
 }
 
 // Counters are the last ids handed out, so that ids stay unique across
@@ -59,12 +62,27 @@ type Job struct {
 	// of the job's restarts.
 	Move bool `json:"move,omitempty"`
 
+	// Batching is what its batching keeps across restarts of the
+	// coordinator; nil: nothing to keep.
+	Batching *Batching `json:"batching,omitempty"`
+
 	// IdempotencyKey is the key its submission carried: a repeat of it
 	// gets this job.
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Submitted      time.Time `json:"submitted"`
 	Started        time.Time `json:"started,omitzero"`
 	Finished       time.Time `json:"finished,omitzero"`
+}
+
+// Batching is a job's batching counts and, while it restarts to resize
+// its batches (batching.resize = "restart"), the batches it restarts with:
+// ResizeLanes, lane by lane, and ResizeByNode, by the node of each lane's
+// first replica.
+type Batching struct {
+	Adjustments  int            `json:"adjustments,omitempty"`
+	Restarts     int            `json:"restarts,omitempty"`
+	ResizeLanes  []int          `json:"resize_lanes,omitempty"`
+	ResizeByNode map[string]int `json:"resize_by_node,omitempty"`
 }
 
 // Task is one placed task and the name of the node it is on; Last is its
