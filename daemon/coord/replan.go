@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Re-planning from measured throughput: HeterPS' Algorithm 1, where the
@@ -112,6 +114,46 @@ func (r *replanState) handOn(old *job, now time.Time) *replanState {
 	}
 	n.movedAt = now
 	return n
+}
+
+// record is what a job's record keeps of r (nil for nil).
+func (r *replanState) record() *store.Replan {
+	if r == nil {
+		return nil
+	}
+	return &store.Replan{Scales: maps.Clone(r.scales), Samples: r.samples, Records: slices.Clone(r.records), Spent: r.spent,
+		FirstTotal: r.firstTotal, MoveSeconds: r.moveSeconds, Moves: r.moves, Moving: r.moving}
+}
+
+// replanFromRecord takes up a job record's re-planning (nil for nil). Its
+// placement's figures start again (gen -1): warm-up counts from the
+// reports after the coordinator's restart.
+func replanFromRecord(r *store.Replan) (*replanState, error) {
+	if r == nil {
+		return nil, nil
+	}
+	for typ, scale := range r.Scales {
+		if !(scale > 0) || math.IsInf(scale, 0) {
+			return nil, fmt.Errorf("type %s: scale %g, want a positive finite factor", typ, scale)
+		}
+	}
+	for _, v := range []float64{r.Spent, r.FirstTotal, r.MoveSeconds} {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("spent %g, first plan %g, move seconds %g: want finite and >= 0", r.Spent, r.FirstTotal, r.MoveSeconds)
+		}
+	}
+	switch {
+	case r.Samples < 0 || r.Moves < 0:
+		return nil, fmt.Errorf("%d samples, %d moves: counts cannot be negative", r.Samples, r.Moves)
+	case len(r.Records) > maxReplanRecords:
+		return nil, fmt.Errorf("%d decisions, at most %d are kept", len(r.Records), maxReplanRecords)
+	}
+	scales := r.Scales
+	if scales == nil {
+		scales = map[string]float64{}
+	}
+	return &replanState{scales: scales, samples: r.Samples, records: r.Records, spent: r.Spent, firstTotal: r.FirstTotal,
+		moveSeconds: r.MoveSeconds, moves: r.Moves, moving: r.Moving, gen: -1}, nil
 }
 
 // isMoving reports whether the job restarts to move to a better plan.
@@ -453,6 +495,8 @@ func (c *Coordinator) applyReplan(in replanInput, d *replanDecision, err error, 
 	c.log.Info("re-planned", "job", j.id, "step", in.step, "move", d.rec.Move, "gain", d.rec.Gain,
 		"old_cost", d.rec.OldCost, "new_cost", d.rec.NewCost, "scales", d.rec.Scales, "assign", d.plan.Assign)
 	switch d.rec.Move {
+	case moveNone:
+		c.save(j) // the advice, in its status after a restart of the coordinator too
 	case moveResize:
 		c.resize(j, d.members, d.batches)
 		c.setPlan(j, d.plan)

@@ -19,6 +19,7 @@ import (
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // replanJob is a short ctrdnn job that checkpoints every 10 steps and
@@ -482,5 +483,60 @@ func TestMeasureReplanWarmsUpAndSmooths(t *testing.T) {
 	next := r.handOn(j, started)
 	if next.spent != 2 || !next.movedAt.Equal(started) || next.scales["cpu"] != r.scales["cpu"] || next.gen != -1 {
 		t.Errorf("handed on %+v, want 2 spent, the move timed from now and the factors", next)
+	}
+}
+
+// TestReplanningOutlivesTheCoordinator: a job's record keeps what
+// re-planning learned over its restart chain — the factors, their samples,
+// the decisions, the chain's measured cost and first plan, the restarts'
+// start-up — so a restarted coordinator's status shows them and its next
+// samples go on smoothing the same factors; its placement's figures start
+// again. A record no re-planner could have written is refused.
+func TestReplanningOutlivesTheCoordinator(t *testing.T) {
+	jf, m, _, _ := replanFixture(t)
+	src := fmt.Sprintf(replanJob, t.TempDir())
+	j := &job{id: "j2", source: src, file: jf, model: m, state: api.JobRunning, gen: 4}
+	dec := api.Replan{Job: "j1", Step: 40, FromStep: 40, OldCost: 1, NewCost: 0.7, Gain: 0.3, Move: moveRestart, NewJob: "j2",
+		Scales: map[string]float64{"cpu": 1.8}, OldAssign: []string{"gpu"}, NewAssign: []string{"cpu"}, OldUnits: []int{1}, NewUnits: []int{2}}
+	j.replan = &replanState{scales: map[string]float64{"cpu": 1.8}, samples: 5, records: []api.Replan{dec}, spent: 0.25,
+		firstTotal: 1.5, moveSeconds: 12, moves: 1, gen: 4, raw: []float64{100}, since: 30, sampled: 44, checked: 40}
+
+	stored, err := json.Marshal(j.record()) // as the state database holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec store.Job
+	if err := json.Unmarshal(stored, &rec); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := jobFromRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := loaded.replan
+	if r == nil || r.scales["cpu"] != 1.8 || r.samples != 5 || len(r.records) != 1 || r.records[0].NewJob != "j2" ||
+		r.spent != 0.25 || r.firstTotal != 1.5 || r.moveSeconds != 12 || r.moves != 1 {
+		t.Fatalf("taken up as %+v", r)
+	}
+	if r.gen != -1 || r.raw != nil || r.checked != 0 {
+		t.Errorf("the placement's figures came back: gen %d, raw %v, checked %d; want them to start again", r.gen, r.raw, r.checked)
+	}
+	if s := replanStatus(loaded, 0.5); s.MeasuredCost != 0.75 || s.FirstPlanTotal != 1.5 || s.MoveSeconds != 12 || len(s.Replans) != 1 {
+		t.Errorf("status after the restart: %+v, want measured cost 0.25+0.5, first plan 1.5, 12 s moves, the decision", s)
+	}
+
+	for name, spoil := range map[string]func(*replanState){
+		"a scale of 0":         func(r *replanState) { r.scales["cpu"] = 0 },
+		"a negative cost":      func(r *replanState) { r.spent = -1 },
+		"negative samples":     func(r *replanState) { r.samples = -2 },
+		"too many decisions":   func(r *replanState) { r.records = make([]api.Replan, maxReplanRecords+1) },
+		"an infinite start-up": func(r *replanState) { r.moveSeconds = math.Inf(1) },
+	} {
+		bad := &job{id: "j2", source: src, file: jf, state: api.JobRunning}
+		bad.replan = &replanState{scales: map[string]float64{"cpu": 1}}
+		spoil(bad.replan)
+		if _, err := replanFromRecord(bad.record().Replan); err == nil {
+			t.Errorf("a record with %s was taken up", name)
+		}
 	}
 }

@@ -66,6 +66,10 @@ type Job struct {
 	// coordinator; nil: nothing to keep.
 	Batching *Batching `json:"batching,omitempty"`
 
+	// Replan is what re-planning has learned over its restart chain; nil:
+	// the job does not re-plan, or has measured nothing yet.
+	Replan *Replan `json:"replan,omitempty"`
+
 	// IdempotencyKey is the key its submission carried: a repeat of it
 	// gets this job.
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
@@ -83,6 +87,23 @@ type Batching struct {
 	Restarts     int            `json:"restarts,omitempty"`
 	ResizeLanes  []int          `json:"resize_lanes,omitempty"`
 	ResizeByNode map[string]int `json:"resize_by_node,omitempty"`
+}
+
+// Replan is the durable part of a job's re-planning ([replan]): the
+// measured/predicted time of each type, how many samples it averages, the
+// decisions made, the measured cost of the chain's earlier jobs and the
+// first plan's predicted cost of the whole run, the mean start-up of the
+// chain's restarts over Moves of them, and whether the job is restarting
+// to move.
+type Replan struct {
+	Scales      map[string]float64 `json:"scales,omitempty"`
+	Samples     int                `json:"samples,omitempty"`
+	Records     []api.Replan       `json:"records,omitempty"`
+	Spent       float64            `json:"spent,omitempty"`
+	FirstTotal  float64            `json:"first_total,omitempty"`
+	MoveSeconds float64            `json:"move_seconds,omitempty"`
+	Moves       int                `json:"moves,omitempty"`
+	Moving      bool               `json:"moving,omitempty"`
 }
 
 // Task is one placed task and the name of the node it is on; Last is its
