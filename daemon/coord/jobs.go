@@ -55,6 +55,10 @@ type job struct {
 	// raiseChecked is the newest checkpoint a move back up to the
 	// throughput_limit was evaluated at (raise.go).
 	raiseChecked int64
+	// raiseChanges is Coordinator.changes when a move back up was last
+	// evaluated, raisedAt when.
+	raiseChanges uint64
+	raisedAt     time.Time
 	// drainChecked is the newest checkpoint a move off a draining node
 	// was evaluated at (drain.go).
 	drainChecked int64

@@ -16,7 +16,8 @@ import (
 // Moving a job back up to its throughput_limit. A restart that the free
 // live nodes could not carry at its limit runs below it (planBelowLimit),
 // and so does a stage that went on without a dead node's replicas
-// (elastic.go: shrink). At each new complete checkpoint of such a job the
+// (elastic.go: shrink). At each new complete checkpoint of such a job, and
+// for a grow in place also when the cluster changes (raiseDue), the
 // restarter plans it again at its limit, on its own units and the free
 // live ones, avoiding the nodes that failed its chain until their
 // suspicion expires (a node that dies and comes back at once would
@@ -41,25 +42,39 @@ type raiseInput struct {
 	cur   float64     // the current plan's throughput, samples/s
 	units int         // a shrunk stage's units left (0: not shrunk), whose throughput cur becomes
 	moveS float64     // the start-up a restart is charged, seconds
+	// growOnly: no new checkpoint is evaluated, so only a grow in place
+	// may move the job (from is 0).
+	growOnly bool
 }
 
 // raiseDue returns what deciding a move back up needs when j runs below
-// its throughput_limit and has a complete checkpoint not yet evaluated.
-// c.mu is held.
-func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
-	cp := j.ckpt.latest
-	if j.state != api.JobRunning || !runsBelowLimit(j) || j.plan == nil || len(j.plan.Stages) == 0 || cp == nil ||
-		cp.Step <= j.raiseChecked || c.waitsAhead(j) {
+// its throughput_limit and either has a complete checkpoint not yet
+// evaluated, or the cluster changed (a node registered or died, a job
+// ended) since j was last evaluated, at most once a raiseEvery: then only
+// a grow in place can take j up (growOnly), as a restart would need the
+// checkpoint, so a stage that shrank grows back onto a node that comes
+// back without waiting for its next checkpoint, or without checkpoints
+// at all. c.mu is held.
+func (c *Coordinator) raiseDue(j *job, now time.Time) (raiseInput, bool) {
+	if j.state != api.JobRunning || !runsBelowLimit(j) || j.plan == nil || len(j.plan.Stages) == 0 || c.waitsAhead(j) {
 		return raiseInput{}, false
 	}
-	j.raiseChecked = cp.Step
-	step := atStep(j, cp.Step)
-	if step >= j.file.TotalSteps() {
+	cp := j.ckpt.latest
+	newCheckpoint := cp != nil && cp.Step > j.raiseChecked
+	clusterChanged := c.changes != j.raiseChanges && now.Sub(j.raisedAt) >= raiseEvery
+	if !newCheckpoint && !clusterChanged {
+		return raiseInput{}, false
+	}
+	j.raiseChanges, j.raisedAt = c.changes, now
+	in := raiseInput{j: j, gen: j.gen, snap: j.planningCopy(), stage: j.plan.Stages[0], cur: j.plan.Throughput,
+		moveS: j.file.Replan.MoveSeconds, cat: c.replanCatalog(j), growOnly: !newCheckpoint}
+	if newCheckpoint {
+		j.raiseChecked, in.from = cp.Step, cp.Step
+	}
+	in.step = atStep(j, in.from)
+	if in.step >= j.file.TotalSteps() {
 		return raiseInput{}, false // trained: nothing left to speed up
 	}
-	in := raiseInput{j: j, gen: j.gen, snap: j.planningCopy(), stage: j.plan.Stages[0], from: cp.Step, step: step,
-		cur: j.plan.Throughput, moveS: j.file.Replan.MoveSeconds,
-		cat: c.replanCatalog(j)}
 	if r := j.replan; r != nil && r.moves > 0 {
 		in.moveS = r.moveSeconds
 	}
@@ -68,6 +83,10 @@ func (c *Coordinator) raiseDue(j *job) (raiseInput, bool) {
 	}
 	return in, true
 }
+
+// raiseEvery spaces the evaluations of a job below its limit that the
+// cluster's changes bring about (each plans the job).
+const raiseEvery = 10 * time.Second
 
 // atStep is where j is, its newest checkpoint being at step cp: the
 // fewest steps its stage replicas reported, or cp if later. c.mu is held.
@@ -125,16 +144,16 @@ func (c *Coordinator) waitsAhead(j *job) bool {
 	return false
 }
 
-// raiseTick evaluates every job running below its throughput_limit at a
-// new checkpoint, planning without c.mu.
-func (c *Coordinator) raiseTick(ctx context.Context) {
+// raiseTick evaluates every job running below its throughput_limit that
+// is due (raiseDue), planning without c.mu.
+func (c *Coordinator) raiseTick(ctx context.Context, now time.Time) {
 	if c.allocPolicy() != "" {
 		return
 	}
 	c.mu.Lock()
 	var due []raiseInput
 	for _, j := range c.jobs {
-		if in, ok := c.raiseDue(j); ok {
+		if in, ok := c.raiseDue(j, now); ok {
 			due = append(due, in)
 		}
 	}
@@ -150,7 +169,7 @@ func (c *Coordinator) raiseTick(ctx context.Context) {
 		}
 		c.mu.Lock()
 		req, inPlace := c.raiseInPlace(in, plan, err)
-		if !inPlace {
+		if !inPlace && !in.growOnly {
 			c.applyRaise(in, plan, err, time.Now())
 		}
 		c.mu.Unlock()
@@ -178,6 +197,9 @@ func (c *Coordinator) raiseByGrowing(in raiseInput, req api.ResizeRequest, plan 
 	case isTryAgain(err) && j.growWaits < maxGrowWaits: // say, the shrink just before has not reached every replica
 		j.growWaits++
 		c.log.Info("not growing back up in place yet; trying at the next checkpoint", "job", j.id, "err", err)
+		return
+	case in.growOnly:
+		c.log.Info("not growing back up in place; trying again at the next checkpoint or change of the cluster", "job", j.id, "err", err)
 		return
 	}
 	j.growWaits = 0

@@ -154,20 +154,53 @@ func TestAJobWaitingAheadKeepsAJobBelowItsLimit(t *testing.T) {
 	below.tasks = []*taskRun{{job: below, task: api.Task{Role: api.RoleStage}, report: api.TaskReport{TaskID: "j2.s0.r0", Step: 15}}}
 	ahead := &job{id: "j1", seq: 1, file: jf, state: api.JobQueued}
 	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}, jobs: []*job{ahead, below}}
-	if _, due := c.raiseDue(below); due {
+	if _, due := c.raiseDue(below, time.Now()); due {
 		t.Fatal("evaluated while a job ahead waits for units")
 	}
 	ahead.state = api.JobRunning
-	if in, due := c.raiseDue(below); !due || in.from != 10 || in.step != 15 || in.cur != 500 {
+	if in, due := c.raiseDue(below, time.Now()); !due || in.from != 10 || in.step != 15 || in.cur != 500 {
 		t.Fatalf("not evaluated once the job ahead runs (%v): %+v", due, in)
 	}
-	if _, due := c.raiseDue(below); due {
+	if _, due := c.raiseDue(below, time.Now()); due {
 		t.Fatal("the same checkpoint evaluated twice")
 	}
 	below.ckpt.latest = &api.CheckpointStatus{Step: 190}
 	below.tasks[0].report.Step = jf.TotalSteps()
-	if _, due := c.raiseDue(below); due {
+	if _, due := c.raiseDue(below, time.Now()); due {
 		t.Fatal("evaluated once every step is trained")
+	}
+}
+
+// TestAJobBelowItsLimitIsEvaluatedWhenTheClusterChanges: between
+// checkpoints, and without any, a job below its limit is evaluated again
+// when the cluster changes, at most once a raiseEvery, for a grow in place
+// only (growOnly: a restart would need a checkpoint); a new checkpoint is
+// evaluated at once, for either move.
+func TestAJobBelowItsLimitIsEvaluatedWhenTheClusterChanges(t *testing.T) {
+	jf, _ := jobAndModel(t, fmt.Sprintf(raiseJob, 1000.0, t.TempDir()))
+	below := &job{id: "j2", seq: 2, file: jf, state: api.JobRunning, reason: belowLimit + ": 500 of 1000",
+		plan: &sched.Plan{Throughput: 500, Stages: []sched.Stage{{Type: "cpu", Units: 1, Throughput: 500}}}}
+	below.tasks = []*taskRun{{job: below, task: api.Task{Role: api.RoleStage}, report: api.TaskReport{TaskID: "j2.s0.r0", Step: 15}}}
+	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}, jobs: []*job{below}}
+	now := time.Now()
+	if _, due := c.raiseDue(below, now); due {
+		t.Fatal("evaluated with no checkpoint and no change of the cluster")
+	}
+	c.changes++
+	in, due := c.raiseDue(below, now)
+	if !due || !in.growOnly || in.from != 0 || in.step != 15 {
+		t.Fatalf("a node came: due %v, %+v; want a grow-only evaluation at step 15", due, in)
+	}
+	c.changes++
+	if _, due := c.raiseDue(below, now.Add(raiseEvery/2)); due {
+		t.Error("evaluated again within raiseEvery")
+	}
+	if in, due := c.raiseDue(below, now.Add(raiseEvery)); !due || !in.growOnly {
+		t.Errorf("a change raiseEvery later: due %v, %+v", due, in)
+	}
+	below.ckpt.latest = &api.CheckpointStatus{Step: 20}
+	if in, due := c.raiseDue(below, now.Add(raiseEvery)); !due || in.growOnly || in.from != 20 {
+		t.Errorf("a new checkpoint: due %v, %+v; want evaluated at once for any move from 20", due, in)
 	}
 }
 

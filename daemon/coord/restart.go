@@ -83,7 +83,7 @@ func (c *Coordinator) restartLoop(ctx context.Context) {
 			c.restart(j)
 		}
 		c.replanTick(ctx, now)
-		c.raiseTick(ctx)
+		c.raiseTick(ctx, now)
 		c.drainTick(ctx)
 	})
 }

@@ -213,15 +213,22 @@ func cancelAndWait(t *testing.T, cl *cluster, id string) {
 
 // TestAShrunkStageGrowsBackUpInPlace: a stage that lost a replica runs
 // below its throughput_limit; once a node joins, it grows back up onto it
-// at its next checkpoint without a restart (no steps trained again, the
-// same job), says it no longer runs below its limit, and trains there; the
-// job is then cancelled.
+// without a restart (no steps trained again, the same job), says it no
+// longer runs below its limit, and trains there; the job is then
+// cancelled. With checkpoints and without: the grow does not wait for one.
 func TestAShrunkStageGrowsBackUpInPlace(t *testing.T) {
-	ckptDir := t.TempDir() // before the cluster: removed after its nodes stop writing
+	t.Run("checkpoints", func(t *testing.T) {
+		ckptDir := t.TempDir() // before the cluster: removed after its nodes stop writing
+		shrinkThenGrowBack(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 100\n", ckptDir))
+	})
+	t.Run("none", func(t *testing.T) { shrinkThenGrowBack(t, "") })
+}
+
+func shrinkThenGrowBack(t *testing.T, extra string) {
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	stops := map[string]func(){"a": cl.startNode("a", "cpu"), "b": cl.startNode("b", "cpu")}
 	cl.waitNodes(2)
-	id := cl.submit(writeJobFile(t, dpJobSource(t, 1_000_000)+fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 100\n", ckptDir)))
+	id := cl.submit(writeJobFile(t, dpJobSource(t, 1_000_000)+extra))
 	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Step >= 5 || s.State.Final() })
 	victim := s.Stages[0].Nodes[0]
 	if victim == s.PS[0] {
