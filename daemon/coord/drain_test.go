@@ -133,10 +133,7 @@ func TestADrainOutlivesTheCoordinator(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Catalog: loadTestCatalog(t), StateDir: dir, Logger: slog.New(slog.DiscardHandler)}
 	c, stop := runCoordinator(t, cfg)
-	n := &node{id: "n1", req: api.RegisterRequest{Name: "a", Type: "cpu", Units: 2}, state: api.NodeAlive}
-	c.mu.Lock()
-	c.nodes = append(c.nodes, n)
-	c.mu.Unlock()
+	addLiveNode(c, "n1", "a")
 	if s, err := c.drain(context.Background(), "a", true); err != nil || !s.Draining {
 		t.Fatalf("drain: %+v, %v", s, err)
 	}
@@ -144,10 +141,9 @@ func TestADrainOutlivesTheCoordinator(t *testing.T) {
 
 	c, stop = runCoordinator(t, cfg)
 	defer stop()
-	again := &node{id: "n2", req: api.RegisterRequest{Name: "a", Type: "cpu", Units: 2}, state: api.NodeAlive}
+	again := addLiveNode(c, "n2", "a")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.nodes = append(c.nodes, again)
 	if !c.nodeStatusOf(again).Draining {
 		t.Error("the node registered again after the restart is not draining")
 	}

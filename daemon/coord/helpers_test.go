@@ -385,3 +385,13 @@ func (tc *testCluster) nodesFor(plan *sched.Plan) []*fakeNode {
 	add(firstCPUType(tc.cat), 1)
 	return nodes
 }
+
+// addLiveNode adds to c a live node of two cpu units, id id, named name,
+// as if it had registered.
+func addLiveNode(c *Coordinator, id, name string) *node {
+	n := &node{id: id, req: api.RegisterRequest{Name: name, Type: "cpu", Units: 2}, state: api.NodeAlive}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes = append(c.nodes, n)
+	return n
+}

@@ -128,9 +128,7 @@ func TestThrottleOutlivesARestartOfTheDaemon(t *testing.T) {
 func TestThrottleOutlivesTheCoordinator(t *testing.T) {
 	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
 	c, stop := runCoordinator(t, cfg)
-	c.mu.Lock()
-	c.nodes = append(c.nodes, &node{id: "n1", req: api.RegisterRequest{Name: "slow", Type: "cpu", Units: 2}, state: api.NodeAlive})
-	c.mu.Unlock()
+	addLiveNode(c, "n1", "slow")
 	if s, err := c.throttle(context.Background(), "slow", api.ThrottleRequest{CPUShare: 0.4}); err != nil || s.CPUShareRequested != 0.4 {
 		t.Fatalf("throttle: %+v, %v", s, err)
 	}
@@ -138,10 +136,7 @@ func TestThrottleOutlivesTheCoordinator(t *testing.T) {
 
 	c, stop = runCoordinator(t, cfg)
 	defer stop()
-	again := &node{id: "n2", req: api.RegisterRequest{Name: "slow", Type: "cpu", Units: 2}, state: api.NodeAlive}
-	c.mu.Lock()
-	c.nodes = append(c.nodes, again)
-	c.mu.Unlock()
+	again := addLiveNode(c, "n2", "slow")
 	c.inheritShare(again.id)
 	if r := c.exchangeShare(again.id, api.Heartbeat{CPUShare: 1, CPUShareMode: api.CPUShareNone}); r != 0.4 {
 		t.Errorf("after the coordinator's restart the node is handed share %g, want 0.4", r)

@@ -1,18 +1,17 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // startNodeAt runs a node daemon offering one unit of typ at CPU share
@@ -94,7 +93,7 @@ func TestDynamicBatchingInASP(t *testing.T) {
 // batch.
 func TestDynamicBatchingBalancesLanes(t *testing.T) {
 	cl := startClusterOn(t, "testdata/lanes-catalog.toml", "")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	for _, n := range []struct{ name, typ string }{{"c0", "cpu"}, {"c1", "cpu"}, {"g0", "gpu"}, {"g1", "gpu"}} {
 		cl.startNodeLogging(n.name, n.typ, 1, slog.New(slog.NewJSONHandler(&logs, nil)))
 	}
@@ -171,60 +170,5 @@ func checkResizesAtOneStep(t *testing.T, log string, replicas int) {
 	}
 	if everyReplica == 0 {
 		t.Errorf("resizes taken %v (generation: from steps): none by all %d replicas", byGen, replicas)
-	}
-}
-
-// lockedBuffer is a bytes.Buffer that several nodes' loggers write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// TestKillRestartResizing: with batching.resize = "restart" the job does
-// not resize in place: it restarts from its newest checkpoint with the
-// new split (a new job id, the controller's adjustments and a count of
-// such restarts carried over) and trains to its last step.
-func TestKillRestartResizing(t *testing.T) {
-	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
-	cl.startNodeAt("fast", "cpu", 1)
-	cl.startNodeAt("slow", "cpu", 0.25)
-	cl.waitNodes(2)
-	const steps = 200
-	id := cl.submit(writeJob(t, steps, 1024, nil,
-		fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n[batching]\ninterval = 2\nresize = \"restart\"\n", t.TempDir())))
-	var s api.JobStatus
-	var chain []string
-	for range 20 {
-		chain = append(chain, id)
-		s = cl.waitJob(id, final)
-		if s.RestartedAs == "" {
-			break
-		}
-		id = s.RestartedAs
-	}
-	if s.State != api.JobDone || s.Step != steps || s.Batching == nil {
-		t.Fatalf("job chain %v ended %s (%q) at step %d, batching %+v", chain, s.State, s.Reason, s.Step, s.Batching)
-	}
-	if len(chain) < 2 || s.Batching.Restarts != len(chain)-1 || s.Batching.Adjustments < s.Batching.Restarts || s.Restarts != 0 {
-		t.Errorf("chain %v: batching %+v, failure restarts %d; want at least one resize restart, counted, not as a failure",
-			chain, s.Batching, s.Restarts)
-	}
-	split := splitOf(t, s.Stages[0], "fast", "slow")
-	t.Logf("chain %v: restored from %+v, %d adjustments, %d resize restarts, split fast %d slow %d",
-		chain, s.RestoredFrom, s.Batching.Adjustments, s.Batching.Restarts, split[0], split[1])
-	if split[0]+split[1] != 1024 || split[0] <= split[1] {
-		t.Errorf("the last job of the chain: fast %d, slow %d; want the fast replica to carry more of 1024", split[0], split[1])
 	}
 }

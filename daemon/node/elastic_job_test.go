@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/syncbuf"
 )
 
 // longDPJob is the data-parallel job with steps steps and one PS shard.
@@ -133,7 +134,7 @@ func TestBadDataIsNotRestarted(t *testing.T) {
 // asserts the split, not any time.
 func TestDynamicBatchingFollowsTheSlowerReplica(t *testing.T) {
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	for name, share := range map[string]float64{"fast": 1, "slow": 0.25} {
 		cl.startNodeLogging(name, "cpu", share, slog.New(slog.NewJSONHandler(&logs, nil)))
 	}
