@@ -430,11 +430,22 @@ type JobStatus struct {
 	Restarts    int    `json:"restarts,omitempty"`
 	RestartOf   string `json:"restart_of,omitempty"`
 	RestartedAs string `json:"restarted_as,omitempty"`
+	// Avoids is the nodes whose death or failure ended or shrank a job of
+	// its restart chain: until Until neither its restarts nor its moves
+	// back up to its throughput_limit use them (a node that dies and comes
+	// back at once would move the job up and down again).
+	Avoids []AvoidedNode `json:"avoids,omitempty"`
 	// Alloc is the allocator's view of the job, while the coordinator runs
 	// one (--alloc-policy) and the job has run.
 	Alloc *JobAlloc `json:"alloc,omitempty"`
 	// Replan is the re-planner's view of a job with [replan] enabled.
 	Replan *ReplanStatus `json:"replan,omitempty"`
+}
+
+// AvoidedNode is a node a job does not use until Until.
+type AvoidedNode struct {
+	Node  string    `json:"node"`
+	Until time.Time `json:"until"`
 }
 
 // ReplanStatus is what re-planning from measured throughput did for a

@@ -578,6 +578,9 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	s.CheckpointFailure, s.CheckpointFailures = j.unresolvedFailure(), j.ckpt.failures
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
+	if !j.state.Final() {
+		s.Avoids = j.avoids(now)
+	}
 	s.Batching = j.balance.status()
 	s.Alloc = c.jobAllocStatus(j)
 	s.Replan = replanStatus(j, s.CostSoFar)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -355,4 +356,20 @@ func (cl cluster) free() map[string]int {
 // suspect reports whether the node named name failed j recently.
 func (j *job) suspect(name string, now time.Time) bool {
 	return slices.ContainsFunc(j.suspects, func(s store.Suspect) bool { return s.Node == name && now.Before(s.Until) })
+}
+
+// avoids is the nodes j does not use at now (its unexpired suspects), each
+// once with its latest Until, by name.
+func (j *job) avoids(now time.Time) []api.AvoidedNode {
+	until := map[string]time.Time{}
+	for _, s := range j.suspects {
+		if now.Before(s.Until) && s.Until.After(until[s.Node]) {
+			until[s.Node] = s.Until
+		}
+	}
+	var out []api.AvoidedNode
+	for _, name := range slices.Sorted(maps.Keys(until)) {
+		out = append(out, api.AvoidedNode{Node: name, Until: until[name]})
+	}
+	return out
 }

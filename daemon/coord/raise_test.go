@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,25 @@ func TestAShrunkStageWithSlackIsNotBelowItsLimit(t *testing.T) {
 		if below := strings.HasPrefix(j.reason, shrunkBelow); below != (limit > three) || len(j.suspects) != 1 {
 			t.Errorf("limit %.0f, 3 units reach %.0f: reason %q, suspects %v", limit, three, j.reason, j.suspects)
 		}
+	}
+}
+
+// TestStatusListsTheNodesAJobAvoids: a job's status lists its unexpired
+// suspects once each, with the latest time, by name; a final job none.
+func TestStatusListsTheNodesAJobAvoids(t *testing.T) {
+	jf, _ := jobAndModel(t, fmt.Sprintf(raiseJob, 1000.0, t.TempDir()))
+	now := time.Now()
+	j := &job{id: "j1", file: jf, state: api.JobRunning, suspects: []store.Suspect{
+		{Node: "b", Until: now.Add(time.Minute)}, {Node: "a", Until: now.Add(-time.Second)},
+		{Node: "c", Until: now.Add(time.Minute)}, {Node: "b", Until: now.Add(2 * time.Minute)}}}
+	c := &Coordinator{cfg: Config{Catalog: loadTestCatalog(t)}}
+	got := c.status(j, now).Avoids
+	want := []api.AvoidedNode{{Node: "b", Until: now.Add(2 * time.Minute)}, {Node: "c", Until: now.Add(time.Minute)}}
+	if !slices.EqualFunc(got, want, func(x, y api.AvoidedNode) bool { return x.Node == y.Node && x.Until.Equal(y.Until) }) {
+		t.Errorf("avoids %+v, want %+v", got, want)
+	}
+	j.state = api.JobFailed
+	if got := c.status(j, now).Avoids; got != nil {
+		t.Errorf("a failed job avoids %+v", got)
 	}
 }

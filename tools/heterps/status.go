@@ -317,6 +317,9 @@ func printJob(w io.Writer, s api.JobStatus) {
 	fmt.Fprintf(w, "\n  steps %d/%d, loss %.4f, %.4g samples/s, %.1f s, cost %.4g\n", s.Step, s.Steps, r.Loss, r.SamplesPerS, r.Seconds, r.Cost)
 	printReplans(w, s.Replan)
 	printJobAlloc(w, s.Alloc)
+	for _, a := range s.Avoids {
+		fmt.Fprintf(w, "  avoids node %s until %s (it failed this job: no restart or move back up uses it)\n", a.Node, a.Until.Format(time.RFC3339))
+	}
 	if len(r.Stages) == 0 {
 		return
 	}

@@ -43,6 +43,24 @@ func TestStatusShowsLanesAndWhyUniform(t *testing.T) {
 	}
 }
 
+// TestStatusSaysWhichNodesAJobAvoids: a job that shrank below its limit
+// and does not grow back onto a node that came back says why — the node
+// failed it and is avoided until a time — also while it waits to restart.
+func TestStatusSaysWhichNodesAJobAvoids(t *testing.T) {
+	until := time.Date(2026, 12, 6, 1, 49, 2, 0, time.UTC)
+	for _, state := range []api.JobState{api.JobRunning, api.JobRestarting} {
+		s := api.JobStatus{ID: "j1", Name: "dp", State: state, Steps: 100, Avoids: []api.AvoidedNode{{Node: "n0", Until: until}}}
+		if state == api.JobRunning {
+			s.Stages = []api.StageStatus{{Nodes: []string{"n1"}, Batches: []int{512}}}
+		}
+		var out bytes.Buffer
+		printJob(&out, s)
+		if want := "avoids node n0 until 2026-12-06T01:49:02Z"; !strings.Contains(out.String(), want) {
+			t.Errorf("%s job's status:\n%s\nwant %q", state, out.String(), want)
+		}
+	}
+}
+
 // TestStatusListsNodes: `heterps status` lists the coordinator's nodes
 // after its jobs, and takes --coordinator as host:port.
 func TestStatusListsNodes(t *testing.T) {
