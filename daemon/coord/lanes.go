@@ -168,9 +168,9 @@ func observeLanes(j *job, shape laneShape) (laneObservation, bool) {
 // trained right). Members never change. c.mu is held.
 func (c *Coordinator) resizeLanes(j *job, lanes []int) int64 {
 	shape := j.balance.shape
-	from := c.stepAheadOfEveryReplica(j)
-	if j.file.Mode != api.ModeBSP {
-		from = stageZerosNext(j)
+	from := stageZerosNext(j)
+	if j.file.Mode == api.ModeBSP {
+		from = c.stepAheadOfEveryReplica(j)
 	}
 	j.gen++
 	members := make([]int, shape.lanes)

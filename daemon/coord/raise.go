@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Moving a job back up to its throughput_limit. A restart that the free
@@ -50,18 +52,20 @@ type raiseInput struct {
 // raiseDue returns what deciding a move back up needs when j runs below
 // its throughput_limit and either has a complete checkpoint not yet
 // evaluated, or the cluster changed (a node registered or died, a job
-// ended) since j was last evaluated, at most once a raiseEvery: then only
-// a grow in place can take j up (growOnly), as a restart would need the
-// checkpoint, so a stage that shrank grows back onto a node that comes
-// back without waiting for its next checkpoint, or without checkpoints
-// at all. c.mu is held.
+// ended, a node j avoided is no longer avoided) since j was last
+// evaluated, at most once a raiseEvery. In the second case only a grow in
+// place can take j up (growOnly), as a restart needs a new checkpoint: a
+// stage that shrank grows back onto a node that comes back without
+// waiting for its next checkpoint, or without checkpoints at all. c.mu is
+// held.
 func (c *Coordinator) raiseDue(j *job, now time.Time) (raiseInput, bool) {
 	if j.state != api.JobRunning || !runsBelowLimit(j) || j.plan == nil || len(j.plan.Stages) == 0 || c.waitsAhead(j) {
 		return raiseInput{}, false
 	}
 	cp := j.ckpt.latest
 	newCheckpoint := cp != nil && cp.Step > j.raiseChecked
-	clusterChanged := c.changes != j.raiseChanges && now.Sub(j.raisedAt) >= raiseEvery
+	expired := slices.ContainsFunc(j.suspects, func(s store.Suspect) bool { return !s.Until.After(now) && s.Until.After(j.raisedAt) })
+	clusterChanged := (c.changes != j.raiseChanges || expired) && now.Sub(j.raisedAt) >= raiseEvery
 	if !newCheckpoint && !clusterChanged {
 		return raiseInput{}, false
 	}

@@ -199,8 +199,18 @@ func TestAJobBelowItsLimitIsEvaluatedWhenTheClusterChanges(t *testing.T) {
 	if in, due := c.raiseDue(below, now.Add(raiseEvery)); !due || !in.growOnly {
 		t.Errorf("a change raiseEvery later: due %v, %+v", due, in)
 	}
+	below.suspects = []store.Suspect{{Node: "n0", Until: now.Add(2 * raiseEvery)}}
+	if _, due := c.raiseDue(below, now.Add(2*raiseEvery).Add(-time.Second)); due {
+		t.Error("evaluated with no change, a node still avoided")
+	}
+	if in, due := c.raiseDue(below, now.Add(2*raiseEvery)); !due || !in.growOnly {
+		t.Errorf("the avoided node no longer avoided: due %v, %+v; want a grow-only evaluation", due, in)
+	}
+	if _, due := c.raiseDue(below, now.Add(4*raiseEvery)); due {
+		t.Error("an expired suspicion evaluated twice")
+	}
 	below.ckpt.latest = &api.CheckpointStatus{Step: 20}
-	if in, due := c.raiseDue(below, now.Add(raiseEvery)); !due || in.growOnly || in.from != 20 {
+	if in, due := c.raiseDue(below, now.Add(4*raiseEvery)); !due || in.growOnly || in.from != 20 {
 		t.Errorf("a new checkpoint: due %v, %+v; want evaluated at once for any move from 20", due, in)
 	}
 }
