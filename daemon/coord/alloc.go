@@ -35,7 +35,9 @@ import (
 // A job with target_loss_reduction stops, done, once its normalised loss
 // reduction (L_0 - L)/(L_0 - L_min), L the mean of its last losses and
 // L_min the fitted curve's floor, reaches the target; the check runs each
-// epoch, also with the allocator off.
+// epoch, also with the allocator off. A job's history and step times are
+// written to its record every progressSaveEvery, so a restarted
+// coordinator goes on from them (L_0 stays the job's first loss).
 
 // Allocator defaults and bounds.
 const (
@@ -130,6 +132,7 @@ func (c *Coordinator) allocEpoch(now time.Time) {
 
 	c.mu.Lock()
 	c.applyEpoch(in, fits, grants, took, now)
+	c.saveProgress(now)
 	c.mu.Unlock()
 	c.writeTraces(traces)
 }

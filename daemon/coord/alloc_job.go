@@ -10,6 +10,7 @@ import (
 
 	"github.com/heterps/heterps/daemon/alloc"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // jobAlloc is what the allocator records of a running job: its loss
@@ -28,6 +29,8 @@ type jobAlloc struct {
 	curve     *alloc.Curve
 	quality   float64
 	trace     *jobTrace
+	// savedAt is when the job's record last took its history (saveProgress).
+	savedAt time.Time
 }
 
 // jobTrace is a job's trace file and the lines not written to it yet.
@@ -79,9 +82,12 @@ func newJobAlloc(j *job, now time.Time) *jobAlloc {
 func (c *Coordinator) recordProgress(t *taskRun, r api.TaskReport, now time.Time) {
 	j := t.job
 	if j.alloc == nil && j.state == api.JobRunning && c.tracks(j) {
-		// Adopted after a restart of the coordinator: the record starts
-		// again from here (its first loss is the next reported).
+		// Adopted after a restart of the coordinator: the record goes on
+		// from the history its job record kept (its first loss, L_0,
+		// included), or starts here.
 		j.alloc = newJobAlloc(j, now)
+		j.alloc.takeProgress(j.heldProgress)
+		j.heldProgress = nil
 	}
 	a := j.alloc
 	if a == nil || r.Step <= a.lastStep || !finiteLoss(r.Loss) || t != j.lossTask() {
@@ -209,4 +215,82 @@ func (c *Coordinator) jobAllocStatus(j *job) *api.JobAlloc {
 		}
 	}
 	return s
+}
+
+// progressRecord is what j's record keeps of its history: the allocator's,
+// or, while j waits to be adopted, what its record held. nil: none.
+func (j *job) progressRecord() *store.Progress {
+	a := j.alloc
+	if a == nil {
+		return j.heldProgress
+	}
+	if len(a.history) == 0 && len(a.samples) == 0 {
+		return nil
+	}
+	p := &store.Progress{}
+	for _, pt := range a.history {
+		p.Losses = append(p.Losses, store.LossPoint{Step: pt.Iter, Loss: pt.Loss})
+	}
+	for _, sm := range a.samples {
+		p.Steps = append(p.Steps, store.StepSample{Units: sm.Units, Seconds: sm.Seconds})
+	}
+	return p
+}
+
+// checkProgress refuses a record's history the coordinator could not have
+// kept: too long, a loss not finite, steps out of order, a step time
+// without units or not finite and positive.
+func checkProgress(p *store.Progress) error {
+	switch {
+	case p == nil:
+		return nil
+	case len(p.Losses) > maxHistory || len(p.Steps) > maxStepSamples:
+		return fmt.Errorf("%d losses, %d step times: at most %d and %d are kept", len(p.Losses), len(p.Steps), maxHistory, maxStepSamples)
+	}
+	for i, pt := range p.Losses {
+		if !finiteLoss(pt.Loss) || !finiteLoss(pt.Step) || (i > 0 && pt.Step <= p.Losses[i-1].Step) {
+			return fmt.Errorf("loss %d: step %g, loss %g: want finite values at ascending steps", i, pt.Step, pt.Loss)
+		}
+	}
+	for i, sm := range p.Steps {
+		if sm.Units < 1 || !(sm.Seconds > 0) || math.IsInf(sm.Seconds, 0) {
+			return fmt.Errorf("step time %d: %g s on %d units: want a positive finite time on at least one unit", i, sm.Seconds, sm.Units)
+		}
+	}
+	return nil
+}
+
+// takeProgress gives a the history p (nil: none) its job's record kept:
+// the next report adds to it past its last step.
+func (a *jobAlloc) takeProgress(p *store.Progress) {
+	if p == nil {
+		return
+	}
+	for _, pt := range p.Losses {
+		a.history = append(a.history, alloc.Point{Iter: pt.Step, Loss: pt.Loss})
+	}
+	for _, sm := range p.Steps {
+		a.samples = append(a.samples, alloc.StepSample{Units: sm.Units, Seconds: sm.Seconds})
+	}
+	if n := len(a.history); n > 0 {
+		a.lastStep = int64(a.history[n-1].Iter)
+	}
+}
+
+// progressSaveEvery spaces the records of a tracked job written for its
+// history alone.
+const progressSaveEvery = 30 * time.Second
+
+// saveProgress writes the record of each tracked running job whose
+// history its record last took progressSaveEvery ago or more, so that a
+// restarted coordinator goes on from it (a target loss reduction counts
+// from the job's first loss, not from where the restart found it). c.mu is
+// held.
+func (c *Coordinator) saveProgress(now time.Time) {
+	for _, j := range c.jobs {
+		if a := j.alloc; j.state == api.JobRunning && a != nil && now.Sub(a.savedAt) >= progressSaveEvery && len(a.history) > 0 {
+			a.savedAt = now
+			c.save(j)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"github.com/heterps/heterps/daemon/alloc"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // allocJob is a long job (it does not end by itself in these tests) with
@@ -218,4 +220,90 @@ func TestAllocatorGivesAGPUTaskOneGPU(t *testing.T) {
 		u2, share := unitsOf(g, second)
 		return u1 == 1 && u2 == 1 && share == 1
 	})
+}
+
+// TestAnAdoptedJobGoesOnFromItsRecordedHistory: a tracked job's record
+// keeps its loss history (L_0 first) and step times, so after a restart of
+// the coordinator its next report adds to them — a target loss reduction
+// still counts from the first loss; saveProgress writes the record at most
+// once a progressSaveEvery; a record no coordinator could have written is
+// refused, naming what.
+func TestAnAdoptedJobGoesOnFromItsRecordedHistory(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), AllocPolicy: "fair", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := allocJob("kept", "target_loss_reduction = 0.9\n")
+	jf, err := config.ParseJob("job.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{req: api.RegisterRequest{Name: "cpu-a", Type: "cpu", Units: 4}, state: api.NodeAlive}
+	plan := &sched.Plan{Stages: []sched.Stage{{Type: "cpu", Units: 1}}}
+	planJSON, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{id: "j1", source: src, file: jf, state: api.JobRunning, plan: plan, planJSON: planJSON}
+	j.tasks = []*taskRun{{job: j, node: n, task: api.Task{TaskID: "j1.s0.r0", Role: api.RoleStage, Units: 2}}}
+	j.alloc = newJobAlloc(j, time.Now())
+	j.alloc.history = []alloc.Point{{Iter: 1, Loss: 2}, {Iter: 50, Loss: 1}, {Iter: 100, Loss: 0.8}}
+	j.alloc.samples = []alloc.StepSample{{Units: 2, Seconds: 0.01}}
+
+	loaded, err := jobFromRecord(roundTrip(t, j.record()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := loaded.tasks[0]
+	task.node = n
+	c.recordProgress(task, api.TaskReport{TaskID: task.task.TaskID, Step: 90, Loss: 0.9}, time.Now()) // a step recorded already
+	c.recordProgress(task, api.TaskReport{TaskID: task.task.TaskID, Step: 120, Loss: 0.7}, time.Now())
+	a := loaded.alloc
+	if a == nil || len(a.history) != 4 || a.history[0] != (alloc.Point{Iter: 1, Loss: 2}) || a.history[3] != (alloc.Point{Iter: 120, Loss: 0.7}) ||
+		len(a.samples) != 1 || loaded.heldProgress != nil {
+		t.Fatalf("adopted record: %+v, want the 3 recorded losses, then step 120's, and the step time", a)
+	}
+	if p := loaded.record().Progress; p == nil || len(p.Losses) != 4 || p.Losses[0].Loss != 2 {
+		t.Errorf("the adopted job's record keeps %+v", p)
+	}
+
+	dir := t.TempDir()
+	c, err = New(Config{Catalog: loadTestCatalog(t), StateDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.jobs = append(c.jobs, loaded)
+	now := time.Now()
+	c.saveProgress(now)
+	loaded.alloc.history = append(loaded.alloc.history, alloc.Point{Iter: 130, Loss: 0.6})
+	c.saveProgress(now.Add(progressSaveEvery / 2)) // too soon: not written
+	c.mu.Unlock()
+	if err := <-c.store.Flushed(); err != nil {
+		t.Fatal(err)
+	}
+	c.store.Close()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	state, err := st.Load()
+	if err != nil || len(state.Jobs) != 1 || state.Jobs[0].Progress == nil || len(state.Jobs[0].Progress.Losses) != 4 {
+		t.Fatalf("the state database after saveProgress: %+v, %v; want the job with the 4 losses of the first write", state, err)
+	}
+
+	for name, spoil := range map[string]func(*store.Progress){
+		"an infinite loss":       func(p *store.Progress) { p.Losses[1].Loss = math.Inf(1) },
+		"steps out of order":     func(p *store.Progress) { p.Losses[2].Step = 10 },
+		"a step time of 0":       func(p *store.Progress) { p.Steps[0].Seconds = 0 },
+		"a step time on 0 units": func(p *store.Progress) { p.Steps[0].Units = 0 },
+		"too long a history":     func(p *store.Progress) { p.Losses = make([]store.LossPoint, maxHistory+1) },
+	} {
+		rec := j.record()
+		spoil(rec.Progress)
+		if _, err := jobFromRecord(rec); err == nil || !strings.Contains(err.Error(), "progress") {
+			t.Errorf("a record with %s: %v, want refused", name, err)
+		}
+	}
 }

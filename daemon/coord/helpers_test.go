@@ -18,6 +18,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/daemon/store"
 )
 
 // Test timing: nodes heartbeat every interval and die after timeout; waits
@@ -394,4 +395,18 @@ func addLiveNode(c *Coordinator, id, name string) *node {
 	defer c.mu.Unlock()
 	c.nodes = append(c.nodes, n)
 	return n
+}
+
+// roundTrip is r as the state database gives it back: through its JSON.
+func roundTrip(t *testing.T, r store.Job) store.Job {
+	t.Helper()
+	stored, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back store.Job
+	if err := json.Unmarshal(stored, &back); err != nil {
+		t.Fatal(err)
+	}
+	return back
 }

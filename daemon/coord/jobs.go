@@ -71,6 +71,10 @@ type job struct {
 	// the state database, until its balance is set up again once its
 	// tasks are adopted (restoreBalance).
 	heldBatching *store.Batching
+	// heldProgress is the loss history and step times the record of a job
+	// taken up from the state database kept, until the job's allocator
+	// record is set up again (recordProgress).
+	heldProgress *store.Progress
 	carry        *batchCarry  // batches a restart hands on (batchrestart.go)
 	resizeTo     *batchCarry  // set while restarting to resize its batches
 	alloc        *jobAlloc    // the allocator's record (alloc_job.go); nil: not tracked

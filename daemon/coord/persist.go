@@ -73,7 +73,8 @@ func (j *job) record() store.Job {
 		State: j.state, Reason: j.reason, Plan: j.planJSON, Generation: j.gen, Hourly: j.hourly,
 		Restored: j.ckpt.restored, Latest: j.ckpt.latest, Restarts: j.restarts, RestartOf: j.restartOf,
 		RestartedAs: j.restartedAs, Suspects: slices.Clone(j.suspects), FailedAt: j.failedAt, NotBefore: j.notBefore, Move: j.moving,
-		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished, Batching: j.batchingRecord(), Replan: j.replan.record()}
+		IdempotencyKey: j.idemKey, Submitted: j.submitted, Started: j.started, Finished: j.finished, Batching: j.batchingRecord(), Replan: j.replan.record(),
+		Progress: j.progressRecord()}
 	for _, t := range j.tasks {
 		r.Tasks = append(r.Tasks, store.Task{Spec: t.task, Node: t.nodeName, NodeID: t.registration(), Last: lastReport(j, t)})
 	}
@@ -160,6 +161,10 @@ func jobFromRecord(r store.Job) (*job, error) {
 	if j.replan, err = replanFromRecord(r.Replan); err != nil {
 		return nil, fmt.Errorf("replan: %w", err)
 	}
+	if err := checkProgress(r.Progress); err != nil {
+		return nil, fmt.Errorf("progress: %w", err)
+	}
+	j.heldProgress = r.Progress
 	for _, t := range r.Tasks {
 		tr := &taskRun{job: j, task: t.Spec, nodeName: t.Node, loadedOn: t.NodeID}
 		if t.Last != nil && j.state.Final() {

@@ -19,7 +19,6 @@ import (
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/sched"
-	"github.com/heterps/heterps/daemon/store"
 )
 
 // replanJob is a short ctrdnn job that checkpoints every 10 steps and
@@ -501,15 +500,7 @@ func TestReplanningOutlivesTheCoordinator(t *testing.T) {
 	j.replan = &replanState{scales: map[string]float64{"cpu": 1.8}, samples: 5, records: []api.Replan{dec}, spent: 0.25,
 		firstTotal: 1.5, moveSeconds: 12, moves: 1, gen: 4, raw: []float64{100}, since: 30, sampled: 44, checked: 40}
 
-	stored, err := json.Marshal(j.record()) // as the state database holds it
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec store.Job
-	if err := json.Unmarshal(stored, &rec); err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := jobFromRecord(rec)
+	loaded, err := jobFromRecord(roundTrip(t, j.record()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,11 @@ type Job struct {
 	// the job does not re-plan, or has measured nothing yet.
 	Replan *Replan `json:"replan,omitempty"`
 
+	// Progress is the loss history and step times the coordinator
+	// records of a running job it tracks (an allocation policy, a trace or
+	// a target loss reduction), as of its last record; nil: none.
+	Progress *Progress `json:"progress,omitempty"`
+
 	// IdempotencyKey is the key its submission carried: a repeat of it
 	// gets this job.
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
@@ -104,6 +109,25 @@ type Replan struct {
 	MoveSeconds float64            `json:"move_seconds,omitempty"`
 	Moves       int                `json:"moves,omitempty"`
 	Moving      bool               `json:"moving,omitempty"`
+}
+
+// Progress is a job's loss at the steps recorded (its first loss first)
+// and its measured seconds per step at a number of units.
+type Progress struct {
+	Losses []LossPoint  `json:"losses,omitempty"`
+	Steps  []StepSample `json:"steps,omitempty"`
+}
+
+// LossPoint is the loss reported at a step.
+type LossPoint struct {
+	Step float64 `json:"step"`
+	Loss float64 `json:"loss"`
+}
+
+// StepSample is the seconds a step took on units units.
+type StepSample struct {
+	Units   int     `json:"units"`
+	Seconds float64 `json:"seconds"`
 }
 
 // Task is one placed task and the name of the node it is on; Last is its
