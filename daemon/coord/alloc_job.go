@@ -278,17 +278,25 @@ func (a *jobAlloc) takeProgress(p *store.Progress) {
 }
 
 // progressSaveEvery spaces the records of a tracked job written for its
-// history alone.
-const progressSaveEvery = 30 * time.Second
+// history alone, once it holds more than progressSaveSmall losses; a
+// shorter history (a few KiB) is written at every allocator epoch, so that
+// the losses a young job's curve is fitted on are not lost.
+const (
+	progressSaveEvery = 30 * time.Second
+	progressSaveSmall = 256
+)
 
 // saveProgress writes the record of each tracked running job whose
-// history its record last took progressSaveEvery ago or more, so that a
-// restarted coordinator goes on from it (a target loss reduction counts
-// from the job's first loss, not from where the restart found it). c.mu is
-// held.
+// history is due (progressSaveEvery), so that a restarted coordinator
+// goes on from it (a target loss reduction counts from the job's first
+// loss, not from where the restart found it). c.mu is held.
 func (c *Coordinator) saveProgress(now time.Time) {
 	for _, j := range c.jobs {
-		if a := j.alloc; j.state == api.JobRunning && a != nil && now.Sub(a.savedAt) >= progressSaveEvery && len(a.history) > 0 {
+		a := j.alloc
+		if j.state != api.JobRunning || a == nil || len(a.history) == 0 {
+			continue
+		}
+		if len(a.history) <= progressSaveSmall || now.Sub(a.savedAt) >= progressSaveEvery {
 			a.savedAt = now
 			c.save(j)
 		}

@@ -225,9 +225,9 @@ func TestAllocatorGivesAGPUTaskOneGPU(t *testing.T) {
 // TestAnAdoptedJobGoesOnFromItsRecordedHistory: a tracked job's record
 // keeps its loss history (L_0 first) and step times, so after a restart of
 // the coordinator its next report adds to them — a target loss reduction
-// still counts from the first loss; saveProgress writes the record at most
-// once a progressSaveEvery; a record no coordinator could have written is
-// refused, naming what.
+// still counts from the first loss; saveProgress writes the record of a
+// long history at most once a progressSaveEvery; a record no coordinator
+// could have written is refused, naming what.
 func TestAnAdoptedJobGoesOnFromItsRecordedHistory(t *testing.T) {
 	c, err := New(Config{Catalog: loadTestCatalog(t), AllocPolicy: "fair", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -276,7 +276,9 @@ func TestAnAdoptedJobGoesOnFromItsRecordedHistory(t *testing.T) {
 	c.jobs = append(c.jobs, loaded)
 	now := time.Now()
 	c.saveProgress(now)
-	loaded.alloc.history = append(loaded.alloc.history, alloc.Point{Iter: 130, Loss: 0.6})
+	for i := range progressSaveSmall { // a long history: written once a progressSaveEvery
+		loaded.alloc.history = append(loaded.alloc.history, alloc.Point{Iter: float64(130 + i), Loss: 0.6})
+	}
 	c.saveProgress(now.Add(progressSaveEvery / 2)) // too soon: not written
 	c.mu.Unlock()
 	if err := <-c.store.Flushed(); err != nil {
