@@ -274,3 +274,46 @@ func holdConnections(t *testing.T, addr string) (release func()) {
 		}
 	}
 }
+
+// TestAnAdoptedDynamicJobIsStillBalanced: a coordinator restarted in the
+// middle of a dynamic-batching job (one of its two nodes throttled to a
+// quarter just before, the throttle not yet handed on) gives the job its
+// batching back once the nodes have registered again: the throttle
+// reaches the node, and the controller goes on moving batch to the fast
+// replica, its adjustments counted on from the record.
+func TestAnAdoptedDynamicJobIsStillBalanced(t *testing.T) {
+	rc := startRestartableCoordinator(t)
+	t.Cleanup(func() { rc.stop() })
+	cl := rc.cluster()
+	cl.startNodeAt("fast", "cpu", 1)
+	cl.startNodeAt("slow", "cpu", 1)
+	cl.waitNodes(2)
+	id := cl.submit(writeJob(t, 1_000_000, 1024, nil, "[batching]\nmode = \"dynamic\"\ninterval = 2\n"))
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.State.Final() || s.Step >= 5 })
+	if s.State != api.JobRunning || s.Batching == nil {
+		t.Fatalf("job %s (%q), batching %+v", s.State, s.Reason, s.Batching)
+	}
+	cl.do("POST", "/v1/nodes/slow/throttle", api.ContentTypeJSON, []byte(`{"cpu_share": 0.25}`), &api.NodeStatus{})
+	rc.stop() // before the node's next heartbeat fetches the share, most likely
+	before := s.Batching.Adjustments
+	rc.start()
+
+	s = cl.waitJob(id, func(s api.JobStatus) bool {
+		if s.State.Final() || s.Batching == nil || len(s.Stages) != 1 || len(s.Stages[0].Batches) != 2 {
+			return s.State.Final()
+		}
+		split := splitOf(t, s.Stages[0], "fast", "slow")
+		return s.Batching.Adjustments > before && split[0] > split[1]
+	})
+	if s.State != api.JobRunning || s.Batching == nil || s.Batching.Mode != "dynamic" {
+		t.Fatalf("after the restart: job %s (%q), batching %+v", s.State, s.Reason, s.Batching)
+	}
+	var nodes []api.NodeStatus
+	cl.do("GET", "/v1/nodes", "", nil, &nodes)
+	for _, n := range nodes {
+		if n.Name == "slow" && n.State == api.NodeAlive && n.CPUShareRequested != 0.25 {
+			t.Errorf("node slow after the restart: share asked %g, want 0.25", n.CPUShareRequested)
+		}
+	}
+	cl.send("DELETE", "/v1/jobs/"+id, "", nil)
+}
