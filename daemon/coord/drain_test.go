@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -49,6 +50,10 @@ func TestDrainingANodeTakesItOutOfService(t *testing.T) {
 	}
 	if r := tc.job(id).Reason; !strings.HasPrefix(r, shrunkBelow) || !strings.Contains(r, "after node "+victim.req.Name+" is draining") {
 		t.Fatalf("the job's reason after the drain: %q", r)
+	}
+	if st := tc.job(id).Stages[0]; st.Units != 2 || len(st.Nodes) != 1 || !strings.Contains(tc.job(id).Reason, fmt.Sprintf("predicted %.6g", st.PredictedThroughput)) {
+		t.Errorf("the stage after the shrink: %d units, predicted %g samples/s, on %v; want the survivor's 2 units as the reason predicts them",
+			st.Units, st.PredictedThroughput, st.Nodes)
 	}
 	waitFor(t, "the drained node's tasks stopped", func() bool {
 		_, current, _ := victim.snapshot()

@@ -73,6 +73,8 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 	}
 	c.markShrunk(j, n, now, cause)
 	from := c.resize(j, members, batches)
+	c.planOnUnits(j, replicaUnits(j, nil))
+	c.save(j)
 	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
 		"replicas", members, "batches", batches, "from_step", from)
 	return true

@@ -274,7 +274,7 @@ func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 			units += t.task.Units
 		}
 	}
-	c.growPlanTo(j, units)
+	c.planOnUnits(j, units)
 	c.changeMembers(j, members, batches, g.from, start)
 	reshapeBalance(j) // the new tasks were in j.tasks already: changeMembers saw no new member
 	c.log.Info("job grown", "job", j.id, "replicas", members, "batches", batches, "from_step", g.from,
@@ -311,17 +311,17 @@ func raiseIDBound(j *job, bound int) {
 	}
 }
 
-// growPlanTo makes j's plan one of units units: the stage's and the
-// plan's predicted throughput are the cost model's for them, and a job
-// that ran below its throughput_limit no longer says so once they reach
-// it. c.mu is held.
-func (c *Coordinator) growPlanTo(j *job, units int) {
+// planOnUnits makes j's plan one of units units, after a grow or a
+// shrink: the stage's and the plan's predicted throughput are the cost
+// model's for them, and a job that ran below its throughput_limit no
+// longer says so once they reach it. c.mu is held.
+func (c *Coordinator) planOnUnits(j *job, units int) {
 	plan := *j.plan
 	plan.Stages = slices.Clone(plan.Stages)
 	plan.Stages[0].Units = units
 	x, err := c.stageThroughputOn(j, c.cfg.Catalog, plan.Stages[0], units)
 	if err != nil {
-		c.log.Warn("predicting a grown stage's throughput", "job", j.id, "err", err)
+		c.log.Warn("predicting a resized stage's throughput", "job", j.id, "err", err)
 	} else {
 		plan.Stages[0].Throughput, plan.Throughput = x, x
 	}
