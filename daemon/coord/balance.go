@@ -74,6 +74,9 @@ func newBalance(j *job, pl *placement, carry *batchCarry) *jobBalance {
 	}
 	jf := j.file
 	b := &jobBalance{mode: batchingMode(jf, pl, shape), shape: shape}
+	if carry != nil && carry.mode != "" {
+		b.mode = carry.mode
+	}
 	if b.mode == config.BatchingUniform {
 		if jf.Batching.Mode == config.BatchingAuto {
 			b.reason = "auto: the replicas are alike in units and CPU share"
@@ -207,9 +210,11 @@ func reshapeBalance(j *job) {
 
 // restoreBalance sets up the batching of j, a running job taken up from
 // the state database, once every stage task of it is bound to its node
-// again: the batches stay as its tasks run them, a dynamic controller
-// starts afresh, the counts go on from the record. Until then j has no
-// balance, so nothing resizes it. c.mu is held.
+// again: the batches stay as its tasks run them, the mode is the one its
+// record kept (auto is not resolved again: a job whose shares have evened
+// out meanwhile would keep its unequal batches with no controller), a
+// dynamic controller starts afresh, the counts go on from the record.
+// Until then j has no balance, so nothing resizes it. c.mu is held.
 func restoreBalance(j *job) {
 	if j.balance != nil || j.plan == nil || j.state != api.JobRunning {
 		return
@@ -218,10 +223,11 @@ func restoreBalance(j *job) {
 	if !ok {
 		return
 	}
-	j.balance = newBalance(j, pl, nil)
+	var carry *batchCarry
 	if h := j.heldBatching; h != nil {
-		j.balance.adjustments, j.balance.restarts = h.Adjustments, h.Restarts
+		carry = &batchCarry{mode: h.Mode, adjustments: h.Adjustments, restarts: h.Restarts}
 	}
+	j.balance = newBalance(j, pl, carry)
 	j.heldBatching = nil
 }
 
@@ -244,14 +250,14 @@ func (j *job) batchingRecord() *store.Batching {
 	var r store.Batching
 	switch {
 	case j.balance != nil:
-		r.Adjustments, r.Restarts = j.balance.adjustments, j.balance.restarts
+		r.Mode, r.Adjustments, r.Restarts = j.balance.mode, j.balance.adjustments, j.balance.restarts
 	case j.heldBatching != nil:
-		r.Adjustments, r.Restarts = j.heldBatching.Adjustments, j.heldBatching.Restarts
+		r.Mode, r.Adjustments, r.Restarts = j.heldBatching.Mode, j.heldBatching.Adjustments, j.heldBatching.Restarts
 	}
 	if c := j.resizeTo; c != nil {
 		r.ResizeLanes, r.ResizeByNode = slices.Clone(c.lanes), maps.Clone(c.byNode)
 	}
-	if r.Adjustments == 0 && r.Restarts == 0 && r.ResizeLanes == nil {
+	if r.Mode == "" && r.ResizeLanes == nil {
 		return nil
 	}
 	return &r
@@ -263,6 +269,11 @@ func (j *job) batchingRecord() *store.Batching {
 func (j *job) takeBatching(r *store.Batching) error {
 	if r == nil {
 		return nil
+	}
+	switch r.Mode {
+	case "", config.BatchingUniform, config.BatchingVariable, config.BatchingDynamic:
+	default:
+		return fmt.Errorf("mode %q: not a mode batching resolves to", r.Mode)
 	}
 	if r.Adjustments < 0 || r.Restarts < 0 {
 		return fmt.Errorf("adjustments %d, restarts %d: counts cannot be negative", r.Adjustments, r.Restarts)

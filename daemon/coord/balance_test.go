@@ -94,6 +94,33 @@ func TestAnAdoptedJobKeepsItsBatching(t *testing.T) {
 		t.Errorf("the adopted job's record keeps batching %+v, want 7 adjustments", r.Batching)
 	}
 
+	// "auto" resolved to dynamic at placement stays dynamic, though the
+	// nodes are alike now (resolved again, it would be uniform and leave
+	// the unequal batches with no controller).
+	autoSrc := strings.Replace(src, `mode = "dynamic"`, `mode = "auto"`, 1)
+	auto := *j
+	auto.source = autoSrc
+	if auto.file, _ = jobAndModel(t, autoSrc); auto.file.Batching.Mode != config.BatchingAuto {
+		t.Fatalf("batching mode %q, want auto", auto.file.Batching.Mode)
+	}
+	for _, keep := range []bool{true, false} {
+		rec := auto.record()
+		if !keep {
+			rec.Batching.Mode = ""
+		}
+		taken, err := jobFromRecord(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, tr := range taken.tasks {
+			tr.node = again[[]string{"a", "b"}[k]]
+		}
+		restoreBalance(taken)
+		if want := map[bool]string{true: config.BatchingDynamic, false: config.BatchingUniform}[keep]; taken.balance.mode != want {
+			t.Errorf("auto, the record's mode kept %v: restored as %q, want %q", keep, taken.balance.mode, want)
+		}
+	}
+
 	j.resizeTo = &batchCarry{lanes: []int{400, 112}, byNode: map[string]int{"a": 400, "b": 112}, restarts: 2}
 	j.state = api.JobRestarting
 	restarting, err := jobFromRecord(j.record())
@@ -108,6 +135,11 @@ func TestAnAdoptedJobKeepsItsBatching(t *testing.T) {
 	bad.Batching.Adjustments = -1
 	if _, err := jobFromRecord(bad); err == nil || !strings.Contains(err.Error(), "batching") {
 		t.Errorf("a record with -1 adjustments: %v, want refused", err)
+	}
+	bad = j.record()
+	bad.Batching.Mode = "auto"
+	if _, err := jobFromRecord(bad); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("a record whose mode is auto (never resolved): %v, want refused", err)
 	}
 	bad = j.record()
 	bad.Batching.ResizeByNode["b"] = 0

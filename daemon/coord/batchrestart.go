@@ -24,6 +24,10 @@ import (
 
 // batchCarry is what a kill-restart resize hands on to the restarted job.
 type batchCarry struct {
+	// mode, when set, is the mode to keep instead of resolving the job
+	// file's again (a job adopted after a coordinator restart: "auto"
+	// resolved at placement, on the shares the nodes had then).
+	mode        string
 	lanes       []int          // the new batch of each lane
 	byNode      map[string]int // the same, by the node of the lane's first wide replica
 	ctl         *batching.Controller

@@ -83,11 +83,14 @@ type Job struct {
 	Finished       time.Time `json:"finished,omitzero"`
 }
 
-// Batching is a job's batching counts and, while it restarts to resize
+// Batching is a job's batching mode and counts and, while it restarts to resize
 // its batches (batching.resize = "restart"), the batches it restarts with:
 // ResizeLanes, lane by lane, and ResizeByNode, by the node of each lane's
 // first replica.
 type Batching struct {
+	// Mode is the mode the job's batching resolved to ("auto" resolved
+	// once, at placement).
+	Mode         string         `json:"mode,omitempty"`
 	Adjustments  int            `json:"adjustments,omitempty"`
 	Restarts     int            `json:"restarts,omitempty"`
 	ResizeLanes  []int          `json:"resize_lanes,omitempty"`
