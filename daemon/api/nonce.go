@@ -20,6 +20,13 @@ const DefaultNonceCacheSize = 1 << 20
 // ErrReplayed is returned by NonceCache.Seen for a nonce it already holds.
 var ErrReplayed = errors.New("replayed request")
 
+// ErrSignedBeforeStart is returned by NonceCache.Seen for a request signed
+// before the cache's start (NonceCache.RefuseSignedBefore): a coordinator
+// just restarted cannot tell a replay of a request its predecessor served
+// from one nobody sent, so it refuses both; a client's retry, signed anew,
+// passes.
+var ErrSignedBeforeStart = errors.New("signed before the coordinator started")
+
 // ErrNonceCacheFull is returned by NonceCache.Seen when it holds its
 // capacity of unexpired nonces: the request is refused (not served
 // unchecked), and may be retried once older nonces expire.
@@ -36,6 +43,17 @@ type NonceCache struct {
 	max    int
 	seen   map[[NonceSize]byte]struct{}
 	expiry expiryHeap // the same nonces, soonest to expire first
+	// start is the first second whose requests it takes (0: any).
+	start int64
+}
+
+// RefuseSignedBefore makes the cache refuse requests signed before the
+// second of start, the time it began recording: the nonces of requests
+// served before then (by a coordinator this one replaced) are not in it.
+func (c *NonceCache) RefuseSignedBefore(start time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.start = start.Unix()
 }
 
 // NewNonceCache returns a cache of at most max nonces (DefaultNonceCacheSize
@@ -48,7 +66,8 @@ func NewNonceCache(max int) *NonceCache {
 }
 
 // Seen records s's nonce at time now. It returns ErrReplayed if the nonce
-// is already recorded, ErrNonceCacheFull if max unexpired nonces are, and
+// is already recorded, ErrSignedBeforeStart if s's time is before the
+// cache's start, ErrNonceCacheFull if max unexpired nonces are, and
 // ErrUnauthorized if s's time is already out of the MaxClockSkew window
 // (Verify refuses those first).
 func (c *NonceCache) Seen(s Stamp, now time.Time) error {
@@ -57,6 +76,10 @@ func (c *NonceCache) Seen(s Stamp, now time.Time) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if s.Time.Unix() < c.start {
+		return fmt.Errorf("%w: the request's time %s is before the coordinator's start %s; sign it anew", ErrSignedBeforeStart,
+			s.Time.UTC().Format(time.RFC3339), time.Unix(c.start, 0).UTC().Format(time.RFC3339))
+	}
 	if _, ok := c.seen[s.Nonce]; ok {
 		return fmt.Errorf("%w: nonce %x was already used at %s", ErrReplayed, s.Nonce, s.Time.UTC().Format(time.RFC3339))
 	}

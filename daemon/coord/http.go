@@ -64,7 +64,9 @@ func (c *Coordinator) Handler() http.Handler {
 	if c.cfg.ControlSecret == nil {
 		return mux
 	}
-	return c.authenticated(mux, api.ControlKey(c.cfg.ControlSecret), api.NewNonceCache(api.DefaultNonceCacheSize))
+	nonces := api.NewNonceCache(api.DefaultNonceCacheSize)
+	nonces.RefuseSignedBefore(c.started) // what its predecessor served may come again
+	return c.authenticated(mux, api.ControlKey(c.cfg.ControlSecret), nonces)
 }
 
 // authenticated serves only requests signed with key (api.Verify), each
@@ -96,10 +98,15 @@ func (c *Coordinator) authenticated(next http.Handler, key []byte, nonces *api.N
 }
 
 // authError is the reply to a request authenticated refuses: 503 with
-// Retry-After when the nonce cache is full, else 401.
+// Retry-After when the nonce cache is full or the request was signed
+// before the coordinator started (clients retry, signing anew), else 401.
 func authError(w http.ResponseWriter, err error) error {
-	if errors.Is(err, api.ErrNonceCacheFull) {
+	switch {
+	case errors.Is(err, api.ErrNonceCacheFull):
 		w.Header().Set("Retry-After", "10")
+		return httpErrorf(http.StatusServiceUnavailable, "%v", err)
+	case errors.Is(err, api.ErrSignedBeforeStart):
+		w.Header().Set("Retry-After", "1")
 		return httpErrorf(http.StatusServiceUnavailable, "%v", err)
 	}
 	w.Header().Set("WWW-Authenticate", api.AuthScheme)

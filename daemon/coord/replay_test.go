@@ -20,8 +20,12 @@ type signedRequest struct {
 }
 
 func sign(method, path string, body []byte, key []byte) signedRequest {
+	return signAt(method, path, body, key, time.Now())
+}
+
+func signAt(method, path string, body []byte, key []byte, at time.Time) signedRequest {
 	req := httptest.NewRequest(method, path, nil)
-	api.Sign(req, body, key, time.Now())
+	api.Sign(req, body, key, at)
 	return signedRequest{method: method, path: path, auth: req.Header.Get("Authorization"), body: body}
 }
 
@@ -121,5 +125,30 @@ func TestForgedRequestsDoNotFillTheNonceCache(t *testing.T) {
 	code, msg, _ := sign("GET", "/v1/nodes", nil, key).send(h)
 	if code != http.StatusServiceUnavailable || !strings.Contains(msg, "replay cache full") {
 		t.Errorf("signed with the cache full: %d %q, want 503 replay cache full", code, msg)
+	}
+}
+
+// TestARestartedCoordinatorRefusesWhatItsPredecessorMayHaveServed: its
+// nonce cache starts empty, so a request signed before it started — a
+// register or a cancel its predecessor served, captured and sent again
+// within the clock-skew window — is refused with 503 (clients retry,
+// signing anew) and changes nothing; the same request signed now passes.
+func TestARestartedCoordinatorRefusesWhatItsPredecessorMayHaveServed(t *testing.T) {
+	c, key := newSignedCoordinator(t)
+	h := c.Handler()
+	regBody, _ := json.Marshal(newFakeNode("cpu-a", "cpu", 2, 7001).req)
+	captured := signAt("POST", "/v1/nodes/register", regBody, key, c.started.Add(-time.Second))
+	code, msg, _ := captured.send(h)
+	if code != http.StatusServiceUnavailable || !strings.Contains(msg, "signed before the coordinator started") {
+		t.Errorf("a register signed before the start: %d %q, want 503 signed before the coordinator started", code, msg)
+	}
+	c.mu.Lock()
+	nodes := len(c.nodes)
+	c.mu.Unlock()
+	if nodes != 0 {
+		t.Errorf("the refused register added %d node(s)", nodes)
+	}
+	if code, msg, _ := sign("POST", "/v1/nodes/register", regBody, key).send(h); code != http.StatusOK {
+		t.Errorf("the same register signed now: %d %q, want 200", code, msg)
 	}
 }
