@@ -120,9 +120,6 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := c.register(req)
-	if err == nil {
-		c.inheritShare(resp.NodeID)
-	}
 	reply(w, http.StatusOK, resp, err)
 }
 

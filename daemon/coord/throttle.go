@@ -10,11 +10,12 @@ import (
 )
 
 // cpuShare is what the coordinator knows of a node's CPU share: what the
-// node last reported applying, and the share a throttle asked for.
+// node last reported applying. The share a throttle asked for is kept by
+// node name (Coordinator.throttles), so that it outlives restarts of the
+// daemon and of the coordinator.
 type cpuShare struct {
-	reported  float64 // 0: nothing reported since registering (then req.CPUShare)
-	mode      string
-	requested float64 // 0: never throttled
+	reported float64 // 0: nothing reported since registering (then req.CPUShare)
+	mode     string
 }
 
 // share is the share n reports applying (1 when it reports none) and how.
@@ -30,10 +31,11 @@ func (n *node) share() (float64, string) {
 }
 
 // pendingShare is the share n is to be handed in its heartbeat reply: the
-// one asked for while n does not report applying it, else 0.
-func (n *node) pendingShare() float64 {
-	if share, _ := n.share(); n.cpu.requested != 0 && n.cpu.requested != share {
-		return n.cpu.requested
+// one asked of its name while n does not report applying it, else 0.
+// c.mu is held.
+func (c *Coordinator) pendingShare(n *node) float64 {
+	if share, _ := n.share(); c.throttles[n.req.Name] != 0 && c.throttles[n.req.Name] != share {
+		return c.throttles[n.req.Name]
 	}
 	return 0
 }
@@ -57,11 +59,10 @@ func (c *Coordinator) throttle(ctx context.Context, idOrName string, req api.Thr
 		c.mu.Unlock()
 		return api.NodeStatus{}, httpErrorf(http.StatusConflict, "throttle: node %s is dead (%s)", n.id, n.reason)
 	}
-	n.cpu.requested = req.CPUShare
 	c.throttles[n.req.Name] = req.CPUShare
 	c.log.Info("node throttled", "node", n.req.Name, "node_id", n.id, "cpu_share", req.CPUShare)
 	saved := c.saveThrottles()
-	status := withShare(c.nodeStatusOf(n), n)
+	status := c.withShare(c.nodeStatusOf(n), n)
 	c.mu.Unlock()
 	if err := saved(ctx); err != nil {
 		return api.NodeStatus{}, fmt.Errorf("throttle %s: storing the share: %w", n.req.Name, err)
@@ -104,18 +105,7 @@ func (c *Coordinator) exchangeShare(id string, hb api.Heartbeat) float64 {
 	if hb.CPUShare != 0 {
 		n.cpu.reported, n.cpu.mode = hb.CPUShare, hb.CPUShareMode
 	}
-	return n.pendingShare()
-}
-
-// inheritShare gives node id, just registered, the share the latest
-// throttle asked of its name, so that a throttle outlives a restart of the
-// daemon and of the coordinator.
-func (c *Coordinator) inheritShare(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := c.node(id); n != nil {
-		n.cpu.requested = c.throttles[n.req.Name]
-	}
+	return c.pendingShare(n)
 }
 
 // addShares fills in the CPU shares of node statuses. c.mu is held.
@@ -126,13 +116,15 @@ func (c *Coordinator) addShares(statuses []api.NodeStatus) {
 	}
 	for i := range statuses {
 		if n := byID[statuses[i].ID]; n != nil {
-			statuses[i] = withShare(statuses[i], n)
+			statuses[i] = c.withShare(statuses[i], n)
 		}
 	}
 }
 
-func withShare(s api.NodeStatus, n *node) api.NodeStatus {
+// withShare is s with n's CPU share and the share asked of its name.
+// c.mu is held.
+func (c *Coordinator) withShare(s api.NodeStatus, n *node) api.NodeStatus {
 	s.CPUShare, s.CPUShareMode = n.share()
-	s.CPUShareRequested = n.cpu.requested
+	s.CPUShareRequested = c.throttles[n.req.Name]
 	return s
 }

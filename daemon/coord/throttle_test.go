@@ -137,13 +137,12 @@ func TestThrottleOutlivesTheCoordinator(t *testing.T) {
 	c, stop = runCoordinator(t, cfg)
 	defer stop()
 	again := addLiveNode(c, "n2", "slow")
-	c.inheritShare(again.id)
 	if r := c.exchangeShare(again.id, api.Heartbeat{CPUShare: 1, CPUShareMode: api.CPUShareNone}); r != 0.4 {
 		t.Errorf("after the coordinator's restart the node is handed share %g, want 0.4", r)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s := withShare(c.nodeStatusOf(again), again); s.CPUShareRequested != 0.4 {
+	if s := c.withShare(c.nodeStatusOf(again), again); s.CPUShareRequested != 0.4 {
 		t.Errorf("status after the restart: requested %g, want 0.4", s.CPUShareRequested)
 	}
 }
