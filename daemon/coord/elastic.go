@@ -53,7 +53,7 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 		return false
 	}
 	var left []*taskRun
-	gone := 0
+	gone, units := 0, 0
 	for _, t := range j.tasks {
 		switch {
 		case t.node == n && t.task.Role == api.RolePS:
@@ -61,7 +61,7 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 		case t.node == n:
 			gone++
 		case t.task.Role == api.RoleStage && !j.joins(t):
-			left = append(left, t)
+			left, units = append(left, t), units+t.task.Units
 		}
 	}
 	if gone == 0 {
@@ -72,9 +72,8 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 		return false
 	}
 	c.markShrunk(j, n, now, cause)
-	from := c.resize(j, members, batches)
-	c.planOnUnits(j, replicaUnits(j, nil))
-	c.save(j)
+	c.planOnUnits(j, units)
+	from := c.resize(j, members, batches) // records the job, its new plan included
 	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
 		"replicas", members, "batches", batches, "from_step", from)
 	return true
