@@ -60,9 +60,11 @@ func stateName(param string, i int) string {
 // has applied step, and copies the state (snapshot) while it holds later
 // steps; then it lifts the fence and writes the copy, so that training
 // goes on while the file is written (CheckFreq's snapshot-then-persist).
-// In ASP it copies the state as it is, step naming it only. Every table and
-// block is read-locked while it is copied: pushes and row creation wait for
-// the copy, not for the disk.
+// In ASP it waits until every replica has had its pushes of every step up
+// to step accepted and copies the state as it is then, later pushes of
+// faster replicas included (a restart from it trains those again). Every
+// table and block is read-locked while it is copied: pushes and row
+// creation wait for the copy, not for the disk.
 func (s *Shard) Checkpoint(ctx context.Context, dir string, step int64) (ckpt.FileEntry, error) {
 	if err := s.hold(step); err != nil {
 		return ckpt.FileEntry{}, err
@@ -112,6 +114,26 @@ func (s *Shard) release() error {
 	return s.releaseHeld()
 }
 
+// awaitStep waits until the shard holds everything of step (Reached): in
+// BSP until every table and block has applied it, in ASP until every
+// member of their stages has had its pushes through it accepted.
+func (s *Shard) awaitStep(ctx context.Context, step int64) error {
+	ctx, cancel := s.waitCtx(ctx)
+	defer cancel()
+	for _, p := range s.params() {
+		var err error
+		if s.cfg.Mode == ASP {
+			err = p.waitPushed(ctx, s.closed, s.membersAt(p.stage, step), s.first, step)
+		} else {
+			err = p.waitVersion(ctx, s.closed, step)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Snapshot is a copy of a shard's state at one step, ready to write
 // (WriteSnapshots).
 type Snapshot struct {
@@ -122,16 +144,10 @@ type Snapshot struct {
 // snapshot waits for step (BSP) and copies the shard's state under read
 // locks on every table and block.
 func (s *Shard) snapshot(ctx context.Context, step int64) (Snapshot, error) {
-	all := s.all()
-	if s.cfg.Mode == BSP {
-		ctx, cancel := s.waitCtx(ctx)
-		defer cancel()
-		for _, st := range all {
-			if err := st.waitVersion(ctx, s.closed, step); err != nil {
-				return Snapshot{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
-			}
-		}
+	if err := s.awaitStep(ctx, step); err != nil {
+		return Snapshot{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
 	}
+	all := s.all()
 	for _, st := range all {
 		st.mu.RLock()
 		defer st.mu.RUnlock()

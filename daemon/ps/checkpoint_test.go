@@ -410,3 +410,71 @@ func TestCheckpointWritesACopy(t *testing.T) {
 	}
 	assertSameState(t, "restored from the copy", (&job{cfgs: j.cfgs, shards: restored}).state(t), atStep2)
 }
+
+// TestAnASPCheckpointWaitsForEveryReplicasPushes: an ASP checkpoint of
+// step 2 is taken once every replica has had its pushes of steps 1 and 2
+// accepted — whichever order they came in, and with a faster replica's
+// later pushes in it too — and a shard restored from it counts from step
+// 2. One that never gets them fails naming the replica behind.
+func TestAnASPCheckpointWaitsForEveryReplicasPushes(t *testing.T) {
+	j := newJob(t, ASP, 1, 2)
+	s := j.shards[0]
+	push := func(r int, step int64) {
+		pid := id(r, step)
+		mustPushRows(t, s, pid, 1, []int64{1, 2}, randFloats(rand.New(rand.NewPCG(uint64(r), uint64(step))), 2*testDim))
+		mustPushBlock(t, s, pid, 1, randFloats(rand.New(rand.NewPCG(uint64(r), uint64(step))), testLen))
+	}
+	for step := int64(1); step <= 4; step++ {
+		push(0, step)
+	}
+	push(1, 1)
+	push(1, 3) // step 2 comes late, after a reconnection
+	if s.Reached(2) {
+		t.Fatal("step 2 reached while replica 1 has not pushed it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, err := CheckpointAll(ctx, t.TempDir(), 2, j.shards)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "replica 1 has pushed through step 1") {
+		t.Fatalf("ASP checkpoint before replica 1 pushed step 2: %v, want a timeout naming replica 1", err)
+	}
+
+	type result struct {
+		dir string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		dir, err := CheckpointAll(context.Background(), t.TempDir(), 2, j.shards)
+		done <- result{dir, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("checkpoint taken before replica 1 pushed step 2: %+v", r)
+	case <-time.After(20 * time.Millisecond):
+	}
+	push(1, 2)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	now := j.state(t)
+	restored, err := RestoreAll(j.cfgs, r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := &job{cfgs: j.cfgs, shards: restored}
+	assertSameState(t, "restored ASP checkpoint", back.state(t), now)
+	if v, _ := restored[0].Version(testTable); v != 7 {
+		t.Errorf("restored at version %d, want the 7 pushes applied", v)
+	}
+	if !restored[0].Reached(2) || restored[0].Reached(3) {
+		t.Errorf("restored from step 2: reached 2 %v, 3 %v; want true, false", restored[0].Reached(2), restored[0].Reached(3))
+	}
+	s = restored[0]
+	push(0, 3)
+	push(1, 3)
+	if !s.Reached(3) {
+		t.Error("restored from step 2, both replicas pushed step 3, and step 3 is not reached")
+	}
+}

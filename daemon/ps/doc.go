@@ -93,12 +93,17 @@
 // stream from their slabs, never copied whole. In BSP the shard is fenced at
 // the step first: later steps are held (their pushes are accepted, but not
 // applied) until the file is written, so the file is exactly the state
-// after the step. While the file itself is written every table and block
-// is read-locked: pushes and row creation wait, and so do pulls queued
-// behind them. CheckpointAll fences every shard, writes them, then writes the
+// after the step. In ASP, where replicas run at steps of their own, the
+// copy waits until every member of a table's or block's stage has had its
+// pushes of each step up to the checkpoint's accepted (Reached), and holds
+// the state as it is then: later pushes of faster replicas are in it too,
+// so a job restarted from it trains those steps again. While the file
+// itself is written every table and block is read-locked: pushes and row
+// creation wait, and so do pulls queued behind them. CheckpointAll fences every shard, writes them, then writes the
 // manifest last (ckpt.WriteManifest) into ckpt.StepDir(root, step). Restore
 // reads the manifest first, refuses another job or shard count, checks its
-// file's size and SHA-256 against it, and only then loads it.
+// file's size and SHA-256 against it, and only then loads it; RestoreAs
+// takes another job's checkpoint and re-shards it to the job's shard count.
 //
 // # Concurrency
 //

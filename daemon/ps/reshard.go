@@ -14,12 +14,10 @@ var reshardChunk = 4096
 // m.Shards shards (another count): every old file is verified and read in
 // chunks, each table keeping the rows of the ids it owns now (ShardOf),
 // and each of the shard's blocks comes from the old file that held it
-// (BlockShard). ASP checkpoints cannot be re-sharded: their versions count
-// each old shard's pushes.
+// (BlockShard). In ASP a table's version counts the pushes its old shards
+// applied, nearly alike as every push reaches every shard: the new shard's
+// table takes the largest.
 func reshard(cfg Config, dir string, m ckpt.Manifest) (*Shard, error) {
-	if cfg.Mode == ASP {
-		return nil, fmt.Errorf("the checkpoint has %d shards, the job now has %d: an ASP checkpoint keeps its shard count", m.Shards, cfg.Shards)
-	}
 	s, err := NewShard(cfg)
 	if err != nil {
 		return nil, err
@@ -35,6 +33,7 @@ func reshard(cfg Config, dir string, m ckpt.Manifest) (*Shard, error) {
 			return nil, fmt.Errorf("no file of the checkpoint holds block %q", name)
 		}
 	}
+	s.first = m.Step
 	return s, nil
 }
 
@@ -111,7 +110,7 @@ func (s *Shard) takeRows(f *ckpt.File, t *table, pm paramMeta, step int64) error
 			return err
 		}
 	}
-	t.version = pm.Version
+	t.version = max(t.version, pm.Version)
 	return nil
 }
 

@@ -68,6 +68,7 @@ func restore(cfg Config, dir string, anyJob bool) (*Shard, error) {
 	if err := s.load(f, m.JobID, m.Step); err != nil {
 		return fail(err)
 	}
+	s.first = m.Step
 	return s, nil
 }
 

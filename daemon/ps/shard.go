@@ -122,6 +122,10 @@ type Shard struct {
 	fence  atomic.Int64
 	ckptMu sync.Mutex
 
+	// first is the step training starts after: the checkpoint's step for a
+	// restored shard, else 0. ASP checkpoints wait for the pushes since.
+	first int64
+
 	closed    chan struct{} // closed by Close: waits end
 	closeOnce sync.Once
 }
@@ -299,13 +303,49 @@ func (s *Shard) block(name string) (*block, error) {
 // group by name: the order checkpoints lock them in.
 func (s *Shard) all() []*stepped {
 	var out []*stepped
-	for _, t := range sortedValues(s.tables) {
-		out = append(out, &t.stepped)
-	}
-	for _, b := range sortedValues(s.blocks) {
-		out = append(out, &b.stepped)
+	for _, p := range s.params() {
+		out = append(out, p.stepped)
 	}
 	return out
+}
+
+// param is a table's or block's state and the stage that pushes to it.
+type param struct {
+	*stepped
+	stage int
+}
+
+// params returns every table's and block's state, tables first, each
+// kind by name.
+func (s *Shard) params() []param {
+	var out []param
+	for _, t := range sortedValues(s.tables) {
+		out = append(out, param{&t.stepped, t.spec.Stage})
+	}
+	for _, b := range sortedValues(s.blocks) {
+		out = append(out, param{&b.stepped, b.spec.Stage})
+	}
+	return out
+}
+
+// Reached reports whether the shard holds everything of step: in BSP,
+// every table and block has applied it; in ASP, every member of the stage
+// pushing to a table or block has had its pushes of each step up to it
+// accepted (in ASP the shard may hold later pushes too).
+func (s *Shard) Reached(step int64) bool {
+	for _, p := range s.params() {
+		members := s.membersAt(p.stage, step)
+		p.mu.RLock()
+		ok := p.version >= step
+		if s.cfg.Mode == ASP {
+			ok = p.pushedThrough(members, s.first, step)
+		}
+		p.mu.RUnlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func sortedValues[V any](m map[string]V) []V {

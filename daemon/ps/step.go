@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -229,24 +230,86 @@ func (st *stepped) reached(after int64) bool {
 // closed is closed. Its error says which replicas the open BSP step still
 // waits for: whom a stuck step is stuck on.
 func (st *stepped) waitVersion(ctx context.Context, closed <-chan struct{}, after int64) error {
-	for {
+	err := st.waitUntil(ctx, closed, func() bool { return st.version >= after })
+	if err != nil {
 		st.mu.RLock()
-		v, ch := st.version, st.advanced
+		v := st.version
 		st.mu.RUnlock()
-		if v >= after {
-			return nil
-		}
-		var err error
-		select {
-		case <-ch:
-			continue
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-closed:
-			err = ErrShardClosed
-		}
 		return fmt.Errorf("waiting for version %d (at %d%s): %w", after, v, st.awaited(), err)
 	}
+	return nil
+}
+
+// waitPushed waits until each of replicas has had its pushes of every step
+// in (first, step] accepted (ASP), or ctx ends, or closed is closed. Its
+// error says how far each replica behind has pushed.
+func (st *stepped) waitPushed(ctx context.Context, closed <-chan struct{}, replicas []int, first, step int64) error {
+	err := st.waitUntil(ctx, closed, func() bool { return st.pushedThrough(replicas, first, step) })
+	if err != nil {
+		return fmt.Errorf("waiting for every replica's pushes through step %d (%s): %w", step, st.behind(replicas, first, step), err)
+	}
+	return nil
+}
+
+// waitUntil waits until done, called under the read lock, reports true;
+// it is checked again each time the version advances.
+func (st *stepped) waitUntil(ctx context.Context, closed <-chan struct{}, done func() bool) error {
+	for {
+		st.mu.RLock()
+		ok, ch := done(), st.advanced
+		st.mu.RUnlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closed:
+			return ErrShardClosed
+		}
+	}
+}
+
+// pushedThrough reports whether each of replicas has pushed through step
+// (through). Under the read lock.
+func (st *stepped) pushedThrough(replicas []int, first, step int64) bool {
+	for _, r := range replicas {
+		if st.through(r, first) < step {
+			return false
+		}
+	}
+	return true
+}
+
+// through is the last step up to which replica's pushes of every step
+// after first have been accepted (ASP, where pushes of one replica may
+// arrive out of order after a reconnection). Steps below the replay window
+// count as accepted: one that was not is refused as stale when it comes,
+// failing its replica. Under the read lock.
+func (st *stepped) through(replica int, first int64) int64 {
+	w := st.windows[replica]
+	if w == nil || w.top <= first {
+		return first
+	}
+	k := max(first+1, w.top-ReplayWindow+1)
+	for k <= w.top && w.has(k) {
+		k++
+	}
+	return k - 1
+}
+
+// behind describes the replicas that have not pushed through step.
+func (st *stepped) behind(replicas []int, first, step int64) string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var out []string
+	for _, r := range replicas {
+		if at := st.through(r, first); at < step {
+			out = append(out, fmt.Sprintf("replica %d has pushed through step %d", r, at))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // awaited describes the replicas whose pushes the open BSP step lacks.
