@@ -116,16 +116,17 @@ func (s *Shard) release() error {
 
 // awaitStep waits until the shard holds everything of step (Reached): in
 // BSP until every table and block has applied it, in ASP until every
-// member of their stages has had its pushes through it accepted.
+// member of their stages has had its pushes through it accepted. However
+// long training takes to get there, it waits while updates come; it gives
+// up when ctx ends or when none has come for WaitTimeout (ErrStalled).
 func (s *Shard) awaitStep(ctx context.Context, step int64) error {
-	ctx, cancel := s.waitCtx(ctx)
-	defer cancel()
+	stall := s.cfg.WaitTimeout
 	for _, p := range s.params() {
 		var err error
 		if s.cfg.Mode == ASP {
-			err = p.waitPushed(ctx, s.closed, s.membersAt(p.stage, step), s.first, step)
+			err = p.waitPushed(ctx, s.closed, stall, s.membersAt(p.stage, step), s.first, step)
 		} else {
-			err = p.waitVersion(ctx, s.closed, step)
+			err = p.waitVersion(ctx, s.closed, stall, step)
 		}
 		if err != nil {
 			return err

@@ -478,3 +478,42 @@ func TestAnASPCheckpointWaitsForEveryReplicasPushes(t *testing.T) {
 		t.Error("restored from step 2, both replicas pushed step 3, and step 3 is not reached")
 	}
 }
+
+// TestACheckpointWaitsAsLongAsTrainingGoesOn: a checkpoint whose step
+// takes longer than WaitTimeout to come is still taken, as long as steps
+// keep coming; one whose shard gets no update for WaitTimeout gives up
+// (ErrStalled). Before, a checkpoint interval longer than WaitTimeout (5
+// minutes by default) failed the job's PS tasks.
+func TestACheckpointWaitsAsLongAsTrainingGoesOn(t *testing.T) {
+	for _, mode := range []Mode{BSP, ASP} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := testConfig(t, mode, 0, 1, 1, adam)
+			cfg.WaitTimeout = 80 * time.Millisecond
+			s, err := NewShard(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := &job{cfgs: []Config{cfg}, shards: []*Shard{s}}
+			done := make(chan error, 1)
+			go func() {
+				_, err := CheckpointAll(context.Background(), t.TempDir(), 6, j.shards)
+				done <- err
+			}()
+			for step := int64(1); step <= 6; step++ { // 6 x 30 ms: twice WaitTimeout
+				time.Sleep(30 * time.Millisecond)
+				j.step(t, step, 1, 1)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("a checkpoint whose step came after 180 ms of steady training, WaitTimeout 80 ms: %v", err)
+			}
+			start := time.Now()
+			_, err = CheckpointAll(context.Background(), t.TempDir(), 7, j.shards)
+			if !errors.Is(err, ErrStalled) {
+				t.Fatalf("a checkpoint of a step that never comes: %v, want ErrStalled", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("gave up after %s, WaitTimeout 80 ms", d)
+			}
+		})
+	}
+}

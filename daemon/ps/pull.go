@@ -174,7 +174,7 @@ func (s *Shard) await(ctx context.Context, st *stepped, after int64) error {
 	}
 	ctx, cancel := s.waitCtx(ctx)
 	defer cancel()
-	return st.waitVersion(ctx, s.closed, after)
+	return st.waitVersion(ctx, s.closed, 0, after)
 }
 
 // checkOwned refuses ids that ShardOf places on another shard.

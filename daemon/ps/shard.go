@@ -61,7 +61,11 @@ type Config struct {
 	// ErrMemoryBudget, creating none; the shard goes on serving.
 	MemoryBytes int64
 	SlabRows    int           // rows per slab; 0 = DefaultSlabRows
-	WaitTimeout time.Duration // longest wait of a call whose context has no deadline; 0 = DefaultWaitTimeout
+	// WaitTimeout is the longest wait of a pull whose context has no
+	// deadline, and how long a checkpoint waits for its step without any
+	// update coming (it waits while training goes on, however long that
+	// takes); 0 = DefaultWaitTimeout.
+	WaitTimeout time.Duration
 
 	// Backend runs the weighted sums and optimiser updates. It must keep
 	// buffers in host memory (the CPU backend): slabs are Go memory.
@@ -99,6 +103,7 @@ var (
 	ErrCheckpointBusy = errors.New("a checkpoint is already in progress")
 	ErrStepPassed     = errors.New("step already passed")
 	ErrShardClosed    = errors.New("shard closed")
+	ErrStalled        = errors.New("no update came")
 )
 
 // Shard is one parameter-server shard. Its methods are safe for concurrent

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ReplayWindow is how many of each replica's latest steps a table or block
@@ -227,10 +228,11 @@ func (st *stepped) reached(after int64) bool {
 }
 
 // waitVersion waits until the version is at least after, or ctx ends, or
-// closed is closed. Its error says which replicas the open BSP step still
-// waits for: whom a stuck step is stuck on.
-func (st *stepped) waitVersion(ctx context.Context, closed <-chan struct{}, after int64) error {
-	err := st.waitUntil(ctx, closed, func() bool { return st.version >= after })
+// closed is closed, or (stall > 0) the version has not advanced for stall.
+// Its error says which replicas the open BSP step still waits for: whom a
+// stuck step is stuck on.
+func (st *stepped) waitVersion(ctx context.Context, closed <-chan struct{}, stall time.Duration, after int64) error {
+	err := st.waitUntil(ctx, closed, stall, func() bool { return st.version >= after })
 	if err != nil {
 		st.mu.RLock()
 		v := st.version
@@ -241,10 +243,10 @@ func (st *stepped) waitVersion(ctx context.Context, closed <-chan struct{}, afte
 }
 
 // waitPushed waits until each of replicas has had its pushes of every step
-// in (first, step] accepted (ASP), or ctx ends, or closed is closed. Its
-// error says how far each replica behind has pushed.
-func (st *stepped) waitPushed(ctx context.Context, closed <-chan struct{}, replicas []int, first, step int64) error {
-	err := st.waitUntil(ctx, closed, func() bool { return st.pushedThrough(replicas, first, step) })
+// in (first, step] accepted (ASP), or as waitVersion gives up. Its error
+// says how far each replica behind has pushed.
+func (st *stepped) waitPushed(ctx context.Context, closed <-chan struct{}, stall time.Duration, replicas []int, first, step int64) error {
+	err := st.waitUntil(ctx, closed, stall, func() bool { return st.pushedThrough(replicas, first, step) })
 	if err != nil {
 		return fmt.Errorf("waiting for every replica's pushes through step %d (%s): %w", step, st.behind(replicas, first, step), err)
 	}
@@ -252,8 +254,17 @@ func (st *stepped) waitPushed(ctx context.Context, closed <-chan struct{}, repli
 }
 
 // waitUntil waits until done, called under the read lock, reports true;
-// it is checked again each time the version advances.
-func (st *stepped) waitUntil(ctx context.Context, closed <-chan struct{}, done func() bool) error {
+// it is checked again each time the version advances. It gives up when
+// ctx ends, when closed is closed, or, with stall > 0, when the version has
+// not advanced for stall (ErrStalled).
+func (st *stepped) waitUntil(ctx context.Context, closed <-chan struct{}, stall time.Duration, done func() bool) error {
+	var timer *time.Timer
+	var stalled <-chan time.Time // nil, never ready, without a stall limit
+	if stall > 0 {
+		timer = time.NewTimer(stall)
+		defer timer.Stop()
+		stalled = timer.C
+	}
 	for {
 		st.mu.RLock()
 		ok, ch := done(), st.advanced
@@ -263,6 +274,11 @@ func (st *stepped) waitUntil(ctx context.Context, closed <-chan struct{}, done f
 		}
 		select {
 		case <-ch:
+			if timer != nil {
+				timer.Reset(stall)
+			}
+		case <-stalled:
+			return fmt.Errorf("no update for %s: %w", stall, ErrStalled)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-closed:
