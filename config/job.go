@@ -49,7 +49,7 @@ import (
 //	min_batch = 1              # no replica's batch below this
 //	resize = "in-place"        # or "restart": from the newest checkpoint (needs checkpoint.every)
 //
-//	[replan]                   # re-plan from measured throughput (BSP, needs checkpoint.every)
+//	[replan]                   # re-plan from measured throughput (needs checkpoint.every)
 //	enabled = true
 //	gain = 0.05                # move when the rest of the run gets this much cheaper, move paid
 //	warmup = 20                # steps after each start before throughput counts
@@ -111,7 +111,7 @@ type JobBatching struct {
 	// Resize is how a new split reaches the replicas: "in-place" at a step
 	// boundary, or "restart": the job restarts from its newest checkpoint
 	// with the new split (the Dynamic Batching paper's kill-restart; needs
-	// checkpoint.every, and BSP: ASP jobs are not checkpointed).
+	// checkpoint.every, and BSP).
 	Resize string `toml:"resize"`
 }
 
@@ -340,8 +340,6 @@ func (j *Job) validate(loc *Locator) error {
 		errs.add(loc.Errorf("checkpoint.restarts", "must be in [0, %d], got %d", maxJobRestarts, j.Checkpoint.Restarts))
 	case j.Checkpoint.Restarts > 0 && j.Checkpoint.Every <= 0:
 		errs.add(loc.Errorf("checkpoint.restarts", "a restart resumes from a checkpoint: set checkpoint.every"))
-	case j.Checkpoint.Restarts > 0 && j.Mode == "asp":
-		errs.add(loc.Errorf("checkpoint.restarts", "ASP jobs are not checkpointed, so they cannot be restarted"))
 	}
 	if strings.TrimSpace(j.Checkpoint.Restore) != j.Checkpoint.Restore || strings.ContainsRune(j.Checkpoint.Restore, 0) {
 		errs.add(loc.Errorf("checkpoint.restore", "%q is not a usable path", j.Checkpoint.Restore))
@@ -421,7 +419,7 @@ func (j *Job) validateBatching(loc *Locator, errs *errorList) {
 	case b.Resize == ResizeRestart && j.Checkpoint.Every <= 0:
 		errs.add(loc.Errorf("batching.resize", "%q restarts from a checkpoint: set checkpoint.every", b.Resize))
 	case b.Resize == ResizeRestart && j.Mode == "asp":
-		errs.add(loc.Errorf("batching.resize", "%q restarts from a checkpoint, and ASP jobs are not checkpointed", b.Resize))
+		errs.add(loc.Errorf("batching.resize", "%q is built for BSP jobs; an ASP job resizes in place", b.Resize))
 	}
 }
 

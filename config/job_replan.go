@@ -62,6 +62,6 @@ func (j *Job) validateReplan(loc *Locator, errs *errorList) {
 	case j.Checkpoint.Every <= 0:
 		errs.add(loc.Errorf("replan.enabled", "a re-planned job moves by restoring a checkpoint: set checkpoint.every"))
 	case j.Mode != "bsp":
-		errs.add(loc.Errorf("replan.enabled", "only BSP jobs are re-planned (%s jobs are not checkpointed at a step)", j.Mode))
+		errs.add(loc.Errorf("replan.enabled", "only BSP jobs are re-planned, not %s ones", j.Mode))
 	}
 }

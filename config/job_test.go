@@ -112,7 +112,6 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"restarts without checkpoints", "batch = 8\nsteps = 1\n[checkpoint]\nrestarts = 2\n", "checkpoint.restarts", 7},
 		{"negative restarts", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = -1\n", "checkpoint.restarts", 9},
 		{"negative keep", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevery = 5\nkeep = -1\n", "checkpoint.keep", 9},
-		{"restarts of an ASP job", "batch = 8\nsteps = 1\nmode = \"asp\"\n[checkpoint]\ndir = \"/x\"\nevery = 5\nrestarts = 1\n", "checkpoint.restarts", 10},
 		{"unknown dense sync", "batch = 8\nsteps = 1\ndense_sync = \"nccl\"\n", "dense_sync", 6},
 		{"allreduce in ASP", "batch = 8\nsteps = 1\nmode = \"asp\"\ndense_sync = \"allreduce\"\n", "dense_sync", 7},
 		{"restore path with spaces around", "batch = 8\nsteps = 1\n[checkpoint]\nrestore = \" /x\"\n", "checkpoint.restore", 7},
@@ -233,6 +232,10 @@ func TestJobBatching(t *testing.T) {
 	j, err = ParseJob("job.toml", []byte(base+ckpt+"[batching]\nresize = \"restart\"\n"))
 	if err != nil || j.Batching.Resize != ResizeRestart {
 		t.Errorf("kill-restart resizing with checkpoints: %v, resize %q", err, j.Batching.Resize)
+	}
+	j, err = ParseJob("job.toml", []byte("mode = \"asp\"\n"+base+ckpt+"restarts = 2\n"))
+	if err != nil || j.Checkpoint.Restarts != 2 {
+		t.Errorf("an ASP job restarted from its checkpoints: %v", err)
 	}
 	_, err = ParseJob("job.toml", []byte("mode = \"asp\"\n"+base+ckpt+"[batching]\nresize = \"restart\"\n"))
 	if ce := (*Error)(nil); !errors.As(err, &ce) || ce.Field != "batching.resize" {

@@ -278,7 +278,7 @@ func (c *Coordinator) manifestWritten(w manifestWork, err error, now time.Time) 
 // awaitsFinalCheckpoint reports whether j, its stages all done, still
 // waits for the checkpoint of its last step.
 func (j *job) awaitsFinalCheckpoint() bool {
-	if j.file.Checkpoint.Every <= 0 || j.file.Mode != api.ModeBSP {
+	if j.file.Checkpoint.Every <= 0 {
 		return false
 	}
 	return j.ckpt.latest == nil || j.ckpt.latest.Step < j.file.TotalSteps()

@@ -719,6 +719,44 @@ func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
 	}
 }
 
+// TestAnASPJobRestartsFromItsCheckpointWhenAReplicaDies: the parameter
+// servers of an ASP job write its checkpoints (each once every replica has
+// pushed through its step), and when the node of a replica dies the job
+// restarts from the newest of them on the nodes left and trains to its
+// last step.
+func TestAnASPJobRestartsFromItsCheckpointWhenAReplicaDies(t *testing.T) {
+	root := t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	stops := map[string]func(){}
+	for _, name := range []string{"a", "b", "c"} {
+		stops[name] = cl.startNode(name, "cpu")
+	}
+	cl.waitNodes(3)
+	src := strings.Replace(dpJobSource(t, 400), "\nmode = \"bsp\"\n", "\nmode = \"asp\"\n", 1)
+	id := cl.submit(writeJobFile(t, src+fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)))
+	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Checkpoint != nil || s.State.Final() })
+	if s.State != api.JobRunning || len(s.Stages[0].Nodes) != 2 || len(s.PS) != 1 {
+		t.Fatalf("before the kill: %s (%s), stages %+v, ps %v", s.State, s.Reason, s.Stages, s.PS)
+	}
+	if m, err := ckpt.ReadManifest(s.Checkpoint.Dir); err != nil || m.Step != s.Checkpoint.Step || m.Step%20 != 0 {
+		t.Fatalf("the ASP job's checkpoint %+v: manifest %+v, %v", s.Checkpoint, m, err)
+	}
+	victim := s.Stages[0].Nodes[0]
+	if victim == s.PS[0] {
+		victim = s.Stages[0].Nodes[1]
+	}
+	stops[victim]()
+
+	s = cl.waitJob(id, final)
+	if s.State != api.JobFailed || s.RestartedAs == "" {
+		t.Fatalf("after the kill: job %s (%q), restarted as %q; want failed and restarted", s.State, s.Reason, s.RestartedAs)
+	}
+	r := cl.waitJob(s.RestartedAs, final)
+	if r.State != api.JobDone || r.Step != 400 || r.RestoredFrom == nil || r.RestoredFrom.Step%20 != 0 || r.RestoredFrom.Step == 0 {
+		t.Fatalf("restart %s: %s (%s) at step %d, restored from %+v", r.ID, r.State, r.Reason, r.Step, r.RestoredFrom)
+	}
+}
+
 // TestNodeStopsWhilePeerReplicaIsGone: of a data-parallel job's two
 // replicas, node b's stops mid-job, so node a's replica waits on a BSP
 // step that never completes (its batch read ahead waits for rows of a

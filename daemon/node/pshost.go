@@ -146,7 +146,7 @@ func (h *psHost) close() {
 // for them.
 func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	spec := tasks[0].spec
-	shards, names, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log.With("job", spec.JobID))
+	shards, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log.With("job", spec.JobID))
 	if err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)
@@ -168,7 +168,7 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 		<-ctx.Done()
 		return
 	}
-	if err := a.checkpoints(ctx, tasks, shards, names); err != nil {
+	if err := a.checkpoints(ctx, tasks, shards); err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)
 		}
@@ -184,22 +184,19 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 // have reported. Each is fenced at its step before the step can be
 // applied, so the next is set up as soon as the last is written. The job
 // may leave the node right after its last step, so a checkpoint whose step
-// has been applied is finished even if ctx ends meanwhile. ASP has no step
-// to fence at: it says so and writes nothing.
-func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Shard, names []string) error {
+// has been reached is finished even if ctx ends meanwhile. In ASP a
+// checkpoint of a step waits for every replica's pushes through it
+// (ps.Shard.Reached) and holds faster replicas' later pushes too.
+func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Shard) error {
 	spec := tasks[0].spec
 	every := spec.CheckpointEvery
 	if every <= 0 {
 		return nil
 	}
-	if spec.Mode != api.ModeBSP {
-		a.log.Warn("ps: not writing the job's checkpoints: ASP has no step boundary to fence at", "job", spec.JobID)
-		return nil
-	}
 	w := a.startCheckpointWriter(ctx, tasks, shards)
 	for step := (spec.FirstStep/every + 1) * every; ; step += every {
 		step = min(step, spec.Steps)
-		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards, names)
+		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return w.finish() // the job ended before the step
@@ -220,9 +217,9 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 }
 
 // snapshotAt copies the shards at step; when ctx ends first it is
-// cancelled only if the step has not been applied yet. It is cancelled in
+// cancelled only if the shards have not reached the step yet. It is cancelled in
 // any case when fence ends: the node's lease ran out.
-func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard, names []string) ([]ps.Snapshot, error) {
+func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard) ([]ps.Snapshot, error) {
 	wctx, cancel := context.WithCancel(fence)
 	defer cancel()
 	type copied struct {
@@ -238,12 +235,23 @@ func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard, name
 	case c := <-done:
 		return c.snaps, c.err
 	case <-ctx.Done():
-		if !applied(shards, names, step) {
+		if !reached(shards, step) {
 			cancel()
 		}
 		c := <-done
 		return c.snaps, c.err
 	}
+}
+
+// reached reports whether every shard holds everything of step
+// (ps.Shard.Reached).
+func reached(shards []*ps.Shard, step int64) bool {
+	for _, s := range shards {
+		if !s.Reached(step) {
+			return false
+		}
+	}
+	return true
 }
 
 // pendingCheckpoint is a step's copies waiting to be written.
@@ -420,26 +428,13 @@ func (a *Agent) reportCheckpoint(ctx context.Context, tasks []*task, shards []*p
 	}
 }
 
-// applied reports whether every table and block of the shards has applied
-// step.
-func applied(shards []*ps.Shard, names []string, step int64) bool {
-	for _, s := range shards {
-		for _, name := range names {
-			if v, err := s.Version(name); err == nil && v < step {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // buildShards declares the job's parameters from its model and stage
 // layout (pipeline.PSParams) and makes this node's shards of them, each
 // with a memory budget of memory bytes (0 = unlimited).
-// It returns the shards in index order and the names of the parameters.
-func buildShards(spec api.Task, tasks []*task, memory int64, log *slog.Logger) ([]*ps.Shard, []string, *ps.Service, error) {
-	fail := func(err error) ([]*ps.Shard, []string, *ps.Service, error) {
-		return nil, nil, nil, fmt.Errorf("ps shards of job %s: %w", spec.JobID, err)
+// It returns the shards in index order.
+func buildShards(spec api.Task, tasks []*task, memory int64, log *slog.Logger) ([]*ps.Shard, *ps.Service, error) {
+	fail := func(err error) ([]*ps.Shard, *ps.Service, error) {
+		return nil, nil, fmt.Errorf("ps shards of job %s: %w", spec.JobID, err)
 	}
 	backend := native.MustCPU()
 	cfg, err := config.ParseModel("job "+spec.JobID+" model", []byte(spec.Model))
@@ -477,14 +472,7 @@ func buildShards(spec api.Task, tasks []*task, memory int64, log *slog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	var names []string
-	for _, t := range tables {
-		names = append(names, t.Name)
-	}
-	for _, b := range blocks {
-		names = append(names, b.Name)
-	}
-	return shards, names, svc, nil
+	return shards, svc, nil
 }
 
 // newShard makes a fresh shard, or restores it from the checkpoint in

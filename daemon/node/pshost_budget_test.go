@@ -34,7 +34,7 @@ func TestBuildShardsOfAHugeVocabularyInBoundedMemoryWithABudget(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	shards, _, _, err := buildShards(spec, []*task{{spec: spec}}, 8<<20, slog.New(slog.DiscardHandler))
+	shards, _, err := buildShards(spec, []*task{{spec: spec}}, 8<<20, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
