@@ -442,7 +442,10 @@ func TestPlainNeedsLoopbackNodes(t *testing.T) {
 // every task names the secret file; the job's mode and checkpoint settings
 // reach every task too.
 func TestSecretGoesToTasks(t *testing.T) {
-	tc := startCluster(t, func(c *Config) { c.SecretFile = "/etc/heterps/secret" })
+	tc := startCluster(t, func(c *Config) {
+		c.SecretFile = "/etc/heterps/secret"
+		c.FinalCheckpointWait = 100 * time.Millisecond // fake nodes write no checkpoints
+	})
 	job := ctrJob + "mode = \"asp\"\n[checkpoint]\ndir = \"/var/ckpt\"\nevery = 5\n"
 	plan := tc.expectedPlan(job)
 	var nodes []*fakeNode
