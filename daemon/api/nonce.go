@@ -21,10 +21,11 @@ const DefaultNonceCacheSize = 1 << 20
 var ErrReplayed = errors.New("replayed request")
 
 // ErrSignedBeforeStart is returned by NonceCache.Seen for a request signed
-// before the cache's start (NonceCache.RefuseSignedBefore): a coordinator
-// just restarted cannot tell a replay of a request its predecessor served
-// from one nobody sent, so it refuses both; a client's retry, signed anew,
-// passes.
+// before the cache's start or in its second (NonceCache.RefuseSignedThrough):
+// a coordinator just restarted cannot tell a replay of a request its
+// predecessor served — up to the second it died, which may be the one it
+// started in — from one nobody sent, so it refuses both; a client's retry,
+// signed anew in a later second, passes.
 var ErrSignedBeforeStart = errors.New("signed before the coordinator started")
 
 // ErrNonceCacheFull is returned by NonceCache.Seen when it holds its
@@ -43,17 +44,19 @@ type NonceCache struct {
 	max    int
 	seen   map[[NonceSize]byte]struct{}
 	expiry expiryHeap // the same nonces, soonest to expire first
-	// start is the first second whose requests it takes (0: any).
-	start int64
+	// through is the last second whose requests it refuses (0: none).
+	through int64
 }
 
-// RefuseSignedBefore makes the cache refuse requests signed before the
-// second of start, the time it began recording: the nonces of requests
-// served before then (by a coordinator this one replaced) are not in it.
-func (c *NonceCache) RefuseSignedBefore(start time.Time) {
+// RefuseSignedThrough makes the cache refuse requests signed in the second
+// of start, the time it began recording, or before: the nonces of requests
+// served until then (by a coordinator this one replaced, which may have
+// served its last in that very second) are not in it. Times are signed to
+// the second, so the start's own second cannot be split.
+func (c *NonceCache) RefuseSignedThrough(start time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.start = start.Unix()
+	c.through = start.Unix()
 }
 
 // NewNonceCache returns a cache of at most max nonces (DefaultNonceCacheSize
@@ -66,8 +69,8 @@ func NewNonceCache(max int) *NonceCache {
 }
 
 // Seen records s's nonce at time now. It returns ErrReplayed if the nonce
-// is already recorded, ErrSignedBeforeStart if s's time is before the
-// cache's start, ErrNonceCacheFull if max unexpired nonces are, and
+// is already recorded, ErrSignedBeforeStart if s's time is not after the
+// cache's start second, ErrNonceCacheFull if max unexpired nonces are, and
 // ErrUnauthorized if s's time is already out of the MaxClockSkew window
 // (Verify refuses those first).
 func (c *NonceCache) Seen(s Stamp, now time.Time) error {
@@ -76,9 +79,9 @@ func (c *NonceCache) Seen(s Stamp, now time.Time) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s.Time.Unix() < c.start {
-		return fmt.Errorf("%w: the request's time %s is before the coordinator's start %s; sign it anew", ErrSignedBeforeStart,
-			s.Time.UTC().Format(time.RFC3339), time.Unix(c.start, 0).UTC().Format(time.RFC3339))
+	if c.through > 0 && s.Time.Unix() <= c.through {
+		return fmt.Errorf("%w: the request's time %s is not after the second the coordinator started, %s; sign it anew", ErrSignedBeforeStart,
+			s.Time.UTC().Format(time.RFC3339), time.Unix(c.through, 0).UTC().Format(time.RFC3339))
 	}
 	if _, ok := c.seen[s.Nonce]; ok {
 		return fmt.Errorf("%w: nonce %x was already used at %s", ErrReplayed, s.Nonce, s.Time.UTC().Format(time.RFC3339))

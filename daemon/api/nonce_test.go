@@ -117,19 +117,23 @@ func TestNonceCacheConcurrentUse(t *testing.T) {
 }
 
 // TestRequestsSignedBeforeTheStartAreRefused: a cache that began at t0
-// refuses a request signed in an earlier second — its predecessor may have
-// served it — and takes one signed at t0's second or later.
+// refuses a request signed in an earlier second or in t0's own — its
+// predecessor may have served it, even in that second — and takes one
+// signed in the next second or later.
 func TestRequestsSignedBeforeTheStartAreRefused(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 500_000_000)
 	c := NewNonceCache(10)
-	c.RefuseSignedBefore(t0)
+	c.RefuseSignedThrough(t0)
 	if err := c.Seen(stampAt(t0.Add(-time.Second), 1), t0); !errors.Is(err, ErrSignedBeforeStart) {
 		t.Errorf("signed a second before the start: %v, want ErrSignedBeforeStart", err)
 	}
-	if err := c.Seen(stampAt(t0.Truncate(time.Second), 2), t0); err != nil {
-		t.Errorf("signed in the start's second: %v", err)
+	if err := c.Seen(stampAt(t0.Truncate(time.Second), 2), t0); !errors.Is(err, ErrSignedBeforeStart) {
+		t.Errorf("signed in the start's second: %v, want ErrSignedBeforeStart", err)
 	}
 	if err := c.Seen(stampAt(t0.Add(time.Second), 3), t0.Add(time.Second)); err != nil {
-		t.Errorf("signed after the start: %v", err)
+		t.Errorf("signed in the second after the start: %v", err)
+	}
+	if err := NewNonceCache(10).Seen(stampAt(t0, 4), t0); err != nil {
+		t.Errorf("a cache told no start refused a request: %v", err)
 	}
 }

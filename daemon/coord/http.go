@@ -65,7 +65,7 @@ func (c *Coordinator) Handler() http.Handler {
 		return mux
 	}
 	nonces := api.NewNonceCache(api.DefaultNonceCacheSize)
-	nonces.RefuseSignedBefore(c.started) // what its predecessor served may come again
+	nonces.RefuseSignedThrough(c.started) // what its predecessor served may come again
 	return c.authenticated(mux, api.ControlKey(c.cfg.ControlSecret), nonces)
 }
 

@@ -168,6 +168,7 @@ func TestSignedAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startedASecondAgo(c)
 	h := c.Handler()
 	post := func(body string, key []byte) (int, string) {
 		req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(body))

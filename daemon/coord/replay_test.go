@@ -48,7 +48,15 @@ func newSignedCoordinator(t *testing.T) (*Coordinator, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startedASecondAgo(c)
 	return c, api.ControlKey(secret)
+}
+
+// startedASecondAgo moves c's start a second back, before its Handler is
+// made, so that requests signed now pass: those signed in the second a
+// coordinator starts are refused (its predecessor may have served them).
+func startedASecondAgo(c *Coordinator) {
+	c.started = c.started.Add(-time.Second)
 }
 
 // TestReplayedRegisterAndHeartbeatAreRefused: a captured register or
@@ -129,10 +137,11 @@ func TestForgedRequestsDoNotFillTheNonceCache(t *testing.T) {
 }
 
 // TestARestartedCoordinatorRefusesWhatItsPredecessorMayHaveServed: its
-// nonce cache starts empty, so a request signed before it started — a
-// register or a cancel its predecessor served, captured and sent again
-// within the clock-skew window — is refused with 503 (clients retry,
-// signing anew) and changes nothing; the same request signed now passes.
+// nonce cache starts empty, so a request signed before it started or in
+// its first second — a register or a cancel its predecessor served,
+// captured and sent again within the clock-skew window — is refused with
+// 503 (clients retry, signing anew) and changes nothing; the same request
+// signed in a later second passes.
 func TestARestartedCoordinatorRefusesWhatItsPredecessorMayHaveServed(t *testing.T) {
 	c, key := newSignedCoordinator(t)
 	h := c.Handler()
@@ -148,7 +157,12 @@ func TestARestartedCoordinatorRefusesWhatItsPredecessorMayHaveServed(t *testing.
 	if nodes != 0 {
 		t.Errorf("the refused register added %d node(s)", nodes)
 	}
-	if code, msg, _ := sign("POST", "/v1/nodes/register", regBody, key).send(h); code != http.StatusOK {
-		t.Errorf("the same register signed now: %d %q, want 200", code, msg)
+	sameSecond := signAt("POST", "/v1/nodes/register", regBody, key, c.started.Truncate(time.Second))
+	if code, msg, _ := sameSecond.send(h); code != http.StatusServiceUnavailable {
+		t.Errorf("a register signed in the second the coordinator started: %d %q, want 503", code, msg)
+	}
+	next := signAt("POST", "/v1/nodes/register", regBody, key, c.started.Truncate(time.Second).Add(time.Second))
+	if code, msg, _ := next.send(h); code != http.StatusOK {
+		t.Errorf("the same register signed in the next second: %d %q, want 200", code, msg)
 	}
 }
