@@ -156,6 +156,16 @@ type TaskReport struct {
 	// could not: training goes on, and the next is tried at its step.
 	CheckpointFailure  *CheckpointFailure `json:"checkpoint_failure,omitempty"`
 	CheckpointFailures int64              `json:"checkpoint_failures,omitempty"`
+	// CheckpointWriting is the checkpoint copy a PS task is writing now,
+	// if any, and how far it has got: the coordinator waits for a job's
+	// last checkpoint while its writing gets further.
+	CheckpointWriting *CheckpointWriting `json:"checkpoint_writing,omitempty"`
+}
+
+// CheckpointWriting is a checkpoint being written.
+type CheckpointWriting struct {
+	Step  int64 `json:"step"`
+	Bytes int64 `json:"bytes"` // written so far
 }
 
 // CheckpointFailure is a checkpoint that could not be written.

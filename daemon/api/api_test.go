@@ -72,6 +72,8 @@ func TestHeartbeatValidate(t *testing.T) {
 		{"negative step", TaskReport{TaskID: "a", State: TaskDone, Step: -1}, "step"},
 		{"negative throughput", TaskReport{TaskID: "a", State: TaskDone, SamplesPerS: -1}, "samples_per_s"},
 		{"long error", TaskReport{TaskID: "a", State: TaskFailed, Error: strings.Repeat("x", MaxErrorLen+1)}, "error"},
+		{"checkpoint written at step 0", TaskReport{TaskID: "a", State: TaskRunning, CheckpointWriting: &CheckpointWriting{Step: 0}}, "checkpoint_writing"},
+		{"negative bytes written", TaskReport{TaskID: "a", State: TaskRunning, CheckpointWriting: &CheckpointWriting{Step: 5, Bytes: -1}}, "checkpoint_writing"},
 		{"segment before step 1", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 0, Members: []int{0}, Batches: []int{1}}}, "segment: from 0"},
 		{"segment without members", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 1, At: 1}}, "segment: members"},
 		{"segment read before its start", TaskReport{TaskID: "a", State: TaskRunning, Segment: &DataSegment{From: 5, At: 4, Members: []int{0}, Batches: []int{1}}}, "at 4"},

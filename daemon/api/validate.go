@@ -176,6 +176,8 @@ func (t *TaskReport) validate() error {
 		return fmt.Errorf("checkpoint_failure: want a step >= 0 and at most %d bytes of error", MaxErrorLen)
 	case t.CheckpointFailures < 0:
 		return fmt.Errorf("checkpoint_failures: must be >= 0, got %d", t.CheckpointFailures)
+	case t.CheckpointWriting != nil && (t.CheckpointWriting.Step < 1 || t.CheckpointWriting.Bytes < 0):
+		return fmt.Errorf("checkpoint_writing: want a step >= 1 and bytes >= 0, got step %d, %d bytes", t.CheckpointWriting.Step, t.CheckpointWriting.Bytes)
 	case t.Segment != nil:
 		if err := t.Segment.validate(); err != nil {
 			return fmt.Errorf("segment: %w", err)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -164,6 +165,14 @@ type FileEntry struct {
 // behind. The file is durable when WriteFile returns. It returns the file's
 // manifest entry, its SHA-256 computed while writing.
 func WriteFile(path string, meta map[string]string, tensors []Tensor) (FileEntry, error) {
+	return WriteFileCounted(path, meta, tensors, nil)
+}
+
+// WriteFileCounted is WriteFile adding to written, if not nil, the bytes
+// handed to the file as they go (a megabyte at a time): how far a long
+// write has got, for a watcher to tell a slow disk from a hung one. The
+// file's sync, last, adds nothing.
+func WriteFileCounted(path string, meta map[string]string, tensors []Tensor, written *atomic.Int64) (FileEntry, error) {
 	l, err := plan(meta, tensors)
 	if err != nil {
 		return FileEntry{}, fmt.Errorf("ckpt: write %s: %w", path, err)
@@ -171,6 +180,9 @@ func WriteFile(path string, meta map[string]string, tensors []Tensor) (FileEntry
 	sum := sha256.New()
 	var size int64
 	err = writeAtomic(path, func(f io.Writer) error {
+		if written != nil {
+			f = &progressWriter{w: f, written: written}
+		}
 		bw := bufio.NewWriterSize(io.MultiWriter(f, sum), 1<<20)
 		n, err := l.writeTo(bw)
 		if err != nil {
@@ -183,6 +195,18 @@ func WriteFile(path string, meta map[string]string, tensors []Tensor) (FileEntry
 		return FileEntry{}, err
 	}
 	return FileEntry{Name: filepath.Base(path), Size: size, SHA256: hex.EncodeToString(sum.Sum(nil))}, nil
+}
+
+// progressWriter adds what it passes on to written.
+type progressWriter struct {
+	w       io.Writer
+	written *atomic.Int64
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.written.Add(int64(n))
+	return n, err
 }
 
 type countingWriter struct {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 )
 
@@ -234,5 +235,24 @@ func TestWriteFileReplacesAndIsReadable(t *testing.T) {
 	}
 	if st.Mode().Perm() != filePerm {
 		t.Errorf("mode = %v, want %v", st.Mode().Perm(), os.FileMode(filePerm))
+	}
+}
+
+// TestWriteFileCountedCountsEveryByte: the counter a long write is watched
+// by ends at the file's size, and WriteFile's result is the same file.
+func TestWriteFileCountedCountsEveryByte(t *testing.T) {
+	s := newSample()
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	var written atomic.Int64
+	written.Store(7) // it adds to what is there
+	entry, err := WriteFileCounted(path, s.meta, s.tensors(), &written)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := written.Load() - 7; got != entry.Size || entry.Size < 4<<20 {
+		t.Errorf("counted %d bytes of a %d-byte file", got, entry.Size)
+	}
+	if plain := roundTrip(t, s); !bytes.Equal(plain, readFile(t, path)) {
+		t.Error("WriteFileCounted and WriteFile wrote different files")
 	}
 }

@@ -30,6 +30,9 @@ type jobCheckpoints struct {
 	files    map[int64]map[int]ckpt.FileEntry // step -> shard -> file, steps not yet complete
 	queued   int64                            // the newest step handed to the manifest writer
 	trained  time.Time                        // when every stage finished, while waiting for the last
+	// lastWritten is when a PS task last reported writing the last step's
+	// checkpoint further (more bytes, or another try).
+	lastWritten time.Time
 	// failure is the latest checkpoint that could not be written, failures
 	// how many files and manifests could not be.
 	failure  *api.CheckpointFailure
@@ -50,6 +53,20 @@ func (c *Coordinator) noteCheckpointFailure(t *taskRun, n *node, r api.TaskRepor
 	if j.ckpt.failure == nil || j.ckpt.failure.Step <= f.Step {
 		j.ckpt.failure = &api.CheckpointFailure{Step: f.Step, Node: n.req.Name, Error: f.Error}
 	}
+}
+
+// noteCheckpointWriting records when t, a PS task, reported writing its
+// job's last checkpoint further than its previous report said. c.mu is
+// held.
+func noteCheckpointWriting(t *taskRun, r api.TaskReport, now time.Time) {
+	w := r.CheckpointWriting
+	if w == nil || w.Step != t.job.file.TotalSteps() {
+		return
+	}
+	if old := t.report.CheckpointWriting; old != nil && *old == *w {
+		return
+	}
+	t.job.ckpt.lastWritten = now
 }
 
 // unresolvedFailure is j's latest checkpoint failure while no
@@ -297,10 +314,17 @@ func (c *Coordinator) checkFinalCheckpoints(now time.Time) {
 		if failing {
 			wait = max(wait, c.cfg.FinalCheckpointFailWait)
 		}
-		if now.Sub(j.ckpt.trained) <= wait {
+		since, writing := j.ckpt.trained, j.ckpt.lastWritten.After(j.ckpt.trained)
+		if writing { // a large checkpoint on slow storage: wait while it gets further
+			since, wait = j.ckpt.lastWritten, max(wait, c.cfg.FinalCheckpointFailWait)
+		}
+		if now.Sub(since) <= wait {
 			continue
 		}
 		why := fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s", j.file.TotalSteps(), wait)
+		if writing {
+			why = fmt.Sprintf("trained, but the checkpoint of step %d was still being written, %s after its writing last got further", j.file.TotalSteps(), wait)
+		}
 		if failing {
 			why = fmt.Sprintf("trained, but the checkpoint of step %d could not be written within %s (node %s: %s)", f.Step, wait, cmp.Or(f.Node, "the coordinator"), f.Error)
 		}

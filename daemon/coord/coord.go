@@ -68,8 +68,10 @@ type Config struct {
 	FinalCheckpointWait time.Duration
 	// FinalCheckpointFailWait is how long such a job waits instead while
 	// a PS node reports that it cannot write that checkpoint (a full
-	// disk) and keeps trying: time for an operator to free the disk
-	// (default DefaultFinalCheckpointFailWait).
+	// disk) and keeps trying: time for an operator to free the disk; and
+	// how long it waits after a PS node last reported writing that
+	// checkpoint further, so that a large one on slow storage is not cut
+	// off (default DefaultFinalCheckpointFailWait).
 	FinalCheckpointFailWait time.Duration
 	// AllocPolicy is the allocation policy of running jobs' units (a
 	// policy of package alloc, or "off", the default: jobs keep the

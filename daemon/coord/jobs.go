@@ -472,6 +472,7 @@ func (c *Coordinator) applyReport(n *node, r api.TaskReport, now time.Time) {
 		return
 	}
 	c.noteCheckpointFailure(t, n, r)
+	noteCheckpointWriting(t, r, now)
 	t.report = r
 	j := t.job
 	c.recordProgress(t, r, now)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,9 +125,9 @@ func TestALastCheckpointIsWrittenOnceItCanBe(t *testing.T) {
 	}
 }
 
-// TestAHungCheckpointWriteIsReported: a copy that takes longer than
-// checkpointStuckAfter to write (a hung filesystem; here a write held
-// until the test lets it go) is reported as not written while it hangs,
+// TestAHungCheckpointWriteIsReported: a copy that writes nothing for
+// checkpointStuckAfter (a hung filesystem; here a write held until the
+// test lets it go) is reported as not written while it hangs,
 // training goes on, and once it ends every checkpoint is written and the
 // job ends done.
 func TestAHungCheckpointWriteIsReported(t *testing.T) {
@@ -142,7 +143,7 @@ func TestAHungCheckpointWriteIsReported(t *testing.T) {
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the cluster stops, if the test failed
 	root := t.TempDir()
 	id := cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root)))
-	waitUntil(t, "the hung write reported", func() bool { return logs.Contains("still being written after") })
+	waitUntil(t, "the hung write reported", func() bool { return logs.Contains("no byte written for") })
 	once.Do(func() { close(release) })
 	s := cl.waitJob(id, final)
 	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 20 || s.CheckpointFailure != nil || s.CheckpointFailures < 1 {
@@ -180,15 +181,57 @@ func TestACheckpointSkippedBehindASlowWriteIsReported(t *testing.T) {
 	}
 }
 
+// TestALargeLastCheckpointIsWaitedForWhileItIsWritten: a job whose last
+// checkpoint takes longer to write than the coordinator waits for it
+// (here 3 s, a megabyte every 100 ms, against a wait of 500 ms, and of 1 s
+// after the last report of more bytes) ends done with that checkpoint
+// complete, not without it: the PS nodes report how far the write has
+// got, and the job waits while it gets further.
+func TestALargeLastCheckpointIsWaitedForWhileItIsWritten(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
+	write := writeSnapshots
+	writeSnapshots = func(dir string, shards []*ps.Shard, snaps []ps.Snapshot, written *atomic.Int64) ([]ckpt.FileEntry, error) {
+		if dir == ckpt.StepDir(filepath.Dir(dir), 20) {
+			for range 30 {
+				written.Add(1 << 20)
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		return write(dir, shards, snaps, written)
+	}
+	t.Cleanup(func() { writeSnapshots = write })
+	stuck := checkpointStuckAfter
+	checkpointStuckAfter = time.Second // the nodes look at the write every 100 ms
+	t.Cleanup(func() { checkpointStuckAfter = stuck })
+	var logs syncbuf.Buffer
+	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.FinalCheckpointWait, c.FinalCheckpointFailWait = 500*time.Millisecond, time.Second
+	})
+	t.Cleanup(func() { rc.stop() })
+	cl := rc.cluster()
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	root := t.TempDir()
+	s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root))), final)
+	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 20 || len(s.PS) != 2 {
+		t.Fatalf("job %s (%q), checkpoint %+v, PS on %v; want done with the checkpoint of step 20 from two PS nodes", s.State, s.Reason, s.Checkpoint, s.PS)
+	}
+	if m, err := ckpt.VerifyDir(ckpt.StepDir(root, 20)); err != nil || m.Step != 20 {
+		t.Errorf("the last checkpoint: %+v (%v)", m, err)
+	}
+}
+
 // hangAt makes the writes of step's checkpoint files wait for release,
 // until the test's cleanups.
 func hangAt(t *testing.T, step int64, release <-chan struct{}) {
 	write := writeSnapshots
-	writeSnapshots = func(dir string, shards []*ps.Shard, snaps []ps.Snapshot) ([]ckpt.FileEntry, error) {
+	writeSnapshots = func(dir string, shards []*ps.Shard, snaps []ps.Snapshot, written *atomic.Int64) ([]ckpt.FileEntry, error) {
 		if dir == ckpt.StepDir(filepath.Dir(dir), step) {
 			<-release
 		}
-		return write(dir, shards, snaps)
+		return write(dir, shards, snaps, written)
 	}
 	t.Cleanup(func() { writeSnapshots = write })
 }

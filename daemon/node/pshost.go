@@ -206,9 +206,7 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 		case err != nil:
 			return errors.Join(fmt.Errorf("checkpoint at step %d: %w", step, err), w.finish())
 		default:
-			w.enqueue(pendingCheckpoint{step: step, snaps: snaps}, func(writing int64, d time.Duration) {
-				a.checkpointFailed(ctx, tasks, shards, writing, fmt.Errorf("still being written after %s (a hung or very slow filesystem?); the checkpoints after it wait", d.Round(time.Second)))
-			})
+			w.queue <- pendingCheckpoint{step: step, snaps: snaps} // waits while the writer is two copies behind
 		}
 		if step == spec.Steps {
 			return w.finish()
@@ -266,34 +264,72 @@ type pendingCheckpoint struct {
 type checkpointWriter struct {
 	queue chan pendingCheckpoint
 	done  chan error // the writer's first error, once it has stopped
-	// writing is the step of the copy being written (0: none), since
-	// when (unix nanoseconds).
-	writing, since atomic.Int64
+	// writing is the step of the copy being written (0: none), written
+	// the bytes of it written so far.
+	writing, written atomic.Int64
 }
 
-// checkpointStuckAfter is how long one copy may take to write before
-// the node reports it as not written (it goes on waiting for it); a
-// variable so that tests can shorten it.
+// checkpointStuckAfter is how long a copy may go without a byte written
+// before the node reports it as not written (it goes on waiting for it);
+// a variable so that tests can shorten it.
 var checkpointStuckAfter = 5 * time.Minute
 
-// enqueue hands p to the writer, waiting while the writer is busy with
-// the copies before it; if one of them takes longer than
-// checkpointStuckAfter, it calls stuck once with its step and age.
-func (w *checkpointWriter) enqueue(p pendingCheckpoint, stuck func(step int64, d time.Duration)) {
-	tick := time.NewTicker(max(checkpointStuckAfter/10, time.Millisecond))
+// progressEvery is how often the node looks at how far the copy being
+// written has got: what it reports on the tasks.
+func progressEvery() time.Duration {
+	return min(time.Second, max(checkpointStuckAfter/10, time.Millisecond))
+}
+
+// write writes copy p (writeCheckpoint), recording its step and bytes
+// while it does.
+func (w *checkpointWriter) write(a *Agent, spec api.Task, shards []*ps.Shard, p pendingCheckpoint) ([]ckpt.FileEntry, error) {
+	w.written.Store(0)
+	w.writing.Store(p.step)
+	defer w.writing.Store(0)
+	return a.writeCheckpoint(spec, shards, p, &w.written)
+}
+
+// watchWrites reports on tasks, every progressEvery until stop is closed,
+// the copy being written and how many bytes of it are
+// (api.TaskReport.CheckpointWriting: the coordinator waits for a job's
+// last checkpoint while it gets further), and a copy that has gone
+// checkpointStuckAfter without a byte written as not written (a hung
+// filesystem, or a sync that long; the node goes on waiting for it).
+func (a *Agent) watchWrites(ctx context.Context, tasks []*task, shards []*ps.Shard, w *checkpointWriter, stop <-chan struct{}) {
+	tick := time.NewTicker(progressEvery())
 	defer tick.Stop()
-	reported := int64(0)
+	var last api.CheckpointWriting
+	progressed, reported := time.Now(), int64(0)
 	for {
 		select {
-		case w.queue <- p:
+		case <-stop:
+			a.reportWriting(ctx, tasks, api.CheckpointWriting{})
 			return
 		case <-tick.C:
-			step, d := w.writing.Load(), time.Since(time.Unix(0, w.since.Load()))
-			if step > 0 && step != reported && d > checkpointStuckAfter {
-				stuck(step, d)
-				reported = step
-			}
 		}
+		now := api.CheckpointWriting{Step: w.writing.Load(), Bytes: w.written.Load()}
+		if now != last {
+			progressed, last = time.Now(), now
+			a.reportWriting(ctx, tasks, now)
+		}
+		if d := time.Since(progressed); now.Step > 0 && now.Step != reported && d > checkpointStuckAfter {
+			a.checkpointFailed(ctx, tasks, shards, now.Step, fmt.Errorf("no byte written for %s, %d so far (a hung or very slow filesystem?); the checkpoints after it wait",
+				d.Round(time.Second), now.Bytes))
+			reported = now.Step
+		}
+	}
+}
+
+// reportWriting sets the copy being written on tasks' reports (none when
+// its step is 0).
+func (a *Agent) reportWriting(ctx context.Context, tasks []*task, w api.CheckpointWriting) {
+	for _, t := range tasks {
+		a.setReport(ctx, t, func(r *api.TaskReport) {
+			r.CheckpointWriting = nil
+			if w.Step > 0 {
+				r.CheckpointWriting = &w
+			}
+		})
 	}
 }
 
@@ -308,22 +344,22 @@ func (w *checkpointWriter) enqueue(p pendingCheckpoint, stuck func(step int64, d
 func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards []*ps.Shard) *checkpointWriter {
 	spec := tasks[0].spec
 	w := &checkpointWriter{queue: make(chan pendingCheckpoint, 1), done: make(chan error, 1)}
+	stop := make(chan struct{})
+	a.wg.Go(func() { a.watchWrites(ctx, tasks, shards, w, stop) })
 	a.wg.Go(func() {
+		defer close(stop)
 		var fenced error
 		for p := range w.queue {
 			if fenced != nil {
 				continue
 			}
-			w.since.Store(time.Now().UnixNano())
-			w.writing.Store(p.step)
-			files, err := a.writeCheckpoint(spec, shards, p)
-			w.writing.Store(0)
+			files, err := w.write(a, spec, shards, p)
 			for err != nil && !errors.Is(err, errFenced) && p.step == spec.Steps {
 				a.checkpointFailed(ctx, tasks, shards, p.step, err)
 				if retry.Sleep(ctx, finalCheckpointRetry) != nil {
 					break
 				}
-				files, err = a.writeCheckpoint(spec, shards, p)
+				files, err = w.write(a, spec, shards, p)
 			}
 			switch {
 			case errors.Is(err, errFenced):
@@ -348,13 +384,14 @@ var finalCheckpointRetry = 5 * time.Second
 var errFenced = errors.New("the node's lease ran out")
 
 // writeCheckpoint writes copy p of shards into its step directory, and the
-// manifest when every shard of the job is here.
-func (a *Agent) writeCheckpoint(spec api.Task, shards []*ps.Shard, p pendingCheckpoint) ([]ckpt.FileEntry, error) {
+// manifest when every shard of the job is here, adding the bytes it
+// writes to written.
+func (a *Agent) writeCheckpoint(spec api.Task, shards []*ps.Shard, p pendingCheckpoint, written *atomic.Int64) ([]ckpt.FileEntry, error) {
 	if a.lease.context().Err() != nil {
 		return nil, fmt.Errorf("checkpoint at step %d not written: %w", p.step, errFenced)
 	}
 	dir := ckpt.StepDir(spec.CheckpointDir, p.step)
-	files, err := writeSnapshots(dir, shards, p.snaps)
+	files, err := writeSnapshots(dir, shards, p.snaps, written)
 	if err == nil && len(shards) == len(spec.PS) {
 		err = ps.WriteManifest(dir, spec.JobID, p.step, len(spec.PS), files)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 
 	"github.com/heterps/heterps/daemon/ckpt"
 )
@@ -76,7 +77,7 @@ func (s *Shard) Checkpoint(ctx context.Context, dir string, step int64) (ckpt.Fi
 	if err != nil {
 		return ckpt.FileEntry{}, err
 	}
-	return s.write(dir, snap)
+	return s.write(dir, snap, nil)
 }
 
 // hold fences the shard at step for one checkpoint.
@@ -168,9 +169,9 @@ func (s *Shard) snapshot(ctx context.Context, step int64) (Snapshot, error) {
 }
 
 // write writes a snapshot as the shard's file in dir.
-func (s *Shard) write(dir string, snap Snapshot) (ckpt.FileEntry, error) {
+func (s *Shard) write(dir string, snap Snapshot, written *atomic.Int64) (ckpt.FileEntry, error) {
 	path := filepath.Join(dir, s.FileName())
-	entry, err := ckpt.WriteFile(path, snap.meta, snap.tensors)
+	entry, err := ckpt.WriteFileCounted(path, snap.meta, snap.tensors, written)
 	if err != nil {
 		return entry, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
 	}
@@ -275,7 +276,7 @@ func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) (
 	if err != nil {
 		return nil, err
 	}
-	return WriteSnapshots(dir, shards, snaps)
+	return WriteSnapshots(dir, shards, snaps, nil)
 }
 
 // SnapshotShards copies some shards of a job at step. It fences all of
@@ -313,8 +314,9 @@ func SnapshotShards(ctx context.Context, step int64, shards []*Shard) ([]Snapsho
 }
 
 // WriteSnapshots writes the shards' copies into dir (created if missing)
-// and returns their manifest entries, in order.
-func WriteSnapshots(dir string, shards []*Shard, snaps []Snapshot) ([]ckpt.FileEntry, error) {
+// and returns their manifest entries, in order. It adds to written, if not
+// nil, the bytes written as they go (ckpt.WriteFileCounted).
+func WriteSnapshots(dir string, shards []*Shard, snaps []Snapshot, written *atomic.Int64) ([]ckpt.FileEntry, error) {
 	if len(snaps) != len(shards) {
 		return nil, fmt.Errorf("ps checkpoint: %d snapshots of %d shards: %w", len(snaps), len(shards), ErrArg)
 	}
@@ -323,7 +325,7 @@ func WriteSnapshots(dir string, shards []*Shard, snaps []Snapshot) ([]ckpt.FileE
 	}
 	files := make([]ckpt.FileEntry, len(shards))
 	for i, s := range shards {
-		entry, err := s.write(dir, snaps[i])
+		entry, err := s.write(dir, snaps[i], written)
 		if err != nil {
 			return nil, err
 		}

@@ -397,7 +397,7 @@ func TestCheckpointWritesACopy(t *testing.T) {
 	}
 	j.step(t, 3, replicas, 2) // applied after the fence is lifted, before the write
 	dir := t.TempDir()
-	entry, err := s.write(dir, snap)
+	entry, err := s.write(dir, snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
