@@ -434,6 +434,10 @@ type JobStatus struct {
 	// coordinator started.
 	CheckpointFailure  *CheckpointFailure `json:"checkpoint_failure,omitempty"`
 	CheckpointFailures int64              `json:"checkpoint_failures,omitempty"`
+	// CheckpointWriting is the checkpoint the job's PS nodes are writing
+	// now, if any: its step and the bytes of its files written so far, all
+	// nodes together.
+	CheckpointWriting *CheckpointWriting `json:"checkpoint_writing,omitempty"`
 	// Restarts counts the automatic restarts before this job (checkpoint
 	// restarts in the job file); RestartOf is the job it restarts and
 	// RestartedAs the job that restarted it after it failed.

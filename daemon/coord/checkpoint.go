@@ -69,6 +69,23 @@ func noteCheckpointWriting(t *taskRun, r api.TaskReport, now time.Time) {
 	t.job.ckpt.lastWritten = now
 }
 
+// checkpointWriting is the newest checkpoint j's PS tasks report writing,
+// its bytes summed over them, or nil. c.mu is held.
+func (j *job) checkpointWriting() *api.CheckpointWriting {
+	var out *api.CheckpointWriting
+	for _, t := range j.tasks {
+		w := t.report.CheckpointWriting
+		switch {
+		case w == nil || t.task.Role != api.RolePS:
+		case out == nil || w.Step > out.Step:
+			out = &api.CheckpointWriting{Step: w.Step, Bytes: w.Bytes}
+		case w.Step == out.Step:
+			out.Bytes += w.Bytes
+		}
+	}
+	return out
+}
+
 // unresolvedFailure is j's latest checkpoint failure while no
 // checkpoint of its step or later is complete, else nil. c.mu is held.
 func (j *job) unresolvedFailure() *api.CheckpointFailure {

@@ -214,7 +214,14 @@ func TestALargeLastCheckpointIsWaitedForWhileItIsWritten(t *testing.T) {
 	cl.startNode("b", "cpu")
 	cl.waitNodes(2)
 	root := t.TempDir()
-	s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root))), final)
+	id := cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root)))
+	s := cl.waitJob(id, func(s api.JobStatus) bool {
+		return (s.CheckpointWriting != nil && s.CheckpointWriting.Step == 20) || s.State.Final()
+	})
+	if w := s.CheckpointWriting; w == nil || w.Step != 20 || w.Bytes < 1<<20 {
+		t.Errorf("the job's status while its last checkpoint is written: %+v, want step 20 and the megabytes so far", w)
+	}
+	s = cl.waitJob(id, final)
 	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 20 || len(s.PS) != 2 {
 		t.Fatalf("job %s (%q), checkpoint %+v, PS on %v; want done with the checkpoint of step 20 from two PS nodes", s.State, s.Reason, s.Checkpoint, s.PS)
 	}

@@ -228,6 +228,8 @@ type runResult struct {
 	// the files not written.
 	CheckpointFailure  *api.CheckpointFailure `json:"checkpoint_failure,omitempty"`
 	CheckpointFailures int64                  `json:"checkpoint_failures,omitempty"`
+	// CheckpointWriting is the checkpoint being written now, if any.
+	CheckpointWriting *api.CheckpointWriting `json:"checkpoint_writing,omitempty"`
 }
 
 type runStage struct {
@@ -246,7 +248,8 @@ type runStage struct {
 func resultOf(s api.JobStatus) (runResult, error) {
 	r := runResult{Job: s.ID, Name: s.Name, State: s.State, Reason: s.Reason, Steps: s.Step, Loss: s.Loss,
 		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{},
-		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint, CheckpointFailure: s.CheckpointFailure, CheckpointFailures: s.CheckpointFailures}
+		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint, CheckpointFailure: s.CheckpointFailure, CheckpointFailures: s.CheckpointFailures,
+		CheckpointWriting: s.CheckpointWriting}
 	if r.PSShards == nil {
 		r.PSShards = []string{}
 	}
@@ -345,6 +348,9 @@ func printJob(w io.Writer, s api.JobStatus) {
 	}
 	if c := r.Checkpoint; c != nil {
 		fmt.Fprintf(w, "  latest checkpoint: step %d in %s\n", c.Step, c.Dir)
+	}
+	if c := r.CheckpointWriting; c != nil {
+		fmt.Fprintf(w, "  writing the checkpoint of step %d: %.1f MiB so far\n", c.Step, float64(c.Bytes)/(1<<20))
 	}
 	if f := r.CheckpointFailure; f != nil {
 		next := "training goes on, the next is tried at its step"
