@@ -567,6 +567,34 @@ func TestCheckpointAcrossNodesAndRestore(t *testing.T) {
 	sameTensorMaps(t, "2 shards", two, "1 shard", readTensors(t, filepath.Join(ckpt.StepDir(rootC, 20), ps.FileName(0, 1))))
 }
 
+// TestARestoredJobWaitsForItsParameterServersToLoad: a job restored from
+// a checkpoint that takes its PS nodes longer to load than a step may take
+// (here 5 s against a step timeout of 2 s and a PS request timeout of
+// 2 s: a large checkpoint on slow storage) waits for them and trains to its
+// last step, instead of failing its first pull.
+func TestARestoredJobWaitsForItsParameterServersToLoad(t *testing.T) {
+	rootA, rootB := t.TempDir(), t.TempDir()
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	short := func(c *Config) { c.ReadyTimeout, c.StepTimeout = time.Second, 2*time.Second }
+	cl.startNodeAdjusted("a", "cpu", cl.base, short)
+	cl.startNodeAdjusted("b", "cpu", cl.base, short)
+	cl.waitNodes(2)
+	a := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", rootA))), final)
+	if a.State != api.JobDone {
+		t.Fatalf("job %s: %s", a.State, a.Reason)
+	}
+	restore := restoreShard
+	restoreShard = func(cfg ps.Config, dir string) (*ps.Shard, error) {
+		time.Sleep(5 * time.Second)
+		return restore(cfg, dir)
+	}
+	t.Cleanup(func() { restoreShard = restore })
+	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", rootB, ckpt.StepDir(rootA, 10)))), final)
+	if b.State != api.JobDone || b.Step != 20 || b.RestoredFrom == nil || b.RestoredFrom.Step != 10 {
+		t.Fatalf("restored job %s at step %d (%s), restored from %+v", b.State, b.Step, b.Reason, b.RestoredFrom)
+	}
+}
+
 // TestRestoreRefusesAFinishedOrMissingCheckpoint: submitting a job whose
 // checkpoint.restore names nothing usable, or a checkpoint with no steps
 // left, is refused with the job file's line.

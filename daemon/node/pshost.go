@@ -518,8 +518,12 @@ func newShard(cfg ps.Config, restoreDir string) (*ps.Shard, error) {
 	if restoreDir == "" {
 		return ps.NewShard(cfg)
 	}
-	return ps.RestoreAs(cfg, restoreDir)
+	return restoreShard(cfg, restoreDir)
 }
+
+// restoreShard is ps.RestoreAs, a variable so that tests can stand a
+// large checkpoint on slow storage in for it.
+var restoreShard = ps.RestoreAs
 
 // layout returns the stages' layer ranges and replica counts.
 func layout(t api.Task) ([]pipeline.Range, []int) {

@@ -28,6 +28,9 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 	defer cleanup()
 	var spent pipeline.Result
 	if err == nil {
+		err = a.awaitParameterServers(ctx, t.spec)
+	}
+	if err == nil {
 		err = a.attachWorker(t, w, in)
 	}
 	if err == nil {
@@ -171,6 +174,33 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	}
 	undo = append(undo, func() { w.Close() })
 	return w, in, cleanup, nil
+}
+
+// awaitParameterServers waits until every parameter-server shard of task
+// s's job is up (ps.Client.AwaitReady), before the first step's clock
+// starts: a node restoring a large checkpoint takes as long as reading it.
+func (a *Agent) awaitParameterServers(ctx context.Context, s api.Task) error {
+	client, err := a.psClient(s)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	return client.AwaitReady(ctx, a.waitingForPS(s))
+}
+
+// waitingForPS logs, every 30 s at most, that task s still waits for a
+// parameter-server shard: a node restoring a large checkpoint takes as
+// long as reading it, and the wait lasts until the shard is up or the
+// coordinator stops the task (a node that died).
+func (a *Agent) waitingForPS(s api.Task) func(shard int, err error) {
+	var last time.Time
+	return func(shard int, err error) {
+		if time.Since(last) < 30*time.Second {
+			return
+		}
+		last = time.Now()
+		a.taskLog(s).Info("waiting for a parameter-server shard to come up (restoring a checkpoint?)", "shard", shard, "node", s.PS[shard], "last", err)
+	}
 }
 
 // stageBackend is the backend task s runs on (gpus.go): one of the node's

@@ -353,6 +353,41 @@ func (c *Client) SetMembers(ctx context.Context, fromStep int64, replicas []int)
 	return nil
 }
 
+// AwaitReady waits until every shard the client reaches over the wire
+// answers (MsgReady): a parameter-server node restoring a large checkpoint
+// takes as long as reading it. It asks again, every retryEvery at most,
+// for as long as ctx lasts — a shard's node that died is the
+// coordinator's to find, and it stops the job — calling waiting, if not
+// nil, each time a shard has not answered.
+func (c *Client) AwaitReady(ctx context.Context, waiting func(shard int, err error)) error {
+	return c.eachShard(func(i int) error {
+		for wait := 50 * time.Millisecond; ; wait = min(2*wait, retryEvery) {
+			if c.local(i) != nil {
+				return nil
+			}
+			m := &wire.Message{Type: MsgReady, Meta: c.meta("", 0, 0)}
+			m.Meta.Key = 0
+			err := c.push(ctx, i, m)
+			if err == nil || errors.Is(err, ErrRemote) {
+				return err // an answer: the service is up, if not right
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("ps client: shard %d not up: %w (last: %v)", i, ctx.Err(), err)
+			}
+			if waiting != nil {
+				waiting(i, err)
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+		}
+	})
+}
+
+// retryEvery is the longest AwaitReady waits between two questions.
+const retryEvery = 2 * time.Second
+
 // partition splits ids by shard (Partition); with one shard it returns ids
 // as they are and no positions (at is nil): nothing to split or gather.
 func (c *Client) partition(ids []int64) (byShard [][]int64, at [][]int) {

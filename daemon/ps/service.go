@@ -37,6 +37,9 @@ import (
 //   - MsgAssignBlock: (Stage, Replica, Step) as for a push, Batch 1, Micro
 //     the part (Shard.AssignBlock), T0 float32 [len] its values. MsgAck as
 //     for a push.
+//   - MsgReady: Key is 0, no tensors. MsgAck echoes it with Text "ready":
+//     the shard is up (a host that routes connections to jobs answers
+//     once the job's shards are built, a restored checkpoint loaded).
 //   - MsgError echoes the request's Meta; Text says why. A request is
 //     checked before the shard sees it; an error never closes the
 //     connection.
@@ -48,6 +51,10 @@ const MsgSetMembers = wire.MsgError + 1
 // MsgAssignBlock is the wire message type of a part of a block's
 // assignment (Shard.AssignBlock).
 const MsgAssignBlock = MsgSetMembers + 1
+
+// MsgReady is the wire message type of a request asking whether a shard
+// is up (Client.AwaitReady).
+const MsgReady = MsgAssignBlock + 1
 
 // ShardStream is the stream requests for shard index i travel on.
 func ShardStream(i int) uint32 { return uint32(i) + 1 }
@@ -218,9 +225,12 @@ func (s *Service) dispatch(ctx context.Context, index int, req *wire.MessageView
 	if !ok {
 		return nil, nil, fmt.Errorf("ps service: no shard %d of job key %#x here: %w", index, req.Meta.Job, ErrUnknown)
 	}
-	if req.Type == MsgSetMembers {
+	switch req.Type {
+	case MsgSetMembers:
 		reply, err := s.setMembers(sh, req)
 		return reply, nil, err
+	case MsgReady:
+		return &wire.Message{Type: wire.MsgAck, Meta: req.Meta, Text: "ready"}, nil, nil
 	}
 	name, ok := s.params[a][req.Meta.Key]
 	if !ok {

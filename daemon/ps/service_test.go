@@ -697,3 +697,53 @@ func TestPullIDsStayInTheFrame(t *testing.T) {
 		t.Error("ids a shard may keep alias the frame")
 	}
 }
+
+// TestAwaitReadyWaitsUntilEveryShardAnswers: a client whose shard's
+// service is not up yet (its dial refused, as while a node restores a
+// checkpoint) asks again until it answers, saying so each time, however
+// long past the client's request timeout; a context that ends stops the
+// wait with its error.
+func TestAwaitReadyWaitsUntilEveryShardAnswers(t *testing.T) {
+	shards := twoShards(t, 1)
+	addr := served(t, ServiceOptions{}, shards...)
+	var up atomic.Bool
+	c, err := NewClient(ClientConfig{Job: "j", Shards: 2, Timeout: 50 * time.Millisecond,
+		Dial: func(ctx context.Context, i int) (*wire.Conn, error) {
+			if !up.Load() {
+				return nil, errors.New("connection refused")
+			}
+			return dialer(addr)(ctx, i)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var asked atomic.Int64
+	done := make(chan error, 1)
+	go func() { done <- c.AwaitReady(context.Background(), func(int, error) { asked.Add(1) }) }()
+	time.Sleep(300 * time.Millisecond) // six request timeouts
+	select {
+	case err := <-done:
+		t.Fatalf("ready before the service is up: %v", err)
+	default:
+	}
+	if asked.Load() < 2 {
+		t.Errorf("asked %d times in 300 ms", asked.Load())
+	}
+	up.Store(true)
+	if err := <-done; err != nil {
+		t.Fatalf("once the service is up: %v", err)
+	}
+	up.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	c2, err := NewClient(ClientConfig{Job: "j", Shards: 2, Timeout: time.Second,
+		Dial: func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("connection refused") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	if err := c2.AwaitReady(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a wait whose context ends: %v", err)
+	}
+}
