@@ -196,7 +196,8 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 	w := a.startCheckpointWriter(ctx, tasks, shards)
 	for step := (spec.FirstStep/every + 1) * every; ; step += every {
 		step = min(step, spec.Steps)
-		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards)
+		var copied int64
+		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards, a.copyRoom(tasks, shards, w, &copied))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return w.finish() // the job ended before the step
@@ -206,7 +207,12 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 		case err != nil:
 			return errors.Join(fmt.Errorf("checkpoint at step %d: %w", step, err), w.finish())
 		default:
-			w.queue <- pendingCheckpoint{step: step, snaps: snaps} // waits while the writer is two copies behind
+			p := pendingCheckpoint{step: step, snaps: snaps, bytes: copied, written: make(chan struct{})}
+			w.pending.Add(p.bytes)
+			w.queue <- p // waits while the writer is two copies behind
+			if slices.ContainsFunc(snaps, ps.Snapshot.InPlace) {
+				<-p.written // the shards are held until then: no next fence before
+			}
 		}
 		if step == spec.Steps {
 			return w.finish()
@@ -214,10 +220,11 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 	}
 }
 
-// snapshotAt copies the shards at step; when ctx ends first it is
+// snapshotAt copies the shards at step, or takes them in place where room
+// says a copy does not fit (ps.SnapshotShardsWithin); when ctx ends first it is
 // cancelled only if the shards have not reached the step yet. It is cancelled in
 // any case when fence ends: the node's lease ran out.
-func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard) ([]ps.Snapshot, error) {
+func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard, room func(int64) bool) ([]ps.Snapshot, error) {
 	wctx, cancel := context.WithCancel(fence)
 	defer cancel()
 	type copied struct {
@@ -226,7 +233,7 @@ func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard) ([]p
 	}
 	done := make(chan copied, 1)
 	go func() {
-		snaps, err := ps.SnapshotShards(wctx, step, shards)
+		snaps, err := ps.SnapshotShardsWithin(wctx, step, shards, room)
 		done <- copied{snaps, err}
 	}()
 	select {
@@ -256,6 +263,9 @@ func reached(shards []*ps.Shard, step int64) bool {
 type pendingCheckpoint struct {
 	step  int64
 	snaps []ps.Snapshot
+	bytes int64 // the copies' size in memory (0 in place)
+	// written is closed once the writer is done with it, written or not.
+	written chan struct{}
 }
 
 // checkpointWriter writes a job's checkpoint copies on its own goroutine,
@@ -267,6 +277,8 @@ type checkpointWriter struct {
 	// writing is the step of the copy being written (0: none), written
 	// the bytes of it written so far.
 	writing, written atomic.Int64
+	// pending is the size of the copies queued or being written.
+	pending atomic.Int64
 }
 
 // checkpointStuckAfter is how long a copy may go without a byte written
@@ -351,6 +363,7 @@ func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards
 		var fenced error
 		for p := range w.queue {
 			if fenced != nil {
+				w.letGo(p)
 				continue
 			}
 			files, err := w.write(a, spec, shards, p)
@@ -370,10 +383,21 @@ func (a *Agent) startCheckpointWriter(ctx context.Context, tasks []*task, shards
 				a.reportCheckpoint(ctx, tasks, shards, p.step, files)
 				a.log.Info("ps: checkpoint files written", "job", spec.JobID, "step", p.step, "shards", len(shards), "manifest", len(shards) == len(spec.PS))
 			}
+			w.letGo(p)
 		}
 		w.done <- fenced
 	})
 	return w
+}
+
+// letGo lets go of p once written or given up: the shards its snapshots
+// taken in place hold, and its copies' memory.
+func (w *checkpointWriter) letGo(p pendingCheckpoint) {
+	for _, s := range p.snaps {
+		_ = s.Release() // an error here is the write's, already reported
+	}
+	w.pending.Add(-p.bytes)
+	close(p.written)
 }
 
 // finalCheckpointRetry spaces the tries to write the last step's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/heterps/heterps/config"
@@ -193,8 +194,11 @@ func (a *Agent) awaitParameterServers(ctx context.Context, s api.Task) error {
 // long as reading it, and the wait lasts until the shard is up or the
 // coordinator stops the task (a node that died).
 func (a *Agent) waitingForPS(s api.Task) func(shard int, err error) {
+	var mu sync.Mutex // shards are waited for side by side
 	var last time.Time
 	return func(shard int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if time.Since(last) < 30*time.Second {
 			return
 		}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/heterps/heterps/daemon/ckpt"
@@ -67,17 +69,11 @@ func stateName(param string, i int) string {
 // table and block is read-locked while it is copied: pushes and row
 // creation wait for the copy, not for the disk.
 func (s *Shard) Checkpoint(ctx context.Context, dir string, step int64) (ckpt.FileEntry, error) {
-	if err := s.hold(step); err != nil {
-		return ckpt.FileEntry{}, err
-	}
-	snap, err := s.snapshot(ctx, step)
-	if rerr := s.release(); err == nil {
-		err = rerr
-	}
+	snaps, err := SnapshotShards(ctx, step, []*Shard{s})
 	if err != nil {
 		return ckpt.FileEntry{}, err
 	}
-	return s.write(dir, snap, nil)
+	return s.write(dir, snaps[0], nil)
 }
 
 // hold fences the shard at step for one checkpoint.
@@ -137,35 +133,81 @@ func (s *Shard) awaitStep(ctx context.Context, step int64) error {
 }
 
 // Snapshot is a copy of a shard's state at one step, ready to write
-// (WriteSnapshots).
+// (WriteSnapshots), or, taken in place, the shard itself held at that step
+// until it is written: then its tensors stream from the shard's slabs, and
+// the shard's read locks and fence hold training until Release.
 type Snapshot struct {
 	meta    map[string]string
 	tensors []ckpt.Tensor
+	unlock  func() error // in place: lets the shard go, once
 }
 
-// snapshot waits for step (BSP) and copies the shard's state under read
-// locks on every table and block.
-func (s *Shard) snapshot(ctx context.Context, step int64) (Snapshot, error) {
-	if err := s.awaitStep(ctx, step); err != nil {
-		return Snapshot{}, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
+// InPlace reports whether the snapshot holds its shard instead of a copy.
+func (s Snapshot) InPlace() bool { return s.unlock != nil }
+
+// Release lets go of the shard a snapshot taken in place holds (its read
+// locks and checkpoint fence): WriteSnapshots does once it has written it;
+// call it for one that will not be written. A copy holds nothing.
+func (s Snapshot) Release() error {
+	if s.unlock == nil {
+		return nil
 	}
+	return s.unlock()
+}
+
+// snapshot copies the shard's state at step (reached: awaitStep) under
+// read locks on every table and block, or, inPlace, takes those locks and
+// keeps them, and the fence, until the snapshot is released.
+func (s *Shard) snapshot(step int64, inPlace bool) (Snapshot, error) {
 	all := s.all()
 	for _, st := range all {
 		st.mu.RLock()
-		defer st.mu.RUnlock()
+	}
+	unlock := func() {
+		for _, st := range all {
+			st.mu.RUnlock()
+		}
 	}
 	meta, err := s.metadata(step)
 	if err != nil {
+		unlock()
 		return Snapshot{}, fmt.Errorf("ps shard %d: checkpoint: %w", s.cfg.Shard, err)
 	}
 	snap := Snapshot{meta: meta}
 	for _, t := range sortedValues(s.tables) {
-		snap.tensors = append(snap.tensors, t.tensors()...)
+		snap.tensors = append(snap.tensors, t.tensors(inPlace)...)
 	}
 	for _, b := range sortedValues(s.blocks) {
-		snap.tensors = append(snap.tensors, b.tensors()...)
+		snap.tensors = append(snap.tensors, b.tensors(inPlace)...)
+	}
+	if !inPlace {
+		unlock()
+		return snap, nil
+	}
+	var once sync.Once
+	var err2 error
+	snap.unlock = func() error {
+		once.Do(func() {
+			unlock()
+			err2 = s.release()
+		})
+		return err2
 	}
 	return snap, nil
+}
+
+// copyBytes is about what a copy of the shard's state takes in memory.
+func (s *Shard) copyBytes() int64 {
+	var n int64
+	for _, t := range s.tables {
+		t.mu.RLock()
+		n += int64(len(t.ids)) * (8 + int64(t.spec.Dim)*4*int64(1+t.nstate))
+		t.mu.RUnlock()
+	}
+	for _, b := range s.blocks {
+		n += int64(len(b.value)) * 4 * int64(1+len(b.state))
+	}
+	return n
 }
 
 // write writes a snapshot as the shard's file in dir.
@@ -208,19 +250,47 @@ func (s *Shard) metadata(step int64) (map[string]string, error) {
 	return meta, nil
 }
 
-// tensors copies the table's ids, values and state out of its slabs.
-// Under its read lock.
-func (t *table) tensors() []ckpt.Tensor {
+// tensors copies the table's ids, values and state out of its slabs, or,
+// inPlace, streams them from the slabs when written (the caller holds the
+// read lock until then). Under its read lock.
+func (t *table) tensors(inPlace bool) []ckpt.Tensor {
 	n, d := int64(len(t.ids)), int64(t.spec.Dim)
+	rows := func(buf func(*slab) []float32) []float32 { return t.copyRows(buf) }
+	if inPlace {
+		ids, slabs := t.ids[:n:n], slices.Clone(t.slabs)
+		out := []ckpt.Tensor{ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, ids)}
+		out = append(out, streamRows(t.spec.Name, n, d, slabs, func(sl *slab) []float32 { return sl.value }))
+		for i := range t.nstate {
+			out = append(out, streamRows(stateName(t.spec.Name, i), n, d, slabs, func(sl *slab) []float32 { return sl.state[i] }))
+		}
+		return out
+	}
 	out := []ckpt.Tensor{
 		ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, slices.Clone(t.ids)),
-		ckpt.Float32(t.spec.Name, []int64{n, d}, t.copyRows(func(sl *slab) []float32 { return sl.value })),
+		ckpt.Float32(t.spec.Name, []int64{n, d}, rows(func(sl *slab) []float32 { return sl.value })),
 	}
 	for i := range t.nstate {
 		out = append(out, ckpt.Float32(stateName(t.spec.Name, i), []int64{n, d},
-			t.copyRows(func(sl *slab) []float32 { return sl.state[i] })))
+			rows(func(sl *slab) []float32 { return sl.state[i] })))
 	}
 	return out
+}
+
+// streamRows is a tensor of the first n rows of d floats of the chosen
+// buffer of slabs, written slab by slab straight from them.
+func streamRows(name string, n, d int64, slabs []*slab, buf func(*slab) []float32) ckpt.Tensor {
+	return ckpt.Stream(name, ckpt.F32, []int64{n, d}, func(w io.Writer) error {
+		left := n * d
+		for _, sl := range slabs {
+			b := buf(sl)
+			k := min(left, int64(len(b)))
+			if err := ckpt.WriteFloat32(w, b[:k]); err != nil {
+				return err
+			}
+			left -= k
+		}
+		return nil
+	})
 }
 
 // copyRows copies the first len(ids) rows of the chosen buffer, slab by
@@ -237,12 +307,18 @@ func (t *table) copyRows(buf func(*slab) []float32) []float32 {
 	return out
 }
 
-// tensors copies the block's value and state. Under its read lock.
-func (b *block) tensors() []ckpt.Tensor {
+// tensors copies the block's value and state, or, inPlace, refers to them
+// (the caller holds the read lock until they are written). Under its read
+// lock.
+func (b *block) tensors(inPlace bool) []ckpt.Tensor {
+	keep := slices.Clone[[]float32]
+	if inPlace {
+		keep = func(v []float32) []float32 { return v }
+	}
 	shape := []int64{int64(len(b.value))}
-	out := []ckpt.Tensor{ckpt.Float32(b.spec.Name, shape, slices.Clone(b.value))}
+	out := []ckpt.Tensor{ckpt.Float32(b.spec.Name, shape, keep(b.value))}
 	for i, st := range b.state {
-		out = append(out, ckpt.Float32(stateName(b.spec.Name, i), shape, slices.Clone(st)))
+		out = append(out, ckpt.Float32(stateName(b.spec.Name, i), shape, keep(st)))
 	}
 	return out
 }
@@ -285,6 +361,15 @@ func WriteShards(ctx context.Context, dir string, step int64, shards []*Shard) (
 // copies are written. It fails with ErrStepPassed if a shard is already
 // past step.
 func SnapshotShards(ctx context.Context, step int64, shards []*Shard) ([]Snapshot, error) {
+	return SnapshotShardsWithin(ctx, step, shards, nil)
+}
+
+// SnapshotShardsWithin is SnapshotShards where room, if not nil, says
+// whether copies of need bytes in all fit in memory. When they do not,
+// each shard is taken in place instead (Snapshot.InPlace): held at step,
+// fenced and read-locked, until WriteSnapshots has written it — training
+// waits for the disk, but the shards' state is not doubled in memory.
+func SnapshotShardsWithin(ctx context.Context, step int64, shards []*Shard, room func(need int64) bool) ([]Snapshot, error) {
 	var held []*Shard
 	defer func() {
 		// Only on failure: the error already returned is the one to report.
@@ -298,25 +383,54 @@ func SnapshotShards(ctx context.Context, step int64, shards []*Shard) ([]Snapsho
 		}
 		held = append(held, s)
 	}
-	snaps := make([]Snapshot, len(shards))
-	for i, s := range shards {
-		snap, err := s.snapshot(ctx, step)
+	for _, s := range shards {
+		if err := s.awaitStep(ctx, step); err != nil {
+			return nil, fmt.Errorf("ps shard %d: checkpoint at step %d: %w", s.cfg.Shard, step, err)
+		}
+	}
+	inPlace := false
+	if room != nil {
+		var need int64
+		for _, s := range shards {
+			need += s.copyBytes()
+		}
+		inPlace = !room(need)
+	}
+	snaps := make([]Snapshot, 0, len(shards))
+	for _, s := range shards {
+		snap, err := s.snapshot(step, inPlace)
 		if err != nil {
+			releaseAll(snaps)
 			return nil, err
 		}
-		snaps[i] = snap
-		held = held[1:]
-		if err := s.release(); err != nil {
-			return nil, err
+		snaps = append(snaps, snap)
+		held = held[1:] // released now, or by its snapshot
+		if !inPlace {
+			if err := s.release(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return snaps, nil
 }
 
+// releaseAll releases snaps (Snapshot.Release) and returns the first error.
+func releaseAll(snaps []Snapshot) error {
+	var first error
+	for _, s := range snaps {
+		if err := s.Release(); first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // WriteSnapshots writes the shards' copies into dir (created if missing)
-// and returns their manifest entries, in order. It adds to written, if not
+// and returns their manifest entries, in order; it then releases the
+// snapshots taken in place, written or not. It adds to written, if not
 // nil, the bytes written as they go (ckpt.WriteFileCounted).
 func WriteSnapshots(dir string, shards []*Shard, snaps []Snapshot, written *atomic.Int64) ([]ckpt.FileEntry, error) {
+	defer releaseAll(snaps) // those taken in place hold their shards until written
 	if len(snaps) != len(shards) {
 		return nil, fmt.Errorf("ps checkpoint: %d snapshots of %d shards: %w", len(snaps), len(shards), ErrArg)
 	}

@@ -388,7 +388,7 @@ func TestCheckpointWritesACopy(t *testing.T) {
 	if err := s.hold(2); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := s.snapshot(context.Background(), 2)
+	snap, err := s.snapshot(2, false)
 	if err == nil {
 		err = s.release()
 	}
@@ -515,5 +515,66 @@ func TestACheckpointWaitsAsLongAsTrainingGoesOn(t *testing.T) {
 				t.Errorf("gave up after %s, WaitTimeout 80 ms", d)
 			}
 		})
+	}
+}
+
+// TestACheckpointTakenInPlaceHoldsTrainingUntilWritten: when a copy of
+// the shards would not fit (room says no), the checkpoint is taken in
+// place: nothing is copied, the next step's pushes wait until the file is
+// written, and the file holds exactly the state at its step. A snapshot
+// taken in place and dropped unwritten lets the shard go when released.
+func TestACheckpointTakenInPlaceHoldsTrainingUntilWritten(t *testing.T) {
+	const replicas = 2
+	j := newJob(t, BSP, 1, replicas)
+	for step := int64(1); step <= 2; step++ {
+		j.step(t, step, replicas, 1)
+	}
+	atStep2 := j.state(t)
+	var need int64
+	snaps, err := SnapshotShardsWithin(context.Background(), 2, j.shards, func(n int64) bool { need = n; return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snaps[0].InPlace() || need < int64(j.shards[0].Rows())*(8+testDim*4*3) {
+		t.Fatalf("in place %v, asked room for %d bytes for %d rows", snaps[0].InPlace(), need, j.shards[0].Rows())
+	}
+	stepped := make(chan struct{})
+	go func() {
+		defer close(stepped)
+		j.step(t, 3, replicas, 2)
+	}()
+	select {
+	case <-stepped:
+		t.Fatal("step 3 was pushed while the shard was held for its checkpoint")
+	case <-time.After(50 * time.Millisecond):
+	}
+	dir := t.TempDir()
+	files, err := WriteSnapshots(dir, j.shards, snaps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-stepped
+	if v, _ := j.shards[0].Version(testTable); v != 3 {
+		t.Errorf("version %d after the checkpoint was written, want 3", v)
+	}
+	if err := WriteManifest(dir, "j", 2, 1, files); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := RestoreAll(j.cfgs, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameState(t, "checkpoint written in place", (&job{shards: restored}).state(t), atStep2)
+
+	snaps, err = SnapshotShardsWithin(context.Background(), 3, j.shards, func(int64) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseAll(snaps); err != nil {
+		t.Fatal(err)
+	}
+	j.step(t, 4, replicas, 3)
+	if _, err := CheckpointAll(context.Background(), t.TempDir(), 4, j.shards); err != nil {
+		t.Errorf("a checkpoint after one taken in place and released unwritten: %v", err)
 	}
 }
