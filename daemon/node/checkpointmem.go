@@ -1,32 +1,68 @@
 package node
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/shirou/gopsutil/v4/mem"
 
+	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ps"
 )
 
-// copyRoom is ps.SnapshotShardsWithin's room for a job's checkpoints on
-// this node: whether copies of need bytes fit (copyFits) beside the
-// shards' state and the copies still waiting to be written (w). When they
-// do, it stores need in copied; when they do not, it says why in the log:
-// the checkpoint is then written in place, training waiting for the disk.
-func (a *Agent) copyRoom(tasks []*task, shards []*ps.Shard, w *checkpointWriter, copied *int64) func(int64) bool {
-	return func(need int64) bool {
+// errNoRoom: a checkpoint given up because neither a copy of the shards
+// nor a write in place fits.
+var errNoRoom = errors.New("not written")
+
+// checkpointRoom is ps.SnapshotShardsWithin's room for the job's
+// checkpoint of step on this node. A copy where it fits (copyFits); else
+// the shards are written in place, training waiting for the disk, where
+// that wait fits within half the workers' request timeout at the speed of
+// this node's last checkpoint write (inPlaceHoldLimit), or where nothing
+// trains any more (the last step); else the checkpoint is given up
+// (errNoRoom) and reported as not written, saying why, and the next is
+// tried at its step. It stores the size of a copy in copied.
+func (a *Agent) checkpointRoom(spec api.Task, step int64, shards []*ps.Shard, w *checkpointWriter, copied *int64) func(int64) (bool, error) {
+	return func(need int64) (bool, error) {
 		var held int64
 		for _, s := range shards {
 			held += s.Bytes()
 		}
 		ok, why := copyFits(need, w.pending.Load(), held, a.cfg.PSMemory*int64(len(shards)), availableMemory())
-		if !ok {
-			a.log.Warn("ps: checkpoint written in place, training waits for the disk: "+why, "job", tasks[0].spec.JobID, "copy_bytes", need)
-			return false
+		if ok {
+			*copied = need
+			return true, nil
 		}
-		*copied = need
-		return true
+		hold := time.Duration(float64(need) / float64(writeRate(w.rate.Load())) * float64(time.Second))
+		if limit := inPlaceHoldLimit(a.cfg.StepTimeout); step < spec.Steps && hold > limit {
+			return false, fmt.Errorf("%w: %s, and writing it in place would hold training about %s, past %s (half the workers' wait for the parameter servers); give the node more memory",
+				errNoRoom, why, hold.Round(time.Second), limit)
+		}
+		a.log.Warn("ps: checkpoint written in place, training waits for the disk: "+why, "job", spec.JobID, "step", step,
+			"copy_bytes", need, "expected_hold", hold.Round(time.Millisecond))
+		return false, nil
 	}
+}
+
+// writeRate is the speed a checkpoint write is expected to go at: the last
+// one's, or 100 MB/s before any.
+func writeRate(last int64) int64 {
+	if last > 0 {
+		return last
+	}
+	return 100 << 20
+}
+
+// inPlaceHoldLimit is the longest a checkpoint written in place may hold
+// training: half the workers' request timeout to the parameter servers
+// (the node's step timeout, a minute by default). A variable so that tests can refuse every
+// hold.
+var inPlaceHoldLimit = func(stepTimeout time.Duration) time.Duration {
+	if stepTimeout <= 0 {
+		stepTimeout = time.Minute
+	}
+	return stepTimeout / 2
 }
 
 // copyFits says whether a checkpoint copy of need bytes fits: within

@@ -5,11 +5,13 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
+	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/internal/syncbuf"
 )
 
@@ -61,5 +63,41 @@ func TestACheckpointThatDoesNotFitInMemoryIsWrittenInPlace(t *testing.T) {
 	}
 	if !logs.Contains("checkpoint written in place, training waits for the disk") {
 		t.Errorf("the nodes did not say they wrote in place:\n%s", logs.String())
+	}
+}
+
+// TestACheckpointThatCanBeNeitherCopiedNorHeldIsReported: where a copy
+// does not fit and writing in place would hold training too long (here
+// any hold is too long), a checkpoint is not written and reported as such
+// with the reason, training goes on, and the last step's, which holds no
+// training any more, is written in place.
+func TestACheckpointThatCanBeNeitherCopiedNorHeldIsReported(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the cluster's cleanups
+	avail, limit := availableMemory, inPlaceHoldLimit
+	availableMemory = func() int64 { return 4 << 10 }
+	inPlaceHoldLimit = func(time.Duration) time.Duration { return 0 }
+	t.Cleanup(func() { availableMemory, inPlaceHoldLimit = avail, limit })
+	var logs syncbuf.Buffer
+	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	t.Cleanup(func() { rc.stop() })
+	cl := rc.cluster()
+	cl.startNode("a", "cpu")
+	cl.startNode("b", "cpu")
+	cl.waitNodes(2)
+	root := t.TempDir()
+	s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root))), final)
+	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 20 || s.CheckpointFailures < 3 {
+		t.Fatalf("job %s (%q), checkpoint %+v, %d failures", s.State, s.Reason, s.Checkpoint, s.CheckpointFailures)
+	}
+	for _, step := range []int64{5, 10, 15} {
+		if _, err := ckpt.ReadManifest(ckpt.StepDir(root, step)); err == nil {
+			t.Errorf("step %d was written", step)
+		}
+	}
+	if _, err := ckpt.VerifyDir(ckpt.StepDir(root, 20)); err != nil {
+		t.Errorf("the last step's checkpoint: %v", err)
+	}
+	if !logs.Contains("would hold training about") {
+		t.Errorf("the coordinator's log does not give the reason:\n%s", logs.String())
 	}
 }

@@ -197,10 +197,12 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 	for step := (spec.FirstStep/every + 1) * every; ; step += every {
 		step = min(step, spec.Steps)
 		var copied int64
-		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards, a.copyRoom(tasks, shards, w, &copied))
+		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards, a.checkpointRoom(spec, step, shards, w, &copied))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return w.finish() // the job ended before the step
+		case errors.Is(err, errNoRoom):
+			a.checkpointFailed(ctx, tasks, shards, step, err)
 		case errors.Is(err, ps.ErrStepPassed):
 			// The writer was behind and held this loop up: skip the step.
 			a.checkpointFailed(ctx, tasks, shards, step, errors.New("skipped: training passed its step while earlier copies were still being written (a slow disk, or checkpoints too frequent for it)"))
@@ -224,7 +226,7 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 // says a copy does not fit (ps.SnapshotShardsWithin); when ctx ends first it is
 // cancelled only if the shards have not reached the step yet. It is cancelled in
 // any case when fence ends: the node's lease ran out.
-func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard, room func(int64) bool) ([]ps.Snapshot, error) {
+func snapshotAt(ctx, fence context.Context, step int64, shards []*ps.Shard, room func(int64) (bool, error)) ([]ps.Snapshot, error) {
 	wctx, cancel := context.WithCancel(fence)
 	defer cancel()
 	type copied struct {
@@ -277,8 +279,9 @@ type checkpointWriter struct {
 	// writing is the step of the copy being written (0: none), written
 	// the bytes of it written so far.
 	writing, written atomic.Int64
-	// pending is the size of the copies queued or being written.
-	pending atomic.Int64
+	// pending is the size of the copies queued or being written, rate
+	// the bytes a second the last write went at (0: none yet).
+	pending, rate atomic.Int64
 }
 
 // checkpointStuckAfter is how long a copy may go without a byte written
@@ -298,7 +301,12 @@ func (w *checkpointWriter) write(a *Agent, spec api.Task, shards []*ps.Shard, p 
 	w.written.Store(0)
 	w.writing.Store(p.step)
 	defer w.writing.Store(0)
-	return a.writeCheckpoint(spec, shards, p, &w.written)
+	start := time.Now()
+	files, err := a.writeCheckpoint(spec, shards, p, &w.written)
+	if d := time.Since(start); err == nil && d > 0 {
+		w.rate.Store(int64(float64(w.written.Load()) / d.Seconds()))
+	}
+	return files, err
 }
 
 // watchWrites reports on tasks, every progressEvery until stop is closed,

@@ -196,8 +196,9 @@ func (s *Shard) snapshot(step int64, inPlace bool) (Snapshot, error) {
 	return snap, nil
 }
 
-// copyBytes is about what a copy of the shard's state takes in memory.
-func (s *Shard) copyBytes() int64 {
+// CopyBytes is about what a copy of the shard's state for a checkpoint
+// takes in memory.
+func (s *Shard) CopyBytes() int64 {
 	var n int64
 	for _, t := range s.tables {
 		t.mu.RLock()
@@ -364,12 +365,14 @@ func SnapshotShards(ctx context.Context, step int64, shards []*Shard) ([]Snapsho
 	return SnapshotShardsWithin(ctx, step, shards, nil)
 }
 
-// SnapshotShardsWithin is SnapshotShards where room, if not nil, says
-// whether copies of need bytes in all fit in memory. When they do not,
-// each shard is taken in place instead (Snapshot.InPlace): held at step,
-// fenced and read-locked, until WriteSnapshots has written it — training
-// waits for the disk, but the shards' state is not doubled in memory.
-func SnapshotShardsWithin(ctx context.Context, step int64, shards []*Shard, room func(need int64) bool) ([]Snapshot, error) {
+// SnapshotShardsWithin is SnapshotShards where room, if not nil, says,
+// once the shards have reached step, whether copies of need bytes in all
+// fit in memory. When they do not, each shard is taken in place instead
+// (Snapshot.InPlace): held at step, fenced and read-locked, until
+// WriteSnapshots has written it — training waits for the disk, but the
+// shards' state is not doubled in memory. An error from room gives the
+// checkpoint up: the shards are released and the error returned.
+func SnapshotShardsWithin(ctx context.Context, step int64, shards []*Shard, room func(need int64) (bool, error)) ([]Snapshot, error) {
 	var held []*Shard
 	defer func() {
 		// Only on failure: the error already returned is the one to report.
@@ -392,9 +395,13 @@ func SnapshotShardsWithin(ctx context.Context, step int64, shards []*Shard, room
 	if room != nil {
 		var need int64
 		for _, s := range shards {
-			need += s.copyBytes()
+			need += s.CopyBytes()
 		}
-		inPlace = !room(need)
+		fits, err := room(need)
+		if err != nil {
+			return nil, err
+		}
+		inPlace = !fits
 	}
 	snaps := make([]Snapshot, 0, len(shards))
 	for _, s := range shards {

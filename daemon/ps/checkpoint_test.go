@@ -522,7 +522,8 @@ func TestACheckpointWaitsAsLongAsTrainingGoesOn(t *testing.T) {
 // the shards would not fit (room says no), the checkpoint is taken in
 // place: nothing is copied, the next step's pushes wait until the file is
 // written, and the file holds exactly the state at its step. A snapshot
-// taken in place and dropped unwritten lets the shard go when released.
+// taken in place and dropped unwritten lets the shard go when released,
+// and so does one its room gives up.
 func TestACheckpointTakenInPlaceHoldsTrainingUntilWritten(t *testing.T) {
 	const replicas = 2
 	j := newJob(t, BSP, 1, replicas)
@@ -531,7 +532,7 @@ func TestACheckpointTakenInPlaceHoldsTrainingUntilWritten(t *testing.T) {
 	}
 	atStep2 := j.state(t)
 	var need int64
-	snaps, err := SnapshotShardsWithin(context.Background(), 2, j.shards, func(n int64) bool { need = n; return false })
+	snaps, err := SnapshotShardsWithin(context.Background(), 2, j.shards, func(n int64) (bool, error) { need = n; return false, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +567,7 @@ func TestACheckpointTakenInPlaceHoldsTrainingUntilWritten(t *testing.T) {
 	}
 	assertSameState(t, "checkpoint written in place", (&job{shards: restored}).state(t), atStep2)
 
-	snaps, err = SnapshotShardsWithin(context.Background(), 3, j.shards, func(int64) bool { return false })
+	snaps, err = SnapshotShardsWithin(context.Background(), 3, j.shards, func(int64) (bool, error) { return false, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +575,11 @@ func TestACheckpointTakenInPlaceHoldsTrainingUntilWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.step(t, 4, replicas, 3)
+	noRoom := errors.New("no room")
+	if _, err := SnapshotShardsWithin(context.Background(), 4, j.shards, func(int64) (bool, error) { return false, noRoom }); !errors.Is(err, noRoom) {
+		t.Errorf("a checkpoint its room gives up: %v", err)
+	}
 	if _, err := CheckpointAll(context.Background(), t.TempDir(), 4, j.shards); err != nil {
-		t.Errorf("a checkpoint after one taken in place and released unwritten: %v", err)
+		t.Errorf("a checkpoint after one taken in place and released unwritten, and one given up: %v", err)
 	}
 }
