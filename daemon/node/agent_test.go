@@ -699,18 +699,26 @@ func readTensors(t *testing.T, path string) map[string][]uint32 {
 	return out
 }
 
-// TestKilledNodeRestartsJobFromCheckpoint: a job with checkpoint.restarts
-// whose PS and stage node dies after its first checkpoint becomes restarting, then
-// failed naming its restart; the restart, a new job restored from the
-// latest checkpoint, runs on the nodes left and trains to the last step.
-func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
-	root := t.TempDir()
+// threeCPUNodes starts a cluster of the data-parallel catalog with CPU
+// nodes a, b and c, and returns the functions that stop each.
+func threeCPUNodes(t *testing.T) (*cluster, map[string]func()) {
+	t.Helper()
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	stops := map[string]func(){}
 	for _, name := range []string{"a", "b", "c"} {
 		stops[name] = cl.startNode(name, "cpu")
 	}
 	cl.waitNodes(3)
+	return cl, stops
+}
+
+// TestKilledNodeRestartsJobFromCheckpoint: a job with checkpoint.restarts
+// whose PS and stage node dies after its first checkpoint becomes restarting, then
+// failed naming its restart; the restart, a new job restored from the
+// latest checkpoint, runs on the nodes left and trains to the last step.
+func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	cl, stops := threeCPUNodes(t)
 	src, err := os.ReadFile(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)))
 	if err != nil {
 		t.Fatal(err)
@@ -754,12 +762,7 @@ func TestKilledNodeRestartsJobFromCheckpoint(t *testing.T) {
 // last step.
 func TestAnASPJobRestartsFromItsCheckpointWhenAReplicaDies(t *testing.T) {
 	root := t.TempDir()
-	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
-	stops := map[string]func(){}
-	for _, name := range []string{"a", "b", "c"} {
-		stops[name] = cl.startNode(name, "cpu")
-	}
-	cl.waitNodes(3)
+	cl, stops := threeCPUNodes(t)
 	src := strings.Replace(dpJobSource(t, 400), "\nmode = \"bsp\"\n", "\nmode = \"asp\"\n", 1)
 	id := cl.submit(writeJobFile(t, src+fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)))
 	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Checkpoint != nil || s.State.Final() })

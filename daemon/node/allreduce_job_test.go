@@ -149,12 +149,7 @@ func TestAllreduceJobWithADirectoryButNoInterval(t *testing.T) {
 // last step.
 func TestAllreduceJobRestartsWhenAReplicaDies(t *testing.T) {
 	root := t.TempDir()
-	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
-	stops := map[string]func(){}
-	for _, name := range []string{"a", "b", "c"} {
-		stops[name] = cl.startNode(name, "cpu")
-	}
-	cl.waitNodes(3)
+	cl, stops := threeCPUNodes(t)
 	id := cl.submit(writeJobFile(t, dpJobSource(t, 400)+fmt.Sprintf("dense_sync = \"allreduce\"\n[checkpoint]\ndir = %q\nevery = 20\nrestarts = 1\n", root)))
 	s := cl.waitJob(id, func(s api.JobStatus) bool { return s.Checkpoint != nil || s.State.Final() })
 	if s.State != api.JobRunning || len(s.Stages[0].Nodes) != 2 || len(s.PS) != 1 {

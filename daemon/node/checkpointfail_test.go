@@ -35,8 +35,16 @@ func blockCheckpoint(t *testing.T, root string, step int64) {
 // failing), and two CPU nodes.
 func checkpointCluster(t *testing.T, logs *syncbuf.Buffer, finalWait time.Duration) *cluster {
 	t.Helper()
+	return loggedCluster(t, logs, func(c *coord.Config) { c.FinalCheckpointWait, c.FinalCheckpointFailWait = finalWait, finalWait })
+}
+
+// loggedCluster serves a coordinator that logs into logs, its config
+// adjusted, and two CPU nodes.
+func loggedCluster(t *testing.T, logs *syncbuf.Buffer, adjust func(*coord.Config)) *cluster {
+	t.Helper()
 	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
-		c.Logger, c.FinalCheckpointWait, c.FinalCheckpointFailWait = slog.New(slog.NewTextHandler(logs, nil)), finalWait, finalWait
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		adjust(c)
 	})
 	t.Cleanup(func() { rc.stop() })
 	cl := rc.cluster()
@@ -204,15 +212,9 @@ func TestALargeLastCheckpointIsWaitedForWhileItIsWritten(t *testing.T) {
 	checkpointStuckAfter = time.Second // the nodes look at the write every 100 ms
 	t.Cleanup(func() { checkpointStuckAfter = stuck })
 	var logs syncbuf.Buffer
-	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cl := loggedCluster(t, &logs, func(c *coord.Config) {
 		c.FinalCheckpointWait, c.FinalCheckpointFailWait = 500*time.Millisecond, time.Second
 	})
-	t.Cleanup(func() { rc.stop() })
-	cl := rc.cluster()
-	cl.startNode("a", "cpu")
-	cl.startNode("b", "cpu")
-	cl.waitNodes(2)
 	root := t.TempDir()
 	id := cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root)))
 	s := cl.waitJob(id, func(s api.JobStatus) bool {

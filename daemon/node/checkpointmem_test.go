@@ -78,12 +78,7 @@ func TestACheckpointThatCanBeNeitherCopiedNorHeldIsReported(t *testing.T) {
 	inPlaceHoldLimit = func(time.Duration) time.Duration { return 0 }
 	t.Cleanup(func() { availableMemory, inPlaceHoldLimit = avail, limit })
 	var logs syncbuf.Buffer
-	rc := startRestartableCoordinatorWith(t, func(c *coord.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
-	t.Cleanup(func() { rc.stop() })
-	cl := rc.cluster()
-	cl.startNode("a", "cpu")
-	cl.startNode("b", "cpu")
-	cl.waitNodes(2)
+	cl := loggedCluster(t, &logs, func(*coord.Config) {})
 	root := t.TempDir()
 	s := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root))), final)
 	if s.State != api.JobDone || s.Reason != "" || s.Checkpoint == nil || s.Checkpoint.Step != 20 || s.CheckpointFailures < 3 {

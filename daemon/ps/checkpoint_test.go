@@ -374,16 +374,23 @@ func TestShardsCheckpointedApartRestoreAsAnotherJob(t *testing.T) {
 	assertSameState(t, "after the next step", next.state(t), orig.state(t))
 }
 
+// twoStepsIn is a one-shard BSP job of replicas replicas after two steps,
+// and its state then.
+func twoStepsIn(t *testing.T, replicas int) (*job, [][]float32) {
+	t.Helper()
+	j := newJob(t, BSP, 1, replicas)
+	for step := int64(1); step <= 2; step++ {
+		j.step(t, step, replicas, 1)
+	}
+	return j, j.state(t)
+}
+
 // TestCheckpointWritesACopy: the shard is copied while fenced and written
 // after the fence is lifted, so steps applied while the file is written do
 // not reach it: the file restores to the state of its step.
 func TestCheckpointWritesACopy(t *testing.T) {
 	const replicas = 2
-	j := newJob(t, BSP, 1, replicas)
-	for step := int64(1); step <= 2; step++ {
-		j.step(t, step, replicas, 1)
-	}
-	atStep2 := j.state(t)
+	j, atStep2 := twoStepsIn(t, replicas)
 	s := j.shards[0]
 	if err := s.hold(2); err != nil {
 		t.Fatal(err)
@@ -526,11 +533,7 @@ func TestACheckpointWaitsAsLongAsTrainingGoesOn(t *testing.T) {
 // and so does one its room gives up.
 func TestACheckpointTakenInPlaceHoldsTrainingUntilWritten(t *testing.T) {
 	const replicas = 2
-	j := newJob(t, BSP, 1, replicas)
-	for step := int64(1); step <= 2; step++ {
-		j.step(t, step, replicas, 1)
-	}
-	atStep2 := j.state(t)
+	j, atStep2 := twoStepsIn(t, replicas)
 	var need int64
 	snaps, err := SnapshotShardsWithin(context.Background(), 2, j.shards, func(n int64) (bool, error) { need = n; return false, nil })
 	if err != nil {
