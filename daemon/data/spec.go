@@ -192,19 +192,27 @@ func (r *repeating) Next(ctx context.Context, size int) (*Batch, error) {
 	if !errors.Is(err, io.EOF) {
 		return b, err
 	}
+	if err := r.nextPass(); err != nil {
+		return nil, err
+	}
+	return r.cur.Next(ctx, size)
+}
+
+// nextPass closes the pass that ended and opens the next.
+func (r *repeating) nextPass() error {
 	r.bad = max(r.bad, r.cur.BadLines())
-	err = r.cur.Close()
+	err := r.cur.Close()
 	r.cur = nil
 	if err != nil {
-		return nil, fmt.Errorf("data: repeat: %w", err)
+		return fmt.Errorf("data: repeat: %w", err)
 	}
 	if r.cur, err = r.open(); err != nil {
 		r.cur = nil
-		return nil, fmt.Errorf("data: repeat: reopen: %w", err)
+		return fmt.Errorf("data: repeat: reopen: %w", err)
 	}
 	r.epoch++
 	if r.onEpoch != nil {
 		r.onEpoch(r.epoch)
 	}
-	return r.cur.Next(ctx, size)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -41,5 +42,47 @@ func TestStageDataSaysEachEpoch(t *testing.T) {
 	}
 	if strings.Contains(got, `"epoch 1"`) || !strings.Contains(got, "job=j1") || !strings.Contains(got, "stage=0") {
 		t.Errorf("logs: %s", got)
+	}
+}
+
+// TestARestoredStageReadsOnWhereTheRunHadGot: a stage restored at step k
+// of a job on a data file reads the batch an uninterrupted run reads at
+// step k+1 — also a thousand steps on, five hundred passes over the file,
+// which it passes over without decoding them.
+func TestARestoredStageReadsOnWhereTheRunHadGot(t *testing.T) {
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{log: slog.New(slog.DiscardHandler)}
+	s := api.Task{JobID: "j1", TaskID: "t1", Stage: 0, Replica: 0, Replicas: 1, Batch: 150,
+		Data: "criteo:../data/testdata/criteo_sample.csv", DataShards: 1}
+	ctx := context.Background()
+	uninterrupted, err := stageInput(ctx, s, cfg, a.taskLog(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uninterrupted.Close()
+	var want []any
+	for step := int64(1); step <= 1001; step++ {
+		b, err := uninterrupted.Next(ctx, step, firstShare(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step == 4 || step == 1001 {
+			want = append(want, b)
+		}
+	}
+	for i, k := range []int64{3, 1000} {
+		s.FirstStep = k
+		in, err := stageInput(ctx, s, cfg, a.taskLog(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := in.Next(ctx, k+1, firstShare(s))
+		in.Close()
+		if err != nil || !reflect.DeepEqual(any(got), want[i]) {
+			t.Errorf("restored at step %d: %v; its first batch is the uninterrupted run's: %v", k, err, reflect.DeepEqual(any(got), want[i]))
+		}
 	}
 }

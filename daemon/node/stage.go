@@ -262,7 +262,7 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 // membership (elastic.go), its shard of the segment that starts at
 // DataStart. A generator's shard is opened at the record the trained steps
 // reached (the segment's reader jumps there: data.Options.Start); a file,
-// whose data wraps around at its end, is read and dropped up to it.
+// whose data wraps around at its end, is passed over up to it (skipBatches).
 func stageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, error) {
 	src, err := openData(s, cfg, epochLogger(log, s.Data))
 	if err != nil {
@@ -285,9 +285,18 @@ func generated(spec string) bool {
 	return err == nil && sp.Path == ""
 }
 
-// skipBatches reads and drops the batches of the steps a restored job has
-// trained already, so that its data order is that of an uninterrupted run.
+// skipBatches passes over the batches of the steps a restored job has
+// trained already, so that its data order is that of an uninterrupted run:
+// without decoding them where the source can (data.BatchSkipper: a file is
+// read twice at most, however many passes the steps made over it), else by
+// reading them.
 func skipBatches(ctx context.Context, src data.Source, steps int64, batch int) error {
+	if sk, ok := src.(data.BatchSkipper); ok {
+		if err := sk.SkipBatches(ctx, steps, batch); err != nil {
+			return fmt.Errorf("skipping the %d trained steps' batches: %w", steps, err)
+		}
+		return nil
+	}
 	for step := range steps {
 		if _, err := src.Next(ctx, batch); err != nil {
 			return fmt.Errorf("skipping the %d trained steps' batches, at step %d: %w", steps, step+1, err)

@@ -1,0 +1,149 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// BatchSkipper is a source that can pass over batches without decoding
+// their records: a reader resuming where a restored job had got to.
+type BatchSkipper interface {
+	// SkipBatches passes over the next n batches of size records, from
+	// the start of the stream, exactly as n calls of Next(ctx, size) would
+	// (a pass's last batch may be short), without decoding them.
+	SkipBatches(ctx context.Context, n int64, size int) error
+}
+
+// errNoSkip: the source cannot skip without decoding (it skips and counts
+// malformed lines, which only decoding finds).
+var errNoSkip = errors.New("data: this source cannot skip without decoding")
+
+// skipRecords passes over the next k records this worker keeps without
+// decoding them, and returns how many it passed over: fewer than k at the
+// end of the file. A source that skips malformed lines cannot (errNoSkip):
+// they are not records, and only decoding tells them.
+func (s *fileSource) skipRecords(ctx context.Context, k int64) (int64, error) {
+	if s.opts.SkipBadLines {
+		return 0, errNoSkip
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	stop := s.lines.watch(ctx)
+	defer stop()
+	var got int64
+	for n := 0; got < k; n++ {
+		if n%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return got, err
+			}
+		}
+		kept, err := s.skipLine()
+		if err != nil {
+			s.err = err
+			if errors.Is(err, io.EOF) {
+				return got, nil
+			}
+			return got, err
+		}
+		if kept {
+			got++
+		}
+	}
+	return got, nil
+}
+
+// skipLine reads one line as readLine does and reports whether it is a
+// record this worker keeps, leaving it undecoded.
+func (s *fileSource) skipLine() (kept bool, err error) {
+	line, err := s.lines.next()
+	if err == io.EOF {
+		return false, io.EOF
+	}
+	s.line++
+	if errors.Is(err, errLineTooLong) {
+		return false, &LineError{File: s.name, Line: s.line, Reason: err.Error()}
+	}
+	if err != nil {
+		return false, fmt.Errorf("data: %s: line %d: %w", s.name, s.line, err)
+	}
+	if len(line) == 0 {
+		return false, nil
+	}
+	if !s.started {
+		s.started = true
+		header, ferr := s.format.begin(line)
+		if ferr != nil {
+			return false, s.lineError(ferr)
+		}
+		if header {
+			return false, nil
+		}
+	}
+	i := s.next
+	s.next++
+	if s.opts.past(i) {
+		return false, io.EOF
+	}
+	return s.opts.keeps(i), nil
+}
+
+// SkipBatches passes over n batches of size from the start of the stream
+// (BatchSkipper) without decoding a record: it reads the first pass to its
+// end when n reaches that far, which tells how many batches a pass holds,
+// and then only the batches left of the last pass (n modulo that count),
+// so that no more than two passes' lines are read whatever n is. Each
+// pass begun calls onEpoch. A pass holds ceil(records / size) batches, its
+// last short, as Next makes them. A source that cannot skip without
+// decoding reads the batches with Next.
+func (r *repeating) SkipBatches(ctx context.Context, n int64, size int) error {
+	if err := checkSize(size); err != nil {
+		return err
+	}
+	perPass := int64(0) // batches in a pass, once one has been read whole
+	for n > 0 {
+		if r.cur == nil {
+			return errors.New("data: repeat: the source could not be reopened")
+		}
+		fs, ok := r.cur.(*fileSource)
+		if !ok || fs.opts.SkipBadLines {
+			return r.nextBatches(ctx, n, size)
+		}
+		if passes := n / max(perPass, 1); perPass > 0 && passes > 0 { // whole passes: nothing to read
+			r.epoch += int(passes)
+			if r.onEpoch != nil {
+				r.onEpoch(r.epoch)
+			}
+			n %= perPass
+		}
+		want := n * int64(size)
+		got, err := fs.skipRecords(ctx, want)
+		if err != nil {
+			return err
+		}
+		if got == want {
+			return nil
+		}
+		if got == 0 {
+			return fmt.Errorf("data: repeat: a pass of %s holds no records of this worker", fs.name)
+		}
+		perPass = (got + int64(size) - 1) / int64(size) // the pass ended: it was read from its start
+		n -= perPass
+		if err := r.nextPass(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextBatches reads and drops n batches of size.
+func (r *repeating) nextBatches(ctx context.Context, n int64, size int) error {
+	for range n {
+		if _, err := r.Next(ctx, size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
