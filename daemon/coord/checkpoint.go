@@ -104,6 +104,10 @@ type manifestWork struct {
 	files []ckpt.FileEntry
 }
 
+// verifyDir is ckpt.VerifyDir, a variable so that tests can stand a large
+// checkpoint on slow storage in for it.
+var verifyDir = ckpt.VerifyDir
+
 // resolveRestore finds the checkpoint a job file's checkpoint.restore
 // names: a step directory with a manifest, or a root whose latest complete
 // step directory is taken. Only manifests are read: verifyRestore hashes
@@ -149,7 +153,7 @@ func (c *Coordinator) verifyRestore(j *job) error {
 	if j.ckpt.restored == nil {
 		return nil
 	}
-	if _, err := ckpt.VerifyDir(j.ckpt.restored.Dir); err != nil {
+	if _, err := verifyDir(j.ckpt.restored.Dir); err != nil {
 		return j.file.Errorf("checkpoint.restore", "%v", err)
 	}
 	return nil

@@ -86,7 +86,7 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 		c.mu.Unlock()
 		return true
 	}
-	ctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	waitedBefore := j.state == api.JobQueued
 	j.state, j.stopPlan = api.JobPlanning, stop
@@ -101,8 +101,10 @@ func (c *Coordinator) planAndPlace(ctx context.Context, j *job) bool {
 
 	var err error
 	if !verified {
-		err = c.verifyRestore(j)
+		err = c.verifyRestore(j) // hashing a large checkpoint takes as long as reading it: not part of PlanTimeout
 	}
+	ctx, stopTimer := context.WithTimeout(ctx, c.cfg.PlanTimeout)
+	defer stopTimer()
 	var plan *sched.Plan
 	free := liveCatalog(c.cfg.Catalog, cl.free())
 	if err == nil {

@@ -319,3 +319,28 @@ func TestChainNamesTheRestoredCheckpointsWriter(t *testing.T) {
 		t.Errorf("chain %v, want the writer the manifest names, j0", ids)
 	}
 }
+
+// TestVerifyingALargeCheckpointIsNotPartOfThePlanTimeout: a job restored
+// from a checkpoint whose files take longer to hash than the planner may
+// take to plan (here 600 ms against 300 ms) is planned and trained once
+// they verify, not failed for a plan that "did not finish".
+func TestVerifyingALargeCheckpointIsNotPartOfThePlanTimeout(t *testing.T) {
+	verify := verifyDir
+	verifyDir = func(dir string) (ckpt.Manifest, error) {
+		time.Sleep(600 * time.Millisecond)
+		return verify(dir)
+	}
+	t.Cleanup(func() { verifyDir = verify })
+	tc := startCluster(t, func(c *Config) { c.PlanTimeout = 300 * time.Millisecond })
+	dir := writeFakeCheckpoint(t, t.TempDir(), "j0", 5)
+	job := ctrJob + fmt.Sprintf("[checkpoint]\nrestore = %q\n", dir)
+	plan := tc.expectedPlan(job)
+	for i, s := range plan.Stages {
+		tc.start(newFakeNode(fmt.Sprintf("r%d", i), s.Type, s.Units, 7000+i))
+	}
+	tc.start(newFakeNode("ps", firstCPUType(tc.cat), 1, 7100))
+	s := tc.waitJob(tc.submit(job))
+	if s.State != api.JobDone || s.RestoredFrom == nil || s.RestoredFrom.Step != 5 {
+		t.Fatalf("%s (%s), restored from %+v", s.State, s.Reason, s.RestoredFrom)
+	}
+}
