@@ -39,6 +39,7 @@ func (a *Agent) checkpointRoom(spec api.Task, step int64, shards []*ps.Shard, w 
 			return false, fmt.Errorf("%w: %s, and writing it in place would hold training about %s, past %s (half the workers' wait for the parameter servers); give the node more memory",
 				errNoRoom, why, hold.Round(time.Second), limit)
 		}
+		a.obs.checkpointInPlace()
 		a.log.Warn("ps: checkpoint written in place, training waits for the disk: "+why, "job", spec.JobID, "step", step,
 			"copy_bytes", need, "expected_hold", hold.Round(time.Millisecond))
 		return false, nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -47,8 +48,11 @@ func TestACheckpointThatDoesNotFitInMemoryIsWrittenInPlace(t *testing.T) {
 	t.Cleanup(func() { availableMemory = avail })
 	var logs syncbuf.Buffer
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	var regs []*prometheus.Registry
 	for _, name := range []string{"a", "b"} {
-		cl.startNodeAdjusted(name, "cpu", cl.base, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
+		cl.startNodeAdjusted(name, "cpu", cl.base, func(c *Config) { c.Logger, c.Metrics = slog.New(slog.NewTextHandler(&logs, nil)), reg })
 	}
 	cl.waitNodes(2)
 	root := t.TempDir()
@@ -63,6 +67,21 @@ func TestACheckpointThatDoesNotFitInMemoryIsWrittenInPlace(t *testing.T) {
 	}
 	if !logs.Contains("checkpoint written in place, training waits for the disk") {
 		t.Errorf("the nodes did not say they wrote in place:\n%s", logs.String())
+	}
+	inPlace := 0.0
+	for _, reg := range regs {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == "heterps_node_checkpoint_in_place_total" {
+				inPlace += f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+	}
+	if inPlace != 8 { // 4 checkpoints, a shard on each node
+		t.Errorf("heterps_node_checkpoint_in_place_total: %g, want 8", inPlace)
 	}
 }
 

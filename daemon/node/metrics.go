@@ -21,6 +21,7 @@ type observer struct {
 	ps             *ps.ClientMetrics
 	steps, samples prometheus.Counter
 	ckptFailures   prometheus.Counter
+	ckptInPlace    prometheus.Counter
 	fences         prometheus.Counter
 
 	mu     sync.Mutex
@@ -48,9 +49,11 @@ func (a *Agent) observe(reg prometheus.Registerer) error {
 		Help: "Samples the node's stage replicas have trained on."})
 	o.ckptFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_checkpoint_write_failures_total",
 		Help: "Checkpoint copies of the node's parameter-server shards that could not be written (a full disk, a lost mount): training went on without them."})
+	o.ckptInPlace = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_checkpoint_in_place_total",
+		Help: "Checkpoints of the node's parameter-server shards written in place, training waiting for the disk: a copy did not fit in memory."})
 	o.fences = prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_node_lease_fences_total",
 		Help: "Times the node's lease ran out with tasks running: it stopped them (the coordinator did not answer within the lease) and registered anew."})
-	for _, c := range []prometheus.Collector{o.steps, o.samples, o.ckptFailures, o.fences, agentCollector{a}} {
+	for _, c := range []prometheus.Collector{o.steps, o.samples, o.ckptFailures, o.ckptInPlace, o.fences, agentCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
@@ -70,6 +73,13 @@ func (o *observer) stepDone(samples int) {
 func (o *observer) checkpointFailed() {
 	if o.ckptFailures != nil {
 		o.ckptFailures.Inc()
+	}
+}
+
+// checkpointInPlace counts a checkpoint written in place.
+func (o *observer) checkpointInPlace() {
+	if o.ckptInPlace != nil {
+		o.ckptInPlace.Inc()
 	}
 }
 
