@@ -16,6 +16,22 @@ type BatchSkipper interface {
 	SkipBatches(ctx context.Context, n int64, size int) error
 }
 
+// SkipBatches passes over the first n batches of size of src: without
+// decoding them where src can (BatchSkipper), else by reading them. A
+// resumed run calls it to see the data in the order an uninterrupted run
+// does.
+func SkipBatches(ctx context.Context, src Source, n int64, size int) error {
+	if sk, ok := src.(BatchSkipper); ok {
+		return sk.SkipBatches(ctx, n, size)
+	}
+	for range n {
+		if _, err := src.Next(ctx, size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // errNoSkip: the source cannot skip without decoding (it skips and counts
 // malformed lines, which only decoding finds).
 var errNoSkip = errors.New("data: this source cannot skip without decoding")

@@ -286,21 +286,12 @@ func generated(spec string) bool {
 }
 
 // skipBatches passes over the batches of the steps a restored job has
-// trained already, so that its data order is that of an uninterrupted run:
-// without decoding them where the source can (data.BatchSkipper: a file is
-// read twice at most, however many passes the steps made over it), else by
-// reading them.
+// trained already (data.SkipBatches: a file is read twice at most, its
+// lines not decoded), so that its data order is that of an uninterrupted
+// run.
 func skipBatches(ctx context.Context, src data.Source, steps int64, batch int) error {
-	if sk, ok := src.(data.BatchSkipper); ok {
-		if err := sk.SkipBatches(ctx, steps, batch); err != nil {
-			return fmt.Errorf("skipping the %d trained steps' batches: %w", steps, err)
-		}
-		return nil
-	}
-	for step := range steps {
-		if _, err := src.Next(ctx, batch); err != nil {
-			return fmt.Errorf("skipping the %d trained steps' batches, at step %d: %w", steps, step+1, err)
-		}
+	if err := data.SkipBatches(ctx, src, steps, batch); err != nil {
+		return fmt.Errorf("skipping the %d trained steps' batches: %w", steps, err)
 	}
 	return nil
 }

@@ -313,8 +313,8 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err := nn.CheckData(cfg, src.Schema()); err != nil {
 		return nil, usageError{fmt.Errorf("--data %s: %w", f.data, err)}
 	}
-	if err := skipBatches(ctx, src, f.batch, res.ResumedFrom); err != nil {
-		return nil, err
+	if err := data.SkipBatches(ctx, src, res.ResumedFrom, f.batch); err != nil {
+		return nil, fmt.Errorf("resume: skipping trained batches: %w", err)
 	}
 	trace, err := createTrace(f.trace, f.threads)
 	if err != nil {
@@ -412,17 +412,6 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		res.SamplesPerS = float64(res.Samples) / res.Seconds
 	}
 	return ctx.Err()
-}
-
-// skipBatches reads and drops the batches a resumed run already trained on,
-// so that it sees the data in the same order as an uninterrupted run.
-func skipBatches(ctx context.Context, src data.Source, size int, n int64) error {
-	for range n {
-		if _, err := src.Next(ctx, size); err != nil {
-			return fmt.Errorf("resume: skipping trained batches: %w", err)
-		}
-	}
-	return nil
 }
 
 func ema(prev, v float64, first bool) float64 {
