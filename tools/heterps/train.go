@@ -305,7 +305,7 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 		}
 	}
 	opts := data.Options{Vocab: cfg.Input.Vocab, SkipBadLines: f.skipBad, Split: data.SplitTrain}
-	src, epoch, err := openEpochs(f.data, opts)
+	src, epoch, err := openEpochs(f.data, opts, res.ResumedFrom*int64(f.batch))
 	if err != nil {
 		return nil, err
 	}
@@ -313,8 +313,10 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	if err := nn.CheckData(cfg, src.Schema()); err != nil {
 		return nil, usageError{fmt.Errorf("--data %s: %w", f.data, err)}
 	}
-	if err := data.SkipBatches(ctx, src, res.ResumedFrom, f.batch); err != nil {
-		return nil, fmt.Errorf("resume: skipping trained batches: %w", err)
+	if sk, ok := src.(data.BatchSkipper); ok { // a file: passed over to where the trained steps reached
+		if err := sk.SkipBatches(ctx, res.ResumedFrom, f.batch); err != nil {
+			return nil, fmt.Errorf("resume: skipping trained batches: %w", err)
+		}
 	}
 	trace, err := createTrace(f.trace, f.threads)
 	if err != nil {
@@ -348,13 +350,19 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 // openEpochs opens the training data. A file is read again from the
 // start whenever it ends (as node stages read it), so --steps may exceed
 // one pass; epoch is the pass the last Next read from, 0 for a generator.
-func openEpochs(spec string, opts data.Options) (data.Source, *atomic.Int64, error) {
+// A generator starts at the record that trained records of a resumed run
+// reach (it jumps there); a file starts at its start, and the caller
+// passes over the trained batches (data.BatchSkipper).
+func openEpochs(spec string, opts data.Options, trained int64) (data.Source, *atomic.Int64, error) {
 	s, err := data.ParseSpec(spec)
 	if err != nil {
 		return nil, nil, err
 	}
 	epoch := new(atomic.Int64)
 	if s.Path == "" {
+		if opts.Start, err = opts.After(trained); err != nil {
+			return nil, nil, err
+		}
 		src, err := s.Open(opts)
 		return src, epoch, err
 	}

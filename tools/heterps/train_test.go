@@ -290,25 +290,28 @@ func TestTrainResumeChecks(t *testing.T) {
 // TestTrainResumedOnAFileEndsAsAnUninterruptedRun: a run on a data file
 // stopped at step 7 and resumed to step 40 — twelve passes over the file,
 // passed over without decoding — writes the same checkpoint, bit for bit,
-// as a run of 40 steps without a stop.
+// as a run of 40 steps without a stop; so does one on a generator, which
+// jumps to the record the trained steps reached.
 func TestTrainResumedOnAFileEndsAsAnUninterruptedRun(t *testing.T) {
-	dir := t.TempDir()
-	args := func(steps int, ck string) []string {
-		return []string{"--model", "ctrdnn", "--data", "criteo:../../daemon/data/testdata/criteo_sample.csv", "--batch", "64",
-			"--threads", "1", "--eval-samples", "0", "--steps", fmt.Sprint(steps), "--checkpoint", filepath.Join(dir, ck)}
-	}
-	for _, run := range [][]string{args(40, "whole"), args(7, "resumed"), args(40, "resumed")} {
-		if code, _, errs := trainCLI(t, run...); code != exitOK {
-			t.Fatalf("%v: exit %d: %s", run, code, errs)
+	for _, spec := range []string{"criteo:../../daemon/data/testdata/criteo_sample.csv", "synthetic:1"} {
+		dir := t.TempDir()
+		args := func(steps int, ck string) []string {
+			return []string{"--model", "ctrdnn", "--data", spec, "--batch", "64",
+				"--threads", "1", "--eval-samples", "0", "--steps", fmt.Sprint(steps), "--checkpoint", filepath.Join(dir, ck)}
 		}
-	}
-	whole, err := os.ReadFile(filepath.Join(dir, "whole"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumed, err := os.ReadFile(filepath.Join(dir, "resumed"))
-	if err != nil || !bytes.Equal(whole, resumed) {
-		t.Errorf("the resumed run's checkpoint differs from the uninterrupted run's (%v)", err)
+		for _, run := range [][]string{args(40, "whole"), args(7, "resumed"), args(40, "resumed")} {
+			if code, _, errs := trainCLI(t, run...); code != exitOK {
+				t.Fatalf("%v: exit %d: %s", run, code, errs)
+			}
+		}
+		whole, err := os.ReadFile(filepath.Join(dir, "whole"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resumed, err := os.ReadFile(filepath.Join(dir, "resumed"))
+		if err != nil || !bytes.Equal(whole, resumed) {
+			t.Errorf("%s: the resumed run's checkpoint differs from the uninterrupted run's (%v)", spec, err)
+		}
 	}
 }
 
