@@ -134,7 +134,7 @@ type sampleStream struct {
 
 func newSampleStream(seed uint64, opts Options, schema Schema, draw func(*rand.Rand, *record)) *sampleStream {
 	pcg := rand.NewPCG(0, 0)
-	return &sampleStream{seed: seed, opts: opts, schema: schema, pcg: pcg, rng: rand.New(pcg),
+	return &sampleStream{seed: seed, opts: opts, next: opts.Start, schema: schema, pcg: pcg, rng: rand.New(pcg),
 		rec: newRecord(schema), draw: draw}
 }
 

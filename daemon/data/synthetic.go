@@ -163,7 +163,9 @@ func zipfCDF(n int, s float64) []float64 {
 func (m *plantedModel) stream(opts Options) *Synthetic {
 	pcg := rand.NewPCG(0, 0)
 	schema := Schema{NumDense: m.cfg.NumDense, Slots: m.cfg.Slots, Vocab: opts.Vocab, Task: TaskCTR}
-	return &Synthetic{plantedModel: m, opts: opts, schema: schema, pcg: pcg, rng: rand.New(pcg), rec: newRecord(schema)}
+	// Records below Start are never emitted: the stream begins there
+	// instead of passing them one by one.
+	return &Synthetic{plantedModel: m, opts: opts, next: opts.Start, schema: schema, pcg: pcg, rng: rand.New(pcg), rec: newRecord(schema)}
 }
 
 func (g *Synthetic) Schema() Schema  { return g.schema }
