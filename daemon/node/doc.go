@@ -14,7 +14,10 @@
 // this node needs it. The second serves the PS shards of every job with
 // shards here: a ps.Service per job, chosen for each connection by the
 // dialling client's node id ("psc/<job>/<task>"); a connection that comes
-// before its job's shards are up waits for them (Config.ReadyTimeout).
+// before its job's shards are up waits for them (Config.ReadyTimeout), and
+// a stage replica asks every shard of its job whether it is up before its
+// first step, for as long as its task lasts (ps.Client.AwaitReady): a node
+// restoring a large checkpoint takes as long as reading it.
 //
 // # Tasks
 //
