@@ -156,6 +156,10 @@ type TaskReport struct {
 	// could not: training goes on, and the next is tried at its step.
 	CheckpointFailure  *CheckpointFailure `json:"checkpoint_failure,omitempty"`
 	CheckpointFailures int64              `json:"checkpoint_failures,omitempty"`
+	// Loading says a PS task is still loading the checkpoint its job
+	// restores (hashing and reading it take as long as the files are
+	// large); its stage replicas wait for it.
+	Loading bool `json:"loading,omitempty"`
 	// CheckpointWriting is the checkpoint copy a PS task is writing now,
 	// if any, and how far it has got: the coordinator waits for a job's
 	// last checkpoint while its writing gets further.
@@ -438,6 +442,9 @@ type JobStatus struct {
 	// now, if any: its step and the bytes of its files written so far, all
 	// nodes together.
 	CheckpointWriting *CheckpointWriting `json:"checkpoint_writing,omitempty"`
+	// Loading lists the nodes whose PS shards are still loading the
+	// checkpoint the job restores (RestoredFrom).
+	Loading []string `json:"loading,omitempty"`
 	// Restarts counts the automatic restarts before this job (checkpoint
 	// restarts in the job file); RestartOf is the job it restarts and
 	// RestartedAs the job that restarted it after it failed.

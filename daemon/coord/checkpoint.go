@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -81,6 +82,18 @@ func (j *job) checkpointWriting() *api.CheckpointWriting {
 			out = &api.CheckpointWriting{Step: w.Step, Bytes: w.Bytes}
 		case w.Step == out.Step:
 			out.Bytes += w.Bytes
+		}
+	}
+	return out
+}
+
+// loading lists the nodes of j's PS tasks that report still loading the
+// checkpoint j restores. c.mu is held.
+func (j *job) loading() []string {
+	var out []string
+	for _, t := range j.tasks {
+		if t.task.Role == api.RolePS && t.report.Loading && !slices.Contains(out, t.nodeName) {
+			out = append(out, t.nodeName)
 		}
 	}
 	return out

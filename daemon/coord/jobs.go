@@ -582,7 +582,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	}
 	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
 	s.CheckpointFailure, s.CheckpointFailures = j.unresolvedFailure(), j.ckpt.failures
-	s.CheckpointWriting = j.checkpointWriting()
+	s.CheckpointWriting, s.Loading = j.checkpointWriting(), j.loading()
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	if !j.state.Final() {
 		s.Avoids = j.avoids(now)

@@ -570,8 +570,9 @@ func TestCheckpointAcrossNodesAndRestore(t *testing.T) {
 // TestARestoredJobWaitsForItsParameterServersToLoad: a job restored from
 // a checkpoint that takes its PS nodes longer to load than a step may take
 // (here 5 s against a step timeout of 2 s and a PS request timeout of
-// 2 s: a large checkpoint on slow storage) waits for them and trains to its
-// last step, instead of failing its first pull.
+// 2 s: a large checkpoint on slow storage) waits for them, its status
+// naming the nodes still loading, and trains to its last step, instead of
+// failing its first pull.
 func TestARestoredJobWaitsForItsParameterServersToLoad(t *testing.T) {
 	rootA, rootB := t.TempDir(), t.TempDir()
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
@@ -589,8 +590,13 @@ func TestARestoredJobWaitsForItsParameterServersToLoad(t *testing.T) {
 		return restore(cfg, dir)
 	}
 	t.Cleanup(func() { restoreShard = restore })
-	b := cl.waitJob(cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", rootB, ckpt.StepDir(rootA, 10)))), final)
-	if b.State != api.JobDone || b.Step != 20 || b.RestoredFrom == nil || b.RestoredFrom.Step != 10 {
+	id := cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 10\nrestore = %q\n", rootB, ckpt.StepDir(rootA, 10))))
+	b := cl.waitJob(id, func(s api.JobStatus) bool { return len(s.Loading) > 0 || s.State.Final() })
+	if len(b.Loading) == 0 || b.Step != 10 {
+		t.Errorf("while its PS shards load: loading %v at step %d, want the PS nodes at step 10", b.Loading, b.Step)
+	}
+	b = cl.waitJob(id, final)
+	if b.State != api.JobDone || b.Step != 20 || b.RestoredFrom == nil || b.RestoredFrom.Step != 10 || len(b.Loading) != 0 {
 		t.Fatalf("restored job %s at step %d (%s), restored from %+v", b.State, b.Step, b.Reason, b.RestoredFrom)
 	}
 }

@@ -146,7 +146,9 @@ func (h *psHost) close() {
 // for them.
 func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	spec := tasks[0].spec
+	a.reportLoading(ctx, tasks, spec.RestoreDir != "")
 	shards, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log.With("job", spec.JobID))
+	a.reportLoading(ctx, tasks, false)
 	if err != nil {
 		for _, t := range tasks {
 			a.fail(ctx, t, err)
@@ -174,6 +176,14 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 		}
 	}
 	<-ctx.Done()
+}
+
+// reportLoading says on tasks whether their shards are loading the
+// checkpoint the job restores.
+func (a *Agent) reportLoading(ctx context.Context, tasks []*task, loading bool) {
+	for _, t := range tasks {
+		a.setReport(ctx, t, func(r *api.TaskReport) { r.Loading = loading })
+	}
 }
 
 // checkpoints writes this node's shards of the job's checkpoints every

@@ -281,11 +281,12 @@ func TestReportShowsCheckpoints(t *testing.T) {
 	s.CheckpointFailure = &api.CheckpointFailure{Step: 30, Node: "n0", Error: "write shard: no space left on device"}
 	s.CheckpointFailures = 3
 	s.CheckpointWriting = &api.CheckpointWriting{Step: 40, Bytes: 3 << 20}
+	s.Loading = []string{"n1", "n2"}
 	var out, errb bytes.Buffer
 	reportJob(&out, &errb, s, false)
 	for _, want := range []string{"restored from step 10: /ck/a/step-0000000010", "latest checkpoint: step 20 in /ck/b/step-0000000020",
 		"checkpoint of step 30 NOT WRITTEN (n0): write shard: no space left on device", "checkpoint files not written so far: 3",
-		"writing the checkpoint of step 40: 3.0 MiB so far"} {
+		"writing the checkpoint of step 40: 3.0 MiB so far", "parameter servers still loading the checkpoint on n1, n2"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -298,7 +299,7 @@ func TestReportShowsCheckpoints(t *testing.T) {
 	}
 	if res.RestoredFrom == nil || res.RestoredFrom.Step != 10 || res.Checkpoint == nil || res.Checkpoint.Step != 20 ||
 		res.CheckpointFailure == nil || res.CheckpointFailure.Step != 30 || res.CheckpointFailures != 3 ||
-		res.CheckpointWriting == nil || *res.CheckpointWriting != *s.CheckpointWriting {
+		res.CheckpointWriting == nil || *res.CheckpointWriting != *s.CheckpointWriting || len(res.Loading) != 2 {
 		t.Errorf("JSON restored_from %+v, checkpoint %+v", res.RestoredFrom, res.Checkpoint)
 	}
 }

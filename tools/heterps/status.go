@@ -230,6 +230,9 @@ type runResult struct {
 	CheckpointFailures int64                  `json:"checkpoint_failures,omitempty"`
 	// CheckpointWriting is the checkpoint being written now, if any.
 	CheckpointWriting *api.CheckpointWriting `json:"checkpoint_writing,omitempty"`
+	// Loading lists the nodes whose PS shards are still loading the
+	// restored checkpoint.
+	Loading []string `json:"loading,omitempty"`
 }
 
 type runStage struct {
@@ -249,7 +252,7 @@ func resultOf(s api.JobStatus) (runResult, error) {
 	r := runResult{Job: s.ID, Name: s.Name, State: s.State, Reason: s.Reason, Steps: s.Step, Loss: s.Loss,
 		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{},
 		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint, CheckpointFailure: s.CheckpointFailure, CheckpointFailures: s.CheckpointFailures,
-		CheckpointWriting: s.CheckpointWriting}
+		CheckpointWriting: s.CheckpointWriting, Loading: s.Loading}
 	if r.PSShards == nil {
 		r.PSShards = []string{}
 	}
@@ -345,6 +348,9 @@ func printJob(w io.Writer, s api.JobStatus) {
 	}
 	if c := r.RestoredFrom; c != nil {
 		fmt.Fprintf(w, "  restored from step %d: %s\n", c.Step, c.Dir)
+	}
+	if len(r.Loading) > 0 {
+		fmt.Fprintf(w, "  parameter servers still loading the checkpoint on %s: training waits for them\n", strings.Join(r.Loading, ", "))
 	}
 	if c := r.Checkpoint; c != nil {
 		fmt.Fprintf(w, "  latest checkpoint: step %d in %s\n", c.Step, c.Dir)
