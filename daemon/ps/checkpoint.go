@@ -185,13 +185,13 @@ func (s *Shard) snapshot(step int64, inPlace bool) (Snapshot, error) {
 		return snap, nil
 	}
 	var once sync.Once
-	var err2 error
+	var releaseErr error
 	snap.unlock = func() error {
 		once.Do(func() {
 			unlock()
-			err2 = s.release()
+			releaseErr = s.release()
 		})
-		return err2
+		return releaseErr
 	}
 	return snap, nil
 }
@@ -256,7 +256,6 @@ func (s *Shard) metadata(step int64) (map[string]string, error) {
 // read lock until then). Under its read lock.
 func (t *table) tensors(inPlace bool) []ckpt.Tensor {
 	n, d := int64(len(t.ids)), int64(t.spec.Dim)
-	rows := func(buf func(*slab) []float32) []float32 { return t.copyRows(buf) }
 	if inPlace {
 		ids, slabs := t.ids[:n:n], slices.Clone(t.slabs)
 		out := []ckpt.Tensor{ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, ids)}
@@ -268,11 +267,11 @@ func (t *table) tensors(inPlace bool) []ckpt.Tensor {
 	}
 	out := []ckpt.Tensor{
 		ckpt.Int64(t.spec.Name+idsSuffix, []int64{n}, slices.Clone(t.ids)),
-		ckpt.Float32(t.spec.Name, []int64{n, d}, rows(func(sl *slab) []float32 { return sl.value })),
+		ckpt.Float32(t.spec.Name, []int64{n, d}, t.copyRows(func(sl *slab) []float32 { return sl.value })),
 	}
 	for i := range t.nstate {
 		out = append(out, ckpt.Float32(stateName(t.spec.Name, i), []int64{n, d},
-			rows(func(sl *slab) []float32 { return sl.state[i] })))
+			t.copyRows(func(sl *slab) []float32 { return sl.state[i] })))
 	}
 	return out
 }
