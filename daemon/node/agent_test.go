@@ -29,6 +29,7 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/coord"
+	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/internal/syncbuf"
@@ -598,6 +599,41 @@ func TestARestoredJobWaitsForItsParameterServersToLoad(t *testing.T) {
 	b = cl.waitJob(id, final)
 	if b.State != api.JobDone || b.Step != 20 || b.RestoredFrom == nil || b.RestoredFrom.Step != 10 || len(b.Loading) != 0 {
 		t.Fatalf("restored job %s at step %d (%s), restored from %+v", b.State, b.Step, b.Reason, b.RestoredFrom)
+	}
+}
+
+// TestARestoredPipelinePassesOverItsDataWhileItGreets: a two-stage job
+// on a data file restored from a checkpoint, whose stage 0 takes longer to
+// pass over the trained batches (here 3 s: a large file) than stage 1
+// waits to be greeted (1 s), trains to its last step: the pass runs while
+// the stages greet and the parameter servers load.
+func TestARestoredPipelinePassesOverItsDataWhileItGreets(t *testing.T) {
+	rootA, rootB := t.TempDir(), t.TempDir()
+	cl := startCluster(t)
+	short := func(c *Config) { c.ReadyTimeout = time.Second }
+	cl.startNodeAdjusted("a", "cpu", cl.base, short)
+	cl.startNodeAdjusted("b", "gpu", cl.base, short)
+	cl.waitNodes(2)
+	onFile := func(checkpoint string) string {
+		src, err := os.ReadFile(jobVariant(t, `data = "synthetic:1"`, fmt.Sprintf("data = %q", "criteo:"+mustAbs(t, "../data/testdata/criteo_sample.csv"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return writeJobFile(t, string(src)+"[checkpoint]\n"+checkpoint)
+	}
+	a := cl.waitJob(cl.submit(onFile(fmt.Sprintf("dir = %q\nevery = 5\n", rootA))), final)
+	if a.State != api.JobDone || len(a.Stages) != 2 {
+		t.Fatalf("job %s with %d stages: %s", a.State, len(a.Stages), a.Reason)
+	}
+	skip := skipTrained
+	skipTrained = func(ctx context.Context, src data.Source, n int64, size int) error {
+		time.Sleep(3 * time.Second)
+		return skip(ctx, src, n, size)
+	}
+	t.Cleanup(func() { skipTrained = skip })
+	b := cl.waitJob(cl.submit(onFile(fmt.Sprintf("dir = %q\nevery = 5\nrestore = %q\n", rootB, ckpt.StepDir(rootA, 10)))), final)
+	if b.State != api.JobDone || b.Step != 20 || b.RestoredFrom == nil || b.RestoredFrom.Step != 10 {
+		t.Fatalf("restored pipeline %s at step %d (%s), restored from %+v", b.State, b.Step, b.Reason, b.RestoredFrom)
 	}
 }
 

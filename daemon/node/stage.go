@@ -25,11 +25,14 @@ import (
 // thread (compute.go): its goroutine must end when it returns.
 func (a *Agent) runStage(ctx context.Context, t *task) {
 	a.onComputeThread(t)
-	w, in, cleanup, err := a.stageWorker(ctx, t.spec)
+	w, in, ready, cleanup, err := a.stageWorker(ctx, t.spec)
 	defer cleanup()
 	var spent pipeline.Result
 	if err == nil {
 		err = a.awaitParameterServers(ctx, t.spec)
+	}
+	if err == nil {
+		err = ready(ctx) // the pass over the trained batches, begun before
 	}
 	if err == nil {
 		err = a.attachWorker(t, w, in)
@@ -90,17 +93,19 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 }
 
 // stageWorker builds the replica's model, parameter-server client, links
-// and data (in, stage 0's only), and greets its partners. cleanup releases
-// what it built, also after an error.
-func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker, in *pipeline.ShardedInput, cleanup func(), err error) {
+// and data (in, stage 0's only), and greets its partners. A restored stage
+// 0 passes over its data's trained batches meanwhile: ready waits for that
+// before the first step. cleanup releases what it built, also after an
+// error.
+func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker, in *pipeline.ShardedInput, ready func(context.Context) error, cleanup func(), err error) {
 	var undo []func()
 	cleanup = func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
-	fail := func(err error) (*pipeline.Worker, *pipeline.ShardedInput, func(), error) {
-		return nil, nil, cleanup, fmt.Errorf("stage %d replica %d: %w", s.Stage, s.Replica, err)
+	fail := func(err error) (*pipeline.Worker, *pipeline.ShardedInput, func(context.Context) error, func(), error) {
+		return nil, nil, nil, cleanup, fmt.Errorf("stage %d replica %d: %w", s.Stage, s.Replica, err)
 	}
 	ranges, replicas := layout(s)
 	if err := checkLayout(s, replicas); err != nil {
@@ -160,12 +165,16 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		MicroBatches: s.MicroBatches, Schedule: schedule, Allreduce: allreduce, SoleReplica: s.Replicas == 1,
 		OverlapSteps: a.waitsOnOthers(s)}
 	wc.Share = firstShare(s)
+	ready = func(context.Context) error { return nil }
 	if s.Stage == 0 {
-		if in, err = stageInput(ctx, s, cfg, a.taskLog(s)); err != nil {
+		var pass *dataPass
+		if in, pass, err = startStageInput(ctx, s, cfg, a.taskLog(s)); err != nil {
 			return fail(permanent(err))
 		}
-		undo = append(undo, func() { in.Close() })
-		wc.Input = in.Next
+		// in itself is the result, nil when returning an error: close
+		// what was opened.
+		undo = append(undo, closer(in), pass.stop) // the pass stops first
+		wc.Input, ready = in.Next, pass.wait
 	}
 	if err := greet(ctx, links, s.JobID, a.cfg.ReadyTimeout); err != nil {
 		return fail(err)
@@ -173,8 +182,14 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if w, err = pipeline.NewWorker(wc); err != nil {
 		return fail(err)
 	}
-	undo = append(undo, func() { w.Close() })
-	return w, in, cleanup, nil
+	undo = append(undo, closer(w))
+	return w, in, ready, cleanup, nil
+}
+
+// closer returns a function that closes c, ignoring its error: an undo
+// step bound to the value, not to a variable a later return may reset.
+func closer(c interface{ Close() error }) func() {
+	return func() { _ = c.Close() }
 }
 
 // awaitParameterServers waits until every parameter-server shard of task
@@ -264,18 +279,78 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 // reached (the segment's reader jumps there: data.Options.Start); a file,
 // whose data wraps around at its end, is passed over up to it (skipBatches).
 func stageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, error) {
-	src, err := openData(s, cfg, epochLogger(log, s.Data))
+	in, pass, err := startStageInput(ctx, s, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	if len(s.Members) > 0 || (s.FirstStep > 0 && generated(s.Data)) {
-		src.Close() // opened to check the data; the segment opens its own
-		src = nil
-	} else if err := skipBatches(ctx, src, s.FirstStep, s.Batch); err != nil {
-		src.Close()
+	if err := pass.wait(ctx); err != nil {
+		pass.stop()
+		in.Close()
 		return nil, err
 	}
-	return shardedInput(s, data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain}, src), nil
+	return in, nil
+}
+
+// startStageInput is stageInput passing over a file's trained batches on a
+// goroutine of its own (pass), so that the pass overlaps greeting the
+// partners and waiting for the parameter servers: the caller waits for it
+// before the first step, and stops it before closing in.
+func startStageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, *dataPass, error) {
+	src, err := openData(s, cfg, epochLogger(log, s.Data))
+	if err != nil {
+		return nil, nil, err
+	}
+	steps := s.FirstStep
+	if len(s.Members) > 0 || (s.FirstStep > 0 && generated(s.Data)) {
+		src.Close() // opened to check the data; the segment opens its own
+		src, steps = nil, 0
+	}
+	return shardedInput(s, data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain}, src), passOver(ctx, src, steps, s.Batch), nil
+}
+
+// dataPass passes over the batches a restored stage has trained, on a
+// goroutine of its own.
+type dataPass struct {
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+// passOver starts passing over steps batches of size of src (skipBatches);
+// none when steps is 0.
+func passOver(ctx context.Context, src data.Source, steps int64, size int) *dataPass {
+	p := &dataPass{done: make(chan struct{}), cancel: func() {}}
+	if steps == 0 || src == nil {
+		close(p.done)
+		return p
+	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(p.done)
+		p.err = skipBatches(ctx, src, steps, size)
+	}()
+	return p
+}
+
+// wait waits for the pass, or for ctx, and returns the pass's error:
+// permanent, bad data failing every restart alike.
+func (p *dataPass) wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return permanent(p.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop ends the pass and waits for its goroutine: before its source is
+// closed.
+func (p *dataPass) stop() {
+	p.cancel()
+	<-p.done
 }
 
 // generated reports whether a data spec names a generator, whose records
@@ -290,11 +365,15 @@ func generated(spec string) bool {
 // lines not decoded), so that its data order is that of an uninterrupted
 // run.
 func skipBatches(ctx context.Context, src data.Source, steps int64, batch int) error {
-	if err := data.SkipBatches(ctx, src, steps, batch); err != nil {
+	if err := skipTrained(ctx, src, steps, batch); err != nil {
 		return fmt.Errorf("skipping the %d trained steps' batches: %w", steps, err)
 	}
 	return nil
 }
+
+// skipTrained is data.SkipBatches, a variable so that tests can stand a
+// large data file in for it.
+var skipTrained = data.SkipBatches
 
 // checkLayout checks that the task's own fields agree with its layout.
 func checkLayout(s api.Task, replicas []int) error {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 )
@@ -22,7 +23,7 @@ func TestStageWorkerTakesTheTasksSchedule(t *testing.T) {
 		DataShards: 1, Batch: 8, MicroBatches: 2}
 	for _, schedule := range []string{"", "1f1b", "fill-drain", "gpipe"} {
 		s.Schedule = schedule
-		w, _, cleanup, err := a.stageWorker(ctx, s)
+		w, _, _, cleanup, err := a.stageWorker(ctx, s)
 		if w != nil {
 			w.Close()
 		}
@@ -50,7 +51,7 @@ func TestStageWorkerOverlapsStepsOnlyWhenItWaitsOnOthers(t *testing.T) {
 			Steps: 2, Seed: 1, Mode: api.ModeBSP, Plain: true, PS: []string{a.psAddr},
 			Layout: []api.StageLayout{{FirstLayer: 0, LastLayer: 3, Replicas: replicas}}, Replicas: replicas, Units: 1, LastLayer: 3,
 			DataShards: replicas, Batch: 8}
-		w, _, cleanup, err := a.stageWorker(ctx, s)
+		w, _, _, cleanup, err := a.stageWorker(ctx, s)
 		if err != nil {
 			cleanup()
 			t.Fatalf("%d replicas: %v", replicas, err)
@@ -61,4 +62,27 @@ func TestStageWorkerOverlapsStepsOnlyWhenItWaitsOnOthers(t *testing.T) {
 		w.Close()
 		cleanup()
 	}
+}
+
+// TestAStageWhosePartnerNeverComesFailsItsTaskNotTheNode: stage 0 of a
+// pipeline whose stage 1 never greets gives up after the ready timeout
+// with an error, and its cleanup closes what it opened; it used to close
+// its input through the result variable the error return had set to nil,
+// and the node daemon panicked.
+func TestAStageWhosePartnerNeverComesFailsItsTaskNotTheNode(t *testing.T) {
+	model, err := os.ReadFile("testdata/tiny.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ctx := startAgent(t, "a")
+	a.cfg.ReadyTimeout = 200 * time.Millisecond
+	s := api.Task{JobID: "lonely", TaskID: "lonely-s0r0", Role: api.RoleStage, Model: string(model), Data: "synthetic:1",
+		Steps: 2, Seed: 1, Mode: api.ModeBSP, Plain: true, PS: []string{a.psAddr},
+		Layout:   []api.StageLayout{{FirstLayer: 0, LastLayer: 1, Replicas: 1}, {FirstLayer: 2, LastLayer: 3, Replicas: 1}},
+		Replicas: 1, Units: 1, LastLayer: 1, Next: []string{"127.0.0.1:9"}, DataShards: 1, Batch: 8}
+	w, in, _, cleanup, err := a.stageWorker(ctx, s)
+	if err == nil || w != nil || in != nil || !strings.Contains(err.Error(), "did not come up") {
+		t.Errorf("stage 0 alone: worker %v, input %v, err %v; want an error naming the partner", w, in, err)
+	}
+	cleanup()
 }
