@@ -86,3 +86,26 @@ func TestAStageWhosePartnerNeverComesFailsItsTaskNotTheNode(t *testing.T) {
 	}
 	cleanup()
 }
+
+// TestAPanickingTaskFailsAloneAndTheNodeGoesOn: a panic in a task's body
+// (a bug) fails that task, saying so, instead of ending the node daemon
+// with every other job's tasks; a body that returns leaves its task as it
+// was.
+func TestAPanickingTaskFailsAloneAndTheNodeGoesOn(t *testing.T) {
+	a, ctx := startAgent(t, "a")
+	newTask := func(id string) *task {
+		return &task{spec: api.Task{JobID: "j", TaskID: id}, cancel: func() {}, report: api.TaskReport{TaskID: id, State: api.TaskRunning}}
+	}
+	bad, good := newTask("j.s0.r0"), newTask("j.s0.r1")
+	a.contained(ctx, []*task{bad}, func() {
+		var m map[string]int
+		m["step"]++ // a nil map: the kind of bug a panic is
+	})
+	a.contained(ctx, []*task{good}, func() {})
+	if bad.report.State != api.TaskFailed || !strings.Contains(bad.report.Error, "internal error") || !strings.Contains(bad.report.Error, "nil map") {
+		t.Errorf("the panicking task: %s %q, want failed with the panic", bad.report.State, bad.report.Error)
+	}
+	if good.report.State != api.TaskRunning {
+		t.Errorf("the task that returned: %s %q", good.report.State, good.report.Error)
+	}
+}

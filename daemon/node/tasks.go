@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime/debug"
 	"slices"
 
 	"github.com/heterps/heterps/daemon/api"
@@ -170,15 +171,33 @@ func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 		}
 		tctx, cancel := context.WithCancel(ctx)
 		t.cancel = cancel
-		a.wg.Go(func() { a.runStage(tctx, t) })
+		a.wg.Go(func() { a.contained(tctx, []*task{t}, func() { a.runStage(tctx, t) }) })
 	}
 	for _, job := range slices.Sorted(maps.Keys(newPS)) {
 		tasks := newPS[job]
 		jctx, cancel := context.WithCancel(ctx)
 		shareCancel(tasks, cancel)
-		a.wg.Go(func() { a.runPS(jctx, tasks) })
+		a.wg.Go(func() { a.contained(jctx, tasks, func() { a.runPS(jctx, tasks) }) })
 	}
 	return updates
+}
+
+// contained runs f, a task's body, turning a panic in it into the failure
+// of tasks, its stack in the log, instead of the end of the node daemon:
+// the node's other jobs' tasks go on.
+func (a *Agent) contained(ctx context.Context, tasks []*task, f func()) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		a.taskLog(tasks[0].spec).Error("task panicked: a bug in heterps; the task fails, the node goes on", "panic", p, "stack", string(debug.Stack()))
+		err := fmt.Errorf("internal error: %v (a bug in heterps; the node's log has the stack)", p)
+		for _, t := range tasks {
+			a.fail(ctx, t, err)
+		}
+	}()
+	f()
 }
 
 // shareCancel gives the PS tasks of a job the one cancel of their runPS.
