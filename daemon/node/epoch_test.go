@@ -15,6 +15,9 @@ import (
 // TestStageDataSaysEachEpoch: a stage reading a data file past its end
 // logs "epoch 2", then "epoch 3", with the task's ids, as the file wraps.
 func TestStageDataSaysEachEpoch(t *testing.T) {
+	every := epochLogEvery
+	epochLogEvery = 0
+	t.Cleanup(func() { epochLogEvery = every })
 	cfg, err := config.LoadModel("ctrdnn")
 	if err != nil {
 		t.Fatal(err)
@@ -84,5 +87,19 @@ func TestARestoredStageReadsOnWhereTheRunHadGot(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(any(got), want[i]) {
 			t.Errorf("restored at step %d: %v; its first batch is the uninterrupted run's: %v", k, err, reflect.DeepEqual(any(got), want[i]))
 		}
+	}
+}
+
+// TestASmallFileReadOverAndOverLogsItsPassesSparingly: a file read a
+// thousand times in a few seconds says "epoch 2" once, not a line a pass:
+// a week of a small data set does not fill the node's log.
+func TestASmallFileReadOverAndOverLogsItsPassesSparingly(t *testing.T) {
+	var logs bytes.Buffer
+	say := epochLogger(slog.New(slog.NewTextHandler(&logs, nil)), "criteo:small.csv")
+	for epoch := 2; epoch <= 1000; epoch++ {
+		say(epoch)
+	}
+	if n := strings.Count(logs.String(), `msg="epoch `); n != 1 || !strings.Contains(logs.String(), `msg="epoch 2"`) {
+		t.Errorf("%d epoch lines for 999 passes in a moment, want the first alone:\n%s", n, logs.String())
 	}
 }

@@ -421,10 +421,26 @@ func openData(s api.Task, cfg *config.Model, onEpoch func(epoch int)) (data.Sour
 
 // epochLogger says "epoch N" on log when a pass over the data file spec
 // begins again from its start, so that a job that trains on more samples
-// than its file holds says so.
+// than its file holds says so: the first time, then at most every
+// epochLogEvery, so that a small file read thousands of times over a long
+// run does not fill the log.
 func epochLogger(log *slog.Logger, spec string) func(epoch int) {
-	return func(epoch int) { log.Info(fmt.Sprintf("epoch %d", epoch), "data", spec, "epoch", epoch) }
+	var mu sync.Mutex
+	var last time.Time
+	return func(epoch int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !last.IsZero() && time.Since(last) < epochLogEvery {
+			return
+		}
+		last = time.Now()
+		log.Info(fmt.Sprintf("epoch %d", epoch), "data", spec, "epoch", epoch)
+	}
 }
+
+// epochLogEvery is the least time between two "epoch N" lines of a stage;
+// a variable so that tests can see every pass.
+var epochLogEvery = 30 * time.Second
 
 // busyTime is a replica's compute time per step (forward, backward and
 // the loss, with the CPU-share throttle's sleep), as the batch controller
