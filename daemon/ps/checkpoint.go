@@ -202,11 +202,11 @@ func (s *Shard) CopyBytes() int64 {
 	var n int64
 	for _, t := range s.tables {
 		t.mu.RLock()
-		n += int64(len(t.ids)) * (8 + int64(t.spec.Dim)*4*int64(1+t.nstate))
+		n += int64(len(t.ids)) * (8 + floatBytes(t.spec.Dim, t.nstate)) // an int64 id and its row
 		t.mu.RUnlock()
 	}
 	for _, b := range s.blocks {
-		n += int64(len(b.value)) * 4 * int64(1+len(b.state))
+		n += floatBytes(len(b.value), len(b.state))
 	}
 	return n
 }

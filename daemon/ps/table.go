@@ -204,7 +204,13 @@ const rowIndexBytes = 2*12 + 8 + 4
 // bytes a float, and rowIndexBytes. Rows are allocated in slabs of
 // Config.SlabRows, so a table holds up to a slab more than its rows.
 func RowBytes(dim, stateBuffers int) int64 {
-	return int64(dim)*int64(1+stateBuffers)*4 + rowIndexBytes
+	return floatBytes(dim, stateBuffers) + rowIndexBytes
+}
+
+// floatBytes is the memory of n floats of values with stateBuffers
+// buffers of optimiser state beside them.
+func floatBytes(n, stateBuffers int) int64 {
+	return int64(n) * int64(1+stateBuffers) * 4
 }
 
 func (t *table) rowBytes() int64 { return RowBytes(t.spec.Dim, t.nstate) }
@@ -214,7 +220,7 @@ func (t *table) rowBytes() int64 { return RowBytes(t.spec.Dim, t.nstate) }
 func (s *Shard) reserveBlocks() error {
 	var need int64
 	for _, b := range s.cfg.Blocks {
-		need += int64(len(b.Init)) * int64(1+b.Optim.Hyper.StateBuffers()) * 4
+		need += floatBytes(len(b.Init), b.Optim.Hyper.StateBuffers())
 	}
 	if s.cfg.MemoryBytes > 0 && need > s.cfg.MemoryBytes {
 		return fmt.Errorf("%d dense blocks need %d bytes with their optimiser state, more than the budget of %d bytes: %w",
