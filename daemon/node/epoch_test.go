@@ -10,6 +10,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/pipeline"
 )
 
 // TestStageDataSaysEachEpoch: a stage reading a data file past its end
@@ -102,4 +103,19 @@ func TestASmallFileReadOverAndOverLogsItsPassesSparingly(t *testing.T) {
 	if n := strings.Count(logs.String(), `msg="epoch `); n != 1 || !strings.Contains(logs.String(), `msg="epoch 2"`) {
 		t.Errorf("%d epoch lines for 999 passes in a moment, want the first alone:\n%s", n, logs.String())
 	}
+}
+
+// stageInput is startStageInput that waits for its pass over the trained
+// batches: stage 0's input ready for its first step.
+func stageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, error) {
+	in, pass, err := startStageInput(ctx, s, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := pass.wait(ctx); err != nil {
+		pass.stop()
+		in.Close()
+		return nil, err
+	}
+	return in, nil
 }

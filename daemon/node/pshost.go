@@ -150,9 +150,7 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	shards, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log.With("job", spec.JobID))
 	a.reportLoading(ctx, tasks, false)
 	if err != nil {
-		for _, t := range tasks {
-			a.fail(ctx, t, err)
-		}
+		a.failAll(ctx, tasks, err)
 		return
 	}
 	a.ps.set(spec.JobID, &psJob{svc: svc, ctx: ctx, shards: shards})
@@ -164,16 +162,12 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 	}()
 	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
 	if err := a.applyLatestMembers(tasks); err != nil {
-		for _, t := range tasks {
-			a.fail(ctx, t, err)
-		}
+		a.failAll(ctx, tasks, err)
 		<-ctx.Done()
 		return
 	}
 	if err := a.checkpoints(ctx, tasks, shards); err != nil {
-		for _, t := range tasks {
-			a.fail(ctx, t, err)
-		}
+		a.failAll(ctx, tasks, err)
 	}
 	<-ctx.Done()
 }
@@ -181,9 +175,7 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 // reportLoading says on tasks whether their shards are loading the
 // checkpoint the job restores.
 func (a *Agent) reportLoading(ctx context.Context, tasks []*task, loading bool) {
-	for _, t := range tasks {
-		a.setReport(ctx, t, func(r *api.TaskReport) { r.Loading = loading })
-	}
+	a.setReports(ctx, tasks, func(r *api.TaskReport) { r.Loading = loading })
 }
 
 // checkpoints writes this node's shards of the job's checkpoints every
@@ -353,14 +345,12 @@ func (a *Agent) watchWrites(ctx context.Context, tasks []*task, shards []*ps.Sha
 // reportWriting sets the copy being written on tasks' reports (none when
 // its step is 0).
 func (a *Agent) reportWriting(ctx context.Context, tasks []*task, w api.CheckpointWriting) {
-	for _, t := range tasks {
-		a.setReport(ctx, t, func(r *api.TaskReport) {
-			r.CheckpointWriting = nil
-			if w.Step > 0 {
-				r.CheckpointWriting = &w
-			}
-		})
-	}
+	a.setReports(ctx, tasks, func(r *api.TaskReport) {
+		r.CheckpointWriting = nil
+		if w.Step > 0 {
+			r.CheckpointWriting = &w
+		}
+	})
 }
 
 // startCheckpointWriter starts the writer of tasks' shards: it writes
@@ -472,14 +462,12 @@ func (a *Agent) checkpointFailed(ctx context.Context, tasks []*task, shards []*p
 	spec := tasks[0].spec
 	a.log.Warn("ps: checkpoint not written; training goes on, the next is tried at its step", "job", spec.JobID, "step", step, "shards", len(shards), "err", err)
 	a.obs.checkpointFailed()
-	for _, t := range tasks {
-		a.setReport(ctx, t, func(r *api.TaskReport) {
-			if r.CheckpointFailure == nil || r.CheckpointFailure.Step != step {
-				r.CheckpointFailures++
-			}
-			r.CheckpointFailure = &api.CheckpointFailure{Step: step, Error: truncateError(err.Error())}
-		})
-	}
+	a.setReports(ctx, tasks, func(r *api.TaskReport) {
+		if r.CheckpointFailure == nil || r.CheckpointFailure.Step != step {
+			r.CheckpointFailures++
+		}
+		r.CheckpointFailure = &api.CheckpointFailure{Step: step, Error: truncateError(err.Error())}
+	})
 }
 
 // finish waits for the copies queued to be written and returns the

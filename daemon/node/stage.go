@@ -272,29 +272,16 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 	return ar, nil
 }
 
-// stageInput opens stage 0's data: the task's shard, past the batches of
-// the steps a restored job has trained, or, for a task that starts with a
-// membership (elastic.go), its shard of the segment that starts at
+// startStageInput opens stage 0's data: the task's shard, past the batches
+// of the steps a restored job has trained, or, for a task that starts with
+// a membership (elastic.go), its shard of the segment that starts at
 // DataStart. A generator's shard is opened at the record the trained steps
 // reached (the segment's reader jumps there: data.Options.Start); a file,
-// whose data wraps around at its end, is passed over up to it (skipBatches).
-func stageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, error) {
-	in, pass, err := startStageInput(ctx, s, cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	if err := pass.wait(ctx); err != nil {
-		pass.stop()
-		in.Close()
-		return nil, err
-	}
-	return in, nil
-}
-
-// startStageInput is stageInput passing over a file's trained batches on a
-// goroutine of its own (pass), so that the pass overlaps greeting the
-// partners and waiting for the parameter servers: the caller waits for it
-// before the first step, and stops it before closing in.
+// whose data wraps around at its end, is passed over up to it
+// (skipBatches) on a goroutine of its own (pass), so that the pass
+// overlaps greeting the partners and waiting for the parameter servers:
+// the caller waits for it before the first step, and stops it before
+// closing the input.
 func startStageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, *dataPass, error) {
 	src, err := openData(s, cfg, epochLogger(log, s.Data))
 	if err != nil {

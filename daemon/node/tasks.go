@@ -59,6 +59,20 @@ func (a *Agent) setReport(ctx context.Context, t *task, f func(r *api.TaskReport
 	}
 }
 
+// setReports applies f to the report of each of tasks (setReport).
+func (a *Agent) setReports(ctx context.Context, tasks []*task, f func(r *api.TaskReport)) {
+	for _, t := range tasks {
+		a.setReport(ctx, t, f)
+	}
+}
+
+// failAll marks each of tasks failed with err.
+func (a *Agent) failAll(ctx context.Context, tasks []*task, err error) {
+	for _, t := range tasks {
+		a.fail(ctx, t, err)
+	}
+}
+
 // fail marks t failed with err.
 func (a *Agent) fail(ctx context.Context, t *task, err error) {
 	a.taskLog(t.spec).Warn("task failed", "err", err)
@@ -192,10 +206,7 @@ func (a *Agent) contained(ctx context.Context, tasks []*task, f func()) {
 			return
 		}
 		a.taskLog(tasks[0].spec).Error("task panicked: a bug in heterps; the task fails, the node goes on", "panic", p, "stack", string(debug.Stack()))
-		err := fmt.Errorf("internal error: %v (a bug in heterps; the node's log has the stack)", p)
-		for _, t := range tasks {
-			a.fail(ctx, t, err)
-		}
+		a.failAll(ctx, tasks, fmt.Errorf("internal error: %v (a bug in heterps; the node's log has the stack)", p))
 	}()
 	f()
 }
