@@ -124,7 +124,7 @@ func (r *repeating) SkipBatches(ctx context.Context, n int64, size int) error {
 			return errors.New("data: repeat: the source could not be reopened")
 		}
 		fs, ok := r.cur.(*fileSource)
-		if !ok || fs.opts.SkipBadLines {
+		if !ok {
 			return r.nextBatches(ctx, n, size)
 		}
 		if passes := n / max(perPass, 1); perPass > 0 && passes > 0 { // whole passes: nothing to read
@@ -136,6 +136,9 @@ func (r *repeating) SkipBatches(ctx context.Context, n int64, size int) error {
 		}
 		want := n * int64(size)
 		got, err := fs.skipRecords(ctx, want)
+		if errors.Is(err, errNoSkip) {
+			return r.nextBatches(ctx, n, size)
+		}
 		if err != nil {
 			return err
 		}
