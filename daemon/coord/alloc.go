@@ -123,7 +123,7 @@ func (c *Coordinator) allocEpoch(now time.Time) {
 	c.mu.Unlock()
 
 	start := time.Now()
-	fits := fitJobs(in)
+	fits := c.fitJobs(in)
 	var grants []int
 	if p := c.allocPolicy(); p != "" {
 		grants = c.decide(p, in, fits, held)
@@ -204,12 +204,25 @@ type jobFit struct {
 	quality float64 // measured normalised loss reduction (0 without a curve)
 }
 
-func fitJobs(in []allocInput) []jobFit {
+func (c *Coordinator) fitJobs(in []allocInput) []jobFit {
 	fits := make([]jobFit, len(in))
 	for i, x := range in {
-		fits[i] = fitJob(x)
+		fits[i] = c.fitJob(x)
 	}
 	return fits
+}
+
+// fitJob fits x's loss curve and step times; a job whose fit panics
+// (contain.go) is left unfitted, as one not measured yet.
+func (c *Coordinator) fitJob(x allocInput) (f jobFit) {
+	var err error
+	defer func() {
+		if err != nil {
+			f = jobFit{}
+		}
+	}()
+	defer c.recoverInto(&err, x.j.id, "fitting")
+	return fitJob(x)
 }
 
 func fitJob(x allocInput) jobFit {

@@ -162,7 +162,8 @@ func (c *Coordinator) checkRestore(j *job) error {
 
 // verifyRestore hashes every file of the checkpoint j restores. It runs
 // without c.mu, in the planner.
-func (c *Coordinator) verifyRestore(j *job) error {
+func (c *Coordinator) verifyRestore(j *job) (err error) {
+	defer c.recoverInto(&err, j.id, "checking its checkpoint")
 	if j.ckpt.restored == nil {
 		return nil
 	}

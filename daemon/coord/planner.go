@@ -254,7 +254,8 @@ func (c *Coordinator) planBelowLimit(ctx context.Context, j *job, cat *config.Ca
 
 // planFileOn plans j as jf describes it with method on the units of cat,
 // logging the stored profiles it could not use if warn.
-func (c *Coordinator) planFileOn(ctx context.Context, j *job, jf *config.Job, method string, cat *config.Catalog, warn bool) (*sched.Plan, error) {
+func (c *Coordinator) planFileOn(ctx context.Context, j *job, jf *config.Job, method string, cat *config.Catalog, warn bool) (_ *sched.Plan, err error) {
+	defer c.recoverInto(&err, j.id, "planning")
 	if len(cat.Types) == 0 {
 		return &sched.Plan{Method: j.file.Method, Reason: "no live node offers free units"}, nil
 	}

@@ -114,7 +114,8 @@ func replicaUnits(j *job, without *node) int {
 // stageThroughputOn is the throughput stage s of j's plan is predicted to
 // reach on units units of its type in cat: what a shrunk stage runs at.
 // j is the job or its planningCopy.
-func (c *Coordinator) stageThroughputOn(j *job, cat *config.Catalog, s sched.Stage, units int) (float64, error) {
+func (c *Coordinator) stageThroughputOn(j *job, cat *config.Catalog, s sched.Stage, units int) (_ float64, err error) {
+	defer c.recoverInto(&err, j.id, "pricing")
 	p, _, err := jobProblem(c.planFile(j), j.model, cat, c.storedProfiles(j.model.Name))
 	if err != nil {
 		return 0, err

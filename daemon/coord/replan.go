@@ -329,6 +329,13 @@ type replanDecision struct {
 	batches []int
 }
 
+// decideReplan is decideReplan with a panic turned into its error
+// (contain.go).
+func (c *Coordinator) decideReplan(ctx context.Context, in replanInput) (_ *replanDecision, err error) {
+	defer c.recoverInto(&err, in.j.id, "re-planning")
+	return decideReplan(ctx, in)
+}
+
 // decideReplan plans the corrected problem with exact and prices keeping
 // the current plan against moving to the new one. It runs without c.mu.
 func decideReplan(ctx context.Context, in replanInput) (*replanDecision, error) {
@@ -460,7 +467,7 @@ func (c *Coordinator) replanTick(ctx context.Context, now time.Time) {
 	c.mu.Unlock()
 	for _, in := range due {
 		pctx, stop := context.WithTimeout(ctx, c.cfg.PlanTimeout)
-		d, err := decideReplan(pctx, in)
+		d, err := c.decideReplan(pctx, in)
 		stop()
 		c.mu.Lock()
 		c.applyReplan(in, d, err, time.Now())
