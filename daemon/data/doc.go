@@ -56,7 +56,9 @@
 // the source is opened. A FIFO is opened by the first Next, which waits for
 // a writer; every Next's blocking read, and that wait, end when its context
 // does, after which the stream is over (what the cut-off read had taken is
-// lost) and Next returns the context's error.
+// lost) and Next returns the context's error. A FIFO's lines go to
+// whichever reader takes them, so it cannot be sharded: opening one with
+// Options.Shards > 1 is refused.
 //
 // # Reading ahead
 //

@@ -38,6 +38,11 @@ func openFile(path string, f format, schema Schema, opts Options) (*fileSource, 
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
+	if lines.fifo && opts.Shards > 1 {
+		lines.Close()
+		return nil, fmt.Errorf("data: %w", &FileError{Path: path, Reason: fmt.Sprintf(
+			"is a FIFO, whose lines go to whichever reader takes them first: %d shards (the replicas of a data-parallel stage) cannot each read their records from it; use a regular file, or a stage of one replica", opts.Shards)})
+	}
 	return &fileSource{name: path, lines: lines, format: f, schema: schema, opts: opts, rec: newRecord(schema)}, nil
 }
 

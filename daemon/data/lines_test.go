@@ -217,3 +217,27 @@ func waitDrained(t *testing.T, w *os.File) {
 	}
 	t.Error("the reader never read the partial line")
 }
+
+// TestAFIFOIsNotShared: shards of a FIFO are refused when opened, naming
+// the file and the shards, for every file format; one reader may read it.
+func TestAFIFOIsNotShared(t *testing.T) {
+	path := mkfifo(t)
+	for name, open := range map[string]func(string, Options) (Source, error){
+		"criteo": OpenCriteo, "avazu": OpenAvazu, "libsvm": OpenLibsvm, "digits": OpenDigits,
+	} {
+		src, err := open(path, Options{Shard: 1, Shards: 2})
+		var fe *FileError
+		if err == nil || !errors.As(err, &fe) || !strings.Contains(err.Error(), path+" is a FIFO") || !strings.Contains(err.Error(), "2 shards") {
+			t.Errorf("%s, shard 1 of 2: %v, want a FileError about sharing the FIFO", name, err)
+		}
+		if err == nil {
+			src.Close()
+		}
+		src, err = open(path, Options{})
+		if err != nil {
+			t.Errorf("%s, one reader: %v", name, err)
+			continue
+		}
+		src.Close()
+	}
+}
