@@ -35,6 +35,7 @@ func TestBadJobFilesNameTheLine(t *testing.T) {
 		{"data the model cannot read", "model = \"mlp-digits\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n", "job.toml:2:1: data: model mlp-digits takes 64 dense features; the data has 13"},
 		{"clip_norm", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n[optimizer]\nkind = \"adam\"\nlr = 0.001\nclip_norm = 5.0\n", "optimizer.clip_norm: not supported in distributed training yet"},
 		{"model with clip_norm", "model = " + strconv.Quote(clipNormModel(t)) + "\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n", "sets optimizer.clip_norm = 2"},
+		{"checkpoint dir a device", "model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n[checkpoint]\ndir = \"/dev/null\"\nevery = 1\n", "job.toml:6:1: checkpoint.dir: /dev/null is not a directory"},
 	} {
 		t.Run(tc2.name, func(t *testing.T) {
 			status, b := tc.do("POST", "/v1/jobs", api.ContentTypeTOML, []byte(tc2.src))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"net/http"
 	"slices"
 	"strings"
@@ -233,6 +234,9 @@ func (c *Coordinator) check(j *job) error {
 	if err := checkData(jf, m); err != nil {
 		return err
 	}
+	if err := checkCheckpointDir(jf); err != nil {
+		return err
+	}
 	text, err := jf.ModelFile(m)
 	if err != nil {
 		return err
@@ -263,6 +267,28 @@ func checkData(jf *config.Job, m *config.Model) error {
 	defer src.Close()
 	if err := nn.CheckData(m, src.Schema()); err != nil {
 		return jf.Errorf("data", "%v", err)
+	}
+	return nil
+}
+
+// checkCheckpointDir refuses a checkpoint.dir that the coordinator sees
+// as something other than a directory (a file, a device, a FIFO): the
+// parameter servers would fail every checkpoint, the last one included,
+// after the whole run. A directory that does not exist here is the nodes'
+// to create.
+func checkCheckpointDir(jf *config.Job) error {
+	dir := jf.Checkpoint.Dir
+	if dir == "" {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return jf.Errorf("checkpoint.dir", "%v", err)
+	case !fi.IsDir():
+		return jf.Errorf("checkpoint.dir", "%s is not a directory (mode %v)", dir, fi.Mode())
 	}
 	return nil
 }
