@@ -152,9 +152,12 @@ func (c *Client) once(ctx context.Context, r Request, out any) error {
 		return err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxReply))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxReply+1))
 	if err != nil {
 		return fmt.Errorf("coordinator: %s %s: reply: %w", r.Method, r.Path, err)
+	}
+	if len(raw) > MaxReply {
+		return fmt.Errorf("coordinator: %s %s: reply larger than %d MiB, not read (is %s a heterps coordinator?)", r.Method, r.Path, MaxReply>>20, c.Base)
 	}
 	if resp.StatusCode/100 != 2 {
 		return statusError(r, resp, raw)

@@ -215,3 +215,14 @@ func TestBadReplyJSON(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 }
+
+// TestAnOversizedReplyIsRefusedAsSuch: a reply past MaxReply is not read
+// further, and the error says it was too large rather than that its JSON
+// ended early.
+func TestAnOversizedReplyIsRefusedAsSuch(t *testing.T) {
+	_, c := start(t, reply{200, "[" + strings.Repeat(`"x",`, MaxReply/4) + `"x"]`})
+	err := c.Get(context.Background(), "/v1/jobs", &[]string{})
+	if err == nil || !strings.Contains(err.Error(), "GET /v1/jobs: reply larger than 64 MiB") {
+		t.Errorf("%v", err)
+	}
+}
