@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # make bench: runs every benchmark and records its output in bench/results/.
 # Each benchmark prints our figure beside the competitor's from the same run.
-# Usage: bench/run.sh [name...]   (names: kernels ctr sched dist profile paddle place; default all)
+# Usage: bench/run.sh [name...]   (names: kernels ctr sched dist profile paddle place datastart; default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 results=bench/results
 mkdir -p "$results"
 names=("$@")
-((${#names[@]})) || names=(kernels ctr sched dist profile paddle place)
+((${#names[@]})) || names=(kernels ctr sched dist profile paddle place datastart)
 
 # PyTorch is a benchmark-only dependency, kept in its own virtual env.
 torch_env() {
@@ -47,6 +47,7 @@ for n in "${names[@]}"; do
   case "$n" in
     kernels) run kernels go run ./bench/kernels ;;
     place) run place go run ./bench/place ;;
+    datastart) run datastart go run ./bench/datastart ;;
     ctr)
       py=$(torch_env)
       run pytorch go run ./bench/pytorch -python "$py" ;;

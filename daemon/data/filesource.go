@@ -26,9 +26,11 @@ type fileSource struct {
 	schema  Schema
 	opts    Options
 	rec     *record
-	line    int64 // lines read so far, i.e. the current line's number
-	next    int64 // index of the next record
-	started bool  // the first non-empty line has been seen
+	line    int64        // lines read so far, i.e. the current line's number
+	next    int64        // index of the next record
+	index   *recordIndex // the file's record marks; nil unless seekable
+	jumpTo  int64        // the record to move towards at the first record (Options.Start)
+	started bool         // the first non-empty line has been seen
 	bad     int64
 	err     error // sticky: io.EOF or the error that stopped the stream
 }
@@ -43,7 +45,48 @@ func openFile(path string, f format, schema Schema, opts Options) (*fileSource, 
 		return nil, fmt.Errorf("data: %w", &FileError{Path: path, Reason: fmt.Sprintf(
 			"is a FIFO, whose lines go to whichever reader takes them first: %d shards (the replicas of a data-parallel stage) cannot each read their records from it; use a regular file, or a stage of one replica", opts.Shards)})
 	}
-	return &fileSource{name: path, lines: lines, format: f, schema: schema, opts: opts, rec: newRecord(schema)}, nil
+	s := &fileSource{name: path, lines: lines, format: f, schema: schema, opts: opts, rec: newRecord(schema)}
+	if lines.seekable() {
+		s.index = indexOf(lines.f)
+		s.jumpTo = opts.Start
+	}
+	return s, nil
+}
+
+// nextRecord numbers the record whose line was just read, noting where
+// its line starts when it is a mark's (index.go). A reader that starts at
+// a record past the first mark moves there instead, at its first record
+// (the header, which tells the format, is behind it), and reports jumped:
+// that line is then left unnumbered.
+func (s *fileSource) nextRecord() (i int64, jumped bool, err error) {
+	if target := s.jumpTo; target > 0 {
+		s.jumpTo = 0
+		if jumped, err := s.jump(target); jumped || err != nil {
+			return 0, jumped, err
+		}
+	}
+	i = s.next
+	s.next++
+	if s.index != nil && i%indexEvery == 0 {
+		s.index.note(i/indexEvery, recordMark{offset: s.lines.lineStart, line: s.line})
+	}
+	return i, false, nil
+}
+
+// jump moves the reader to the furthest mark at or before record target,
+// if the index has one past the first that the file still agrees with.
+func (s *fileSource) jump(target int64) (bool, error) {
+	j, m, ok := s.index.before(target)
+	if !ok {
+		return false, nil
+	}
+	moved, err := s.lines.seekLine(m.offset)
+	if !moved || err != nil {
+		s.index.forget(j) // the file changed under its identity: read on from here
+		return false, err
+	}
+	s.next, s.line = j*indexEvery, m.line-1
+	return true, nil
 }
 
 func (s *fileSource) Schema() Schema  { return s.schema }
@@ -111,8 +154,10 @@ func (s *fileSource) readLine(b *Batch) error {
 			return nil
 		}
 	}
-	i := s.next
-	s.next++
+	i, jumped, err := s.nextRecord()
+	if err != nil || jumped {
+		return err
+	}
 	if s.opts.past(i) {
 		return io.EOF
 	}

@@ -33,6 +33,11 @@ type lineReader struct {
 	gz   *gzip.Reader
 	br   *bufio.Reader
 	long []byte // holds a line that does not fit in br's buffer
+	// pos is the offset in the file of the next line, lineStart that of
+	// the line next last returned: byte offsets where the file is read
+	// as it is (seekable), not through gzip.
+	pos, lineStart int64
+	scanned        int64 // lines next has returned
 
 	ctx    context.Context // the watched context, nil when none
 	disarm func()          // undoes arm
@@ -221,6 +226,9 @@ func (l *lineReader) next() ([]byte, error) {
 		}
 		line = l.long
 	}
+	l.lineStart = l.pos
+	l.pos += int64(len(line))
+	l.scanned++
 	if errors.Is(err, io.EOF) && len(line) > 0 {
 		err = nil
 	}
@@ -229,6 +237,30 @@ func (l *lineReader) next() ([]byte, error) {
 	}
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	return bytes.TrimSuffix(line, []byte{'\r'}), nil
+}
+
+// seekable reports whether the reader reads a file as it is, so that
+// byte offsets of its lines are offsets in the file: a regular file that
+// is not gzip-compressed.
+func (l *lineReader) seekable() bool { return !l.fifo && l.gz == nil && l.f != nil }
+
+// seekLine moves a seekable reader to the line that starts at offset in
+// the file. It reports false, and leaves the reader where it was, when
+// the byte before offset is not a newline: the file is not the one the
+// offset was found in.
+func (l *lineReader) seekLine(offset int64) (bool, error) {
+	if offset > 0 {
+		var before [1]byte
+		if _, err := l.f.ReadAt(before[:], offset-1); err != nil || before[0] != '\n' {
+			return false, nil
+		}
+	}
+	if _, err := l.f.Seek(offset, io.SeekStart); err != nil {
+		return false, fmt.Errorf("%s: seek: %w", l.path, err)
+	}
+	l.br.Reset(l.f)
+	l.pos = offset
+	return true, nil
 }
 
 func (l *lineReader) Close() error {

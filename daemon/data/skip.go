@@ -98,8 +98,10 @@ func (s *fileSource) skipLine() (kept bool, err error) {
 			return false, nil
 		}
 	}
-	i := s.next
-	s.next++
+	i, jumped, err := s.nextRecord()
+	if err != nil || jumped {
+		return false, err
+	}
 	if s.opts.past(i) {
 		return false, io.EOF
 	}
