@@ -172,3 +172,50 @@ func TestAGzipFileIsReadWithoutMarks(t *testing.T) {
 		t.Fatalf("gzip: marked %t, %d samples, want %d", src.(*fileSource).index != nil, got.Size, want.Size)
 	}
 }
+
+// TestSkipBatchesMovesToMarks: a restored reader passing over the batches
+// trained (SkipBatches) moves to the marks its process noted, within a
+// pass and across its end, and goes on with the batches a reader of an
+// unmarked copy goes on with.
+func TestSkipBatchesMovesToMarks(t *testing.T) {
+	smallMarks(t)
+	content := criteoLines(t)
+	path := writeFile(t, "criteo.csv", content)
+	readAll(t, mustOpen(t, OpenCriteo, path, Options{}), 13)
+	open := func(p string, o Options) Source {
+		src, err := Repeat(func() (Source, error) { return OpenCriteo(p, o) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		return src
+	}
+	for _, n := range []int64{1, 3, 12, 14, 15, 20, 33} { // a pass of shard 1 of 2 holds 15 batches of 7
+		for _, o := range []Options{{Shard: 1, Shards: 2}, {Split: SplitTrain, EvalFraction: 0.3}, {Start: 30}} {
+			got, want := open(path, o), open(writeFile(t, "copy.csv", content), o) // a fresh copy has no marks
+			if err := SkipBatches(context.Background(), got, n, 7); err != nil {
+				t.Fatalf("%d batches %+v: %v", n, o, err)
+			}
+			if err := SkipBatches(context.Background(), want, n, 7); err != nil {
+				t.Fatal(err)
+			}
+			if n == 12 && o.Shards == 2 {
+				if lines := scanned(got.(*repeating).cur); lines > 2+8+2*7 {
+					t.Errorf("12 batches of shard 1 of 2: %d lines read, want at most %d", lines, 2+8+2*7)
+				}
+			}
+			for k := range 3 {
+				g, err1 := got.Next(context.Background(), 7)
+				w, err2 := want.Next(context.Background(), 7)
+				if err1 != nil || err2 != nil || g.Size != w.Size {
+					t.Fatalf("%d batches %+v, batch %d after: %v, %v", n, o, k, err1, err2)
+				}
+				for i := range g.Size {
+					if sampleKey(g, i) != sampleKey(w, i) {
+						t.Fatalf("%d batches %+v: batch %d after differs at sample %d", n, o, k, i)
+					}
+				}
+			}
+		}
+	}
+}

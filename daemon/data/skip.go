@@ -50,10 +50,22 @@ func (s *fileSource) skipRecords(ctx context.Context, k int64) (int64, error) {
 	stop := s.lines.watch(ctx)
 	defer stop()
 	var got int64
+	jumped := false
 	for n := 0; got < k; n++ {
 		if n%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return got, err
+			}
+		}
+		if !jumped && s.started && s.jumpTo == 0 && s.index != nil { // after the first record's move (jumpTo)
+			jumped = true
+			passed, err := s.skipByMarks(k - got)
+			if err != nil {
+				s.err = err
+				return got, err
+			}
+			if got += passed; got == k {
+				return got, nil
 			}
 		}
 		kept, err := s.skipLine()
@@ -69,6 +81,41 @@ func (s *fileSource) skipRecords(ctx context.Context, k int64) (int64, error) {
 		}
 	}
 	return got, nil
+}
+
+// skipByMarks passes over as many of the next left records this worker
+// keeps as it can by moving to the furthest mark (index.go) at or before
+// the last of them, and returns how many it passed over: those below the
+// mark, counted by the selection rules. It passes over none where no mark
+// lies ahead, the stream has a Limit (the marks may lie beyond it) or the
+// file no longer agrees with the mark.
+func (s *fileSource) skipByMarks(left int64) (int64, error) {
+	if s.opts.Limit > 0 {
+		return 0, nil
+	}
+	o := s.opts
+	o.Start = max(o.Start, s.next)
+	end, err := o.After(left) // just past the last record to pass over
+	if err != nil {
+		return 0, err
+	}
+	j, m, ok := s.index.before(end - 1)
+	if !ok || j*indexEvery <= s.next {
+		return 0, nil
+	}
+	moved, err := s.lines.seekLine(m.offset)
+	if err != nil || !moved {
+		s.index.forget(j)
+		return 0, err
+	}
+	beyond := int64(0) // the records to pass over at or after the mark
+	for i := j * indexEvery; i < end; i++ {
+		if o.keeps(i) {
+			beyond++
+		}
+	}
+	s.next, s.line = j*indexEvery, m.line-1
+	return left - beyond, nil
 }
 
 // skipLine reads one line as readLine does and reports whether it is a
