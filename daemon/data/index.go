@@ -65,6 +65,17 @@ func (x *recordIndex) before(target int64) (j int64, m recordMark, ok bool) {
 	return j, x.marks[j], true
 }
 
+// last returns the furthest mark past the first and its ordinal.
+func (x *recordIndex) last() (j int64, m recordMark, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	j = int64(len(x.marks)) - 1
+	if j < 1 {
+		return 0, recordMark{}, false
+	}
+	return j, x.marks[j], true
+}
+
 // forget drops every mark past the first j.
 func (x *recordIndex) forget(j int64) {
 	x.mu.Lock()

@@ -84,38 +84,43 @@ func (s *fileSource) skipRecords(ctx context.Context, k int64) (int64, error) {
 }
 
 // skipByMarks passes over as many of the next left records this worker
-// keeps as it can by moving to the furthest mark (index.go) at or before
-// the last of them, and returns how many it passed over: those below the
-// mark, counted by the selection rules. It passes over none where no mark
-// lies ahead, the stream has a Limit (the marks may lie beyond it) or the
-// file no longer agrees with the mark.
+// keeps as it can by moving to a mark (index.go): the furthest at or
+// before the last of them, or the furthest noted when they reach beyond it
+// (another pass, say); it returns how many it passed over, those below the
+// mark, counted by the selection rules — at most one pass of arithmetic,
+// however many passes left spans. It passes over none where no mark lies
+// ahead, the stream has a Limit (the marks may lie beyond it) or the file
+// no longer agrees with the mark.
 func (s *fileSource) skipByMarks(left int64) (int64, error) {
 	if s.opts.Limit > 0 {
 		return 0, nil
 	}
 	o := s.opts
 	o.Start = max(o.Start, s.next)
-	end, err := o.After(left) // just past the last record to pass over
-	if err != nil {
-		return 0, err
-	}
-	j, m, ok := s.index.before(end - 1)
+	j, m, ok := s.index.last()
 	if !ok || j*indexEvery <= s.next {
 		return 0, nil
+	}
+	below := o.keptBelow(j * indexEvery)
+	if below >= left { // the last record to pass over lies before the last mark
+		end, err := o.After(left)
+		if err != nil {
+			return 0, err
+		}
+		if j, m, ok = s.index.before(end - 1); !ok || j*indexEvery <= s.next {
+			return 0, nil
+		}
+		beyond := o
+		beyond.Start = max(o.Start, j*indexEvery)
+		below = left - beyond.keptBelow(end)
 	}
 	moved, err := s.lines.seekLine(m.offset)
 	if err != nil || !moved {
 		s.index.forget(j)
 		return 0, err
 	}
-	beyond := int64(0) // the records to pass over at or after the mark
-	for i := j * indexEvery; i < end; i++ {
-		if o.keeps(i) {
-			beyond++
-		}
-	}
 	s.next, s.line = j*indexEvery, m.line-1
-	return left - beyond, nil
+	return below, nil
 }
 
 // skipLine reads one line as readLine does and reports whether it is a

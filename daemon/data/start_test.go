@@ -53,3 +53,24 @@ func TestStartAndAfterAgreeWithReading(t *testing.T) {
 		t.Errorf("After(0) = %d, want Start 0", p)
 	}
 }
+
+// TestKeptBelowCountsWhatAfterPassesOver: keptBelow is After's inverse —
+// the records up to where After(n) ends number n — for shards, splits and
+// starts.
+func TestKeptBelowCountsWhatAfterPassesOver(t *testing.T) {
+	for _, o := range []Options{{}, {Shard: 2, Shards: 3}, {Split: SplitTrain, EvalFraction: 0.3, Start: 17}, {Split: SplitEval, Shard: 1, Shards: 2, Start: 5}} {
+		o, err := o.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int64{0, 1, 2, 7, 100, 1000} {
+			end, err := o.After(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := o.keptBelow(end); got != n {
+				t.Errorf("%+v: %d records below %d, where After(%d) ends", o, got, end, n)
+			}
+		}
+	}
+}
