@@ -155,13 +155,23 @@ type launched struct {
 
 // start starts heterpsd with args on host and returns its first line.
 func (l *launched) start(ctx context.Context, host, name string, args ...string) (string, error) {
+	firstLine, err := l.spawn(host, name, args...)
+	if err != nil {
+		return "", err
+	}
+	return firstLine(ctx)
+}
+
+// spawn starts heterpsd with args on host and returns the wait for its
+// first line.
+func (l *launched) spawn(host, name string, args ...string) (func(context.Context) (string, error), error) {
 	argv := l.argv(host, l.daemonLine(l.bin, name, args))
 	n := len(l.kids.procs)
-	line, err := l.kids.start(ctx, argv[0], filepath.Join(l.logDir, name+".log"), argv[1:]...)
+	firstLine, err := l.kids.spawn(argv[0], filepath.Join(l.logDir, name+".log"), argv[1:]...)
 	if len(l.kids.procs) > n {
 		l.started = append(l.started, remoteDaemon{host: host, name: name, child: l.kids.procs[n]})
 	}
-	return line, err
+	return firstLine, err
 }
 
 // teardown stops the node daemons, then the coordinator, through the
@@ -313,10 +323,16 @@ func (p *launchPlan) startAndRun(ctx context.Context, l *launched, secret []byte
 	if err := l.distribute(ctx, nodeFiles); err != nil {
 		return none, err
 	}
-	for _, d := range p.daemons {
-		if _, err := l.start(ctx, d.host, d.offer.name, "--role=node", "--config", path.Join(l.dir, d.offer.name+".toml")); err != nil {
+	// Every node daemon's remote shell is started before any is waited
+	// for: the hosts bring their daemons up side by side.
+	waits := make([]func(context.Context) (string, error), len(p.daemons))
+	for i, d := range p.daemons {
+		if waits[i], err = l.spawn(d.host, d.offer.name, "--role=node", "--config", path.Join(l.dir, d.offer.name+".toml")); err != nil {
 			return none, err
 		}
+	}
+	if err := awaitFirstLines(ctx, waits); err != nil {
+		return none, err
 	}
 	c := newCoordClient(url)
 	defer c.close()

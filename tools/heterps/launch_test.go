@@ -202,6 +202,55 @@ func TestLaunch(t *testing.T) {
 	t.Run("interrupted", func(t *testing.T) { testLaunchInterrupted(t, fx) })
 }
 
+// barrierSSH is fakeSSH that holds each node daemon's start until
+// $BARRIER_N of them have been asked for (at most 20 s; then it goes on
+// and notes the wait in $BARRIER_LATE): daemons started one after another,
+// each waited for before the next, never meet.
+const barrierSSH = `#!/bin/sh
+case $2 in
+*--role=node*)
+	echo x >> "$BARRIER_LOG"
+	i=0
+	while [ "$(wc -l < "$BARRIER_LOG")" -lt "$BARRIER_N" ]; do
+		i=$((i+1))
+		if [ $i -gt 400 ]; then echo "$1" >> "$BARRIER_LATE"; break; fi
+		sleep 0.05
+	done ;;
+esac
+exec "$FAKE_SSH" "$@"
+`
+
+// TestLaunchStartsNodeDaemonsSideBySide: every node daemon's remote shell
+// is started before launch waits for any daemon to come up, so that a
+// large allocation comes up in the time of its slowest host.
+func TestLaunchStartsNodeDaemonsSideBySide(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds heterpsd and runs daemons")
+	}
+	fx := newLaunchFixture(t)
+	dir := t.TempDir()
+	rsh := filepath.Join(dir, "barrier-ssh")
+	writeFile(t, rsh, barrierSSH, 0o755)
+	late := filepath.Join(dir, "late")
+	t.Setenv("FAKE_SSH", fx.ssh)
+	t.Setenv("BARRIER_LOG", filepath.Join(dir, "starts"))
+	t.Setenv("BARRIER_N", "2")
+	t.Setenv("BARRIER_LATE", late)
+	hostfile := filepath.Join(dir, "hosts")
+	writeFile(t, hostfile, "127.0.0.1 type=cpu\n127.0.0.2 type=gpu\n", 0o600)
+	workdir, logDir := t.TempDir(), t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := runLaunch(context.Background(), []string{fx.job, "--hostfile", hostfile, "--rsh", rsh, "--base-port", "0", "--catalog", fx.catalog,
+		"--heterpsd", fx.bin, "--workdir", workdir, "--log-dir", logDir, "--heartbeat", "200ms", "--timeout", "2m"}, &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstderr %s\nlogs: %s", code, stderr.String(), readLogs(logDir))
+	}
+	if waited, err := os.ReadFile(late); err == nil {
+		t.Errorf("node daemons on %q waited 20 s for the others to be started: started one after another", waited)
+	}
+	checkTornDown(t, workdir, logDir)
+}
+
 // testLaunchInterrupted: Ctrl-C (the context ending) while the job runs
 // stops every daemon through the remote shell and cleans the hosts.
 func testLaunchInterrupted(t *testing.T, fx *launchFixture) {

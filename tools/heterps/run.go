@@ -218,14 +218,17 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	if !ok {
 		return none, fmt.Errorf("heterpsd coordinator said %q", line)
 	}
+	var logs []string
+	var args [][]string
 	for _, o := range offers {
 		path := filepath.Join(dir, o.name+".toml")
 		if err := os.WriteFile(path, nodeFile(o, url), 0o600); err != nil {
 			return none, err
 		}
-		if _, err := kids.start(ctx, bin, filepath.Join(dir, o.name+".log"), "--role=node", "--config", path); err != nil {
-			return none, err
-		}
+		logs, args = append(logs, filepath.Join(dir, o.name+".log")), append(args, []string{"--role=node", "--config", path})
+	}
+	if err := kids.startAll(ctx, bin, logs, args); err != nil {
+		return none, err
 	}
 	c := newCoordClient(url)
 	defer c.close()
@@ -381,9 +384,45 @@ func (k *children) exited() *child {
 // start runs the daemon with args, its standard error into logPath, and
 // returns the first line it prints (its addresses) once it has.
 func (k *children) start(ctx context.Context, bin, logPath string, args ...string) (string, error) {
-	logf, err := os.Create(logPath)
+	firstLine, err := k.spawn(bin, logPath, args...)
 	if err != nil {
 		return "", err
+	}
+	return firstLine(ctx)
+}
+
+// startAll starts a daemon for each args, its standard error into the
+// matching logPaths, all before waiting for any: remote daemons then come
+// up side by side, each over its own remote shell, instead of one host
+// after another.
+func (k *children) startAll(ctx context.Context, bin string, logPaths []string, args [][]string) error {
+	waits := make([]func(context.Context) (string, error), len(args))
+	for i := range args {
+		var err error
+		if waits[i], err = k.spawn(bin, logPaths[i], args[i]...); err != nil {
+			return err
+		}
+	}
+	return awaitFirstLines(ctx, waits)
+}
+
+// awaitFirstLines waits for the first line of each spawned daemon.
+func awaitFirstLines(ctx context.Context, waits []func(context.Context) (string, error)) error {
+	for _, firstLine := range waits {
+		if _, err := firstLine(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spawn runs the daemon with args, its standard error into logPath, and
+// returns the wait for the first line it prints: at most 30 s from the
+// call.
+func (k *children) spawn(bin, logPath string, args ...string) (firstLine func(context.Context) (string, error), err error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
 	}
 	k.logs = append(k.logs, logf)
 	cmd := exec.Command(bin, args...)
@@ -393,14 +432,14 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	cmd.Stdout = pw
 	err = cmd.Start()
 	pw.Close() // the child holds its own copy
 	if err != nil {
 		pr.Close()
-		return "", fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	c := &child{cmd: cmd, log: logPath, exited: make(chan struct{})}
 	k.procs = append(k.procs, c)
@@ -419,17 +458,20 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 		}
 		io.Copy(io.Discard, pr)
 	})
-	select {
-	case line, ok := <-lines:
-		if !ok {
-			return "", fmt.Errorf("%s %s exited before serving: %s (log: %s)", bin, strings.Join(args, " "), lastLine(logPath), logPath)
+	deadline := time.Now().Add(30 * time.Second)
+	return func(ctx context.Context) (string, error) {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return "", fmt.Errorf("%s %s exited before serving: %s (log: %s)", bin, strings.Join(args, " "), lastLine(logPath), logPath)
+			}
+			return line, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Until(deadline)):
+			return "", fmt.Errorf("%s %s printed nothing in 30 s; see %s", bin, strings.Join(args, " "), logPath)
 		}
-		return line, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	case <-time.After(30 * time.Second):
-		return "", fmt.Errorf("%s %s printed nothing in 30 s; see %s", bin, strings.Join(args, " "), logPath)
-	}
+	}, nil
 }
 
 // stop stops the children: the node daemons first, so that their last
