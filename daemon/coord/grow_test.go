@@ -343,6 +343,50 @@ func TestRaiseWaitsForAGrowThenRestarts(t *testing.T) {
 	}
 }
 
+// A grow-only evaluation (a node came, no new checkpoint) whose grow the
+// coordinator refuses for now is evaluated again a raiseEvery later
+// without another change of the cluster — else a job without checkpoints
+// would stay shrunk when its replicas had not reported the shrink yet as
+// the node came — up to maxGrowRetries times, and spends none of the
+// checkpoint-driven waits.
+func TestAGrowRefusedForNowIsTriedAgainShortly(t *testing.T) {
+	c, j, _ := growFixture(t)
+	j.tasks[0].report.Segment = nil // refused for now: no data position yet
+	j.reason = shrunkBelow + ": 1 of its 2 units left"
+	last := j.plan.Stages[0].Last
+	plan := &sched.Plan{Feasible: true, Throughput: 2000, Stages: []sched.Stage{{Type: "cpu", Units: 2, Last: last}}}
+	now := time.Now()
+	c.changes++
+	in, due := c.raiseDue(j, now)
+	if !due || !in.growOnly {
+		t.Fatalf("a node came: due %v, grow only %v", due, in.growOnly)
+	}
+	req, ok := c.raiseInPlace(in, plan, nil)
+	if !ok {
+		t.Fatal("no grow for a plan of two cpu units with b free")
+	}
+	for retry := 1; retry <= maxGrowRetries; retry++ {
+		c.raiseByGrowing(in, req, plan)
+		if j.growRetries != retry || !j.retryGrow || j.growWaits != 0 || j.state != api.JobRunning {
+			t.Fatalf("refusal %d: %d retries (again %v), %d checkpoint waits, %s", retry, j.growRetries, j.retryGrow, j.growWaits, j.state)
+		}
+		now = now.Add(raiseEvery)
+		if in, due = c.raiseDue(j, now.Add(-time.Millisecond)); due {
+			t.Fatalf("refusal %d: evaluated again within raiseEvery", retry)
+		}
+		if in, due = c.raiseDue(j, now); !due || !in.growOnly {
+			t.Fatalf("refusal %d: not evaluated again a raiseEvery later with no change of the cluster", retry)
+		}
+	}
+	c.raiseByGrowing(in, req, plan)
+	if j.retryGrow || j.growWaits != 0 || j.state != api.JobRunning {
+		t.Errorf("after %d retries: again %v, %d checkpoint waits, %s; want no more retries, nothing else", maxGrowRetries, j.retryGrow, j.growWaits, j.state)
+	}
+	if _, due := c.raiseDue(j, now.Add(raiseEvery)); due {
+		t.Error("evaluated again with no change of the cluster after the retries ran out")
+	}
+}
+
 // TestAnAcknowledgedChangeIsOnDisk: a PATCH is answered once the job's
 // new record is committed, so a coordinator killed right after the answer
 // comes back with the change; one the state database cannot record is

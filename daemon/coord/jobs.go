@@ -34,12 +34,17 @@ type job struct {
 	plan      *sched.Plan
 	planJSON  json.RawMessage
 	gen       int64
-	pace      stepPace           // how fast its stage advances (grow.go)
-	growWaits int                // checkpoints a move back up has waited for a grow (raise.go)
-	tasks     []*taskRun         // stage replicas in stage order, then PS shards
-	hourly    float64            // price of everything placed, per hour
-	stopPlan  context.CancelFunc // ends the scheduler's run while planning
-	ckpt      jobCheckpoints
+	pace      stepPace // how fast its stage advances (grow.go)
+	growWaits int      // checkpoints a move back up has waited for a grow (raise.go)
+	// growRetries counts the grow-only evaluations whose grow was refused
+	// for now, retryGrow asks for the next one without a change of the
+	// cluster (raise.go).
+	growRetries int
+	retryGrow   bool
+	tasks       []*taskRun         // stage replicas in stage order, then PS shards
+	hourly      float64            // price of everything placed, per hour
+	stopPlan    context.CancelFunc // ends the scheduler's run while planning
+	ckpt        jobCheckpoints
 	// restarts counts the automatic restarts before this job; restartOf
 	// is the job it restarts, restartedAs the one that restarted it.
 	restarts    int

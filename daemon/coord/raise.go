@@ -65,11 +65,11 @@ func (c *Coordinator) raiseDue(j *job, now time.Time) (raiseInput, bool) {
 	cp := j.ckpt.latest
 	newCheckpoint := cp != nil && cp.Step > j.raiseChecked
 	expired := slices.ContainsFunc(j.suspects, func(s store.Suspect) bool { return !s.Until.After(now) && s.Until.After(j.raisedAt) })
-	clusterChanged := (c.changes != j.raiseChanges || expired) && now.Sub(j.raisedAt) >= raiseEvery
+	clusterChanged := (c.changes != j.raiseChanges || expired || j.retryGrow) && now.Sub(j.raisedAt) >= raiseEvery
 	if !newCheckpoint && !clusterChanged {
 		return raiseInput{}, false
 	}
-	j.raiseChanges, j.raisedAt = c.changes, now
+	j.raiseChanges, j.raisedAt, j.retryGrow = c.changes, now, false
 	in := raiseInput{j: j, gen: j.gen, snap: j.planningCopy(), stage: j.plan.Stages[0], cur: j.plan.Throughput,
 		moveS: j.file.Replan.MoveSeconds, cat: c.replanCatalog(j), growOnly: !newCheckpoint}
 	if newCheckpoint {
@@ -195,11 +195,19 @@ func (c *Coordinator) raiseByGrowing(in raiseInput, req api.ResizeRequest, plan 
 	j := in.j
 	switch {
 	case err == nil:
-		j.growWaits = 0
+		j.growWaits, j.growRetries = 0, 0
 		c.log.Info("job grows back up to its throughput_limit in place", "job", j.id, "throughput", plan.Throughput, "was", in.cur,
 			"added", req.Add)
 		return
-	case isTryAgain(err) && j.growWaits < maxGrowWaits: // say, the shrink just before has not reached every replica
+	case isTryAgain(err) && in.growOnly && j.growRetries < maxGrowRetries:
+		// Say, the shrink just before has not reached every replica: the
+		// node that came may be the last change for a long time, and a job
+		// without checkpoints has no other occasion.
+		j.growRetries++
+		j.retryGrow = true
+		c.log.Info("not growing back up in place yet; trying again shortly", "job", j.id, "in", raiseEvery, "err", err)
+		return
+	case isTryAgain(err) && !in.growOnly && j.growWaits < maxGrowWaits: // say, the shrink just before has not reached every replica
 		j.growWaits++
 		c.log.Info("not growing back up in place yet; trying at the next checkpoint", "job", j.id, "err", err)
 		return
@@ -211,6 +219,11 @@ func (c *Coordinator) raiseByGrowing(in raiseInput, req api.ResizeRequest, plan 
 	c.log.Info("not growing back up in place; moving by a restart instead", "job", j.id, "err", err)
 	c.applyRaise(in, plan, nil, time.Now())
 }
+
+// maxGrowRetries is how many grow-only evaluations in a row whose grow
+// the coordinator refused for now are tried again a raiseEvery later
+// without a change of the cluster (5 minutes of them).
+const maxGrowRetries = 30
 
 // maxGrowWaits is how many checkpoints in a row a move back up waits for
 // a grow the coordinator refuses for now (replicas that report no data
