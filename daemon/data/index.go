@@ -18,10 +18,10 @@ import (
 // process knows only the records its readers have reached: a restored job
 // in a new process reads as before (SkipBatches).
 //
-// A file is known by its device, inode, size and modification time, so an
-// index is not used on a file that was replaced or changed; a mark is also
-// checked against the file (a newline must precede it) before a reader
-// moves to it.
+// A file is known by its path, device, inode, size and modification
+// time, so an index is not used on a file that was replaced or changed; a
+// mark is also checked against the file (a newline must precede it)
+// before a reader moves to it.
 
 // indexEvery is how many records apart the marks lie.
 var indexEvery int64 = 1 << 16
@@ -83,8 +83,10 @@ func (x *recordIndex) forget(j int64) {
 	x.marks = x.marks[:min(j, int64(len(x.marks)))]
 }
 
-// fileKey identifies a file as it is.
+// fileKey identifies a file as it is: the path too, for filesystems
+// whose inode numbers do not tell files apart.
 type fileKey struct {
+	path        string
 	dev, ino    uint64
 	size, mtime int64
 }
@@ -106,7 +108,7 @@ func indexOf(f *os.File) *recordIndex {
 	if !ok {
 		return nil
 	}
-	key := fileKey{dev: uint64(st.Dev), ino: uint64(st.Ino), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	key := fileKey{path: f.Name(), dev: uint64(st.Dev), ino: uint64(st.Ino), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	indexes.Lock()
 	defer indexes.Unlock()
 	if x, ok := indexes.byFile[key]; ok {
