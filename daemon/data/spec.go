@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -113,6 +115,17 @@ func (s Spec) String() string {
 		return s.Kind + ",dense=" + strconv.Itoa(s.Dense) + ":" + s.Path
 	}
 	return s.Kind + ":" + s.Path
+}
+
+// FIFO reports whether the spec reads a FIFO: a stream that goes by once,
+// so that no second reader (an evaluation of the held-out split after
+// training, another shard) can read it again.
+func (s Spec) FIFO() bool {
+	if s.Path == "" {
+		return false
+	}
+	fi, err := os.Stat(s.Path)
+	return err == nil && fi.Mode()&fs.ModeNamedPipe != 0
 }
 
 // Open opens a source for the spec; call it again for each pass or worker.

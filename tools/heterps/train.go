@@ -55,6 +55,7 @@ type trainResult struct {
 	Loss        float64 `json:"loss"`
 	EvalLoss    float64 `json:"eval_loss"`
 	EvalSamples int     `json:"eval_samples"`
+	EvalSkipped string  `json:"eval_skipped,omitempty"` // why nothing was evaluated
 	AUC         float64 `json:"auc,omitempty"`
 	BayesAUC    float64 `json:"bayes_auc,omitempty"`
 	Accuracy    float64 `json:"accuracy,omitempty"`
@@ -451,6 +452,10 @@ func evaluate(ctx context.Context, f *trainFlags, tr *nn.Trainer, opts data.Opti
 	if f.evalSamples == 0 {
 		return nil
 	}
+	if sp, err := data.ParseSpec(f.data); err == nil && sp.FIFO() {
+		res.EvalSkipped = "the data is a FIFO, whose held-out records went by with the training ones"
+		return nil
+	}
 	opts.Split = data.SplitEval
 	src, err := data.Open(f.data, opts)
 	if err != nil {
@@ -496,6 +501,21 @@ func printTrainSummary(w io.Writer, r *trainResult) {
 		}
 		fmt.Fprintln(w)
 	}
+	printHeldOut(w, r)
+	if r.BadLines > 0 {
+		fmt.Fprintf(w, "skipped %d malformed lines\n", r.BadLines)
+	}
+	if r.Checkpoint != "" {
+		fmt.Fprintf(w, "checkpoint %s\n", r.Checkpoint)
+	}
+}
+
+// printHeldOut prints the evaluation's line, or why there was none.
+func printHeldOut(w io.Writer, r *trainResult) {
+	if r.EvalSkipped != "" {
+		fmt.Fprintf(w, "held-out: not evaluated: %s\n", r.EvalSkipped)
+		return
+	}
 	fmt.Fprintf(w, "held-out: %d samples  loss %.4f", r.EvalSamples, r.EvalLoss)
 	if r.AUC > 0 {
 		fmt.Fprintf(w, "  AUC %.4f", r.AUC)
@@ -510,12 +530,6 @@ func printTrainSummary(w io.Writer, r *trainResult) {
 		printRegression(w, r.Regression)
 	}
 	fmt.Fprintln(w)
-	if r.BadLines > 0 {
-		fmt.Fprintf(w, "skipped %d malformed lines\n", r.BadLines)
-	}
-	if r.Checkpoint != "" {
-		fmt.Fprintf(w, "checkpoint %s\n", r.Checkpoint)
-	}
 }
 
 func printRegression(w io.Writer, r *Regression) {

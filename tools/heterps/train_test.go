@@ -583,3 +583,34 @@ func TestTrainWarnsOfMoreThreadsThanCPUs(t *testing.T) {
 		t.Errorf("exit %d at %d threads; stderr:\n%s", code, cpus, errs)
 	}
 }
+
+// TestTrainOnAFIFOSkipsTheEvaluation: training on a FIFO evaluates
+// nothing after it, and says why, instead of reading the writer's
+// remaining bytes (mid-line) as the held-out split.
+func TestTrainOnAFIFOSkipsTheEvaluation(t *testing.T) {
+	src, err := os.ReadFile(criteoSample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, rows, _ := strings.Cut(string(src), "\n")
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan error, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			written <- err
+			return
+		}
+		_, err = io.WriteString(w, head+"\n"+strings.Repeat(rows, 50)) // ~10,000 records, more than the steps read
+		written <- errors.Join(err, w.Close())
+	}()
+	code, out, errs := trainCLI(t, "--data", "criteo:"+fifo, "--steps", "5", "--batch", "64", "--threads", "1", "--json")
+	var r trainResult
+	if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Steps != 5 || r.EvalSamples != 0 || !strings.Contains(r.EvalSkipped, "FIFO") {
+		t.Fatalf("exit %d, %+v, %s; want the run done and the evaluation skipped for the FIFO", code, r, errs)
+	}
+	<-written // the rest of its lines found no reader (EPIPE)
+}
