@@ -2,8 +2,12 @@ package data
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -217,5 +221,53 @@ func TestSkipBatchesMovesToMarks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReadersShareMarksSafely: readers of one file in one process — a
+// node's replicas, a segment opened while the last is read — note and use
+// its marks at once (run under -race), each reading what an unmarked
+// reader reads.
+func TestReadersShareMarksSafely(t *testing.T) {
+	smallMarks(t)
+	content := criteoLines(t)
+	path := writeFile(t, "criteo.csv", content)
+	want := map[int64]*Batch{}
+	for _, start := range []int64{0, 40, 90, 150} {
+		want[start] = readAll(t, mustOpen(t, OpenCriteo, writeFile(t, "copy.csv", content), Options{Start: start}), 7)
+	}
+	errs := make(chan string, 4*len(want))
+	var wg sync.WaitGroup
+	for range 4 {
+		for start, w := range want {
+			wg.Go(func() {
+				src, err := OpenCriteo(path, Options{Start: start})
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				defer src.Close()
+				got := newBatch(src.Schema(), 0, false)
+				for {
+					b, err := src.Next(context.Background(), 7)
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						errs <- err.Error()
+						return
+					}
+					appendBatch(got, b)
+				}
+				if got.Size != w.Size || (got.Size > 0 && sampleKey(got, 0) != sampleKey(w, 0)) {
+					errs <- fmt.Sprintf("start %d: %d samples, want %d", start, got.Size, w.Size)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
