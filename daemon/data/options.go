@@ -106,20 +106,6 @@ func (o Options) After(n int64) (int64, error) {
 	}
 }
 
-// keptBelow counts the records from Start up to record end (not
-// included) that a source with these options emits, ignoring Limit and
-// the end of the data, as After does.
-func (o Options) keptBelow(end int64) int64 {
-	k := max(int64(o.Shards), 1)
-	n := int64(0)
-	for i := o.Start + ((int64(o.Shard)-o.Start)%k+k)%k; i < end; i += k {
-		if o.keeps(i) {
-			n++
-		}
-	}
-	return n
-}
-
 // past reports whether record i lies beyond the limit.
 func (o Options) past(i int64) bool { return o.Limit > 0 && i >= o.Limit }
 

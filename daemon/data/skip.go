@@ -86,34 +86,26 @@ func (s *fileSource) skipRecords(ctx context.Context, k int64) (int64, error) {
 // skipByMarks passes over as many of the next left records this worker
 // keeps as it can by moving to a mark (index.go): the furthest at or
 // before the last of them, or the furthest noted when they reach beyond it
-// (another pass, say); it returns how many it passed over, those below the
-// mark, counted by the selection rules — at most one pass of arithmetic,
-// however many passes left spans. It passes over none where no mark lies
-// ahead, the stream has a Limit (the marks may lie beyond it) or the file
-// no longer agrees with the mark.
+// (another pass, say). It returns how many it passed over, those below the
+// mark, counted by the selection rules in one walk over the records up to
+// the mark at most, however many passes left spans. It passes over none
+// where no mark lies ahead, the stream has a Limit (the marks may lie
+// beyond it) or the file no longer agrees with the mark.
 func (s *fileSource) skipByMarks(left int64) (int64, error) {
 	if s.opts.Limit > 0 {
 		return 0, nil
 	}
-	o := s.opts
-	o.Start = max(o.Start, s.next)
-	j, m, ok := s.index.last()
-	if !ok || j*indexEvery <= s.next {
+	last, _, ok := s.index.last()
+	if !ok || last*indexEvery <= s.next {
 		return 0, nil
 	}
-	below := o.keptBelow(j * indexEvery)
-	if below >= left { // the last record to pass over lies before the last mark
-		end, err := o.After(left)
-		if err != nil {
-			return 0, err
-		}
-		if j, m, ok = s.index.before(end - 1); !ok || j*indexEvery <= s.next {
-			return 0, nil
-		}
-		beyond := o
-		beyond.Start = max(o.Start, j*indexEvery)
-		below = left - beyond.keptBelow(end)
+	o := s.opts
+	o.Start = max(o.Start, s.next)
+	j, below := o.markBefore(left, last)
+	if j*indexEvery <= s.next {
+		return 0, nil
 	}
+	_, m, _ := s.index.before(j * indexEvery)
 	moved, err := s.lines.seekLine(m.offset)
 	if err != nil || !moved {
 		s.index.forget(j)
@@ -121,6 +113,26 @@ func (s *fileSource) skipByMarks(left int64) (int64, error) {
 	}
 	s.next, s.line = j*indexEvery, m.line-1
 	return below, nil
+}
+
+// markBefore walks the records from Start that these options keep, up to
+// the left-th of them or up to mark last, and returns the furthest mark
+// at or before the last record walked and how many kept records lie below
+// it.
+func (o Options) markBefore(left, last int64) (j, below int64) {
+	k := max(int64(o.Shards), 1)
+	n := int64(0)
+	for i := o.Start + ((int64(o.Shard)-o.Start)%k+k)%k; i < last*indexEvery; i += k {
+		if m := i / indexEvery; m > j { // no kept record lies between the mark and i
+			j, below = m, n
+		}
+		if o.keeps(i) {
+			if n++; n == left {
+				return j, below
+			}
+		}
+	}
+	return last, n
 }
 
 // skipLine reads one line as readLine does and reports whether it is a

@@ -54,22 +54,32 @@ func TestStartAndAfterAgreeWithReading(t *testing.T) {
 	}
 }
 
-// TestKeptBelowCountsWhatAfterPassesOver: keptBelow is After's inverse —
-// the records up to where After(n) ends number n — for shards, splits and
-// starts.
-func TestKeptBelowCountsWhatAfterPassesOver(t *testing.T) {
+// TestMarkBeforeCountsWhatAfterPassesOver: markBefore finds the furthest
+// mark at or before the last of left kept records (After's end), or the
+// last mark when they reach past it, and counts the kept records below
+// it, as a record-by-record count does — for shards, splits and starts.
+func TestMarkBeforeCountsWhatAfterPassesOver(t *testing.T) {
+	smallMarks(t)
+	const last = 20 // marks up to record 160
 	for _, o := range []Options{{}, {Shard: 2, Shards: 3}, {Split: SplitTrain, EvalFraction: 0.3, Start: 17}, {Split: SplitEval, Shard: 1, Shards: 2, Start: 5}} {
 		o, err := o.withDefaults()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []int64{0, 1, 2, 7, 100, 1000} {
-			end, err := o.After(n)
+		for _, left := range []int64{1, 2, 7, 30, 100, 1000} {
+			end, err := o.After(left)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := o.keptBelow(end); got != n {
-				t.Errorf("%+v: %d records below %d, where After(%d) ends", o, got, end, n)
+			wantJ := min((end-1)/indexEvery, last)
+			wantBelow := int64(0)
+			for i := int64(0); i < wantJ*indexEvery; i++ {
+				if o.keeps(i) {
+					wantBelow++
+				}
+			}
+			if j, below := o.markBefore(left, last); j != wantJ || below != wantBelow {
+				t.Errorf("%+v, %d records: mark %d with %d below, want mark %d with %d", o, left, j, below, wantJ, wantBelow)
 			}
 		}
 	}
