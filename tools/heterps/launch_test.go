@@ -259,7 +259,8 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, long, strings.Replace(string(src), "steps = 20", "steps = 1000000", 1), 0o600)
+	ckptDir := t.TempDir()
+	writeFile(t, long, strings.Replace(string(src), "steps = 20", "steps = 1000000", 1)+fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", ckptDir), 0o600)
 	hostfile := filepath.Join(t.TempDir(), "hosts")
 	writeFile(t, hostfile, "127.0.0.1 type=cpu\n127.0.0.2 type=gpu\n", 0o600)
 	workdir, logDir := t.TempDir(), t.TempDir()
@@ -272,13 +273,14 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 			"--heterpsd", fx.bin, "--workdir", workdir, "--log-dir", logDir, "--heartbeat", "200ms"}, &bytes.Buffer{}, &stderr)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(stderr.String(), "step ") {
+	for written, _ := filepath.Glob(filepath.Join(ckptDir, "step-*", "manifest.json")); len(written) == 0; written, _ = filepath.Glob(filepath.Join(ckptDir, "step-*", "manifest.json")) {
 		if time.Now().After(deadline) {
 			cancel()
-			t.Fatalf("the job did not start running in 60 s: %s\nlogs: %s", stderr.String(), readLogs(logDir))
+			t.Fatalf("the job wrote no checkpoint in 60 s: %s\nlogs: %s", stderr.String(), readLogs(logDir))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	time.Sleep(time.Second) // five heartbeats: the coordinator has the checkpoint's reports
 	remoteSecrets, _ := filepath.Glob(filepath.Join(workdir, "heterps-launch-*", "secret"))
 	for _, secret := range append(remoteSecrets, filepath.Join(logDir, "secret")) {
 		if info, err := os.Stat(secret); err != nil || info.Mode().Perm() != 0o600 {
@@ -300,8 +302,9 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 	cancel()
 	select {
 	case code := <-done:
-		if code != exitFailure || !strings.Contains(stderr.String(), "context canceled") {
-			t.Errorf("exit %d, stderr %s", code, stderr.String())
+		if code != exitFailure || !strings.Contains(stderr.String(), "context canceled: job j1: cancelled at step") ||
+			!strings.Contains(stderr.String(), "latest checkpoint: step ") || !strings.Contains(stderr.String(), ckptDir) {
+			t.Errorf("exit %d, stderr %s; want the cancelled job's step and the checkpoint to resume from", code, stderr.String())
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("launch did not return after its context ended")

@@ -245,9 +245,14 @@ func (c *coordClient) waitJob(ctx context.Context, id string, progress func(api.
 		if err != nil {
 			if ctx.Err() != nil {
 				cancelCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				c.cancel(cancelCtx, id)
+				cancelled, err := c.cancel(cancelCtx, id)
 				cancel()
-				return s, fmt.Errorf("job %s: %w (cancelled it)", id, ctx.Err())
+				if err != nil || cancelled.ID == "" {
+					return s, fmt.Errorf("job %s: %w (cancelled it)", id, ctx.Err())
+				}
+				// What a new job resumes from: an interrupted `heterps launch`
+				// (its allocation's walltime, say) takes its coordinator with it.
+				return cancelled, fmt.Errorf("%w: %s", ctx.Err(), describeCancelled(id, cancelled))
 			}
 			return s, err
 		}
