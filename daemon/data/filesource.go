@@ -80,9 +80,17 @@ func (s *fileSource) jump(target int64) (bool, error) {
 	if !ok {
 		return false, nil
 	}
+	return s.moveTo(j, m)
+}
+
+// moveTo moves the reader to mark m, that of record j*indexEvery, unless
+// the file no longer agrees with it: then the marks from j on are
+// forgotten (the file changed under its identity) and the reader reads on
+// from where it is.
+func (s *fileSource) moveTo(j int64, m recordMark) (bool, error) {
 	moved, err := s.lines.seekLine(m.offset)
 	if !moved || err != nil {
-		s.index.forget(j) // the file changed under its identity: read on from here
+		s.index.forget(j)
 		return false, err
 	}
 	s.next, s.line = j*indexEvery, m.line-1

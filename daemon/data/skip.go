@@ -106,12 +106,9 @@ func (s *fileSource) skipByMarks(left int64) (int64, error) {
 		return 0, nil
 	}
 	_, m, _ := s.index.before(j * indexEvery)
-	moved, err := s.lines.seekLine(m.offset)
-	if err != nil || !moved {
-		s.index.forget(j)
+	if moved, err := s.moveTo(j, m); !moved || err != nil {
 		return 0, err
 	}
-	s.next, s.line = j*indexEvery, m.line-1
 	return below, nil
 }
 
