@@ -214,14 +214,9 @@ func (c *Coordinator) fitJobs(in []allocInput) []jobFit {
 
 // fitJob fits x's loss curve and step times; a job whose fit panics
 // (contain.go) is left unfitted, as one not measured yet.
-func (c *Coordinator) fitJob(x allocInput) (f jobFit) {
-	var err error
-	defer func() {
-		if err != nil {
-			f = jobFit{}
-		}
-	}()
-	defer c.recoverInto(&err, x.j.id, "fitting")
+func (c *Coordinator) fitJob(x allocInput) jobFit {
+	var panicked error // logged by recoverInto; the result is then the zero fit
+	defer c.recoverInto(&panicked, x.j.id, "fitting")
 	return fitJob(x)
 }
 
