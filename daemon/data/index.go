@@ -76,6 +76,26 @@ func (x *recordIndex) last() (j int64, m recordMark, ok bool) {
 	return j, x.marks[j], true
 }
 
+// snapshot returns a copy of the marks.
+func (x *recordIndex) snapshot() []recordMark {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return append([]recordMark(nil), x.marks...)
+}
+
+// adopt takes marks, marks of the same file from elsewhere (LoadMarks),
+// where they reach further than the index's, and returns how many it
+// holds from them.
+func (x *recordIndex) adopt(marks []recordMark) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(marks) <= len(x.marks) {
+		return 0
+	}
+	x.marks = append(x.marks[:0:0], marks...)
+	return len(marks)
+}
+
 // forget drops every mark past the first j.
 func (x *recordIndex) forget(j int64) {
 	x.mu.Lock()

@@ -38,7 +38,9 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 		err = a.attachWorker(t, w, in)
 	}
 	if err == nil {
+		stopSaving := saveDataMarks(ctx, t.spec, a.taskLog(t.spec))
 		err = a.train(ctx, t, w, &spent)
+		stopSaving()
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -283,6 +285,7 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 // the caller waits for it before the first step, and stops it before
 // closing the input.
 func startStageInput(ctx context.Context, s api.Task, cfg *config.Model, log *slog.Logger) (*pipeline.ShardedInput, *dataPass, error) {
+	loadDataMarks(s, log)
 	src, err := openData(s, cfg, epochLogger(log, s.Data))
 	if err != nil {
 		return nil, nil, err
