@@ -14,6 +14,11 @@ var testHookWrap func(io.Writer) io.Writer
 // filePerm is the mode of written files: readable by other tools of the user's group.
 const filePerm = 0o644
 
+// WriteAtomic creates path with the bytes fill writes, as checkpoint files
+// are written (writeAtomic): a reader sees the old file or the whole new
+// one, never a part.
+func WriteAtomic(path string, fill func(io.Writer) error) error { return writeAtomic(path, fill) }
+
 // writeAtomic creates path with the bytes fill writes: into a temporary file
 // in the same directory, synced, renamed over path, and the directory synced.
 // On error the temporary file is removed and path is untouched.

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/heterps/heterps/daemon/ckpt"
 )
 
 // Saved marks. The marks a process notes die with it, and a restored
@@ -68,32 +70,12 @@ func SaveMarks(spec, dir string) (int, error) {
 	return len(marks), writeMarks(marksFile(dir, f.Name()), saved)
 }
 
-// writeMarks writes saved to path whole, through a temporary file beside
-// it.
+// writeMarks writes saved to path whole (ckpt.WriteAtomic).
 func writeMarks(path string, saved savedMarks) error {
-	b, err := json.Marshal(saved)
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("data: save marks: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".marks-*")
-	if err != nil {
-		return fmt.Errorf("data: save marks: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // nothing left after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("data: save marks: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("data: save marks: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("data: save marks: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := ckpt.WriteAtomic(path, func(w io.Writer) error { return json.NewEncoder(w).Encode(saved) }); err != nil {
 		return fmt.Errorf("data: save marks: %w", err)
 	}
 	return nil
