@@ -114,9 +114,16 @@ func LoadMarks(spec, dir string) (int, error) {
 }
 
 // readMarks reads a marks file, refusing one larger than maxSavedMarks
-// could make.
+// could make, or one that is not a regular file.
 func readMarks(path string) (savedMarks, error) {
 	var saved savedMarks
+	fi, err := os.Stat(path)
+	if err != nil {
+		return saved, err
+	}
+	if !fi.Mode().IsRegular() { // a FIFO would hold the replica up until a writer came
+		return saved, fmt.Errorf("data: %s: not a regular file (mode %v)", path, fi.Mode())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return saved, err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -93,6 +94,16 @@ func TestDamagedSavedMarksAreRefused(t *testing.T) {
 			t.Errorf("%s: %d marks loaded (%v), want an error naming the data file", name, n, err)
 		}
 	}
+	if err := os.Remove(marksFile(dir, path)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(marksFile(dir, path), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := LoadMarks(spec, dir); n != 0 || err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a FIFO in its place: %d marks loaded (%v), want an error at once", n, err)
+	}
+	os.Remove(marksFile(dir, path))
 	if err := os.WriteFile(marksFile(dir, path), []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
