@@ -25,9 +25,9 @@ import (
 // MarksDir is the folder of a checkpoint directory that holds saved marks.
 const MarksDir = "data-marks"
 
-// maxSavedMarks bounds a marks file that LoadMarks reads: 2^24 marks are a
-// file of 2^40 records.
-const maxSavedMarks = 1 << 24
+// maxSavedMarks bounds a marks file that LoadMarks reads: 2^22 marks are a
+// file of 2^38 records (some 30 TB of Criteo lines), about 170 MB of JSON.
+const maxSavedMarks = 1 << 22
 
 // savedMarks is a marks file.
 type savedMarks struct {
@@ -129,7 +129,7 @@ func readMarks(path string) (savedMarks, error) {
 		return saved, err
 	}
 	defer f.Close()
-	const maxBytes = maxSavedMarks*48 + 4096
+	const maxBytes = maxSavedMarks*40 + 4096 // "[offset,line],": two 16-digit numbers and punctuation
 	b, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
 	if err != nil {
 		return saved, fmt.Errorf("data: %s: %w", path, err)
