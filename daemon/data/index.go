@@ -44,11 +44,12 @@ type recordIndex struct {
 }
 
 // note records m as the mark of record j*indexEvery when it extends the
-// marks.
+// marks, up to maxSavedMarks of them (64 MiB; further records are read
+// from the last).
 func (x *recordIndex) note(j int64, m recordMark) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if j == int64(len(x.marks)) {
+	if j == int64(len(x.marks)) && j < maxSavedMarks {
 		x.marks = append(x.marks, m)
 	}
 }
