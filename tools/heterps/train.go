@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -303,6 +304,7 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 		}
 		if res.ResumedFrom > 0 {
 			fmt.Fprintf(progressOut, "resumed from step %d (%s)\n", res.ResumedFrom, f.checkpoint)
+			loadMarks(f, progressOut)
 		}
 	}
 	opts := data.Options{Vocab: cfg.Input.Vocab, SkipBadLines: f.skipBad, Split: data.SplitTrain}
@@ -340,7 +342,7 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 	}
 	res.BadLines = src.BadLines()
 	if f.checkpoint != "" {
-		if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
+		if err := f.save(tr); err != nil {
 			return nil, err
 		}
 		res.Checkpoint = f.checkpoint
@@ -410,7 +412,7 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		elapsed := time.Since(start).Seconds()
 		prog.update(tr.Opt.Step, lossEMA, float64(res.Samples)/elapsed)
 		if f.checkpointEvery > 0 && f.checkpoint != "" && tr.Opt.Step%int64(f.checkpointEvery) == 0 {
-			if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
+			if err := f.save(tr); err != nil {
 				return err
 			}
 		}
@@ -540,6 +542,29 @@ func printRegression(w io.Writer, r *Regression) {
 	fmt.Fprintf(w, "  MSE %.4f (optimal %.4f)  R² %.4f (optimal %.4f)", r.MSE, r.OptimalMSE, r.R2, r.OptimalR2)
 }
 
+// save writes the checkpoint and, beside it (data.MarksDir), the record
+// marks this run noted in its data file, so that a run resuming from it
+// moves to its data position instead of reading the file up to there.
+func (f *trainFlags) save(tr *nn.Trainer) error {
+	if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
+		return err
+	}
+	data.SaveMarks(f.data, filepath.Dir(f.checkpoint)) // at worst a resume reads the file as without them
+	return nil
+}
+
+// loadMarks takes the record marks saved beside the checkpoint a run
+// resumes from (save), saying so on w.
+func loadMarks(f *trainFlags, w io.Writer) {
+	n, err := data.LoadMarks(f.data, filepath.Dir(f.checkpoint))
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "record marks beside the checkpoint not used (the data is read up to its position instead): %v\n", err)
+	case n > 0:
+		fmt.Fprintf(w, "data position found by %d record marks saved beside the checkpoint\n", n)
+	}
+}
+
 // interrupted is what a run stopped by a signal returns, after writing the
 // checkpoint (with --checkpoint) at the step it reached: a step always runs
 // to its end, so that is a step boundary, and the same command resumes
@@ -553,7 +578,7 @@ func interrupted(tr *nn.Trainer, f *trainFlags, resumedFrom int64) error {
 	case step == resumedFrom:
 		return interruptError{fmt.Errorf("%s before a step was trained: %s left as it was", at, f.checkpoint)}
 	}
-	if err := saveCheckpoint(tr, f.checkpoint, f.batch); err != nil {
+	if err := f.save(tr); err != nil {
 		return interruptError{fmt.Errorf("%s, and writing the checkpoint failed: %w", at, err)}
 	}
 	return interruptError{fmt.Errorf("%s: checkpoint of step %d written to %s; the same command resumes from it", at, step, f.checkpoint)}

@@ -614,3 +614,42 @@ func TestTrainOnAFIFOSkipsTheEvaluation(t *testing.T) {
 	}
 	<-written // the rest of its lines found no reader (EPIPE)
 }
+
+// TestTrainResumesWithSavedMarks: a run with --checkpoint saves its data
+// file's record marks beside the checkpoint, and a run resuming from it in
+// a process without marks takes them (and says so) instead of reading the
+// file up to its data position.
+func TestTrainResumesWithSavedMarks(t *testing.T) {
+	t.Cleanup(data.ForgetMarks)
+	src, err := os.ReadFile(criteoSample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, _ := strings.Cut(strings.TrimSpace(string(src)), "\n")
+	var b strings.Builder
+	b.WriteString(head + "\n")
+	for range 700 { // 140,000 records: marks at 0, 65,536 and 131,072
+		b.WriteString(body + "\n")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "criteo.csv")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(dir, "ck", "ctr.safetensors")
+	if err := os.Mkdir(filepath.Dir(ck), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--data", "criteo:" + file, "--batch", "512", "--threads", "2", "--eval-samples", "0", "--checkpoint", ck}
+	if code, _, errs := trainCLI(t, append(args, "--steps", "260")...); code != exitOK { // 133,120 training records read
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if saved, _ := filepath.Glob(filepath.Join(dir, "ck", data.MarksDir, "*.json")); len(saved) != 1 {
+		t.Fatalf("marks files beside the checkpoint: %v, want one", saved)
+	}
+	data.ForgetMarks() // the resuming run is another process
+	code, _, errs := trainCLI(t, append(args, "--steps", "262")...)
+	if code != exitOK || !strings.Contains(errs, "resumed from step 260") || !strings.Contains(errs, "data position found by 3 record marks") {
+		t.Fatalf("exit %d: %s; want the resume to take the 3 saved marks", code, errs)
+	}
+}
