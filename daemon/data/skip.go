@@ -188,19 +188,16 @@ func (r *repeating) SkipBatches(ctx context.Context, n int64, size int) error {
 		}
 		fs, ok := r.cur.(*fileSource)
 		if !ok {
-			return r.nextBatches(ctx, n, size)
+			return r.decodeBatches(ctx, n, size)
 		}
 		if passes := n / max(perPass, 1); perPass > 0 && passes > 0 { // whole passes: nothing to read
-			r.epoch += int(passes)
-			if r.onEpoch != nil {
-				r.onEpoch(r.epoch)
-			}
+			r.passOver(passes)
 			n %= perPass
 		}
 		want := n * int64(size)
 		got, err := fs.skipRecords(ctx, want)
 		if errors.Is(err, errNoSkip) {
-			return r.nextBatches(ctx, n, size)
+			return r.decodeBatches(ctx, n, size)
 		}
 		if err != nil {
 			return err
@@ -220,12 +217,35 @@ func (r *repeating) SkipBatches(ctx context.Context, n int64, size int) error {
 	return nil
 }
 
-// nextBatches reads and drops n batches of size.
-func (r *repeating) nextBatches(ctx context.Context, n int64, size int) error {
-	for range n {
+// decodeBatches reads and drops n batches of size, decoding them (a
+// source that skips malformed lines, which only decoding tells, or one that
+// is not a file): the first pass whole when n reaches past it, which tells
+// how many batches a pass holds — every pass skips the same lines — and
+// then only the batches left of the last pass, as SkipBatches does without
+// decoding; a stream that never ends a pass is read batch by batch.
+func (r *repeating) decodeBatches(ctx context.Context, n int64, size int) error {
+	first := r.epoch
+	for read := int64(0); read < n; read++ {
 		if _, err := r.Next(ctx, size); err != nil {
 			return err
 		}
+		if r.epoch == first+1 && read > 0 && first > 0 { // this batch began the second pass: read batches made the first
+			perPass := read
+			if whole := (n - read - 1) / perPass; whole > 0 {
+				r.passOver(whole)
+				n -= whole * perPass
+			}
+			first = 0 // counted
+		}
 	}
 	return nil
+}
+
+// passOver counts passes passes as read, calling onEpoch with the pass the
+// reader is then in.
+func (r *repeating) passOver(passes int64) {
+	r.epoch += int(passes)
+	if r.onEpoch != nil {
+		r.onEpoch(r.epoch)
+	}
 }

@@ -94,3 +94,36 @@ func TestSkipBatchesDecodesWhereBadLinesAreSkipped(t *testing.T) {
 		t.Errorf("after skipping 5 batches past a bad line: %v, batch equal to reading's: %v", err, reflect.DeepEqual(got, want))
 	}
 }
+
+// TestDecodedSkipsReadOnePass: where bad lines are skipped (the batches
+// must be decoded), a skip over many passes decodes the first pass to
+// count its batches and then only the batches left of the last, landing
+// where reading does, in the same pass; reading opens the file once a
+// pass.
+func TestDecodedSkipsReadOnePass(t *testing.T) {
+	lines := readLines(t, dataFile(t, "criteo_sample.csv"))
+	lines[3] = "not a record"
+	path := writeFile(t, "bad.csv", strings.Join(lines, "\n")+"\n")
+	opens := 0
+	open := func() (Source, error) { opens++; return OpenCriteo(path, Options{SkipBadLines: true}) }
+	for _, n := range []int64{3, 13, 14, 15, 40, 137} { // a pass of 199 records holds 13 batches of 16
+		want, wantEpoch := afterNext(t, open, n, 16)
+		opens = 0
+		epoch := 1
+		src, err := RepeatEpochs(open, func(e int) { epoch = e })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := src.(BatchSkipper).SkipBatches(context.Background(), n, 16); err != nil {
+			t.Fatal(err)
+		}
+		got, err := src.Next(context.Background(), 16)
+		if err != nil || !reflect.DeepEqual(got, want) || epoch != wantEpoch {
+			t.Errorf("%d batches: next batch equal to reading's %v (%v), pass %d, want %d", n, reflect.DeepEqual(got, want), err, epoch, wantEpoch)
+		}
+		if opens > 3 {
+			t.Errorf("%d batches: the file opened %d times, want at most 3 (the first pass, and those left of the last)", n, opens)
+		}
+		src.Close()
+	}
+}
