@@ -45,6 +45,23 @@ func marksFile(dir, path string) string {
 	return filepath.Join(dir, MarksDir, fmt.Sprintf("%016x.json", h.Sum64()))
 }
 
+// NotedMarks is how many marks this process holds of the file spec reads:
+// a saver writes them again only when they grew.
+func NotedMarks(spec string) int {
+	f, _, err := openSpecFile(spec)
+	if f == nil || err != nil {
+		return 0
+	}
+	defer f.Close()
+	x := indexOf(f)
+	if x == nil {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.marks)
+}
+
 // SaveMarks writes the marks this process has noted of the file spec reads
 // into dir's MarksDir, through a temporary file renamed over the last, and
 // reports how many; none (and nothing written) for a generator or a file

@@ -38,11 +38,18 @@ func saveDataMarks(ctx context.Context, s api.Task, log *slog.Logger) (stop func
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	warned := false
+	warned, saved := false, 0
 	save := func() {
-		if _, err := data.SaveMarks(s.Data, s.CheckpointDir); err != nil && !warned {
+		if data.NotedMarks(s.Data) == saved {
+			return // the marks grow during the first pass only
+		}
+		n, err := data.SaveMarks(s.Data, s.CheckpointDir)
+		if err != nil && !warned {
 			warned = true // a directory this node cannot reach stays so
 			log.Warn("saving the data file's record marks (restores on other nodes read the file instead)", "dir", s.CheckpointDir, "err", err)
+		}
+		if err == nil {
+			saved = n
 		}
 	}
 	wg.Go(func() {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
@@ -81,5 +82,39 @@ func TestDataMarksOutliveTheProcess(t *testing.T) {
 	loadDataMarks(restored, log)
 	if !strings.Contains(logs.String(), "record marks loaded") || !strings.Contains(logs.String(), "marks=3") {
 		t.Fatalf("the restored replica loaded no marks; log: %s", logs.String())
+	}
+}
+
+// TestDataMarksAreSavedWhenTheyGrow: the saver writes the marks file when
+// the marks grew since its last write only, not at every tick.
+func TestDataMarksAreSavedWhenTheyGrow(t *testing.T) {
+	t.Cleanup(data.ForgetMarks)
+	every := marksSaveEvery
+	marksSaveEvery = 5 * time.Millisecond
+	t.Cleanup(func() { marksSaveEvery = every })
+	spec := bigCriteo(t, 70_000) // marks at records 0 and 65,536
+	src, err := data.Open(spec, data.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if _, err := src.Next(context.Background(), 66_000); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	stop := saveDataMarks(context.Background(), api.Task{Stage: 0, Replica: 0, Data: spec, CheckpointDir: dir}, slog.New(slog.DiscardHandler))
+	defer stop()
+	var first os.FileInfo
+	waitUntil(t, "the first save", func() bool {
+		saved, _ := filepath.Glob(filepath.Join(dir, data.MarksDir, "*.json"))
+		if len(saved) == 1 {
+			first, _ = os.Stat(saved[0])
+		}
+		return first != nil
+	})
+	time.Sleep(20 * marksSaveEvery)
+	saved, _ := filepath.Glob(filepath.Join(dir, data.MarksDir, "*.json"))
+	if now, err := os.Stat(saved[0]); err != nil || !os.SameFile(first, now) {
+		t.Fatalf("the marks file was written again with no new mark (%v)", err)
 	}
 }
