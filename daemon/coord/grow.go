@@ -359,9 +359,10 @@ func (j *job) joining() bool {
 // it again at once. It reports whether it did. c.mu is held.
 func (c *Coordinator) callOffGrow(j *job, why string, suspect *node, now time.Time) bool {
 	var left []*taskRun
+	units := 0
 	for _, t := range stageRuns(j) {
 		if !j.joins(t) {
-			left = append(left, t)
+			left, units = append(left, t), units+t.task.Units
 		}
 	}
 	members, batches, ok := splitOver(j, left)
@@ -371,8 +372,28 @@ func (c *Coordinator) callOffGrow(j *job, why string, suspect *node, now time.Ti
 	if suspect != nil {
 		j.suspects = append(j.suspects, store.Suspect{Node: suspect.req.Name, Until: now.Add(c.cfg.SuspectFor)})
 	}
-	from := c.resize(j, members, batches) // not exact: the grow is called off
+	planned := j.plan.Stages[0].Units
+	c.planOnUnits(j, units) // the plan the grow made is not what runs
+	if c.markBelowLimit(j, units, planned, "a grow was called off") && j.growRetries < maxGrowRetries {
+		j.growRetries++
+		j.retryGrow = true // as for a grow refused for now: the node that came may stay the last change
+	}
+	from := c.resize(j, members, batches) // not exact: the grow is called off; records the job, its plan included
 	c.log.Warn("grow called off", "job", j.id, "why", why, "replicas", members, "batches", batches, "from_step", from)
+	return true
+}
+
+// markBelowLimit says in j's reason that it runs below its
+// throughput_limit on units of the planned units, after what, when its
+// plan on them (planOnUnits) falls short of the limit, and reports whether
+// it does. c.mu is held.
+func (c *Coordinator) markBelowLimit(j *job, units, planned int, after string) bool {
+	limit := c.planFile(j).ThroughputLimit
+	if limit <= anyThroughput || j.plan.Throughput >= limit {
+		return false
+	}
+	j.reason = fmt.Sprintf("%s: %d of its %d units left after %s, predicted %.6g of %.6g samples/s",
+		shrunkBelow, units, planned, after, j.plan.Throughput, limit)
 	return true
 }
 

@@ -318,6 +318,36 @@ func TestALateReportCallsTheGrowOff(t *testing.T) {
 	}
 }
 
+// A grow that took a job back up to its throughput_limit and is called
+// off (a task took it too late) leaves the job on its replicas left with
+// the plan of their units, saying it runs below its limit again, and due
+// for another move back up a raiseEvery later — else it ran below its
+// limit on a plan and a status that said otherwise, and never grew again.
+func TestACalledOffGrowRunsBelowItsLimitAgain(t *testing.T) {
+	c, j, nodes := growFixture(t)
+	j.file.ThroughputLimit = 1e12 // 2 units do not reach it either: the grow is a step up, the call-off a step back
+	j.reason = shrunkBelow + ": 1 of its 2 units left"
+	if _, err := c.patch("j1", growRequest("b")); err != nil {
+		t.Fatal(err)
+	}
+	if units := j.plan.Stages[0].Units; units != 2 {
+		t.Fatalf("the grow planned %d units, want 2", units)
+	}
+	j.reason = "" // as when 2 units reach the limit
+	now := time.Now()
+	j.raisedAt, j.raiseChanges = now, c.changes
+	c.applyReport(nodes["a"], api.TaskReport{TaskID: "j1.ps0", State: api.TaskRunning, Late: j.gen}, now)
+	if j.joining() || len(stageRuns(j)) != 1 {
+		t.Fatalf("the grow was not called off: joining %v, %d stage tasks", j.joining(), len(stageRuns(j)))
+	}
+	if units := j.plan.Stages[0].Units; units != 1 || !strings.HasPrefix(j.reason, shrunkBelow) || !strings.Contains(j.reason, "a grow was called off") {
+		t.Fatalf("after the call-off: a plan of %d units, reason %q; want 1 unit, below its limit", units, j.reason)
+	}
+	if in, due := c.raiseDue(j, now.Add(raiseEvery)); !due || !in.growOnly {
+		t.Errorf("not evaluated again a raiseEvery after the call-off: due %v", due)
+	}
+}
+
 // A move back up that the coordinator refuses to grow for now (here: the
 // replica has not reported its data position) waits for the next
 // checkpoints, maxGrowWaits of them, then moves by the restart path.
