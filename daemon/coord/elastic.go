@@ -71,8 +71,7 @@ func (c *Coordinator) shrink(j *job, n *node, now time.Time, cause string) bool 
 	if !ok {
 		return false
 	}
-	c.markShrunk(j, n, now, cause)
-	c.planOnUnits(j, units)
+	c.markShrunk(j, n, units, now, cause)
 	from := c.resize(j, members, batches) // records the job, its new plan included
 	c.log.Warn("job goes on without a node's replicas", "job", j.id, "node", n.req.Name, "node_id", n.id, "cause", cause,
 		"replicas", members, "batches", batches, "from_step", from)
@@ -107,28 +106,15 @@ const (
 	causeDraining = "is draining"
 )
 
-// markShrunk notes that j, shrinking without the replicas on n, runs
-// below its throughput_limit if the units left are predicted to fall
-// short of it: its status says so, and n is suspect to it as to a
-// restart, so that it moves back up (raise.go) onto other nodes, or onto
-// n once n has stayed up. c.mu is held.
-func (c *Coordinator) markShrunk(j *job, n *node, now time.Time, cause string) {
+// markShrunk notes that j, shrinking without the replicas on n to units
+// units, runs on a plan of them (planOnUnits) and below its
+// throughput_limit if they are predicted to fall short of it: its status
+// says so, and n is suspect to it as to a restart, so that it moves back
+// up (raise.go) onto other nodes, or onto n once n has stayed up. c.mu is
+// held.
+func (c *Coordinator) markShrunk(j *job, n *node, units int, now time.Time, cause string) {
 	j.suspects = append(j.suspects, store.Suspect{Node: n.req.Name, Until: now.Add(c.cfg.SuspectFor)})
-	limit := c.planFile(j).ThroughputLimit
-	if limit <= anyThroughput {
-		return
-	}
-	left := replicaUnits(j, n)
-	stage := j.plan.Stages[0]
-	x, err := c.stageThroughputOn(j, c.cfg.Catalog, stage, left)
-	switch {
-	case err != nil:
-		c.log.Warn("predicting a shrunk stage's throughput", "job", j.id, "err", err)
-		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s %s", shrunkBelow, left, stage.Units, n.req.Name, cause)
-	case x < limit:
-		j.reason = fmt.Sprintf("%s: %d of its %d units left after node %s %s, predicted %.6g of %.6g samples/s",
-			shrunkBelow, left, stage.Units, n.req.Name, cause, x, limit)
-	}
+	c.planOnUnits(j, units, fmt.Sprintf("node %s %s", n.req.Name, cause))
 }
 
 // resize gives j's single stage the replicas members (replica ids, a

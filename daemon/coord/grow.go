@@ -274,7 +274,7 @@ func (c *Coordinator) addReplicas(j *job, g *growPlan, start int64) {
 			units += t.task.Units
 		}
 	}
-	c.planOnUnits(j, units)
+	c.planOnUnits(j, units, "")
 	c.changeMembers(j, members, batches, g.from, start)
 	reshapeBalance(j) // the new tasks were in j.tasks already: changeMembers saw no new member
 	c.log.Info("job grown", "job", j.id, "replicas", members, "batches", batches, "from_step", g.from,
@@ -311,11 +311,16 @@ func raiseIDBound(j *job, bound int) {
 	}
 }
 
-// planOnUnits makes j's plan one of units units, after a grow or a
-// shrink: the stage's and the plan's predicted throughput are the cost
-// model's for them, and a job that ran below its throughput_limit no
-// longer says so once they reach it. c.mu is held.
-func (c *Coordinator) planOnUnits(j *job, units int) {
+// planOnUnits makes j's plan one of units units, after a grow, a shrink
+// or a grow called off: the stage's and the plan's predicted throughput
+// are the cost model's for them, and a job that ran below its
+// throughput_limit no longer says so once they reach it. After, unless
+// empty, says what took units away ("node n died", "a grow was called
+// off"): a job with a limit that the units are predicted to fall short of,
+// or whose prediction fails, then says in its reason that it runs below
+// its limit, and planOnUnits reports so. c.mu is held.
+func (c *Coordinator) planOnUnits(j *job, units int, after string) (below bool) {
+	planned := j.plan.Stages[0].Units
 	plan := *j.plan
 	plan.Stages = slices.Clone(plan.Stages)
 	plan.Stages[0].Units = units
@@ -325,10 +330,23 @@ func (c *Coordinator) planOnUnits(j *job, units int) {
 	} else {
 		plan.Stages[0].Throughput, plan.Throughput = x, x
 	}
-	if err == nil && runsBelowLimit(j) && x >= c.planFile(j).ThroughputLimit {
-		j.reason = "" // back up at its limit
-	}
 	c.setPlan(j, &plan)
+	limit := c.planFile(j).ThroughputLimit
+	switch {
+	case err != nil && after != "" && limit > anyThroughput:
+		j.reason = fmt.Sprintf("%s: %d of its %d units left after %s", shrunkBelow, units, planned, after)
+		return true
+	case err != nil:
+	case x >= limit:
+		if runsBelowLimit(j) {
+			j.reason = "" // back up at its limit
+		}
+	case after != "" && limit > anyThroughput:
+		j.reason = fmt.Sprintf("%s: %d of its %d units left after %s, predicted %.6g of %.6g samples/s",
+			shrunkBelow, units, planned, after, x, limit)
+		return true
+	}
+	return false
 }
 
 // joinStep is the step the replicas of j's latest grow join at, or 0
@@ -372,28 +390,13 @@ func (c *Coordinator) callOffGrow(j *job, why string, suspect *node, now time.Ti
 	if suspect != nil {
 		j.suspects = append(j.suspects, store.Suspect{Node: suspect.req.Name, Until: now.Add(c.cfg.SuspectFor)})
 	}
-	planned := j.plan.Stages[0].Units
-	c.planOnUnits(j, units) // the plan the grow made is not what runs
-	if c.markBelowLimit(j, units, planned, "a grow was called off") && j.growRetries < maxGrowRetries {
+	// The plan the grow made is not what runs.
+	if c.planOnUnits(j, units, "a grow was called off") && j.growRetries < maxGrowRetries {
 		j.growRetries++
 		j.retryGrow = true // as for a grow refused for now: the node that came may stay the last change
 	}
 	from := c.resize(j, members, batches) // not exact: the grow is called off; records the job, its plan included
 	c.log.Warn("grow called off", "job", j.id, "why", why, "replicas", members, "batches", batches, "from_step", from)
-	return true
-}
-
-// markBelowLimit says in j's reason that it runs below its
-// throughput_limit on units of the planned units, after what, when its
-// plan on them (planOnUnits) falls short of the limit, and reports whether
-// it does. c.mu is held.
-func (c *Coordinator) markBelowLimit(j *job, units, planned int, after string) bool {
-	limit := c.planFile(j).ThroughputLimit
-	if limit <= anyThroughput || j.plan.Throughput >= limit {
-		return false
-	}
-	j.reason = fmt.Sprintf("%s: %d of its %d units left after %s, predicted %.6g of %.6g samples/s",
-		shrunkBelow, units, planned, after, j.plan.Throughput, limit)
 	return true
 }
 

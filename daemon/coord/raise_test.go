@@ -305,7 +305,7 @@ func TestAShrunkStageWithSlackIsNotBelowItsLimit(t *testing.T) {
 			j.tasks = append(j.tasks, &taskRun{job: j, node: n, task: api.Task{Role: api.RoleStage, Replica: i, Units: 1}})
 			dead = n
 		}
-		c.markShrunk(j, dead, time.Now(), causeDied)
+		c.markShrunk(j, dead, 3, time.Now(), causeDied)
 		if below := strings.HasPrefix(j.reason, shrunkBelow); below != (limit > three) || len(j.suspects) != 1 {
 			t.Errorf("limit %.0f, 3 units reach %.0f: reason %q, suspects %v", limit, three, j.reason, j.suspects)
 		}
