@@ -138,39 +138,9 @@ func (s *fileSource) Next(ctx context.Context, size int) (*Batch, error) {
 // readLine reads one line and adds it to b when it is a record this worker
 // keeps. It returns io.EOF at the end of the stream.
 func (s *fileSource) readLine(b *Batch) error {
-	line, err := s.lines.next()
-	if err == io.EOF {
-		return io.EOF
-	}
-	s.line++
-	if errors.Is(err, errLineTooLong) {
-		return &LineError{File: s.name, Line: s.line, Reason: err.Error()}
-	}
-	if err != nil {
-		return fmt.Errorf("data: %s: line %d: %w", s.name, s.line, err)
-	}
-	if len(line) == 0 {
-		return nil
-	}
-	if !s.started {
-		s.started = true
-		header, ferr := s.format.begin(line)
-		if ferr != nil {
-			return s.lineError(ferr)
-		}
-		if header {
-			return nil
-		}
-	}
-	i, jumped, err := s.nextRecord()
-	if err != nil || jumped {
+	line, kept, err := s.readRecord()
+	if err != nil || !kept {
 		return err
-	}
-	if s.opts.past(i) {
-		return io.EOF
-	}
-	if !s.opts.keeps(i) {
-		return nil
 	}
 	s.rec.reset()
 	if ferr := s.format.parse(line, s.rec); ferr != nil {
@@ -178,6 +148,45 @@ func (s *fileSource) readLine(b *Batch) error {
 	}
 	b.add(s.rec)
 	return nil
+}
+
+// readRecord reads one line, numbering it and, when it is a record,
+// giving it its index, and reports whether it is a record this worker
+// keeps; the line is valid until the next read. It returns io.EOF at the
+// end of the stream.
+func (s *fileSource) readRecord() (line []byte, kept bool, err error) {
+	line, err = s.lines.next()
+	if err == io.EOF {
+		return nil, false, io.EOF
+	}
+	s.line++
+	if errors.Is(err, errLineTooLong) {
+		return nil, false, &LineError{File: s.name, Line: s.line, Reason: err.Error()}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("data: %s: line %d: %w", s.name, s.line, err)
+	}
+	if len(line) == 0 {
+		return nil, false, nil
+	}
+	if !s.started {
+		s.started = true
+		header, ferr := s.format.begin(line)
+		if ferr != nil {
+			return nil, false, s.lineError(ferr)
+		}
+		if header {
+			return nil, false, nil
+		}
+	}
+	i, jumped, err := s.nextRecord()
+	if err != nil || jumped {
+		return nil, false, err
+	}
+	if s.opts.past(i) {
+		return nil, false, io.EOF
+	}
+	return line, s.opts.keeps(i), nil
 }
 
 // reject skips and counts a malformed line, or stops the stream with it.

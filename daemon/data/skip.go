@@ -68,7 +68,7 @@ func (s *fileSource) skipRecords(ctx context.Context, k int64) (int64, error) {
 				return got, nil
 			}
 		}
-		kept, err := s.skipLine()
+		_, kept, err := s.readRecord() // undecoded
 		if err != nil {
 			s.err = err
 			if errors.Is(err, io.EOF) {
@@ -130,43 +130,6 @@ func (o Options) markBefore(left, last int64) (j, below int64) {
 		}
 	}
 	return last, n
-}
-
-// skipLine reads one line as readLine does and reports whether it is a
-// record this worker keeps, leaving it undecoded.
-func (s *fileSource) skipLine() (kept bool, err error) {
-	line, err := s.lines.next()
-	if err == io.EOF {
-		return false, io.EOF
-	}
-	s.line++
-	if errors.Is(err, errLineTooLong) {
-		return false, &LineError{File: s.name, Line: s.line, Reason: err.Error()}
-	}
-	if err != nil {
-		return false, fmt.Errorf("data: %s: line %d: %w", s.name, s.line, err)
-	}
-	if len(line) == 0 {
-		return false, nil
-	}
-	if !s.started {
-		s.started = true
-		header, ferr := s.format.begin(line)
-		if ferr != nil {
-			return false, s.lineError(ferr)
-		}
-		if header {
-			return false, nil
-		}
-	}
-	i, jumped, err := s.nextRecord()
-	if err != nil || jumped {
-		return false, err
-	}
-	if s.opts.past(i) {
-		return false, io.EOF
-	}
-	return s.opts.keeps(i), nil
 }
 
 // SkipBatches passes over n batches of size from the start of the stream
