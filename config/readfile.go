@@ -31,6 +31,13 @@ func ReadFile(path string) ([]byte, error) {
 	return readFileLimited(path, MaxFileBytes, fileReadTimeout)
 }
 
+// ReadFileLimited reads path as ReadFile does, capped at limit bytes
+// instead: for other small files read where a FIFO or a device in their
+// place must not hold or flood the reader.
+func ReadFileLimited(path string, limit int64) ([]byte, error) {
+	return readFileLimited(path, limit, fileReadTimeout)
+}
+
 // readFileLimited checks the path with Stat before opening it (opening a
 // FIFO for reading blocks until a writer comes), opens it non-blocking and
 // checks the open file again (the path may have changed in between), then

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"io/fs"
 	"os"
 	"sync"
 	"syscall"
@@ -15,8 +16,8 @@ import (
 // indexEvery-th record's line starts, in an index the process keeps per
 // file, and a reader that starts at Start moves to the nearest noted
 // record at or before it and passes over fewer than indexEvery lines. A
-// process knows only the records its readers have reached: a restored job
-// in a new process reads as before (SkipBatches).
+// process knows the records its readers have reached, and those whose
+// marks it loaded (savedmarks.go).
 //
 // A file is known by its path, device, inode, size and modification
 // time, so an index is not used on a file that was replaced or changed; a
@@ -66,15 +67,20 @@ func (x *recordIndex) before(target int64) (j int64, m recordMark, ok bool) {
 	return j, x.marks[j], true
 }
 
-// last returns the furthest mark past the first and its ordinal.
-func (x *recordIndex) last() (j int64, m recordMark, ok bool) {
+// last returns the ordinal of the furthest mark, when there is one past
+// the first.
+func (x *recordIndex) last() (j int64, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	j = int64(len(x.marks)) - 1
-	if j < 1 {
-		return 0, recordMark{}, false
-	}
-	return j, x.marks[j], true
+	return j, j >= 1
+}
+
+// count is how many marks the index holds.
+func (x *recordIndex) count() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.marks)
 }
 
 // snapshot returns a copy of the marks.
@@ -125,11 +131,17 @@ func indexOf(f *os.File) *recordIndex {
 	if err != nil {
 		return nil
 	}
+	return indexFor(f.Name(), fi)
+}
+
+// indexFor returns the marks of the file at path as fi describes it, nil
+// when it cannot be identified.
+func indexFor(path string, fi fs.FileInfo) *recordIndex {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil
 	}
-	key := fileKey{path: f.Name(), dev: uint64(st.Dev), ino: uint64(st.Ino), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	key := fileKey{path: path, dev: uint64(st.Dev), ino: uint64(st.Ino), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	indexes.Lock()
 	defer indexes.Unlock()
 	if x, ok := indexes.byFile[key]; ok {

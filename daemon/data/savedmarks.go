@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/ckpt"
 )
 
@@ -48,18 +49,11 @@ func marksFile(dir, path string) string {
 // NotedMarks is how many marks this process holds of the file spec reads:
 // a saver writes them again only when they grew.
 func NotedMarks(spec string) int {
-	f, _, err := openSpecFile(spec)
-	if f == nil || err != nil {
-		return 0
-	}
-	defer f.Close()
-	x := indexOf(f)
+	_, _, x := specMarks(spec)
 	if x == nil {
 		return 0
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.marks)
+	return x.count()
 }
 
 // SaveMarks writes the marks this process has noted of the file spec reads
@@ -67,12 +61,7 @@ func NotedMarks(spec string) int {
 // reports how many; none (and nothing written) for a generator or a file
 // read through gzip or as a FIFO.
 func SaveMarks(spec, dir string) (int, error) {
-	f, fi, err := openSpecFile(spec)
-	if f == nil || err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	x := indexOf(f)
+	path, fi, x := specMarks(spec)
 	if x == nil {
 		return 0, nil
 	}
@@ -80,11 +69,11 @@ func SaveMarks(spec, dir string) (int, error) {
 	if len(marks) < 2 {
 		return 0, nil
 	}
-	saved := savedMarks{Path: f.Name(), Size: fi.Size(), MTime: fi.ModTime().UnixNano(), Every: indexEvery, Marks: make([][2]int64, len(marks))}
+	saved := savedMarks{Path: path, Size: fi.Size(), MTime: fi.ModTime().UnixNano(), Every: indexEvery, Marks: make([][2]int64, len(marks))}
 	for i, m := range marks {
 		saved.Marks[i] = [2]int64{m.offset, m.line}
 	}
-	return len(marks), writeMarks(marksFile(dir, f.Name()), saved)
+	return len(marks), writeMarks(marksFile(dir, path), saved)
 }
 
 // writeMarks writes saved to path whole (ckpt.WriteAtomic).
@@ -104,55 +93,36 @@ func writeMarks(path string, saved savedMarks) error {
 // another file, or none saved, are not an error: the reader reads as it
 // would without them.
 func LoadMarks(spec, dir string) (int, error) {
-	f, fi, err := openSpecFile(spec)
-	if f == nil || err != nil {
-		return 0, err
+	path, fi, x := specMarks(spec)
+	if x == nil {
+		return 0, nil
 	}
-	defer f.Close()
-	saved, err := readMarks(marksFile(dir, f.Name()))
+	saved, err := readMarks(marksFile(dir, path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	if saved.Path != f.Name() || saved.Size != fi.Size() || saved.MTime != fi.ModTime().UnixNano() || saved.Every != indexEvery {
+	if saved.Path != path || saved.Size != fi.Size() || saved.MTime != fi.ModTime().UnixNano() || saved.Every != indexEvery {
 		return 0, nil // another file, or this one changed since
 	}
 	marks, err := checkSavedMarks(saved)
 	if err != nil {
-		return 0, fmt.Errorf("data: marks of %s in %s: %w", f.Name(), dir, err)
-	}
-	x := indexOf(f)
-	if x == nil {
-		return 0, nil
+		return 0, fmt.Errorf("data: marks of %s in %s: %w", path, dir, err)
 	}
 	return x.adopt(marks), nil
 }
 
 // readMarks reads a marks file, refusing one larger than maxSavedMarks
-// could make, or one that is not a regular file.
+// could make, or one that is not a regular file (config.ReadFileLimited:
+// a FIFO in its place would hold the replica up until a writer came).
 func readMarks(path string) (savedMarks, error) {
 	var saved savedMarks
-	fi, err := os.Stat(path)
-	if err != nil {
-		return saved, err
-	}
-	if !fi.Mode().IsRegular() { // a FIFO would hold the replica up until a writer came
-		return saved, fmt.Errorf("data: %s: not a regular file (mode %v)", path, fi.Mode())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return saved, err
-	}
-	defer f.Close()
 	const maxBytes = maxSavedMarks*40 + 4096 // "[offset,line],": two 16-digit numbers and punctuation
-	b, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	b, err := config.ReadFileLimited(path, maxBytes)
 	if err != nil {
-		return saved, fmt.Errorf("data: %s: %w", path, err)
-	}
-	if len(b) > maxBytes {
-		return saved, fmt.Errorf("data: %s: larger than %d bytes", path, maxBytes)
+		return saved, err
 	}
 	if err := json.Unmarshal(b, &saved); err != nil {
 		return saved, fmt.Errorf("data: %s: %w", path, err)
@@ -180,26 +150,18 @@ func checkSavedMarks(saved savedMarks) ([]recordMark, error) {
 	return marks, nil
 }
 
-// openSpecFile opens the regular file spec reads; nil for a generator,
-// a missing file or one that is not regular.
-func openSpecFile(spec string) (*os.File, fs.FileInfo, error) {
+// specMarks is the regular file spec reads, as it is now, and this
+// process's marks of it; no marks for a generator, a spec that does not
+// parse, a missing file or one that is not regular (a FIFO has no marks).
+func specMarks(spec string) (path string, fi fs.FileInfo, x *recordIndex) {
 	sp, err := ParseSpec(spec)
 	if err != nil || sp.Path == "" {
-		return nil, nil, err
+		return "", nil, nil
 	}
-	if st, err := os.Stat(sp.Path); err != nil || !st.Mode().IsRegular() {
-		return nil, nil, nil // opening a FIFO would wait for a writer
+	if fi, err = os.Stat(sp.Path); err != nil || !fi.Mode().IsRegular() {
+		return "", nil, nil
 	}
-	f, err := os.Open(sp.Path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("data: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, err
-	}
-	return f, fi, nil
+	return sp.Path, fi, indexFor(sp.Path, fi)
 }
 
 // ForgetMarks drops every mark this process has noted or loaded, as a new

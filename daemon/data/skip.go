@@ -95,7 +95,7 @@ func (s *fileSource) skipByMarks(left int64) (int64, error) {
 	if s.opts.Limit > 0 {
 		return 0, nil
 	}
-	last, _, ok := s.index.last()
+	last, ok := s.index.last()
 	if !ok || last*indexEvery <= s.next {
 		return 0, nil
 	}
