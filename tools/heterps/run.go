@@ -218,16 +218,19 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	if !ok {
 		return none, fmt.Errorf("heterpsd coordinator said %q", line)
 	}
-	var logs []string
-	var args [][]string
-	for _, o := range offers {
+	// Every node daemon is started before any is waited for, as heterps
+	// launch starts them.
+	waits := make([]func(context.Context) (string, error), len(offers))
+	for i, o := range offers {
 		path := filepath.Join(dir, o.name+".toml")
 		if err := os.WriteFile(path, nodeFile(o, url), 0o600); err != nil {
 			return none, err
 		}
-		logs, args = append(logs, filepath.Join(dir, o.name+".log")), append(args, []string{"--role=node", "--config", path})
+		if waits[i], err = kids.spawn(bin, filepath.Join(dir, o.name+".log"), "--role=node", "--config", path); err != nil {
+			return none, err
+		}
 	}
-	if err := kids.startAll(ctx, bin, logs, args); err != nil {
+	if err := awaitFirstLines(ctx, waits); err != nil {
 		return none, err
 	}
 	c := newCoordClient(url)
@@ -389,21 +392,6 @@ func (k *children) start(ctx context.Context, bin, logPath string, args ...strin
 		return "", err
 	}
 	return firstLine(ctx)
-}
-
-// startAll starts a daemon for each args, its standard error into the
-// matching logPaths, all before waiting for any: remote daemons then come
-// up side by side, each over its own remote shell, instead of one host
-// after another.
-func (k *children) startAll(ctx context.Context, bin string, logPaths []string, args [][]string) error {
-	waits := make([]func(context.Context) (string, error), len(args))
-	for i := range args {
-		var err error
-		if waits[i], err = k.spawn(bin, logPaths[i], args[i]...); err != nil {
-			return err
-		}
-	}
-	return awaitFirstLines(ctx, waits)
 }
 
 // awaitFirstLines waits for the first line of each spawned daemon.
