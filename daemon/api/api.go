@@ -172,6 +172,16 @@ type CheckpointWriting struct {
 	Bytes int64 `json:"bytes"` // written so far
 }
 
+// CheckpointAsked is a checkpoint asked for while its job runs: the step
+// the parameter servers take it at, when it was asked, and how many steps
+// it has been asked at (a step that training passed before the servers
+// heard of it is asked again, later).
+type CheckpointAsked struct {
+	Step  int64     `json:"step"`
+	At    time.Time `json:"at"`
+	Tries int       `json:"tries"`
+}
+
 // CheckpointFailure is a checkpoint that could not be written.
 type CheckpointFailure struct {
 	Step int64 `json:"step"`
@@ -304,6 +314,15 @@ type Task struct {
 
 	CheckpointDir   string `json:"checkpoint_dir,omitempty"`
 	CheckpointEvery int64  `json:"checkpoint_every,omitempty"` // steps; 0 = never
+	// CheckpointGrid, when > 0, adds its multiples to the steps at which an
+	// allreduce stage's first replica assigns its dense parameters to the
+	// parameter servers (pipeline.Allreduce.Mirror), so that a checkpoint
+	// asked for while the job runs can be taken at the next of them.
+	CheckpointGrid int64 `json:"checkpoint_grid,omitempty"`
+	// CheckpointAt, on a PS task, is the step of the latest checkpoint the
+	// user asked for (POST /v1/jobs/{id}/checkpoint), in addition to the
+	// CheckpointEvery-th ones; 0 when none was. It rises as asks come.
+	CheckpointAt int64 `json:"checkpoint_at,omitempty"`
 	// RestoreDir, if set, is the step directory of a complete checkpoint
 	// that PS shards start from (ps.RestoreAs); FirstStep is its step:
 	// stage replicas run steps FirstStep+1 .. Steps, and stage 0 skips the
@@ -442,6 +461,9 @@ type JobStatus struct {
 	// now, if any: its step and the bytes of its files written so far, all
 	// nodes together.
 	CheckpointWriting *CheckpointWriting `json:"checkpoint_writing,omitempty"`
+	// CheckpointAsked is the checkpoint the user asked for while the job
+	// runs, until one of its step or later is complete (Checkpoint).
+	CheckpointAsked *CheckpointAsked `json:"checkpoint_asked,omitempty"`
 	// Loading lists the nodes whose PS shards are still loading the
 	// checkpoint the job restores (RestoredFrom).
 	Loading []string `json:"loading,omitempty"`

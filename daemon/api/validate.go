@@ -233,8 +233,21 @@ func (t *Task) Validate() error {
 	if t.CheckpointEvery < 0 || (t.CheckpointEvery > 0 && t.CheckpointDir == "") {
 		errs = append(errs, fmt.Errorf("checkpoint_every: %d needs a checkpoint_dir and must be >= 0", t.CheckpointEvery))
 	}
+	errs = append(errs, t.validateAsked())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("task %s: %w", t.TaskID, err)
+	}
+	return nil
+}
+
+// validateAsked checks the fields of checkpoints asked for while a job
+// runs: they need a checkpoint_dir, and an asked step is one of the job's.
+func (t *Task) validateAsked() error {
+	switch {
+	case t.CheckpointGrid < 0 || (t.CheckpointGrid > 0 && t.CheckpointDir == ""):
+		return fmt.Errorf("checkpoint_grid: %d needs a checkpoint_dir and must be >= 0", t.CheckpointGrid)
+	case t.CheckpointAt < 0 || t.CheckpointAt > t.Steps || (t.CheckpointAt > 0 && t.CheckpointDir == ""):
+		return fmt.Errorf("checkpoint_at: %d needs a checkpoint_dir and must be within the job's %d steps", t.CheckpointAt, t.Steps)
 	}
 	return nil
 }

@@ -54,6 +54,7 @@ func (c *Coordinator) noteCheckpointFailure(t *taskRun, n *node, r api.TaskRepor
 	if j.ckpt.failure == nil || j.ckpt.failure.Step <= f.Step {
 		j.ckpt.failure = &api.CheckpointFailure{Step: f.Step, Node: n.req.Name, Error: f.Error}
 	}
+	c.askedCheckpointFailed(j, f.Step)
 }
 
 // noteCheckpointWriting records when t, a PS task, reported writing its
@@ -322,6 +323,7 @@ func (c *Coordinator) manifestWritten(w manifestWork, err error, now time.Time) 
 		return
 	}
 	j.ckpt.latest = &api.CheckpointStatus{Step: w.step, Dir: w.dir, Job: j.id}
+	j.askedCheckpointDone()
 	c.log.Info("checkpoint complete", "job", j.id, "step", w.step, "dir", w.dir)
 	c.save(j)
 	c.maybeDone(j, now)

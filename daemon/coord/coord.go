@@ -79,7 +79,12 @@ type Config struct {
 	// (default DefaultAllocEpoch). See alloc.go.
 	AllocPolicy string
 	AllocEpoch  time.Duration
-	Logger      *slog.Logger
+	// AskGrid is about how much training separates two steps at which a
+	// job with allreduce stages can take a checkpoint asked for while it
+	// runs (asked.go; default DefaultAskGrid); the size of its dense
+	// parameters may space them further.
+	AskGrid time.Duration
+	Logger  *slog.Logger
 }
 
 // Defaults.
@@ -95,6 +100,7 @@ const (
 	DefaultRestartBackoff          = time.Second
 	DefaultMaxRestartBackoff       = 2 * time.Minute
 	DefaultSuspectFor              = 10 * time.Minute
+	DefaultAskGrid                 = 2 * time.Second
 	heartbeatsPerTimeout           = 3
 )
 
@@ -113,6 +119,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.SuspectFor, DefaultSuspectFor)
 	setDefault(&c.FinalCheckpointWait, DefaultFinalCheckpointWait)
 	setDefault(&c.FinalCheckpointFailWait, DefaultFinalCheckpointFailWait)
+	setDefault(&c.AskGrid, DefaultAskGrid)
 	if c.QueueLength <= 0 {
 		c.QueueLength = DefaultQueueLength
 	}

@@ -56,6 +56,7 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}", c.handleJob)
 	mux.HandleFunc("DELETE /v1/jobs/{id}", c.handleCancel)
 	mux.HandleFunc("PATCH /v1/jobs/{id}", c.handlePatch)
+	mux.HandleFunc("POST /v1/jobs/{id}/checkpoint", c.handleAskCheckpoint)
 	mux.HandleFunc("GET /v1/alloc", c.handleAlloc)
 	mux.HandleFunc("PUT /v1/profiles/{model}", c.handlePutProfile)
 	mux.HandleFunc("GET /v1/profiles", c.handleProfiles)
@@ -213,6 +214,11 @@ func (c *Coordinator) handleJob(w http.ResponseWriter, r *http.Request) {
 
 func (c *Coordinator) handleCancel(w http.ResponseWriter, r *http.Request) {
 	s, err := c.cancel(r.PathValue("id"))
+	reply(w, http.StatusOK, s, err)
+}
+
+func (c *Coordinator) handleAskCheckpoint(w http.ResponseWriter, r *http.Request) {
+	s, err := c.askCheckpoint(r.PathValue("id"), time.Now())
 	reply(w, http.StatusOK, s, err)
 }
 

@@ -45,6 +45,7 @@ type job struct {
 	hourly      float64            // price of everything placed, per hour
 	stopPlan    context.CancelFunc // ends the scheduler's run while planning
 	ckpt        jobCheckpoints
+	asked       *api.CheckpointAsked // a checkpoint asked for while it runs (asked.go), until one is complete
 	// restarts counts the automatic restarts before this job; restartOf
 	// is the job it restarts, restartedAs the one that restarted it.
 	restarts    int
@@ -420,6 +421,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		base.Layout = append(base.Layout, api.StageLayout{FirstLayer: s.First, LastLayer: s.Last, Replicas: len(reps),
 			DenseSync: denseSync(jf, j.model, s.First, s.Last, len(reps), j.plan.DenseSync[s.Type])})
 	}
+	base.CheckpointGrid = checkpointGrid(jf, j.model, j.plan, base.Layout, c.cfg.AskGrid)
 	for i, reps := range pl.stages {
 		s := j.plan.Stages[i]
 		for k, r := range reps {
@@ -448,6 +450,9 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		j.tasks = append(j.tasks, &taskRun{job: j, task: t, node: n, nodeName: n.req.Name})
 		j.hourly += c.price(j.plan.PSType)
 	}
+	if j.asked != nil { // asked before a restart: ask the new tasks
+		c.askAgain(j)
+	}
 	c.allocStart(j, now)
 	c.log.Info("job running", "job", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
 	c.save(j)
@@ -461,7 +466,7 @@ func (c *Coordinator) price(typ string) float64 {
 // finish puts j in a final state, records it and prunes old jobs. c.mu is
 // held.
 func (c *Coordinator) finish(j *job, state api.JobState, reason string, now time.Time) {
-	j.state, j.reason, j.finished = state, reason, now
+	j.state, j.reason, j.finished, j.asked = state, reason, now, nil
 	c.log.Info("job "+string(state), "job", j.id, "reason", reason)
 	c.save(j)
 	c.wake()
@@ -611,7 +616,7 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 		finished := j.finished
 		s.Finished = &finished
 	}
-	s.RestoredFrom, s.Checkpoint = j.ckpt.restored, j.ckpt.latest
+	s.RestoredFrom, s.Checkpoint, s.CheckpointAsked = j.ckpt.restored, j.ckpt.latest, j.askedStatus()
 	s.CheckpointFailure, s.CheckpointFailures = j.unresolvedFailure(), j.ckpt.failures
 	s.CheckpointWriting, s.Loading = j.checkpointWriting(), j.loading()
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs

@@ -127,9 +127,10 @@ func TestAllreduceJobCheckpointsAndRestores(t *testing.T) {
 }
 
 // TestAllreduceJobWithADirectoryButNoInterval: a job file may name a
-// checkpoint directory without an interval (the servers then write no
-// checkpoint); its allreduce stage runs without a mirror instead of
-// refusing one that would never be used.
+// checkpoint directory without an interval (the servers then write only
+// the checkpoints asked for); its allreduce stage mirrors its dense
+// parameters at the steps of the job's checkpoint grid only, and trains
+// to its end.
 func TestAllreduceJobWithADirectoryButNoInterval(t *testing.T) {
 	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
 	cl.startNode("a", "cpu")

@@ -16,10 +16,16 @@ import (
 // yet if that is later; a PS task makes its shards of the job take
 // spec.Members from spec.FromStep (ps.Shard.SetMembers). A task whose
 // worker or shards are not up yet applies its latest spec once they are.
-// An older or equal Generation changes nothing.
+// An older or equal Generation changes nothing else; a PS task's later
+// CheckpointAt goes to the job's checkpoint loop whatever the generation
+// (asked.go).
 func (a *Agent) updateTask(old *task, spec api.Task) error {
 	fail := func(err error) error {
 		return fmt.Errorf("update task %s to generation %d: %w", spec.TaskID, spec.Generation, err)
+	}
+	a.noteAsked(old, spec)
+	if !a.newerGeneration(old, spec) {
+		return nil
 	}
 	if a.updateUnits(old, spec) {
 		return nil
@@ -47,6 +53,13 @@ func (a *Agent) updateTask(old *task, spec api.Task) error {
 	}
 	a.taskLog(spec).Info("stage resized", "generation", spec.Generation, "from", from, "members", spec.Members)
 	return nil
+}
+
+// newerGeneration reports whether spec is a newer generation of t.
+func (a *Agent) newerGeneration(t *task, spec api.Task) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return spec.Generation > t.current().Generation
 }
 
 // checkElastic checks a new spec against the running one: the same task

@@ -180,31 +180,50 @@ func (a *Agent) reportLoading(ctx context.Context, tasks []*task, loading bool) 
 
 // checkpoints writes this node's shards of the job's checkpoints every
 // CheckpointEvery steps (counted from the job's first step, and after the
-// last) into CheckpointDir, until the last or until ctx ends, and reports
-// each shard's file on its task. With every shard of the job here it
-// writes the manifest too; otherwise the coordinator does once all shards
-// have reported. Each is fenced at its step before the step can be
-// applied, so the next is set up as soon as the last is written. The job
-// may leave the node right after its last step, so a checkpoint whose step
-// has been reached is finished even if ctx ends meanwhile. In ASP a
-// checkpoint of a step waits for every replica's pushes through it
-// (ps.Shard.Reached) and holds faster replicas' later pushes too.
+// last) and at the steps asked for while the job runs (asked.go) into
+// CheckpointDir, until the last or until ctx ends, and reports each
+// shard's file on its task. With every shard of the job here it writes
+// the manifest too; otherwise the coordinator does once all shards have
+// reported. Each is fenced at its step before the step can be applied, so
+// the next is set up as soon as the last is written. The job may leave
+// the node right after its last step, so a checkpoint whose step has been
+// reached is finished even if ctx ends meanwhile. In ASP a checkpoint of
+// a step waits for every replica's pushes through it (ps.Shard.Reached)
+// and holds faster replicas' later pushes too.
 func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Shard) error {
 	spec := tasks[0].spec
-	every := spec.CheckpointEvery
-	if every <= 0 {
+	if spec.CheckpointDir == "" {
 		return nil
 	}
+	k := tasks[0].asks
+	if k == nil {
+		k = newAsks(spec.CheckpointAt)
+	}
 	w := a.startCheckpointWriter(ctx, tasks, shards)
-	for step := (spec.FirstStep/every + 1) * every; ; step += every {
-		step = min(step, spec.Steps)
+	plan := checkpointPlan{every: spec.CheckpointEvery, steps: spec.Steps, done: spec.FirstStep}
+	for {
+		step, asked := plan.next(k.latest())
+		if step == 0 { // nothing due until an ask comes
+			select {
+			case <-k.note:
+				continue
+			case <-ctx.Done():
+				return w.finish()
+			}
+		}
+		wctx, release := untilAsked(ctx, k, plan.done, step)
 		var copied int64
-		snaps, err := snapshotAt(ctx, a.lease.context(), step, shards, a.checkpointRoom(spec, step, shards, w, &copied))
+		snaps, err := snapshotAt(wctx, a.lease.context(), step, shards, a.checkpointRoom(spec, step, shards, w, &copied))
+		cut := release()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return w.finish() // the job ended before the step
+		case err != nil && cut:
+			continue // an earlier step was asked for: take it first
 		case errors.Is(err, errNoRoom):
 			a.checkpointFailed(ctx, tasks, shards, step, err)
+		case errors.Is(err, ps.ErrStepPassed) && asked:
+			a.checkpointFailed(ctx, tasks, shards, step, errors.New("skipped: training passed the step asked for before this node heard of it"))
 		case errors.Is(err, ps.ErrStepPassed):
 			// The writer was behind and held this loop up: skip the step.
 			a.checkpointFailed(ctx, tasks, shards, step, errors.New("skipped: training passed its step while earlier copies were still being written (a slow disk, or checkpoints too frequent for it)"))
@@ -218,6 +237,7 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 				<-p.written // the shards are held until then: no next fence before
 			}
 		}
+		plan.done = step
 		if step == spec.Steps {
 			return w.finish()
 		}

@@ -251,9 +251,9 @@ func (a *Agent) stageBackend(s api.Task) (native.Backend, func(), error) {
 // denseAllreduce is the worker's Allreduce for a task whose stage keeps its
 // dense parameters by allreduce among its replicas (their data addresses,
 // which are their transport ids, in s.Ring); nil otherwise. A job that
-// writes checkpoints (a directory and an interval: the parameter servers
-// write none without the interval) also gets the client that assigns the
-// blocks to the servers at its checkpoint steps (pipeline.MirrorStage).
+// writes checkpoints (a directory, and an interval or a grid of steps
+// where checkpoints asked for may be taken) also gets the client that
+// assigns the blocks to the servers at those steps (pipeline.MirrorStage).
 func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 	if s.Stage >= len(s.Layout) || s.Layout[s.Stage].DenseSync != api.DenseSyncAllreduce {
 		return nil, nil
@@ -261,8 +261,8 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 	// The coordinator changes an allreduce stage's batches, never its
 	// members, so its replicas may shard the optimiser over the ring.
 	ar := &pipeline.Allreduce{Transport: a.transport, Peers: s.Ring, TotalSteps: s.Steps, ShardOptimiser: true}
-	if s.CheckpointDir != "" && s.CheckpointEvery > 0 {
-		ar.CheckpointEvery = s.CheckpointEvery
+	if s.CheckpointDir != "" && (s.CheckpointEvery > 0 || s.CheckpointGrid > 0) {
+		ar.CheckpointEvery, ar.CheckpointGrid = s.CheckpointEvery, s.CheckpointGrid
 		mirror := s
 		mirror.Stage, mirror.Replica = pipeline.MirrorStage(s.Stage, len(s.Layout)), 0
 		mirror.TaskID += ".mirror"

@@ -27,6 +27,9 @@ type task struct {
 	latest *api.Task
 	worker *pipeline.Worker
 	input  *pipeline.ShardedInput // stage 0's, once built; guarded by Agent.mu
+	// asks, on a PS task, is shared by the job's PS tasks on this node:
+	// the checkpoints asked for while the job runs (asked.go).
+	asks *asks
 }
 
 // reports lists the report of every task the node holds, in task id order.
@@ -140,7 +143,21 @@ func (a *Agent) reconcile(ctx context.Context, specs []api.Task) {
 	}
 }
 
-// update is a newer generation of a running task.
+// shareAsks gives a job's new PS tasks one record of the checkpoints
+// asked for, starting from the latest any of them carries.
+func shareAsks(tasks []*task) {
+	var at int64
+	for _, t := range tasks {
+		at = max(at, t.spec.CheckpointAt)
+	}
+	k := newAsks(at)
+	for _, t := range tasks {
+		t.asks = k
+	}
+}
+
+// update is a newer generation of a running task, or a later checkpoint
+// asked of a PS task.
 type update struct {
 	task *task
 	spec api.Task
@@ -166,7 +183,7 @@ func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 	var updates []update
 	for _, s := range specs {
 		if t, ok := a.tasks[s.TaskID]; ok {
-			if s.Generation > t.current().Generation {
+			if s.Generation > t.current().Generation || newerAsk(t, s) {
 				updates = append(updates, update{t, s})
 			}
 			continue
@@ -189,6 +206,7 @@ func (a *Agent) replaceTasks(ctx context.Context, specs []api.Task) []update {
 	}
 	for _, job := range slices.Sorted(maps.Keys(newPS)) {
 		tasks := newPS[job]
+		shareAsks(tasks)
 		jctx, cancel := context.WithCancel(ctx)
 		shareCancel(tasks, cancel)
 		a.wg.Go(func() { a.contained(jctx, tasks, func() { a.runPS(jctx, tasks) }) })

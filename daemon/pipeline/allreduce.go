@@ -56,15 +56,20 @@ type Allreduce struct {
 	TotalSteps int64
 	// Mirror, if set, reaches the parameter servers as replica 0 of the
 	// stage's MirrorStage, for the job's checkpoints: at every
-	// CheckpointEvery-th step and the last (TotalSteps), the ring's first
+	// CheckpointEvery-th and CheckpointGrid-th step and the last
+	// (TotalSteps), the ring's first
 	// member assigns each dense block there its values and optimiser state
 	// after the step (ps AssignBlock), which the servers' checkpoint of
 	// the step then holds. Between those steps the servers' blocks keep
 	// the last assignment (or their starting values).
 	Mirror *ps.Client
-	// CheckpointEvery is the job's checkpoint interval in steps, >= 1
-	// with a Mirror.
+	// CheckpointEvery is the job's checkpoint interval in steps, and
+	// CheckpointGrid the spacing of the further steps the Mirror assigns
+	// at, so that a checkpoint asked for while the job runs can be taken
+	// at the next of them (api.Task.CheckpointGrid); 0 for none. A Mirror
+	// needs one of them >= 1.
 	CheckpointEvery int64
+	CheckpointGrid  int64
 	// ShardOptimiser makes each member run the optimiser on its own chunk
 	// of every dense parameter (the chunk its reduce-scatter finishes) and
 	// the allgather pass on updated values instead of gradients: the same
@@ -124,8 +129,10 @@ func (a *Allreduce) check(stage, replica int, params int) error {
 		return fmt.Errorf("allreduce: replica %d of %d peers", replica, len(a.Peers))
 	case a.Transport == nil && len(a.Peers) > 1:
 		return errors.New("allreduce: no transport")
-	case a.Mirror != nil && a.CheckpointEvery < 1:
-		return fmt.Errorf("allreduce: a mirror with checkpoints every %d steps, want >= 1", a.CheckpointEvery)
+	case a.CheckpointEvery < 0 || a.CheckpointGrid < 0:
+		return fmt.Errorf("allreduce: checkpoints every %d steps on a grid of %d, want >= 0", a.CheckpointEvery, a.CheckpointGrid)
+	case a.Mirror != nil && a.CheckpointEvery < 1 && a.CheckpointGrid < 1:
+		return fmt.Errorf("allreduce: a mirror with checkpoints every %d steps on a grid of %d, want one >= 1", a.CheckpointEvery, a.CheckpointGrid)
 	}
 	return nil
 }

@@ -1015,3 +1015,17 @@ func TestReplicasOnOtherISAsStayBitIdentical(t *testing.T) {
 		})
 	}
 }
+
+// TestMirrorsAtEveryGridAndLastStep: the mirror assigns at the multiples
+// of the checkpoint interval and of the grid, and at the last step.
+func TestMirrorsAtEveryGridAndLastStep(t *testing.T) {
+	a := Allreduce{TotalSteps: 1000, CheckpointEvery: 100, CheckpointGrid: 30}
+	for step, want := range map[int64]bool{30: true, 60: true, 100: true, 99: false, 110: false, 1000: true, 990: true, 998: false} {
+		if got := a.MirrorsAt(step); got != want {
+			t.Errorf("step %d: %v, want %v", step, got, want)
+		}
+	}
+	if (&Allreduce{TotalSteps: 10}).MirrorsAt(5) {
+		t.Error("mirrors at step 5 with neither an interval nor a grid")
+	}
+}

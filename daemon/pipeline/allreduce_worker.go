@@ -200,11 +200,21 @@ func (w *Worker) finishDense(st *stepState, r *ring, i int, g []float32, optim n
 }
 
 // assigns reports whether the stage hands its dense parameters to the
-// mirror after step: a checkpoint step (Allreduce.Mirror).
+// mirror after step: a step a checkpoint may be taken at (Allreduce.Mirror).
 func (d *localDense) assigns(step int64) bool {
-	a := d.cfg
-	return a.Mirror != nil && (step%a.CheckpointEvery == 0 || step == a.TotalSteps)
+	return d.cfg.Mirror != nil && d.cfg.MirrorsAt(step)
 }
+
+// MirrorsAt reports whether step is one the Mirror assigns the stage's
+// dense parameters at, were there a Mirror: a multiple of CheckpointEvery
+// or of CheckpointGrid, or the last. Only at those can the parameter
+// servers take a checkpoint of a job with allreduce stages.
+func (a *Allreduce) MirrorsAt(step int64) bool {
+	return multipleOf(step, a.CheckpointEvery) || multipleOf(step, a.CheckpointGrid) || step == a.TotalSteps
+}
+
+// multipleOf reports whether step is a multiple of every >= 1.
+func multipleOf(step, every int64) bool { return every >= 1 && step%every == 0 }
 
 // assignDense assigns dense parameter i's block on the mirror its values
 // and optimiser state after step.

@@ -18,6 +18,7 @@ type control[S any] struct {
 	name, usage, jsonHelp string
 	check                 func(args []string) error
 	act                   func(ctx context.Context, c *coordClient, args []string) (S, string, error)
+	flags                 func(fs *flag.FlagSet) // the command's own flags, if any
 }
 
 // jobControl is a control of a job.
@@ -32,6 +33,9 @@ func (j control[S]) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs.SetOutput(stderr)
 	coord.add(fs)
 	asJSON := fs.Bool("json", false, j.jsonHelp)
+	if j.flags != nil {
+		j.flags(fs)
+	}
 	rest, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK

@@ -39,7 +39,7 @@ type launchFlags struct {
 	job, catalog, hostfile, rsh, typ, heterpsd, workdir, logDir string
 	oar, slurm, json                                            bool
 	basePort                                                    int
-	heartbeat, timeout                                          time.Duration
+	heartbeat, timeout, stopCheckpoint                          time.Duration
 	source                                                      string // oar, slurm or hostfile
 }
 
@@ -59,6 +59,7 @@ func parseLaunchFlags(args []string, stderr io.Writer) (*launchFlags, error) {
 	fs.StringVar(&f.logDir, "log-dir", "", "write the daemons' logs here (default: a temporary directory, removed unless the job fails)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", time.Second, "node heartbeat interval")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up (and tear down) after this long; 0 = never")
+	addStopCheckpoint(fs, &f.stopCheckpoint)
 	fs.BoolVar(&f.json, "json", false, "print one JSON object with the outcome")
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {

@@ -337,6 +337,7 @@ func (p *launchPlan) startAndRun(ctx context.Context, l *launched, secret []byte
 	c := newCoordClient(url)
 	defer c.close()
 	c.Key = api.ControlKey(bytes.TrimSpace(secret))
+	c.stopCheckpoint = p.f.stopCheckpoint
 	return runJob(ctx, c, &l.kids, len(p.daemons), p.jobTOML, stderr, "heterps launch", url)
 }
 

@@ -306,8 +306,18 @@ func testLaunchInterrupted(t *testing.T, fx *launchFixture) {
 			!strings.Contains(stderr.String(), "latest checkpoint: step ") || !strings.Contains(stderr.String(), ckptDir) {
 			t.Errorf("exit %d, stderr %s; want the cancelled job's step and the checkpoint to resume from", code, stderr.String())
 		}
+		var asked, written, latest int64
+		_, after, _ := strings.Cut(stderr.String(), "writing a checkpoint of job j1 at step ")
+		_, werr := fmt.Sscanf(after, "%d", &asked)
+		_, after, _ = strings.Cut(stderr.String(), "heterps: checkpoint of step ")
+		fmt.Sscanf(after, "%d", &written)
+		_, after, _ = strings.Cut(stderr.String(), "latest checkpoint: step ")
+		fmt.Sscanf(after, "%d", &latest)
+		if werr != nil || written < asked || latest < written {
+			t.Errorf("asked for step %d, written %d, latest %d (stderr %s); want a checkpoint asked for and written before the job was cancelled\nlogs: %s", asked, written, latest, stderr.String(), readLogs(logDir))
+		}
 	case <-time.After(2 * time.Minute):
-		t.Fatal("launch did not return after its context ended")
+		t.Fatalf("launch did not return after its context ended: %s\nlogs: %s", stderr.String(), readLogs(logDir))
 	}
 	checkTornDown(t, workdir, logDir)
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -32,6 +33,7 @@ type runFlags struct {
 	nodes                          int
 	json                           bool
 	heartbeat, timeout             time.Duration
+	stopCheckpoint                 time.Duration
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -45,6 +47,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.logDir, "log-dir", "", "write the daemons' logs here (default: a temporary directory, removed unless the job fails)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", 200*time.Millisecond, "node heartbeat interval")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up (and cancel the job) after this long; 0 = never")
+	addStopCheckpoint(fs, &f.stopCheckpoint)
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
@@ -235,6 +238,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	}
 	c := newCoordClient(url)
 	defer c.close()
+	c.stopCheckpoint = f.stopCheckpoint
 	s, err := runJob(ctx, c, &kids, len(offers), jobTOML, stderr, "heterps run", url)
 	if err != nil {
 		return none, err
@@ -247,6 +251,9 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 // c calls, submits the job and follows it until it ends; what names the
 // command in its notices.
 func runJob(ctx context.Context, c *coordClient, kids *children, n int, jobTOML []byte, stderr io.Writer, what, url string) (api.JobStatus, error) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, checkpointSignals...) // kept for the job from here on, not the default (exit)
+	defer signal.Stop(sigs)
 	if err := waitNodes(ctx, c, n, kids); err != nil {
 		return api.JobStatus{}, err
 	}
@@ -255,9 +262,13 @@ func runJob(ctx context.Context, c *coordClient, kids *children, n int, jobTOML 
 		return api.JobStatus{}, err
 	}
 	fmt.Fprintf(stderr, "%s: job %s on %d node daemon(s) and a coordinator at %s\n", what, id, n, url)
+	actx, stopAsks := context.WithCancel(ctx)
+	waitAsks := c.askOnSignals(actx, id, sigs, stderr)
 	update, done := jobProgress(stderr)
 	s, err := waitUnqueued(ctx, c, id, update, stderr)
 	done()
+	stopAsks()
+	waitAsks()
 	return s, err
 }
 

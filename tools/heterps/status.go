@@ -230,6 +230,9 @@ type runResult struct {
 	CheckpointFailures int64                  `json:"checkpoint_failures,omitempty"`
 	// CheckpointWriting is the checkpoint being written now, if any.
 	CheckpointWriting *api.CheckpointWriting `json:"checkpoint_writing,omitempty"`
+	// CheckpointAsked is the checkpoint asked for (heterps checkpoint)
+	// and not yet complete, if any.
+	CheckpointAsked *api.CheckpointAsked `json:"checkpoint_asked,omitempty"`
 	// Loading lists the nodes whose PS shards are still loading the
 	// restored checkpoint.
 	Loading []string `json:"loading,omitempty"`
@@ -252,7 +255,7 @@ func resultOf(s api.JobStatus) (runResult, error) {
 	r := runResult{Job: s.ID, Name: s.Name, State: s.State, Reason: s.Reason, Steps: s.Step, Loss: s.Loss,
 		SamplesPerS: s.SamplesPerS, Cost: s.CostSoFar, PSShards: s.PS, Stages: []runStage{},
 		RestoredFrom: s.RestoredFrom, Checkpoint: s.Checkpoint, CheckpointFailure: s.CheckpointFailure, CheckpointFailures: s.CheckpointFailures,
-		CheckpointWriting: s.CheckpointWriting, Loading: s.Loading}
+		CheckpointWriting: s.CheckpointWriting, CheckpointAsked: s.CheckpointAsked, Loading: s.Loading}
 	if r.PSShards == nil {
 		r.PSShards = []string{}
 	}
@@ -357,6 +360,9 @@ func printJob(w io.Writer, s api.JobStatus) {
 	}
 	if c := r.CheckpointWriting; c != nil {
 		fmt.Fprintf(w, "  writing the checkpoint of step %d: %.1f MiB so far\n", c.Step, float64(c.Bytes)/(1<<20))
+	}
+	if a := r.CheckpointAsked; a != nil {
+		fmt.Fprintf(w, "  checkpoint asked for at step %d (try %d, asked %s)\n", a.Step, a.Tries, a.At.Format(time.RFC3339))
 	}
 	if f := r.CheckpointFailure; f != nil {
 		next := "training goes on, the next is tried at its step"

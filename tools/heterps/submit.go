@@ -154,11 +154,16 @@ func (f *coordFlags) client() (*coordClient, error) {
 }
 
 // coordClient is the CLI's client of the coordinator: the one shared with
-// the nodes (apiclient), and the calls the commands make.
-type coordClient struct{ *apiclient.Client }
+// the nodes (apiclient), and the calls the commands make. stopCheckpoint,
+// when > 0, is how long waitJob, interrupted, waits for a checkpoint it
+// asks for before it cancels the job (stopCheckpointFirst).
+type coordClient struct {
+	*apiclient.Client
+	stopCheckpoint time.Duration
+}
 
 func newCoordClient(base string) *coordClient {
-	return &coordClient{apiclient.New(base, &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second})}
+	return &coordClient{Client: apiclient.New(base, &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second})}
 }
 
 func (c *coordClient) close() { c.HTTP.CloseIdleConnections() }
@@ -244,6 +249,7 @@ func (c *coordClient) waitJob(ctx context.Context, id string, progress func(api.
 		s, err := c.job(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil {
+				c.stopCheckpointFirst(id, notices)
 				cancelCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				cancelled, err := c.cancel(cancelCtx, id)
 				cancel()
