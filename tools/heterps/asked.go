@@ -115,7 +115,7 @@ func askClosed(s api.JobStatus, step int64) error {
 
 // defaultStopCheckpoint is how long launch and run, interrupted, wait by
 // default for the checkpoint they ask for before cancelling the job.
-const defaultStopCheckpoint = 20 * time.Second
+const defaultStopCheckpoint = 2 * time.Minute
 
 // addStopCheckpoint adds launch's and run's --stop-checkpoint flag.
 func addStopCheckpoint(fs *flag.FlagSet, d *time.Duration) {
