@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -71,11 +70,16 @@ func (c *coordClient) askCheckpoint(ctx context.Context, id string) (api.JobStat
 	return s, err
 }
 
+// maxReasks bounds how many times waitAsked asks again for a checkpoint
+// that a restarted coordinator forgot.
+const maxReasks = 3
+
 // waitAsked follows the job of asked, a status that holds an open ask,
 // until a checkpoint of the asked step or a later one is complete, and
-// returns the status that shows it; it fails when the ask is closed
-// without one (the servers could not take it, the job ended, or the
-// coordinator restarted and forgot it) or ctx ends.
+// returns the status that shows it. An ask a restarted coordinator forgot
+// (the job runs, no failure closed it) is made again; it fails when the
+// ask is closed without a checkpoint otherwise (the servers could not take
+// it, the job ended) or ctx ends.
 func (c *coordClient) waitAsked(ctx context.Context, asked api.JobStatus) (api.JobStatus, error) {
 	if asked.CheckpointAsked == nil {
 		return asked, fmt.Errorf("job %s: the coordinator did not take the ask", asked.ID)
@@ -83,7 +87,7 @@ func (c *coordClient) waitAsked(ctx context.Context, asked api.JobStatus) (api.J
 	step := asked.CheckpointAsked.Step
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	for {
+	for reasks := 0; ; {
 		s, err := c.job(ctx, asked.ID)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -92,6 +96,11 @@ func (c *coordClient) waitAsked(ctx context.Context, asked api.JobStatus) (api.J
 			return s, err
 		case s.Checkpoint != nil && s.Checkpoint.Step >= step:
 			return s, nil
+		case s.CheckpointAsked == nil && forgotten(s, step) && reasks < maxReasks:
+			reasks++
+			if _, err := c.askCheckpoint(ctx, asked.ID); err != nil {
+				return s, fmt.Errorf("job %s: asking again for the checkpoint the coordinator forgot: %w", asked.ID, err)
+			}
 		case s.CheckpointAsked == nil:
 			return s, askClosed(s, step)
 		} // still open
@@ -102,6 +111,13 @@ func (c *coordClient) waitAsked(ctx context.Context, asked api.JobStatus) (api.J
 	}
 }
 
+// forgotten reports whether s, with no ask open and no checkpoint of step
+// or later, lost its ask to a coordinator restart rather than to a
+// failure or its end.
+func forgotten(s api.JobStatus, step int64) bool {
+	return s.State == api.JobRunning && (s.CheckpointFailure == nil || s.CheckpointFailure.Step < step)
+}
+
 // askClosed says why the ask of a checkpoint at step closed without one.
 func askClosed(s api.JobStatus, step int64) error {
 	switch {
@@ -110,7 +126,7 @@ func askClosed(s api.JobStatus, step int64) error {
 	case s.CheckpointFailure != nil && s.CheckpointFailure.Step >= step:
 		return fmt.Errorf("job %s: the checkpoint asked for could not be taken: step %d: %s", s.ID, s.CheckpointFailure.Step, s.CheckpointFailure.Error)
 	}
-	return errors.New("job " + s.ID + ": the coordinator no longer holds the ask (did it restart?); ask again")
+	return fmt.Errorf("job %s: the coordinator forgot the ask %d times (restarts?)", s.ID, maxReasks)
 }
 
 // defaultStopCheckpoint is how long launch and run, interrupted, wait by

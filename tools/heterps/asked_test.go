@@ -85,7 +85,9 @@ func TestCheckpointWaitsForTheStepAskedFor(t *testing.T) {
 		{"not waited for", &fakeAsks{askStatus: running(10, asked, old)}, []string{"--wait=false"}, exitOK, "checkpoint asked for at step 40 (now at step 10)", ""},
 		{"given up", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{failed}}, nil, exitFailure, "", "could not be taken: step 50: skipped"},
 		{"job ended", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{ended}}, nil, exitFailure, "", "ended (failed: node b missed heartbeats) before a checkpoint of step 40"},
-		{"forgotten", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{running(20, nil, old)}}, nil, exitFailure, "", "no longer holds the ask"},
+		{"forgotten", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{running(20, nil, old)}}, nil, exitFailure, "", "forgot the ask 3 times"},
+		{"forgotten once", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{running(20, nil, old), running(30, asked, old), running(45, nil, done)}},
+			nil, exitOK, "job j1: checkpoint of step 40 written", ""},
 		{"no dir", &fakeAsks{askErr: http.StatusConflict}, nil, exitFailure, "", "has no checkpoint.dir"},
 		{"timed out", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{running(20, asked, old)}}, []string{"--timeout", "300ms"},
 			exitFailure, "", "no checkpoint of step 40 or later yet"},
@@ -96,6 +98,11 @@ func TestCheckpointWaitsForTheStepAskedFor(t *testing.T) {
 			code := runCheckpoint(context.Background(), append([]string{"j1", "--coordinator", url}, c.args...), &out, &errb)
 			if code != c.code || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.err) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, %q, %q", code, out.String(), errb.String(), c.code, c.out, c.err)
+			}
+			c.fake.mu.Lock()
+			defer c.fake.mu.Unlock()
+			if want := map[string]int{"forgotten": 1 + maxReasks, "forgotten once": 2}[c.name]; want > 0 && c.fake.asks != want {
+				t.Errorf("%d asks, want %d: the first and one for each time the coordinator forgot it", c.fake.asks, want)
 			}
 		})
 	}
