@@ -40,10 +40,10 @@ const (
 func (c *Coordinator) askCheckpoint(id string, now time.Time) (api.JobStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j := c.job(id)
+	j, err := c.knownJob(id)
 	switch {
-	case j == nil:
-		return api.JobStatus{}, httpErrorf(http.StatusNotFound, "no job %q", id)
+	case err != nil:
+		return api.JobStatus{}, err
 	case j.file.Checkpoint.Dir == "":
 		return api.JobStatus{}, httpErrorf(http.StatusConflict, "job %s has no checkpoint.dir to write a checkpoint into (set one in its job file)", id)
 	case j.state != api.JobRunning:

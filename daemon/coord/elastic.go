@@ -285,9 +285,9 @@ func (c *Coordinator) answerRecorded(j *job) (api.JobStatus, error) {
 // it now: running, one BSP stage, the replicas named its own, none still
 // joining, the replicas unchanged for an allreduce stage. c.mu is held.
 func (c *Coordinator) resizable(id string, req api.ResizeRequest) (*job, error) {
-	j := c.job(id)
-	if j == nil {
-		return nil, httpErrorf(http.StatusNotFound, "no job %q", id)
+	j, err := c.knownJob(id)
+	if err != nil {
+		return nil, err
 	}
 	if why := canResize(j); why != "" {
 		return nil, httpErrorf(http.StatusConflict, "resize job %s: %s", id, why)

@@ -199,17 +199,13 @@ func (c *Coordinator) handleJobs(w http.ResponseWriter, _ *http.Request) {
 func (c *Coordinator) handleJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	c.mu.Lock()
-	j := c.job(id)
+	j, err := c.knownJob(id)
 	var s api.JobStatus
-	if j != nil {
+	if err == nil {
 		s = c.status(j, time.Now())
 	}
 	c.mu.Unlock()
-	if j == nil {
-		writeError(w, httpErrorf(http.StatusNotFound, "no job %q", id))
-		return
-	}
-	reply(w, http.StatusOK, s, nil)
+	reply(w, http.StatusOK, s, err)
 }
 
 func (c *Coordinator) handleCancel(w http.ResponseWriter, r *http.Request) {

@@ -477,10 +477,10 @@ func (c *Coordinator) finish(j *job, state api.JobState, reason string, now time
 func (c *Coordinator) cancel(id string) (api.JobStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j := c.job(id)
+	j, err := c.knownJob(id)
 	switch {
-	case j == nil:
-		return api.JobStatus{}, httpErrorf(http.StatusNotFound, "no job %q", id)
+	case err != nil:
+		return api.JobStatus{}, err
 	case j.state.Final():
 		return api.JobStatus{}, httpErrorf(http.StatusConflict, "job %s is already %s", id, j.state)
 	}
@@ -489,6 +489,14 @@ func (c *Coordinator) cancel(id string) (api.JobStatus, error) {
 	}
 	c.finish(j, api.JobCancelled, "cancelled by the user", time.Now())
 	return c.status(j, time.Now()), nil
+}
+
+// knownJob is job id, or a 404 error naming it. c.mu is held.
+func (c *Coordinator) knownJob(id string) (*job, error) {
+	if j := c.job(id); j != nil {
+		return j, nil
+	}
+	return nil, httpErrorf(http.StatusNotFound, "no job %q", id)
 }
 
 func (c *Coordinator) job(id string) *job {
