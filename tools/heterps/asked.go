@@ -23,8 +23,8 @@ func init() {
 const checkpointUsage = "usage: heterps checkpoint JOB [--wait=false] [--timeout D] [--coordinator URL] [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json]"
 
 // runCheckpoint asks the coordinator for a checkpoint of a running job
-// and, unless --wait=false, waits until one of that step or a later one
-// is complete.
+// (or of the live restart of a restarted one) and, unless --wait=false,
+// waits until one of that step or a later one is complete.
 func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait, timeout := true, 10*time.Minute
 	return jobControl{name: "checkpoint", usage: checkpointUsage, jsonHelp: "print the job's status as JSON",
@@ -42,7 +42,11 @@ func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return nil
 		},
 		act: func(ctx context.Context, c *coordClient, args []string) (api.JobStatus, string, error) {
-			s, err := c.askCheckpoint(ctx, args[0])
+			live, err := c.liveEnd(ctx, args[0]) // a job restarted from its checkpoint goes on as another
+			if err != nil {
+				return live, "", err
+			}
+			s, err := c.askCheckpoint(ctx, live.ID)
 			if err != nil || !wait {
 				return s, describeAsked(s), err
 			}

@@ -19,13 +19,17 @@ import (
 
 // fakeAsks is a coordinator stand-in for one running job, j1: an ask of
 // a checkpoint answers askStatus (or askErr), and each look-up of the job
-// answers the next of statuses, then the last one again.
+// after the first ask answers the next of statuses, then the last one
+// again.
 type fakeAsks struct {
 	mu        sync.Mutex
 	asks      int
 	askStatus api.JobStatus
 	askErr    int // an HTTP status to refuse the ask with
 	statuses  []api.JobStatus
+	// restarted makes j1 a failed job that j2 restarted: j2 then answers
+	// as j1 does otherwise.
+	restarted bool
 }
 
 func (f *fakeAsks) serve(t *testing.T) string {
@@ -33,8 +37,14 @@ func (f *fakeAsks) serve(t *testing.T) string {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		var reply any
+		live := "/v1/jobs/j1"
+		if f.restarted {
+			live = "/v1/jobs/j2"
+		}
 		switch {
-		case r.Method == http.MethodPost && r.URL.Path == "/v1/jobs/j1/checkpoint":
+		case f.restarted && r.Method == http.MethodGet && r.URL.Path == "/v1/jobs/j1":
+			reply = api.JobStatus{ID: "j1", State: api.JobFailed, RestartedAs: "j2"}
+		case r.Method == http.MethodPost && r.URL.Path == live+"/checkpoint":
 			f.asks++
 			if f.askErr != 0 {
 				w.WriteHeader(f.askErr)
@@ -42,7 +52,9 @@ func (f *fakeAsks) serve(t *testing.T) string {
 				break
 			}
 			reply = f.askStatus
-		case r.Method == http.MethodGet && r.URL.Path == "/v1/jobs/j1":
+		case r.Method == http.MethodGet && r.URL.Path == live && f.asks == 0:
+			reply = running(5, nil, nil) // the look-up before the ask
+		case r.Method == http.MethodGet && r.URL.Path == live:
 			reply = f.statuses[0]
 			if len(f.statuses) > 1 {
 				f.statuses = f.statuses[1:]
@@ -50,6 +62,10 @@ func (f *fakeAsks) serve(t *testing.T) string {
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			reply = api.Error{Error: "not here"}
+		}
+		if js, ok := reply.(api.JobStatus); ok && f.restarted && r.URL.Path != "/v1/jobs/j1" {
+			js.ID = "j2"
+			reply = js
 		}
 		json.NewEncoder(w).Encode(reply)
 	}))
@@ -62,9 +78,11 @@ func running(step int64, asked *api.CheckpointAsked, latest *api.CheckpointStatu
 }
 
 // TestCheckpointWaitsForTheStepAskedFor: `heterps checkpoint JOB` asks
-// for a checkpoint and waits until one of that step or later is
-// complete; it fails, saying why, when the ask closes without one or the
-// coordinator refuses it, and with --wait=false says the step asked for.
+// for a checkpoint (of the job that restarted JOB, if one did) and waits
+// until one of that step or later is complete, asking again when a
+// restarted coordinator forgot the ask; it fails, saying why, when the
+// ask closes without one or the coordinator refuses it, and with
+// --wait=false says the step asked for.
 func TestCheckpointWaitsForTheStepAskedFor(t *testing.T) {
 	asked := &api.CheckpointAsked{Step: 40, Tries: 1}
 	old := &api.CheckpointStatus{Step: 30, Dir: "/ckpt/step-30"}
@@ -82,6 +100,8 @@ func TestCheckpointWaitsForTheStepAskedFor(t *testing.T) {
 	}{
 		{"written", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{running(20, asked, old), running(45, nil, done)}},
 			nil, exitOK, "job j1: checkpoint of step 40 written in /ckpt/step-0000000040", ""},
+		{"restarted", &fakeAsks{restarted: true, askStatus: running(10, asked, old), statuses: []api.JobStatus{running(45, nil, done)}},
+			nil, exitOK, "job j2: checkpoint of step 40 written", ""},
 		{"not waited for", &fakeAsks{askStatus: running(10, asked, old)}, []string{"--wait=false"}, exitOK, "checkpoint asked for at step 40 (now at step 10)", ""},
 		{"given up", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{failed}}, nil, exitFailure, "", "could not be taken: step 50: skipped"},
 		{"job ended", &fakeAsks{askStatus: running(10, asked, old), statuses: []api.JobStatus{ended}}, nil, exitFailure, "", "ended (failed: node b missed heartbeats) before a checkpoint of step 40"},
