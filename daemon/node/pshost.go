@@ -222,25 +222,40 @@ func (a *Agent) checkpoints(ctx context.Context, tasks []*task, shards []*ps.Sha
 			continue // an earlier step was asked for: take it first
 		case errors.Is(err, errNoRoom):
 			a.checkpointFailed(ctx, tasks, shards, step, err)
-		case errors.Is(err, ps.ErrStepPassed) && asked:
-			a.checkpointFailed(ctx, tasks, shards, step, errors.New("skipped: training passed the step asked for before this node heard of it"))
 		case errors.Is(err, ps.ErrStepPassed):
-			// The writer was behind and held this loop up: skip the step.
-			a.checkpointFailed(ctx, tasks, shards, step, errors.New("skipped: training passed its step while earlier copies were still being written (a slow disk, or checkpoints too frequent for it)"))
+			a.checkpointFailed(ctx, tasks, shards, step, passedReason(asked))
 		case err != nil:
 			return errors.Join(fmt.Errorf("checkpoint at step %d: %w", step, err), w.finish())
 		default:
-			p := pendingCheckpoint{step: step, snaps: snaps, bytes: copied, written: make(chan struct{})}
-			w.pending.Add(p.bytes)
-			w.queue <- p // waits while the writer is two copies behind
-			if slices.ContainsFunc(snaps, ps.Snapshot.InPlace) {
-				<-p.written // the shards are held until then: no next fence before
-			}
+			w.add(step, snaps, copied)
 		}
 		plan.done = step
 		if step == spec.Steps {
 			return w.finish()
 		}
+	}
+}
+
+// passedReason says why a step training passed before its fence was set
+// is not checkpointed: one asked for came too late to the node; a
+// periodic one waited for the writer.
+func passedReason(asked bool) error {
+	if asked {
+		return errors.New("skipped: training passed the step asked for before this node heard of it")
+	}
+	return errors.New("skipped: training passed its step while earlier copies were still being written (a slow disk, or checkpoints too frequent for it)")
+}
+
+// add queues step's copies (bytes of them in memory) for writing; it waits
+// while the writer is two copies behind, and until they are written when
+// any was taken in place, since the shards are held until then (no next
+// fence before).
+func (w *checkpointWriter) add(step int64, snaps []ps.Snapshot, bytes int64) {
+	p := pendingCheckpoint{step: step, snaps: snaps, bytes: bytes, written: make(chan struct{})}
+	w.pending.Add(p.bytes)
+	w.queue <- p
+	if slices.ContainsFunc(snaps, ps.Snapshot.InPlace) {
+		<-p.written
 	}
 }
 
