@@ -13,8 +13,8 @@ import (
 // Checkpoints asked for while a job runs (POST /v1/jobs/{id}/checkpoint),
 // e.g. by `heterps launch` when a batch scheduler warns of the end of its
 // allocation. The coordinator picks a step ahead of the furthest stage
-// replica, as far as a grow joins ahead (growMargin: a few heartbeats at
-// the stage's pace), and sets it on the job's PS tasks
+// replica (askMargin: two heartbeats at the stage's pace) and sets it on
+// the job's PS tasks
 // (api.Task.CheckpointAt), which take it as they take the periodic ones.
 // A job with allreduce stages can be checkpointed only at steps where the
 // stages hand their dense parameters to the servers: the periodic ones,
@@ -60,10 +60,11 @@ func (c *Coordinator) askCheckpoint(id string, now time.Time) (api.JobStatus, er
 }
 
 // askAgain sets j's open ask on its PS tasks at the next step they can
-// take it at. c.mu is held.
+// take it at, after any step asked before (a PS node takes only a later
+// one). c.mu is held.
 func (c *Coordinator) askAgain(j *job) {
-	step := min(furthestStep(j)+1+c.growMargin(j), j.file.TotalSteps())
-	step = mirrorStepFrom(j, step)
+	step := max(furthestStep(j)+1+c.askMargin(j), j.asked.Step+1)
+	step = mirrorStepFrom(j, min(step, j.file.TotalSteps()))
 	j.asked.Step, j.asked.Tries = step, j.asked.Tries+1
 	for _, t := range j.tasks {
 		if t.task.Role == api.RolePS {
@@ -72,6 +73,23 @@ func (c *Coordinator) askAgain(j *job) {
 	}
 	c.log.Info("checkpoint asked for", "job", j.id, "step", step, "try", j.asked.Tries)
 }
+
+// askHeartbeats is how many heartbeat intervals of training an asked step
+// lies ahead of the furthest replica: a PS node hears of the ask in its
+// next heartbeat's reply, one interval at most, and a step passed meanwhile
+// is asked again.
+const askHeartbeats = 2
+
+// askMargin is the steps an asked checkpoint lies ahead of the furthest
+// replica: askHeartbeats intervals at the stage's step rate, at least
+// minAskSteps. c.mu is held.
+func (c *Coordinator) askMargin(j *job) int64 {
+	steps := c.stepRate(j) * askHeartbeats * c.cfg.HeartbeatInterval.Seconds()
+	return max(minAskSteps, int64(math.Ceil(steps)))
+}
+
+// minAskSteps is the least margin of an asked step.
+const minAskSteps = 2
 
 // furthestStep is the furthest step j's stage replicas report, or the
 // step it starts from.
@@ -116,7 +134,7 @@ func (c *Coordinator) askedCheckpointFailed(j *job, step int64) {
 	if j.asked == nil || j.asked.Step != step || j.state != api.JobRunning {
 		return
 	}
-	if j.asked.Tries >= maxAskTries || furthestStep(j) >= j.file.TotalSteps() {
+	if j.asked.Tries >= maxAskTries || step >= j.file.TotalSteps() || furthestStep(j) >= j.file.TotalSteps() {
 		c.log.Warn("checkpoint asked for could not be taken; giving up", "job", j.id, "step", step, "tries", j.asked.Tries)
 		j.asked = nil
 		return

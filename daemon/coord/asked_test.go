@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -160,3 +161,29 @@ func TestCheckpointGridSpacesLargeDenseParameters(t *testing.T) {
 }
 
 func secondsOf(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// TestAnAskIsMadeAgainAtALaterStep: a step asked again lies after the one
+// asked before, even where the replicas have not moved since (a PS node
+// takes only a later ask), and an ask of the last step is not made again.
+func TestAnAskIsMadeAgainAtALaterStep(t *testing.T) {
+	c, err := New(Config{Catalog: loadTestCatalog(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jf, _ := jobAndModel(t, strings.Replace(ctrJob, "steps = 12", "steps = 1000", 1))
+	ps := &taskRun{task: api.Task{Role: api.RolePS, Steps: 1000}}
+	j := &job{file: jf, state: api.JobRunning, tasks: []*taskRun{
+		{task: api.Task{Role: api.RoleStage, Steps: 1000}, report: api.TaskReport{Step: 10}}, ps}}
+	j.asked = &api.CheckpointAsked{}
+	c.askAgain(j)
+	first := j.asked.Step
+	c.askedCheckpointFailed(j, first)
+	if j.asked == nil || j.asked.Step <= first || ps.task.CheckpointAt != j.asked.Step || j.asked.Tries != 2 {
+		t.Fatalf("asked at %d, then %+v (PS task at %d): want a later step, tried twice", first, j.asked, ps.task.CheckpointAt)
+	}
+	j.asked.Step = 1000
+	c.askedCheckpointFailed(j, 1000)
+	if j.asked != nil {
+		t.Fatalf("the last step asked again: %+v", j.asked)
+	}
+}
