@@ -83,6 +83,20 @@ type Node struct {
 	// RegisterTimeout is how long the daemon tries to register before it
 	// gives up with an error; 0 or absent = it keeps trying (and says so).
 	RegisterTimeout Duration `toml:"register_timeout"`
+	// CPUs, a Linux CPU list such as "0-3,8" (ParseCPUList), pins every
+	// thread of the daemon to those CPUs (Linux only); empty = wherever
+	// the kernel puts them. Node daemons that share a machine train
+	// steadier on cores of their own.
+	CPUs string `toml:"cpus"`
+}
+
+// CPUList is the node's CPUs (nil: not pinned); validate checked them.
+func (n *Node) CPUList() []int {
+	if n.CPUs == "" {
+		return nil
+	}
+	cpus, _ := ParseCPUList(n.CPUs)
+	return cpus
 }
 
 // CoordinatorURL returns a coordinator's address as a base URL: an
@@ -234,6 +248,11 @@ func (n *Node) validate(loc *Locator) error {
 	}
 	if c := *n.ComputeNice; c < 0 || c > MaxComputeNice {
 		errs.add(loc.Errorf("compute_nice", "must be in 0..%d (nice levels below the daemon's priority), got %d", MaxComputeNice, c))
+	}
+	if n.CPUs != "" {
+		if _, err := ParseCPUList(n.CPUs); err != nil {
+			errs.add(loc.Errorf("cpus", "%v (want a CPU list such as \"0-3,8\")", err))
+		}
 	}
 	n.checkAuth(loc, &errs)
 	return errs.err()

@@ -34,6 +34,7 @@ type runFlags struct {
 	json                           bool
 	heartbeat, timeout             time.Duration
 	stopCheckpoint                 time.Duration
+	pin                            bool
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -48,6 +49,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.DurationVar(&f.heartbeat, "heartbeat", 200*time.Millisecond, "node heartbeat interval")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up (and cancel the job) after this long; 0 = never")
 	addStopCheckpoint(fs, &f.stopCheckpoint)
+	fs.BoolVar(&f.pin, "pin", true, "pin each node daemon to as many of this machine's CPUs as it has threads, dealt in turn (cpus in its node file; one as large as the machine is not pinned)")
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
@@ -224,9 +226,13 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	// Every node daemon is started before any is waited for, as heterps
 	// launch starts them.
 	waits := make([]func(context.Context) (string, error), len(offers))
+	cpus := make([]string, len(offers))
+	if f.pin {
+		cpus = pinOffers(offers, allowedCPUs())
+	}
 	for i, o := range offers {
 		path := filepath.Join(dir, o.name+".toml")
-		if err := os.WriteFile(path, nodeFile(o, url), 0o600); err != nil {
+		if err := os.WriteFile(path, appendCPUs(nodeFile(o, url), cpus[i]), 0o600); err != nil {
 			return none, err
 		}
 		if waits[i], err = kids.spawn(bin, filepath.Join(dir, o.name+".log"), "--role=node", "--config", path); err != nil {
@@ -297,6 +303,15 @@ func nodeFile(o offer, coordinator string) []byte {
 	b := fmt.Appendf(nil, "version = 1\nname = %q\ncoordinator = %q\nlisten = \"127.0.0.1:0\"\nps_listen = \"127.0.0.1:0\"\ntype = %q\nunits = %d\nthreads = %d\nplain = true\n",
 		o.name, coordinator, o.typ, o.units, o.threads)
 	return appendGPUs(b, o)
+}
+
+// appendCPUs adds the cpus line of a daemon pinned to cpus (none when
+// empty).
+func appendCPUs(b []byte, cpus string) []byte {
+	if cpus == "" {
+		return b
+	}
+	return fmt.Appendf(b, "cpus = %q\n", cpus)
 }
 
 // appendGPUs adds the gpus line of a GPU type's daemon: its host's GPUs

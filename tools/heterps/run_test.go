@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -255,8 +256,9 @@ func TestRunTinyJobJSON(t *testing.T) {
 	}
 	t.Chdir(t.TempDir())
 	var out, errb bytes.Buffer
+	logs := t.TempDir()
 	code := runRun(context.Background(), []string{jobPath, "--catalog", catalog,
-		"--heterpsd", bin, "--json", "--timeout", "2m", "--heartbeat", "50ms"}, &out, &errb)
+		"--heterpsd", bin, "--json", "--timeout", "2m", "--heartbeat", "50ms", "--log-dir", logs}, &out, &errb)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 	}
@@ -270,6 +272,65 @@ func TestRunTinyJobJSON(t *testing.T) {
 	for _, st := range r.Stages {
 		if len(st.Nodes) != 1 || !(st.MeasuredThroughput > 0) || !(st.PredictedThroughput > 0) {
 			t.Errorf("stage %+v", st)
+		}
+	}
+	checkPinned(t, logs, 2)
+}
+
+// checkPinned checks that a run's n one-thread node daemons, which fit
+// this machine's CPUs when it has n or more, were each pinned to a CPU of
+// its own and said so in its log.
+func checkPinned(t *testing.T, logs string, n int) {
+	t.Helper()
+	allowed := allowedCPUs()
+	if len(allowed) < n {
+		t.Logf("%d CPUs: the %d node daemons are not pinned", len(allowed), n)
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(logs, "*.toml"))
+	seen := map[string]bool{}
+	for _, f := range files {
+		src, _ := os.ReadFile(f)
+		n, err := config.ParseNode(f, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(n.CPUList()) != 1 || seen[n.CPUs] {
+			t.Errorf("%s: cpus %q, want a CPU of its own", f, n.CPUs)
+		}
+		seen[n.CPUs] = true
+		log, _ := os.ReadFile(strings.TrimSuffix(f, ".toml") + ".log")
+		if !strings.Contains(string(log), "pinned to CPUs") {
+			t.Errorf("%s: the daemon did not say it was pinned:\n%s", f, log)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d node files pinned, want %d", len(seen), n)
+	}
+}
+
+// TestPinOffersGivesEachDaemonCoresOfItsOwn: as many CPUs as a daemon's
+// threads, dealt in turn among those allowed and round again when they
+// run out; none to a daemon that would cover them all.
+func TestPinOffersGivesEachDaemonCoresOfItsOwn(t *testing.T) {
+	one, two := offer{units: 1, threads: 1}, offer{units: 1, threads: 2}
+	for _, c := range []struct {
+		offers  []offer
+		allowed []int
+		want    []string
+	}{
+		{[]offer{one, one}, []int{0, 1}, []string{"0", "1"}},
+		{[]offer{two, one}, []int{2, 3, 5, 8}, []string{"2-3", "5"}},
+		{[]offer{{units: 2, threads: 2}}, []int{0, 1, 2, 3}, []string{""}},
+		{[]offer{{units: 2, threads: 2}}, []int{0, 1, 2, 3, 4}, []string{"0-3"}},
+		{[]offer{one, one, one, one}, []int{0, 1}, []string{"0", "1", "0", "1"}},
+		{[]offer{two, one, one}, []int{0, 1, 2}, []string{"0-1", "2", "0"}},
+		{[]offer{one, two}, []int{0, 1}, []string{"0", ""}},
+		{[]offer{one}, []int{0}, []string{""}},
+		{[]offer{one}, nil, []string{""}},
+	} {
+		if got := pinOffers(c.offers, c.allowed); !slices.Equal(got, c.want) {
+			t.Errorf("%v on %v: %q, want %q", c.offers, c.allowed, got, c.want)
 		}
 	}
 }

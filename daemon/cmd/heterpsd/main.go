@@ -321,6 +321,13 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		fmt.Fprintln(stderr, "heterpsd:", err)
 		return exitUsage
 	}
+	if cpus := nf.CPUList(); cpus != nil {
+		if err := pinProcess(cpus); err != nil {
+			fmt.Fprintf(stderr, "heterpsd: %s: %v\n", f.config, err)
+			return exitUsage
+		}
+		log.Info("node: pinned to CPUs", "cpus", nf.CPUs, "gomaxprocs", runtime.GOMAXPROCS(0))
+	}
 	if advice := native.OpenBLASCoreAdvice(); advice != "" {
 		log.Warn("node: " + advice)
 	}

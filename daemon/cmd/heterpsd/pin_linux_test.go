@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heterps/heterps/config"
+)
+
+const pinChildEnv = "HETERPSD_PIN_CHILD"
+
+// TestPinProcessPinsEveryThread: a node daemon pinned to a CPU runs every
+// thread there, those it starts afterwards included, with GOMAXPROCS 1;
+// a CPU it may not run on is refused. The pinning runs in a child
+// process, so that this one keeps its CPUs.
+func TestPinProcessPinsEveryThread(t *testing.T) {
+	if os.Getenv(pinChildEnv) != "" {
+		pinChild(t)
+		return
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		t.Fatal(err)
+	}
+	cpu := cpuList(&allowed)[len(cpuList(&allowed))-1]
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPinProcessPinsEveryThread$", "-test.v")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", pinChildEnv, cpu), "GOMAXPROCS=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	threads := 0
+	for line := range strings.Lines(string(out)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "THREAD "); ok {
+			threads++
+			if _, cpus, _ := strings.Cut(rest, " "); cpus != fmt.Sprint(cpu) {
+				t.Errorf("thread %s", rest)
+			}
+		}
+	}
+	if threads < 6 || !strings.Contains(string(out), "GOMAXPROCS 1\n") {
+		t.Fatalf("%d threads seen, want the 4 started after pinning and the runtime's; child:\n%s", threads, out)
+	}
+	err = pinProcess([]int{config.MaxCPU - 1})
+	if err == nil || !strings.Contains(err.Error(), "is not one this process may run on") {
+		t.Fatalf("pinning to CPU %d: %v", config.MaxCPU-1, err)
+	}
+}
+
+// pinChild pins this process to the CPU its parent named, starts threads
+// and prints each thread's CPUs and GOMAXPROCS.
+func pinChild(t *testing.T) {
+	var cpu int
+	fmt.Sscan(os.Getenv(pinChildEnv), &cpu)
+	if err := pinProcess([]int{cpu}); err != nil {
+		t.Fatal(err)
+	}
+	var started, hold sync.WaitGroup
+	hold.Add(1)
+	for range 4 { // threads of their own, started after the pinning
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			hold.Wait()
+		}()
+	}
+	started.Wait()
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	for _, status := range tasks {
+		src, err := os.ReadFile(status)
+		if err != nil {
+			continue // the thread ended
+		}
+		for line := range strings.Lines(string(src)) {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				fmt.Printf("THREAD %s %s\n", filepath.Base(filepath.Dir(status)), strings.TrimSpace(v))
+			}
+		}
+	}
+	fmt.Printf("GOMAXPROCS %d\n", runtime.GOMAXPROCS(0))
+	hold.Done()
+}
