@@ -65,6 +65,12 @@ func checkNodeFile(path string, stdout io.Writer) error {
 			return config.NewLocator(path, src).Errorf("secret_file", "%v", err)
 		}
 	}
+	if cpus := n.CPUList(); cpus != nil {
+		if _, err := cpuSet(cpus); err != nil {
+			src, _ := config.ReadFile(path)
+			return config.NewLocator(path, src).Errorf("cpus", "%v", err)
+		}
+	}
 	fmt.Fprintf(stdout, "%s: node file, valid: node %s offers %d unit(s) of %s to %s\n", path, n.Name, n.Units, n.Type, n.Coordinator)
 	return nil
 }

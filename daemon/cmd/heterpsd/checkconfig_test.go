@@ -36,6 +36,8 @@ func TestCheckConfig(t *testing.T) {
 		{"bad-units", strings.Replace(node("plain = true\n"), "units = 4", "units = 0", 1),
 			exitUsage, "bad-units.toml:6:1: units: must be in 1..65536, got 0"},
 		{"open-secret", node("secret_file = \"" + open + "\"\n"), exitUsage, "open-secret.toml:7:1: secret_file: "},
+		{"far-cpu", node("secret_file = \"" + secret + "\"\ncpus = \"8000\"\n"), exitUsage, "far-cpu.toml:8:1: cpus: CPU 8000 is not one this process may run on"},
+		{"bad-cpus", node("secret_file = \"" + secret + "\"\ncpus = \"3-1\"\n"), exitUsage, "bad-cpus.toml:8:1: cpus: CPU range \"3-1\" runs backwards"},
 		{"bad-catalog", "[[type]]\nname = \"cpu\"\nkind = \"tpu\"\nprice = 0.1\nmax_units = 8\npeak_flops = 1e11\nmem_bandwidth = 1e10\nlink_bandwidth = 1e9\n",
 			exitUsage, "bad-catalog.toml:3:1: type[0].kind: unknown kind"},
 		{"job", "model = \"ctrdnn\"\n", exitUsage, "neither a node file"},

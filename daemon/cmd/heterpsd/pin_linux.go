@@ -18,19 +18,12 @@ import (
 // unless the GOMAXPROCS variable says otherwise. A CPU this process may
 // not run on is refused, naming those it may.
 func pinProcess(cpus []int) error {
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return fmt.Errorf("cpus: reading the CPUs this process may run on: %w", err)
-	}
-	var set unix.CPUSet
-	for _, c := range cpus {
-		if !allowed.IsSet(c) {
-			return fmt.Errorf("cpus: CPU %d is not one this process may run on (%s)", c, config.FormatCPUList(cpuList(&allowed)))
-		}
-		set.Set(c)
+	set, err := cpuSet(cpus)
+	if err != nil {
+		return fmt.Errorf("cpus: %w", err)
 	}
 	for range 2 { // a second pass catches threads started during the first
-		if err := pinThreads(&set); err != nil {
+		if err := pinThreads(set); err != nil {
 			return err
 		}
 	}
@@ -38,6 +31,22 @@ func pinProcess(cpus []int) error {
 		runtime.GOMAXPROCS(len(cpus))
 	}
 	return nil
+}
+
+// cpuSet is cpus as a CPU set, when this process may run on each of them.
+func cpuSet(cpus []int) (*unix.CPUSet, error) {
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return nil, fmt.Errorf("reading the CPUs this process may run on: %w", err)
+	}
+	var set unix.CPUSet
+	for _, c := range cpus {
+		if !allowed.IsSet(c) {
+			return nil, fmt.Errorf("CPU %d is not one this process may run on (%s)", c, config.FormatCPUList(cpuList(&allowed)))
+		}
+		set.Set(c)
+	}
+	return &set, nil
 }
 
 // pinThreads sets the CPUs of every thread of this process.

@@ -2,7 +2,15 @@
 
 package main
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
+
+var errPinLinux = errors.New("pinning a node daemon to CPUs needs Linux")
 
 // pinProcess is Linux's only (pin_linux.go).
-func pinProcess([]int) error { return errors.New("cpus: pinning a node daemon to CPUs needs Linux") }
+func pinProcess([]int) error { return fmt.Errorf("cpus: %w", errPinLinux) }
+
+// cpuSet is Linux's only (pin_linux.go).
+func cpuSet([]int) (struct{}, error) { return struct{}{}, errPinLinux }
