@@ -22,6 +22,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/cpuset"
 )
 
 func init() {
@@ -228,7 +229,8 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	waits := make([]func(context.Context) (string, error), len(offers))
 	cpus := make([]string, len(offers))
 	if f.pin {
-		cpus = pinOffers(offers, allowedCPUs())
+		allowed, _ := cpuset.Allowed() // none known: none pinned
+		cpus = pinOffers(offers, allowed)
 	}
 	for i, o := range offers {
 		path := filepath.Join(dir, o.name+".toml")

@@ -21,6 +21,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/internal/cpuset"
 )
 
 func TestParseInterspersed(t *testing.T) {
@@ -282,7 +283,7 @@ func TestRunTinyJobJSON(t *testing.T) {
 // its own and said so in its log.
 func checkPinned(t *testing.T, logs string, n int) {
 	t.Helper()
-	allowed := allowedCPUs()
+	allowed, _ := cpuset.Allowed()
 	if len(allowed) < n {
 		t.Logf("%d CPUs: the %d node daemons are not pinned", len(allowed), n)
 		return

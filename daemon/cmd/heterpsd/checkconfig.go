@@ -6,6 +6,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/cpuset"
 )
 
 // checkConfig validates a node file or a coordinator's catalog, telling
@@ -66,7 +67,7 @@ func checkNodeFile(path string, stdout io.Writer) error {
 		}
 	}
 	if cpus := n.CPUList(); cpus != nil {
-		if _, err := cpuSet(cpus); err != nil {
+		if err := cpuset.Check(cpus); err != nil {
 			src, _ := config.ReadFile(path)
 			return config.NewLocator(path, src).Errorf("cpus", "%v", err)
 		}

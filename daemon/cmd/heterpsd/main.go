@@ -38,6 +38,7 @@ import (
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/internal/gctune"
 	"github.com/heterps/heterps/native"
 )
@@ -322,8 +323,8 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitUsage
 	}
 	if cpus := nf.CPUList(); cpus != nil {
-		if err := pinProcess(cpus); err != nil {
-			fmt.Fprintf(stderr, "heterpsd: %s: %v\n", f.config, err)
+		if err := cpuset.Pin(cpus); err != nil {
+			fmt.Fprintf(stderr, "heterpsd: %s: cpus: %v\n", f.config, err)
 			return exitUsage
 		}
 		log.Info("node: pinned to CPUs", "cpus", nf.CPUs, "gomaxprocs", runtime.GOMAXPROCS(0))

@@ -1,4 +1,4 @@
-package main
+package cpuset
 
 import (
 	"fmt"
@@ -10,28 +10,26 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/heterps/heterps/config"
 )
 
-const pinChildEnv = "HETERPSD_PIN_CHILD"
+const pinChildEnv = "HETERPS_CPUSET_PIN_CHILD"
 
-// TestPinProcessPinsEveryThread: a node daemon pinned to a CPU runs every
-// thread there, those it starts afterwards included, with GOMAXPROCS 1;
+// TestPinPinsEveryThread: a process pinned to a CPU runs every thread
+// there, those it starts afterwards included, with GOMAXPROCS 1;
 // a CPU it may not run on is refused. The pinning runs in a child
 // process, so that this one keeps its CPUs.
-func TestPinProcessPinsEveryThread(t *testing.T) {
+func TestPinPinsEveryThread(t *testing.T) {
 	if os.Getenv(pinChildEnv) != "" {
 		pinChild(t)
 		return
 	}
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+	cpus, err := Allowed()
+	if err != nil {
 		t.Fatal(err)
 	}
-	cpu := cpuList(&allowed)[len(cpuList(&allowed))-1]
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPinProcessPinsEveryThread$", "-test.v")
+	cpu := cpus[len(cpus)-1]
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPinPinsEveryThread$", "-test.v")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", pinChildEnv, cpu), "GOMAXPROCS=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -49,7 +47,7 @@ func TestPinProcessPinsEveryThread(t *testing.T) {
 	if threads < 6 || !strings.Contains(string(out), "GOMAXPROCS 1\n") {
 		t.Fatalf("%d threads seen, want the 4 started after pinning and the runtime's; child:\n%s", threads, out)
 	}
-	err = pinProcess([]int{config.MaxCPU - 1})
+	err = Pin([]int{config.MaxCPU - 1})
 	if err == nil || !strings.Contains(err.Error(), "is not one this process may run on") {
 		t.Fatalf("pinning to CPU %d: %v", config.MaxCPU-1, err)
 	}
@@ -60,7 +58,7 @@ func TestPinProcessPinsEveryThread(t *testing.T) {
 func pinChild(t *testing.T) {
 	var cpu int
 	fmt.Sscan(os.Getenv(pinChildEnv), &cpu)
-	if err := pinProcess([]int{cpu}); err != nil {
+	if err := Pin([]int{cpu}); err != nil {
 		t.Fatal(err)
 	}
 	var started, hold sync.WaitGroup

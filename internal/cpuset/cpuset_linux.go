@@ -1,0 +1,102 @@
+package cpuset
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heterps/heterps/config"
+)
+
+// Allowed lists the CPUs this process may run on, ascending.
+func Allowed() ([]int, error) {
+	set, err := allowed()
+	if err != nil {
+		return nil, err
+	}
+	return list(set), nil
+}
+
+// Check reports whether this process may run on each of cpus, naming
+// those it may when not.
+func Check(cpus []int) error {
+	_, err := setOf(cpus)
+	return err
+}
+
+// Pin runs every thread of this process on cpus, and the threads started
+// later too, since a new thread inherits the CPUs of the one that starts
+// it; GOMAXPROCS becomes their count unless the GOMAXPROCS variable says
+// otherwise. A CPU this process may not run on is refused (Check).
+func Pin(cpus []int) error {
+	set, err := setOf(cpus)
+	if err != nil {
+		return err
+	}
+	for range 2 { // a second pass catches threads started during the first
+		if err := pinThreads(set); err != nil {
+			return err
+		}
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(len(cpus))
+	}
+	return nil
+}
+
+func allowed() (*unix.CPUSet, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("reading the CPUs this process may run on: %w", err)
+	}
+	return &set, nil
+}
+
+// setOf is cpus as a CPU set, when this process may run on each of them.
+func setOf(cpus []int) (*unix.CPUSet, error) {
+	ok, err := allowed()
+	if err != nil {
+		return nil, err
+	}
+	var set unix.CPUSet
+	for _, c := range cpus {
+		if !ok.IsSet(c) {
+			return nil, fmt.Errorf("CPU %d is not one this process may run on (%s)", c, config.FormatCPUList(list(ok)))
+		}
+		set.Set(c)
+	}
+	return &set, nil
+}
+
+// pinThreads sets the CPUs of every thread of this process.
+func pinThreads(set *unix.CPUSet) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("listing this process's threads: %w", err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("pinning thread %d: %w", tid, err)
+		}
+	}
+	return nil
+}
+
+// list lists the CPUs in set, ascending.
+func list(set *unix.CPUSet) []int {
+	var out []int
+	for c := range config.MaxCPU {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package cpuset
+
+import "errors"
+
+var errLinux = errors.New("pinning to CPUs needs Linux")
+
+// Allowed knows no CPUs off Linux.
+func Allowed() ([]int, error) { return nil, errLinux }
+
+// Check refuses off Linux.
+func Check([]int) error { return errLinux }
+
+// Pin refuses off Linux.
+func Pin([]int) error { return errLinux }
