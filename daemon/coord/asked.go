@@ -7,6 +7,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/sched"
 )
 
@@ -105,19 +106,16 @@ func furthestStep(j *job) int64 {
 
 // mirrorStepFrom is the first step from step on that j's parameter servers
 // hold all of: any step, unless a stage keeps its dense parameters by
-// allreduce; then the next it hands them over at (pipeline.Allreduce.MirrorsAt).
+// allreduce; then the next it hands them over at
+// (pipeline.Allreduce.NextMirrorStep, with the interval and grid its tasks
+// were given).
 func mirrorStepFrom(j *job, step int64) int64 {
 	if len(j.tasks) == 0 || !syncsByAllreduce(j) {
 		return step
 	}
 	t := j.tasks[0].task
-	next := t.Steps
-	for _, every := range []int64{t.CheckpointEvery, t.CheckpointGrid} {
-		if every > 0 {
-			next = min(next, (step+every-1)/every*every)
-		}
-	}
-	return next
+	ar := pipeline.Allreduce{TotalSteps: t.Steps, CheckpointEvery: t.CheckpointEvery, CheckpointGrid: t.CheckpointGrid}
+	return ar.NextMirrorStep(step)
 }
 
 // askedCheckpointDone closes j's ask once a checkpoint of its step or a

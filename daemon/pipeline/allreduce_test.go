@@ -1029,3 +1029,21 @@ func TestMirrorsAtEveryGridAndLastStep(t *testing.T) {
 		t.Error("mirrors at step 5 with neither an interval nor a grid")
 	}
 }
+
+// TestNextMirrorStepIsOneItMirrorsAt: the next mirrored step from any
+// step is one MirrorsAt, and none between them is.
+func TestNextMirrorStepIsOneItMirrorsAt(t *testing.T) {
+	for _, a := range []Allreduce{{TotalSteps: 1000, CheckpointEvery: 100, CheckpointGrid: 30}, {TotalSteps: 1000, CheckpointGrid: 400}, {TotalSteps: 50}} {
+		for from := int64(1); from <= a.TotalSteps; from++ {
+			next := a.NextMirrorStep(from)
+			if next < from || !a.MirrorsAt(next) {
+				t.Fatalf("%+v from %d: %d", a, from, next)
+			}
+			for s := from; s < next; s++ {
+				if a.MirrorsAt(s) {
+					t.Fatalf("%+v from %d: %d, but it mirrors at %d", a, from, next, s)
+				}
+			}
+		}
+	}
+}

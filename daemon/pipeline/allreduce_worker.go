@@ -213,6 +213,18 @@ func (a *Allreduce) MirrorsAt(step int64) bool {
 	return multipleOf(step, a.CheckpointEvery) || multipleOf(step, a.CheckpointGrid) || step == a.TotalSteps
 }
 
+// NextMirrorStep is the first step from step on that MirrorsAt: where a
+// checkpoint asked for can be taken (at most TotalSteps).
+func (a *Allreduce) NextMirrorStep(step int64) int64 {
+	next := a.TotalSteps
+	for _, every := range []int64{a.CheckpointEvery, a.CheckpointGrid} {
+		if every >= 1 {
+			next = min(next, (step+every-1)/every*every)
+		}
+	}
+	return next
+}
+
 // multipleOf reports whether step is a multiple of every >= 1.
 func multipleOf(step, every int64) bool { return every >= 1 && step%every == 0 }
 
