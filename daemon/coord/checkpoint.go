@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -110,10 +113,21 @@ func (j *job) unresolvedFailure() *api.CheckpointFailure {
 	return f
 }
 
-// manifestWork is a step whose shard files are all in.
+// manifestWork is a step whose shard files are all in, and the older
+// steps some shards wrote and others passed (a checkpoint asked for at a
+// step a server had trained beyond): they can never complete, and their
+// files go once this step's manifest is written.
 type manifestWork struct {
-	job   *job
-	step  int64
+	job       *job
+	step      int64
+	dir       string
+	files     []ckpt.FileEntry
+	abandoned []abandonedStep
+}
+
+// abandonedStep is a step directory with the shard files a job's servers
+// reported writing into it, short of a complete checkpoint.
+type abandonedStep struct {
 	dir   string
 	files []ckpt.FileEntry
 }
@@ -212,13 +226,17 @@ func (c *Coordinator) queueManifest(j *job, step int64) {
 	for k := range files {
 		files[k] = byShard[k]
 	}
-	for s := range j.ckpt.files {
+	var abandoned []abandonedStep
+	for s, byShard := range j.ckpt.files {
+		if s < step {
+			abandoned = append(abandoned, abandonedStep{dir: ckpt.StepDir(j.file.Checkpoint.Dir, s), files: slices.Collect(maps.Values(byShard))})
+		}
 		if s <= step {
 			delete(j.ckpt.files, s)
 		}
 	}
 	j.ckpt.queued = step
-	w := manifestWork{job: j, step: step, dir: ckpt.StepDir(j.file.Checkpoint.Dir, step), files: files}
+	w := manifestWork{job: j, step: step, dir: ckpt.StepDir(j.file.Checkpoint.Dir, step), files: files, abandoned: abandoned}
 	select {
 	case c.manifests <- w:
 	default:
@@ -236,14 +254,24 @@ func (c *Coordinator) manifestLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case w := <-c.manifests:
-			err := writeManifest(w)
-			c.mu.Lock()
-			c.manifestWritten(w, err, time.Now())
-			prune := c.pruneOf(w.job, err)
-			c.mu.Unlock()
-			prune()
+			c.finishManifest(w)
 		}
 	}
+}
+
+// finishManifest writes w's manifest and records it, then removes what
+// the newly complete checkpoint makes obsolete: the steps w abandons, and
+// checkpoints beyond the job's keep.
+func (c *Coordinator) finishManifest(w manifestWork) {
+	err := writeManifest(w)
+	if err == nil {
+		c.removeAbandoned(w)
+	}
+	c.mu.Lock()
+	c.manifestWritten(w, err, time.Now())
+	prune := c.pruneOf(w.job, err)
+	c.mu.Unlock()
+	prune()
 }
 
 // pruneOf returns what removes, once one more of j's checkpoints has
@@ -294,6 +322,40 @@ func removeBeyond(root string, keep int, owned map[string]bool) ([]string, error
 		removed = append(removed, c.Dir)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// removeAbandoned removes the files of w's abandoned steps, each named by
+// the server that wrote it, and then their directories if that left them
+// empty: whatever else is there (a file being written when its writer
+// died, something a person put there) stays, and so does the directory.
+func (c *Coordinator) removeAbandoned(w manifestWork) {
+	for _, a := range w.abandoned {
+		var errs []error
+		for _, f := range a.files {
+			if !isBaseName(f.Name) {
+				errs = append(errs, fmt.Errorf("%q is not a file name", f.Name))
+				continue
+			}
+			if err := os.Remove(filepath.Join(a.dir, f.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.Remove(a.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		if err := errors.Join(errs...); err != nil {
+			c.log.Warn("removing an abandoned checkpoint step", "job", w.job.id, "dir", a.dir, "complete_step", w.step, "err", err)
+			continue
+		}
+		c.log.Info("abandoned checkpoint step removed: a newer one is complete and some servers never wrote this one",
+			"job", w.job.id, "dir", a.dir, "complete_step", w.step)
+	}
+}
+
+// isBaseName reports whether name is a plain file name, without a
+// directory or a way out of one.
+func isBaseName(name string) bool {
+	return name != "." && name != ".." && filepath.Base(name) == name
 }
 
 // writeManifest writes a step's manifest unless the node holding every

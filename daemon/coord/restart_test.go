@@ -344,3 +344,77 @@ func TestVerifyingALargeCheckpointIsNotPartOfThePlanTimeout(t *testing.T) {
 		t.Fatalf("%s (%s), restored from %+v", s.State, s.Reason, s.RestoredFrom)
 	}
 }
+
+// TestAbandonedCheckpointStepsAreRemoved: once a checkpoint is complete,
+// the older steps that some of the job's servers wrote and others passed
+// (an asked step a server heard of too late) lose the files those servers
+// reported, and their directories if nothing else is in them; a reported
+// name that is not a plain file name removes nothing.
+func TestAbandonedCheckpointStepsAreRemoved(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "ckpt")
+	c, err := New(Config{Catalog: loadTestCatalog(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{id: "j1", state: api.JobRunning, file: &config.Job{Steps: 100}}
+	j.file.Checkpoint.Dir = root
+	for shard := range 2 {
+		j.tasks = append(j.tasks, &taskRun{job: j, task: api.Task{Role: api.RolePS, Shard: shard, PS: []string{"a", "b"}}})
+	}
+	write := func(step int64, shard int) api.ShardCheckpoint {
+		dir := ckpt.StepDir(root, step)
+		path := filepath.Join(dir, ps.FileName(shard, 2))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, fmt.Appendf(nil, "shard %d step %d", shard, step), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e, err := ckpt.DigestFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return api.ShardCheckpoint{Step: step, File: e}
+	}
+	outside := filepath.Join(base, "outside")
+	if err := os.WriteFile(outside, []byte("not the job's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostile := api.ShardCheckpoint{Step: 12, File: ckpt.FileEntry{Name: "../../outside"}}
+	notes := filepath.Join(ckpt.StepDir(root, 15), "notes.txt")
+	shard0 := []api.ShardCheckpoint{write(10, 0), hostile, write(20, 0)}
+	shard1 := []api.ShardCheckpoint{write(15, 1), write(20, 1)}
+	if err := os.WriteFile(notes, []byte("a person's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	c.mu.Lock()
+	c.recordCheckpoints(j.tasks[0], shard0)
+	c.recordCheckpoints(j.tasks[1], shard1)
+	c.mu.Unlock()
+	select {
+	case w := <-c.manifests:
+		c.finishManifest(w)
+	default:
+		t.Fatal("step 20 complete on both shards, and no manifest queued")
+	}
+
+	if steps := completeSteps(t, root); !slices.Equal(steps, []int64{20}) {
+		t.Errorf("complete steps %v, want [20]", steps)
+	}
+	if _, err := os.Stat(ckpt.StepDir(root, 10)); !os.IsNotExist(err) {
+		t.Errorf("step 10, abandoned, still there (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(ckpt.StepDir(root, 15), ps.FileName(1, 2))); !os.IsNotExist(err) {
+		t.Errorf("step 15's shard file still there (%v)", err)
+	}
+	for _, kept := range []string{notes, outside} {
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("%s: %v, want it kept", kept, err)
+		}
+	}
+	if j.ckpt.latest == nil || j.ckpt.latest.Step != 20 || len(j.ckpt.files) != 0 {
+		t.Errorf("latest %+v, steps still awaited %v", j.ckpt.latest, j.ckpt.files)
+	}
+}
