@@ -76,6 +76,15 @@ void hps_bias_act_fwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
  * the pre-activation gradient over these rows). In place (dx == dy) allowed. */
 void hps_bias_act_bwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
                       const float *y, const float *dy, float *dx, float *dbias);
+/* The two above on pieces of grain rows, over the pool (hps_parallel) on up
+ * to threads threads. The backward's piece p writes its column sums to
+ * partials + p*cols (partials NULL: no column sums); the caller adds them
+ * up in piece order, so that the sums do not depend on the thread count. */
+void hps_bias_act_fwd_split(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
+                            const float *x, const float *bias, float *y, int64_t grain, int threads);
+void hps_bias_act_bwd_split(hps_isa isa, hps_act act, int64_t rows, int64_t cols,
+                            const float *y, const float *dy, float *dx, float *partials,
+                            int64_t grain, int threads);
 
 /* ---- 3. Embedding bag ------------------------------------------------------
  * A bag is a variable-length list of ids given in CSR form by nbags+1
@@ -162,6 +171,12 @@ void hps_adagrad(hps_isa isa, int64_t n, float *w, const float *g, float *a, con
  * computed once per call in double and rounded to float. */
 void hps_adam(hps_isa isa, int64_t n, float *w, const float *g, float *m, float *v,
               const hps_opt *o);
+/* The dense update of kind (HPS_OPT_*, declared below) on pieces of grain
+ * parameters, over the pool (hps_parallel) on up to threads threads; s0 is
+ * the first state buffer, s1 Adam's second (NULL otherwise). An element's
+ * update reads that element only, so results do not depend on the split. */
+void hps_update_split(hps_isa isa, int kind, int64_t n, float *w, const float *g, float *s0,
+                      float *s1, const hps_opt *o, int64_t grain, int threads);
 
 int hps_sgd_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_t nrows,
                  const int64_t *rows, const float *g, float *v, const hps_opt *o, int64_t *bad);

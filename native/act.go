@@ -28,6 +28,13 @@ const maxPartialPieces = 64
 //
 // with relu(v) = v < 0 ? 0 : v, sigmoid(v) = 1/(1+exp(-v)) and tanh; NaN
 // propagates through every activation. bias ([cols]) may be nil; y may be x.
+// Pieces of rows run in one cgo call on the calling thread and the kernels'
+// pool (hps_bias_act_fwd_split): goroutines of their own, one per piece,
+// parked the caller in a WaitGroup, and its goroutine came back on another
+// thread, often the CPU where the pool's helper waits for the next GEMM's
+// rows; measured on the 2-core Xeon, the forward's split GEMMs then ran as
+// if alone (fc2: 700-935 us at 2 threads against 364 split, 720 alone), and
+// a 2-thread ctrdnn step took 6-11% longer.
 func (b *CPU) BiasAct(act Act, rows, cols int, x, bias, y Buffer) error {
 	const op = "bias-act"
 	n, err := matrixLen(op, rows, cols)
@@ -49,10 +56,8 @@ func (b *CPU) BiasAct(act Act, rows, cols int, x, bias, y Buffer) error {
 	if err != nil {
 		return err
 	}
-	chunks(rows, rowGrain(cols), b.threads, func(_, lo, hi int) {
-		C.hps_bias_act_fwd(b.cisa(), C.hps_act(act), C.int64_t(hi-lo), C.int64_t(cols),
-			fptr(xh[lo*cols:]), fptr(bh), fptr(yh[lo*cols:]))
-	})
+	C.hps_bias_act_fwd_split(b.cisa(), C.hps_act(act), C.int64_t(rows), C.int64_t(cols),
+		fptr(xh), fptr(bh), fptr(yh), C.int64_t(rowGrain(cols)), C.int(b.threads))
 	return nil
 }
 
@@ -94,19 +99,17 @@ func (b *CPU) BiasActBackward(act Act, rows, cols int, y, dy, dx, dbias Buffer) 
 	if err != nil {
 		return err
 	}
-	run := func(lo, hi int, partial []float32) {
-		C.hps_bias_act_bwd(b.cisa(), C.hps_act(act), C.int64_t(hi-lo), C.int64_t(cols),
-			fptr(yh[lo*cols:]), fptr(dyh[lo*cols:]), fptr(dxh[lo*cols:]), fptr(partial))
+	run := func(grain int, partials []float32) {
+		C.hps_bias_act_bwd_split(b.cisa(), C.hps_act(act), C.int64_t(rows), C.int64_t(cols),
+			fptr(yh), fptr(dyh), fptr(dxh), fptr(partials), C.int64_t(grain), C.int(b.threads))
 	}
 	if dbh == nil {
-		chunks(rows, rowGrain(cols), b.threads, func(_, lo, hi int) { run(lo, hi, nil) })
+		run(rowGrain(cols), nil)
 		return nil
 	}
 	grain := reductionGrain(rows, cols)
 	partials := make([]float32, pieceCount(rows, grain)*cols)
-	chunks(rows, grain, b.threads, func(p, lo, hi int) {
-		run(lo, hi, partials[p*cols:(p+1)*cols])
-	})
+	run(grain, partials)
 	sumPieces(dbh, partials)
 	return nil
 }

@@ -12,9 +12,10 @@ import (
 // velocity for SGD with momentum, the squared-gradient accumulator for
 // Adagrad, the first and second moments for Adam.
 //
-// The elements are split into pieces of 256 KiB of parameters, each piece
-// one cgo call, run on the backend's threads; every element's update depends
-// on that element only, so results do not depend on the thread count.
+// The elements are split into pieces of denseUpdateGrain parameters, run in
+// one cgo call by the calling thread and the kernels' pool
+// (hps_update_split); every element's update depends on that element only,
+// so results do not depend on the thread count.
 func (b *CPU) Update(o Optim, w, g Buffer, state ...Buffer) error {
 	if err := checkOptim("update", o, len(state)); err != nil {
 		return err
@@ -32,18 +33,8 @@ func (b *CPU) Update(o Optim, w, g Buffer, state ...Buffer) error {
 		return err
 	}
 	co := cOptim(o)
-	chunks(len(wh), 64<<10, b.threads, func(_, lo, hi int) {
-		n := C.int64_t(hi - lo)
-		w, g := fptr(wh[lo:hi]), fptr(gh[lo:hi])
-		switch o.Kind {
-		case SGD:
-			C.hps_sgd(b.cisa(), n, w, g, stateAt(st, 0, lo, hi), &co)
-		case Adagrad:
-			C.hps_adagrad(b.cisa(), n, w, g, stateAt(st, 0, lo, hi), &co)
-		case Adam:
-			C.hps_adam(b.cisa(), n, w, g, stateAt(st, 0, lo, hi), stateAt(st, 1, lo, hi), &co)
-		}
-	})
+	C.hps_update_split(b.cisa(), cOptKind(o.Kind), C.int64_t(len(wh)), fptr(wh), fptr(gh),
+		stateAt(st, 0, 0, len(wh)), stateAt(st, 1, 0, len(wh)), &co, C.int64_t(denseUpdateGrain), C.int(b.threads))
 	return nil
 }
 
@@ -132,6 +123,9 @@ func stateBuffers(op string, state []Buffer, n int) ([]HostBuffer, error) {
 
 // stateAt is the C pointer to st[i][lo:hi], or NULL when there is no such
 // state buffer (SGD without momentum) or the range is empty.
+// denseUpdateGrain is the parameters of a piece of a dense update (256 KiB).
+const denseUpdateGrain = 64 << 10
+
 func stateAt(st []HostBuffer, i, lo, hi int) *C.float {
 	if i >= len(st) {
 		return nil

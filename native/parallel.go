@@ -1,11 +1,18 @@
 package native
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // chunks splits n items into pieces of at most grain items and runs fn on
-// each, on up to threads goroutines; it returns when all pieces are done.
-// Piece boundaries depend on n and grain only, never on threads, so that
-// per-piece partial results can be combined in a fixed order.
+// each, on the calling goroutine and up to threads-1 more; it returns when
+// all pieces are done. Piece boundaries depend on n and grain only, never
+// on threads, so that per-piece partial results can be combined in a fixed
+// order. The caller claims pieces too, rather than parking until others
+// have run them all: a parked goroutine resumes on whichever thread the Go
+// scheduler picks, possibly the CPU where the kernels' pool helper waits
+// for the next split GEMM (see BiasAct, which uses the pool instead).
 func chunks(n, grain, threads int, fn func(piece, lo, hi int)) {
 	if n <= 0 {
 		return
@@ -14,35 +21,23 @@ func chunks(n, grain, threads int, fn func(piece, lo, hi int)) {
 		grain = 1
 	}
 	pieces := (n + grain - 1) / grain
-	if threads < 1 {
-		threads = 1
-	}
-	if threads > pieces {
-		threads = pieces
-	}
-	run := func(p int) {
-		lo := p * grain
-		fn(p, lo, min(lo+grain, n))
-	}
-	if threads == 1 {
-		for p := range pieces {
-			run(p)
+	threads = max(1, min(threads, pieces))
+	var next atomic.Int64
+	work := func() {
+		for {
+			p := int(next.Add(1) - 1)
+			if p >= pieces {
+				return
+			}
+			lo := p * grain
+			fn(p, lo, min(lo+grain, n))
 		}
-		return
 	}
 	var wg sync.WaitGroup
-	next := make(chan int, pieces)
-	for p := range pieces {
-		next <- p
+	for range threads - 1 {
+		wg.Go(work)
 	}
-	close(next)
-	for range threads {
-		wg.Go(func() {
-			for p := range next {
-				run(p)
-			}
-		})
-	}
+	work()
 	wg.Wait()
 }
 

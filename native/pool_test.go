@@ -84,6 +84,41 @@ func TestGemmPoolHelpersTakePieces(t *testing.T) {
 	}
 }
 
+// TestPointwiseKernelsSplitOverThePool: the bias-activation forward and
+// backward and the dense optimiser update split their pieces over the
+// pool's helper threads too, not over goroutines that park the caller.
+func TestPointwiseKernelsSplitOverThePool(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: a helper may never run before the caller has claimed every piece")
+	}
+	be, err := NewCPU(CPUOptions{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows, cols = 512, 512 // 4 pieces of bias-act, 4 of the update
+	x, bias, y, db := make(HostBuffer, rows*cols), make(HostBuffer, cols), make(HostBuffer, rows*cols), make(HostBuffer, cols)
+	m, v := make(HostBuffer, rows*cols), make(HostBuffer, rows*cols)
+	adam := Optim{Kind: Adam, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1}
+	for _, k := range []struct {
+		name string
+		run  func() error
+	}{
+		{"bias-act", func() error { return be.BiasAct(ReLU, rows, cols, x, bias, y) }},
+		{"bias-act backward", func() error { return be.BiasActBackward(ReLU, rows, cols, y, x, y, db) }},
+		{"dense update", func() error { return be.Update(adam, x, y, m, v) }},
+	} {
+		before := poolHelperPieces()
+		for range 200 {
+			if err := k.run(); err != nil {
+				t.Fatalf("%s: %v", k.name, err)
+			}
+		}
+		if ran := poolHelperPieces() - before; ran == 0 {
+			t.Errorf("%s: 200 calls at 2 threads ran every piece on the calling thread", k.name)
+		}
+	}
+}
+
 // TestGemmPoolSharedByConcurrentCallers: goroutines splitting GEMMs at
 // once share the helpers, and each still gets its own blocks' bits.
 func TestGemmPoolSharedByConcurrentCallers(t *testing.T) {

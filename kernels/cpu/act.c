@@ -2,6 +2,7 @@
  * the scalar reference and its AVX2 and AVX-512 twins. Vector tails use
  * masked loads and stores, which never touch lanes past the end. */
 #include "heterps_kernels.h"
+#include "pool.h"
 #include "vmath.h"
 
 /* ---- scalar reference ------------------------------------------------- */
@@ -242,4 +243,44 @@ void hps_bias_act_bwd(hps_isa isa, hps_act act, int64_t rows, int64_t cols, cons
     default:
       bwd_scalar(act, rows, cols, y, dy, dx, dbias);
   }
+}
+
+/* ---- split over the pool -------------------------------------------------- */
+
+typedef struct {
+  hps_isa isa;
+  hps_act act;
+  int64_t rows, cols, grain;
+  const float *x, *bias, *y, *dy;
+  float *out, *partials;
+} bias_act_split;
+
+static void fwd_piece(void *ctx, int64_t piece) {
+  bias_act_split *s = ctx;
+  int64_t lo, hi;
+  piece_bounds(piece, s->grain, s->rows, &lo, &hi);
+  hps_bias_act_fwd(s->isa, s->act, hi - lo, s->cols, s->x + lo * s->cols, s->bias, s->out + lo * s->cols);
+}
+
+static void bwd_piece(void *ctx, int64_t piece) {
+  bias_act_split *s = ctx;
+  int64_t lo, hi;
+  piece_bounds(piece, s->grain, s->rows, &lo, &hi);
+  hps_bias_act_bwd(s->isa, s->act, hi - lo, s->cols, s->y + lo * s->cols, s->dy + lo * s->cols,
+                   s->out + lo * s->cols, s->partials ? s->partials + piece * s->cols : NULL);
+}
+
+void hps_bias_act_fwd_split(hps_isa isa, hps_act act, int64_t rows, int64_t cols, const float *x,
+                            const float *bias, float *y, int64_t grain, int threads) {
+  if (rows <= 0 || cols <= 0 || grain < 1 || !act_ok(act)) return;
+  bias_act_split s = {isa, act, rows, cols, grain, x, bias, NULL, NULL, y, NULL};
+  hps_parallel(piece_count(rows, grain), threads, fwd_piece, &s);
+}
+
+void hps_bias_act_bwd_split(hps_isa isa, hps_act act, int64_t rows, int64_t cols, const float *y,
+                            const float *dy, float *dx, float *partials, int64_t grain,
+                            int threads) {
+  if (rows <= 0 || cols <= 0 || grain < 1 || !act_ok(act)) return;
+  bias_act_split s = {isa, act, rows, cols, grain, NULL, NULL, y, dy, dx, partials};
+  hps_parallel(piece_count(rows, grain), threads, bwd_piece, &s);
 }

@@ -337,6 +337,36 @@ int hps_adam_rows(hps_isa isa, int64_t table_rows, int64_t dim, float *w, int64_
   return rows_update(isa, &adam_k, 2, table_rows, dim, w, nrows, rows, g, m, v, o, bad);
 }
 
+/* ---- dense updates split over the pool -------------------------------------- */
+
+typedef struct {
+  hps_isa isa;
+  int kind;
+  int64_t n, grain;
+  float *w, *s0, *s1;
+  const float *g;
+  const hps_opt *o;
+} dense_split;
+
+static void dense_piece(void *ctx, int64_t piece) {
+  dense_split *s = ctx;
+  int64_t lo, hi;
+  piece_bounds(piece, s->grain, s->n, &lo, &hi);
+  float *s0 = s->s0 ? s->s0 + lo : NULL, *s1 = s->s1 ? s->s1 + lo : NULL;
+  switch (s->kind) {
+    case HPS_OPT_SGD: hps_sgd(s->isa, hi - lo, s->w + lo, s->g + lo, s0, s->o); break;
+    case HPS_OPT_ADAGRAD: hps_adagrad(s->isa, hi - lo, s->w + lo, s->g + lo, s0, s->o); break;
+    case HPS_OPT_ADAM: hps_adam(s->isa, hi - lo, s->w + lo, s->g + lo, s0, s1, s->o); break;
+  }
+}
+
+void hps_update_split(hps_isa isa, int kind, int64_t n, float *w, const float *g, float *s0,
+                      float *s1, const hps_opt *o, int64_t grain, int threads) {
+  if (n <= 0 || grain < 1) return;
+  dense_split s = {isa, kind, n, grain, w, s0, s1, g, o};
+  hps_parallel(piece_count(n, grain), threads, dense_piece, &s);
+}
+
 /* ---- row updates split over the pool ---------------------------------------- */
 
 typedef struct {
