@@ -327,9 +327,15 @@ func removeBeyond(root string, keep int, owned map[string]bool) ([]string, error
 // removeAbandoned removes the files of w's abandoned steps, each named by
 // the server that wrote it, and then their directories if that left them
 // empty: whatever else is there (a file being written when its writer
-// died, something a person put there) stays, and so does the directory.
+// died, something a person put there) stays, and so does the directory. A
+// step directory that has a manifest is complete, whoever completed it,
+// and stays whole.
 func (c *Coordinator) removeAbandoned(w manifestWork) {
 	for _, a := range w.abandoned {
+		if _, err := ckpt.ReadManifest(a.dir); err == nil { // completed after all (another job sharing the directory?)
+			c.log.Warn("an abandoned checkpoint step has a manifest; left as it is", "job", w.job.id, "dir", a.dir)
+			continue
+		}
 		var errs []error
 		for _, f := range a.files {
 			if !isBaseName(f.Name) {

@@ -349,7 +349,8 @@ func TestVerifyingALargeCheckpointIsNotPartOfThePlanTimeout(t *testing.T) {
 // the older steps that some of the job's servers wrote and others passed
 // (an asked step a server heard of too late) lose the files those servers
 // reported, and their directories if nothing else is in them; a reported
-// name that is not a plain file name removes nothing.
+// name that is not a plain file name removes nothing, and a step directory
+// with a manifest (another job's, sharing the directory) stays whole.
 func TestAbandonedCheckpointStepsAreRemoved(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "ckpt")
@@ -377,13 +378,17 @@ func TestAbandonedCheckpointStepsAreRemoved(t *testing.T) {
 		}
 		return api.ShardCheckpoint{Step: step, File: e}
 	}
+	completed := write(12, 1) // another job's complete checkpoint of the same step, in the same directory
+	if err := ps.WriteManifest(ckpt.StepDir(root, 12), "j9", 12, 1, []ckpt.FileEntry{completed.File}); err != nil {
+		t.Fatal(err)
+	}
 	outside := filepath.Join(base, "outside")
 	if err := os.WriteFile(outside, []byte("not the job's"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hostile := api.ShardCheckpoint{Step: 12, File: ckpt.FileEntry{Name: "../../outside"}}
+	hostile := api.ShardCheckpoint{Step: 11, File: ckpt.FileEntry{Name: "../../outside"}}
 	notes := filepath.Join(ckpt.StepDir(root, 15), "notes.txt")
-	shard0 := []api.ShardCheckpoint{write(10, 0), hostile, write(20, 0)}
+	shard0 := []api.ShardCheckpoint{write(10, 0), hostile, {Step: 12, File: completed.File}, write(20, 0)}
 	shard1 := []api.ShardCheckpoint{write(15, 1), write(20, 1)}
 	if err := os.WriteFile(notes, []byte("a person's"), 0o644); err != nil {
 		t.Fatal(err)
@@ -400,8 +405,8 @@ func TestAbandonedCheckpointStepsAreRemoved(t *testing.T) {
 		t.Fatal("step 20 complete on both shards, and no manifest queued")
 	}
 
-	if steps := completeSteps(t, root); !slices.Equal(steps, []int64{20}) {
-		t.Errorf("complete steps %v, want [20]", steps)
+	if steps := completeSteps(t, root); !slices.Equal(steps, []int64{12, 20}) {
+		t.Errorf("complete steps %v, want [12 20]: the other job's 12 kept", steps)
 	}
 	if _, err := os.Stat(ckpt.StepDir(root, 10)); !os.IsNotExist(err) {
 		t.Errorf("step 10, abandoned, still there (%v)", err)
@@ -409,7 +414,7 @@ func TestAbandonedCheckpointStepsAreRemoved(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ckpt.StepDir(root, 15), ps.FileName(1, 2))); !os.IsNotExist(err) {
 		t.Errorf("step 15's shard file still there (%v)", err)
 	}
-	for _, kept := range []string{notes, outside} {
+	for _, kept := range []string{notes, outside, filepath.Join(ckpt.StepDir(root, 12), completed.File.Name)} {
 		if _, err := os.Stat(kept); err != nil {
 			t.Errorf("%s: %v, want it kept", kept, err)
 		}
