@@ -48,6 +48,27 @@ func Pin(cpus []int) error {
 	return nil
 }
 
+// PinThread runs the calling thread on the n-th (modulo their count) of
+// the CPUs it may run on, and returns what gives the thread its CPUs
+// back. The caller keeps its goroutine on the thread meanwhile
+// (runtime.LockOSThread).
+func PinThread(n int) (restore func(), err error) {
+	old, err := allowed()
+	if err != nil {
+		return nil, err
+	}
+	cpus := list(old)
+	if len(cpus) == 0 {
+		return nil, errors.New("this thread may run on no CPU")
+	}
+	var one unix.CPUSet
+	one.Set(cpus[n%len(cpus)])
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return nil, fmt.Errorf("pinning this thread to CPU %d: %w", cpus[n%len(cpus)], err)
+	}
+	return func() { _ = unix.SchedSetaffinity(0, old) }, nil
+}
+
 func allowed() (*unix.CPUSet, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
