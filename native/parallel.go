@@ -20,7 +20,7 @@ func chunks(n, grain, threads int, fn func(piece, lo, hi int)) {
 	if grain < 1 {
 		grain = 1
 	}
-	pieces := (n + grain - 1) / grain
+	pieces := pieceCount(n, grain)
 	threads = max(1, min(threads, pieces))
 	var next atomic.Int64
 	work := func() {
