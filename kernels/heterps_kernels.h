@@ -63,8 +63,18 @@ int hps_sgemm_rows(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, fl
  * in order, the caller runs what no helper claims, and it returns once all
  * are done. fn must not call back into Go. */
 void hps_parallel(int64_t pieces, int threads, void (*fn)(void *ctx, int64_t piece), void *ctx);
-/* Pieces the helpers have run since the process started (tests). */
-int64_t hps_pool_helper_pieces(void);
+/* Pieces helper k has run since the process started, all helpers' for
+ * k = 0 (tests). */
+int64_t hps_pool_helper_pieces(int helper);
+/* Helpers are numbered by the thread they stand for: a caller whose base is
+ * b (0 unless it set one) shares a split with helpers b+1 .. b+threads-1.
+ * hps_pool_set_base sets the calling thread's base; hps_pool_pin lets
+ * helper k (k >= 1, started if need be) run on the ncpus CPUs listed only,
+ * and returns 0 or an errno; hps_pool_pinned_cpu is the one CPU helper k
+ * may run on, or -1 (tests). */
+void hps_pool_set_base(int base);
+int hps_pool_pin(int helper, const int *cpus, int ncpus);
+int hps_pool_pinned_cpu(int helper);
 
 /* ---- 2. Fused bias + activation -------------------------------------------
  * Forward: y[r][c] = act(x[r][c] + bias[c]); bias may be NULL (no bias).

@@ -30,16 +30,19 @@ func Host(b Buffer) ([]float32, bool) {
 }
 
 // CPUOptions configures the CPU backend. Zero values mean: widest supported
-// ISA (or HETERPS_ISA), and runtime.GOMAXPROCS(0) threads.
+// ISA (or HETERPS_ISA), runtime.GOMAXPROCS(0) threads, threads unpinned.
 type CPUOptions struct {
 	ISA     *ISA
 	Threads int
+	Pin     Pinning
 }
 
 // CPU is the default backend: C kernels on host memory.
 type CPU struct {
 	isa     ISA
 	threads int
+	cpus    []int // the CPU of each thread when pinned (see Pinning), else nil
+	base    int   // the number of the first thread among the pinned backend's
 }
 
 // NewCPU returns a CPU backend. It fails if a forced ISA is not supported.
@@ -59,7 +62,11 @@ func NewCPU(opts CPUOptions) (*CPU, error) {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	C.hps_blas_threads(1) // the backend splits GEMMs itself; see gemmGrain
-	return &CPU{isa: isa, threads: threads}, nil
+	b := &CPU{isa: isa, threads: threads}
+	if err := b.pin(opts.Pin); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // MustCPU is NewCPU with default options for tests and tools; it panics on
@@ -82,10 +89,29 @@ func (b *CPU) ISA() ISA { return b.isa }
 func (b *CPU) Threads() int { return b.threads }
 
 // WithThreads returns a backend with b's ISA whose ops split across n
-// threads (at least 1), for work that runs beside other work on b's cores
-// (see nn's backward lanes). b itself is unchanged.
+// threads (at least 1), b's first n when b is pinned and has them. b itself
+// is unchanged.
 func (b *CPU) WithThreads(n int) *CPU {
-	return &CPU{isa: b.isa, threads: max(n, 1)}
+	n = max(n, 1)
+	w := &CPU{isa: b.isa, threads: n, base: b.base}
+	if n <= len(b.cpus) {
+		w.cpus = b.cpus[:n]
+	}
+	return w
+}
+
+// Split divides b's threads into a main share of all but n and a side
+// share of n (1 <= n < Threads()), each with its own CPUs when b is pinned,
+// for work that runs beside other work on b's cores (see nn's backward
+// lanes). b itself is unchanged.
+func (b *CPU) Split(n int) (main, side *CPU) {
+	n = min(max(n, 1), b.threads-1)
+	main = b.WithThreads(b.threads - n)
+	side = &CPU{isa: b.isa, threads: n, base: b.base + main.threads}
+	if b.cpus != nil {
+		side.cpus = b.cpus[main.threads:b.threads]
+	}
+	return main, side
 }
 
 func (b *CPU) cisa() C.hps_isa { return C.hps_isa(b.isa) }

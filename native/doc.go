@@ -12,6 +12,9 @@
 // helper threads (kernels/cpu/pool.c), as does a GEMM large enough
 // (gemmGrain: 2^23 multiply-adds a piece) into row blocks; OpenBLAS runs
 // single-threaded, and a split GEMM's results depend on the thread count
-// in the last bits. WithThreads gives a backend a share of the threads for work
-// that runs beside other work (nn's backward lanes).
+// in the last bits. WithThreads and Split give a backend a share of the
+// threads for work that runs beside other work (nn's backward lanes).
+// A backend may pin its threads one to a CPU (Pinning): its pool helpers
+// at creation, the goroutine running its steps and each lane when they
+// call PinCaller.
 package native

@@ -109,4 +109,4 @@ func cbool(v bool) C.int {
 
 // poolHelperPieces is how many pieces of split kernels the pool's helper
 // threads have run in this process (for tests).
-func poolHelperPieces() int64 { return int64(C.hps_pool_helper_pieces()) }
+func poolHelperPieces() int64 { return int64(C.hps_pool_helper_pieces(0)) }

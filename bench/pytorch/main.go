@@ -104,14 +104,16 @@ func check(err error) {
 
 func backendName() string { return native.MustCPU().Name() }
 
-// runOurs trains on the batches with t kernel threads (and GOMAXPROCS t,
-// so that Go's own work gets no extra core) and returns samples/s and the
-// mean loss of the last 50 steps.
+// runOurs trains on the batches with t kernel threads, pinned as heterps
+// train pins them (native.PinAuto), and GOMAXPROCS t, so that Go's own
+// work gets no extra core, and returns samples/s and the mean loss of the
+// last 50 steps.
 func runOurs(cfg *config.Model, batches []*data.Batch, t int) (float64, float64) {
 	old := runtime.GOMAXPROCS(t)
 	defer runtime.GOMAXPROCS(old)
-	b, err := native.NewCPU(native.CPUOptions{Threads: t})
+	b, err := native.NewCPU(native.CPUOptions{Threads: t, Pin: native.PinAuto})
 	check(err)
+	defer b.PinCaller()()
 	runtime.GC()
 	r, err := ctrbench.Train(b, cfg, batches, *warmup, *steps)
 	check(err)

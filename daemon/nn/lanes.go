@@ -38,8 +38,8 @@ func splitLanes(b native.Backend) (main, side native.Backend, ok bool) {
 	if !isCPU || cpu.Threads() < 2 {
 		return b, nil, false
 	}
-	n := cpu.Threads() / 2
-	return cpu.WithThreads(cpu.Threads() - n), cpu.WithThreads(n), true
+	main, side = cpu.Split(cpu.Threads() / 2)
+	return main, side, true
 }
 
 // startLane starts a lane on be; its owner calls wait.
@@ -51,6 +51,9 @@ func startLane(be native.Backend) *lane {
 
 func (l *lane) run() {
 	defer close(l.done)
+	if cpu, ok := l.be.(*native.CPU); ok {
+		defer cpu.PinCaller()() // on the side share's CPUs when pinned
+	}
 	for fn := range l.work {
 		if l.err == nil {
 			l.err = fn(l.be)

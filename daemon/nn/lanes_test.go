@@ -8,6 +8,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -309,5 +310,35 @@ func doneRecorder(t *testing.T, threads int) func(serial bool) (*Model, map[int]
 			t.Fatal(err)
 		}
 		return tr.Model, seen, order
+	}
+}
+
+// TestSideLaneRunsOnItsShareOfPinnedCPUs: with a pinned backend, the side
+// lane's work runs on the side share's CPU, not wherever the scheduler
+// puts its goroutine.
+func TestSideLaneRunsOnItsShareOfPinnedCPUs(t *testing.T) {
+	cpus, err := cpuset.Allowed()
+	if err != nil || len(cpus) < 2 {
+		t.Skipf("pinning needs 2 CPUs: %v, %v", cpus, err)
+	}
+	be, err := native.NewCPU(native.CPUOptions{Threads: 2, Pin: native.PinAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, side, ok := splitLanes(be)
+	if !ok {
+		t.Fatal("a 2-thread backend did not split")
+	}
+	l := startLane(side)
+	var ranOn []int
+	l.submit(func(native.Backend) error {
+		ranOn, err = cpuset.Allowed()
+		return err
+	})
+	if err := l.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ranOn, cpus[1:2]) {
+		t.Errorf("the side lane ran on a thread that may use CPUs %v, want %v", ranOn, cpus[1:2])
 	}
 }

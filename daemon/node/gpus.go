@@ -62,7 +62,9 @@ func checkOwnGPUs(cfg Config, haveCUDA bool, inv []api.GPU, invErr error) error 
 // stageBackend is a stage task's backend: for a GPU node the CUDA backend
 // on GPU gpu (one of the node's, see gpuPool), for a CPU node the CPU
 // backend with units x threads threads. A build without CUDA refuses a GPU
-// node's stage (which its registration has refused already).
+// node's stage (which its registration has refused already). The CPU
+// backend pins its threads when they are all the CPUs the daemon may use
+// (native.PinAuto): a node whose cpus a task has whole.
 func stageBackend(kind string, gpu, units, threads int) (native.Backend, error) {
 	if kind == config.KindGPU {
 		b, err := newCUDABackend(gpu)
@@ -71,7 +73,7 @@ func stageBackend(kind string, gpu, units, threads int) (native.Backend, error) 
 		}
 		return b, nil
 	}
-	return native.NewCPU(native.CPUOptions{Threads: units * threads})
+	return native.NewCPU(native.CPUOptions{Threads: units * threads, Pin: native.PinAuto})
 }
 
 // closeBackend releases a backend that holds resources (a CUDA stream and

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -95,6 +98,21 @@ func TestStageBackendOfACPUNode(t *testing.T) {
 	}
 	if closeBackend(b) != nil {
 		t.Error("closing the CPU backend failed")
+	}
+	if cpu.Pinned() != nil {
+		t.Errorf("6 threads pinned to %v on %d CPUs", cpu.Pinned(), runtime.NumCPU())
+	}
+	// A task with every CPU the daemon may use binds a thread to each.
+	cpus, err := cpuset.Allowed()
+	if err != nil {
+		t.Skipf("no CPU set here: %v", err)
+	}
+	b, err = stageBackend(config.KindCPU, -1, 1, len(cpus))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.(*native.CPU).Pinned(); !slices.Equal(got, cpus) {
+		t.Errorf("a stage with all %d CPUs pinned to %v, want %v", len(cpus), got, cpus)
 	}
 }
 

@@ -48,6 +48,31 @@ func Pin(cpus []int) error {
 	return nil
 }
 
+// Restrict runs every thread of this process on cpus, as Pin does (the
+// GOMAXPROCS variable aside, GOMAXPROCS becomes their count), and returns
+// what gives every thread the CPUs the calling thread had before, with
+// GOMAXPROCS as it was (a benchmark running a 1-thread trainer on one
+// CPU of several).
+func Restrict(cpus []int) (restore func() error, err error) {
+	old, err := allowed()
+	if err != nil {
+		return nil, err
+	}
+	procs := runtime.GOMAXPROCS(0)
+	if err := Pin(cpus); err != nil {
+		return nil, err
+	}
+	return func() error {
+		defer runtime.GOMAXPROCS(procs)
+		for range 2 { // as in Pin
+			if err := pinThreads(old); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
 // PinThread runs the calling thread on the n-th (modulo their count) of
 // the CPUs it may run on, and returns what gives the thread its CPUs
 // back. The caller keeps its goroutine on the thread meanwhile
@@ -61,10 +86,23 @@ func PinThread(n int) (restore func(), err error) {
 	if len(cpus) == 0 {
 		return nil, errors.New("this thread may run on no CPU")
 	}
+	return pinThreadFrom(old, cpus[n%len(cpus)])
+}
+
+// PinThreadTo runs the calling thread on CPU cpu alone, as PinThread does.
+func PinThreadTo(cpu int) (restore func(), err error) {
+	old, err := allowed()
+	if err != nil {
+		return nil, err
+	}
+	return pinThreadFrom(old, cpu)
+}
+
+func pinThreadFrom(old *unix.CPUSet, cpu int) (restore func(), err error) {
 	var one unix.CPUSet
-	one.Set(cpus[n%len(cpus)])
+	one.Set(cpu)
 	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		return nil, fmt.Errorf("pinning this thread to CPU %d: %w", cpus[n%len(cpus)], err)
+		return nil, fmt.Errorf("pinning this thread to CPU %d: %w", cpu, err)
 	}
 	return func() { _ = unix.SchedSetaffinity(0, old) }, nil
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heterps/heterps/config"
 )
 
@@ -86,4 +88,55 @@ func pinChild(t *testing.T) {
 	}
 	fmt.Printf("GOMAXPROCS %d\n", runtime.GOMAXPROCS(0))
 	hold.Done()
+}
+
+// TestRestrictAndRestore: Restrict narrows every thread to the CPUs given
+// and GOMAXPROCS to their count; its restore gives every thread the CPUs
+// it had and GOMAXPROCS back, though the narrowed set no longer holds them.
+func TestRestrictAndRestore(t *testing.T) {
+	cpus, err := Allowed()
+	if err != nil || len(cpus) < 2 {
+		t.Skipf("restricting needs 2 CPUs: %v, %v", cpus, err)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	restore, err := Restrict(cpus[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrowed := threadCPUs(t)
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+	for tid, got := range narrowed {
+		if got != fmt.Sprint(cpus[:1]) {
+			t.Errorf("restricted: thread %d may run on %s, want %v", tid, got, cpus[:1])
+		}
+	}
+	for tid, got := range threadCPUs(t) {
+		if got != fmt.Sprint(cpus) {
+			t.Errorf("restored: thread %d may run on %s, want %v", tid, got, cpus)
+		}
+	}
+	if runtime.GOMAXPROCS(0) != procs {
+		t.Errorf("GOMAXPROCS %d after restoring, want %d", runtime.GOMAXPROCS(0), procs)
+	}
+}
+
+// threadCPUs is the CPUs each thread of this process may run on.
+func threadCPUs(t *testing.T) map[int]string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for _, task := range tasks {
+		var tid int
+		fmt.Sscan(task.Name(), &tid)
+		var set unix.CPUSet
+		if unix.SchedGetaffinity(tid, &set) == nil {
+			out[tid] = fmt.Sprint(list(&set))
+		}
+	}
+	return out
 }

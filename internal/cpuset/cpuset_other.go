@@ -17,3 +17,9 @@ func Pin([]int) error { return errLinux }
 
 // PinThread refuses off Linux.
 func PinThread(int) (func(), error) { return nil, errLinux }
+
+// PinThreadTo refuses off Linux.
+func PinThreadTo(int) (func(), error) { return nil, errLinux }
+
+// Restrict refuses off Linux.
+func Restrict([]int) (func() error, error) { return nil, errLinux }

@@ -15,7 +15,14 @@
  * sleeps on a condition variable. The caller never waits for a helper that
  * has not started: what no helper has claimed, it runs, so a busy or slow
  * helper costs parallelism, never progress. Pieces have fixed bounds, so
- * results do not depend on which thread ran which. */
+ * results do not depend on which thread ran which.
+ *
+ * Helper k stands for thread k of a backend whose threads are pinned one to
+ * a CPU (hps_pool_pin): a caller pinned as thread b (hps_pool_set_base)
+ * shares with helpers b+1 ..., so that two lanes of a step, each on CPUs
+ * of its own, never hand pieces to each other's CPUs. */
+#define _GNU_SOURCE /* pthread_setaffinity_np */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -48,12 +55,15 @@ typedef struct {
   atomic_int sleeping;
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_t thread;
+  atomic_llong ran; /* pieces run, for tests */
 } hps_helper;
 
+/* pool[k-1] is helper k. */
 static hps_helper pool[HPS_POOL_MAX];
+static _Thread_local int base; /* the calling thread's number; see hps_pool_set_base */
 static atomic_int started; /* helpers running */
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_llong helper_pieces; /* pieces helpers have run, for tests */
 
 static int64_t now_ns(void) {
   struct timespec t;
@@ -105,7 +115,7 @@ static void *helper_main(void *arg) {
   hps_helper *h = arg;
   for (;;) {
     hps_job *j = take(h);
-    atomic_fetch_add(&helper_pieces, run_pieces(j));
+    atomic_fetch_add(&h->ran, run_pieces(j));
     job_release(j);
   }
   return NULL;
@@ -137,6 +147,7 @@ static int ensure_helpers(int n) {
     int err = pthread_create(&t, &attr, helper_main, h);
     pthread_attr_destroy(&attr);
     if (err != 0) break;
+    h->thread = t;
     atomic_store(&started, ++have);
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -169,8 +180,9 @@ static void withdraw(hps_helper *h, hps_job *j) {
 void hps_parallel(int64_t pieces, int threads, void (*fn)(void *ctx, int64_t piece), void *ctx) {
   int helpers = threads - 1;
   if (pieces - 1 < helpers) helpers = (int)(pieces - 1);
+  if (base + helpers > HPS_POOL_MAX) helpers = HPS_POOL_MAX - base;
   hps_job *j = NULL;
-  if (helpers > 0) helpers = ensure_helpers(helpers);
+  if (helpers > 0) helpers = ensure_helpers(base + helpers) - base;
   if (helpers > 0) j = malloc(sizeof *j);
   if (j == NULL) { /* nothing to share, or no memory to share it with */
     for (int64_t p = 0; p < pieces; p++) fn(ctx, p);
@@ -184,7 +196,7 @@ void hps_parallel(int64_t pieces, int threads, void (*fn)(void *ctx, int64_t pie
   atomic_init(&j->refs, 1);
   int offered[HPS_POOL_MAX];
   int n = 0;
-  for (int i = 0; i < helpers; i++)
+  for (int i = base; i < base + helpers; i++)
     if (offer(&pool[i], j)) offered[n++] = i;
   run_pieces(j);
   while (atomic_load(&j->left) > 0) cpu_relax(); /* a helper's last piece */
@@ -192,4 +204,33 @@ void hps_parallel(int64_t pieces, int threads, void (*fn)(void *ctx, int64_t pie
   job_release(j);
 }
 
-int64_t hps_pool_helper_pieces(void) { return atomic_load(&helper_pieces); }
+int64_t hps_pool_helper_pieces(int helper) {
+  int n = atomic_load(&started);
+  if (helper > 0) return helper <= n ? atomic_load(&pool[helper - 1].ran) : 0;
+  int64_t all = 0;
+  for (int k = 0; k < n; k++) all += atomic_load(&pool[k].ran);
+  return all;
+}
+
+void hps_pool_set_base(int b) { base = b < 0 ? 0 : b > HPS_POOL_MAX ? HPS_POOL_MAX : b; }
+
+int hps_pool_pin(int helper, const int *cpus, int ncpus) {
+  if (helper < 1 || helper > HPS_POOL_MAX || ncpus < 1) return EINVAL;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i < ncpus; i++) {
+    if (cpus[i] < 0 || cpus[i] >= CPU_SETSIZE) return EINVAL;
+    CPU_SET(cpus[i], &set);
+  }
+  if (ensure_helpers(helper) < helper) return EAGAIN;
+  return pthread_setaffinity_np(pool[helper - 1].thread, sizeof set, &set);
+}
+
+int hps_pool_pinned_cpu(int helper) {
+  if (helper < 1 || helper > atomic_load(&started)) return -1;
+  cpu_set_t set;
+  if (pthread_getaffinity_np(pool[helper - 1].thread, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) return c;
+  return -1;
+}

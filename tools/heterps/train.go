@@ -36,6 +36,7 @@ func init() {
 type trainFlags struct {
 	model, data, checkpoint, isa string
 	device                       device // --device: cpu or cuda[:N]
+	pin                          native.Pinning
 	cpuProfile, trace            string
 	steps, batch, threads        int
 	evalSamples, checkpointEvery int
@@ -52,6 +53,7 @@ type trainResult struct {
 	Steps       int64   `json:"steps"`
 	Batch       int     `json:"batch"`
 	Threads     int     `json:"threads"`
+	PinnedCPUs  []int   `json:"pinned_cpus,omitempty"` // thread k's CPU when --pin bound them
 	Samples     int64   `json:"samples"`
 	Loss        float64 `json:"loss"`
 	EvalLoss    float64 `json:"eval_loss"`
@@ -100,6 +102,7 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", 0, "also write the checkpoint every N steps")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for initialisation")
 	fs.StringVar(&f.isa, "isa", "", "force the kernel ISA: scalar, avx2 or avx512")
+	fs.TextVar(&f.pin, "pin", native.PinAuto, "bind each kernel thread to a CPU of its own: auto (when --threads is every CPU this process may use), always, or never")
 	fs.TextVar(&f.device, "device", device{}, "where the kernels run: cpu, or cuda[:N] (GPU N, 0 by default; needs a CUDA build: make build-cuda)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object at the end")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
@@ -174,7 +177,7 @@ type closingBackend interface {
 // refuses it, exit status 2). close releases it.
 func trainBackend(f *trainFlags) (b native.Backend, close func(), err error) {
 	if !f.device.cuda {
-		cpu, err := newBackend(f.isa, f.threads)
+		cpu, err := newBackend(f.isa, f.threads, f.pin)
 		if err != nil {
 			return nil, nil, usageError{err}
 		}
@@ -227,8 +230,8 @@ func trainCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return exitOK
 }
 
-func newBackend(isaName string, threads int) (*native.CPU, error) {
-	opts := native.CPUOptions{Threads: threads}
+func newBackend(isaName string, threads int, pin native.Pinning) (*native.CPU, error) {
+	opts := native.CPUOptions{Threads: threads, Pin: pin}
 	if isaName != "" {
 		isa, err := native.ParseISA(isaName)
 		if err != nil {
@@ -298,6 +301,9 @@ func train(ctx context.Context, f *trainFlags, progressOut io.Writer) (*trainRes
 		return nil, err
 	}
 	res := &trainResult{Model: cfg.Name, Data: f.data, Backend: backend.Name(), OpenBLAS: native.OpenBLASCore(), Batch: f.batch, Threads: f.threads}
+	if cpu, ok := backend.(*native.CPU); ok {
+		res.PinnedCPUs = cpu.Pinned()
+	}
 	if f.checkpoint != "" {
 		if res.ResumedFrom, err = resumeIfPresent(tr, f.checkpoint, f.batch); err != nil {
 			return nil, err
@@ -385,6 +391,9 @@ func trainLoop(ctx context.Context, f *trainFlags, tr *nn.Trainer, src data.Sour
 		return err
 	}
 	defer batches.Close() // before the caller closes src
+	if cpu, ok := tr.Backend.(*native.CPU); ok {
+		defer cpu.PinCaller()() // the steps' thread on the backend's first CPU, when pinned
+	}
 	start := time.Now()
 	var lossEMA float64
 	for {
@@ -493,7 +502,11 @@ func optimumOf(src data.Source) *Optimum {
 }
 
 func printTrainSummary(w io.Writer, r *trainResult) {
-	fmt.Fprintf(w, "model %s on %s, %s, %d threads, batch %d\n", r.Model, r.Data, r.Backend, r.Threads, r.Batch)
+	pinned := ""
+	if r.PinnedCPUs != nil {
+		pinned = fmt.Sprintf(" pinned to CPUs %v", r.PinnedCPUs)
+	}
+	fmt.Fprintf(w, "model %s on %s, %s, %d threads%s, batch %d\n", r.Model, r.Data, r.Backend, r.Threads, pinned, r.Batch)
 	if r.Samples == 0 {
 		fmt.Fprintf(w, "steps %d  no training steps run\n", r.Steps)
 	} else {

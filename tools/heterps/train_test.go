@@ -22,6 +22,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -651,5 +652,38 @@ func TestTrainResumesWithSavedMarks(t *testing.T) {
 	code, _, errs := trainCLI(t, append(args, "--steps", "262")...)
 	if code != exitOK || !strings.Contains(errs, "resumed from step 260") || !strings.Contains(errs, "data position found by 3 record marks") {
 		t.Fatalf("exit %d: %s; want the resume to take the 3 saved marks", code, errs)
+	}
+}
+
+// TestTrainPinsItsThreadsAsAsked: --pin always binds thread k to the k-th
+// CPU and says so in the JSON; never leaves them free; an unknown policy
+// and more threads than CPUs under always are usage errors.
+func TestTrainPinsItsThreadsAsAsked(t *testing.T) {
+	cpus, err := cpuset.Allowed()
+	if err != nil || len(cpus) < 2 {
+		t.Skipf("pinning needs 2 CPUs: %v, %v", cpus, err)
+	}
+	run := func(pin string, threads int) (int, trainResult, string) {
+		code, out, errs := trainCLI(t, "--steps", "3", "--batch", "64", "--eval-samples", "0", "--json",
+			"--threads", strconv.Itoa(threads), "--pin", pin)
+		var r trainResult
+		if code == exitOK {
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("--pin %s: %v\n%s", pin, err, out)
+			}
+		}
+		return code, r, errs
+	}
+	if code, r, errs := run("always", 2); code != exitOK || !slices.Equal(r.PinnedCPUs, cpus[:2]) {
+		t.Errorf("--pin always, 2 threads: exit %d, pinned to %v, want %v: %s", code, r.PinnedCPUs, cpus[:2], errs)
+	}
+	if code, r, errs := run("never", 2); code != exitOK || r.PinnedCPUs != nil {
+		t.Errorf("--pin never: exit %d, pinned to %v: %s", code, r.PinnedCPUs, errs)
+	}
+	if code, _, errs := run("always", len(cpus)+1); code != exitUsage || !strings.Contains(errs, "pinning") {
+		t.Errorf("--pin always, %d threads on %d CPUs: exit %d: %s", len(cpus)+1, len(cpus), code, errs)
+	}
+	if code, _, errs := run("sometimes", 1); code != exitUsage || !strings.Contains(errs, "never, auto or always") {
+		t.Errorf("--pin sometimes: exit %d: %s", code, errs)
 	}
 }

@@ -60,12 +60,14 @@ func unsynced(ctx context.Context, model *config.Model, n, threads, rows, steps 
 }
 
 // trainTimed trains one model on rows-row batches for steps steps and
-// returns when each step ended.
+// returns when each step ended, its threads pinned as heterps train pins
+// them (native.PinAuto: when they are every CPU the process may use).
 func trainTimed(ctx context.Context, model *config.Model, seed uint64, threads, rows, steps int) ([]time.Time, error) {
-	backend, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	backend, err := native.NewCPU(native.CPUOptions{Threads: threads, Pin: native.PinAuto})
 	if err != nil {
 		return nil, err
 	}
+	defer backend.PinCaller()() // as heterps train runs its steps
 	tr, src, err := benchTrainer(backend, model, seed, int64(steps))
 	if err != nil {
 		return nil, err

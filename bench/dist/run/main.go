@@ -409,12 +409,9 @@ func trainingData(model *config.Model) (data.Source, error) {
 }
 
 // singleProcess trains with nn.Trainer, reading the next batch while a
-// step runs, and returns samples/s after the first step.
+// step runs, and returns samples/s after the first step. The caller runs
+// it on threads CPUs (onCPUs).
 func singleProcess(ctx context.Context, model *config.Model, threads, batch, steps int) (float64, error) {
-	// A t-thread process gets t Go processors too, as bench/pytorch gives
-	// its runs: else a 1-thread run's batch generator and garbage
-	// collector take the second core, which the 2-thread run shares.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads))
 	ends, err := trainTimed(ctx, model, 1, threads, batch, steps)
 	if err != nil {
 		return 0, err

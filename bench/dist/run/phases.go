@@ -78,7 +78,7 @@ type phaseRun struct {
 }
 
 func newPhaseRun(model *config.Model, threads, batch int) (*phaseRun, error) {
-	be, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	be, err := native.NewCPU(native.CPUOptions{Threads: threads, Pin: native.PinAuto})
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +115,7 @@ func newPhaseRun(model *config.Model, threads, batch int) (*phaseRun, error) {
 // rep times the layers one by one, then a step phase by phase and one as
 // training runs it, on batch i.
 func (r *phaseRun) rep(i int) error {
+	defer r.be.(*native.CPU).PinCaller()() // as heterps train runs its steps
 	layers, err := r.tr.Model.ProfileLayers(&nn.Step{Backend: r.be, Batch: r.batches[i], Train: true}, 1)
 	if err != nil {
 		return err

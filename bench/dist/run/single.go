@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -18,7 +20,8 @@ const (
 )
 
 // singleBlock prints single-process training at 1 and 2 threads (best of
-// singleRuns each), beside the GEMM-bound limit at the same thread count
+// singleRuns each), the process on as many CPUs as threads (onCPUs), beside
+// the GEMM-bound limit at the same thread count
 // and batch: the model's own GEMMs (those one training step issues,
 // recorded from a step) run alone, back to back, through native.CPU, for
 // as many steps as the training run and timed as a whole, in samples/s
@@ -38,12 +41,15 @@ func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w i
 	// should see the same load.
 	for range singleRuns {
 		for _, threads := range []int{1, 2} {
+			restore := onCPUs(threads)
 			r, err := singleProcess(ctx, model, threads, batch, steps)
 			if err != nil {
+				restore()
 				return 0, fmt.Errorf("single process, %d threads: %w", threads, err)
 			}
 			rates[threads] = max(rates[threads], r)
 			l, err := gemmBound(calls, threads, batch, steps)
+			restore()
 			if err != nil {
 				return 0, fmt.Errorf("GEMM-bound limit, %d threads: %w", threads, err)
 			}
@@ -111,10 +117,11 @@ type gemmLimit struct{ sustained, peak float64 }
 // threads, each on operands of its own, steps times, and returns batch
 // over the mean and over the fastest pass, in samples/s.
 func gemmBound(calls []gemmCall, threads, batch, steps int) (gemmLimit, error) {
-	be, err := native.NewCPU(native.CPUOptions{Threads: threads})
+	be, err := native.NewCPU(native.CPUOptions{Threads: threads, Pin: native.PinAuto})
 	if err != nil {
 		return gemmLimit{}, err
 	}
+	defer be.PinCaller()() // as the training it bounds runs
 	type operands struct{ a, b, c native.Buffer }
 	rng := rand.New(rand.NewPCG(1, 2))
 	random := func(n int) native.Buffer {
@@ -149,4 +156,22 @@ func gemmBound(calls []gemmCall, threads, batch, steps int) (gemmLimit, error) {
 	}
 	mean := time.Since(run) / time.Duration(steps)
 	return gemmLimit{sustained: float64(batch) / mean.Seconds(), peak: float64(batch) / best.Seconds()}, nil
+}
+
+// onCPUs runs this process on its first threads CPUs (all of them when it
+// may use no more), as `taskset` would a t-thread heterps train, with as
+// many Go processors: a 1-thread run's batch generator and garbage
+// collector share its one core, as the 2-thread run's share its two. It
+// returns what gives the process its CPUs back. Where the CPUs cannot be
+// set (off Linux), only GOMAXPROCS is.
+func onCPUs(threads int) (restore func()) {
+	old := runtime.GOMAXPROCS(0)
+	cpus, err := cpuset.Allowed()
+	if err == nil && threads < len(cpus) {
+		if back, err := cpuset.Restrict(cpus[:threads]); err == nil {
+			return func() { _ = back() }
+		}
+	}
+	runtime.GOMAXPROCS(threads)
+	return func() { runtime.GOMAXPROCS(old) }
 }
