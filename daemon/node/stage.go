@@ -58,9 +58,6 @@ func (a *Agent) runStage(ctx context.Context, t *task) {
 // replica dropped from its stage (elastic.go) stops before the first step
 // it is no longer a member of.
 func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *pipeline.Result) error {
-	if cpu, ok := w.Backend().(*native.CPU); ok {
-		defer cpu.PinCaller()() // the steps' thread on the stage's first CPU, when pinned
-	}
 	meter, busy := newMeter(), &busyTime{}
 	cpus := max(1, t.spec.Units*a.cfg.Threads)
 	for step := t.spec.FirstStep + 1; step <= t.spec.Steps && w.Member(step); step++ {

@@ -230,9 +230,6 @@ func (w *Worker) Close() error {
 	return nil
 }
 
-// Backend is the backend the replica's layers run on.
-func (w *Worker) Backend() native.Backend { return w.cfg.Backend }
-
 // Step runs step (1-based; steps go in order). It starts pulling the dense
 // parameters, then, in the order of Config.Schedule, for each micro-batch
 // takes its input, pulls its rows and runs forward (after the dense pull is
