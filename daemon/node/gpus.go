@@ -67,8 +67,10 @@ func checkOwnGPUs(cfg Config, haveCUDA bool, inv []api.GPU, invErr error) error 
 // train's: the daemon's own goroutines (its parameter-server shards, the
 // wire, the input) share the stage's CPUs, and a critical lane pinned to
 // one CPU cannot move away from them — make run's job (one 2-thread node)
-// ran 92k samples/s pinned against 106k unpinned on the 2-core Xeon VM,
-// its pinned main lane's CPU idle 23% of the run while the other queued.
+// ran 92k samples/s pinned against 102-107k unpinned on the 2-core Xeon
+// VM, its pinned main lane's CPU idle 23% of the run while the other
+// queued; 89-91k with the side lane left free, and 91-93k unpinned at
+// GOMAXPROCS 3.
 func stageBackend(kind string, gpu, units, threads int) (native.Backend, error) {
 	if kind == config.KindGPU {
 		b, err := newCUDABackend(gpu)
