@@ -78,7 +78,7 @@ func (b *CPU) pin(p Pinning) error {
 	}
 	switch {
 	case len(cpus) < b.threads && p == PinAlways:
-		return fmt.Errorf("native: pinning %d threads: this process may run on %d CPUs (%v)", b.threads, len(cpus), cpus)
+		return fmt.Errorf("native: pinning %d threads one to a CPU: this process may run on %d of them (CPUs %v)", b.threads, len(cpus), cpus)
 	case len(cpus) < b.threads, p == PinAuto && len(cpus) != b.threads:
 		return nil
 	}
