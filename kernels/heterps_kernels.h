@@ -128,8 +128,9 @@ int hps_embbag_fwd_split(hps_isa isa, hps_pool pool, int64_t table_rows, int64_t
 
 /* Unique ids in order of first occurrence: uniq receives them (capacity n),
  * index[i] = position of ids[i] in uniq. scratch must hold
- * hps_unique_scratch_len(n) int64s (an open-addressing hash table, load <= 1/2).
- * Any int64 is an id. Returns the number of unique ids, or HPS_EINVAL. */
+ * hps_unique_scratch_len(n) int64s (an open-addressing hash table, load <= 1/2;
+ * ids spanning no more values than that are indexed by value instead). Any
+ * int64 is an id. Returns the number of unique ids, or HPS_EINVAL. */
 int64_t hps_unique_scratch_len(int64_t n);
 int64_t hps_unique(int64_t n, const int64_t *ids, int64_t *uniq, int64_t *index,
                    int64_t *scratch);

@@ -102,13 +102,17 @@ func (b *CPU) EmbeddingBagBackward(pool Pool, dim int, offsets, ids []int64, dou
 // when done with index.
 func uniqueIDs(ids []int64) (uniq, index []int64, ws *[]int64) {
 	n := len(ids)
-	ws = getInt64s(2*n + int(C.hps_unique_scratch_len(C.int64_t(n))))
+	ws = getInt64s(2*n + uniqueScratchLen(n))
 	tmp, index, scratch := (*ws)[:n], (*ws)[n:2*n], (*ws)[2*n:]
 	count := C.hps_unique(C.int64_t(n), iptr(ids), iptr(tmp), iptr(index), iptr(scratch))
 	uniq = make([]int64, count)
 	copy(uniq, tmp)
 	return uniq, index, ws
 }
+
+// uniqueScratchLen is the int64s of scratch hps_unique and
+// hps_first_duplicate need for n ids.
+func uniqueScratchLen(n int) int { return int(C.hps_unique_scratch_len(C.int64_t(n))) }
 
 // firstDuplicateID returns the index of the first id equal to an earlier
 // one, or -1 when all are distinct.
@@ -117,7 +121,7 @@ func firstDuplicateID(ids []int64) int {
 	if n < 2 {
 		return -1
 	}
-	ws := getInt64s(int(C.hps_unique_scratch_len(C.int64_t(n))))
+	ws := getInt64s(uniqueScratchLen(n))
 	defer putInt64s(ws)
 	if at := int(C.hps_first_duplicate(C.int64_t(n), iptr(ids), iptr(*ws))); at < n {
 		return at

@@ -510,6 +510,33 @@ func TestUnique(t *testing.T) {
 	}
 }
 
+// TestUniqueOfCompactIDs: ids spanning few values (a pipeline stage's rows
+// of its local table) are found in order of first occurrence as the hash
+// table finds them, on both sides of the span the scratch can index by
+// value, near the ends of int64 too, and over dirty scratch.
+func TestUniqueOfCompactIDs(t *testing.T) {
+	rng := newRNG(13)
+	for _, n := range []int{1, 2, 7, 1000, 13312} {
+		room := int64(uniqueScratchLen(n)) // the span indexed by value
+		for _, c := range []struct {
+			lo   int64
+			span int64
+		}{{0, 1}, {0, int64(n)}, {-5, max(1, int64(n)/2)}, {0, room}, {0, room + 1}, {math.MaxInt64 - room + 1, room}, {math.MinInt64, room}} {
+			ids := make([]int64, n)
+			for i := range ids {
+				ids[i] = c.lo + rng.Int64N(c.span)
+			}
+			ids[0], ids[n-1] = c.lo, c.lo+c.span-1 // the span's ends
+			uniq, index, ws := uniqueIDs(ids)
+			wantU, wantI := refUnique(ids)
+			if !slices.Equal(uniq, wantU) || !slices.Equal(index, wantI) {
+				t.Fatalf("n=%d, ids in [%d, %d]: uniq %v index %v, want %v %v", n, c.lo, c.lo+c.span-1, uniq, index, wantU, wantI)
+			}
+			putInt64s(ws) // the next call may reuse dirty scratch
+		}
+	}
+}
+
 func TestFirstDuplicate(t *testing.T) {
 	rng := newRNG(12)
 	for _, n := range oddSizes {
@@ -571,6 +598,16 @@ func BenchmarkEmbeddingBagBackward(b *testing.B) {
 		b.Run(fmt.Sprintf("dim%d/unique", dim), func(b *testing.B) {
 			for b.Loop() {
 				_, _, ws := uniqueIDs(ids)
+				putInt64s(ws)
+			}
+		})
+		// The same ids as rows of a compact local table (a pipeline
+		// stage's batch): indexed by value, not hashed.
+		_, index, _ := uniqueIDs(ids)
+		local := slices.Clone(index)
+		b.Run(fmt.Sprintf("dim%d/unique-local", dim), func(b *testing.B) {
+			for b.Loop() {
+				_, _, ws := uniqueIDs(local)
 				putInt64s(ws)
 			}
 		})

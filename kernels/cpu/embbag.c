@@ -258,12 +258,38 @@ static inline int64_t find_or_add(int64_t *slots, uint64_t mask, int64_t key, in
   }
 }
 
+/* unique_direct is hps_unique for ids in [lo, lo + span), span at most the
+ * scratch's length: each id's position among the distinct ones is kept at
+ * scratch[id - lo], with no hashing and only span cells to clear — a pipeline
+ * stage's batch, whose ids are rows of its compact local table, is such. */
+static int64_t unique_direct(int64_t n, const int64_t *ids, int64_t *uniq, int64_t *index,
+                             int64_t *scratch, int64_t lo, uint64_t span) {
+  memset(scratch, 0xff, (size_t)span * sizeof(int64_t));
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t *at = scratch + ((uint64_t)ids[i] - (uint64_t)lo);
+    if (*at < 0) {
+      *at = count;
+      uniq[count++] = ids[i];
+    }
+    index[i] = *at;
+  }
+  return count;
+}
+
 int64_t hps_unique(int64_t n, const int64_t *ids, int64_t *uniq, int64_t *index,
                    int64_t *scratch) {
   if (n < 0 || n > (INT64_MAX >> 3)) return HPS_EINVAL;
   if (n == 0) return 0;
   if (!ids || !uniq || !index || !scratch) return HPS_EINVAL;
   const int64_t cap = table_cap(n);
+  int64_t lo = ids[0], hi = ids[0];
+  for (int64_t i = 1; i < n; i++) {
+    lo = ids[i] < lo ? ids[i] : lo;
+    hi = ids[i] > hi ? ids[i] : hi;
+  }
+  const uint64_t span = (uint64_t)hi - (uint64_t)lo + 1; /* 0 when every int64 is spanned */
+  if (span != 0 && span <= (uint64_t)(2 * cap)) return unique_direct(n, ids, uniq, index, scratch, lo, span);
   memset(scratch, 0xff, (size_t)(2 * cap) * sizeof(int64_t));
   int64_t count = 0;
   for (int64_t i = 0; i < n; i++) {
