@@ -461,6 +461,7 @@ func prefetchEpochs(ctx context.Context, src data.Source, epoch *atomic.Int64, s
 // evaluate scores the model on the held-out split.
 func evaluate(ctx context.Context, f *trainFlags, tr *nn.Trainer, opts data.Options, res *trainResult) error {
 	if f.evalSamples == 0 {
+		res.EvalSkipped = "--eval-samples 0"
 		return nil
 	}
 	if sp, err := data.ParseSpec(f.data); err == nil && sp.FIFO() {

@@ -687,3 +687,12 @@ func TestTrainPinsItsThreadsAsAsked(t *testing.T) {
 		t.Errorf("--pin sometimes: exit %d: %s", code, errs)
 	}
 }
+
+// TestTrainWithoutEvaluationSaysSo: --eval-samples 0 reports that nothing
+// was evaluated and why, not a held-out loss of 0 over 0 samples.
+func TestTrainWithoutEvaluationSaysSo(t *testing.T) {
+	code, out, errs := trainCLI(t, "--steps", "2", "--batch", "32", "--threads", "1", "--eval-samples", "0")
+	if code != exitOK || !strings.Contains(out, "held-out: not evaluated: --eval-samples 0") || strings.Contains(out, "held-out: 0 samples") {
+		t.Fatalf("exit %d:\n%s%s", code, out, errs)
+	}
+}
