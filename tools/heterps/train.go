@@ -120,7 +120,17 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	if f.device.cuda && f.isa != "" {
 		return nil, fmt.Errorf("train: --isa %s is for --device cpu, not %s", f.isa, f.device)
 	}
+	if f.device.cuda && flagSet(fs, "pin") {
+		return nil, fmt.Errorf("train: --pin %s is for --device cpu, not %s", f.pin, f.device)
+	}
 	return f, nil
+}
+
+// flagSet reports whether the command line gave flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // device is --device: the CPU, or the CUDA GPU of ordinal gpu.

@@ -688,6 +688,17 @@ func TestTrainPinsItsThreadsAsAsked(t *testing.T) {
 	}
 }
 
+// TestTrainRefusesCPUFlagsOnAGPU: --pin and --isa with --device cuda are
+// usage errors naming the flag, before any device is opened.
+func TestTrainRefusesCPUFlagsOnAGPU(t *testing.T) {
+	for flag, value := range map[string]string{"--pin": "always", "--isa": "avx2"} {
+		code, _, errs := trainCLI(t, "--device", "cuda", flag, value, "--steps", "1")
+		if code != exitUsage || !strings.Contains(errs, flag+" "+value+" is for --device cpu") {
+			t.Errorf("--device cuda %s %s: exit %d: %s", flag, value, code, errs)
+		}
+	}
+}
+
 // TestTrainWithoutEvaluationSaysSo: --eval-samples 0 reports that nothing
 // was evaluated and why, not a held-out loss of 0 over 0 samples.
 func TestTrainWithoutEvaluationSaysSo(t *testing.T) {
