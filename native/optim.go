@@ -34,7 +34,7 @@ func (b *CPU) Update(o Optim, w, g Buffer, state ...Buffer) error {
 	}
 	co := cOptim(o)
 	C.hps_update_split(b.cisa(), cOptKind(o.Kind), C.int64_t(len(wh)), fptr(wh), fptr(gh),
-		stateAt(st, 0, 0, len(wh)), stateAt(st, 1, 0, len(wh)), &co, C.int64_t(denseUpdateGrain), C.int(b.threads))
+		stateAt(st, 0, len(wh)), stateAt(st, 1, len(wh)), &co, C.int64_t(denseUpdateGrain), C.int(b.threads))
 	return nil
 }
 
@@ -78,7 +78,7 @@ func (b *CPU) UpdateRows(o Optim, table Buffer, tableRows, dim int, rows []int64
 	co := cOptim(o)
 	var bad C.int64_t
 	rc := C.hps_rows_update_split(b.cisa(), cOptKind(o.Kind), C.int64_t(tableRows), C.int64_t(dim), fptr(t),
-		C.int64_t(len(rows)), iptr(rows), fptr(gh), stateAt(st, 0, 0, len(t)), stateAt(st, 1, 0, len(t)), &co,
+		C.int64_t(len(rows)), iptr(rows), fptr(gh), stateAt(st, 0, len(t)), stateAt(st, 1, len(t)), &co,
 		C.int64_t(gatherGrain(len(rows), dim, b.threads)), C.int(b.threads), &bad)
 	if rc != C.HPS_OK {
 		// Unreachable after the checks above; reported rather than ignored.
@@ -121,16 +121,16 @@ func stateBuffers(op string, state []Buffer, n int) ([]HostBuffer, error) {
 	return out, nil
 }
 
-// stateAt is the C pointer to st[i][lo:hi], or NULL when there is no such
-// state buffer (SGD without momentum) or the range is empty.
 // denseUpdateGrain is the parameters of a piece of a dense update (256 KiB).
 const denseUpdateGrain = 64 << 10
 
-func stateAt(st []HostBuffer, i, lo, hi int) *C.float {
+// stateAt is the C pointer to st[i][:n], or NULL when there is no such
+// state buffer (SGD without momentum) or n is 0.
+func stateAt(st []HostBuffer, i, n int) *C.float {
 	if i >= len(st) {
 		return nil
 	}
-	return fptr(st[i][lo:hi])
+	return fptr(st[i][:n])
 }
 
 func cOptim(o Optim) C.hps_opt {
