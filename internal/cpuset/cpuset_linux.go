@@ -37,10 +37,8 @@ func Pin(cpus []int) error {
 	if err != nil {
 		return err
 	}
-	for range 2 { // a second pass catches threads started during the first
-		if err := pinThreads(set); err != nil {
-			return err
-		}
+	if err := pinThreads(set); err != nil {
+		return err
 	}
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(len(cpus))
@@ -64,12 +62,7 @@ func Restrict(cpus []int) (restore func() error, err error) {
 	}
 	return func() error {
 		defer runtime.GOMAXPROCS(procs)
-		for range 2 { // as in Pin
-			if err := pinThreads(old); err != nil {
-				return err
-			}
-		}
-		return nil
+		return pinThreads(old)
 	}, nil
 }
 
@@ -131,8 +124,18 @@ func setOf(cpus []int) (*unix.CPUSet, error) {
 	return &set, nil
 }
 
-// pinThreads sets the CPUs of every thread of this process.
+// pinThreads sets the CPUs of every thread of this process, in two passes:
+// the second catches threads started during the first.
 func pinThreads(set *unix.CPUSet) error {
+	for range 2 {
+		if err := pinThreadsOnce(set); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pinThreadsOnce(set *unix.CPUSet) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return fmt.Errorf("listing this process's threads: %w", err)
