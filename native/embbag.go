@@ -115,10 +115,13 @@ func uniqueIDs(ids []int64) (uniq, index []int64, ws *[]int64) {
 func uniqueScratchLen(n int) int { return int(C.hps_unique_scratch_len(C.int64_t(n))) }
 
 // firstDuplicateID returns the index of the first id equal to an earlier
-// one, or -1 when all are distinct.
+// one, or -1 when all are distinct. Strictly ascending ids (a parameter
+// server's slots, a batch's sorted rows) are distinct without the hash
+// pass, whose scratch and cgo call cost more than the scan on the few
+// rows a slab's run holds.
 func firstDuplicateID(ids []int64) int {
 	n := len(ids)
-	if n < 2 {
+	if n < 2 || strictlyAscending(ids) {
 		return -1
 	}
 	ws := getInt64s(uniqueScratchLen(n))
@@ -127,6 +130,15 @@ func firstDuplicateID(ids []int64) int {
 		return at
 	}
 	return -1
+}
+
+func strictlyAscending(ids []int64) bool {
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // int64Pool recycles the hash passes' scratch. Allocating and zeroing it on

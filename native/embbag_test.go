@@ -558,6 +558,16 @@ func TestFirstDuplicate(t *testing.T) {
 			t.Fatalf("n=%d distinct ids: first duplicate %d, want -1", len(distinct), got)
 		}
 	}
+	// Ascending but not strictly: the scan that spares strictly ascending
+	// ids the hash pass must not take a repeat for distinct.
+	for _, c := range []struct {
+		ids  []int64
+		want int
+	}{{[]int64{1, 2, 2, 3}, 2}, {[]int64{-5, -5}, 1}, {[]int64{1, 2, 3, 7}, -1}, {[]int64{4, 9, 9}, 2}} {
+		if got := firstDuplicateID(c.ids); got != c.want {
+			t.Fatalf("%v: first duplicate %d, want %d", c.ids, got, c.want)
+		}
+	}
 }
 
 // benchBags is a CTR-style batch: 512 samples x 26 slots, up to 3 ids per
