@@ -101,8 +101,9 @@ const psRowIndexBytes = 36
 // bytes a parameter-server shard spends per row it creates:
 // 4·dim·(1 + S) + 36, S the sparse optimiser's state buffers and 36 the
 // shard's id map and bookkeeping (ps.RowBytes). A shard holding r rows of a
-// table needs r times that, plus up to one slab of rows (ps.Config.SlabRows)
-// allocated ahead.
+// table needs r times that, plus the rows of at most one slab allocated
+// ahead (as many as it holds while it is small, about 4 MiB a buffer once
+// it is not).
 func EstimatePSRowBytes(m *config.Model) []TableRowBytes {
 	states := sparseStates(m)
 	var out []TableRowBytes

@@ -17,8 +17,8 @@
 //
 // A table row is created the first time it is pulled or pushed, with the
 // values daemon/initrow computes from (seed, table, id): what single-process
-// training starts from. Rows live in slabs of Config.SlabRows rows (one
-// allocation per slab and per optimiser state buffer, not per row) found
+// training starts from. Rows live in slabs (one allocation per slab and
+// per optimiser state buffer, not per row; slab.go sizes them) found
 // through an id -> slot map; Config.MaxRows caps the rows of all tables of a
 // shard together, and a pull or push that would exceed it fails with
 // ErrRowCap, creating nothing. Config.MemoryBytes is a byte budget over the

@@ -242,8 +242,8 @@ func (s *Shard) loadTable(f *ckpt.File, t *table, m paramMeta, step int64) error
 func (t *table) readSlabs(f *ckpt.File) error {
 	d := t.spec.Dim
 	for si, sl := range t.slabs {
-		first := si * t.slabRows
-		n := min(t.slabRows, len(t.ids)-first)
+		first := t.sizes.start(si)
+		n := min(t.sizes.rows(si), len(t.ids)-first)
 		bufs := append([][]float32{sl.value}, sl.state...)
 		for i, buf := range bufs {
 			if err := f.ReadFloat32At(stateName(t.spec.Name, i-1), buf[:n*d], int64(first*d)); err != nil {

@@ -60,7 +60,7 @@ type Config struct {
 	// A pull or push that would create rows past it fails with
 	// ErrMemoryBudget, creating none; the shard goes on serving.
 	MemoryBytes int64
-	SlabRows    int // rows per slab; 0 = DefaultSlabRows
+	SlabRows    int // rows per slab; 0 = slabs growing from DefaultSlabRows to about 4 MiB a buffer (slab.go)
 	// WaitTimeout is the longest wait of a pull whose context has no
 	// deadline, and how long a checkpoint waits for its step without any
 	// update coming (it waits while training goes on, however long that

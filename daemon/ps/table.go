@@ -12,11 +12,11 @@ import (
 )
 
 // table is a sparse embedding table. Rows are numbered by slot in order of
-// creation; slot k is row k%slabRows of slab k/slabRows.
+// creation and live in slabs, laid out by sizes.
 type table struct {
-	spec     TableSpec
-	slabRows int
-	nstate   int
+	spec   TableSpec
+	sizes  slabSizes
+	nstate int
 
 	stepped         // mu guards everything below as well
 	slot    idMap   // id -> slot
@@ -45,9 +45,12 @@ type table struct {
 func (t *table) replyBuffer(n int) *[]float32 { return pooled[float32](&t.replies, n, n/4) }
 
 // slab holds slabRows rows of values and of each optimiser state buffer.
+// args is its state as the optimiser takes it, boxed once: a step's update
+// calls it once per slab it touches, a hundred times for a ctrdnn step.
 type slab struct {
 	value []float32
 	state [][]float32
+	args  []native.Buffer
 }
 
 // scratchBuf returns scratch buffer i of n floats, kept across steps
@@ -63,15 +66,15 @@ func (t *table) scratchBuf(i, n int) []float32 {
 }
 
 func newTable(spec TableSpec, slabRows int) *table {
-	return &table{spec: spec, slabRows: slabRows, nstate: spec.Optim.Hyper.StateBuffers(),
+	return &table{spec: spec, sizes: slabSizesFor(slabRows, spec.Dim), nstate: spec.Optim.Hyper.StateBuffers(),
 		stepped: newStepped(), slot: newIDMap()}
 }
 
 // row returns the values of a slot.
 func (t *table) row(slot int) []float32 {
 	d := t.spec.Dim
-	r := slot % t.slabRows
-	return t.slabs[slot/t.slabRows].value[r*d : (r+1)*d]
+	si, r := t.sizes.locate(slot)
+	return t.slabs[si].value[r*d : (r+1)*d]
 }
 
 // lookup writes the slot of every id to slots, -1 where the id has no row
@@ -134,7 +137,7 @@ func (t *table) create(id int64) int {
 // and returns its slot.
 func (t *table) add(id int64) int {
 	k := len(t.ids)
-	if k == len(t.slabs)*t.slabRows {
+	if k == t.sizes.start(len(t.slabs)) {
 		t.slabs = append(t.slabs, t.newSlab())
 	}
 	t.ids = append(t.ids, id)
@@ -145,15 +148,16 @@ func (t *table) add(id int64) int {
 // state returns optimiser state buffer i of a slot's row.
 func (t *table) stateRow(slot, i int) []float32 {
 	d := t.spec.Dim
-	r := slot % t.slabRows
-	return t.slabs[slot/t.slabRows].state[i][r*d : (r+1)*d]
+	si, r := t.sizes.locate(slot)
+	return t.slabs[si].state[i][r*d : (r+1)*d]
 }
 
 func (t *table) newSlab() *slab {
-	n := t.slabRows * t.spec.Dim
-	sl := &slab{value: make([]float32, n), state: make([][]float32, t.nstate)}
+	n := t.sizes.rows(len(t.slabs)) * t.spec.Dim
+	sl := &slab{value: make([]float32, n), state: make([][]float32, t.nstate), args: make([]native.Buffer, t.nstate)}
 	for i := range sl.state {
 		sl.state[i] = make([]float32, n)
+		sl.args[i] = native.HostBuffer(sl.state[i])
 	}
 	return sl
 }
@@ -279,8 +283,9 @@ type slabRun struct{ slab, lo, hi int }
 func (t *table) slabRuns(slots []int) []slabRun {
 	var runs []slabRun
 	for lo := 0; lo < len(slots); {
-		si, hi := slots[lo]/t.slabRows, lo
-		for hi < len(slots) && slots[hi]/t.slabRows == si {
+		si, _ := t.sizes.locate(slots[lo])
+		end, hi := t.sizes.start(si+1), lo
+		for hi < len(slots) && slots[hi] < end {
 			hi++
 		}
 		runs = append(runs, slabRun{si, lo, hi})
@@ -312,19 +317,20 @@ func splitRuns(runs []slabRun, n int) [][]slabRun {
 // run.
 func (t *table) updateRuns(b native.Backend, o native.Optim, runs []slabRun, slots []int, g []float32) error {
 	d := t.spec.Dim
-	var local []int64
+	longest := 0
+	for _, r := range runs {
+		longest = max(longest, r.hi-r.lo)
+	}
+	local := make([]int64, 0, longest)
 	for _, r := range runs {
 		local = local[:0]
+		first := t.sizes.start(r.slab)
 		for _, k := range slots[r.lo:r.hi] {
-			local = append(local, int64(k%t.slabRows))
+			local = append(local, int64(k-first))
 		}
 		sl := t.slabs[r.slab]
-		state := make([]native.Buffer, len(sl.state))
-		for i, st := range sl.state {
-			state[i] = native.HostBuffer(st)
-		}
-		err := b.UpdateRows(o, native.HostBuffer(sl.value), t.slabRows, d, local,
-			native.HostBuffer(g[r.lo*d:r.hi*d]), state...)
+		err := b.UpdateRows(o, native.HostBuffer(sl.value), t.sizes.rows(r.slab), d, local,
+			native.HostBuffer(g[r.lo*d:r.hi*d]), sl.args...)
 		if err != nil {
 			return fmt.Errorf("table %q: slab %d: %w", t.spec.Name, r.slab, err)
 		}
