@@ -179,6 +179,9 @@ func (s *Shard) await(ctx context.Context, st *stepped, after int64) error {
 
 // checkOwned refuses ids that ShardOf places on another shard.
 func (s *Shard) checkOwned(ids []int64) error {
+	if s.cfg.Shards == 1 { // every id is the only shard's; the hashes cost ~3 ns a row
+		return nil
+	}
 	for i, id := range ids {
 		if got := ShardOf(id, s.cfg.Shards); got != s.cfg.Shard {
 			return fmt.Errorf("ids[%d] = %d lives on shard %d: %w", i, id, got, ErrWrongShard)
