@@ -1,6 +1,9 @@
 package node
 
-import "github.com/heterps/heterps/daemon/api"
+import (
+	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/cpuset"
+)
 
 // The compute thread. A stage task runs its kernels on its own goroutine,
 // while the wire transport, the parameter-server service and the ring
@@ -43,7 +46,7 @@ func (a *Agent) onComputeThread(t *task) {
 	if a.cfg.ComputeNice == 0 || !a.waitsOnOthers(t.spec) {
 		return
 	}
-	if _, err := lowerThreadPriority(a.cfg.ComputeNice); err != nil {
+	if _, err := cpuset.LowerThreadPriority(a.cfg.ComputeNice); err != nil {
 		a.taskLog(t.spec).Warn("the stage's kernels run at the daemon's priority", "err", err)
 	}
 }

@@ -56,35 +56,6 @@ func countNice(nices map[int]int, nice int) int {
 	return n
 }
 
-func TestLowerThreadPriority(t *testing.T) {
-	base, ok := statNice("/proc/thread-self/stat")
-	if !ok {
-		t.Skip("no /proc/thread-self/stat")
-	}
-	type outcome struct {
-		set, read int
-		err       error
-	}
-	lower := func(by int) outcome {
-		done := make(chan outcome)
-		go func() {
-			set, err := lowerThreadPriority(by)
-			read, _ := statNice("/proc/thread-self/stat")
-			done <- outcome{set, read, err}
-		}() // exits locked: its thread ends with it
-		return <-done
-	}
-	if o := lower(3); o.err != nil || o.set != min(base+3, 19) || o.read != o.set {
-		t.Errorf("by 3 from %d: set %d, read %d, %v", base, o.set, o.read, o.err)
-	}
-	if o := lower(19); o.err != nil || o.set != 19 || o.read != 19 {
-		t.Errorf("by 19 from %d: set %d, read %d, %v (want 19, the lowest)", base, o.set, o.read, o.err)
-	}
-	if now, _ := statNice("/proc/thread-self/stat"); now != base {
-		t.Errorf("the test's own thread went from nice %d to %d", base, now)
-	}
-}
-
 // TestStageRunsOnALowerPriorityThread runs a job on a node with
 // ComputeNice: while it trains, one of the process's threads runs at that
 // many nice levels below the rest, and once the job is cancelled and its

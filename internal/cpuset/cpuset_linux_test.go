@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,4 +140,48 @@ func threadCPUs(t *testing.T) map[int]string {
 		}
 	}
 	return out
+}
+
+func TestLowerThreadPriority(t *testing.T) {
+	base, ok := statNice("/proc/thread-self/stat")
+	if !ok {
+		t.Skip("no /proc/thread-self/stat")
+	}
+	type outcome struct {
+		set, read int
+		err       error
+	}
+	lower := func(by int) outcome {
+		done := make(chan outcome)
+		go func() {
+			set, err := LowerThreadPriority(by)
+			read, _ := statNice("/proc/thread-self/stat")
+			done <- outcome{set, read, err}
+		}() // exits locked: its thread ends with it
+		return <-done
+	}
+	if o := lower(3); o.err != nil || o.set != min(base+3, 19) || o.read != o.set {
+		t.Errorf("by 3 from %d: set %d, read %d, %v", base, o.set, o.read, o.err)
+	}
+	if o := lower(19); o.err != nil || o.set != 19 || o.read != 19 {
+		t.Errorf("by 19 from %d: set %d, read %d, %v (want 19, the lowest)", base, o.set, o.read, o.err)
+	}
+	if now, _ := statNice("/proc/thread-self/stat"); now != base {
+		t.Errorf("the test's own thread went from nice %d to %d", base, now)
+	}
+}
+
+// statNice reads the nice field (the 19th) of a /proc stat file.
+func statNice(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
+	if len(fields) < 17 {
+		return 0, false
+	}
+	nice, err := strconv.Atoi(fields[16])
+	return nice, err == nil
 }

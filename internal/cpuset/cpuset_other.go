@@ -2,7 +2,10 @@
 
 package cpuset
 
-import "errors"
+import (
+	"errors"
+	"runtime"
+)
 
 var errLinux = errors.New("pinning to CPUs needs Linux")
 
@@ -23,3 +26,10 @@ func PinThreadTo(int) (func(), error) { return nil, errLinux }
 
 // Restrict refuses off Linux.
 func Restrict([]int) (func() error, error) { return nil, errLinux }
+
+// LowerThreadPriority locks the goroutine to its thread; thread priorities
+// are set on Linux only.
+func LowerThreadPriority(int) (int, error) {
+	runtime.LockOSThread()
+	return 0, errors.New("thread priorities are set on Linux only")
+}

@@ -47,6 +47,9 @@ type profileFlags struct {
 	// syncInProcess runs a stage's replicas as goroutines of this process
 	// instead of one process each, as node daemons run them.
 	syncInProcess bool
+	// pin deals the CPUs to the replica processes as `heterps run` deals
+	// them to its node daemons.
+	pin bool
 	// submit sends the measured types to the coordinator coord reaches,
 	// which stores them per (model, type) and plans the model's jobs on
 	// them (PUT /v1/profiles/{model}).
@@ -74,6 +77,7 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	fs.StringVar(&f.data, "data", "synthetic:1", "data the measured stage reads (its ids decide the rows pulled and pushed), as the job's data")
 	fs.IntVar(&f.syncRounds, "sync-rounds", 3, "rounds of stage runs over the ks; each k keeps its median round")
 	fs.IntVar(&f.syncSteps, "sync-steps", 100, "steps of the whole model as one stage of k replicas (k from --units) to time, after 3 warm-up steps; 0 measures no synchronisation")
+	fs.BoolVar(&f.pin, "pin", true, "pin each replica process of the synchronisation runs to as many of this machine's CPUs as a unit has threads, dealt in turn, and run its steps on a thread niced as heterpsd's compute thread is (compute_nice) where replicas wait on each other: as `heterps run` runs its node daemons")
 	fs.BoolVar(&f.syncInProcess, "sync-in-process", false, "run the k replicas of the synchronisation runs in this process instead of one process each (as k node daemons run them; processes on one machine also share its cores, which goroutines of one process share more cheaply)")
 	fs.TextVar(&f.device, "device", device{}, "where the layers are timed: cpu, or cuda[:N] (GPU N is one unit of --type; a CUDA build: make build-cuda)")
 	fs.BoolVar(&f.submit, "submit", false, "also send the measured types (this one and those kept by --into) to the coordinator, which plans the model's jobs on them")

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/internal/gctune"
 )
 
@@ -57,6 +59,8 @@ type replicaPeers struct {
 type replicaReport struct {
 	Run   replicaRun `json:"run"`
 	PID   int        `json:"pid"`
+	CPUs  string     `json:"cpus,omitempty"` // the CPUs it was pinned to
+	Nice  int        `json:"nice"`           // its steps' thread's nice, -1 when not lowered
 	Error string     `json:"error,omitempty"`
 }
 
@@ -65,12 +69,35 @@ func (r *replicaReport) failure() string { return r.Error }
 // replicaLine is a line a child writes, which says so when it failed.
 type replicaLine interface{ failure() string }
 
-// replicaArgs are the flags of the child that runs replica i of k.
-func replicaArgs(s stageSetup, k, i int) []string {
+// replicaArgs are the flags of the child that runs replica i of k, on
+// cpus ("": not pinned).
+func replicaArgs(s stageSetup, k, i int, cpus string) []string {
 	args := []string{"profile-replica", "--model", s.modelRef, "--data", s.data, "--batch", strconv.Itoa(s.batch),
 		"--dense-sync", s.denseSync, "--warmup", strconv.Itoa(s.warmup), "--steps", strconv.Itoa(s.steps),
 		"--replicas", strconv.Itoa(k), "--replica", strconv.Itoa(i)}
+	if cpus != "" {
+		args = append(args, "--cpus", cpus)
+	}
+	if s.pinThreads > 0 && k > 1 { // each waits on the others, as a node's task then does
+		args = append(args, "--compute-nice", strconv.Itoa(config.DefaultComputeNice))
+	}
 	return append(args, s.unitArgs...)
+}
+
+// replicaCPUs are the CPUs of each of k replica processes: pinOffers'
+// deal of this machine's CPUs, or none when s pins nothing or the CPUs
+// are unknown.
+func replicaCPUs(s stageSetup, k int) []string {
+	out := make([]string, k)
+	if s.pinThreads == 0 {
+		return out
+	}
+	allowed, _ := cpuset.Allowed()
+	offers := make([]offer, k)
+	for i := range offers {
+		offers[i] = offer{units: 1, threads: s.pinThreads}
+	}
+	return pinOffers(offers, allowed)
 }
 
 // stageRunProcesses runs s on k replicas, one process each, and times its
@@ -91,11 +118,12 @@ func stageRunProcesses(ctx context.Context, s stageSetup, k int) (*stageTimes, e
 		return nil, fmt.Errorf("profile: %d replica processes, dense_sync %s: %w", k, s.denseSync, err)
 	}
 	runs, pids := make([]replicaRun, k), make([]int, k)
+	cpus, nices := make([]string, k), make([]int, k)
 	for i, r := range reps {
-		runs[i], pids[i] = r.Run, r.PID
+		runs[i], pids[i], cpus[i], nices[i] = r.Run, r.PID, r.CPUs, r.Nice
 	}
 	t := stageTimesOf(runs, s.steps)
-	t.pids = pids
+	t.pids, t.cpus, t.nices = pids, cpus, nices
 	return t, nil
 }
 
@@ -116,8 +144,9 @@ func startReplicas(ctx context.Context, s stageSetup, k int) (replicaProcs, erro
 		return nil, err
 	}
 	var kids replicaProcs
+	cpus := replicaCPUs(s, k)
 	for i := range k {
-		p, err := startReplica(ctx, prog, replicaArgs(s, k, i))
+		p, err := startReplica(ctx, prog, replicaArgs(s, k, i, cpus[i]))
 		if err != nil {
 			return kids, fmt.Errorf("replica %d: %w", i, err)
 		}
@@ -311,6 +340,8 @@ type replicaFlags struct {
 	model, data, denseSync         string
 	batch, warmup, steps, k, index int
 	unitThreads, gpu               int
+	cpus                           []int // pinned to these; nil: not pinned
+	computeNice                    int   // the steps' thread's nice, above the process's
 }
 
 func parseReplicaFlags(args []string) (*replicaFlags, error) {
@@ -327,8 +358,19 @@ func parseReplicaFlags(args []string) (*replicaFlags, error) {
 	fs.IntVar(&f.index, "replica", -1, "")
 	fs.IntVar(&f.unitThreads, "unit-threads", 1, "")
 	fs.IntVar(&f.gpu, "gpu", -1, "")
+	cpus := fs.String("cpus", "", "")
+	fs.IntVar(&f.computeNice, "compute-nice", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *cpus != "" {
+		var err error
+		if f.cpus, err = config.ParseCPUList(*cpus); err != nil {
+			return nil, fmt.Errorf("--cpus: %w", err)
+		}
+	}
+	if f.computeNice < 0 || f.computeNice > config.MaxComputeNice {
+		return nil, fmt.Errorf("--compute-nice %d: want 0 to %d", f.computeNice, config.MaxComputeNice)
 	}
 	if f.k < 1 || f.index < 0 || f.index >= f.k || f.batch < f.k || f.steps < 1 || f.warmup < 0 || f.unitThreads < 1 {
 		return nil, fmt.Errorf("replica %d of %d, batch %d, %d steps after %d, %d threads: out of range", f.index, f.k, f.batch, f.steps, f.warmup, f.unitThreads)
@@ -355,6 +397,13 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	if err != nil {
 		return err
 	}
+	var pinned []int // what this process now runs on, for the report
+	if f.cpus != nil {
+		if err := cpuset.Pin(f.cpus); err != nil {
+			return fmt.Errorf("--cpus: %w", err)
+		}
+		pinned, _ = cpuset.Allowed()
+	}
 	cfg, err := config.LoadModel(f.model)
 	if err != nil {
 		return err
@@ -369,7 +418,7 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	if f.gpu < 0 { // the collector's slack a node of these threads keeps (heterpsd)
 		defer gctune.Start(ctx, gctune.NodeHeadroom(f.unitThreads, runtime.NumCPU()))()
 	}
-	r := &stageRunner{setup: setup, k: f.k}
+	r := &stageRunner{setup: setup, k: f.k, computeNice: f.computeNice, pinned: pinned}
 	defer r.close()
 	return r.runReplica(ctx, cancel, f.index, stdin, out)
 }
@@ -426,13 +475,46 @@ func (r *stageRunner) runReplica(ctx context.Context, cancel func(), i int, stdi
 		return err
 	}
 	r.workers = append(r.workers, w)
-	run, err := r.runSteps(ctx, w)
+	run, nice, err := r.runStepsNiced(ctx, w)
 	if err != nil {
 		return err
 	}
-	if err := out.Encode(replicaReport{Run: run, PID: os.Getpid()}); err != nil {
+	rep := replicaReport{Run: run, PID: os.Getpid(), Nice: nice}
+	if r.pinned != nil {
+		rep.CPUs = config.FormatCPUList(r.pinned)
+	}
+	if err := out.Encode(rep); err != nil {
 		return err
 	}
 	<-parentGone
 	return nil
+}
+
+// runStepsNiced is runSteps on a goroutine of its own whose thread it
+// lowers by r.computeNice first, as heterpsd runs a stage task that waits
+// on other processes (daemon/node's compute.go says why); the thread exits
+// with the goroutine.
+// It returns the nice it set, -1 when it set none.
+func (r *stageRunner) runStepsNiced(ctx context.Context, w *pipeline.Worker) (replicaRun, int, error) {
+	if r.computeNice == 0 {
+		run, err := r.runSteps(ctx, w)
+		return run, -1, err
+	}
+	type result struct {
+		run  replicaRun
+		nice int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nice, err := cpuset.LowerThreadPriority(r.computeNice)
+		if err != nil {
+			nice = -1
+			fmt.Fprintln(os.Stderr, "heterps profile-replica: the steps run at the process's priority:", err)
+		}
+		run, err := r.runSteps(ctx, w)
+		done <- result{run, nice, err}
+	}()
+	res := <-done
+	return res.run, res.nice, res.err
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/internal/cpuset"
 )
 
 func replicaSetup(t *testing.T, sync, data string) stageSetup {
@@ -39,6 +41,61 @@ func TestStageRunProcessesGivesEachReplicaAProcess(t *testing.T) {
 			t.Errorf("%s: replicas ran in processes %v (this one is %d), want two others", sync, st.pids, os.Getpid())
 		}
 	}
+}
+
+// Pinned, the replica processes run on the CPUs heterps run would deal
+// its node daemons, and where several wait on each other, their steps run
+// on a thread niced by compute_nice's default, as heterpsd runs a stage;
+// unpinned, neither.
+func TestStageRunProcessesPinAsHeterpsRunDoes(t *testing.T) {
+	allowed, err := cpuset.Allowed()
+	if err != nil || len(allowed) < 2 {
+		t.Skipf("needs 2 CPUs to pin to: %v %v", allowed, err)
+	}
+	base, ok := threadNice()
+	if !ok {
+		t.Skip("no /proc/thread-self/stat")
+	}
+	s := replicaSetup(t, config.DenseSyncAllreduce, "synthetic:1")
+	s.pinThreads = 1
+	for _, k := range []int{1, 2} {
+		st, err := stageRunProcesses(context.Background(), s, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range k {
+			wantNice := -1
+			if k > 1 {
+				wantNice = min(base+config.DefaultComputeNice, 19)
+			}
+			if want := strconv.Itoa(allowed[i]); st.cpus[i] != want || st.nices[i] != wantNice {
+				t.Errorf("k=%d replica %d: CPUs %q, steps at nice %d; want CPUs %s, nice %d", k, i, st.cpus[i], st.nices[i], want, wantNice)
+			}
+		}
+	}
+	s.pinThreads = 0
+	st, err := stageRunProcesses(context.Background(), s, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.cpus[0] != "" || st.cpus[1] != "" || st.nices[0] != -1 || st.nices[1] != -1 {
+		t.Errorf("unpinned: CPUs %q, nices %v; want none", st.cpus, st.nices)
+	}
+}
+
+// threadNice reads the calling thread's nice value.
+func threadNice() (int, bool) {
+	b, err := os.ReadFile("/proc/thread-self/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
+	if len(fields) < 17 {
+		return 0, false
+	}
+	nice, err := strconv.Atoi(fields[16])
+	return nice, err == nil
 }
 
 // A replica that fails ends the run at once, naming it and why; the
@@ -91,6 +148,9 @@ func TestReplicaFlagsRefuseOutOfRange(t *testing.T) {
 		{"--replicas", "4", "--replica", "0", "--batch", "2", "--steps", "1"},
 		{"--replicas", "1", "--replica", "0", "--batch", "8", "--steps", "0"},
 		{"--replicas", "1", "--replica", "0", "--batch", "8", "--steps", "1", "--dense-sync", "auto"},
+		{"--replicas", "1", "--replica", "0", "--batch", "8", "--steps", "1", "--cpus", "0-x"},
+		{"--replicas", "1", "--replica", "0", "--batch", "8", "--steps", "1", "--compute-nice", "20"},
+		{"--replicas", "1", "--replica", "0", "--batch", "8", "--steps", "1", "--compute-nice", "-1"},
 	} {
 		if _, err := parseReplicaFlags(args); err == nil {
 			t.Errorf("%v: accepted", args)

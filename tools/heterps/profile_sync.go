@@ -44,6 +44,10 @@ type stageTimes struct {
 	step     float64 // seconds per step, wall
 	replicas []pipeline.Result
 	pids     []int // the replicas' processes, when each had its own
+	// Where each replica process ran, when --pin pinned it: its CPUs, and
+	// the nice of the thread that ran its steps ("" and -1 otherwise).
+	cpus  []string
+	nices []int
 }
 
 // stageSetup is what stageRun needs besides the replica count.
@@ -61,6 +65,10 @@ type stageSetup struct {
 	// model as --model names it, and the flags that open the same units.
 	modelRef string
 	unitArgs []string
+	// pinThreads, when not 0, pins each replica process to that many of
+	// this machine's CPUs, dealt in turn as `heterps run` deals them to its
+	// node daemons (pinOffers).
+	pinThreads int
 }
 
 // splits checks that the stage's batch gives each of k replicas a row.
@@ -127,6 +135,10 @@ type stageRunner struct {
 	serving sync.WaitGroup
 	closers []func()
 	workers []*pipeline.Worker
+	// A replica process's CPUs, when pinned, and how much runStepsNiced
+	// lowers its steps' thread.
+	pinned      []int
+	computeNice int
 }
 
 func (r *stageRunner) close() {
@@ -421,9 +433,13 @@ func measureSync(ctx context.Context, cfg *config.Model, f *profileFlags, prob *
 	setup := stageSetup{model: cfg, data: f.data, batch: f.batch, denseSync: config.DenseSyncPS,
 		warmup: syncWarmup, steps: f.syncSteps, backend: cpuUnits(f.unitThreads),
 		modelRef: f.model, unitArgs: []string{"--unit-threads", strconv.Itoa(f.unitThreads)}}
+	if f.pin {
+		setup.pinThreads = f.unitThreads
+	}
 	units := f.units
 	if f.device.cuda {
 		setup.backend, setup.unitArgs = gpuUnits(f.device.gpu), []string{"--gpu", strconv.Itoa(f.device.gpu)}
+		setup.pinThreads = 0
 		var err error
 		if units, err = unitsOnGPUs(f.units, f.device.gpu, cudaGPUCount); err != nil {
 			return nil, err
@@ -653,6 +669,12 @@ func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, e
 			path := "wire"
 			if i == 0 {
 				path = "local"
+			}
+			if i < len(r.cpus) && r.cpus[i] != "" {
+				path += ", CPUs " + r.cpus[i]
+			}
+			if i < len(r.nices) && r.nices[i] > 0 {
+				path += fmt.Sprintf(", steps at nice %d", r.nices[i])
 			}
 			line += fmt.Sprintf("; replica %d (PS %s): compute %.2f, pull wait %.2f, push %.2f, input wait %.2f ms", i, path,
 				ms(x.Compute), ms(x.Pull), ms(x.Push), ms(x.Input))
