@@ -95,7 +95,7 @@ func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
 				folded = p.Types[0].DenseSync
 			}
 			for _, want := range []string{"# folded into oct and alpha: the synchronisation of dense_sync = " + folded,
-				"# k = 1: ", "# k = 2: ", "replica 0 (PS local)", "replica 1 (PS wire)", "# alpha = "} {
+				"# k = 1: ", "# k = 2: ", "replica 0 (PS local", "replica 1 (PS wire", "# alpha = "} {
 				if !strings.Contains(src, want) {
 					t.Errorf("the file lacks %q:\n%s", want, src)
 				}
