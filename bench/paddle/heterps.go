@@ -43,3 +43,11 @@ func (t heterpsTools) train(ctx context.Context, o options, threads int) measure
 func (t heterpsTools) run(ctx context.Context, o options, batch int) measured {
 	return fromHeterps(t.Run(ctx, t.job(o, batch), psWorkers, ""))
 }
+
+// runAsync is run with the replicas asynchronous (mode = "asp"), as
+// Paddle's parameter-server workers are.
+func (t heterpsTools) runAsync(ctx context.Context, o options, batch int) measured {
+	job := t.job(o, batch)
+	job.Mode = "asp"
+	return fromHeterps(t.Run(ctx, job, psWorkers, ""))
+}

@@ -123,6 +123,7 @@ func run(ctx context.Context, o options, outPath string) error {
 	}
 	r.heterpsPS = heterps.run(ctx, o, o.batch)
 	r.heterpsPSMatched = heterps.run(ctx, o, psWorkers*o.batch)
+	r.heterpsASP = heterps.runAsync(ctx, o, o.batch)
 	r.paddlePS = paddlePSRun(ctx, o, dir)
 	r.print(res)
 	return res.Close()

@@ -111,6 +111,7 @@ func TestReportPrintsRatiosAndWhyFiguresAreMissing(t *testing.T) {
 		},
 		heterpsPS:        measured{samplesPerS: 5000, loss: 0.3},
 		heterpsPSMatched: measured{err: errors.New("node lost")},
+		heterpsASP:       measured{samplesPerS: 7000, loss: 0.3},
 		paddlePS:         measured{samplesPerS: 2000, loss: 0.5},
 	}
 	var b strings.Builder
@@ -123,7 +124,9 @@ func TestReportPrintsRatiosAndWhyFiguresAreMissing(t *testing.T) {
 	for _, want := range []string{"1 3000 1000 3.00x 3000 - 0.3000 0.4000", "2 6000 not measured - - - 0.3000 -",
 		"Paddle single process, 2 threads: no module named paddle", ": 2000 samples/s",
 		"heterps train - 3.00x", "heterps run, 2 nodes, job batch = worker batch - 2.50x",
-		"heterps run, 2 nodes, replica batch = worker batch - -", "heterps run, replica batch = worker batch: node lost"} {
+		"heterps run, 2 nodes, replica batch = worker batch - -", "heterps run, replica batch = worker batch: node lost",
+		"replicas asynchronous (mode = \"asp\", as Paddle's workers are): 7000 samples/s",
+		"heterps run, 2 nodes, job batch = worker batch, ASP (Paddle's mode) - 3.50x"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

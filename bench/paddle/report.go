@@ -19,6 +19,9 @@ type report struct {
 	// heterpsPSMatched is heterps run at psWorkers times the batch: each
 	// replica's step is as large as each Paddle worker's.
 	heterpsPSMatched measured
+	// heterpsASP is heterps run with asynchronous replicas, Paddle's
+	// parameter servers' mode, at the same job batch as heterpsPS.
+	heterpsASP measured
 }
 
 func (m measured) rate() string {
@@ -65,6 +68,8 @@ func (r report) print(w io.Writer) {
 		psWorkers, r.heterpsPS.rate(), r.heterpsPS.perCPU(), r.heterpsPS.lossText())
 	fmt.Fprintf(w, "  the same, replica batch = Paddle's worker batch (job batch x%d): %s samples/s, %s per CPU s, loss %s\n",
 		psWorkers, r.heterpsPSMatched.rate(), r.heterpsPSMatched.perCPU(), r.heterpsPSMatched.lossText())
+	fmt.Fprintf(w, "  the same, job batch = Paddle's worker batch, replicas asynchronous (mode = \"asp\", as Paddle's workers are): %s samples/s, %s per CPU s, loss %s\n",
+		r.heterpsASP.rate(), r.heterpsASP.perCPU(), r.heterpsASP.lossText())
 	fmt.Fprintf(w, "  Paddle fleet PS (2.6, async), 1 server + %d one-thread workers: %s samples/s (all workers' timed samples over the union of their windows), %s per CPU s, loss %s\n",
 		psWorkers, r.paddlePS.rate(), r.paddlePS.perCPU(), r.paddlePS.lossText())
 	if len(r.single) > 0 {
@@ -75,6 +80,7 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(tw, "heterps train\t%s\t%s\t\n", ratio(last.heterps, last.paddle), ratio(last.heterps, r.paddlePS))
 		fmt.Fprintf(tw, "heterps run, %d nodes, job batch = worker batch\t%s\t%s\t\n", psWorkers, ratio(r.heterpsPS, last.paddle), ratio(r.heterpsPS, r.paddlePS))
 		fmt.Fprintf(tw, "heterps run, %d nodes, replica batch = worker batch\t%s\t%s\t\n", psWorkers, ratio(r.heterpsPSMatched, last.paddle), ratio(r.heterpsPSMatched, r.paddlePS))
+		fmt.Fprintf(tw, "heterps run, %d nodes, job batch = worker batch, ASP (Paddle's mode)\t%s\t%s\t\n", psWorkers, ratio(r.heterpsASP, last.paddle), ratio(r.heterpsASP, r.paddlePS))
 		tw.Flush()
 	}
 	fmt.Fprintln(w, "per CPU s: samples trained per second of user+system CPU, which the other work on a shared machine does not dilute;")
@@ -101,6 +107,9 @@ func (r report) printFailures(w io.Writer) {
 	}
 	if r.heterpsPSMatched.err != nil {
 		lines = append(lines, fmt.Sprintf("heterps run, replica batch = worker batch: %v", r.heterpsPSMatched.err))
+	}
+	if r.heterpsASP.err != nil {
+		lines = append(lines, fmt.Sprintf("heterps run, ASP: %v", r.heterpsASP.err))
 	}
 	if r.paddlePS.err != nil {
 		lines = append(lines, fmt.Sprintf("Paddle PS: %v", r.paddlePS.err))

@@ -61,7 +61,8 @@ func Build(ctx context.Context, dir, catalogPath, unitType, name string, nodes i
 type Job struct {
 	Model, Data string
 	Steps       int
-	Batch       int // samples a step, of the whole job
+	Batch       int    // samples a step, of the whole job
+	Mode        string // heterps run's: "bsp" ("") or "asp"
 }
 
 // Train is `heterps train` of job with threads kernel threads.
@@ -70,7 +71,7 @@ func (t Tools) Train(ctx context.Context, job Job, threads int) (Result, error) 
 		"--batch", strconv.Itoa(job.Batch), "--threads", strconv.Itoa(threads), "--eval-samples", "0", "--json")
 }
 
-// Run is `heterps run` of job, BSP, on nodes of the catalog's nodes, its
+// Run is `heterps run` of job, in its mode, on nodes of the catalog's nodes, its
 // throughput floor the one that plans one stage on all of them, its
 // dense parameters synced by denseSync ("" for the job's default).
 func (t Tools) Run(ctx context.Context, job Job, nodes int, denseSync string) (Result, error) {
@@ -78,7 +79,7 @@ func (t Tools) Run(ctx context.Context, job Job, nodes int, denseSync string) (R
 	if err != nil {
 		return Result{}, err
 	}
-	path := filepath.Join(t.Dir, fmt.Sprintf("job-%d-%d-%s.toml", nodes, job.Batch, denseSync))
+	path := filepath.Join(t.Dir, fmt.Sprintf("job-%d-%d-%s-%s.toml", nodes, job.Batch, denseSync, job.Mode))
 	if err := os.WriteFile(path, jobFile(job, limit, denseSync), 0o600); err != nil {
 		return Result{}, err
 	}
@@ -87,8 +88,12 @@ func (t Tools) Run(ctx context.Context, job Job, nodes int, denseSync string) (R
 
 // jobFile is the job file of job at throughput floor limit.
 func jobFile(job Job, limit float64, denseSync string) []byte {
-	text := fmt.Appendf(nil, "version = 1\nname = \"bench\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = \"bsp\"\nseed = 1\n",
-		job.Model, job.Data, job.Batch, job.Steps, limit)
+	mode := job.Mode
+	if mode == "" {
+		mode = "bsp"
+	}
+	text := fmt.Appendf(nil, "version = 1\nname = \"bench\"\nmodel = %q\ndata = %q\nbatch = %d\nsteps = %d\nthroughput_limit = %g\nmethod = \"exact\"\nmode = %q\nseed = 1\n",
+		job.Model, job.Data, job.Batch, job.Steps, limit, mode)
 	if denseSync != "" {
 		text = fmt.Appendf(text, "dense_sync = %q\n", denseSync)
 	}

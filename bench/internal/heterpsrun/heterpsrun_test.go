@@ -21,3 +21,12 @@ func TestJobFileParsesAsTheJobAsked(t *testing.T) {
 		}
 	}
 }
+
+func TestJobFileRunsInTheModeAsked(t *testing.T) {
+	for mode, want := range map[string]string{"": "bsp", "bsp": "bsp", "asp": "asp"} {
+		jf, err := config.ParseJob("bench.toml", jobFile(Job{Model: "ctrdnn", Data: "synthetic:1", Steps: 10, Batch: 64, Mode: mode}, 1000, ""))
+		if err != nil || jf.Mode != want {
+			t.Errorf("mode %q: parsed %+v, %v; want mode %s", mode, jf, err, want)
+		}
+	}
+}
