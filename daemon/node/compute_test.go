@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/cpuset"
 )
 
 // threadNices returns the nice value of every thread of this process.
@@ -21,29 +22,14 @@ func threadNices(t *testing.T) map[int]int {
 	}
 	out := map[int]int{}
 	for _, p := range paths {
-		nice, ok := statNice(p)
-		if !ok {
+		tid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		nice, err := cpuset.ThreadNice(tid)
+		if err != nil {
 			continue // the thread exited meanwhile
 		}
-		tid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		out[tid] = nice
 	}
 	return out
-}
-
-// statNice reads the nice field (the 19th) of a /proc stat file.
-func statNice(path string) (int, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
-	if len(fields) < 17 {
-		return 0, false
-	}
-	nice, err := strconv.Atoi(fields[16])
-	return nice, err == nil
 }
 
 func countNice(nices map[int]int, nice int) int {
@@ -61,9 +47,9 @@ func countNice(nices map[int]int, nice int) int {
 // many nice levels below the rest, and once the job is cancelled and its
 // tasks have ended, none does.
 func TestStageRunsOnALowerPriorityThread(t *testing.T) {
-	base, ok := statNice("/proc/thread-self/stat")
-	if !ok || base+7 > 19 {
-		t.Skipf("no /proc/thread-self/stat, or nice %d already near the bottom", base)
+	base, err := cpuset.ThreadNice(0)
+	if err != nil || base+7 > 19 {
+		t.Skipf("nice %d already near the bottom, or unknown: %v", base, err)
 	}
 	want := base + 7
 	// A goroutine that ends locked to the main thread leaves it parked for

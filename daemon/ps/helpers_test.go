@@ -196,3 +196,17 @@ func bigBlockShard(t testing.TB, replicas, n int) *Shard {
 	}
 	return s
 }
+
+// trainShard makes a shard of cfg, pushes grads[i] for ids as step i+1
+// (one replica), and returns it with the rows pulled after the last step.
+func trainShard(t testing.TB, cfg Config, ids []int64, grads [][]float32) (*Shard, []float32) {
+	t.Helper()
+	s, err := NewShard(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step, g := range grads {
+		mustPushRows(t, s, id(0, int64(step+1)), 1, ids, g)
+	}
+	return s, pullRows(t, s, ids, int64(len(grads)))
+}

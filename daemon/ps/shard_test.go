@@ -786,14 +786,7 @@ func TestSlabsUpdatedSideBySideMatchOneThread(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.Backend = be
-		s, err := NewShard(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for step, g := range grads {
-			mustPushRows(t, s, id(0, int64(step+1)), 1, ids, g)
-		}
-		rows[i] = pullRows(t, s, ids, 2)
+		_, rows[i] = trainShard(t, cfg, ids, grads)
 	}
 	if !bitsEqual(rows[0], rows[1]) {
 		t.Fatal("rows updated by 2 threads differ from 1 thread's")

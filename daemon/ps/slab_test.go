@@ -59,14 +59,8 @@ func TestGrowingSlabsTrainAndRestoreAsFixedOnes(t *testing.T) {
 	for i, slabRows := range []int{4, 0} {
 		cfg := testConfig(t, BSP, 0, 1, 1, adam)
 		cfg.SlabRows, cfg.Blocks = slabRows, nil
-		s, err := NewShard(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for step, g := range grads {
-			mustPushRows(t, s, id(0, int64(step+1)), 1, ids, g)
-		}
-		rows[i] = pullRows(t, s, ids, 2)
+		var s *Shard
+		s, rows[i] = trainShard(t, cfg, ids, grads)
 		dir, err := CheckpointAll(context.Background(), t.TempDir(), 2, []*Shard{s})
 		if err != nil {
 			t.Fatal(err)

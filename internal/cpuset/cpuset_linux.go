@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -177,6 +178,29 @@ func LowerThreadPriority(by int) (int, error) {
 	nice := min(20-raw+by, 19) // the system call answers 20 - nice
 	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
 		return 0, fmt.Errorf("set the thread's nice to %d: %w", nice, err)
+	}
+	return nice, nil
+}
+
+// ThreadNice reads the nice value of thread tid of this process, 0 for
+// the calling one, from /proc.
+func ThreadNice(tid int) (int, error) {
+	path := "/proc/thread-self/stat"
+	if tid != 0 {
+		path = fmt.Sprintf("/proc/self/task/%d/stat", tid)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
+	if len(fields) < 17 {
+		return 0, fmt.Errorf("%s: %d fields after the command, want 17 or more", path, len(fields))
+	}
+	nice, err := strconv.Atoi(fields[16]) // the 19th of the line
+	if err != nil {
+		return 0, fmt.Errorf("%s: nice: %w", path, err)
 	}
 	return nice, nil
 }

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -143,9 +142,9 @@ func threadCPUs(t *testing.T) map[int]string {
 }
 
 func TestLowerThreadPriority(t *testing.T) {
-	base, ok := statNice("/proc/thread-self/stat")
-	if !ok {
-		t.Skip("no /proc/thread-self/stat")
+	base, err := ThreadNice(0)
+	if err != nil {
+		t.Skipf("no thread nice: %v", err)
 	}
 	type outcome struct {
 		set, read int
@@ -155,7 +154,7 @@ func TestLowerThreadPriority(t *testing.T) {
 		done := make(chan outcome)
 		go func() {
 			set, err := LowerThreadPriority(by)
-			read, _ := statNice("/proc/thread-self/stat")
+			read, _ := ThreadNice(0)
 			done <- outcome{set, read, err}
 		}() // exits locked: its thread ends with it
 		return <-done
@@ -166,22 +165,7 @@ func TestLowerThreadPriority(t *testing.T) {
 	if o := lower(19); o.err != nil || o.set != 19 || o.read != 19 {
 		t.Errorf("by 19 from %d: set %d, read %d, %v (want 19, the lowest)", base, o.set, o.read, o.err)
 	}
-	if now, _ := statNice("/proc/thread-self/stat"); now != base {
+	if now, _ := ThreadNice(0); now != base {
 		t.Errorf("the test's own thread went from nice %d to %d", base, now)
 	}
-}
-
-// statNice reads the nice field (the 19th) of a /proc stat file.
-func statNice(path string) (int, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
-	if len(fields) < 17 {
-		return 0, false
-	}
-	nice, err := strconv.Atoi(fields[16])
-	return nice, err == nil
 }

@@ -33,3 +33,6 @@ func LowerThreadPriority(int) (int, error) {
 	runtime.LockOSThread()
 	return 0, errors.New("thread priorities are set on Linux only")
 }
+
+// ThreadNice refuses off Linux.
+func ThreadNice(int) (int, error) { return 0, errLinux }

@@ -52,9 +52,9 @@ func TestStageRunProcessesPinAsHeterpsRunDoes(t *testing.T) {
 	if err != nil || len(allowed) < 2 {
 		t.Skipf("needs 2 CPUs to pin to: %v %v", allowed, err)
 	}
-	base, ok := threadNice()
-	if !ok {
-		t.Skip("no /proc/thread-self/stat")
+	base, err := cpuset.ThreadNice(0)
+	if err != nil {
+		t.Skipf("no thread nice: %v", err)
 	}
 	s := replicaSetup(t, config.DenseSyncAllreduce, "synthetic:1")
 	s.pinThreads = 1
@@ -81,21 +81,6 @@ func TestStageRunProcessesPinAsHeterpsRunDoes(t *testing.T) {
 	if st.cpus[0] != "" || st.cpus[1] != "" || st.nices[0] != -1 || st.nices[1] != -1 {
 		t.Errorf("unpinned: CPUs %q, nices %v; want none", st.cpus, st.nices)
 	}
-}
-
-// threadNice reads the calling thread's nice value.
-func threadNice() (int, bool) {
-	b, err := os.ReadFile("/proc/thread-self/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // past the command's name
-	if len(fields) < 17 {
-		return 0, false
-	}
-	nice, err := strconv.Atoi(fields[16])
-	return nice, err == nil
 }
 
 // A replica that fails ends the run at once, naming it and why; the
