@@ -24,6 +24,7 @@ const slabBytes = 4 << 20
 type slabSizes struct {
 	first, full int
 	grown       int // the slabs that double, before the full-size ones
+	grownEnd    int // their rows: the first slot of the full-size ones
 }
 
 // slabSizesFor is fixed-size slabs of fixed rows, or, for fixed 0, slabs
@@ -36,7 +37,8 @@ func slabSizesFor(fixed, dim int) slabSizes {
 	for full*2*4*max(dim, 1) <= slabBytes {
 		full *= 2
 	}
-	return slabSizes{first: DefaultSlabRows, full: full, grown: bits.Len(uint(full/DefaultSlabRows)) - 1}
+	grown := bits.Len(uint(full/DefaultSlabRows)) - 1
+	return slabSizes{first: DefaultSlabRows, full: full, grown: grown, grownEnd: DefaultSlabRows * (1<<grown - 1)}
 }
 
 // start is the first slot of slab i (the slots of all slabs before it).
@@ -44,7 +46,7 @@ func (z slabSizes) start(i int) int {
 	if i <= z.grown {
 		return z.first * (1<<i - 1)
 	}
-	return z.first*(1<<z.grown-1) + (i-z.grown)*z.full
+	return z.grownEnd + (i-z.grown)*z.full
 }
 
 // rows is the rows of slab i.
@@ -57,11 +59,10 @@ func (z slabSizes) rows(i int) int {
 
 // locate returns the slab of slot and the slot's row in it.
 func (z slabSizes) locate(slot int) (slab, row int) {
-	grownEnd := z.start(z.grown)
-	if slot < grownEnd {
+	if slot < z.grownEnd {
 		i := bits.Len(uint(slot/z.first+1)) - 1
 		return i, slot - z.first*(1<<i-1)
 	}
-	j := (slot - grownEnd) / z.full
-	return z.grown + j, slot - grownEnd - j*z.full
+	j := (slot - z.grownEnd) / z.full
+	return z.grown + j, slot - z.grownEnd - j*z.full
 }

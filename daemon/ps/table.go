@@ -44,7 +44,8 @@ type table struct {
 // when one large enough is free.
 func (t *table) replyBuffer(n int) *[]float32 { return pooled[float32](&t.replies, n, n/4) }
 
-// slab holds slabRows rows of values and of each optimiser state buffer.
+// slab holds its rows (slabSizes) of values and of each optimiser state
+// buffer.
 // args is its state as the optimiser takes it, boxed once: a step's update
 // calls it once per slab it touches, a hundred times for a ctrdnn step.
 type slab struct {
