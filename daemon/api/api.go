@@ -134,6 +134,11 @@ type TaskReport struct {
 	// balances.
 	Batch       int     `json:"batch,omitempty"`
 	StepSeconds float64 `json:"step_seconds,omitempty"`
+	// TimedSeconds is the window SamplesPerS is measured over (a stage
+	// replica's steps after its first): with it the coordinator counts
+	// replicas that end apart, as asynchronous ones do, over the stage's
+	// whole time rather than each over its own.
+	TimedSeconds float64 `json:"timed_seconds,omitempty"`
 	// Permanent says the failure is deterministic (bad input data, a model
 	// the data cannot feed, memory the task cannot have): restarting the
 	// job would fail the same way.

@@ -652,10 +652,36 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	return s
 }
 
+// stageRate is the throughput of a stage whose replicas have all ended:
+// every replica's samples over the longest replica's window. Replicas in
+// step (BSP) share their window, and this is the sum of their rates; ones
+// that run apart (ASP) end apart, and summing each one's rate over its own
+// window would count the faster one's pace after it stopped. A replica
+// that reports no window (an older daemon) keeps the sum.
+func stageRate(reports []api.TaskReport) float64 {
+	var samples, window float64
+	for _, r := range reports {
+		if r.TimedSeconds <= 0 {
+			return sumRates(reports)
+		}
+		samples += r.SamplesPerS * r.TimedSeconds
+		window = max(window, r.TimedSeconds)
+	}
+	return samples / window
+}
+
+func sumRates(reports []api.TaskReport) float64 {
+	sum := 0.0
+	for _, r := range reports {
+		sum += r.SamplesPerS
+	}
+	return sum
+}
+
 // fold aggregates the task reports: the job's step is the fewest steps any
 // stage replica completed, its throughput the slowest stage's (a stage's
-// being the sum of its replicas'), its loss the mean over the last stage's
-// replicas that reported.
+// being the sum of its replicas', or, once they have all ended, stageRate),
+// its loss the mean over the last stage's replicas that reported.
 func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 	s.Step = s.Steps
 	var loss, weights float64
@@ -663,9 +689,13 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 	for i, ps := range j.plan.Stages {
 		st := api.StageStatus{Stage: i, Type: ps.Type, Units: ps.Units, FirstLayer: ps.First, LastLayer: ps.Last,
 			PredictedThroughput: ps.Throughput, Nodes: []string{}, Replicas: []int{}, Batches: []int{}, StepSeconds: []float64{}}
+		var ended []api.TaskReport
 		for _, t := range j.tasks {
 			if t.task.Role != api.RoleStage || t.task.Stage != i {
 				continue
+			}
+			if t.report.Step >= s.Steps {
+				ended = append(ended, t.report)
 			}
 			st.Nodes, st.Replicas = append(st.Nodes, t.nodeName), append(st.Replicas, t.task.Replica)
 			if i < len(t.task.Layout) {
@@ -680,6 +710,9 @@ func (c *Coordinator) fold(j *job, s *api.JobStatus) {
 				loss += w * t.report.Loss
 				weights += w
 			}
+		}
+		if len(ended) > 0 && len(ended) == len(st.Replicas) {
+			st.MeasuredThroughput = stageRate(ended)
 		}
 		if i == 0 || st.MeasuredThroughput < s.SamplesPerS {
 			s.SamplesPerS = st.MeasuredThroughput

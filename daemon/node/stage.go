@@ -83,12 +83,13 @@ func (a *Agent) train(ctx context.Context, t *task, w *pipeline.Worker, spent *p
 		spent.Compute += res.Compute
 		spent.Downstream += res.Downstream
 		spent.Push += res.Push
-		rate := meter.add(res.Samples)
+		rate, window := meter.add(res.Samples)
 		a.obs.stepDone(res.Samples)
 		share, _ := a.throttle.state()
 		stepSeconds := busy.add(res.Compute, res.Samples, share)
 		a.setReport(ctx, t, func(r *api.TaskReport) {
 			r.Step, r.Loss, r.SamplesPerS, r.Batch, r.StepSeconds = step, res.Loss, rate, res.Samples, stepSeconds
+			r.TimedSeconds = window.Seconds()
 		})
 	}
 	return w.Drain(ctx) // a replica dropped from its stage may have left its last step's pushes under way
@@ -475,18 +476,21 @@ type meter struct {
 
 func newMeter() *meter { return &meter{start: time.Now()} }
 
-func (m *meter) add(samples int) float64 {
+// add counts a step of samples and returns the rate and the window it is
+// measured over: the steps after the first (the first alone, from the
+// meter's start, until there are more).
+func (m *meter) add(samples int) (rate float64, window time.Duration) {
 	now := time.Now()
 	m.steps++
 	if m.steps == 1 {
 		m.first = now
-		return rate(samples, now.Sub(m.start))
+		return rateOf(samples, now.Sub(m.start)), now.Sub(m.start)
 	}
 	m.samples += int64(samples)
-	return rate(int(m.samples), now.Sub(m.first))
+	return rateOf(int(m.samples), now.Sub(m.first)), now.Sub(m.first)
 }
 
-func rate(samples int, d time.Duration) float64 {
+func rateOf(samples int, d time.Duration) float64 {
 	if d <= 0 {
 		return 0
 	}

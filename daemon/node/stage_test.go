@@ -109,3 +109,22 @@ func TestAPanickingTaskFailsAloneAndTheNodeGoesOn(t *testing.T) {
 		t.Errorf("the task that returned: %s %q", good.report.State, good.report.Error)
 	}
 }
+
+// A stage's meter reports its rate with the window it is measured over:
+// the steps after the first, whose samples the two give back.
+func TestMeterReportsItsWindow(t *testing.T) {
+	m := newMeter()
+	if rate, window := m.add(10); window <= 0 || rate <= 0 {
+		t.Fatalf("first step: %v samples/s over %v", rate, window)
+	}
+	time.Sleep(5 * time.Millisecond)
+	m.add(20)
+	time.Sleep(5 * time.Millisecond)
+	rate, window := m.add(30)
+	if window < 10*time.Millisecond {
+		t.Fatalf("window %v after two steps 5 ms apart from the first", window)
+	}
+	if got := rate * window.Seconds(); got < 49.999 || got > 50.001 {
+		t.Fatalf("%v samples/s over %v is %v samples, want the 50 after the first step", rate, window, got)
+	}
+}
