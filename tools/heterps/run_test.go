@@ -304,6 +304,9 @@ func checkPinned(t *testing.T, logs string, n int) {
 		if !strings.Contains(string(log), "pinned to CPUs") {
 			t.Errorf("%s: the daemon did not say it was pinned:\n%s", f, log)
 		}
+		if os.Getenv("GOMAXPROCS") == "" && !strings.Contains(string(log), "gomaxprocs=2") {
+			t.Errorf("%s: a daemon pinned to one CPU runs its goroutines on 2 Ps (one for those serving others):\n%s", f, log)
+		}
 	}
 	if len(seen) != n {
 		t.Errorf("%d node files pinned, want %d", len(seen), n)
