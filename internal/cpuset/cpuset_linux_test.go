@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,6 +54,46 @@ func TestPinPinsEveryThread(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is not one this process may run on") {
 		t.Fatalf("pinning to CPU %d: %v", config.MaxCPU-1, err)
 	}
+}
+
+const serveChildEnv = "HETERPS_CPUSET_SERVE_CHILD"
+
+// TestPinServingKeepsAPForServing: a serving process pinned to a CPU runs
+// Go on 2 Ps (its compute goroutine's and one for the goroutines serving
+// others), unless the GOMAXPROCS variable says otherwise; in a child
+// process, so that this one keeps its CPUs.
+func TestPinServingKeepsAPForServing(t *testing.T) {
+	if cpu := os.Getenv(serveChildEnv); cpu != "" {
+		n, _ := strconv.Atoi(cpu)
+		if err := PinServing([]int{n}); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("GOMAXPROCS %d ALLOWED %v\n", runtime.GOMAXPROCS(0), must(Allowed()))
+		return
+	}
+	cpus, err := Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := cpus[len(cpus)-1]
+	for env, want := range map[string]string{"GOMAXPROCS=": "GOMAXPROCS 2 ", "GOMAXPROCS=3": "GOMAXPROCS 3 "} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPinServingKeepsAPForServing$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", serveChildEnv, cpu), env)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), want+fmt.Sprintf("ALLOWED [%d]", cpu)) {
+			t.Errorf("%s: want %q on CPU %d; child:\n%s", env, want, cpu, out)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // pinChild pins this process to the CPU its parent named, starts threads

@@ -399,7 +399,7 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	}
 	var pinned []int // what this process now runs on, for the report
 	if f.cpus != nil {
-		if err := cpuset.Pin(f.cpus); err != nil {
+		if err := cpuset.PinServing(f.cpus); err != nil { // as heterpsd pins a node
 			return fmt.Errorf("--cpus: %w", err)
 		}
 		pinned, _ = cpuset.Allowed()

@@ -323,12 +323,9 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitUsage
 	}
 	if cpus := nf.CPUList(); cpus != nil {
-		if err := cpuset.Pin(cpus); err != nil {
+		if err := cpuset.PinServing(cpus); err != nil {
 			fmt.Fprintf(stderr, "heterpsd: %s: cpus: %v\n", f.config, err)
 			return exitUsage
-		}
-		if os.Getenv("GOMAXPROCS") == "" {
-			runtime.GOMAXPROCS(pinnedProcs(len(cpus)))
 		}
 		log.Info("node: pinned to CPUs", "cpus", nf.CPUs, "gomaxprocs", runtime.GOMAXPROCS(0))
 	}
@@ -376,15 +373,3 @@ func checkAllocFlags(f *flags) error {
 	return nil
 }
 
-// pinnedProcs is GOMAXPROCS for a node pinned to cpus CPUs: one more. A
-// stage's compute goroutine holds a P through its kernel calls, and with
-// as many Ps as CPUs the goroutines serving other processes — the
-// parameter-server shard, the wire — wait until the runtime takes it back
-// (up to 10 ms when its monitor idles); with one P more they run at once,
-// on the compute thread's CPU, which the OS hands them since that thread
-// is niced (compute_nice). Two one-core nodes of an asynchronous job on the
-// 2-core Intel VM: the replica whose server the other node hosts finished
-// at half the other's pace, and the job took 8.5 s where it takes 5.6
-// (50-62k against 80-96k samples/s in 4 alternated pairs); BSP jobs moved
-// by +2-3 % (medians of 4 pairs, within the host's noise).
-func pinnedProcs(cpus int) int { return cpus + 1 }
