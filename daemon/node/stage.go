@@ -484,10 +484,12 @@ func (m *meter) add(samples int) (rate float64, window time.Duration) {
 	m.steps++
 	if m.steps == 1 {
 		m.first = now
-		return rateOf(samples, now.Sub(m.start)), now.Sub(m.start)
+		window = now.Sub(m.start)
+		return rateOf(samples, window), window
 	}
 	m.samples += int64(samples)
-	return rateOf(int(m.samples), now.Sub(m.first)), now.Sub(m.first)
+	window = now.Sub(m.first)
+	return rateOf(int(m.samples), window), window
 }
 
 func rateOf(samples int, d time.Duration) float64 {

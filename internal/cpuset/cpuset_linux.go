@@ -33,7 +33,11 @@ func Check(cpus []int) error {
 // later too, since a new thread inherits the CPUs of the one that starts
 // it; GOMAXPROCS becomes their count unless the GOMAXPROCS variable says
 // otherwise. A CPU this process may not run on is refused (Check).
-func Pin(cpus []int) error {
+func Pin(cpus []int) error { return pinProcs(cpus, len(cpus)) }
+
+// pinProcs runs every thread of this process on cpus with GOMAXPROCS
+// procs, unless the GOMAXPROCS variable says otherwise.
+func pinProcs(cpus []int, procs int) error {
 	set, err := setOf(cpus)
 	if err != nil {
 		return err
@@ -42,7 +46,7 @@ func Pin(cpus []int) error {
 		return err
 	}
 	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(len(cpus))
+		runtime.GOMAXPROCS(procs)
 	}
 	return nil
 }
@@ -61,15 +65,7 @@ func Pin(cpus []int) error {
 // (3 alternated pairs); BSP jobs moved within the host's noise (2 nodes
 // +4/-4 %, 4 nodes two to a core: medians of 7 pairs -3 % allreduce, -1 %
 // ps).
-func PinServing(cpus []int) error {
-	if err := Pin(cpus); err != nil {
-		return err
-	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(len(cpus) + 1)
-	}
-	return nil
-}
+func PinServing(cpus []int) error { return pinProcs(cpus, len(cpus)+1) }
 
 // Restrict runs every thread of this process on cpus, as Pin does (the
 // GOMAXPROCS variable aside, GOMAXPROCS becomes their count), and returns

@@ -372,4 +372,3 @@ func checkAllocFlags(f *flags) error {
 	}
 	return nil
 }
-
