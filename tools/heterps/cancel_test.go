@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -42,8 +43,14 @@ func TestCancelAQueuedJob(t *testing.T) {
 	if code, out, errb := cli(runSubmit, "../../config/examples/jobs/ctrdnn-local.toml"); code != exitOK || strings.TrimSpace(out) != "j1" {
 		t.Fatalf("submit: exit %d, %q, %s", code, out, errb)
 	}
-	if code, out, _ := cli(runStatus, "j1"); code != exitOK || !strings.Contains(out, "queued") {
-		t.Fatalf("the job does not queue on a coordinator with no nodes:\n%s", out)
+	// A submitted job is pending until the coordinator's next pass queues it.
+	code, status, _ := cli(runStatus, "j1")
+	for deadline := time.Now().Add(10 * time.Second); code == exitOK && strings.Contains(status, ": pending") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		code, status, _ = cli(runStatus, "j1")
+	}
+	if code != exitOK || !strings.Contains(status, "queued") {
+		t.Fatalf("the job does not queue on a coordinator with no nodes:\n%s", status)
 	}
 
 	var out, errb bytes.Buffer
