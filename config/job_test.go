@@ -35,9 +35,16 @@ func TestJobDefaults(t *testing.T) {
 	if j.Version != 1 || j.Name != "ctrdnn" || j.Method != DefaultJobMethod || j.Mode != "bsp" || j.Optimizer != nil || j.Schedule != ScheduleOneFOneB {
 		t.Errorf("defaults: got version %d name %q method %q mode %q optimizer %v schedule %q", j.Version, j.Name, j.Method, j.Mode, j.Optimizer, j.Schedule)
 	}
+	if j.PipelineLookahead() != DefaultLookahead {
+		t.Errorf("1F1B's lookahead defaults to %d, want %d", j.PipelineLookahead(), DefaultLookahead)
+	}
+	j, err = ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\nlookahead = 0\n"))
+	if err != nil || j.PipelineLookahead() != 0 {
+		t.Errorf("lookahead = 0 (strict 1F1B): got %d (%v)", j.PipelineLookahead(), err)
+	}
 	j, err = ParseJob("job.toml", []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 64\nsteps = 10\nschedule = \"fill-drain\"\n"))
-	if err != nil || j.Schedule != ScheduleFillDrain {
-		t.Errorf("schedule = \"fill-drain\": got %q (%v)", j.Schedule, err)
+	if err != nil || j.Schedule != ScheduleFillDrain || j.PipelineLookahead() != 0 {
+		t.Errorf("schedule = \"fill-drain\": got %q, lookahead %d (%v)", j.Schedule, j.PipelineLookahead(), err)
 	}
 	if j.DenseSync != DenseSyncPS {
 		t.Errorf("dense_sync defaults to %q, want ps", j.DenseSync)
@@ -102,6 +109,9 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"negative steps", "batch = 8\nsteps = -3\n", "steps", 5},
 		{"bad mode", "batch = 8\nsteps = 1\nmode = \"ssp\"\n", "mode", 6},
 		{"bad schedule", "batch = 8\nsteps = 1\nschedule = \"gpipe\"\n", "schedule", 6},
+		{"negative lookahead", "batch = 8\nsteps = 1\nlookahead = -1\n", "lookahead", 6},
+		{"lookahead past the micro-batches' cap", "batch = 8\nsteps = 1\nlookahead = 33\n", "lookahead", 6},
+		{"lookahead with fill-drain", "batch = 8\nsteps = 1\nschedule = \"fill-drain\"\nlookahead = 1\n", "lookahead", 7},
 		{"bad method", "batch = 8\nsteps = 1\nmethod = \"no way\"\n", "method", 6},
 		{"negative limit", "batch = 8\nsteps = 1\nthroughput_limit = -1.0\n", "throughput_limit", 6},
 		{"bad optimiser", "batch = 8\nsteps = 1\n[optimizer]\nkind = \"lbfgs\"\n", "optimizer.kind", 7},

@@ -306,6 +306,10 @@ type Task struct {
 	// Schedule orders a pipeline stage's forwards and backwards
 	// (pipeline.ParseSchedule: "1f1b", "fill-drain"); "" is 1f1b.
 	Schedule string `json:"schedule,omitempty"`
+	// Lookahead is the forwards a 1F1B stage runs beyond the strict
+	// warm-up (pipeline.Config.Lookahead); every stage of a job gets the
+	// same.
+	Lookahead int `json:"lookahead,omitempty"`
 
 	PS   []string `json:"ps"`   // ps_addr (else data_addr) of every PS shard, in shard order
 	Next []string `json:"next"` // data_addr of the replicas of stage+1, in replica order

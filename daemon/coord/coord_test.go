@@ -574,29 +574,43 @@ func TestAFailingLastCheckpointIsWaitedForLonger(t *testing.T) {
 	}
 }
 
-// TestTasksCarryTheJobsMicroBatches: micro_batches and schedule reach
-// every stage task.
+// TestTasksCarryTheJobsMicroBatches: micro_batches, schedule and the
+// 1F1B lookahead (the job file's, else the default) reach every stage
+// task.
 func TestTasksCarryTheJobsMicroBatches(t *testing.T) {
-	tc := startCluster(t, nil)
-	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\nmicro_batches = 4\nschedule = \"fill-drain\"", 1)
-	nodes := tc.nodesFor(tc.expectedPlan(job))
-	if s := tc.waitJob(tc.submit(job)); s.State != api.JobDone {
-		t.Fatalf("job %s: %s", s.State, s.Reason)
-	}
-	stages := 0
-	for _, n := range nodes {
-		received, _, _ := n.snapshot()
-		for _, task := range received {
-			if task.Role == api.RoleStage {
-				stages++
-				if task.MicroBatches != 4 || task.Schedule != "fill-drain" {
-					t.Errorf("task %s: %d micro-batches, schedule %q; want 4, fill-drain", task.TaskID, task.MicroBatches, task.Schedule)
+	for _, tc := range []struct {
+		lines, schedule string
+		lookahead       int
+	}{
+		{"schedule = \"fill-drain\"", "fill-drain", 0},
+		{"lookahead = 2", "1f1b", 2},
+		{"", "1f1b", config.DefaultLookahead},
+	} {
+		t.Run(tc.schedule+fmt.Sprint(tc.lookahead), func(t *testing.T) {
+			cl := startCluster(t, nil)
+			job := strings.Replace(ctrJob, "steps = 12", "steps = 12\nmicro_batches = 4\n"+tc.lines, 1)
+			nodes := cl.nodesFor(cl.expectedPlan(job))
+			if s := cl.waitJob(cl.submit(job)); s.State != api.JobDone {
+				t.Fatalf("job %s: %s", s.State, s.Reason)
+			}
+			stages := 0
+			for _, n := range nodes {
+				received, _, _ := n.snapshot()
+				for _, task := range received {
+					if task.Role != api.RoleStage {
+						continue
+					}
+					stages++
+					if task.MicroBatches != 4 || task.Schedule != tc.schedule || task.Lookahead != tc.lookahead {
+						t.Errorf("task %s: %d micro-batches, schedule %q, lookahead %d; want 4, %s, %d",
+							task.TaskID, task.MicroBatches, task.Schedule, task.Lookahead, tc.schedule, tc.lookahead)
+					}
 				}
 			}
-		}
-	}
-	if stages == 0 {
-		t.Fatal("no stage tasks")
+			if stages == 0 {
+				t.Fatal("no stage tasks")
+			}
+		})
 	}
 }
 

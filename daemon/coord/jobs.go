@@ -402,6 +402,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	j.tasks, j.hourly = nil, 0
 	jf := j.file
 	base := api.Task{JobID: j.id, Model: j.modelText, Data: jf.Data, Steps: jf.TotalSteps(), Seed: jf.Seed, Mode: jf.Mode, MicroBatches: jf.MicroBatches, Schedule: jf.Schedule,
+		Lookahead:  jf.PipelineLookahead(),
 		SecretFile: c.cfg.SecretFile, Plain: c.plainDataPlane(),
 		CheckpointDir: jf.Checkpoint.Dir, CheckpointEvery: jf.Checkpoint.Every, FirstStep: j.firstStep(), Generation: j.gen}
 	if j.ckpt.restored != nil {

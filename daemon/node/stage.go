@@ -118,6 +118,9 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if err != nil {
 		return fail(permanent(err))
 	}
+	if s.Lookahead < 0 || s.Lookahead > pipeline.MaxMicroBatches {
+		return fail(permanent(fmt.Errorf("lookahead %d: want 0 to %d", s.Lookahead, pipeline.MaxMicroBatches)))
+	}
 	cfg, err := config.ParseModel("job "+s.JobID+" model", []byte(s.Model))
 	if err != nil {
 		return fail(permanent(err))
@@ -165,7 +168,7 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 
 	wc := pipeline.Config{Job: s.JobID, Stage: s.Stage, Stages: len(ranges), Replica: s.Replica, Layers: ranges[s.Stage],
 		Model: model, Backend: backend, PS: client, Mode: psMode(s.Mode), Prev: prev, Next: next, StepTimeout: a.cfg.StepTimeout, LastStep: s.Steps,
-		MicroBatches: s.MicroBatches, Schedule: schedule, Allreduce: allreduce, SoleReplica: s.Replicas == 1,
+		MicroBatches: s.MicroBatches, Schedule: schedule, Lookahead: s.Lookahead, Allreduce: allreduce, SoleReplica: s.Replicas == 1,
 		OverlapSteps: a.waitsOnOthers(s)}
 	wc.Share = firstShare(s)
 	ready = func(context.Context) error { return nil }

@@ -9,8 +9,9 @@ import (
 	"github.com/heterps/heterps/daemon/api"
 )
 
-// A stage task's schedule reaches its worker: one the pipeline does not
-// know is refused for good (retrying cannot help), the known ones build.
+// A stage task's schedule and lookahead reach its worker: ones the
+// pipeline does not take are refused for good (retrying cannot help), the
+// others build.
 func TestStageWorkerTakesTheTasksSchedule(t *testing.T) {
 	model, err := os.ReadFile("testdata/tiny.toml")
 	if err != nil {
@@ -33,6 +34,22 @@ func TestStageWorkerTakesTheTasksSchedule(t *testing.T) {
 			t.Errorf("schedule %q: %v, want a permanent error naming it", schedule, err)
 		case schedule != "gpipe" && err != nil:
 			t.Errorf("schedule %q: %v", schedule, err)
+		}
+	}
+	s.Schedule = "1f1b"
+	for _, lookahead := range []int{0, 2, -1, 33} {
+		s.Lookahead = lookahead
+		w, _, _, cleanup, err := a.stageWorker(ctx, s)
+		if w != nil {
+			w.Close()
+		}
+		cleanup()
+		bad := lookahead < 0 || lookahead > 32
+		switch {
+		case bad && (err == nil || !isPermanent(err) || !strings.Contains(err.Error(), "lookahead")):
+			t.Errorf("lookahead %d: %v, want a permanent error naming it", lookahead, err)
+		case !bad && err != nil:
+			t.Errorf("lookahead %d: %v", lookahead, err)
 		}
 	}
 }

@@ -161,6 +161,8 @@ type job struct {
 	// the stage's.
 	schedule  Schedule
 	schedules []Schedule
+	// lookahead is every worker's Config.Lookahead.
+	lookahead int
 	// wrap, if set, wraps each worker's transport for its links.
 	wrap func(stage int, t wire.Transport) wire.Transport
 	// peak[stage][replica] is the largest Result.PeakLive of its steps.
@@ -299,7 +301,7 @@ func (j *job) worker(trs map[string]*wire.TCPTransport, stage, replica int,
 	j.t.Helper()
 	cfg := Config{Job: testJob, Stage: stage, Stages: len(j.stages), Replica: replica, Layers: j.stages[stage],
 		Model: buildStageModel(j.t, j.cfg, j.stages[stage]), Backend: native.MustCPU(), PS: j.client(stage, replica), Mode: j.mode,
-		MicroBatches: j.micro, LastStep: int64(j.lastStep), Schedule: j.schedule,
+		MicroBatches: j.micro, LastStep: int64(j.lastStep), Schedule: j.schedule, Lookahead: j.lookahead,
 		StepTimeout: timeout}
 	if stage < len(j.shares) {
 		cfg.Share = j.shares[stage]

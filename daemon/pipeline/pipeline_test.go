@@ -347,6 +347,8 @@ func TestNewWorkerRefusesBadConfigs(t *testing.T) {
 		"stage beyond the count": func(c *Config) { c.Stage = 2 },
 		"too many micro-batches": func(c *Config) { c.MicroBatches = MaxMicroBatches + 1 },
 		"unknown schedule":       func(c *Config) { c.Schedule = "gpipe" },
+		"negative lookahead":     func(c *Config) { c.Lookahead = -1 },
+		"lookahead too far":      func(c *Config) { c.Lookahead = MaxMicroBatches + 1 },
 	} {
 		c := base()
 		change(&c)

@@ -35,21 +35,27 @@ func TestOrderAlternatesAfterTheWarmUp(t *testing.T) {
 
 func TestWarmupAndLiveBound(t *testing.T) {
 	for _, tc := range []struct {
-		s                     Schedule
-		stage, stages, micros int
-		warm, live            int
+		s                                Schedule
+		stage, stages, micros, lookahead int
+		warm, live                       int
 	}{
-		{OneFOneB, 0, 3, 8, 2, 3},
-		{OneFOneB, 1, 3, 8, 1, 2},
-		{OneFOneB, 2, 3, 8, 0, 1},
-		{OneFOneB, 0, 4, 2, 2, 2}, // fewer micro-batches than the depth
-		{FillDrain, 0, 3, 8, 8, 8},
-		{FillDrain, 2, 3, 8, 0, 1},
-		{OneFOneB, 0, 1, 4, 0, 1},
+		{OneFOneB, 0, 3, 8, 0, 2, 3},
+		{OneFOneB, 1, 3, 8, 0, 1, 2},
+		{OneFOneB, 2, 3, 8, 0, 0, 1},
+		{OneFOneB, 0, 4, 2, 0, 2, 2}, // fewer micro-batches than the depth
+		{OneFOneB, 0, 3, 8, 1, 3, 4},
+		{OneFOneB, 1, 3, 8, 2, 3, 4},
+		{OneFOneB, 2, 3, 8, 2, 0, 1}, // the last stage runs each backward with its forward
+		{OneFOneB, 0, 2, 4, 5, 4, 4}, // no more than the step's micro-batches
+		{FillDrain, 0, 3, 8, 0, 8, 8},
+		{FillDrain, 0, 3, 8, 1, 8, 8},
+		{FillDrain, 2, 3, 8, 0, 0, 1},
+		{OneFOneB, 0, 1, 4, 1, 0, 1},
 	} {
-		if w, l := warmup(tc.s, tc.stage, tc.stages, tc.micros), liveBound(tc.s, tc.stage, tc.stages, tc.micros); w != tc.warm || l != tc.live {
-			t.Errorf("%s stage %d of %d, %d micro-batches: warm-up %d, live %d; want %d, %d",
-				tc.s, tc.stage, tc.stages, tc.micros, w, l, tc.warm, tc.live)
+		w, l := warmup(tc.s, tc.stage, tc.stages, tc.micros, tc.lookahead), liveBound(tc.s, tc.stage, tc.stages, tc.micros, tc.lookahead)
+		if w != tc.warm || l != tc.live {
+			t.Errorf("%s stage %d of %d, %d micro-batches, lookahead %d: warm-up %d, live %d; want %d, %d",
+				tc.s, tc.stage, tc.stages, tc.micros, tc.lookahead, w, l, tc.warm, tc.live)
 		}
 	}
 }
@@ -96,14 +102,14 @@ func lanes(stages int) []Share {
 	return out
 }
 
-// trainUnder trains c's job for steps under schedule s, with tune (if
-// set) changing the transports' wire config, and returns the job and the
-// last stage's losses.
-func trainUnder(t *testing.T, c pipeCase, s Schedule, steps int64, tune func(*wire.Config)) (*job, [][]float64) {
+// trainUnder trains c's job for steps under schedule s with lookahead,
+// with tune (if set) changing the transports' wire config, and returns
+// the job and the last stage's losses.
+func trainUnder(t *testing.T, c pipeCase, s Schedule, lookahead int, steps int64, tune func(*wire.Config)) (*job, [][]float64) {
 	t.Helper()
 	cfg := modelConfig(t, adamAdagrad)
 	j := newJob(t, cfg, c.stages, c.replicas, steps, ps.BSP)
-	j.micro, j.shares, j.schedule, j.tuneWire = c.micro, c.shares, s, tune
+	j.micro, j.shares, j.schedule, j.lookahead, j.tuneWire = c.micro, c.shares, s, lookahead, tune
 	losses := j.run(func(int) func(context.Context, int64) (*data.Batch, error) {
 		return fixedBatches(func(step int64) *data.Batch { return testBatch(60, uint64(step), 13) })
 	})
@@ -139,25 +145,26 @@ func (j *job) serverParams() map[string][]float32 {
 	return out
 }
 
-// wantPeak is the most micro-batches stage of stages may hold live under s.
-func wantPeak(s Schedule, stage, stages, micros int) int {
+// wantPeak is the most micro-batches stage of stages may hold live under s
+// with lookahead.
+func wantPeak(s Schedule, stage, stages, micros, lookahead int) int {
 	if stage == stages-1 {
 		return 1
 	}
 	if s == FillDrain {
 		return micros
 	}
-	return min(stages-stage, micros)
+	return min(stages-stage+lookahead, micros)
 }
 
 // checkPeaks fails unless every worker of j held at most, and at some step
 // exactly, the live micro-batches its schedule allows.
-func checkPeaks(t *testing.T, j *job, c pipeCase, s Schedule) {
+func checkPeaks(t *testing.T, j *job, c pipeCase, s Schedule, lookahead int) {
 	t.Helper()
 	for st, peaks := range j.peak {
 		for r, got := range peaks {
-			if want := wantPeak(s, st, len(c.stages), c.micro); got != want {
-				t.Errorf("%v, %s: stage %d replica %d held %d micro-batches live at once, want %d", c, s, st, r, got, want)
+			if want := wantPeak(s, st, len(c.stages), c.micro, lookahead); got != want {
+				t.Errorf("%v, %s, lookahead %d: stage %d replica %d held %d micro-batches live at once, want %d", c, s, lookahead, st, r, got, want)
 			}
 		}
 	}
@@ -183,8 +190,9 @@ func sameTraining(t *testing.T, what string, a, b *job, la, lb [][]float64) {
 // 1F1B trains bit for bit as fill-drain does — same losses, same
 // parameters on the servers — for 2 and 3 stages, 1 to 8 micro-batches of
 // unequal rows (13 over 8 is 2 or 1 each) and lanes of unequal batches,
-// while each stage holds at most min(S-i, M) micro-batches' forward state
-// at once (fill-drain: M) and reaches that bound.
+// strict and with a lookahead of 1, while each stage but the last holds at
+// most min(S-i+lookahead, M) micro-batches' forward state at once
+// (fill-drain: M) and reaches that bound.
 func TestOneFOneBEqualsFillDrainBitForBit(t *testing.T) {
 	checkLeaks(t)
 	const steps = 3
@@ -197,19 +205,22 @@ func TestOneFOneBEqualsFillDrainBitForBit(t *testing.T) {
 		pipeCase{stages: threeStages, replicas: []int{1, 2, 2}, micro: 4, shares: lanes(3)})
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
-			fd, fdLosses := trainUnder(t, c, FillDrain, steps, nil)
-			checkPeaks(t, fd, c, FillDrain)
-			ofob, ofobLosses := trainUnder(t, c, OneFOneB, steps, nil)
-			checkPeaks(t, ofob, c, OneFOneB)
-			sameTraining(t, c.String(), fd, ofob, fdLosses, ofobLosses)
+			fd, fdLosses := trainUnder(t, c, FillDrain, 0, steps, nil)
+			checkPeaks(t, fd, c, FillDrain, 0)
+			for _, lookahead := range []int{0, 1} {
+				ofob, ofobLosses := trainUnder(t, c, OneFOneB, lookahead, steps, nil)
+				checkPeaks(t, ofob, c, OneFOneB, lookahead)
+				sameTraining(t, fmt.Sprintf("%v, lookahead %d", c, lookahead), fd, ofob, fdLosses, ofobLosses)
+			}
 		})
 	}
 }
 
 // With room for one message per connection (QueueBytes 1: a message is
 // taken only when none waits) 1F1B's interleaved sends and receives still
-// never wait in a cycle: the steps finish, within a short ReadTimeout for
-// a reader held up by a full queue, and train as with the default queues.
+// never wait in a cycle, strict or looking ahead: the steps finish, within
+// a short ReadTimeout for a reader held up by a full queue, and train as
+// with the default queues.
 func TestOneFOneBWithTinyQueues(t *testing.T) {
 	checkLeaks(t)
 	const steps = 3
@@ -221,9 +232,11 @@ func TestOneFOneBWithTinyQueues(t *testing.T) {
 		{stages: threeStages, replicas: []int{1, 2, 2}, micro: 4, shares: lanes(3)},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
-			small, smallLosses := trainUnder(t, c, OneFOneB, steps, tiny)
-			ref, refLosses := trainUnder(t, c, OneFOneB, steps, nil)
-			sameTraining(t, c.String(), small, ref, smallLosses, refLosses)
+			ref, refLosses := trainUnder(t, c, OneFOneB, 0, steps, nil)
+			for _, lookahead := range []int{0, 2} {
+				small, smallLosses := trainUnder(t, c, OneFOneB, lookahead, steps, tiny)
+				sameTraining(t, fmt.Sprintf("%v, lookahead %d", c, lookahead), small, ref, smallLosses, refLosses)
+			}
 		})
 	}
 }
@@ -299,20 +312,25 @@ func TestLastStageSendsItsGradientsWhateverItRunsNext(t *testing.T) {
 }
 
 // A worker builds only the layer copies its schedule keeps live: stage 0
-// of 3 with 8 micro-batches, 3 under 1F1B and 8 under fill-drain, and each
-// micro-batch still gets its own gradient buffers.
+// of 3 with 8 micro-batches, 3 under 1F1B, 5 with a lookahead of 2 and 8
+// under fill-drain, and each micro-batch still gets its own gradient
+// buffers.
 func TestWorkerBuildsTheLayerCopiesItsScheduleHolds(t *testing.T) {
 	cfg := modelConfig(t, adamAdagrad)
-	for s, want := range map[Schedule]int{OneFOneB: 3, FillDrain: 8} {
+	for _, tc := range []struct {
+		s               Schedule
+		lookahead, want int
+	}{{OneFOneB, 0, 3}, {OneFOneB, 2, 5}, {FillDrain, 0, 8}} {
+		s := tc.s
 		w, err := NewWorker(Config{Job: testJob, Stages: 3, Layers: Range{0, 2}, Model: buildStageModel(t, cfg, Range{0, 2}),
 			Backend: native.MustCPU(), PS: &ps.Client{}, Next: []Link{{Peer: "x", Stream: 1}},
-			Batches: fixedBatches(func(int64) *data.Batch { return nil }), MicroBatches: 8, Schedule: s})
+			Batches: fixedBatches(func(int64) *data.Batch { return nil }), MicroBatches: 8, Schedule: s, Lookahead: tc.lookahead})
 		if err != nil {
 			t.Fatal(err)
 		}
 		w.Close()
-		if len(w.copies) != want || len(w.grads) != 8 {
-			t.Errorf("%s: %d layer copies and %d micro-batch gradients, want %d and 8", s, len(w.copies), len(w.grads), want)
+		if len(w.copies) != tc.want || len(w.grads) != 8 {
+			t.Errorf("%s, lookahead %d: %d layer copies and %d micro-batch gradients, want %d and 8", s, tc.lookahead, len(w.copies), len(w.grads), tc.want)
 		}
 		seen := map[native.Buffer]bool{}
 		for _, g := range w.grads {

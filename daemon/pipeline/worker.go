@@ -48,9 +48,18 @@ type Config struct {
 	// its forwards).
 	MicroBatches int
 	// Schedule orders the micro-batches' forwards and backwards
-	// (schedule.go); "" is OneFOneB. Stages of a job may differ: the
-	// messages are the same.
+	// (schedule.go); "" is OneFOneB. Stages of a job may differ (the
+	// messages are the same) as long as no stage but the last runs more
+	// warm-up forwards than the stage before it: a backward would wait in
+	// a cycle on a forward of its own.
 	Schedule Schedule
+	// Lookahead is how many forwards beyond the warm-up of strict 1F1B a
+	// stage other than the last runs before its first backward (ignored
+	// under fill-drain, which runs them all): each holds one micro-batch's
+	// forward state more and gives the gradient it waits on one forward's
+	// time longer to come back (schedule.go). 0 is strict 1F1B; at most
+	// MaxMicroBatches. The stages of a job share it (see Schedule).
+	Lookahead int
 	// PS holds the stage's parameters; required if Layers have any. Mode
 	// is the servers' mode: BSP pulls wait for the previous step's update,
 	// ASP pulls take what is there.
@@ -160,8 +169,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 			links[i].job = w.job
 		}
 	}
-	w.warm = warmup(cfg.Schedule, cfg.Stage, cfg.Stages, cfg.MicroBatches)
-	for m := range liveBound(cfg.Schedule, cfg.Stage, cfg.Stages, cfg.MicroBatches) {
+	w.warm = warmup(cfg.Schedule, cfg.Stage, cfg.Stages, cfg.MicroBatches, cfg.Lookahead)
+	for m := range liveBound(cfg.Schedule, cfg.Stage, cfg.Stages, cfg.MicroBatches, cfg.Lookahead) {
 		model := cfg.Model
 		var shared []*nn.Param
 		if m > 0 {
@@ -211,6 +220,8 @@ func (c *Config) check() error {
 		return errors.New("Input needs the stage's Share")
 	case c.MicroBatches < 0 || c.MicroBatches > MaxMicroBatches:
 		return fmt.Errorf("%d micro-batches, want at most %d", c.MicroBatches, MaxMicroBatches)
+	case c.Lookahead < 0 || c.Lookahead > MaxMicroBatches:
+		return fmt.Errorf("lookahead %d, want 0 to %d", c.Lookahead, MaxMicroBatches)
 	}
 	if _, err := ParseSchedule(string(c.Schedule)); err != nil {
 		return err

@@ -26,9 +26,10 @@
 // of it.
 //
 // For each batch size it also trains a 2-stage pipeline (pipeline.go)
-// under the 1F1B and fill-drain schedules, --pipeline-micro micro-batches
-// a step, and prints each one's samples/s and the most micro-batches each
-// stage held live at once; --pipeline-only runs just that.
+// under 1F1B (with the default lookahead, and strict) and fill-drain,
+// --pipeline-micro micro-batches a step, and prints each one's samples/s
+// and the most micro-batches each stage held live at once;
+// --pipeline-only runs just that.
 //
 // With --in-process it runs the coordinator and the node daemons in this
 // process instead (coord.New, node.New): one Go runtime for all of them,
@@ -293,7 +294,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 func runBatch(ctx context.Context, o options, unit config.CatalogType, model *config.Model, batch int, distribute distributor, w io.Writer) error {
 	fmt.Fprintf(w, "\n== batch %d\n", batch)
 	if o.pipeOnly {
-		return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, w)
+		return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, o.repeats, w)
 	}
 	ref, err := singleBlock(ctx, model, batch, o.steps, w)
 	if err != nil || o.singleOnly {
@@ -333,7 +334,7 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 	for _, l := range stageLines {
 		fmt.Fprintln(w, l)
 	}
-	return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, w)
+	return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, o.repeats, w)
 }
 
 // repeated is one distributed configuration's runs: the fastest, and
