@@ -459,19 +459,15 @@ func TestSecretGoesToTasks(t *testing.T) {
 	if s := tc.waitJob(tc.submit(job)); s.State != api.JobDone {
 		t.Fatalf("%s: %s", s.State, s.Reason)
 	}
-	seen := 0
-	for _, n := range nodes {
-		received, _, _ := n.snapshot()
-		for _, task := range received {
-			seen++
-			if task.SecretFile != "/etc/heterps/secret" || task.Plain || task.Mode != api.ModeASP ||
-				task.CheckpointDir != "/var/ckpt" || task.CheckpointEvery != 5 {
-				t.Errorf("task %s: secret %q plain %v mode %s checkpoint %q every %d", task.TaskID,
-					task.SecretFile, task.Plain, task.Mode, task.CheckpointDir, task.CheckpointEvery)
-			}
+	tasks := receivedTasks(nodes, "")
+	for _, task := range tasks {
+		if task.SecretFile != "/etc/heterps/secret" || task.Plain || task.Mode != api.ModeASP ||
+			task.CheckpointDir != "/var/ckpt" || task.CheckpointEvery != 5 {
+			t.Errorf("task %s: secret %q plain %v mode %s checkpoint %q every %d", task.TaskID,
+				task.SecretFile, task.Plain, task.Mode, task.CheckpointDir, task.CheckpointEvery)
 		}
 	}
-	if seen == 0 {
+	if len(tasks) == 0 {
 		t.Error("the stage nodes received no tasks")
 	}
 }
@@ -593,21 +589,14 @@ func TestTasksCarryTheJobsMicroBatches(t *testing.T) {
 			if s := cl.waitJob(cl.submit(job)); s.State != api.JobDone {
 				t.Fatalf("job %s: %s", s.State, s.Reason)
 			}
-			stages := 0
-			for _, n := range nodes {
-				received, _, _ := n.snapshot()
-				for _, task := range received {
-					if task.Role != api.RoleStage {
-						continue
-					}
-					stages++
-					if task.MicroBatches != 4 || task.Schedule != tc.schedule || task.Lookahead != tc.lookahead {
-						t.Errorf("task %s: %d micro-batches, schedule %q, lookahead %d; want 4, %s, %d",
-							task.TaskID, task.MicroBatches, task.Schedule, task.Lookahead, tc.schedule, tc.lookahead)
-					}
+			stages := receivedTasks(nodes, api.RoleStage)
+			for _, task := range stages {
+				if task.MicroBatches != 4 || task.Schedule != tc.schedule || task.Lookahead != tc.lookahead {
+					t.Errorf("task %s: %d micro-batches, schedule %q, lookahead %d; want 4, %s, %d",
+						task.TaskID, task.MicroBatches, task.Schedule, task.Lookahead, tc.schedule, tc.lookahead)
 				}
 			}
-			if stages == 0 {
+			if len(stages) == 0 {
 				t.Fatal("no stage tasks")
 			}
 		})

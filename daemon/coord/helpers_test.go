@@ -335,6 +335,21 @@ func (n *fakeNode) assign(tasks []api.Task) {
 }
 
 // snapshot returns copies of what the node was given and what it stopped.
+// receivedTasks is every task the nodes received, of the given role ("":
+// any), node by node.
+func receivedTasks(nodes []*fakeNode, role string) []api.Task {
+	var out []api.Task
+	for _, n := range nodes {
+		received, _, _ := n.snapshot()
+		for _, task := range received {
+			if role == "" || task.Role == role {
+				out = append(out, task)
+			}
+		}
+	}
+	return out
+}
+
 func (n *fakeNode) snapshot() (received map[string]api.Task, current map[string]api.Task, stopped map[string]bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
