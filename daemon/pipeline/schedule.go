@@ -24,9 +24,10 @@ import (
 // stage idles for every hop's latency, each micro-batch. Config.Lookahead
 // L runs L more warm-up forwards, min(S-i-1+L, M), so the gradient it
 // waits on has L forwards' time longer to arrive, for L more micro-batches
-// of forward state held. On the 2-core VM a 2-stage ctrdnn pipeline of 8
-// micro-batches at batch 512 ran 54-60k samples/s strict against 62-65k
-// for fill-drain, and 63k with L = 1 (3 alternated pairs). The warm-ups
+// of forward state held. On the 2-core Intel VM a 2-stage ctrdnn pipeline
+// of 8 micro-batches at batch 512 ran 57-61k samples/s strict, 61-66k with
+// L = 1 (6-8 % more in each of 4 rounds) and 60-63k under fill-drain,
+// each run in a process of its own. The warm-ups
 // still never grow from a stage to the one below it, which is all the
 // order below relies on.
 //
