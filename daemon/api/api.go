@@ -302,6 +302,10 @@ type Task struct {
 	// allreduce (StageLayout.DenseSync), is the data_addr of every replica
 	// of the stage, in replica order.
 	Ring []string `json:"ring,omitempty"`
+	// RingRelieve lists the replicas of the stage whose node also hosts a
+	// parameter-server shard of the job (pipeline.Allreduce.Relieve): in a
+	// ring of two with one of them listed, the other reduces alone.
+	RingRelieve []int `json:"ring_relieve,omitempty"`
 
 	// Schedule orders a pipeline stage's forwards and backwards
 	// (pipeline.ParseSchedule: "1f1b", "fill-drain"); "" is 1f1b.

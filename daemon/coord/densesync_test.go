@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -68,7 +69,8 @@ func TestDenseSyncRule(t *testing.T) {
 
 // TestAllreduceTasksCarryTheirRing: with dense_sync = "allreduce" every
 // stage task says so and lists the data addresses of its stage's replicas
-// in replica order.
+// in replica order, and the replicas whose node also hosts a
+// parameter-server shard (RingRelieve).
 func TestAllreduceTasksCarryTheirRing(t *testing.T) {
 	tc := startCluster(t, nil)
 	job := strings.Replace(ctrJob, "steps = 12", "steps = 12\ndense_sync = \"allreduce\"", 1)
@@ -84,11 +86,16 @@ func TestAllreduceTasksCarryTheirRing(t *testing.T) {
 	}
 	rings := map[int][]string{} // stage -> the ring its tasks carry
 	addrs := map[int][]string{} // stage -> replica -> the node's data address
+	relieved := map[int][]int{} // stage -> the replicas whose node hosts a shard
 	for _, n := range nodes {
 		received, _, _ := n.snapshot()
+		hostsPS := slices.ContainsFunc(slices.Collect(maps.Values(received)), func(t api.Task) bool { return t.Role == api.RolePS })
 		for _, task := range received {
 			if task.Role != api.RoleStage {
 				continue
+			}
+			if hostsPS {
+				relieved[task.Stage] = append(relieved[task.Stage], task.Replica)
 			}
 			if sync := task.Layout[task.Stage].DenseSync; sync != api.DenseSyncAllreduce || len(task.Ring) != task.Replicas {
 				t.Fatalf("task %s: dense_sync %q with ring %v, want allreduce over its %d replicas", task.TaskID, sync, task.Ring, task.Replicas)
@@ -110,5 +117,15 @@ func TestAllreduceTasksCarryTheirRing(t *testing.T) {
 		if !slices.Equal(r, addrs[st]) {
 			t.Errorf("stage %d: ring %v, its replicas are at %v", st, r, addrs[st])
 		}
+	}
+	for _, task := range receivedTasks(nodes, api.RoleStage) {
+		want := relieved[task.Stage]
+		slices.Sort(want)
+		if !slices.Equal(task.RingRelieve, want) {
+			t.Errorf("task %s: relieves %v, the replicas on nodes with a shard are %v", task.TaskID, task.RingRelieve, want)
+		}
+	}
+	if len(relieved) == 0 {
+		t.Error("no stage replica shares its node with a shard: the check above proves nothing")
 	}
 }

@@ -428,7 +428,7 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 		for k, r := range reps {
 			t := base
 			if base.Layout[i].DenseSync == api.DenseSyncAllreduce {
-				t.Ring = addrs[i]
+				t.Ring, t.RingRelieve = addrs[i], hostingPS(reps, pl.ps)
 			}
 			t.TaskID, t.Role = fmt.Sprintf("%s.s%d.r%d", j.id, i, k), api.RoleStage
 			t.Stage, t.Replica, t.Replicas, t.Units = i, k, len(reps), r.units
@@ -457,6 +457,18 @@ func (c *Coordinator) start(j *job, pl *placement, now time.Time) {
 	c.allocStart(j, now)
 	c.log.Info("job running", "job", j.id, "stages", len(pl.stages), "ps_shards", len(pl.ps), "tasks", len(j.tasks))
 	c.save(j)
+}
+
+// hostingPS lists the replicas (places in reps) whose node also hosts one
+// of the job's parameter-server shards.
+func hostingPS(reps []replica, ps []*node) []int {
+	var out []int
+	for k, r := range reps {
+		if slices.Contains(ps, r.node) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (c *Coordinator) price(typ string) float64 {

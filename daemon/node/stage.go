@@ -264,7 +264,7 @@ func (a *Agent) denseAllreduce(s api.Task) (*pipeline.Allreduce, error) {
 	}
 	// The coordinator changes an allreduce stage's batches, never its
 	// members, so its replicas may shard the optimiser over the ring.
-	ar := &pipeline.Allreduce{Transport: a.transport, Peers: s.Ring, TotalSteps: s.Steps, ShardOptimiser: true}
+	ar := &pipeline.Allreduce{Transport: a.transport, Peers: s.Ring, TotalSteps: s.Steps, ShardOptimiser: true, Relieve: s.RingRelieve}
 	if s.CheckpointDir != "" && (s.CheckpointEvery > 0 || s.CheckpointGrid > 0) {
 		ar.CheckpointEvery, ar.CheckpointGrid = s.CheckpointEvery, s.CheckpointGrid
 		mirror := s

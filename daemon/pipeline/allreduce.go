@@ -34,7 +34,10 @@ import (
 // steps) fails the step rather than mix two rings.
 //
 // A ring of two swaps instead (ring.swap): each member sends its whole
-// gradient to the other, and both sum the pair in member order. Rings of
+// gradient to the other, and both sum the pair in member order; with the
+// optimiser sharded and one member relieved (Allreduce.Relieve: its node
+// also serves parameter-server shards), the other sums, updates and sends
+// the new values back instead (ring.reduceOnOne). Rings of
 // 4, 8, 16 ... members reduce small gradients by recursive halving and
 // doubling (halving.go).
 //
@@ -80,6 +83,12 @@ type Allreduce struct {
 	// ignored with parameters outside host memory. A ring of two shards
 	// only where its members' kernels differ (ring.swap).
 	ShardOptimiser bool
+	// Relieve lists the replicas whose node also hosts a parameter-server
+	// shard of the job. In a ring of two with the optimiser sharded, where
+	// exactly one member is listed, the other sums the pair and updates
+	// alone and sends the new values back (ring.reduceOnOne): the listed
+	// one, which also serves the other's rows, neither sums nor updates.
+	Relieve []int
 }
 
 // ringPiece bounds the floats one ring message carries (256 KiB).
@@ -134,6 +143,11 @@ func (a *Allreduce) check(stage, replica int, params int) error {
 	case a.Mirror != nil && a.CheckpointEvery < 1 && a.CheckpointGrid < 1:
 		return fmt.Errorf("allreduce: a mirror with checkpoints every %d steps on a grid of %d, want one >= 1", a.CheckpointEvery, a.CheckpointGrid)
 	}
+	for _, r := range a.Relieve {
+		if r < 0 || r >= len(a.Peers) {
+			return fmt.Errorf("allreduce: relieve replica %d of %d", r, len(a.Peers))
+		}
+	}
 	return nil
 }
 
@@ -149,6 +163,9 @@ type ring struct {
 	// kernels names what computes this member's sums and updates (its
 	// backend and the sum kernel's ISA): a swap's messages carry it.
 	kernels string
+	// reducer is the place of the member that reduces a pair alone
+	// (Allreduce.Relieve), -1 when both do.
+	reducer int
 }
 
 func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, replica int) (*ring, error) {
@@ -168,7 +185,23 @@ func newRing(a *Allreduce, job uint64, stage int, step int64, members []int, rep
 		m64[i], nodes[i] = int64(m), a.Peers[m]
 	}
 	return &ring{t: a.Transport, job: job, stage: int64(stage), step: step, members: members, members64: m64, pos: pos,
-		nodes: nodes, kernels: sumKernels()}, nil
+		nodes: nodes, kernels: sumKernels(), reducer: pairReducer(members, a.Relieve)}, nil
+}
+
+// pairReducer is the place of the member of a ring of two that reduces
+// alone: the one not relieved, when the other is; else -1.
+func pairReducer(members, relieve []int) int {
+	if len(members) != 2 {
+		return -1
+	}
+	first, second := slices.Contains(relieve, members[0]), slices.Contains(relieve, members[1])
+	switch {
+	case first && !second:
+		return 1
+	case second && !first:
+		return 0
+	}
+	return -1
 }
 
 // ownerUpdate shards the optimiser over the ring (reduce's u): the member
@@ -349,6 +382,9 @@ const swapRound = 1 << 30
 // updates the chunk it owns and sends the other its new values, as the
 // ring's owners do.
 func (r *ring) swap(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
+	if r.reducer >= 0 && u != nil {
+		return r.reduceOnOne(ctx, param, g, rows, u)
+	}
 	other := 1 - r.pos
 	x := r.exchange(ctx, param, other, other, ringStream)
 	parts := pieces(g)
@@ -384,6 +420,75 @@ func (r *ring) swap(ctx context.Context, param int, g []float32, rows int, u *ow
 		return u.apply(0, len(g))
 	}
 	return r.swapUpdates(x, u, len(g), total)
+}
+
+// reduceOnOne is reduce for a pair of which one member, r.reducer, sums
+// and updates alone: the other sends its gradient and rows and takes back
+// the new values of every piece, which the reducer updates and returns
+// piece by piece as the gradient's pieces arrive; at a mirror's step the
+// ring's first member also takes the reducer's optimiser state (the
+// reducer keeps the whole of it, the other member's goes stale). The sum
+// is the swap's, weighted in member order, so the values are the bits
+// both members of a swap of equal kernels compute; only the reducer's
+// kernels compute them. The relieved member's CPU goes to what else its
+// node runs (its parameter-server shard); on the 2-core VM skipping its
+// sum and update made a 2-node ctrdnn job up to 4 % faster.
+func (r *ring) reduceOnOne(ctx context.Context, param int, g []float32, rows int, u *ownerUpdate) error {
+	x := r.exchange(ctx, param, 1-r.pos, 1-r.pos, ringStream)
+	if r.pos != r.reducer {
+		return r.sendForReduction(x, g, rows, u)
+	}
+	total := 0
+	for j, piece := range pieces(g) {
+		_, err := x.recv(swapRound, j, len(piece), func(v []float32, got int) error {
+			total = rows + got
+			mine, theirs := float32(rows)/float32(total), float32(got)/float32(total)
+			x0, w0, x1, w1 := piece, mine, v, theirs
+			if r.pos == 1 {
+				x0, w0, x1, w1 = v, theirs, piece, mine
+			}
+			return ringCPU().WeightedSum(native.HostBuffer(piece), []float32{w0, w1},
+				[]native.Buffer{native.HostBuffer(x0), native.HostBuffer(x1)})
+		})
+		if err != nil {
+			return err
+		}
+		lo := j * ringPiece
+		if err := u.apply(lo, lo+len(piece)); err != nil {
+			return err
+		}
+		if err := x.send(swapRound+1, j, u.w[lo:lo+len(piece)], total); err != nil {
+			return err
+		}
+	}
+	if !u.snapshot || r.pos == 0 {
+		return nil
+	}
+	for j, piece := range pieces(g) {
+		lo := j * ringPiece
+		if err := x.sendState(u.state, j, lo, lo+len(piece), total); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendForReduction is the relieved member's side of reduceOnOne.
+func (r *ring) sendForReduction(x *ringExchange, g []float32, rows int, u *ownerUpdate) error {
+	for j, piece := range pieces(g) {
+		if err := x.send(swapRound, j, piece, rows); err != nil {
+			return err
+		}
+	}
+	for j, piece := range pieces(u.w) {
+		if _, err := x.recv(swapRound+1, j, len(piece), func(v []float32, _ int) error { copy(piece, v); return nil }); err != nil {
+			return err
+		}
+	}
+	if u.snapshot && r.pos == 0 {
+		return x.recvState(u.state, 0, len(g))
+	}
+	return nil
 }
 
 // swapUpdates is a swap's sharded update where the members' kernels

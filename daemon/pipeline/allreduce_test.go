@@ -541,16 +541,19 @@ func TestAllreduceMirrorCheckpointRestores(t *testing.T) {
 		name           string
 		replicas       int
 		shard, restore bool
-	}{{"replicated", 2, false, true}, {"sharded", 2, true, true}, {"sharded, 3 replicas", 3, true, true}, {"replicated, 3 replicas", 3, false, true},
-		{"sharded, 4 replicas (halving)", 4, true, true}} {
-		t.Run(tc.name, func(t *testing.T) { testMirror(t, tc.replicas, tc.shard, tc.restore) })
+		relieve        []int
+	}{{"replicated", 2, false, true, nil}, {"sharded", 2, true, true, nil}, {"sharded, 3 replicas", 3, true, true, nil},
+		{"replicated, 3 replicas", 3, false, true, nil}, {"sharded, 4 replicas (halving)", 4, true, true, nil},
+		{"sharded pair, replica 0 relieved", 2, true, true, []int{0}}, {"sharded pair, replica 1 relieved", 2, true, false, []int{1}}} {
+		t.Run(tc.name, func(t *testing.T) { testMirror(t, tc.replicas, tc.shard, tc.restore, tc.relieve) })
 	}
 }
 
-// testMirror trains an allreduce job of replicas with a mirror, checks the
-// mirror against the replicas and, if restore, a restart from a checkpoint
-// of its servers against the whole run.
-func testMirror(t *testing.T, replicas int, shard, restore bool) {
+// testMirror trains an allreduce job of replicas (those in relieved
+// relieved) with a mirror, checks the mirror against the replicas and, if
+// restore, a restart from a checkpoint of its servers against the whole
+// run.
+func testMirror(t *testing.T, replicas int, shard, restore bool, relieved []int) {
 	checkLeaks(t)
 	const k, steps = mirrorEvery, 2 * mirrorEvery
 	cfg := modelConfig(t, adamAdagrad)
@@ -562,6 +565,9 @@ func testMirror(t *testing.T, replicas int, shard, restore bool) {
 		allreduceWith(j, true)
 		if shard {
 			shardOptimiser(j)
+		}
+		if relieved != nil {
+			relieve(j, relieved...)
 		}
 	}
 
@@ -654,7 +660,10 @@ func checkMirrorState(t *testing.T, mirror *ps.Client, ws []*Worker, step int64)
 			}
 			for r, w := range ws {
 				lo, hi := 0, p.Len()
-				if w.local.shard {
+				switch reducer := pairReducer(iotaInts(len(ws)), w.local.cfg.Relieve); {
+				case w.local.shard && reducer >= 0 && r != reducer:
+					hi = 0 // relieved: the reducer holds the state
+				case w.local.shard && reducer < 0:
 					lo, hi = ownedRange(w, i, len(ws), r)
 				}
 				have, err := hostFloats(w.cfg.Backend, w.local.state[i][k])
@@ -1044,6 +1053,150 @@ func TestNextMirrorStepIsOneItMirrorsAt(t *testing.T) {
 					t.Fatalf("%+v from %d: %d, but it mirrors at %d", a, from, next, s)
 				}
 			}
+		}
+	}
+}
+
+// relieve makes j's allreduce stages list replicas as relieved
+// (Allreduce.Relieve), after whatever else configures them.
+func relieve(j *job, replicas ...int) {
+	plain := j.configure
+	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
+		plain(cfg, trs)
+		cfg.Allreduce.Relieve = replicas
+	}
+}
+
+// In a pair with one member relieved, the other sums, updates every piece
+// (three here) and sends the new values back: both end with the same
+// values, the relieved member's update never runs, and at a mirror's step
+// the ring's first member holds the reducer's optimiser state.
+func TestPairReducerUpdatesAloneAndReturnsTheValues(t *testing.T) {
+	checkLeaks(t)
+	const n = 2*ringPiece + 5
+	for _, relieved := range []int{0, 1} {
+		t.Run(fmt.Sprintf("replica %d relieved", relieved), func(t *testing.T) {
+			trs, names := ringTransports(t, 2)
+			grads := [][]float32{make([]float32, n), make([]float32, n)}
+			start := make([]float32, n)
+			for i := range n {
+				grads[0][i], grads[1][i], start[i] = float32(i%7), float32(i%5)-2, float32(i%3)
+			}
+			rows := []int{1, 3}
+			us := make([]*ownerUpdate, 2)
+			applied := make([][][2]int, 2)
+			gs := make([][]float32, 2)
+			for k := range us {
+				gs[k] = slices.Clone(grads[k])
+				st := native.HostBuffer(make([]float32, n))
+				u := &ownerUpdate{w: slices.Clone(start), state: []native.HostBuffer{st}, snapshot: true}
+				u.apply = func(lo, hi int) error {
+					applied[k] = append(applied[k], [2]int{lo, hi})
+					for i := lo; i < hi; i++ {
+						u.w[i] -= 0.5 * gs[k][i]
+						st[i] += gs[k][i]
+					}
+					return nil
+				}
+				us[k] = u
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for k := range 2 {
+				wg.Go(func() {
+					r, err := newRing(&Allreduce{Transport: trs[k], Peers: names, Relieve: []int{relieved}}, 1, 0, 1, []int{0, 1}, k)
+					if err == nil {
+						err = r.reduce(ctx, 0, gs[k], rows[k], us[k])
+					}
+					errs[k] = err
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			reducer := 1 - relieved
+			if len(applied[relieved]) != 0 {
+				t.Fatalf("the relieved replica updated %v", applied[relieved])
+			}
+			if want := [][2]int{{0, ringPiece}, {ringPiece, 2 * ringPiece}, {2 * ringPiece, n}}; !slices.Equal(applied[reducer], want) {
+				t.Fatalf("the reducer updated %v, want %v", applied[reducer], want)
+			}
+			for i := range n {
+				mean := (float32(rows[0])/4)*grads[0][i] + (float32(rows[1])/4)*grads[1][i]
+				if want := start[i] - 0.5*mean; math.Abs(float64(us[0].w[i]-want)) > 1e-5 {
+					t.Fatalf("element %d: %g, want %g", i, us[0].w[i], want)
+				}
+			}
+			if !slices.Equal(us[0].w, us[1].w) {
+				t.Fatal("the members hold different values")
+			}
+			if !slices.Equal(us[0].state[0], us[reducer].state[0]) {
+				t.Fatal("the ring's first member does not hold the reducer's optimiser state at a mirror's step")
+			}
+			if relieved == 1 && slices.ContainsFunc(us[1].state[0], nonZero) {
+				t.Fatal("the relieved second member's optimiser state moved")
+			}
+		})
+	}
+}
+
+// A pair sharding its optimiser with one member relieved trains the bits
+// of a pair that each update everything (Adam, unequal batches), and only
+// the reducer's optimiser state moves. Where both or neither are relieved
+// the pair swaps as before.
+func TestRelievedPairTrainsTheSameBits(t *testing.T) {
+	checkLeaks(t)
+	const steps = 4
+	cfg := modelConfig(t, adamAdagrad)
+	sizes := []int{3, 5}
+	train := func(configure func(*job)) ([][]float64, []*Worker) {
+		j := newJob(t, cfg, []Range{{0, 5}}, []int{2}, steps, ps.BSP)
+		configure(j)
+		ws := j.workers(func(r int) func(context.Context, int64) (*data.Batch, error) {
+			return fixedBatches(func(step int64) *data.Batch { return testBatch(30+uint64(r), uint64(step), sizes[r]) })
+		})
+		return j.train(ws, 1, steps), ws[0]
+	}
+	wantLosses, replicated := train(allreduceEverywhere)
+	want := denseOf(t, [][]*Worker{replicated})[0]
+	for _, relieved := range [][]int{{0}, {1}, {0, 1}} {
+		t.Run(fmt.Sprint("relieved ", relieved), func(t *testing.T) {
+			losses, ws := train(func(j *job) { allreduceSharded(j); relieve(j, relieved...) })
+			if !slices.EqualFunc(losses, wantLosses, slices.Equal) {
+				t.Fatalf("losses %v, %v with every replica updating", losses, wantLosses)
+			}
+			for r, got := range denseOf(t, [][]*Worker{ws})[0] {
+				if !maps.EqualFunc(got, want[r], slices.Equal) {
+					t.Fatalf("replica %d: dense parameters differ from the replicated pair's", r)
+				}
+			}
+			for r, w := range ws {
+				moves := len(relieved) == 2 || !slices.Contains(relieved, r)
+				for i, p := range w.copies[0].dense {
+					hi := 0
+					if moves {
+						hi = p.Len()
+					}
+					checkMoved(t, fmt.Sprintf("replica %d, %s", r, p.Name), firstMoment(t, w, i), 0, hi)
+				}
+			}
+		})
+	}
+}
+
+// A relieved replica must be one of the stage's.
+func TestAllreduceRefusesARelievedReplicaOutsideTheStage(t *testing.T) {
+	for _, tc := range []struct {
+		relieve []int
+		ok      bool
+	}{{nil, true}, {[]int{0}, true}, {[]int{1}, false}, {[]int{-1}, false}} {
+		a := &Allreduce{Peers: []string{"a"}, Relieve: tc.relieve}
+		err := a.check(0, 0, 1)
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "relieve")) {
+			t.Errorf("relieve %v: %v", tc.relieve, err)
 		}
 	}
 }

@@ -334,7 +334,9 @@ func (r *stageRunner) worker(i int, share pipeline.Share, names []string, tr *wi
 		OverlapSteps: r.k > 1,
 		Batches:      func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, batch) }}
 	if r.allreduce() {
-		wc.Allreduce = &pipeline.Allreduce{Peers: names, TotalSteps: r.totalSteps(), ShardOptimiser: true} // as node daemons run it
+		// As node daemons run it, replica 0 relieved as the coordinator
+		// relieves a replica whose node hosts a shard.
+		wc.Allreduce = &pipeline.Allreduce{Peers: names, TotalSteps: r.totalSteps(), ShardOptimiser: true, Relieve: []int{0}}
 		if tr != nil {
 			wc.Allreduce.Transport = tr
 		}
