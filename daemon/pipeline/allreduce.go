@@ -397,17 +397,7 @@ func (r *ring) swap(ctx context.Context, param int, g []float32, rows int, u *ow
 	for j, piece := range parts {
 		_, err := x.recv(swapRound, j, len(piece), func(v []float32, got int) error {
 			total = rows + got
-			mine, theirs := float32(rows)/float32(total), float32(got)/float32(total)
-			x0, w0, x1, w1 := piece, mine, v, theirs
-			if r.pos == 1 {
-				x0, w0, x1, w1 = v, theirs, piece, mine
-			}
-			if x.peerKernels != r.kernels {
-				sumPortable(piece, w0, x0, w1, x1)
-				return nil
-			}
-			return ringCPU().WeightedSum(native.HostBuffer(piece), []float32{w0, w1},
-				[]native.Buffer{native.HostBuffer(x0), native.HostBuffer(x1)})
+			return r.sumPair(piece, v, rows, got, x.peerKernels != r.kernels)
 		})
 		if err != nil {
 			return err
@@ -420,6 +410,23 @@ func (r *ring) swap(ctx context.Context, param int, g []float32, rows int, u *ow
 		return u.apply(0, len(g))
 	}
 	return r.swapUpdates(x, u, len(g), total)
+}
+
+// sumPair sets mine, this member's piece of rows rows, to the pair's
+// weighted mean with theirs, the other's of got rows, weighed in member
+// order; portable sums with sumPortable.
+func (r *ring) sumPair(mine, theirs []float32, rows, got int, portable bool) error {
+	total := float32(rows + got)
+	x0, w0, x1, w1 := mine, float32(rows)/total, theirs, float32(got)/total
+	if r.pos == 1 {
+		x0, w0, x1, w1 = x1, w1, x0, w0
+	}
+	if portable {
+		sumPortable(mine, w0, x0, w1, x1)
+		return nil
+	}
+	return ringCPU().WeightedSum(native.HostBuffer(mine), []float32{w0, w1},
+		[]native.Buffer{native.HostBuffer(x0), native.HostBuffer(x1)})
 }
 
 // reduceOnOne is reduce for a pair of which one member, r.reducer, sums
@@ -442,13 +449,7 @@ func (r *ring) reduceOnOne(ctx context.Context, param int, g []float32, rows int
 	for j, piece := range pieces(g) {
 		_, err := x.recv(swapRound, j, len(piece), func(v []float32, got int) error {
 			total = rows + got
-			mine, theirs := float32(rows)/float32(total), float32(got)/float32(total)
-			x0, w0, x1, w1 := piece, mine, v, theirs
-			if r.pos == 1 {
-				x0, w0, x1, w1 = v, theirs, piece, mine
-			}
-			return ringCPU().WeightedSum(native.HostBuffer(piece), []float32{w0, w1},
-				[]native.Buffer{native.HostBuffer(x0), native.HostBuffer(x1)})
+			return r.sumPair(piece, v, rows, got, false)
 		})
 		if err != nil {
 			return err

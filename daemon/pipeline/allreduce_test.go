@@ -715,10 +715,16 @@ func allreduceSharded(j *job) {
 
 // shardOptimiser makes j's allreduce stages shard their optimisers.
 func shardOptimiser(j *job) {
+	alsoAllreduce(j, func(a *Allreduce) { a.ShardOptimiser = true })
+}
+
+// alsoAllreduce has change finish each allreduce stage's Allreduce after
+// whatever else configures it.
+func alsoAllreduce(j *job, change func(*Allreduce)) {
 	plain := j.configure
 	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
 		plain(cfg, trs)
-		cfg.Allreduce.ShardOptimiser = true
+		change(cfg.Allreduce)
 	}
 }
 
@@ -1058,13 +1064,9 @@ func TestNextMirrorStepIsOneItMirrorsAt(t *testing.T) {
 }
 
 // relieve makes j's allreduce stages list replicas as relieved
-// (Allreduce.Relieve), after whatever else configures them.
+// (Allreduce.Relieve).
 func relieve(j *job, replicas ...int) {
-	plain := j.configure
-	j.configure = func(cfg *Config, trs map[string]*wire.TCPTransport) {
-		plain(cfg, trs)
-		cfg.Allreduce.Relieve = replicas
-	}
+	alsoAllreduce(j, func(a *Allreduce) { a.Relieve = replicas })
 }
 
 // In a pair with one member relieved, the other sums, updates every piece
