@@ -118,8 +118,8 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 	if err != nil {
 		return fail(permanent(err))
 	}
-	if s.Lookahead < 0 || s.Lookahead > pipeline.MaxMicroBatches {
-		return fail(permanent(fmt.Errorf("lookahead %d: want 0 to %d", s.Lookahead, pipeline.MaxMicroBatches)))
+	if err := pipeline.CheckLookahead(s.Lookahead); err != nil {
+		return fail(permanent(err))
 	}
 	cfg, err := config.ParseModel("job "+s.JobID+" model", []byte(s.Model))
 	if err != nil {

@@ -445,8 +445,8 @@ func (r *ring) reduceOnOne(ctx context.Context, param int, g []float32, rows int
 	if r.pos != r.reducer {
 		return r.sendForReduction(x, g, rows, u)
 	}
-	total := 0
-	for j, piece := range pieces(g) {
+	parts, total := pieces(g), 0
+	for j, piece := range parts {
 		_, err := x.recv(swapRound, j, len(piece), func(v []float32, got int) error {
 			total = rows + got
 			return r.sumPair(piece, v, rows, got, false)
@@ -465,7 +465,7 @@ func (r *ring) reduceOnOne(ctx context.Context, param int, g []float32, rows int
 	if !u.snapshot || r.pos == 0 {
 		return nil
 	}
-	for j, piece := range pieces(g) {
+	for j, piece := range parts {
 		lo := j * ringPiece
 		if err := x.sendState(u.state, j, lo, lo+len(piece), total); err != nil {
 			return err

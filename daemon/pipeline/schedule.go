@@ -27,9 +27,8 @@ import (
 // of forward state held. On the 2-core Intel VM a 2-stage ctrdnn pipeline
 // of 8 micro-batches at batch 512 ran 57-61k samples/s strict, 61-66k with
 // L = 1 (6-8 % more in each of 4 rounds) and 60-63k under fill-drain,
-// each run in a process of its own. The warm-ups
-// still never grow from a stage to the one below it, which is all the
-// order below relies on.
+// each run in a process of its own. The warm-ups still never grow from a
+// stage to the one below it, which is all the order below relies on.
 //
 // Both run each micro-batch's backward in order 0..M-1 on the same inputs
 // and keep each micro-batch's parameter gradients apart until the last
@@ -80,6 +79,15 @@ func ParseSchedule(s string) (Schedule, error) {
 		return FillDrain, nil
 	}
 	return "", fmt.Errorf("unknown schedule %q (want %q or %q)", s, OneFOneB, FillDrain)
+}
+
+// CheckLookahead refuses a lookahead outside [0, MaxMicroBatches]
+// (Config.Lookahead).
+func CheckLookahead(lookahead int) error {
+	if lookahead < 0 || lookahead > MaxMicroBatches {
+		return fmt.Errorf("lookahead %d, want 0 to %d", lookahead, MaxMicroBatches)
+	}
+	return nil
 }
 
 // warmup is how many forwards stage (of stages) runs before its first

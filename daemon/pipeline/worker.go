@@ -220,8 +220,9 @@ func (c *Config) check() error {
 		return errors.New("Input needs the stage's Share")
 	case c.MicroBatches < 0 || c.MicroBatches > MaxMicroBatches:
 		return fmt.Errorf("%d micro-batches, want at most %d", c.MicroBatches, MaxMicroBatches)
-	case c.Lookahead < 0 || c.Lookahead > MaxMicroBatches:
-		return fmt.Errorf("lookahead %d, want 0 to %d", c.Lookahead, MaxMicroBatches)
+	}
+	if err := CheckLookahead(c.Lookahead); err != nil {
+		return err
 	}
 	if _, err := ParseSchedule(string(c.Schedule)); err != nil {
 		return err
