@@ -23,6 +23,7 @@ import (
 //	gpus = [0, 1]                # a GPU type's devices (driver ordinals), one per unit
 //	secret_file = "/etc/heterps/secret"   # or: plain = true (loopback only)
 //	tcp_only = false             # optional: true keeps same-host peers on TCP (no Unix socket)
+//	socket_only = false          # optional: true keeps same-host payloads in the Unix socket (no shared-memory rings)
 //	tls_cert = "/etc/heterps/tls/gpu-3.pem"  # optional mutual TLS (heterps certs): with all three,
 //	tls_key = "/etc/heterps/tls/gpu-3-key.pem"  # the data plane and the API run in TLS 1.3,
 //	tls_ca = "/etc/heterps/tls/ca.pem"       # coordinator = "https://...", secret_file optional
@@ -55,6 +56,9 @@ type Node struct {
 	// on the same host, which otherwise meet over a Unix socket beside
 	// each listener (wire.Config.TCPOnly).
 	TCPOnly bool `toml:"tcp_only"`
+	// SocketOnly keeps payloads between processes on one host in their
+	// Unix socket instead of shared-memory rings (wire.Config.NoSharedMemory).
+	SocketOnly bool `toml:"socket_only"`
 	// TLSCert, TLSKey and TLSCA turn on mutual TLS (all three or none):
 	// this machine's certificate and key and the cluster CA, as `heterps
 	// certs` writes them.

@@ -33,6 +33,13 @@ func TestParseNode(t *testing.T) {
 	if err != nil || !n.TCPOnly {
 		t.Errorf("tcp_only = true: %+v, %v", n, err)
 	}
+	if n.SocketOnly {
+		t.Error("socket_only is on by default")
+	}
+	n, err = ParseNode("node.toml", []byte(goodNode+"socket_only = true\n"))
+	if err != nil || !n.SocketOnly {
+		t.Errorf("socket_only = true: %+v, %v", n, err)
+	}
 }
 
 func TestNodeErrorsNameTheLine(t *testing.T) {

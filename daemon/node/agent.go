@@ -42,6 +42,9 @@ type Config struct {
 	// TCPOnly keeps the data plane on TCP between processes of one host
 	// (wire.Config.TCPOnly).
 	TCPOnly bool
+	// SocketOnly keeps same-host payloads in the socket, not in shared
+	// memory (wire.Config.NoSharedMemory).
+	SocketOnly bool
 	// TLS, if set, is the node's mutual-TLS configuration (wire.LoadTLS):
 	// its data plane runs in TLS and it reaches the coordinator over https.
 	TLS *tls.Config
@@ -83,7 +86,7 @@ const (
 // ConfigFromFile turns a node file into a Config, reading its secret.
 func ConfigFromFile(n *config.Node) (Config, error) {
 	cfg := Config{Name: n.Name, Coordinator: n.Coordinator, Listen: n.Listen, PSListen: n.PSListen, Type: n.Type,
-		Units: n.Units, Threads: n.Threads, GPUs: n.GPUs, Plain: n.Plain, TCPOnly: n.TCPOnly, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory),
+		Units: n.Units, Threads: n.Threads, GPUs: n.GPUs, Plain: n.Plain, TCPOnly: n.TCPOnly, SocketOnly: n.SocketOnly, Lease: n.Lease.Duration, PSMemory: int64(n.PSMemory),
 		RegisterTimeout: n.RegisterTimeout.Duration}
 	if n.CPUShare != nil {
 		cfg.CPUShare = *n.CPUShare
@@ -231,7 +234,7 @@ func concreteAddr(addr string) (string, error) {
 }
 
 func (a *Agent) wireConfig(id string) wire.Config {
-	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, TCPOnly: a.cfg.TCPOnly, TLS: a.cfg.TLS, Logger: a.log, Metrics: a.obs.wire}
+	return wire.Config{NodeID: id, Secret: a.cfg.Secret, Plain: a.cfg.Plain, TCPOnly: a.cfg.TCPOnly, NoSharedMemory: a.cfg.SocketOnly, TLS: a.cfg.TLS, Logger: a.log, Metrics: a.obs.wire}
 }
 
 // DataAddr is the address of the node's stage links; PSAddr that of its

@@ -65,3 +65,18 @@ func TestConfigFromFileCarriesPSMemory(t *testing.T) {
 		t.Fatalf("PSMemory %d, want 4 GiB", cfg.PSMemory)
 	}
 }
+
+// The node file's data-plane switches reach the wire transport's config.
+func TestConfigFromFileCarriesTransportSwitches(t *testing.T) {
+	for _, n := range []config.Node{{TCPOnly: true}, {SocketOnly: true}, {}} {
+		n.Name, n.Plain = "n", true
+		cfg, err := ConfigFromFile(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := (&Agent{cfg: cfg}).wireConfig("n")
+		if w.TCPOnly != n.TCPOnly || w.NoSharedMemory != n.SocketOnly {
+			t.Errorf("tcp_only %t socket_only %t: wire config TCPOnly %t NoSharedMemory %t", n.TCPOnly, n.SocketOnly, w.TCPOnly, w.NoSharedMemory)
+		}
+	}
+}

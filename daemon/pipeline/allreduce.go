@@ -670,10 +670,10 @@ func (x *ringExchange) recv(round, piece, want int, use func(v []float32, rows i
 }
 
 func (r *ring) recvPiece(ctx context.Context, from string, stream uint32, param int, micro uint64, want int, use func(v []float32, rows int, kernels string) error) (int, error) {
-	m, err := r.t.Recv(ctx, from, stream)
+	m, err := wire.RecvShared(ctx, r.t, from, stream)
 	for err == nil && (m.Meta.Job != r.job || m.Meta.Step < uint64(r.step)) { // another job's, or a step abandoned
 		m.Release()
-		m, err = r.t.Recv(ctx, from, stream)
+		m, err = wire.RecvShared(ctx, r.t, from, stream)
 	}
 	if err != nil {
 		return 0, err

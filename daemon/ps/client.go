@@ -531,7 +531,7 @@ func (c *Client) roundTrip(ctx context.Context, l *shardLink, m *wire.Message) (
 	err := l.conn.Send(ctx, stream, m)
 	var reply *wire.MessageView
 	if err == nil {
-		reply, err = l.conn.Recv(ctx, stream)
+		reply, err = l.conn.RecvShared(ctx, stream) // every caller releases its reply
 	}
 	if err != nil {
 		l.drop()

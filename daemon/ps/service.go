@@ -182,7 +182,7 @@ func (s *Service) ServeConn(ctx context.Context, c *wire.Conn) {
 func (s *Service) serveStream(ctx context.Context, c *wire.Conn, index int) {
 	stream := ShardStream(index)
 	for {
-		req, err := c.Recv(ctx, stream)
+		req, err := c.RecvShared(ctx, stream) // released once handled
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, wire.ErrClosed) {
 				s.opts.Logger.Warn("ps service: receive", "peer", c.Peer(), "stream", stream, "err", err)

@@ -8,16 +8,23 @@ import (
 
 // BenchmarkConn measures one Conn's tensor throughput over loopback: the
 // receiver decodes each tensor into a reused buffer and releases the frame.
-// bench/dist/wirebw compares the same path against raw TCP.
+// The peers meet on a same-host socket and share memory (shm), take it
+// with Recv (copied out of the ring) or RecvShared (read in it), or keep
+// payloads in the socket (no-shm). bench/dist/wirebw compares the same
+// path against raw TCP.
 func BenchmarkConn(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) { benchmarkConn(b, size) })
+		for _, way := range []string{"no-shm", "shm", "shm-in-place"} {
+			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, way), func(b *testing.B) { benchmarkConn(b, size, way) })
+		}
 	}
 }
 
-func benchmarkConn(b *testing.B, size int) {
+func benchmarkConn(b *testing.B, size int, way string) {
 	logs := &logSink{}
-	ln, err := Listen("127.0.0.1:0", testConfig("server", logs))
+	cfg := testConfig("server", logs)
+	cfg.NoSharedMemory = way == "no-shm"
+	ln, err := Listen("127.0.0.1:0", cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +47,11 @@ func benchmarkConn(b *testing.B, size int) {
 	go func() {
 		dst := make([]float32, len(data))
 		for range b.N {
-			m, err := server.Recv(ctx, 1)
+			recv := server.Recv
+			if way == "shm-in-place" {
+				recv = server.RecvShared
+			}
+			m, err := recv(ctx, 1)
 			if err == nil {
 				dst, err = m.Tensors[0].Float32s(dst)
 				m.Release()

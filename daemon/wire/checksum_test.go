@@ -44,7 +44,7 @@ func TestChecksumsAreLeftOutOnlyWhereBothEndsAgree(t *testing.T) {
 	logs := &logSink{}
 	p := newTestPKI(t)
 	tcpOnly := func(c Config) Config { c.TCPOnly = true; return c }
-	keep := func(c Config) Config { c.keepChecksums = true; return c }
+	keep := func(c Config) Config { c.noFeatures = true; return c }
 	cases := map[string]struct {
 		server, client Config
 		unchecked      bool
@@ -116,10 +116,10 @@ func TestDialFallsBackForAListenerWithoutFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if conn.fr.unchecked {
-		t.Error("a connection to a listener without features left checksums out")
+	if conn.fr.unchecked || conn.fr.shared != nil {
+		t.Errorf("a connection to a listener without features left checksums out (%v) or shares memory (%v)", conn.fr.unchecked, conn.fr.shared != nil)
 	}
-	logs.waitFor(t, "reserved byte is 1")
+	logs.waitFor(t, "reserved byte is 3") // unchecked and shared memory, offered on a twin
 }
 
 // A listener answers a dialer that offers no features with none, so that a
@@ -129,7 +129,7 @@ func TestListenerOffersNoFeatureTheDialerDidNot(t *testing.T) {
 	logs := &logSink{}
 	srv := startEcho(t, testConfig("server", logs))
 	old := testConfig("client", logs)
-	old.keepChecksums, old.refuseFeatures = true, true
+	old.noFeatures, old.refuseFeatures = true, true
 	nc, fr := rawAuthedOn(t, "unix", twinName(srv.addr()), old)
 	if fr.unchecked {
 		t.Fatal("a connection whose dialer offered no features left checksums out")

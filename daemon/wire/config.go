@@ -28,6 +28,13 @@ type Config struct {
 	// TCPOnly keeps connections between processes on one host on TCP:
 	// no listener twin, no dialling one (local.go).
 	TCPOnly bool
+	// NoSharedMemory keeps payloads between processes on one host in the
+	// socket instead of a shared ring (shared.go).
+	NoSharedMemory bool
+	// SharedRing is the size in bytes of the ring this end writes large
+	// payloads into when it shares memory with a peer. Default 8 MiB;
+	// 1 MiB..256 MiB. Its pages are taken as the ring is first used.
+	SharedRing int
 
 	// MaxPayload bounds a frame's payload; default and ceiling HardMaxPayload.
 	MaxPayload int
@@ -66,10 +73,11 @@ type Config struct {
 	// Metrics, if set, counts traffic and rejected handshakes (metrics.go).
 	Metrics *Metrics
 
-	// keepChecksums keeps payload checksums on where they are redundant,
-	// as a peer that predates the handshake's features does (a Dial that
-	// such a listener hung up on, and tests).
-	keepChecksums bool
+	// noFeatures offers none of the handshake's features (payload
+	// checksums stay on where they are redundant, no shared memory), as a
+	// peer that predates them does (a Dial that such a listener hung up
+	// on, and tests).
+	noFeatures bool
 	// refuseFeatures refuses a peer's hello that sets features, as a
 	// version that predates them does (tests of mixed versions).
 	refuseFeatures bool
@@ -94,6 +102,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPayload < 0 || c.MaxPayload > HardMaxPayload {
 		return c, fmt.Errorf("wire: config: max payload %d outside 0..%d", c.MaxPayload, HardMaxPayload)
 	}
+	if c.SharedRing != 0 && (c.SharedRing < minSharedRing || c.SharedRing > maxSharedRing) {
+		return c, fmt.Errorf("wire: config: shared ring of %d bytes outside %d..%d", c.SharedRing, minSharedRing, maxSharedRing)
+	}
+	setDefault(&c.SharedRing, defaultSharedRing)
 	setDefault(&c.MaxPayload, HardMaxPayload)
 	setDefault(&c.HandshakeTimeout, 5*time.Second)
 	setDefault(&c.HelloTimeout, 3*time.Second)

@@ -3,11 +3,14 @@ package wire
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,29 +37,37 @@ type Conn struct {
 
 	mu      sync.Mutex
 	streams map[uint32]chan *MessageView
-	queued  int           // payload bytes in the stream queues, guarded by mu
-	freed   chan struct{} // poked when Recv takes a message off a queue
+	// sharedStreams: taken with RecvShared, their messages stay in the
+	// peer's ring until released
+	sharedStreams map[uint32]bool
+	queued        int           // payload bytes in the stream queues, guarded by mu
+	freed         chan struct{} // poked when Recv takes a message off a queue
 
 	done      chan struct{}
 	closeOnce sync.Once
-	reason    error // why it closed; written once before done is closed
+	unshare   sync.Once // unmaps the shared rings on Close
+	reason    error     // why it closed; written once before done is closed
 	wg        sync.WaitGroup
 }
 
 func newConn(nc net.Conn, fr *framer, peer string, cfg Config) *Conn {
 	c := &Conn{
-		nc:      nc,
-		cfg:     cfg,
-		peer:    peer,
-		log:     cfg.Logger.With("peer", peer, "remote", remoteOf(nc)),
-		wlock:   make(chan struct{}, 1),
-		fr:      fr,
-		streams: make(map[uint32]chan *MessageView),
-		freed:   make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		nc:            nc,
+		cfg:           cfg,
+		peer:          peer,
+		log:           cfg.Logger.With("peer", peer, "remote", remoteOf(nc)),
+		wlock:         make(chan struct{}, 1),
+		fr:            fr,
+		streams:       make(map[uint32]chan *MessageView),
+		sharedStreams: make(map[uint32]bool),
+		freed:         make(chan struct{}, 1),
+		done:          make(chan struct{}),
 	}
 	// Small frames arrive many to a read; large payloads bypass the buffer.
 	fr.r = bufio.NewReaderSize(nc, 32<<10)
+	if fr.shared != nil { // for a connection that failed and was dropped unclosed
+		runtime.AddCleanup(c, (*sharedMem).close, fr.shared)
+	}
 	c.lastWrite.Store(time.Now().UnixNano())
 	c.wg.Add(2)
 	go c.readLoop()
@@ -104,6 +115,12 @@ func (c *Conn) Close() error {
 	}
 	c.fail(errClosedLocally)
 	c.wg.Wait()
+	c.unshare.Do(func() {
+		if c.fr.shared != nil {
+			c.wlock <- struct{}{} // no Send writes the ring any more; held for good
+			c.fr.shared.close()
+		}
+	})
 	return nil
 }
 
@@ -149,11 +166,18 @@ func (c *Conn) Send(ctx context.Context, stream uint32, m *Message) error {
 	if c.Err() != nil {
 		return c.closedErr()
 	}
+	h := Header{Type: m.Type, Stream: stream, Length: uint32(p.size), CRC: p.crc}
+	pieces, err := c.placeShared(&h, p)
+	if err != nil {
+		c.fail(err)
+		return c.closedErr()
+	}
 	c.fr.sendSeq++
+	h.Seq = c.fr.sendSeq
 	var hdr [HeaderSize]byte
-	PutHeader(hdr[:], Header{Type: m.Type, Stream: stream, Seq: c.fr.sendSeq, Length: uint32(p.size), CRC: p.crc})
-	bufs := make(net.Buffers, 0, 1+len(p.pieces))
-	bufs = append(append(bufs, hdr[:]), p.pieces...)
+	PutHeader(hdr[:], h)
+	bufs := make(net.Buffers, 0, 1+len(pieces))
+	bufs = append(append(bufs, hdr[:]), pieces...)
 	if err := c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout)); err != nil {
 		c.fail(fmt.Errorf("set write deadline: %w", err))
 		return c.closedErr()
@@ -167,10 +191,56 @@ func (c *Conn) Send(ctx context.Context, stream uint32, m *Message) error {
 	return nil
 }
 
+// placeShared puts p in the shared ring when the connection has one and p
+// fits there, making h a shared frame, and returns what goes through the
+// socket: p's pieces or the shared frame's descriptor. The caller holds
+// the write lock.
+func (c *Conn) placeShared(h *Header, p encodedPayload) ([][]byte, error) {
+	sh := c.fr.shared
+	if sh == nil {
+		return p.pieces, nil
+	}
+	pos, ok, err := sh.place(p.size)
+	if err != nil || !ok {
+		return p.pieces, err
+	}
+	sh.copyIn(pos, p.pieces)
+	c.cfg.Metrics.sharedPayload(p.size)
+	desc := sharedDesc(pos, p.size)
+	h.Flags, h.Length, h.CRC = flagShared, sharedDescSize, 0
+	if !c.fr.unchecked {
+		h.CRC = crc32.Checksum(desc, castagnoli)
+	}
+	return [][]byte{desc}, nil
+}
+
 // Recv returns the next message on stream (> 0), waiting until one arrives,
 // ctx is done or the connection closes. Messages that arrived before a close
 // are still returned.
 func (c *Conn) Recv(ctx context.Context, stream uint32) (*MessageView, error) {
+	m, err := c.recv(ctx, stream)
+	if err != nil || m.ring == nil {
+		return m, err
+	}
+	return m.detach(c.cfg.MaxPayload)
+}
+
+// RecvShared is Recv for a receiver that releases every message it takes:
+// its tensors may lie in memory the peer writes into (a same-host peer's
+// ring, shared.go), read there without a copy, and they stay there (the
+// peer's ring space taken) until Release. From its first call on the
+// stream, that stream's messages wait in the ring rather than being copied
+// out as they arrive.
+func (c *Conn) RecvShared(ctx context.Context, stream uint32) (*MessageView, error) {
+	if c.fr.shared != nil {
+		c.mu.Lock()
+		c.sharedStreams[stream] = true
+		c.mu.Unlock()
+	}
+	return c.recv(ctx, stream)
+}
+
+func (c *Conn) recv(ctx context.Context, stream uint32) (*MessageView, error) {
 	if stream == 0 {
 		return nil, errors.New("wire: recv: stream 0 is reserved for connection control")
 	}
@@ -271,6 +341,9 @@ func (c *Conn) readMessage() (*MessageView, error) {
 	if err := c.nc.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
 		return nil, err
 	}
+	if h.Flags&flagShared != 0 {
+		return c.readShared(h)
+	}
 	payload, err := readPayloadInto(c.fr.r, h, getPayload(int(h.Length)), !c.fr.unchecked)
 	if err != nil {
 		return nil, err
@@ -289,6 +362,45 @@ func (c *Conn) readMessage() (*MessageView, error) {
 		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)
 	}
 	m.Stream, m.buf = h.Stream, payload
+	return m, nil
+}
+
+// readShared reads a shared frame's descriptor and takes its message from
+// the peer's ring: where it lies for a stream taken with RecvShared, else
+// copied out at once.
+func (c *Conn) readShared(h Header) (*MessageView, error) {
+	desc, err := readPayloadInto(c.fr.r, h, make([]byte, sharedDescSize), !c.fr.unchecked)
+	if err != nil {
+		return nil, err
+	}
+	pos, n := binary.LittleEndian.Uint64(desc), binary.LittleEndian.Uint64(desc[8:])
+	sh := c.fr.shared
+	region, err := sh.take(pos, n, c.cfg.MaxPayload)
+	if err != nil {
+		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)
+	}
+	c.cfg.Metrics.frameReceived(HeaderSize + int(n))
+	c.mu.Lock()
+	inPlace := c.sharedStreams[h.Stream]
+	c.mu.Unlock()
+	payload := region
+	if !inPlace {
+		payload = append(getPayload(int(n))[:0], region...)
+		sh.release(pos, pos+n)
+	}
+	m, err := DecodeMessage(h.Type, payload, c.cfg.MaxPayload)
+	if err != nil {
+		if inPlace {
+			sh.release(pos, pos+n)
+		}
+		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)
+	}
+	m.Stream = h.Stream
+	if inPlace {
+		m.inRing(sh, pos, pos+n)
+	} else {
+		m.buf = payload
+	}
 	return m, nil
 }
 

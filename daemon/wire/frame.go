@@ -14,7 +14,9 @@ import (
 //	     0     4  magic "HPSW" (0x48 0x50 0x53 0x57)
 //	     4     1  version, 1
 //	     5     1  message type (MsgType)
-//	     6     2  flags, reserved: must be 0 in version 1
+//	     6     2  flags: bit 0 = the payload is a position and length in
+//	              the sender's shared ring (shared.go), allowed only where
+//	              the handshake set one up; the rest must be 0
 //	     8     4  stream id (0 = connection control, >0 = a logical stream)
 //	    12     8  sequence number: 1 for the first frame a side sends on a
 //	              connection (handshake included), +1 for every frame after
@@ -84,8 +86,8 @@ func ParseHeader(b []byte, maxPayload int) (Header, error) {
 		Length: binary.LittleEndian.Uint32(b[20:24]),
 		CRC:    binary.LittleEndian.Uint32(b[24:28]),
 	}
-	if h.Flags != 0 {
-		return Header{}, decodeErr(part, ErrFlags, "got %#04x, version 1 defines none", h.Flags)
+	if h.Flags&^flagShared != 0 {
+		return Header{}, decodeErr(part, ErrFlags, "got %#04x, version 1 defines only %#04x", h.Flags, flagShared)
 	}
 	if uint64(h.Length) > uint64(maxPayload) {
 		return Header{}, decodeErr(part, ErrTooLarge, "payload length %d, limit %d", h.Length, maxPayload)

@@ -68,7 +68,7 @@ const (
 	macDomain           = "heterps/wire/v1 handshake"
 
 	featureUnchecked byte = 1 // payload checksums are redundant on this connection
-	knownFeatures         = featureUnchecked
+	knownFeatures         = featureUnchecked | featureShared
 )
 
 type hello struct {
@@ -144,6 +144,8 @@ type framer struct {
 	r                io.Reader
 	sendSeq, recvSeq uint64
 	unchecked        bool
+	shareAgreed      bool       // both ends offered shared memory (shared.go)
+	shared           *sharedMem // nil unless both then sent a ring
 }
 
 // writeSmall writes a small frame in one write. The caller owns writing.
@@ -164,6 +166,9 @@ func (f *framer) readHeader(maxPayload int) (Header, error) {
 	}
 	if h.Seq != f.recvSeq+1 {
 		return Header{}, decodeErr("frame header", ErrMalformed, "sequence number %d, want %d", h.Seq, f.recvSeq+1)
+	}
+	if h.Flags&flagShared != 0 && (f.shared == nil || h.Type < MsgData || h.Length != sharedDescSize) {
+		return Header{}, decodeErr("frame header", ErrFlags, "shared frame (%s, %d bytes) where no ring was shared or it cannot be one", h.Type, h.Length)
 	}
 	f.recvSeq = h.Seq
 	return h, nil
@@ -216,10 +221,14 @@ func handshake(ctx context.Context, nc net.Conn, cfg *Config, role byte, wantPee
 	} else {
 		peer, err = listenerHandshake(ctx, f, cfg, deadline)
 	}
+	if err == nil && f.shareAgreed {
+		f.shared, err = f.exchangeShared(cfg)
+	}
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
 	if err != nil {
+		f.closeShared()
 		return "", nil, fmt.Errorf("wire: handshake with %s: %w", remoteOf(nc), err)
 	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
@@ -236,8 +245,11 @@ func newHello(cfg *Config, role byte, nc net.Conn) hello {
 	case cfg.TLS != nil:
 		h.mode = modeTLS
 	}
-	if !cfg.keepChecksums && checksumRedundant(h.mode, nc) {
+	if !cfg.noFeatures && checksumRedundant(h.mode, nc) {
 		h.features |= featureUnchecked
+	}
+	if !cfg.noFeatures && offersShared(cfg, nc) {
+		h.features |= featureShared
 	}
 	rand.Read(h.nonce[:])
 	return h
@@ -257,6 +269,7 @@ func checksumRedundant(mode byte, nc net.Conn) bool {
 // agree sets what the two hellos agreed on for the frames that follow.
 func (f *framer) agree(d, l *hello) {
 	f.unchecked = d.features&l.features&featureUnchecked != 0
+	f.shareAgreed = d.features&l.features&featureShared != 0
 }
 
 func dialerHandshake(f *framer, cfg *Config, wantPeer string) (string, error) {

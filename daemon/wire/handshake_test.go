@@ -153,7 +153,7 @@ func TestParseHelloRejects(t *testing.T) {
 		"short":           good[:10],
 		"role":            mutate(func(b []byte) []byte { b[0] = 7; return b }),
 		"mode":            mutate(func(b []byte) []byte { b[1] = 7; return b }),
-		"unknown feature": mutate(func(b []byte) []byte { b[3] = 2; return b }),
+		"unknown feature": mutate(func(b []byte) []byte { b[3] = 4; return b }),
 		"id length":       mutate(func(b []byte) []byte { b[2] = 5; return b }),
 		"empty id":        mutate(func(b []byte) []byte { b[2] = 0; return b[:helloFixed] }),
 		"unprintable id":  mutate(func(b []byte) []byte { b[helloFixed] = '\n'; return b }),

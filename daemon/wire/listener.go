@@ -25,10 +25,10 @@ func Dial(ctx context.Context, addr string, cfg Config, wantPeer string) (*Conn,
 		}
 	}
 	c, err := dialOnce(ctx, addr, &cfg, wantPeer)
-	if errors.Is(err, errHelloRefused) && !cfg.keepChecksums {
+	if errors.Is(err, errHelloRefused) && !cfg.noFeatures {
 		// A listener of a version before the hello's features hangs up on
 		// one that sets any: ask it again without.
-		cfg.keepChecksums = true
+		cfg.noFeatures = true
 		return dialOnce(ctx, addr, &cfg, wantPeer)
 	}
 	return c, err

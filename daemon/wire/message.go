@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 )
 
 // Message payload layout (the payload of every data frame). Integers are
@@ -123,6 +124,24 @@ type MessageView struct {
 
 	size int    // payload bytes, for the receiver's queue budget
 	buf  []byte // the pooled frame the tensors alias; nil if not pooled
+
+	ring       *sharedMem      // the peer's ring the tensors lie in (RecvShared), or nil
+	start, end uint64          // where in it
+	unreleased runtime.Cleanup // gives the ring's bytes back if m is dropped unreleased
+}
+
+// inRing makes m's tensors those lying at [start, end) of ring until
+// Release, or until m is garbage-collected unreleased: a receiver's error
+// path that forgets Release then costs the peer's ring only until the
+// next collection instead of for the connection's life.
+func (m *MessageView) inRing(ring *sharedMem, start, end uint64) {
+	m.ring, m.start, m.end = ring, start, end
+	m.unreleased = runtime.AddCleanup(m, func(r ringRef) { r.ring.release(r.start, r.end) }, ringRef{ring, start, end})
+}
+
+type ringRef struct {
+	ring       *sharedMem
+	start, end uint64
 }
 
 // Release hands the frame that m's tensors live in back for reuse by later
@@ -130,11 +149,31 @@ type MessageView struct {
 // be used. Calling it is optional (an unreleased frame is garbage-collected)
 // but spares large receives a fresh allocation each.
 func (m *MessageView) Release() {
-	if m.buf != nil {
+	switch {
+	case m.buf != nil:
 		putPayload(m.buf)
 		m.buf = nil
 		m.Tensors = nil
+	case m.ring != nil:
+		m.unreleased.Stop()
+		m.ring.release(m.start, m.end)
+		m.ring = nil
+		m.Tensors = nil
 	}
+}
+
+// detach copies a message that lies in a peer's ring out of it, releasing
+// the ring's bytes.
+func (m *MessageView) detach(maxPayload int) (*MessageView, error) {
+	region := m.ring.peerRing()[m.start%uint64(len(m.ring.peerRing())):][:m.end-m.start]
+	payload := append(getPayload(len(region))[:0], region...)
+	m.Release()
+	d, err := DecodeMessage(m.Type, payload, maxPayload)
+	if err != nil {
+		return nil, err
+	}
+	d.Stream, d.buf = m.Stream, payload
+	return d, nil
 }
 
 // Want checks that the message has exactly the given tensor dtypes, in order.

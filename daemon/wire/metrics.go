@@ -15,6 +15,7 @@ import (
 type Metrics struct {
 	bytesSent, bytesReceived   prometheus.Counter
 	framesSent, framesReceived prometheus.Counter
+	sharedSent                 prometheus.Counter
 	handshakeFailures          *prometheus.CounterVec
 }
 
@@ -47,13 +48,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Data-plane message frames written after the handshake."}),
 		framesReceived: prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_wire_received_frames_total",
 			Help: "Data-plane message frames read after the handshake."}),
+		sharedSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "heterps_wire_shared_sent_bytes_total",
+			Help: "Of the bytes sent, the payload bytes written into a same-host peer's shared-memory ring instead of the socket."}),
 		handshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "heterps_wire_handshake_failures_total",
 			Help: "Connections a listener rejected before or during the handshake, by reason."}, []string{"reason"}),
 	}
 	for _, r := range rejectReasons {
 		m.handshakeFailures.WithLabelValues(r) // every reason shows, at 0 until it happens
 	}
-	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.framesSent, m.framesReceived, m.handshakeFailures} {
+	for _, c := range []prometheus.Collector{m.bytesSent, m.bytesReceived, m.framesSent, m.framesReceived, m.sharedSent, m.handshakeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -65,6 +68,12 @@ func (m *Metrics) frameSent(bytes int) {
 	if m != nil {
 		m.framesSent.Inc()
 		m.bytesSent.Add(float64(bytes))
+	}
+}
+
+func (m *Metrics) sharedPayload(bytes int) {
+	if m != nil {
+		m.sharedSent.Add(float64(bytes))
 	}
 }
 

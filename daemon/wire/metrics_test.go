@@ -52,6 +52,32 @@ func TestMetricsCountFramesAndBytes(t *testing.T) {
 	if got := testutil.ToFloat64(client.bytesReceived); got != testutil.ToFloat64(server.bytesSent) {
 		t.Errorf("client received %v bytes, server sent %v", got, testutil.ToFloat64(server.bytesSent))
 	}
+	if got := testutil.ToFloat64(client.sharedSent); got != 0 {
+		t.Errorf("a small message counted %v bytes through shared memory", got)
+	}
+}
+
+// TestMetricsCountSharedBytes: a large message to a same-host peer goes
+// through its shared ring, and counts there as well as in the bytes sent.
+func TestMetricsCountSharedBytes(t *testing.T) {
+	checkLeaks(t)
+	logs := &logSink{}
+	metrics := newTestMetrics(t)
+	ccfg := testConfig("client", logs)
+	ccfg.Metrics = metrics
+	srv := startEcho(t, testConfig("server", logs))
+	c, err := Dial(testContext(t), srv.addr(), ccfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Send(testContext(t), 1, floatMessage(filled(64<<10, 0))); err != nil {
+		t.Fatal(err)
+	}
+	shared, sent := testutil.ToFloat64(metrics.sharedSent), testutil.ToFloat64(metrics.bytesSent)
+	if shared < 256<<10 || sent != shared+HeaderSize {
+		t.Errorf("a 256 KiB message: %v bytes sent, %v through shared memory", sent, shared)
+	}
 }
 
 // TestMetricsCountRejectedHandshakes: a wrong secret, a mode mismatch and a

@@ -164,6 +164,32 @@ func (t *TCPTransport) Recv(ctx context.Context, from string, stream uint32) (*M
 	return c.Recv(ctx, stream)
 }
 
+// RecvShared is Recv through Conn.RecvShared: the message may lie in the
+// peer's shared ring until Release.
+func (t *TCPTransport) RecvShared(ctx context.Context, from string, stream uint32) (*MessageView, error) {
+	c, err := t.PeerConn(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	return c.RecvShared(ctx, stream)
+}
+
+// SharedReceiver is a Transport that can hand over messages lying in a
+// same-host peer's shared memory (Conn.RecvShared).
+type SharedReceiver interface {
+	RecvShared(ctx context.Context, from string, stream uint32) (*MessageView, error)
+}
+
+// RecvShared receives from t with RecvShared where t has it, else with
+// Recv: for a receiver that releases every message it takes and keeps
+// nothing of one after.
+func RecvShared(ctx context.Context, t Transport, from string, stream uint32) (*MessageView, error) {
+	if s, ok := t.(SharedReceiver); ok {
+		return s.RecvShared(ctx, from, stream)
+	}
+	return t.Recv(ctx, from, stream)
+}
+
 // PeerConn returns the connection to peer id, waiting up to DialTimeout for
 // a first one. If the current connection has dropped and no new one is up,
 // it returns the drop's error.
