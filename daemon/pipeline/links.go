@@ -66,10 +66,10 @@ func (l Link) send(ctx context.Context, m *wire.Message) error {
 // over from one that ran on the same pair of nodes (a job restarted after
 // a failure, say): they are dropped.
 func (l Link) recv(ctx context.Context, want wire.MsgType, step int64, micro int) (*wire.MessageView, error) {
-	m, err := l.Transport.Recv(ctx, l.Peer, l.Stream)
+	m, err := wire.RecvShared(ctx, l.Transport, l.Peer, l.Stream) // its callers decode, then release it
 	for err == nil && m.Meta.Job != l.job {
 		m.Release()
-		m, err = l.Transport.Recv(ctx, l.Peer, l.Stream)
+		m, err = wire.RecvShared(ctx, l.Transport, l.Peer, l.Stream)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("receive %v from %s: %w", want, l.Peer, err)

@@ -18,6 +18,10 @@
 //   - listener.go: Dial and an accept loop that authenticates each peer;
 //     pending.go bounds the handshakes in progress (in all and per remote
 //     host, the oldest displaced) so idle sockets cannot starve real peers.
+//   - local.go, shared.go: processes on one host meet over a Unix socket
+//     beside each listener, and there hand each other a sealed
+//     shared-memory ring that large payloads travel in, the socket
+//     carrying only their place.
 //   - transport.go: the Transport interface (Send, Recv, AddPeer,
 //     RemovePeer) and its TCP implementation; package wiretest puts a faulty
 //     network under it for tests.
