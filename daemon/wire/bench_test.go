@@ -13,7 +13,7 @@ import (
 // payloads in the socket (no-shm). bench/dist/wirebw compares the same
 // path against raw TCP.
 func BenchmarkConn(b *testing.B) {
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+	for _, size := range []int{4 << 10, 16 << 10, 64 << 10, 1 << 20} {
 		for _, way := range []string{"no-shm", "shm", "shm-in-place"} {
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, way), func(b *testing.B) { benchmarkConn(b, size, way) })
 		}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"runtime"
 	"slices"
@@ -384,7 +385,17 @@ func TestSharedFramesOutOfPlaceCloseTheConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectHangUp(t, nc)
-		logs.waitFor(t, "payload at position 65536, want 0")
+		logs.waitFor(t, fmt.Sprintf("payload at position %d, want 0", sharedMinPayload))
+	})
+	t.Run("larger than the ring", func(t *testing.T) {
+		logs := &logSink{}
+		srv := startEcho(t, testConfig("server", logs))
+		nc, f := rawAuthedOn(t, "unix", twinName(srv.addr()), testConfig("client", logs))
+		if _, err := nc.Write(withSeq(shared(0, defaultSharedRing+1), f.sendSeq+1)); err != nil {
+			t.Fatal(err)
+		}
+		expectHangUp(t, nc)
+		logs.waitFor(t, fmt.Sprintf("payload of %d bytes in a ring of %d", defaultSharedRing+1, defaultSharedRing))
 	})
 	t.Run("no rings", func(t *testing.T) {
 		logs := &logSink{}
