@@ -232,12 +232,17 @@ func (c *Conn) Recv(ctx context.Context, stream uint32) (*MessageView, error) {
 // stream, that stream's messages wait in the ring rather than being copied
 // out as they arrive.
 func (c *Conn) RecvShared(ctx context.Context, stream uint32) (*MessageView, error) {
+	c.shareStream(stream)
+	return c.recv(ctx, stream)
+}
+
+// shareStream leaves stream's messages in the peer's ring from now on.
+func (c *Conn) shareStream(stream uint32) {
 	if c.fr.shared != nil {
 		c.mu.Lock()
 		c.sharedStreams[stream] = true
 		c.mu.Unlock()
 	}
-	return c.recv(ctx, stream)
 }
 
 func (c *Conn) recv(ctx context.Context, stream uint32) (*MessageView, error) {

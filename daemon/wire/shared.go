@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,7 +38,8 @@ import (
 // the ring. A receiver releases messages in any order and publishes the
 // longest released prefix.
 //
-// Trust: only an authenticated peer gets a segment. Its own segment is
+// Trust: only an authenticated peer gets a segment, and one it can map
+// only for reading where the kernel can seal it so. Its own segment is
 // mapped read-only here and must carry F_SEAL_SHRINK, so it cannot be
 // truncated under our reads (a SIGBUS); a consumed position that goes
 // backwards or past what was written fails the connection. A peer that
@@ -216,14 +218,27 @@ func newSegment(ring int) (fd int, mem []byte, err error) {
 	if err := unix.Ftruncate(fd, int64(sharedControl+ring)); err != nil {
 		return fail("ftruncate", err)
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		return fail("seal", err)
-	}
 	mem, err = unix.Mmap(fd, 0, sharedControl+ring, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fail("mmap", err)
 	}
+	if err := sealSegment(fd); err != nil {
+		unix.Munmap(mem)
+		return fail("seal", err)
+	}
 	return fd, mem, nil
+}
+
+// sealSegment fixes a segment's size and, where the kernel can (Linux
+// 5.1 and later), keeps any mapping made after ours read-only: the peer
+// can read our ring but not write into it.
+func sealSegment(fd int) error {
+	const fixed = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, fixed|unix.F_SEAL_FUTURE_WRITE)
+	if errors.Is(err, unix.EINVAL) {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, fixed)
+	}
+	return err
 }
 
 // mapPeerSegment maps a peer's segment read-only after checking that it is

@@ -33,6 +33,7 @@ func sharedPair(t *testing.T, logs *logSink, cfg Config) (client, server *Conn) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close() })
+	server.shareStream(1) // else stream 1's first messages may arrive before RecvShared asks for them in place
 	return client, server
 }
 
@@ -322,6 +323,33 @@ func memfd(t *testing.T, size int, seals int) int {
 		}
 	}
 	return fd
+}
+
+// The ring an end hands its peer cannot be resized, nor mapped for
+// writing by anyone but its owner.
+func TestSharedSegmentIsSealed(t *testing.T) {
+	fd, mem, err := newSegment(minSharedRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	defer unix.Munmap(mem)
+	mem[sharedControl] = 1 // the owner's own mapping stays writable
+	if err := unix.Ftruncate(fd, sharedControl); err == nil {
+		t.Error("the segment shrank")
+	}
+	if w, err := unix.Mmap(fd, 0, sharedControl+minSharedRing, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+		unix.Munmap(w)
+		t.Error("a second mapping could write the ring")
+	}
+	r, err := mapPeerSegment(fd, minSharedRing)
+	if err != nil {
+		t.Fatalf("a peer cannot map it for reading: %v", err)
+	}
+	defer unix.Munmap(r)
+	if r[sharedControl] != 1 {
+		t.Error("the peer's mapping does not see the owner's writes")
+	}
 }
 
 // A listener refuses a ring it cannot trust: unsealed (the peer could
