@@ -424,17 +424,12 @@ func TestSilentPeerHitsIdleTimeout(t *testing.T) {
 func TestSendHonoursContextWhileWaitingToWrite(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
-	srv := startEcho(t, testConfig("server", logs))
 	ctx := testContext(t)
-	c, err := Dial(ctx, srv.addr(), testConfig("client", logs), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialEcho(t, testConfig("server", logs), testConfig("client", logs))
 	c.wlock <- struct{}{} // someone else is writing
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	err = c.Send(short, 1, &Message{Type: MsgAck})
+	err := c.Send(short, 1, &Message{Type: MsgAck})
 	<-c.wlock
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Send = %v, want DeadlineExceeded", err)

@@ -159,6 +159,19 @@ func ownedMessage(v *MessageView) *Message {
 	return m
 }
 
+// dialEcho starts an echo server of server's config and dials it with
+// client's; the connection closes when the test ends.
+func dialEcho(t *testing.T, server, client Config) *Conn {
+	t.Helper()
+	srv := startEcho(t, server)
+	c, err := Dial(testContext(t), srv.addr(), client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // echoOK checks that a well-behaved client gets its message echoed by addr.
 func echoOK(t *testing.T, addr string, cfg Config) {
 	t.Helper()

@@ -65,12 +65,7 @@ func TestMetricsCountSharedBytes(t *testing.T) {
 	metrics := newTestMetrics(t)
 	ccfg := testConfig("client", logs)
 	ccfg.Metrics = metrics
-	srv := startEcho(t, testConfig("server", logs))
-	c, err := Dial(testContext(t), srv.addr(), ccfg, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialEcho(t, testConfig("server", logs), ccfg)
 	if err := c.Send(testContext(t), 1, floatMessage(filled(64<<10, 0))); err != nil {
 		t.Fatal(err)
 	}

@@ -65,13 +65,8 @@ func wantFloats(t *testing.T, m *MessageView, want []float32) {
 func TestSharedMemoryCarriesLargePayloads(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
-	srv := startEcho(t, testConfig("server", logs))
 	ctx := testContext(t)
-	c, err := Dial(ctx, srv.addr(), testConfig("client", logs), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialEcho(t, testConfig("server", logs), testConfig("client", logs))
 	if c.fr.shared == nil {
 		t.Fatal("a same-host connection shares no memory")
 	}
@@ -259,12 +254,7 @@ func TestSharedMemoryOnlyWhereBothOffer(t *testing.T) {
 		"older listener": {func() Config { c := testConfig("server", logs); c.refuseFeatures = true; return c }(), testConfig("client", logs), false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := startEcho(t, c.server)
-			conn, err := Dial(testContext(t), srv.addr(), c.client, "server")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := dialEcho(t, c.server, c.client)
 			if got := conn.fr.shared != nil; got != c.shared {
 				t.Fatalf("shares memory: %t, want %t", got, c.shared)
 			}
