@@ -380,6 +380,39 @@ func TestSharedMemoryRefusesBadSegments(t *testing.T) {
 	}
 }
 
+// A peer that could not make a ring (memfd_create refused, say) sends
+// none; the connection goes on without shared memory, both ways.
+func TestSharedMemoryDeclinedByThePeer(t *testing.T) {
+	checkLeaks(t)
+	logs := &logSink{}
+	srv := startEcho(t, testConfig("server", logs))
+	uc, f := rawShared(t, srv, logs)
+	if err := f.sendSegment(uc, -1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if peer, err := f.receiveSegment(uc); err != nil || peer == nil {
+		t.Fatalf("the listener offered no ring (%v)", err)
+	} else {
+		unix.Munmap(peer)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv.mu.Lock()
+		conns := slices.Clone(srv.conns)
+		srv.mu.Unlock()
+		if len(conns) == 1 {
+			if conns[0].fr.shared != nil {
+				t.Fatal("the listener shares memory with a peer that sent no ring")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener never accepted the connection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A peer that sends a shared frame anywhere but where its next message
 // must lie, or one on a connection without rings, is cut off.
 func TestSharedFramesOutOfPlaceCloseTheConnection(t *testing.T) {
