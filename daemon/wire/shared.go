@@ -31,8 +31,8 @@ import (
 // the segment's owner has consumed the peer's ring (a position: bytes
 // since the connection began, never wrapping), then the ring. A message
 // lies whole in the ring: one that would cross its end starts at the next
-// lap, both ends computing the same place, and the receiver refuses any
-// other. The sender places a message only where the peer's consumed
+// lap, and so may one sent when the ring is empty (keeping the pages in
+// use few); the receiver refuses any other place. The sender places a message only where the peer's consumed
 // position proves the bytes free, and sends it inline otherwise (a slow or
 // stopped consumer thus costs the ring, never a stall); it never waits on
 // the ring. A receiver releases messages in any order and publishes the
@@ -94,9 +94,17 @@ func control(seg []byte) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer
 // of a ring of size bytes: pos, or the next lap when it would cross the end.
 func lapStart(pos, n, size uint64) uint64 {
 	if pos%size+n > size {
-		return pos + size - pos%size
+		return nextLap(pos, size)
 	}
 	return pos
+}
+
+// nextLap is the first lap boundary at or after pos.
+func nextLap(pos, size uint64) uint64 {
+	if pos%size == 0 {
+		return pos
+	}
+	return pos + size - pos%size
 }
 
 // place reserves n bytes of the own ring and returns where, or ok false
@@ -113,9 +121,18 @@ func (s *sharedMem) place(n int) (pos uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("the peer's shared memory says it consumed %d bytes of ours, but %d were written and %d consumed before", consumed, s.written, s.seen)
 	}
 	s.seen = consumed
-	start := lapStart(s.written, uint64(n), size)
-	if start+uint64(n)-consumed > size {
-		return 0, false, nil
+	var start uint64
+	if consumed == s.written {
+		// Empty: begin again at a lap's start, so that the pages in use
+		// stay those the largest burst in flight needs, not the whole ring
+		// (a parameter-server lane, one request at a time, would else
+		// touch all of its 8 MiB).
+		start = nextLap(s.written, size)
+	} else {
+		start = lapStart(s.written, uint64(n), size)
+		if start+uint64(n)-consumed > size {
+			return 0, false, nil
+		}
 	}
 	s.written = start + uint64(n)
 	return start, true, nil
@@ -142,9 +159,10 @@ func (s *sharedMem) take(pos, n uint64, maxPayload int) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := lapStart(s.next, n, size)
-	if pos != start {
+	if pos != start && pos != nextLap(s.next, size) { // the sender begins a lap again when the ring is empty
 		return nil, decodeErr("shared frame", ErrMalformed, "payload at position %d, want %d", pos, start)
 	}
+	start = pos
 	if start > s.next { // the end of the last lap, unused
 		s.releaseLocked(s.next, start)
 	}

@@ -142,6 +142,51 @@ func TestSharedRingFullSendsInline(t *testing.T) {
 	wantFloats(t, m, filled(n, 7))
 }
 
+// A message that would cross the ring's end starts the next lap while
+// others are held; one sent when all are released starts a lap too, so
+// that one message at a time keeps using the ring's first pages.
+func TestSharedRingLaps(t *testing.T) {
+	checkLeaks(t)
+	logs := &logSink{}
+	client, server := sharedPair(t, logs, testConfig("server", logs))
+	ctx := testContext(t)
+	ring := uint64(len(client.fr.shared.ownRing()))
+	const n = 3 << 20 / 4 // 3 MiB: the third of three in flight crosses the 8 MiB ring's end
+	var held *MessageView
+	var starts []uint64
+	for i := range 4 {
+		want := filled(n, float32(i))
+		if err := client.Send(ctx, 1, floatMessage(want)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := server.RecvShared(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFloats(t, m, want)
+		if m.ring == nil {
+			t.Fatalf("message %d sent inline", i)
+		}
+		starts = append(starts, m.start)
+		if held != nil {
+			held.Release()
+		}
+		held = m
+		if i == 2 { // all released before the last
+			held.Release()
+			held = nil
+		}
+	}
+	size := starts[1] - starts[0] // one message with its headers
+	if want := []uint64{0, size, ring, 2 * ring}; !slices.Equal(starts, want) {
+		t.Errorf("messages started at %v, want %v", starts, want)
+	}
+	held.Release()
+	if got := control(server.fr.shared.own).Load(); got != 2*ring+size {
+		t.Errorf("consumed %d after every release, want %d", got, 2*ring+size)
+	}
+}
+
 // Releases in any order publish only the released prefix of the ring.
 func TestSharedReleasesOutOfOrder(t *testing.T) {
 	checkLeaks(t)
