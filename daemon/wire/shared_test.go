@@ -143,19 +143,18 @@ func TestSharedRingFullSendsInline(t *testing.T) {
 }
 
 // A message that would cross the ring's end starts the next lap while
-// others are held; one sent when all are released starts a lap too, so
-// that one message at a time keeps using the ring's first pages.
+// others are held; one sent when all are released starts a lap again once
+// the ring's position is two of its size past the lap's start, so that
+// messages sent one at a time keep to the ring's first pages.
 func TestSharedRingLaps(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
 	client, server := sharedPair(t, logs, testConfig("server", logs))
 	ctx := testContext(t)
 	ring := uint64(len(client.fr.shared.ownRing()))
-	const n = 3 << 20 / 4 // 3 MiB: the third of three in flight crosses the 8 MiB ring's end
-	var held *MessageView
-	var starts []uint64
-	for i := range 4 {
-		want := filled(n, float32(i))
+	send := func(floats int, first float32) *MessageView {
+		t.Helper()
+		want := filled(floats, first)
 		if err := client.Send(ctx, 1, floatMessage(want)); err != nil {
 			t.Fatal(err)
 		}
@@ -165,25 +164,38 @@ func TestSharedRingLaps(t *testing.T) {
 		}
 		wantFloats(t, m, want)
 		if m.ring == nil {
-			t.Fatalf("message %d sent inline", i)
+			t.Fatalf("a message of %d floats sent inline", floats)
 		}
+		return m
+	}
+	// 3 MiB each, each held until the next is in: the third crosses the
+	// 8 MiB ring's end.
+	var held *MessageView
+	var starts []uint64
+	for i := range 3 {
+		m := send(3<<20/4, float32(i))
 		starts = append(starts, m.start)
 		if held != nil {
 			held.Release()
 		}
 		held = m
-		if i == 2 { // all released before the last
-			held.Release()
-			held = nil
-		}
 	}
-	size := starts[1] - starts[0] // one message with its headers
-	if want := []uint64{0, size, ring, 2 * ring}; !slices.Equal(starts, want) {
+	big := starts[1]
+	held.Release()
+	// 256 KiB each, one at a time.
+	var small uint64
+	for i := range 4 {
+		m := send(256<<10/4, float32(10+i))
+		starts = append(starts, m.start)
+		small = m.end - m.start
+		m.Release()
+	}
+	want := []uint64{0, big, ring, 2 * ring, 2*ring + small, 3 * ring, 3*ring + small}
+	if !slices.Equal(starts, want) {
 		t.Errorf("messages started at %v, want %v", starts, want)
 	}
-	held.Release()
-	if got := control(server.fr.shared.own).Load(); got != 2*ring+size {
-		t.Errorf("consumed %d after every release, want %d", got, 2*ring+size)
+	if got := control(server.fr.shared.own).Load(); got != 3*ring+2*small {
+		t.Errorf("consumed %d after every release, want %d", got, 3*ring+2*small)
 	}
 }
 
