@@ -21,22 +21,23 @@ import (
 // data frame then carries, instead of its payload, the payload's position
 // and length in the sender's ring (flagShared); the socket still carries
 // every frame in order, so sequence numbers, deadlines, queues and closes
-// work as on any connection. What it saves: a payload crosses the kernel with two copies
-// (into the socket, out of it); through the ring it is copied once by the
-// sender, and read where it lies by a receiver that takes it with
-// RecvShared (the allreduce ring does), or copied once out by one that
-// takes it with Recv.
+// work as on any connection. What it saves: a payload crosses the kernel
+// with two copies (into the socket, out of it); through the ring it is
+// copied once by the sender, and read where it lies by a receiver that
+// takes it with RecvShared (the allreduce ring, the parameter servers,
+// the pipeline's links), or copied out once by one that takes it with
+// Recv.
 //
 // Segment layout: one page of control, whose first 8 bytes hold how far
 // the segment's owner has consumed the peer's ring (a position: bytes
 // since the connection began, never wrapping), then the ring. A message
 // lies whole in the ring: one that would cross its end starts at the next
 // lap, and so may one sent when the ring is empty (keeping the pages in
-// use few); the receiver refuses any other place. The sender places a message only where the peer's consumed
-// position proves the bytes free, and sends it inline otherwise (a slow or
-// stopped consumer thus costs the ring, never a stall); it never waits on
-// the ring. A receiver releases messages in any order and publishes the
-// longest released prefix.
+// use few); the receiver refuses any other place. The sender places a
+// message only where the peer's consumed position proves the bytes free,
+// and sends it inline otherwise (a slow or stopped consumer thus costs the
+// ring, never a stall); it never waits on the ring. A receiver releases
+// messages in any order and publishes the longest released prefix.
 //
 // Trust: only an authenticated peer gets a segment, and one it can map
 // only for reading where the kernel can seal it so. Its own segment is
