@@ -380,32 +380,30 @@ func (c *Conn) readShared(h Header) (*MessageView, error) {
 	}
 	pos, n := binary.LittleEndian.Uint64(desc), binary.LittleEndian.Uint64(desc[8:])
 	sh := c.fr.shared
+	failed := func(err error) error { return fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err) }
 	region, err := sh.take(pos, n, c.cfg.MaxPayload)
 	if err != nil {
-		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)
+		return nil, failed(err)
 	}
 	c.cfg.Metrics.frameReceived(HeaderSize + int(n))
 	c.mu.Lock()
 	inPlace := c.sharedStreams[h.Stream]
 	c.mu.Unlock()
-	payload := region
 	if !inPlace {
-		payload = append(getPayload(int(n))[:0], region...)
+		m, err := decodeCopy(h.Type, h.Stream, region, c.cfg.MaxPayload)
 		sh.release(pos, pos+n)
-	}
-	m, err := DecodeMessage(h.Type, payload, c.cfg.MaxPayload)
-	if err != nil {
-		if inPlace {
-			sh.release(pos, pos+n)
+		if err != nil {
+			return nil, failed(err)
 		}
-		return nil, fmt.Errorf("stream %d seq %d: %w", h.Stream, h.Seq, err)
+		return m, nil
+	}
+	m, err := DecodeMessage(h.Type, region, c.cfg.MaxPayload)
+	if err != nil {
+		sh.release(pos, pos+n)
+		return nil, failed(err)
 	}
 	m.Stream = h.Stream
-	if inPlace {
-		m.inRing(sh, pos, pos+n)
-	} else {
-		m.buf = payload
-	}
+	m.inRing(sh, pos, pos+n)
 	return m, nil
 }
 

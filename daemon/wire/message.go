@@ -165,15 +165,21 @@ func (m *MessageView) Release() {
 // detach copies a message that lies in a peer's ring out of it, releasing
 // the ring's bytes.
 func (m *MessageView) detach(maxPayload int) (*MessageView, error) {
-	region := m.ring.peerRing()[m.start%uint64(len(m.ring.peerRing())):][:m.end-m.start]
-	payload := append(getPayload(len(region))[:0], region...)
+	d, err := decodeCopy(m.Type, m.Stream, m.ring.peerBytes(m.start, m.end), maxPayload)
 	m.Release()
-	d, err := DecodeMessage(m.Type, payload, maxPayload)
+	return d, err
+}
+
+// decodeCopy decodes a copy of payload, in a pooled buffer that the
+// message's Release recycles.
+func decodeCopy(typ MsgType, stream uint32, payload []byte, maxPayload int) (*MessageView, error) {
+	own := append(getPayload(len(payload))[:0], payload...)
+	m, err := DecodeMessage(typ, own, maxPayload)
 	if err != nil {
 		return nil, err
 	}
-	d.Stream, d.buf = m.Stream, payload
-	return d, nil
+	m.Stream, m.buf = stream, own
+	return m, nil
 }
 
 // Want checks that the message has exactly the given tensor dtypes, in order.

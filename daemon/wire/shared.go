@@ -172,7 +172,15 @@ func (s *sharedMem) take(pos, n uint64, maxPayload int) ([]byte, error) {
 	}
 	s.next = start + n
 	s.views++
-	return ring[start%size : start%size+n], nil
+	return s.peerBytes(start, s.next), nil
+}
+
+// peerBytes are the bytes of the peer's message at [start, end), which
+// lies whole in one lap.
+func (s *sharedMem) peerBytes(start, end uint64) []byte {
+	ring := s.peerRing()
+	off := start % uint64(len(ring))
+	return ring[off : off+end-start]
 }
 
 // release gives back the peer's message at [start, end) and publishes the

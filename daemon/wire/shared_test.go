@@ -59,6 +59,22 @@ func wantFloats(t *testing.T, m *MessageView, want []float32) {
 	}
 }
 
+// relay sends want from client on stream 1 and has server take it in
+// place (RecvShared), checking that it arrived intact.
+func relay(t *testing.T, client, server *Conn, want []float32) *MessageView {
+	t.Helper()
+	ctx := testContext(t)
+	if err := client.Send(ctx, 1, floatMessage(want)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := server.RecvShared(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFloats(t, m, want)
+	return m
+}
+
 // Same-host peers share their rings: large payloads, over several laps of
 // the ring, taken in place or copied out, arrive intact both ways; small
 // ones stay in the socket.
@@ -107,19 +123,10 @@ func TestSharedRingFullSendsInline(t *testing.T) {
 	cfg := testConfig("server", logs)
 	cfg.SharedRing = minSharedRing
 	client, server := sharedPair(t, logs, cfg)
-	ctx := testContext(t)
 	const n = 240 << 10 / 4 // 240 KiB: four fit the 1 MiB ring, a fifth does not
 	var held []*MessageView
 	for i := range 6 {
-		want := filled(n, float32(i))
-		if err := client.Send(ctx, 1, floatMessage(want)); err != nil {
-			t.Fatal(err)
-		}
-		m, err := server.RecvShared(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantFloats(t, m, want)
+		m := relay(t, client, server, filled(n, float32(i)))
 		if inRing := m.ring != nil; inRing != (i < 4) {
 			t.Errorf("message %d in the ring: %t, want %t", i, inRing, i < 4)
 		}
@@ -128,18 +135,11 @@ func TestSharedRingFullSendsInline(t *testing.T) {
 	for _, m := range held {
 		m.Release()
 	}
-	if err := client.Send(ctx, 1, floatMessage(filled(n, 7))); err != nil {
-		t.Fatal(err)
-	}
-	m, err := server.RecvShared(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := relay(t, client, server, filled(n, 7))
 	defer m.Release()
 	if m.ring == nil {
 		t.Error("after the releases the sender still sends inline")
 	}
-	wantFloats(t, m, filled(n, 7))
 }
 
 // A message that would cross the ring's end starts the next lap while
@@ -150,19 +150,10 @@ func TestSharedRingLaps(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
 	client, server := sharedPair(t, logs, testConfig("server", logs))
-	ctx := testContext(t)
 	ring := uint64(len(client.fr.shared.ownRing()))
 	send := func(floats int, first float32) *MessageView {
 		t.Helper()
-		want := filled(floats, first)
-		if err := client.Send(ctx, 1, floatMessage(want)); err != nil {
-			t.Fatal(err)
-		}
-		m, err := server.RecvShared(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantFloats(t, m, want)
+		m := relay(t, client, server, filled(floats, first))
 		if m.ring == nil {
 			t.Fatalf("a message of %d floats sent inline", floats)
 		}
@@ -204,17 +195,9 @@ func TestSharedReleasesOutOfOrder(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
 	client, server := sharedPair(t, logs, testConfig("server", logs))
-	ctx := testContext(t)
 	var ms []*MessageView
 	for i := range 3 {
-		if err := client.Send(ctx, 1, floatMessage(filled(32<<10, float32(i)))); err != nil {
-			t.Fatal(err)
-		}
-		m, err := server.RecvShared(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
+		ms = append(ms, relay(t, client, server, filled(32<<10, float32(i))))
 	}
 	ends := []uint64{ms[0].end, ms[1].end, ms[2].end}
 	consumed := func() uint64 { return control(server.fr.shared.own).Load() }
@@ -235,15 +218,8 @@ func TestSharedMessageOutlivesItsSender(t *testing.T) {
 	checkLeaks(t)
 	logs := &logSink{}
 	client, server := sharedPair(t, logs, testConfig("server", logs))
-	ctx := testContext(t)
 	want := filled(64<<10, 3)
-	if err := client.Send(ctx, 1, floatMessage(want)); err != nil {
-		t.Fatal(err)
-	}
-	m, err := server.RecvShared(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := relay(t, client, server, want)
 	client.Close()
 	server.Close()
 	wantFloats(t, m, want)
@@ -279,13 +255,9 @@ func TestSharedMessageDroppedUnreleasedIsReclaimed(t *testing.T) {
 //
 //go:noinline
 func receiveAndDrop(t *testing.T, client, server *Conn) uint64 {
-	ctx := testContext(t)
-	if err := client.Send(ctx, 1, floatMessage(filled(64<<10, 1))); err != nil {
-		t.Fatal(err)
-	}
-	m, err := server.RecvShared(ctx, 1)
-	if err != nil || m.ring == nil {
-		t.Fatalf("received %v in the ring %t", err, err == nil && m.ring != nil)
+	m := relay(t, client, server, filled(64<<10, 1))
+	if m.ring == nil {
+		t.Fatal("the message was not taken in the ring")
 	}
 	return m.end
 }
