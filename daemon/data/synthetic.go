@@ -66,19 +66,26 @@ type Synthetic struct {
 	opts   Options
 	schema Schema
 	pcg    *rand.PCG
-	rng    *rand.Rand
-	rec    *record
 	next   int64
 }
 
 // plantedModel is the ground truth, shared by the streams of one generator.
 type plantedModel struct {
-	cfg     SyntheticConfig
-	cdf     []float64   // popularity CDF over ranks
-	ranks   *rankTable  // draws from cdf
-	ids     [][]int64   // [slot][rank]: hashed id, distinct across all slots
-	weights [][]float64 // [slot][rank]: logit weight
+	cfg   SyntheticConfig
+	cdf   []float64  // popularity CDF over ranks
+	ranks *rankTable // draws from cdf
+	// planted[slot][rank] is the rank's id and logit weight side by side,
+	// so that drawing a rank reads one cache line: the generator runs
+	// beside training, and its tables miss the caches the GEMMs fill.
+	planted [][]plantedID
 	denseW  []float64
+}
+
+// plantedID is one rank of one slot: its hashed id, distinct across all
+// slots, and its logit weight.
+type plantedID struct {
+	id     int64
+	weight float64
 }
 
 // NewSynthetic builds the generator's planted model from cfg and opens a
@@ -99,14 +106,11 @@ func newPlantedModel(cfg SyntheticConfig, vocab int64) *plantedModel {
 	m.ranks = newRankTable(m.cdf)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x706c616e746564)) // "planted"
 	taken := make(map[int64]bool, cfg.Slots*cfg.IDsPerSlot)
-	m.ids = make([][]int64, cfg.Slots)
-	m.weights = make([][]float64, cfg.Slots)
+	m.planted = make([][]plantedID, cfg.Slots)
 	for s := range cfg.Slots {
-		m.ids[s] = make([]int64, cfg.IDsPerSlot)
-		m.weights[s] = make([]float64, cfg.IDsPerSlot)
+		m.planted[s] = make([]plantedID, cfg.IDsPerSlot)
 		for r := range cfg.IDsPerSlot {
-			m.ids[s][r] = distinctID(s, r, vocab, taken)
-			m.weights[s][r] = rng.NormFloat64() * cfg.WeightStd
+			m.planted[s][r] = plantedID{id: distinctID(s, r, vocab, taken), weight: rng.NormFloat64() * cfg.WeightStd}
 		}
 		m.centre(s)
 	}
@@ -121,11 +125,11 @@ func newPlantedModel(cfg SyntheticConfig, vocab int64) *plantedModel {
 func (m *plantedModel) centre(s int) {
 	mean, prev := 0.0, 0.0
 	for r, c := range m.cdf {
-		mean += (c - prev) * m.weights[s][r]
+		mean += (c - prev) * m.planted[s][r].weight
 		prev = c
 	}
-	for r := range m.weights[s] {
-		m.weights[s][r] -= mean
+	for r := range m.planted[s] {
+		m.planted[s][r].weight -= mean
 	}
 }
 
@@ -161,11 +165,10 @@ func zipfCDF(n int, s float64) []float64 {
 }
 
 func (m *plantedModel) stream(opts Options) *Synthetic {
-	pcg := rand.NewPCG(0, 0)
 	schema := Schema{NumDense: m.cfg.NumDense, Slots: m.cfg.Slots, Vocab: opts.Vocab, Task: TaskCTR}
 	// Records below Start are never emitted: the stream begins there
 	// instead of passing them one by one.
-	return &Synthetic{plantedModel: m, opts: opts, next: opts.Start, schema: schema, pcg: pcg, rng: rand.New(pcg), rec: newRecord(schema)}
+	return &Synthetic{plantedModel: m, opts: opts, next: opts.Start, schema: schema, pcg: rand.NewPCG(0, 0)}
 }
 
 func (g *Synthetic) Schema() Schema  { return g.schema }
@@ -194,8 +197,7 @@ func (g *Synthetic) Next(ctx context.Context, size int) (*Batch, error) {
 		}
 		g.next++
 		if g.opts.keeps(i) {
-			g.draw(i, g.rec)
-			b.add(g.rec)
+			g.draw(i, b)
 		}
 	}
 	if b.Size == 0 {
@@ -204,28 +206,38 @@ func (g *Synthetic) Next(ctx context.Context, size int) (*Batch, error) {
 	return b, nil
 }
 
-// draw fills rec with sample i.
-func (g *Synthetic) draw(i int64, rec *record) {
-	rec.reset()
+// draw appends sample i to b. It reads the sample's random stream as
+// math/rand/v2's Rand would (Float64 and Float32 of the stream's PCG),
+// without Rand's indirect calls.
+func (g *Synthetic) draw(i int64, b *Batch) {
 	g.pcg.Seed(g.cfg.Seed, mix64(uint64(i)))
 	logit := g.cfg.Bias
-	for s := range g.cfg.Slots {
-		r := g.ranks.rank(g.rng.Float64())
-		rec.ids = append(rec.ids, g.ids[s][r])
-		rec.endBag()
-		logit += g.weights[s][r]
+	for s := range g.planted {
+		p := &g.planted[s][g.ranks.rank(unitFloat64(g.pcg))]
+		b.IDs = append(b.IDs, p.id)
+		b.Offsets = append(b.Offsets, int64(len(b.IDs)))
+		logit += p.weight
 	}
-	for j := range rec.dense {
-		x := g.rng.Float64()
-		rec.dense[j] = float32(x)
+	for j := range g.denseW {
+		x := unitFloat64(g.pcg)
+		b.Dense = append(b.Dense, float32(x))
 		logit += g.denseW[j] * (x - 0.5)
 	}
 	p := float32(1 / (1 + math.Exp(-logit)))
-	rec.prob = p
-	if g.rng.Float32() < p {
-		rec.label = 1
+	b.Probs = append(b.Probs, p)
+	var label float32
+	if unitFloat32(g.pcg) < p {
+		label = 1
 	}
+	b.Labels = append(b.Labels, label)
+	b.Size++
 }
+
+// unitFloat64 is rand.Rand.Float64 over src.
+func unitFloat64(src *rand.PCG) float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
+
+// unitFloat32 is rand.Rand.Float32 over src.
+func unitFloat32(src *rand.PCG) float32 { return float32(uint32(src.Uint64()>>32)<<8>>8) / (1 << 24) }
 
 // BayesAUC is the AUC that the true click probabilities reach on the first n
 // samples of the generator's eval split (the same seed and hold-out fraction,

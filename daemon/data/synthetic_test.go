@@ -90,12 +90,12 @@ func TestSyntheticLabelsFollowProbabilities(t *testing.T) {
 func TestSyntheticIDsArePopularityRankedAndDistinct(t *testing.T) {
 	g := newGenerator(t, 2, Options{Vocab: 100_003})
 	owner := map[int64]int{}
-	for s, ids := range g.ids {
-		for _, id := range ids {
-			if prev, dup := owner[id]; dup {
-				t.Fatalf("id %d in slots %d and %d", id, prev, s)
+	for s, planted := range g.planted {
+		for _, p := range planted {
+			if prev, dup := owner[p.id]; dup {
+				t.Fatalf("id %d in slots %d and %d", p.id, prev, s)
 			}
-			owner[id] = s
+			owner[p.id] = s
 		}
 	}
 	b, err := g.Next(context.Background(), 20000)
@@ -109,7 +109,7 @@ func TestSyntheticIDsArePopularityRankedAndDistinct(t *testing.T) {
 	for i := range b.Size {
 		seen[b.Bag(i, 0)[0]]++
 	}
-	top, tail := seen[g.ids[0][0]], seen[g.ids[0][500]]
+	top, tail := seen[g.planted[0][0].id], seen[g.planted[0][500].id]
 	if top < 2000 || tail > top/100 || len(seen) < 300 {
 		t.Errorf("slot 0: top id %d times, rank 500 %d times, %d distinct ids", top, tail, len(seen))
 	}
