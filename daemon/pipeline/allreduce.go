@@ -283,7 +283,7 @@ func (r *ring) passAround(ctx context.Context, param int, g []float32, rows int,
 		lo, hi := span(r.pos - s - 1)
 		last := s == n-2
 		for j, piece := range pieces(g[lo:hi]) {
-			got, sum, err := x.addIn(s, j, piece, fb, rows, last) // last: this member owns the chunk
+			got, sum, err := x.addIn(s, j, piece, fb, false, rows, last) // last: this member owns the chunk
 			if err != nil {
 				return err
 			}
@@ -339,17 +339,23 @@ func (r *ring) collectStates(ctx context.Context, param int, u *ownerUpdate, bou
 }
 
 // addIn receives piece j of round from x and adds it to piece, which
-// holds this member's part times own: piece = own·piece + what came, or,
-// where last (the piece is then summed over the ring, and this member owns
-// it), both weighed by 1/Σb, Σb being the rows held here and the rows that
-// came. It returns the rows that came and, where last, Σb.
-func (x *ringExchange) addIn(round, j int, piece []float32, own float32, held int, last bool) (got, total int, err error) {
+// holds this member's part times own: piece = own·piece + what came,
+// what came weighed by the rows it carries where raw (a partner's own
+// gradient, as halving's first round sends it), or, where last (the piece
+// is then summed over the ring, and this member owns it), both weighed by
+// 1/Σb more, Σb being the rows held here and the rows that came. It
+// returns the rows that came and, where last, Σb.
+func (x *ringExchange) addIn(round, j int, piece []float32, own float32, raw bool, held int, last bool) (got, total int, err error) {
 	got, err = x.recv(round, j, len(piece), func(v []float32, got int) error {
+		theirs := float32(1)
+		if raw {
+			theirs = float32(got)
+		}
 		if !last {
-			return weigh(piece, own, v, 1)
+			return weigh(piece, own, v, theirs)
 		}
 		total = held + got
-		return weigh(piece, own/float32(total), v, 1/float32(total))
+		return weigh(piece, own/float32(total), v, theirs/float32(total))
 	})
 	return got, total, err
 }

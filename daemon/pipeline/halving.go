@@ -16,9 +16,10 @@ import "context"
 // it over instead of n-1: for four replicas 4 rounds instead of 6, for
 // eight 6 instead of 14. Which partial sums are added together follows
 // the places' bits alone, so the bytes depend on the membership, never on
-// the timing, and the weighting is the ring's: a member scales what it
-// sends in the first round by its rows, adds its own rows' share as it
-// adds the partner's, and the owner weighs the last addition by 1/Σb.
+// the timing, and the weighting is the ring's, but for the first round:
+// there a member sends its gradient as it is and the receiver weighs both
+// its own and the partner's by their rows as it adds them (in one pass);
+// the owner weighs the last addition by 1/Σb.
 
 // halving reports whether a ring of n members reduces a gradient of
 // floats floats by halving and doubling rather than by passing chunks
@@ -71,12 +72,13 @@ func (r *ring) halveAndDouble(ctx context.Context, param int, g []float32, rows 
 		x := r.exchange(ctx, param, q, q, ringStream)
 		out, kept := part(g, q, m), part(g, p, m)
 		first, last := m == n/2, m == 1
-		own := float32(1) // the factor of what this member already holds
+		// own is the factor of what this member already holds: its rows in
+		// the first round, where both partners send their gradients as they
+		// are and each weighs the other's by its rows as it adds them (one
+		// pass, where weighing before sending took one more), then 1.
+		own := float32(1)
 		if first {
 			own = fb
-			if err := weigh(out, fb, nil, 0); err != nil {
-				return err
-			}
 		}
 		for j, piece := range pieces(out) {
 			if err := x.send(round, j, piece, held); err != nil {
@@ -85,7 +87,7 @@ func (r *ring) halveAndDouble(ctx context.Context, param int, g []float32, rows 
 		}
 		got := 0
 		for j, piece := range pieces(kept) {
-			came, sum, err := x.addIn(round, j, piece, own, held, last)
+			came, sum, err := x.addIn(round, j, piece, own, first, held, last)
 			if err != nil {
 				return err
 			}
