@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/retry"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -145,6 +147,7 @@ func (h *psHost) close() {
 // ends (the job left the node), writing the job's checkpoints if it asks
 // for them.
 func (a *Agent) runPS(ctx context.Context, tasks []*task) {
+	defer cpuset.Serving()() // its goroutines serve other processes while the stage computes
 	spec := tasks[0].spec
 	a.reportLoading(ctx, tasks, spec.RestoreDir != "")
 	shards, svc, err := buildShards(spec, tasks, a.cfg.PSMemory, a.log.With("job", spec.JobID))
@@ -160,7 +163,7 @@ func (a *Agent) runPS(ctx context.Context, tasks []*task) {
 			s.Close() // this node's stage replicas may wait on them directly
 		}
 	}()
-	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks))
+	a.log.Info("ps shards up", "job", spec.JobID, "shards", len(tasks), "gomaxprocs", runtime.GOMAXPROCS(0))
 	if err := a.applyLatestMembers(tasks); err != nil {
 		a.failAll(ctx, tasks, err)
 		<-ctx.Done()

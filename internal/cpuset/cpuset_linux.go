@@ -31,44 +31,46 @@ func Check(cpus []int) error {
 
 // Pin runs every thread of this process on cpus, and the threads started
 // later too, since a new thread inherits the CPUs of the one that starts
-// it; GOMAXPROCS becomes their count unless the GOMAXPROCS variable says
-// otherwise. A CPU this process may not run on is refused (Check).
-func Pin(cpus []int) error { return pinProcs(cpus, len(cpus)) }
-
-// pinProcs runs every thread of this process on cpus with GOMAXPROCS
-// procs, unless the GOMAXPROCS variable says otherwise.
-func pinProcs(cpus []int, procs int) error {
-	set, err := setOf(cpus)
-	if err != nil {
-		return err
-	}
-	if err := pinThreads(set); err != nil {
+// it; GOMAXPROCS becomes their count (one more while the process is
+// Serving) unless the GOMAXPROCS variable says otherwise. A CPU this
+// process may not run on is refused (Check).
+func Pin(cpus []int) error {
+	if err := pinAll(cpus); err != nil {
 		return err
 	}
 	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(procs)
+		setPinnedProcs(len(cpus))
 	}
 	return nil
 }
 
-// PinServing is Pin for a process that serves others while it computes (a
-// node daemon, a profile's replica): GOMAXPROCS becomes one more than the
-// CPUs, unless the GOMAXPROCS variable says otherwise. A stage's compute
-// goroutine holds a P through its kernel calls, and with as many Ps as
-// CPUs the goroutines serving other processes — a parameter-server shard,
-// the wire — wait until the runtime takes it back (up to 10 ms when its
-// monitor idles); with one P more they run at once, on the compute
-// thread's CPU, which the OS hands them since that thread is niced
-// (compute_nice). Two one-core nodes of an asynchronous job on the 2-core
-// Intel VM: the replica whose server the other node hosted finished at
-// half the other's pace, and the job ran 50-58k samples/s against 76-97k
-// (3 alternated pairs); BSP jobs moved within the host's noise (2 nodes
-// +4/-4 %, 4 nodes two to a core: medians of 7 pairs -3 % allreduce, -1 %
-// ps).
-func PinServing(cpus []int) error { return pinProcs(cpus, len(cpus)+1) }
+// pinAll runs every thread of this process on cpus.
+func pinAll(cpus []int) error {
+	set, err := setOf(cpus)
+	if err != nil {
+		return err
+	}
+	return pinThreads(set)
+}
+
+// PinServing is Pin for a process that serves others for good while it
+// computes (a profile's replica that hosts the shard): one Go P more than
+// its CPUs from the start, as Serving gives a node daemon while it hosts
+// one, unless the GOMAXPROCS variable says otherwise.
+func PinServing(cpus []int) error {
+	if err := pinAll(cpus); err != nil {
+		return err
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		setPinnedProcs(0)
+		runtime.GOMAXPROCS(len(cpus) + 1)
+	}
+	return nil
+}
 
 // Restrict runs every thread of this process on cpus, as Pin does (the
-// GOMAXPROCS variable aside, GOMAXPROCS becomes their count), and returns
+// GOMAXPROCS variable aside, GOMAXPROCS becomes their count; Serving
+// leaves it be), and returns
 // what gives every thread the CPUs the calling thread had before, with
 // GOMAXPROCS as it was (a benchmark running a 1-thread trainer on one
 // CPU of several).
@@ -77,12 +79,15 @@ func Restrict(cpus []int) (restore func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
-	procs := runtime.GOMAXPROCS(0)
-	if err := Pin(cpus); err != nil {
+	before := runtime.GOMAXPROCS(0)
+	if err := pinAll(cpus); err != nil {
 		return nil, err
 	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(len(cpus))
+	}
 	return func() error {
-		defer runtime.GOMAXPROCS(procs)
+		defer runtime.GOMAXPROCS(before)
 		return pinThreads(old)
 	}, nil
 }

@@ -89,6 +89,54 @@ func TestPinServingKeepsAPForServing(t *testing.T) {
 	}
 }
 
+const servingChildEnv = "HETERPS_CPUSET_SERVING_CHILD"
+
+// TestServingAddsAPWhileHeld: a process that Pin pinned to a CPU runs Go
+// on 1 P, on 2 while anything holds Serving (two holders, released one at
+// a time, one of them twice), and on 1 again once none does; with the
+// GOMAXPROCS variable set, neither changes it. In a child process, so
+// that this one keeps its CPUs. In an unpinned process Serving changes
+// nothing.
+func TestServingAddsAPWhileHeld(t *testing.T) {
+	if cpu := os.Getenv(servingChildEnv); cpu != "" {
+		n, _ := strconv.Atoi(cpu)
+		if err := Pin([]int{n}); err != nil {
+			t.Fatal(err)
+		}
+		seen := []int{runtime.GOMAXPROCS(0)}
+		first, second := Serving(), Serving()
+		seen = append(seen, runtime.GOMAXPROCS(0))
+		first()
+		first()
+		seen = append(seen, runtime.GOMAXPROCS(0))
+		second()
+		seen = append(seen, runtime.GOMAXPROCS(0))
+		fmt.Printf("PROCS %v\n", seen)
+		return
+	}
+	before := runtime.GOMAXPROCS(0)
+	Serving()()
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Fatalf("unpinned: GOMAXPROCS %d after Serving, %d before", got, before)
+	}
+	cpus, err := Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := cpus[len(cpus)-1]
+	for env, want := range map[string]string{"GOMAXPROCS=": "PROCS [1 2 2 1]", "GOMAXPROCS=3": "PROCS [3 3 3 3]"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestServingAddsAPWhileHeld$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", servingChildEnv, cpu), env)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), want) {
+			t.Errorf("%s: want %q; child:\n%s", env, want, out)
+		}
+	}
+}
+
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)

@@ -399,7 +399,11 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	}
 	var pinned []int // what this process now runs on, for the report
 	if f.cpus != nil {
-		if err := cpuset.PinServing(f.cpus); err != nil { // as heterpsd pins a node
+		pin := cpuset.Pin // as heterpsd pins a node, which serves others only where it hosts a shard
+		if f.index == 0 {
+			pin = cpuset.PinServing
+		}
+		if err := pin(f.cpus); err != nil {
 			return fmt.Errorf("--cpus: %w", err)
 		}
 		pinned, _ = cpuset.Allowed()

@@ -278,6 +278,16 @@ func TestRunTinyJobJSON(t *testing.T) {
 	checkPinned(t, logs, 2)
 }
 
+// lineWith returns the first line of text that contains s.
+func lineWith(text, s string) (string, bool) {
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, s) {
+			return line, true
+		}
+	}
+	return "", false
+}
+
 // checkPinned checks that a run's n one-thread node daemons, which fit
 // this machine's CPUs when it has n or more, were each pinned to a CPU of
 // its own and said so in its log.
@@ -289,7 +299,7 @@ func checkPinned(t *testing.T, logs string, n int) {
 		return
 	}
 	files, _ := filepath.Glob(filepath.Join(logs, "*.toml"))
-	seen := map[string]bool{}
+	seen, hosts := map[string]bool{}, 0
 	for _, f := range files {
 		src, _ := os.ReadFile(f)
 		n, err := config.ParseNode(f, src)
@@ -304,12 +314,24 @@ func checkPinned(t *testing.T, logs string, n int) {
 		if !strings.Contains(string(log), "pinned to CPUs") {
 			t.Errorf("%s: the daemon did not say it was pinned:\n%s", f, log)
 		}
-		if os.Getenv("GOMAXPROCS") == "" && !strings.Contains(string(log), "gomaxprocs=2") {
-			t.Errorf("%s: a daemon pinned to one CPU runs its goroutines on 2 Ps (one for those serving others):\n%s", f, log)
+		if os.Getenv("GOMAXPROCS") != "" {
+			continue
+		}
+		if !strings.Contains(string(log), "gomaxprocs=1") {
+			t.Errorf("%s: a daemon pinned to one CPU runs its goroutines on 1 P:\n%s", f, log)
+		}
+		if line, ok := lineWith(string(log), "ps shards up"); ok {
+			hosts++
+			if !strings.Contains(line, "gomaxprocs=2") {
+				t.Errorf("%s: a pinned daemon hosting a shard runs on 2 Ps (one for the goroutines serving others):\n%s", f, log)
+			}
 		}
 	}
 	if len(seen) != n {
 		t.Errorf("%d node files pinned, want %d", len(seen), n)
+	}
+	if os.Getenv("GOMAXPROCS") == "" && hosts == 0 {
+		t.Errorf("no daemon said it hosts the job's shards")
 	}
 }
 

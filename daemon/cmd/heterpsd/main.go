@@ -323,7 +323,7 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 		return exitUsage
 	}
 	if cpus := nf.CPUList(); cpus != nil {
-		if err := cpuset.PinServing(cpus); err != nil {
+		if err := cpuset.Pin(cpus); err != nil { // one P more while it hosts a shard: node.Agent.runPS
 			fmt.Fprintf(stderr, "heterpsd: %s: cpus: %v\n", f.config, err)
 			return exitUsage
 		}
