@@ -53,21 +53,6 @@ func pinAll(cpus []int) error {
 	return pinThreads(set)
 }
 
-// PinServing is Pin for a process that serves others for good while it
-// computes (a profile's replica that hosts the shard): one Go P more than
-// its CPUs from the start, as Serving gives a node daemon while it hosts
-// one, unless the GOMAXPROCS variable says otherwise.
-func PinServing(cpus []int) error {
-	if err := pinAll(cpus); err != nil {
-		return err
-	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		setPinnedProcs(0)
-		runtime.GOMAXPROCS(len(cpus) + 1)
-	}
-	return nil
-}
-
 // Restrict runs every thread of this process on cpus, as Pin does (the
 // GOMAXPROCS variable aside, GOMAXPROCS becomes their count; Serving
 // leaves it be), and returns

@@ -18,9 +18,6 @@ func Check([]int) error { return errLinux }
 // Pin refuses off Linux.
 func Pin([]int) error { return errLinux }
 
-// PinServing refuses off Linux.
-func PinServing([]int) error { return errLinux }
-
 // PinThread refuses off Linux.
 func PinThread(int) (func(), error) { return nil, errLinux }
 

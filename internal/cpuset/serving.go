@@ -59,3 +59,14 @@ func Serving() (done func()) {
 		})
 	}
 }
+
+// PinServing is Pin for a process that serves others for good while it
+// computes (a profile's replica that hosts the shard): it is Serving from
+// the start and never lets go.
+func PinServing(cpus []int) error {
+	if err := Pin(cpus); err != nil {
+		return err
+	}
+	Serving()
+	return nil
+}
