@@ -27,19 +27,10 @@ func TestPinPinsEveryThread(t *testing.T) {
 		pinChild(t)
 		return
 	}
-	cpus, err := Allowed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu := cpus[len(cpus)-1]
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPinPinsEveryThread$", "-test.v")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", pinChildEnv, cpu), "GOMAXPROCS=")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
+	cpu := lastCPU(t)
+	out := inChild(t, "TestPinPinsEveryThread", fmt.Sprintf("%s=%d", pinChildEnv, cpu), "GOMAXPROCS=")
 	threads := 0
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "THREAD "); ok {
 			threads++
 			if _, cpus, _ := strings.Cut(rest, " "); cpus != fmt.Sprint(cpu) {
@@ -47,10 +38,10 @@ func TestPinPinsEveryThread(t *testing.T) {
 			}
 		}
 	}
-	if threads < 6 || !strings.Contains(string(out), "GOMAXPROCS 1\n") {
+	if threads < 6 || !strings.Contains(out, "GOMAXPROCS 1\n") {
 		t.Fatalf("%d threads seen, want the 4 started after pinning and the runtime's; child:\n%s", threads, out)
 	}
-	err = Pin([]int{config.MaxCPU - 1})
+	err := Pin([]int{config.MaxCPU - 1})
 	if err == nil || !strings.Contains(err.Error(), "is not one this process may run on") {
 		t.Fatalf("pinning to CPU %d: %v", config.MaxCPU-1, err)
 	}
@@ -71,19 +62,10 @@ func TestPinServingKeepsAPForServing(t *testing.T) {
 		fmt.Printf("GOMAXPROCS %d ALLOWED %v\n", runtime.GOMAXPROCS(0), must(Allowed()))
 		return
 	}
-	cpus, err := Allowed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu := cpus[len(cpus)-1]
+	cpu := lastCPU(t)
 	for env, want := range map[string]string{"GOMAXPROCS=": "GOMAXPROCS 2 ", "GOMAXPROCS=3": "GOMAXPROCS 3 "} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPinServingKeepsAPForServing$", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", serveChildEnv, cpu), env)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		if !strings.Contains(string(out), want+fmt.Sprintf("ALLOWED [%d]", cpu)) {
+		out := inChild(t, "TestPinServingKeepsAPForServing", fmt.Sprintf("%s=%d", serveChildEnv, cpu), env)
+		if !strings.Contains(out, want+fmt.Sprintf("ALLOWED [%d]", cpu)) {
 			t.Errorf("%s: want %q on CPU %d; child:\n%s", env, want, cpu, out)
 		}
 	}
@@ -119,22 +101,35 @@ func TestServingAddsAPWhileHeld(t *testing.T) {
 	if got := runtime.GOMAXPROCS(0); got != before {
 		t.Fatalf("unpinned: GOMAXPROCS %d after Serving, %d before", got, before)
 	}
+	cpu := lastCPU(t)
+	for env, want := range map[string]string{"GOMAXPROCS=": "PROCS [1 2 2 1]", "GOMAXPROCS=3": "PROCS [3 3 3 3]"} {
+		if out := inChild(t, "TestServingAddsAPWhileHeld", fmt.Sprintf("%s=%d", servingChildEnv, cpu), env); !strings.Contains(out, want) {
+			t.Errorf("%s: want %q; child:\n%s", env, want, out)
+		}
+	}
+}
+
+// lastCPU is the last CPU this process may run on.
+func lastCPU(t *testing.T) int {
+	t.Helper()
 	cpus, err := Allowed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu := cpus[len(cpus)-1]
-	for env, want := range map[string]string{"GOMAXPROCS=": "PROCS [1 2 2 1]", "GOMAXPROCS=3": "PROCS [3 3 3 3]"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestServingAddsAPWhileHeld$", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", servingChildEnv, cpu), env)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		if !strings.Contains(string(out), want) {
-			t.Errorf("%s: want %q; child:\n%s", env, want, out)
-		}
+	return cpus[len(cpus)-1]
+}
+
+// inChild runs test in a child process of this test binary, with env
+// added to this one's, and returns its output.
+func inChild(t *testing.T, test string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
+	return string(out)
 }
 
 func must[T any](v T, err error) T {
