@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -11,32 +10,6 @@ import (
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/native"
 )
-
-// limitRuns is how many times the loopback limit is measured (the best
-// counts).
-const limitRuns = 2
-
-// loopbackLimits prints, for each node count of two or more, the loopback
-// limit of an n-node run of batch: n trainers that never synchronise,
-// side by side (unsynced), and returns them by node count.
-func loopbackLimits(ctx context.Context, model *config.Model, nodes []int, threads, batch, steps int, w io.Writer) (map[int]float64, error) {
-	limits := map[int]float64{}
-	for _, n := range nodes {
-		if n < 2 || batch/n < 1 {
-			continue
-		}
-		for range limitRuns {
-			r, err := unsynced(ctx, model, n, threads, batch/n, steps)
-			if err != nil {
-				return nil, fmt.Errorf("loopback limit of %d nodes: %w", n, err)
-			}
-			limits[n] = max(limits[n], r)
-		}
-		fmt.Fprintf(w, "loopback limit of %d nodes: %d unsynchronised %d-thread trainers of %d rows a step, side by side in this process: %8.0f samples/s together (best of %d)\n",
-			n, n, threads, batch/n, limits[n], limitRuns)
-	}
-	return limits, nil
-}
 
 // unsynced trains n nn.Trainers at once, each with its own model, data
 // stream and backend of threads threads, on rows-row batches for steps

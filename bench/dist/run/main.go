@@ -6,7 +6,8 @@
 // directory first, so run it from the repository root.
 //
 // For each batch size and node count it prints the job's throughput and its
-// ratio to the faster single-process run, the loss, the wall time of the
+// ratio to single-process training run in the same rounds (alternate.go),
+// the loss, the wall time of the
 // `heterps run` command (daemon start, planning, training and shutdown),
 // and each stage's measured throughput beside the cost model's prediction.
 //
@@ -19,11 +20,14 @@
 // The single-process lines (single.go) also print the GEMM-bound limit at
 // the same thread count and batch (the GEMMs one training step issues,
 // timed alone through native.CPU), the share of it reached, and the 2/1
-// thread scaling; --single-only runs just those. For each node count of
-// two or more, the loopback limit (limit.go) follows: as many trainers as
-// nodes, each with a unit's threads and its share of the batch, training
-// side by side without ever synchronising; each run's line gives its share
-// of it.
+// thread scaling; --single-only runs just those. Each node count's block
+// then runs, round after round, single-process training at the faster
+// thread count, for two nodes or more the loopback limit (limit.go: as
+// many trainers as nodes, each with a unit's threads and its share of the
+// batch, training side by side without ever synchronising), and the job
+// under each dense-sync method: every job's ratio and share of the limit
+// are of runs minutes apart at most, so that a busy spell of this shared
+// host does not pass for a gain or a loss.
 //
 // For each batch size it also trains a 2-stage pipeline (pipeline.go)
 // under 1F1B (with the default lookahead, and strict) and fill-drain,
@@ -39,8 +43,8 @@
 // --dense-sync runs each node count under each method of synchronising the
 // stage's dense parameters (the job file's dense_sync): through the
 // parameter server (ps), by ring allreduce among the replicas (allreduce),
-// or as the coordinator picks (auto); --repeats times each, the methods
-// alternating, the best run counting and every run's figure printed.
+// or as the coordinator picks (auto); --repeats rounds, the best run of
+// each counting and every run's figure printed.
 //
 // Unless --make-run-steps is 0 it then measures `make run`'s job shape
 // (makerun.go): config/examples/jobs/ctrdnn-local.toml on the local
@@ -98,7 +102,7 @@ type options struct {
 	timeout     time.Duration
 	pipeMicro   int  // micro-batches a step of the pipeline runs
 	pipeOnly    bool // run only the pipeline
-	repeats     int  // runs of each distributed configuration, alternating methods; the best counts
+	repeats     int  // rounds of each node count's block (alternate.go); the best run of each arm counts
 	singleOnly  bool // run only single-process training
 }
 
@@ -113,7 +117,7 @@ func main() {
 	flag.StringVar(&o.unit, "unit", "cpu-1t", "the catalog type each node offers one unit of (cpu-2t with --nodes 1 is what make run plans on this machine)")
 	flag.BoolVar(&o.inProcess, "in-process", false, "run the coordinator and node daemons in this process (coord.New, node.New) instead of `heterps run`")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a distributed run after this long")
-	flag.IntVar(&o.repeats, "repeats", 3, "runs of each distributed configuration, the dense_sync methods alternating (the best counts; all are printed)")
+	flag.IntVar(&o.repeats, "repeats", 3, "rounds of each node count's block: the single process, the loopback limit and the job under each dense_sync method in turn (the best of each counts; all are printed)")
 	flag.IntVar(&o.pipeMicro, "pipeline-micro", 8, "micro-batches a step of the 2-stage pipeline runs")
 	flag.BoolVar(&o.pipeOnly, "pipeline-only", false, "run only the 2-stage pipeline under each schedule")
 	flag.BoolVar(&o.singleOnly, "single-only", false, "run only single-process training and its GEMM-bound limit")
@@ -296,12 +300,8 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 	if o.pipeOnly {
 		return pipelineBlock(ctx, model, batch, o.steps, o.pipeMicro, o.repeats, w)
 	}
-	ref, err := singleBlock(ctx, model, batch, o.steps, w)
+	refThreads, err := singleBlock(ctx, model, batch, o.steps, w)
 	if err != nil || o.singleOnly {
-		return err
-	}
-	limits, err := loopbackLimits(ctx, model, o.nodes, unitThreads(unit.Name), batch, o.steps, w)
-	if err != nil {
 		return err
 	}
 	var stageLines []string
@@ -311,23 +311,11 @@ func runBatch(ctx context.Context, o options, unit config.CatalogType, model *co
 		if err != nil {
 			return fmt.Errorf("%d nodes: %w", n, err)
 		}
-		runs, err := bestRuns(ctx, o, func(ctx context.Context, sync string) (*outcome, error) {
-			return distribute(ctx, cat, jobTOML(n, batch, o.steps, limit, sync), n)
-		})
+		lines, err := nodesBlock(ctx, o, nodeArms(o, model, unit, cat, n, batch, limit, refThreads, distribute), n, batch, unit.Name, limit, w)
 		if err != nil {
 			return fmt.Errorf("%d nodes, %w", n, err)
 		}
-		for i, sync := range o.denseSync {
-			res := runs[i].best
-			res.limit = limit
-			overJob := float64(res.steps) * float64(batch) / res.jobSeconds
-			fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured (best of %s), %8.0f over the job (incl. start), %.2fx the faster single process%s, loss %.4f, run took %.1f s\n",
-				n, n, unit.Name, sync+",", res.limit, res.samplesPerS, runs[i].rates(), overJob, res.samplesPerS/ref, ofLimit(res.samplesPerS, limits[n]), res.loss, res.wallSeconds)
-			for _, st := range res.stages {
-				stageLines = append(stageLines, fmt.Sprintf("%5d  %-9s  %-9s  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
-					n, sync, st.DenseSync, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))
-			}
-		}
+		stageLines = append(stageLines, lines...)
 	}
 	fmt.Fprintln(w, "per stage: measured throughput against the cost model's prediction (roofline estimates from the catalog)")
 	fmt.Fprintln(w, "nodes  asked      synced     stage  type    units   predicted    measured   ratio")
@@ -351,28 +339,6 @@ func (r repeated) rates() string {
 		s += fmt.Sprintf(" %.0f", x)
 	}
 	return s
-}
-
-// bestRuns runs each of o.denseSync o.repeats times, the methods
-// alternating so that a slow stretch of the shared host falls on both,
-// and returns each method's runs in o.denseSync's order.
-func bestRuns(ctx context.Context, o options, runOnce func(context.Context, string) (*outcome, error)) ([]repeated, error) {
-	out := make([]repeated, len(o.denseSync))
-	for range o.repeats {
-		for i, sync := range o.denseSync {
-			dctx, cancel := context.WithTimeout(ctx, o.timeout)
-			res, err := runOnce(dctx, sync)
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("dense_sync %s: %w", sync, err)
-			}
-			out[i].all = append(out[i].all, res.samplesPerS)
-			if out[i].best == nil || res.samplesPerS > out[i].best.samplesPerS {
-				out[i].best = res
-			}
-		}
-	}
-	return out, nil
 }
 
 // ofLimit is ", R of the loopback limit" for a rate against limit, or ""

@@ -27,9 +27,9 @@ const (
 // as many steps as the training run and timed as a whole, in samples/s
 // (best of singleRuns) — measured as the training is, so that the host's
 // slow spells weigh on both alike. The fastest single pass is printed
-// beside it as the peak. It returns the faster single-process rate, the
-// reference of the distributed runs.
-func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w io.Writer) (float64, error) {
+// beside it as the peak. It returns the faster thread count: the
+// distributed runs' reference trains with as many (nodeArms).
+func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w io.Writer) (int, error) {
 	calls, err := recordGemms(model, batch)
 	if err != nil {
 		return 0, fmt.Errorf("recording the model's GEMMs: %w", err)
@@ -67,7 +67,10 @@ func singleBlock(ctx context.Context, model *config.Model, batch, steps int, w i
 	if err := phasesBlock(model, batch, w); err != nil {
 		return 0, err
 	}
-	return max(rates[1], rates[2]), nil
+	if rates[1] > rates[2] {
+		return 1, nil
+	}
+	return 2, nil
 }
 
 // gemmCall is one Gemm a training step issues, without its operands.
