@@ -21,8 +21,10 @@ torch_env() {
   echo "$venv/bin/python"
 }
 
-# Each program prints its own header (date, machine, load average before and
-# after, versions) and writes its results file whole with --out.
+# Each program prints its own header (date, machine, load average and host
+# speed before and after — the speed is one thread of sgemm, which drops
+# when other tenants share the cores —, versions) and writes its results
+# file whole with --out.
 # PaddlePaddle likewise, in two envs: the current release for single-process
 # training, and 2.6.2 for its parameter-server mode (fleet's async mode; its
 # generated protobuf code wants protobuf < 5). A failed install is not fatal:

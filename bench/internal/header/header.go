@@ -1,13 +1,57 @@
 // Package header is the header every benchmark program prints above its
 // results, and the results file the program writes itself: when and on
-// what it ran (date, CPU model, cores, load average before and after) and
-// with what (Go, OpenBLAS, the heterps commit, the Python packages of the
-// competitor it drove), so that no results file needs a hand-typed header.
+// what it ran (date, CPU model, cores, load average and host speed before
+// and after) and with what (Go, OpenBLAS, the heterps commit, the Python
+// packages of the competitor it drove), so that no results file needs a
+// hand-typed header.
 package header
 
 /*
 #cgo LDFLAGS: -lopenblas
+#include <stdlib.h>
+#include <time.h>
+
 char *openblas_get_config(void);
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int);
+void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc);
+
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// host_gflops runs n x n x n sgemm on one OpenBLAS thread for about
+// seconds and returns GFLOP/s; 0 when the operands cannot be allocated.
+static double host_gflops(int n, double seconds) {
+  size_t len = (size_t)n * n;
+  float *a = malloc(len * sizeof(float)), *b = malloc(len * sizeof(float)), *c = malloc(len * sizeof(float));
+  double rate = 0;
+  if (a != NULL && b != NULL && c != NULL) {
+    for (size_t i = 0; i < len; i++) {
+      a[i] = (float)(i % 7) * 0.125f;
+      b[i] = (float)(i % 5) * 0.25f;
+    }
+    int threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    cblas_sgemm(101, 111, 111, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); // warm-up
+    long reps = 0;
+    double start = seconds_now(), took = 0;
+    do {
+      cblas_sgemm(101, 111, 111, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      reps++;
+      took = seconds_now() - start;
+    } while (took < seconds);
+    openblas_set_num_threads(threads);
+    rate = 2.0 * n * n * (double)n * reps / took / 1e9;
+  }
+  free(a);
+  free(b);
+  free(c);
+  return rate;
+}
 */
 import "C"
 
@@ -34,10 +78,11 @@ type Package struct {
 type Info struct {
 	Program  string
 	Time     time.Time
-	CPU      string // model name
-	CPUs     int    // logical CPUs
-	Cores    int    // physical cores, 0 when /proc/cpuinfo does not say
-	Load     string // the three load averages
+	CPU      string  // model name
+	CPUs     int     // logical CPUs
+	Cores    int     // physical cores, 0 when /proc/cpuinfo does not say
+	Load     string  // the three load averages
+	Speed    float64 // HostSpeed before the benchmark, GFLOP/s
 	Go       string
 	OpenBLAS string
 	Commit   string
@@ -50,7 +95,7 @@ func Collect(program string, python ...Python) Info {
 	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
 	model, cores := parseCPUInfo(string(cpuinfo))
 	info := Info{Program: program, Time: time.Now().UTC(), CPU: model, CPUs: runtime.NumCPU(), Cores: cores,
-		Load: LoadAverage(), Go: runtime.Version(), OpenBLAS: openBLAS(), Commit: commit()}
+		Load: LoadAverage(), Speed: HostSpeed(), Go: runtime.Version(), OpenBLAS: openBLAS(), Commit: commit()}
 	for _, p := range python {
 		info.Python = append(info.Python, p.Versions()...)
 	}
@@ -67,16 +112,39 @@ func (i Info) Write(w io.Writer) error {
 	for _, p := range i.Python {
 		versions = append(versions, p.Label+" "+p.Version)
 	}
-	_, err := fmt.Fprintf(w, "# %s: %s\n# machine: %s, %d CPUs%s; load average before %s\n# versions: %s\n",
-		i.Program, i.Time.Format(time.RFC3339), i.CPU, i.CPUs, cores, i.Load, strings.Join(versions, ", "))
+	_, err := fmt.Fprintf(w, "# %s: %s\n# machine: %s, %d CPUs%s; load average before %s\n# host speed before: %s (%s)\n# versions: %s\n",
+		i.Program, i.Time.Format(time.RFC3339), i.CPU, i.CPUs, cores, i.Load, gflops(i.Speed), speedProbe, strings.Join(versions, ", "))
 	return err
 }
 
-// WriteLoadAfter prints the footer line: the load average now, after the
-// benchmark ran.
+// WriteLoadAfter prints the footer line: the load average and the host
+// speed now, after the benchmark ran.
 func WriteLoadAfter(w io.Writer) error {
-	_, err := fmt.Fprintf(w, "# load average after %s\n", LoadAverage())
+	_, err := fmt.Fprintf(w, "# load average after %s; host speed after %s\n", LoadAverage(), gflops(HostSpeed()))
 	return err
+}
+
+// speedProbe says what HostSpeed times.
+const speedProbe = "OpenBLAS sgemm 256x256x256 on one thread for 0.2 s; other tenants of a shared host lower it"
+
+// HostSpeed is the GFLOP/s of single-thread OpenBLAS sgemm on 256 x 256
+// matrices over 0.2 s: the load average counts this machine's runnable
+// threads, not a virtual machine's neighbours on the same physical cores,
+// which on the VMs these benchmarks run on have slowed training by 40 %
+// with the load average at 2. Timed before and after a benchmark, it says
+// whether its figures are of a host at its usual speed.
+func HostSpeed() float64 { return float64(C.host_gflops(256, 0.2)) }
+
+// openBLASThreads is OpenBLAS's thread count (the probe's tests check it
+// is left alone).
+func openBLASThreads() int { return int(C.openblas_get_num_threads()) }
+
+// gflops prints a HostSpeed figure, "unknown" for 0.
+func gflops(rate float64) string {
+	if rate <= 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f GFLOP/s", rate)
 }
 
 // LoadAverage is the 1, 5 and 15 minute load averages, "unknown" where

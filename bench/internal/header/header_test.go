@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +64,14 @@ func TestOpenBLASComesFromTheLinkedLibrary(t *testing.T) {
 
 func TestWriteSaysEveryField(t *testing.T) {
 	info := Info{Program: "bench/x", Time: time.Date(2026, 12, 1, 2, 3, 4, 0, time.UTC), CPU: "Test CPU", CPUs: 4, Cores: 2,
-		Load: "1.00 2.00 3.00", Go: "go1.26.8", OpenBLAS: "0.3.21", Commit: "abc1234",
+		Load: "1.00 2.00 3.00", Speed: 91.25, Go: "go1.26.8", OpenBLAS: "0.3.21", Commit: "abc1234",
 		Python: []Package{{Label: "PyTorch", Dist: "torch", Version: "2.15.0"}, {Label: "Paddle", Dist: "paddlepaddle", Version: "3.3.1"}}}
 	var b bytes.Buffer
 	if err := info.Write(&b); err != nil {
 		t.Fatal(err)
 	}
 	want := "# bench/x: 2026-12-01T02:03:04Z\n# machine: Test CPU, 4 CPUs, 2 cores; load average before 1.00 2.00 3.00\n" +
+		"# host speed before: 91.2 GFLOP/s (" + speedProbe + ")\n" +
 		"# versions: go1.26.8, OpenBLAS 0.3.21, heterps abc1234, PyTorch 2.15.0, Paddle 3.3.1\n"
 	if b.String() != want {
 		t.Fatalf("header:\n%s\nwant:\n%s", b.String(), want)
@@ -78,7 +80,7 @@ func TestWriteSaysEveryField(t *testing.T) {
 
 func TestCollectFillsTheMachineAndTheCommit(t *testing.T) {
 	info := Collect("bench/x")
-	if info.CPUs < 1 || info.Load == "" || info.Go == "" || info.OpenBLAS == "unknown" || info.Time.IsZero() {
+	if info.CPUs < 1 || info.Load == "" || info.Speed <= 0 || info.Go == "" || info.OpenBLAS == "unknown" || info.Time.IsZero() {
 		t.Fatalf("Collect = %+v", info)
 	}
 	if _, err := exec.LookPath("git"); err == nil && info.Commit == "unknown" {
@@ -148,5 +150,21 @@ func TestCommitIgnoresRecordedResults(t *testing.T) {
 	mustWrite("main.go", "package main // edited\n")
 	if c := commit(); !strings.HasSuffix(c, "+changes") {
 		t.Errorf("a tracked source edited: commit() = %q, want +changes", c)
+	}
+}
+
+// The footer says the load average and the host speed after the run, and
+// the speed probe leaves OpenBLAS's thread count as it found it.
+func TestWriteLoadAfterTimesTheHost(t *testing.T) {
+	before := openBLASThreads()
+	var b bytes.Buffer
+	if err := WriteLoadAfter(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^# load average after \S+ \S+ \S+; host speed after [0-9.]+ GFLOP/s\n$`).MatchString(b.String()) {
+		t.Fatalf("footer %q", b.String())
+	}
+	if got := openBLASThreads(); got != before {
+		t.Fatalf("OpenBLAS threads %d after the probe, %d before", got, before)
 	}
 }

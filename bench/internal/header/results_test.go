@@ -35,8 +35,8 @@ func TestResultsWritesTheFileWholeOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(got), "\n"), "\n")
-	if len(lines) != 5 || lines[0] != "# bench/x: 0001-01-01T00:00:00Z" || lines[3] != "table row" ||
-		!strings.HasPrefix(lines[4], "# load average after ") {
+	if len(lines) != 6 || lines[0] != "# bench/x: 0001-01-01T00:00:00Z" || lines[4] != "table row" ||
+		!strings.HasPrefix(lines[5], "# load average after ") {
 		t.Fatalf("results file:\n%s", got)
 	}
 	if stdout.String() != string(got) {
