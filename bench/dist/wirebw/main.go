@@ -39,9 +39,11 @@ import (
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/daemon/wire/pki"
 	"github.com/heterps/heterps/internal/cpuprof"
+	"github.com/heterps/heterps/native"
 )
 
 func main() {
+	native.FixOpenBLASCore() // the header's host speed is of the GEMM kernels heterps runs
 	budget := flag.Int("budget", 128<<20, "bytes sent per size and round")
 	rounds := flag.Int("rounds", 3, "rounds per size; the best counts")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")

@@ -130,9 +130,15 @@ const speedProbe = "OpenBLAS sgemm 256x256x256 on one thread for 0.2 s; other te
 // HostSpeed is the GFLOP/s of single-thread OpenBLAS sgemm on 256 x 256
 // matrices over 0.2 s: the load average counts this machine's runnable
 // threads, not a virtual machine's neighbours on the same physical cores,
-// which on the VMs these benchmarks run on have slowed training by 40 %
-// with the load average at 2. Timed before and after a benchmark, it says
-// whether its figures are of a host at its usual speed.
+// which on the VMs these benchmarks run on have halved training's speed
+// with the load average at 2. Timed before and after a benchmark, it is a
+// partial witness of the host's state: in that spell it read 91-132
+// GFLOP/s against 131-145 minutes before; what the neighbours take of
+// caches and memory it does not see. It times the
+// OpenBLAS core the process runs (the versions line names it): a program
+// calls native.FixOpenBLASCore first, as heterps does, or a VM whose CPU
+// OpenBLAS misreads times its slowest kernels (Prescott: 15 GFLOP/s against
+// SkylakeX's 119 on the Intel VM).
 func HostSpeed() float64 { return float64(C.host_gflops(256, 0.2)) }
 
 // openBLASThreads is OpenBLAS's thread count (the probe's tests check it
