@@ -132,9 +132,8 @@ const speedProbe = "OpenBLAS sgemm 256x256x256 on one thread for 0.2 s; other te
 // threads, not a virtual machine's neighbours on the same physical cores,
 // which on the VMs these benchmarks run on have halved training's speed
 // with the load average at 2. Timed before and after a benchmark, it is a
-// partial witness of the host's state: in that spell it read 91-132
-// GFLOP/s against 131-145 minutes before; what the neighbours take of
-// caches and memory it does not see. It times the
+// partial witness of the host's state: it sees what the neighbours take of
+// a core's arithmetic, not of its caches and memory. It times the
 // OpenBLAS core the process runs (the versions line names it): a program
 // calls native.FixOpenBLASCore first, as heterps does, or a VM whose CPU
 // OpenBLAS misreads times its slowest kernels (Prescott: 15 GFLOP/s against
