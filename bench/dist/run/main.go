@@ -7,9 +7,9 @@
 //
 // For each batch size and node count it prints the job's throughput and its
 // ratio to single-process training run in the same rounds (alternate.go),
-// the loss, the wall time of the
-// `heterps run` command (daemon start, planning, training and shutdown),
-// and each stage's measured throughput beside the cost model's prediction.
+// the loss, the wall time of the `heterps run` command (daemon start,
+// planning, training and shutdown), and each stage's measured throughput
+// beside the cost model's prediction.
 //
 // Each node offers one unit of --unit, by default a 1-thread CPU unit (the
 // catalog's cpu-1t); --unit cpu-2t --nodes 1 is the plan `make run` gets on
