@@ -1202,3 +1202,70 @@ func TestAllreduceRefusesARelievedReplicaOutsideTheStage(t *testing.T) {
 		}
 	}
 }
+
+// An allreduce configuration that the ring's stream numbering cannot
+// carry, or that cannot run, is refused before the first step, naming
+// what is wrong; one at each bound is taken.
+func TestAllreduceRefusesWhatTheRingCannotRun(t *testing.T) {
+	two := []string{"a", "b"}
+	var tr wire.Transport = (*wire.TCPTransport)(nil) // check only asks whether there is one
+	for _, tc := range []struct {
+		name                   string
+		a                      Allreduce
+		stage, replica, params int
+		want                   string // "" for accepted
+	}{
+		{"at the bounds", Allreduce{Peers: two, Transport: tr}, maxRingStages - 1, 1, maxRingParams, ""},
+		{"stage past the numbering", Allreduce{Peers: two, Transport: tr}, maxRingStages, 0, 1, "stage 256"},
+		{"too many parameters", Allreduce{Peers: two, Transport: tr}, 0, 0, maxRingParams + 1, "1025 dense parameters"},
+		{"replica outside the peers", Allreduce{Peers: two, Transport: tr}, 0, 2, 1, "replica 2 of 2 peers"},
+		{"two peers, no transport", Allreduce{Peers: two}, 0, 0, 1, "no transport"},
+		{"one peer needs no transport", Allreduce{Peers: []string{"a"}}, 0, 0, 1, ""},
+		{"negative checkpoint interval", Allreduce{Peers: two, Transport: tr, CheckpointEvery: -1}, 0, 0, 1, "checkpoints every -1"},
+		{"mirror without checkpoints", Allreduce{Peers: two, Transport: tr, Mirror: &ps.Client{}}, 0, 0, 1, "a mirror with checkpoints every 0"},
+		{"mirror on the grid", Allreduce{Peers: two, Transport: tr, Mirror: &ps.Client{}, CheckpointGrid: 5}, 0, 0, 1, ""},
+	} {
+		err := tc.a.check(tc.stage, tc.replica, tc.params)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// RingLinks gives each pair of replicas one greeting stream, the same at
+// both ends, distinct from every other pair's and from the ring's own
+// streams.
+func TestRingLinksGiveEachPairOneStream(t *testing.T) {
+	peers := []string{"n0", "n1", "n2", "n3"}
+	streams := map[[2]string]uint32{}
+	seen := map[uint32][2]string{}
+	for r := range peers {
+		links := RingLinks(nil, 3, r, peers)
+		if len(links) != len(peers)-1 {
+			t.Fatalf("replica %d: %d links, want %d", r, len(links), len(peers)-1)
+		}
+		for _, l := range links {
+			if l.Peer == peers[r] {
+				t.Fatalf("replica %d links to itself", r)
+			}
+			pair := [2]string{min(l.Peer, peers[r]), max(l.Peer, peers[r])}
+			if s, ok := streams[pair]; ok && s != l.Stream {
+				t.Fatalf("pair %v: streams %#x and %#x at its two ends", pair, s, l.Stream)
+			}
+			if other, ok := seen[l.Stream]; ok && other != pair {
+				t.Fatalf("stream %#x serves %v and %v", l.Stream, other, pair)
+			}
+			streams[pair], seen[l.Stream] = l.Stream, pair
+			for from := range peers {
+				for param := range 4 {
+					if l.Stream == ringStream(3, from, param) || l.Stream == mirrorStream(3, from, param) {
+						t.Fatalf("greeting stream %#x is also a ring stream", l.Stream)
+					}
+				}
+			}
+		}
+	}
+	if len(streams) != 6 {
+		t.Fatalf("%d pairs linked, want 6", len(streams))
+	}
+}
