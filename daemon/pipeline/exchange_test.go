@@ -224,3 +224,58 @@ func TestStepErrorsSayABackgroundFailureOnce(t *testing.T) {
 		}
 	}
 }
+
+// rawActivation is an activation message of rows rows with one part of
+// width 1 and the batch tensors as given, as a hostile or broken upstream
+// stage could send them.
+func rawActivation(rows int, dense wire.Tensor, offsets, ids []int64, labels []float32, classes []int64) *wire.Message {
+	part := make([]float32, rows)
+	return &wire.Message{Type: wire.MsgActivation, Meta: wire.Meta{Batch: uint64(rows)}, Tensors: []wire.Tensor{
+		wire.I64Tensor([]int64{1}, 1), wire.F32Tensor(part, rows, 1),
+		dense, wire.I64Tensor(offsets, len(offsets)), wire.I64Tensor(ids, len(ids)),
+		wire.F32Tensor(labels, len(labels)), wire.I64Tensor(classes, len(classes))}}
+}
+
+// A batch that arrives with an activation is checked before any layer
+// reads it: each way its tensors can contradict one another is refused,
+// naming what is wrong, and a well-formed one of the same shape passes.
+func TestActivationRefusesAnInconsistentBatch(t *testing.T) {
+	be := native.MustCPU()
+	dense2 := wire.F32Tensor([]float32{1, 2, 3, 4}, 2, 2)
+	two := []float32{0, 1}
+	for _, tc := range []struct {
+		name string
+		m    *wire.Message
+		want string // "" for accepted
+	}{
+		{"well formed", rawActivation(2, dense2, []int64{0, 1, 3, 3, 4}, []int64{5, 6, 7, 8}, two, []int64{}), ""},
+		{"no offsets", rawActivation(2, dense2, []int64{}, []int64{}, two, []int64{}), "0 offsets for 2 rows"},
+		{"bags not a multiple of the rows", rawActivation(2, dense2, []int64{0, 1, 2, 3}, []int64{5, 6, 7}, two, []int64{}), "4 offsets for 2 rows"},
+		{"offsets from 1", rawActivation(2, dense2, []int64{1, 1, 2}, []int64{5, 6}, two, []int64{}), "offsets run 1..2 over 2 ids"},
+		{"offsets past the ids", rawActivation(2, dense2, []int64{0, 1, 9}, []int64{5, 6}, two, []int64{}), "offsets run 0..9 over 2 ids"},
+		{"offsets decreasing", rawActivation(2, dense2, []int64{0, 2, 1, 3, 3}, []int64{5, 6, 7}, two, []int64{}), "offsets decrease at bag 2"},
+		{"a negative id", rawActivation(2, dense2, []int64{0, 1, 2}, []int64{5, -6}, two, []int64{}), "negative id -6"},
+		{"one label for two rows", rawActivation(2, dense2, []int64{0, 1, 2}, []int64{5, 6}, []float32{1}, []int64{}), "1 labels, 0 classes for 2 rows"},
+		{"classes for one row of two", rawActivation(2, dense2, []int64{0, 1, 2}, []int64{5, 6}, two, []int64{3}), "2 labels, 1 classes for 2 rows"},
+		{"dense features of three rows", rawActivation(2, wire.F32Tensor(make([]float32, 6), 3, 2), []int64{0, 1, 2}, []int64{5, 6}, two, []int64{}), "batch dense features [3 2], want [2, d]"},
+		{"offsets as floats", func() *wire.Message {
+			m := rawActivation(2, dense2, []int64{0, 1, 2}, []int64{5, 6}, two, []int64{})
+			m.Tensors[3] = wire.F32Tensor([]float32{0, 1, 2}, 3)
+			return m
+		}(), "batch tensor 1 is float32, want int64"},
+	} {
+		view, err := wire.DecodeMessage(tc.m.Type, encode(t, tc.m), maxTestPayload)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, b, err := decodeActivation(be, view)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want == "" && (b.Slots != 2 || b.Size != 2):
+			t.Errorf("%s: %d slots of %d rows, want 2 of 2", tc.name, b.Slots, b.Size)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
