@@ -161,3 +161,33 @@ func TestABurstOfYoungHandshakesIsAdmitted(t *testing.T) {
 	openIdle(t, srv.addr(), burst, nil)
 	waitPending(t, srv.ln, burst)
 }
+
+// A burst younger than evictAfter is admitted past the soft bounds, none
+// evicted, up to hardMaxPending; the next connection is refused (pc nil)
+// and the pending ones are left as they were. Once the oldest are older
+// than evictAfter, a newcomer displaces the oldest instead.
+func TestPendingHandshakesRefuseABurstPastTheHardBound(t *testing.T) {
+	p := newPendingHandshakes()
+	conn := func(i int) net.Conn {
+		return addrConn{remote: &net.TCPAddr{IP: net.IPv4(10, 0, byte(i>>8), byte(i)), Port: 4000}}
+	}
+	for i := range hardMaxPending {
+		pc, evicted := p.admit(conn(i))
+		if pc == nil || len(evicted) != 0 {
+			t.Fatalf("connection %d of a young burst: admitted %v, evicted %d", i, pc != nil, len(evicted))
+		}
+	}
+	pc, evicted := p.admit(conn(hardMaxPending))
+	if pc != nil || len(evicted) != 0 || p.len() != hardMaxPending {
+		t.Fatalf("past the hard bound: admitted %v, evicted %d, %d pending; want refused, none evicted, %d", pc != nil, len(evicted), p.len(), hardMaxPending)
+	}
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.since = c.since.Add(-2 * evictAfter)
+	}
+	p.mu.Unlock()
+	pc, evicted = p.admit(conn(hardMaxPending + 1))
+	if pc == nil || len(evicted) != 1 || evicted[0].RemoteAddr().String() != "10.0.0.0:4000" {
+		t.Fatalf("with the burst old: admitted %v, evicted %v; want admitted, the oldest (10.0.0.0) evicted", pc != nil, evicted)
+	}
+}
