@@ -3,6 +3,7 @@ package ps
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -107,5 +108,18 @@ func TestIDMapProbeAgreesWithGet(t *testing.T) {
 		if missing != want || want == 0 || want == len(ids) {
 			t.Fatalf("round %d: %d missing, get finds %d missing of %d", round, missing, want, len(ids))
 		}
+	}
+}
+
+// Given fewer slots than ids, probe answers as far as the slots go, id by
+// id, and counts only those ids' misses.
+func TestIDMapProbeWithFewerSlotsAnswersThoseIDs(t *testing.T) {
+	m := newIDMap()
+	m.put(7, 70)
+	m.put(9, 90)
+	slots := []int{-5, -5, -5}
+	missing := m.probe([]int64{9, 8, 7, 6, 5}, slots)
+	if want := []int{90, -1, 70}; !slices.Equal(slots, want) || missing != 1 {
+		t.Fatalf("probe = %v with %d missing, want %v with 1", slots, missing, want)
 	}
 }
