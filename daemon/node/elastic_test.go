@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +169,36 @@ func TestALateExactChangeFailsNoTask(t *testing.T) {
 	}
 	if r := waitReport(t, a, stage.TaskID, func(r api.TaskReport) bool { return r.State != api.TaskRunning }); r.State != api.TaskDone || r.Step != steps {
 		t.Errorf("the replica ended %s at step %d (%s), want done at %d", r.State, r.Step, r.Error, steps)
+	}
+}
+
+// A new membership for a running task is refused unless it is the same
+// task of the same job, from a step >= 1, with members and, for a stage,
+// a batch for each member.
+func TestCheckElasticRefusesASpecThatCannotReplaceTheRunningOne(t *testing.T) {
+	old := api.Task{TaskID: "j1.s0.r0", JobID: "j1", Role: api.RoleStage}
+	spec := func(change func(*api.Task)) api.Task {
+		s := old
+		s.FromStep, s.Members, s.Batches = 10, []int{0, 1}, []int{256, 256}
+		change(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		spec api.Task
+		want string // "" for accepted
+	}{
+		{"a resize", spec(func(*api.Task) {}), ""},
+		{"another task", spec(func(s *api.Task) { s.TaskID = "j1.s0.r1" }), "cannot become task j1.s0.r1"},
+		{"another job", spec(func(s *api.Task) { s.JobID = "j2" }), "cannot become task j1.s0.r0 of job j2"},
+		{"another role", spec(func(s *api.Task) { s.Role = api.RolePS }), "(ps)"},
+		{"from step 0", spec(func(s *api.Task) { s.FromStep = 0 }), "from_step 0, want >= 1"},
+		{"no members", spec(func(s *api.Task) { s.Members, s.Batches = nil, nil }), "members: empty"},
+		{"a batch short", spec(func(s *api.Task) { s.Batches = []int{512} }), "1 batches for 2 members"},
+	} {
+		err := checkElastic(old, tc.spec)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -145,3 +145,31 @@ func TestMeterReportsItsWindow(t *testing.T) {
 		t.Fatalf("%v samples/s over %v is %v samples, want the 50 after the first step", rate, window, got)
 	}
 }
+
+// A stage task whose own fields disagree with its layout is refused before
+// it starts, naming the disagreement.
+func TestCheckLayoutRefusesATaskAtOddsWithItsLayout(t *testing.T) {
+	replicas := []int{2, 3, 1} // three stages
+	task := func(stage, reps, prev, next int) api.Task {
+		return api.Task{Stage: stage, Replicas: reps, Prev: make([]string, prev), Next: make([]string, next)}
+	}
+	for _, tc := range []struct {
+		name string
+		task api.Task
+		want string // "" for accepted
+	}{
+		{"first stage", task(0, 2, 0, 3), ""},
+		{"middle stage", task(1, 3, 2, 1), ""},
+		{"last stage", task(2, 1, 3, 0), ""},
+		{"stage past the layout", task(3, 1, 1, 0), "stage 3 of a 3-stage layout"},
+		{"negative stage", task(-1, 2, 0, 3), "stage -1 of a 3-stage layout"},
+		{"replicas the layout lacks", task(1, 2, 2, 1), "2 replicas, the layout says 3"},
+		{"previous partners missing", task(1, 3, 1, 1), "1 previous partners for 2 replicas"},
+		{"next partners missing", task(1, 3, 2, 0), "0 next partners for 1 replicas"},
+	} {
+		err := checkLayout(tc.task, replicas)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
