@@ -78,6 +78,12 @@ func TestHTTPInputLimits(t *testing.T) {
 		{"toml media type for a heartbeat", "POST", hb, api.ContentTypeTOML, `{"tasks":[]}`, 415, "want application/json"},
 		{"huge heartbeat", "POST", hb, api.ContentTypeJSON, "{\"tasks\":[]}" + string(huge), 413, "body over"},
 		{"huge job", "POST", "/v1/jobs", api.ContentTypeTOML, "# " + string(huge), 413, "body over"},
+		{"resize not json", "PATCH", "/v1/jobs/j1", api.ContentTypeJSON, `replicas: [0]`, 400, "bad JSON body"},
+		{"resize unknown field", "PATCH", "/v1/jobs/j1", api.ContentTypeJSON, `{"replicas":[0],"batches":[8],"colour":"red"}`, 400, "unknown field \"colour\""},
+		{"resize invalid", "PATCH", "/v1/jobs/j1", api.ContentTypeJSON, `{"replicas":[0,1],"batches":[8]}`, 400, "resize: batches: 1 for 2 replicas"},
+		{"resize of no such job", "PATCH", "/v1/jobs/nope", api.ContentTypeJSON, `{"replicas":[0],"batches":[8]}`, 404, "nope"},
+		{"toml media type for a resize", "PATCH", "/v1/jobs/j1", api.ContentTypeTOML, `{"replicas":[0],"batches":[8]}`, 415, "want application/json"},
+		{"huge resize", "PATCH", "/v1/jobs/j1", api.ContentTypeJSON, `{"replicas":[0],"batches":[8]}` + string(huge), 413, "body over"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			status, b := tc.do(c.method, c.path, c.ctype, []byte(c.body))
@@ -95,7 +101,8 @@ func TestHTTPInputLimits(t *testing.T) {
 }
 
 // TestGarbageNeverCrashes throws random and mangled bodies at every
-// endpoint: every answer is a 4xx or a success, never a 5xx or a panic.
+// endpoint that takes one (registration, heartbeat, job, resize): every
+// answer is a 4xx or a success, never a 5xx or a panic.
 func TestGarbageNeverCrashes(t *testing.T) {
 	c, err := New(Config{Catalog: loadTestCatalog(t), QueueLength: 10000, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -105,6 +112,7 @@ func TestGarbageNeverCrashes(t *testing.T) {
 	valid := []string{
 		`{"name":"a","data_addr":"127.0.0.1:7001","type":"cpu","units":1,"gpus":[{"name":"g","memory_bytes":1}]}`,
 		`{"tasks":[{"task_id":"j1.s0.r0","state":"done","step":3,"loss":0.5,"samples_per_s":10}]}`,
+		`{"stage":0,"replicas":[0,1],"batches":[256,256],"add":[{"node":"a","batch":128}]}`,
 		ctrJob,
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -120,19 +128,21 @@ func TestGarbageNeverCrashes(t *testing.T) {
 				body = append(body, byte(r.IntN(256)))
 			}
 		}
-		path, ctype := "/v1/nodes/register", api.ContentTypeJSON
-		switch i % 3 {
+		method, path, ctype := "POST", "/v1/nodes/register", api.ContentTypeJSON
+		switch i % 4 {
 		case 1:
 			path = "/v1/nodes/n1/heartbeat"
 		case 2:
 			path, ctype = "/v1/jobs", api.ContentTypeTOML
+		case 3:
+			method, path = "PATCH", "/v1/jobs/j1"
 		}
-		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req := httptest.NewRequest(method, path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", ctype)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {
-			t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body)
+			t.Fatalf("%s %s %q: status %d: %s", method, path, body, rec.Code, rec.Body)
 		}
 	}
 }
