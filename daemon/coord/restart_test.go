@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -421,5 +422,41 @@ func TestAbandonedCheckpointStepsAreRemoved(t *testing.T) {
 	}
 	if j.ckpt.latest == nil || j.ckpt.latest.Step != 20 || len(j.ckpt.files) != 0 {
 		t.Errorf("latest %+v, steps still awaited %v", j.ckpt.latest, j.ckpt.files)
+	}
+}
+
+// checkpoint.restore names a step directory (its manifest says the step)
+// or a root (its newest complete step directory is taken, one without a
+// manifest skipped); a root with none, a missing path and a corrupt
+// manifest are refused, each saying why.
+func TestResolveRestoreTakesAStepOrTheNewestUnderARoot(t *testing.T) {
+	root := t.TempDir()
+	writeFakeCheckpoint(t, root, "j1", 40)
+	mid := writeFakeCheckpoint(t, root, "j1", 60)
+	if err := os.MkdirAll(ckpt.StepDir(root, 80), 0o755); err != nil { // unfinished: no manifest
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		step int64
+		dir  string
+	}{{mid, 60, mid}, {root, 60, mid}} {
+		got, err := resolveRestore(tc.path)
+		if err != nil || got.Step != tc.step || got.Dir != tc.dir || got.Job != "j1" {
+			t.Errorf("resolveRestore(%s) = %+v, %v; want step %d in %s of j1", tc.path, got, err, tc.step, tc.dir)
+		}
+	}
+	if _, err := resolveRestore(t.TempDir()); !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		t.Errorf("an empty root: %v, want ErrNoCheckpoint", err)
+	}
+	if _, err := resolveRestore(filepath.Join(root, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Errorf("a missing path: %v, want an error naming it", err)
+	}
+	bad := writeFakeCheckpoint(t, t.TempDir(), "j2", 10)
+	if err := os.WriteFile(filepath.Join(bad, ckpt.ManifestName), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resolveRestore(bad); err == nil || errors.Is(err, ckpt.ErrNoCheckpoint) || !strings.Contains(err.Error(), ckpt.ManifestName+": not a valid manifest") {
+		t.Errorf("a corrupt manifest: %v, want an error naming the file", err)
 	}
 }
