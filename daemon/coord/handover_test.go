@@ -140,3 +140,69 @@ func TestASkippedManifestIsReported(t *testing.T) {
 		t.Errorf("status: failure %+v, %d failures; want step 5's manifest reported skipped", s.CheckpointFailure, s.CheckpointFailures)
 	}
 }
+
+// TestARunningJobWhoseNodeNeverReturnsFailsAtTheAdoptionTimeout: after a
+// restart the coordinator takes a running job up from its state database
+// and waits AdoptionTimeout for the job's nodes to register again; the one
+// that registers keeps its task, and when the other has not come by then
+// the job fails, its reason naming the missing node and the timeout.
+func TestARunningJobWhoseNodeNeverReturnsFailsAtTheAdoptionTimeout(t *testing.T) {
+	const adoption = 300 * time.Millisecond
+	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), HeartbeatInterval: interval,
+		HeartbeatTimeout: patience, AdoptionTimeout: adoption, Logger: slog.New(slog.DiscardHandler)}
+	c, stop := runCoordinator(t, cfg)
+	reqs := []api.RegisterRequest{newFakeNode("a", "cpu", 1, 9211).req, newFakeNode("b", "cpu", 1, 9212).req}
+	ids := map[string]string{}
+	for _, r := range reqs {
+		ids[r.Name] = mustRegister(t, c, r)
+	}
+	var sub api.SubmitResponse
+	serve(t, c, "POST", "/v1/jobs", api.ContentTypeTOML, []byte(handoverJob), http.StatusCreated, &sub)
+	var st api.JobStatus
+	waitFor(t, "the job placed", func() bool {
+		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		return st.State == api.JobRunning && len(st.PS) == 1
+	})
+	held := map[string][]api.TaskReport{}
+	for name, id := range ids {
+		resp, err := c.heartbeat(id, api.Heartbeat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range resp.Tasks {
+			held[name] = append(held[name], api.TaskReport{TaskID: task.TaskID, State: api.TaskRunning})
+		}
+	}
+	var holder, other api.RegisterRequest // the node the job runs on, and the idle one
+	for _, r := range reqs {
+		if len(held[r.Name]) > 0 {
+			holder = r
+		} else {
+			other = r
+		}
+	}
+	if holder.Name == "" || other.Name == "" {
+		t.Fatalf("tasks held %v: want the job on one of the two nodes", held)
+	}
+	stop()
+
+	restarted := time.Now()
+	c, stop = runCoordinator(t, cfg)
+	defer stop()
+	other.Previous = ids[other.Name]
+	mustRegister(t, c, other)
+	serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+	if st.State != api.JobRunning {
+		t.Fatalf("right after the restart the job is %s (%q), want it running while %s may still come", st.State, st.Reason, holder.Name)
+	}
+	waitFor(t, "the job failed for its node", func() bool {
+		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		return st.State != api.JobRunning
+	})
+	if waited := time.Since(restarted); waited < adoption {
+		t.Errorf("the job failed %v after the restart, before the adoption timeout %v", waited, adoption)
+	}
+	if want := "node(s) " + holder.Name + " did not register again within 300ms"; st.State != api.JobFailed || !strings.Contains(st.Reason, want) {
+		t.Errorf("the job is %s (%q), want failed with %q", st.State, st.Reason, want)
+	}
+}
