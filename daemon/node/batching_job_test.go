@@ -172,3 +172,35 @@ func checkResizesAtOneStep(t *testing.T, log string, replicas int) {
 		t.Errorf("resizes taken %v (generation: from steps): none by all %d replicas", byGen, replicas)
 	}
 }
+
+// TestDynamicBatchingByRestart: with batching.resize = "restart", a BSP
+// job of two replicas, one on a node at a quarter of its CPU, resizes its
+// batches by stopping and restarting from its newest checkpoint: the job
+// ends, saying so and naming its successor, and the successor runs from
+// that checkpoint with the restart counted and the fast replica carrying
+// more of the batch.
+func TestDynamicBatchingByRestart(t *testing.T) {
+	cl := startClusterOn(t, "testdata/dp-catalog.toml", "")
+	cl.startNodeAt("fast", "cpu", 1)
+	cl.startNodeAt("slow", "cpu", 0.25)
+	cl.waitNodes(2)
+	dir := t.TempDir()
+	id := cl.submit(writeJob(t, 100000, 1024, nil, fmt.Sprintf(
+		"[checkpoint]\ndir = %q\nevery = 2\n[batching]\nmode = \"dynamic\"\nresize = \"restart\"\ninterval = 2\n", dir)))
+	first := cl.waitJob(id, func(s api.JobStatus) bool { return s.State.Final() })
+	if first.RestartedAs == "" || !strings.Contains(first.Reason, "restarting to resize its batches") {
+		t.Fatalf("job %s ended %s (%q), restarted as %q; want a restart for its batches", id, first.State, first.Reason, first.RestartedAs)
+	}
+	s := cl.waitJob(first.RestartedAs, func(s api.JobStatus) bool {
+		return s.State.Final() || (s.State == api.JobRunning && len(s.Stages) == 1 && len(s.Stages[0].Batches) == 2)
+	})
+	if s.State != api.JobRunning || s.RestartOf != id || s.RestoredFrom == nil || s.Batching == nil || s.Batching.Restarts < 1 {
+		t.Fatalf("successor %s: %s (%q), restart of %q, restored from %+v, batching %+v; want it running from a checkpoint of %s",
+			s.ID, s.State, s.Reason, s.RestartOf, s.RestoredFrom, s.Batching, id)
+	}
+	split := splitOf(t, s.Stages[0], "fast", "slow")
+	if split[0]+split[1] != 1024 || split[0] <= split[1] {
+		t.Errorf("after %d restart(s): fast %d, slow %d; want the fast replica to carry more of 1024", s.Batching.Restarts, split[0], split[1])
+	}
+	cl.send("DELETE", "/v1/jobs/"+s.ID, "", nil)
+}
