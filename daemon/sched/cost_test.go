@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -110,6 +111,47 @@ func TestPSCoresRoundUpExactly(t *testing.T) {
 	for units, want := range map[int]int{0: 0, 1: 1, 10: 1, 11: 2, 30: 3, 31: 4} {
 		if got := p.PSCores(units); got != want {
 			t.Errorf("PSCores(%d) = %d, want %d", units, got, want)
+		}
+	}
+}
+
+// A plan names the dense_sync of each type whose layer times were measured
+// by a profile that folded one in; estimated types and measured ones
+// without a folded method are left out, and nil means none.
+func TestMeasuredDenseSyncNamesOnlyMeasuredFoldedTypes(t *testing.T) {
+	p := handProblem().Config()
+	p.Types[0].DenseSync, p.Types[1].DenseSync = "allreduce", "ps"
+	got := MeasuredDenseSync(p, map[string]string{"cpu": SourceMeasured, "gpu": SourceEstimated})
+	if len(got) != 1 || got["cpu"] != "allreduce" {
+		t.Errorf("cpu measured, gpu estimated: %v, want cpu: allreduce alone", got)
+	}
+	p.Types[0].DenseSync = ""
+	if got := MeasuredDenseSync(p, AllSources(handProblem(), SourceMeasured)); len(got) != 1 || got["gpu"] != "ps" {
+		t.Errorf("both measured, only gpu folded: %v, want gpu: ps alone", got)
+	}
+	if got := MeasuredDenseSync(p, AllSources(handProblem(), SourceGiven)); got != nil {
+		t.Errorf("given times: %v, want nil", got)
+	}
+}
+
+// A problem built in code is held to the problem files' rules.
+func TestProblemValidateRefusesWhatAFileCouldNotSay(t *testing.T) {
+	if err := handProblem().Validate(); err != nil {
+		t.Fatalf("the hand problem: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Problem)
+		want   string
+	}{
+		{"fractional batch", func(p *Problem) { p.Batch = 512.5 }, "batch sizes must be integers, got 512.5 and 256"},
+		{"PS type out of range", func(p *Problem) { p.PSType = 2 }, "PS type 2 out of range"},
+		{"a layer taking no time", func(p *Problem) { p.Layers[1].OCT[0] = 0 }, "oct"},
+	} {
+		p := handProblem()
+		tc.change(p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
 }
