@@ -211,3 +211,31 @@ func TestAJobThatCannotShrinkMovesOffADrainingNode(t *testing.T) {
 		t.Errorf("b after the move: %+v, want drained", n)
 	}
 }
+
+// TestADrainWithNoRoomElsewhereLeavesTheJobRunning: draining the only node
+// a job can run on takes it out of service for new work, but the job,
+// which cannot shrink below one replica and has nowhere to move, keeps
+// running there and ends done, with no restart and no move.
+func TestADrainWithNoRoomElsewhereLeavesTheJobRunning(t *testing.T) {
+	tc, tr, _, _ := raiseFixture(t, 12)
+	src := strings.Replace(fmt.Sprintf(raiseJob, 1.0, t.TempDir()), "[checkpoint]", "dense_sync = \"allreduce\"\n[checkpoint]", 1)
+	only := tr.node("a", "cpu", 2, 9191)
+	tc.start(only)
+	id := tc.submit(src)
+	waitFor(t, "the job running on a", func() bool { return tc.job(id).Step > 0 })
+	var s api.NodeStatus
+	tc.call("POST", "/v1/nodes/a/drain", api.DrainRequest{Drain: true}, http.StatusOK, &s)
+	if !s.Draining {
+		t.Fatalf("drain answered %+v", s)
+	}
+	chain := tc.chainOf(id)
+	if len(chain) != 1 {
+		t.Fatalf("a chain of %d jobs (the first %s: %q); want the job left where it was", len(chain), chain[0].State, chain[0].Reason)
+	}
+	if last := chain[0]; last.State != api.JobDone || last.Step != last.Steps || last.Restarts != 0 {
+		t.Errorf("the job on the drained node: %s %q at step %d of %d, %d restarts; want it done there", last.State, last.Reason, last.Step, last.Steps, last.Restarts)
+	}
+	if n := tc.nodeNamed("a"); !n.Draining {
+		t.Errorf("a after the job: %+v, want still draining", n)
+	}
+}
