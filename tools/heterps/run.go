@@ -59,12 +59,16 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, errors.New("usage: heterps run JOB [--catalog C] [--nodes N] [--json]  (JOB: a job file, or a built-in job: " +
 			strings.Join(config.ExampleNames(config.ExampleJobs), ", ") + ")")
 	}
-	if f.nodes < 0 {
-		return nil, fmt.Errorf("--nodes %d: want >= 0", f.nodes)
+	if f.nodes < 0 || f.nodes > maxLocalDaemons {
+		return nil, fmt.Errorf("--nodes %d: want 0..%d (each is a process on this machine; heterps launch starts a cluster's)", f.nodes, maxLocalDaemons)
 	}
 	f.job = rest[0]
 	return &f, nil
 }
+
+// maxLocalDaemons bounds the node daemons heterps run starts: each is a
+// process of this machine with its own listeners and memory.
+const maxLocalDaemons = 256
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseRunFlags(args, stderr)
@@ -92,7 +96,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 	}
-	s, err := runLocal(ctx, f, bin, src, nodeOffers(cat, f.nodes), stderr)
+	offers := nodeOffers(cat, f.nodes)
+	if len(offers) > maxLocalDaemons {
+		return failTo(stderr, exitUsage, fmt.Errorf("catalog %s: its offers make %d node daemons, want at most %d on this machine (pick fewer with --nodes; heterps launch starts a cluster's)",
+			f.catalog, len(offers), maxLocalDaemons))
+	}
+	s, err := runLocal(ctx, f, bin, src, offers, stderr)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
 	}

@@ -201,6 +201,33 @@ func TestRunRejectsBadInput(t *testing.T) {
 	}
 }
 
+// heterps run starts each node daemon as a process here: more than
+// maxLocalDaemons, asked for or listed by the catalog, is refused before
+// anything starts (10^12 used to be allocated as offers until memory ran
+// out), naming the bound.
+func TestRunRefusesMoreDaemonsThanOneMachineRuns(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := runRun(context.Background(), []string{"--nodes", "1000000000000", "ctrdnn-local"}, &out, &errb); code != exitUsage ||
+		!strings.Contains(errb.String(), "--nodes 1000000000000: want 0..256") {
+		t.Errorf("--nodes 10^12: exit %d (%s), want %d naming the bound", code, errb.String(), exitUsage)
+	}
+	var cat strings.Builder
+	cat.WriteString("version = 1\nname = \"big\"\n[[type]]\nname = \"cpu\"\nkind = \"cpu\"\nprice = 0.04\nmax_units = 300\npeak_flops = 1e11\nmem_bandwidth = 1e10\nlink_bandwidth = 1e9\n")
+	for i := range maxLocalDaemons + 1 {
+		fmt.Fprintf(&cat, "[[node]]\nname = \"n%d\"\naddress = \"127.0.0.1:%d\"\nunits = { cpu = 1 }\n", i, 20000+i)
+	}
+	path := filepath.Join(t.TempDir(), "big.toml")
+	if err := os.WriteFile(path, []byte(cat.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	code := runRun(context.Background(), []string{"--catalog", path, "--heterpsd", os.Args[0], "ctrdnn-local"}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "its offers make 257 node daemons, want at most 256") {
+		t.Errorf("a catalog of 257 nodes: exit %d (%s), want %d naming the bound", code, errb.String(), exitUsage)
+	}
+}
+
 // TestRunReportsADaemonThatDies: a daemon binary that exits at once is
 // reported with the reason it gave, not waited for.
 func TestRunReportsADaemonThatDies(t *testing.T) {
