@@ -61,7 +61,9 @@ int hps_sgemm_rows(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, fl
  * Runs fn(ctx, p) for p in [0, pieces) on the calling thread and up to
  * threads-1 helper threads, which live for the process: pieces are claimed
  * in order, the caller runs what no helper claims, and it returns once all
- * are done. fn must not call back into Go. */
+ * are done. fn must not call back into Go. A split runs on at most
+ * HPS_MAX_THREADS threads, the caller's among them (native.MaxThreads). */
+#define HPS_MAX_THREADS 512
 void hps_parallel(int64_t pieces, int threads, void (*fn)(void *ctx, int64_t piece), void *ctx);
 /* Pieces helper k has run since the process started, all helpers' for
  * k = 0 (tests). */

@@ -29,8 +29,13 @@ func Host(b Buffer) ([]float32, bool) {
 	return h, ok
 }
 
+// MaxThreads is the most threads one backend's ops split across (the
+// calling thread and the kernels' pool's helpers).
+const MaxThreads = C.HPS_MAX_THREADS
+
 // CPUOptions configures the CPU backend. Zero values mean: widest supported
-// ISA (or HETERPS_ISA), runtime.GOMAXPROCS(0) threads, threads unpinned.
+// ISA (or HETERPS_ISA), runtime.GOMAXPROCS(0) threads (at most MaxThreads),
+// threads unpinned.
 type CPUOptions struct {
 	ISA     *ISA
 	Threads int
@@ -45,8 +50,12 @@ type CPU struct {
 	base    int   // the number of the first thread among the pinned backend's
 }
 
-// NewCPU returns a CPU backend. It fails if a forced ISA is not supported.
+// NewCPU returns a CPU backend. It fails if a forced ISA is not supported
+// or more than MaxThreads threads are asked for.
 func NewCPU(opts CPUOptions) (*CPU, error) {
+	if opts.Threads > MaxThreads {
+		return nil, fmt.Errorf("native: %d threads, at most %d: %w", opts.Threads, MaxThreads, ErrArg)
+	}
 	isa, err := BestISA()
 	if err != nil {
 		return nil, err
@@ -59,7 +68,7 @@ func NewCPU(opts CPUOptions) (*CPU, error) {
 	}
 	threads := opts.Threads
 	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
+		threads = min(runtime.GOMAXPROCS(0), MaxThreads)
 	}
 	C.hps_blas_threads(1) // the backend splits GEMMs itself; see gemmGrain
 	b := &CPU{isa: isa, threads: threads}

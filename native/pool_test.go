@@ -1,8 +1,11 @@
 package native
 
 import (
+	"errors"
+	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -216,5 +219,29 @@ func TestRowKernelsSplitKeepTheBits(t *testing.T) {
 				t.Errorf("%v rows at %d threads differ from one thread", opts[i].Kind, threads)
 			}
 		}
+	}
+}
+
+// A backend splits across at most MaxThreads threads: more is refused by
+// name, and a split of that many engages helpers past the 64 the pool once
+// held (a 128-thread run used to get 64 silently).
+func TestBackendThreadsUpToMaxThreads(t *testing.T) {
+	if _, err := NewCPU(CPUOptions{Threads: MaxThreads + 1}); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), fmt.Sprintf("%d threads, at most %d", MaxThreads+1, MaxThreads)) {
+		t.Fatalf("MaxThreads+1 threads: %v, want ErrArg naming the bound", err)
+	}
+	be, err := NewCPU(CPUOptions{Threads: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows, cols = 100, 1 << 16 // 100 pieces of one row (rowGrain: 64 Ki floats a piece)
+	x, bias, y := make(HostBuffer, rows*cols), make(HostBuffer, cols), make(HostBuffer, rows*cols)
+	before := poolHelperPiecesOf(99)
+	for start := time.Now(); poolHelperPiecesOf(99) == before && time.Since(start) < 10*time.Second; {
+		if err := be.BiasAct(ReLU, rows, cols, x, bias, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if poolHelperPiecesOf(99) == before {
+		t.Fatal("helper 99 of a 100-thread backend never ran a piece in 10 s")
 	}
 }

@@ -32,7 +32,7 @@
 
 #include "heterps_kernels.h"
 
-#define HPS_POOL_MAX 63
+#define HPS_POOL_MAX (HPS_MAX_THREADS - 1) /* helpers; the caller is the other thread */
 #define HPS_POOL_SPIN_NS 100000
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -117,6 +117,9 @@ func parseTrainFlags(args []string, stderr io.Writer) (*trainFlags, error) {
 	if f.steps < 0 || f.batch <= 0 || f.threads <= 0 || f.evalSamples < 0 || f.checkpointEvery < 0 {
 		return nil, errors.New("train: --steps, --eval-samples and --checkpoint-every must be >= 0; --batch and --threads > 0")
 	}
+	if f.threads > native.MaxThreads {
+		return nil, fmt.Errorf("train: --threads %d: at most %d (the most one process's kernels split across)", f.threads, native.MaxThreads)
+	}
 	if f.device.cuda && f.isa != "" {
 		return nil, fmt.Errorf("train: --isa %s is for --device cpu, not %s", f.isa, f.device)
 	}

@@ -96,10 +96,14 @@ func TestTrainRejectsBadFlagsAndModels(t *testing.T) {
 		{"--data", "parquet:/x"},
 		{"--isa", "sse9"},
 		{"stray"},
+		{"--threads", "1000000"},
 	} {
 		if code, _, errs := trainCLI(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, errs)
 		}
+	}
+	if _, _, errs := trainCLI(t, "--threads", "513"); !strings.Contains(errs, "--threads 513: at most 512") {
+		t.Errorf("--threads 513: %q, want the bound named", errs)
 	}
 }
 
