@@ -20,6 +20,7 @@ import (
 	"github.com/heterps/heterps/daemon/apiclient"
 	"github.com/heterps/heterps/daemon/retry"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/native"
 )
 
 // Config configures a node daemon.
@@ -157,6 +158,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if err := api.CheckCPUShare("cpu_share", cfg.CPUShare); err != nil {
 		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	if cfg.Units*cfg.Threads > native.MaxThreads && len(cfg.GPUs) == 0 {
+		return nil, fmt.Errorf("node %s: %d units of %d threads: a stage's kernels split across at most %d threads", cfg.Name, cfg.Units, cfg.Threads, native.MaxThreads)
 	}
 	if cfg.ComputeNice < 0 || cfg.ComputeNice > config.MaxComputeNice {
 		return nil, fmt.Errorf("node %s: compute nice %d, want 0..%d", cfg.Name, cfg.ComputeNice, config.MaxComputeNice)

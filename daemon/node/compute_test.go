@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -112,4 +113,23 @@ func TestNewRefusesAComputeNiceOutOfRange(t *testing.T) {
 			t.Fatalf("compute nice %d: %v, want an error naming it", nice, err)
 		}
 	}
+}
+
+// A CPU node whose units and threads would give a stage more kernel threads
+// than a backend splits across is refused when the daemon starts, not when
+// its first task does; a GPU node's units are devices and are not counted.
+func TestNewRefusesMoreThreadsThanAStageCanUse(t *testing.T) {
+	_, err := New(Config{Name: "big", Coordinator: "127.0.0.1:1", Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: "cpu", Units: 8, Threads: 128, Plain: true})
+	if err == nil || !strings.Contains(err.Error(), "node big: 8 units of 128 threads: a stage's kernels split across at most 512 threads") {
+		t.Fatalf("8 units of 128 threads: %v", err)
+	}
+	a, err := New(Config{Name: "fits", Coordinator: "127.0.0.1:1", Listen: "127.0.0.1:0", PSListen: "127.0.0.1:0",
+		Type: "cpu", Units: 4, Threads: 128, Plain: true, Logger: quiet})
+	if err != nil {
+		t.Fatalf("4 units of 128 threads: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = a.Run(ctx) // closes its listeners
 }
