@@ -27,33 +27,10 @@ func TestARestartedCoordinatorHandsOverATaskItsNodeNeverGot(t *testing.T) {
 	for _, vouches := range []bool{true, false} {
 		cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), HeartbeatInterval: interval,
 			HeartbeatTimeout: patience, AdoptionTimeout: patience, Logger: slog.New(slog.DiscardHandler)}
-		c, stop := runCoordinator(t, cfg)
-		reqs := []api.RegisterRequest{newFakeNode("a", "cpu", 1, 9201).req, newFakeNode("b", "cpu", 1, 9202).req}
-		ids := map[string]string{}
-		for _, r := range reqs {
-			ids[r.Name] = mustRegister(t, c, r)
-		}
-		var sub api.SubmitResponse
-		serve(t, c, "POST", "/v1/jobs", api.ContentTypeTOML, []byte(handoverJob), http.StatusCreated, &sub)
-		var st api.JobStatus
-		waitFor(t, "the job placed", func() bool {
-			serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
-			return st.State == api.JobRunning && len(st.PS) == 1
-		})
+		c, stop, reqs, ids, st := placeHandoverJob(t, cfg, 9201)
+		id := st.ID
 		late := st.PS[0]
-		held := map[string][]api.TaskReport{} // what the nodes that heartbeated run
-		for name, id := range ids {
-			if name == late {
-				continue
-			}
-			resp, err := c.heartbeat(id, api.Heartbeat{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, task := range resp.Tasks {
-				held[name] = append(held[name], api.TaskReport{TaskID: task.TaskID, State: api.TaskRunning})
-			}
-		}
+		held := heartbeatAll(t, c, ids, late) // what the nodes that heartbeated run
 		stop()
 
 		c, stop = runCoordinator(t, cfg)
@@ -64,9 +41,9 @@ func TestARestartedCoordinatorHandsOverATaskItsNodeNeverGot(t *testing.T) {
 			}
 			ids[r.Name] = mustRegister(t, c, r)
 		}
-		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		serve(t, c, "GET", "/v1/jobs/"+id, "", nil, http.StatusOK, &st)
 		if !vouches {
-			if st.State == api.JobRunning || !strings.Contains(st.Reason, "registered again without task(s)") || !strings.Contains(st.Reason, sub.JobID+".ps0") {
+			if st.State == api.JobRunning || !strings.Contains(st.Reason, "registered again without task(s)") || !strings.Contains(st.Reason, id+".ps0") {
 				t.Errorf("a restarted daemon without the PS task: the job is %s (%q), want it failed over", st.State, st.Reason)
 			}
 			stop()
@@ -79,8 +56,8 @@ func TestARestartedCoordinatorHandsOverATaskItsNodeNeverGot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(resp.Tasks, func(task api.Task) bool { return task.TaskID == sub.JobID+".ps0" }) {
-			t.Errorf("node %s was handed %v, want its PS task %s.ps0", late, resp.Tasks, sub.JobID)
+		if !slices.ContainsFunc(resp.Tasks, func(task api.Task) bool { return task.TaskID == id+".ps0" }) {
+			t.Errorf("node %s was handed %v, want its PS task %s.ps0", late, resp.Tasks, id)
 		}
 		stop()
 		// The handed-over task is recorded bound to the new registration:
@@ -89,12 +66,54 @@ func TestARestartedCoordinatorHandsOverATaskItsNodeNeverGot(t *testing.T) {
 		r := reqs[slices.IndexFunc(reqs, func(r api.RegisterRequest) bool { return r.Name == late })]
 		r.Tasks, r.Previous = held[late], ids[late]
 		mustRegister(t, c, r)
-		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		serve(t, c, "GET", "/v1/jobs/"+id, "", nil, http.StatusOK, &st)
 		if st.State != api.JobRunning {
 			t.Errorf("after a second restart the job is %s (%q)", st.State, st.Reason)
 		}
 		stop()
 	}
+}
+
+// placeHandoverJob runs a coordinator of cfg with two one-unit nodes, a
+// and b (on ports port and port+1), and places handoverJob on them; it
+// returns the coordinator, its stop, the registrations, the node ids by
+// name and the placed job's status.
+func placeHandoverJob(t *testing.T, cfg Config, port int) (*Coordinator, func(), []api.RegisterRequest, map[string]string, api.JobStatus) {
+	t.Helper()
+	c, stop := runCoordinator(t, cfg)
+	reqs := []api.RegisterRequest{newFakeNode("a", "cpu", 1, port).req, newFakeNode("b", "cpu", 1, port+1).req}
+	ids := map[string]string{}
+	for _, r := range reqs {
+		ids[r.Name] = mustRegister(t, c, r)
+	}
+	var sub api.SubmitResponse
+	serve(t, c, "POST", "/v1/jobs", api.ContentTypeTOML, []byte(handoverJob), http.StatusCreated, &sub)
+	var st api.JobStatus
+	waitFor(t, "the job placed", func() bool {
+		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		return st.State == api.JobRunning && len(st.PS) == 1
+	})
+	return c, stop, reqs, ids, st
+}
+
+// heartbeatAll heartbeats every node of ids but skip and returns the tasks
+// each was handed, as the running reports of its next registration.
+func heartbeatAll(t *testing.T, c *Coordinator, ids map[string]string, skip string) map[string][]api.TaskReport {
+	t.Helper()
+	held := map[string][]api.TaskReport{}
+	for name, id := range ids {
+		if name == skip {
+			continue
+		}
+		resp, err := c.heartbeat(id, api.Heartbeat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range resp.Tasks {
+			held[name] = append(held[name], api.TaskReport{TaskID: task.TaskID, State: api.TaskRunning})
+		}
+	}
+	return held
 }
 
 func mustRegister(t *testing.T, c *Coordinator, r api.RegisterRequest) string {
@@ -143,36 +162,17 @@ func TestASkippedManifestIsReported(t *testing.T) {
 
 // TestARunningJobWhoseNodeNeverReturnsFailsAtTheAdoptionTimeout: after a
 // restart the coordinator takes a running job up from its state database
-// and waits AdoptionTimeout for the job's nodes to register again; the one
-// that registers keeps its task, and when the other has not come by then
-// the job fails, its reason naming the missing node and the timeout.
+// and waits AdoptionTimeout for the job's nodes to register again:
+// registering another node does not end the wait, and when the job's own
+// node has not come by then the job fails, its reason naming the missing
+// node and the timeout.
 func TestARunningJobWhoseNodeNeverReturnsFailsAtTheAdoptionTimeout(t *testing.T) {
 	const adoption = 300 * time.Millisecond
 	cfg := Config{Catalog: loadTestCatalog(t), StateDir: t.TempDir(), HeartbeatInterval: interval,
 		HeartbeatTimeout: patience, AdoptionTimeout: adoption, Logger: slog.New(slog.DiscardHandler)}
-	c, stop := runCoordinator(t, cfg)
-	reqs := []api.RegisterRequest{newFakeNode("a", "cpu", 1, 9211).req, newFakeNode("b", "cpu", 1, 9212).req}
-	ids := map[string]string{}
-	for _, r := range reqs {
-		ids[r.Name] = mustRegister(t, c, r)
-	}
-	var sub api.SubmitResponse
-	serve(t, c, "POST", "/v1/jobs", api.ContentTypeTOML, []byte(handoverJob), http.StatusCreated, &sub)
-	var st api.JobStatus
-	waitFor(t, "the job placed", func() bool {
-		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
-		return st.State == api.JobRunning && len(st.PS) == 1
-	})
-	held := map[string][]api.TaskReport{}
-	for name, id := range ids {
-		resp, err := c.heartbeat(id, api.Heartbeat{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, task := range resp.Tasks {
-			held[name] = append(held[name], api.TaskReport{TaskID: task.TaskID, State: api.TaskRunning})
-		}
-	}
+	c, stop, reqs, ids, st := placeHandoverJob(t, cfg, 9211)
+	id := st.ID
+	held := heartbeatAll(t, c, ids, "")
 	var holder, other api.RegisterRequest // the node the job runs on, and the idle one
 	for _, r := range reqs {
 		if len(held[r.Name]) > 0 {
@@ -191,12 +191,12 @@ func TestARunningJobWhoseNodeNeverReturnsFailsAtTheAdoptionTimeout(t *testing.T)
 	defer stop()
 	other.Previous = ids[other.Name]
 	mustRegister(t, c, other)
-	serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+	serve(t, c, "GET", "/v1/jobs/"+id, "", nil, http.StatusOK, &st)
 	if st.State != api.JobRunning {
 		t.Fatalf("right after the restart the job is %s (%q), want it running while %s may still come", st.State, st.Reason, holder.Name)
 	}
 	waitFor(t, "the job failed for its node", func() bool {
-		serve(t, c, "GET", "/v1/jobs/"+sub.JobID, "", nil, http.StatusOK, &st)
+		serve(t, c, "GET", "/v1/jobs/"+id, "", nil, http.StatusOK, &st)
 		return st.State != api.JobRunning
 	})
 	if waited := time.Since(restarted); waited < adoption {
