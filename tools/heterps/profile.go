@@ -90,14 +90,17 @@ func parseProfileFlags(args []string, stderr io.Writer) (*profileFlags, error) {
 	}
 	for _, s := range strings.Split(*units, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || k < 1 {
-			return nil, fmt.Errorf("profile: --units: %q is not a unit count", s)
+		if err != nil || k < 1 || k > maxLocalDaemons {
+			return nil, fmt.Errorf("profile: --units: %q: want a unit count in 1..%d (k units are timed as k replica processes on this machine)", s, maxLocalDaemons)
 		}
 		f.units = append(f.units, k)
 	}
 	slices.Sort(f.units)
-	if f.units[0] != 1 || f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 || f.syncSteps < 0 || f.syncRounds < 1 {
-		return nil, errors.New("profile: --units must include 1; --batch, --unit-threads, --reps and --sync-rounds must be > 0, --sync-steps >= 0")
+	if f.units[0] != 1 {
+		return nil, fmt.Errorf("profile: --units %v: must include 1 (the layers are measured on one unit)", f.units)
+	}
+	if f.batch <= 0 || f.unitThreads <= 0 || f.reps <= 0 || f.syncSteps < 0 || f.syncRounds < 1 {
+		return nil, errors.New("profile: --batch, --unit-threads, --reps and --sync-rounds must be > 0, --sync-steps >= 0")
 	}
 	if f.denseSync != config.DenseSyncPS && f.denseSync != config.DenseSyncAllreduce && f.denseSync != config.DenseSyncAuto {
 		return nil, fmt.Errorf("profile: --dense-sync %q: want ps, allreduce or auto", f.denseSync)

@@ -47,8 +47,21 @@ func TestProfileWritesAMeasuredProblemFile(t *testing.T) {
 }
 
 func TestProfileRejectsUnknownTypeAndBadUnits(t *testing.T) {
-	if _, err := parseProfileFlags([]string{"--units", "2,3"}, &bytes.Buffer{}); err == nil {
-		t.Error("--units without 1 accepted")
+	for _, tc := range []struct{ units, want string }{
+		{"2,3", "--units [2 3]: must include 1"},
+		{"1,0", `--units: "0": want a unit count in 1..256`},
+		{"1,x", `--units: "x": want a unit count`},
+		// k units run k replica processes here: 10^12 (or 5,000 on a big
+		// enough batch) would have started them until the machine gave out.
+		{"1,1000000000000", `--units: "1000000000000": want a unit count in 1..256`},
+		{"1,257", `--units: "257": want a unit count in 1..256`},
+	} {
+		if _, err := parseProfileFlags([]string{"--units", tc.units}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--units %s: %v, want %q", tc.units, err, tc.want)
+		}
+	}
+	if _, err := parseProfileFlags([]string{"--units", "1,256"}, &bytes.Buffer{}); err != nil {
+		t.Errorf("--units 1,256: %v", err)
 	}
 	f, _ := parseProfileFlags([]string{"--type", "tpu", "--catalog", "../../config/examples/catalogs/local.toml"}, &bytes.Buffer{})
 	if err := profile(context.Background(), f, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `no type "tpu"`) {
