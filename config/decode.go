@@ -101,6 +101,25 @@ var (
 
 // Errorf returns an *Error for field (e.g. "layer[2].oct" or "batch"),
 // located at its line when the field is found.
+// keysOf returns the keys the file sets in its table [table] (a nil
+// Locator, or a file without the table, sets none): defaults must fill
+// what a file leaves out, not what it sets to zero.
+func (l *Locator) keysOf(table string) map[string]bool {
+	if l == nil {
+		return nil
+	}
+	var doc map[string]any
+	if toml.Unmarshal([]byte(strings.Join(l.lines, "\n")), &doc) != nil {
+		return nil
+	}
+	t, _ := doc[table].(map[string]any)
+	keys := make(map[string]bool, len(t))
+	for k := range t {
+		keys[k] = true
+	}
+	return keys
+}
+
 func (l *Locator) Errorf(field, format string, args ...any) *Error {
 	line, col := l.find(field)
 	return &Error{File: l.name, Line: line, Col: col, Field: field, Msg: fmt.Sprintf(format, args...)}

@@ -221,7 +221,7 @@ func ParseJob(name string, src []byte) (*Job, error) {
 
 func (j *Job) finish(loc *Locator) (*Job, error) {
 	j.loc = loc
-	j.applyDefaults()
+	j.applyDefaults(loc)
 	if err := j.validate(loc); err != nil {
 		return nil, err
 	}
@@ -248,7 +248,7 @@ func (j *Job) TotalSteps() int64 {
 	return int64(math.Ceil(j.Epochs * float64(j.Samples) / float64(j.Batch)))
 }
 
-func (j *Job) applyDefaults() {
+func (j *Job) applyDefaults(loc *Locator) {
 	if j.Version == 0 {
 		j.Version = 1
 	}
@@ -269,7 +269,7 @@ func (j *Job) applyDefaults() {
 		j.Lookahead = &lookahead
 	}
 	if j.Optimizer != nil {
-		j.Optimizer.defaults()
+		j.Optimizer.defaults(loc.keysOf("optimizer"))
 	}
 	if j.DenseSync == "" {
 		j.DenseSync, j.DenseSyncDefaulted = defaultDenseSync(j.Checkpoint.Restarts), true

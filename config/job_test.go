@@ -115,6 +115,7 @@ func TestBadJobsNameTheLine(t *testing.T) {
 		{"bad method", "batch = 8\nsteps = 1\nmethod = \"no way\"\n", "method", 6},
 		{"negative limit", "batch = 8\nsteps = 1\nthroughput_limit = -1.0\n", "throughput_limit", 6},
 		{"bad optimiser", "batch = 8\nsteps = 1\n[optimizer]\nkind = \"lbfgs\"\n", "optimizer.kind", 7},
+		{"learning rate 0 (not the default)", "batch = 8\nsteps = 1\n[optimizer]\nlr = 0.0\n", "optimizer.lr", 7},
 		{"checkpoint without dir", "batch = 8\nsteps = 1\n[checkpoint]\nevery = 10\n", "checkpoint.dir", 6},
 		{"unknown checkpoint key", "batch = 8\nsteps = 1\n[checkpoint]\ndir = \"/x\"\nevry = 10\n", "checkpoint.evry", 8},
 		{"too many micro-batches", "batch = 8\nsteps = 1\nmicro_batches = 33\n", "micro_batches", 6},

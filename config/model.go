@@ -132,20 +132,21 @@ func ParseModel(name string, src []byte) (*Model, error) {
 	if err := Decode(name, src, &m); err != nil {
 		return nil, err
 	}
-	m.applyDefaults()
-	if err := m.validate(NewLocator(name, src)); err != nil {
+	loc := NewLocator(name, src)
+	m.applyDefaults(loc)
+	if err := m.validate(loc); err != nil {
 		return nil, err
 	}
 	return &m, nil
 }
 
-func (m *Model) applyDefaults() {
+func (m *Model) applyDefaults(loc *Locator) {
 	if m.Version == 0 {
 		m.Version = 1
 	}
-	m.Optimizer.defaults()
+	m.Optimizer.defaults(loc.keysOf("optimizer"))
 	if m.SparseOptimizer != nil {
-		m.SparseOptimizer.defaults()
+		m.SparseOptimizer.defaults(loc.keysOf("sparse_optimizer"))
 	}
 	for i := range m.Layers {
 		l := &m.Layers[i]
@@ -158,20 +159,23 @@ func (m *Model) applyDefaults() {
 	}
 }
 
-func (o *Optimizer) defaults() {
+// defaults fills the settings the file left out; given lists the keys it
+// set (nil: none), so that lr = 0 is refused by validate and beta1 = 0 (no
+// first moment) is kept, not both turned into the defaults.
+func (o *Optimizer) defaults(given map[string]bool) {
 	if o.Kind == "" {
 		o.Kind = "adam"
 	}
-	if o.LR == 0 {
+	if o.LR == 0 && !given["lr"] {
 		o.LR = 0.001
 	}
-	if o.Beta1 == 0 {
+	if o.Beta1 == 0 && !given["beta1"] {
 		o.Beta1 = 0.9
 	}
-	if o.Beta2 == 0 {
+	if o.Beta2 == 0 && !given["beta2"] {
 		o.Beta2 = 0.999
 	}
-	if o.Eps == 0 {
+	if o.Eps == 0 && !given["eps"] {
 		o.Eps = 1e-8
 	}
 	if o.Schedule == "" {

@@ -99,3 +99,40 @@ func TestLoadModelUnknownName(t *testing.T) {
 		t.Fatalf("want error listing the zoo, got %v", err)
 	}
 }
+
+// Each field of a model's [optimizer] out of range is refused at its line,
+// naming the field: the optimiser's settings reach the kernels as they are.
+func TestOptimizerErrorsNameTheField(t *testing.T) {
+	base := "version = 1\nname = \"m\"\ntask = \"ctr\"\n[input]\ndense = 4\nslots = 2\nvocab = 10\n[[layer]]\nkind = \"dense\"\n[loss]\nkind = \"bce\"\n[optimizer]\n"
+	for _, c := range []struct{ set, field, msg string }{
+		{"kind = \"lamb\"", "optimizer.kind", `unknown optimiser "lamb" (want sgd, adagrad or adam)`},
+		{"lr = 0.0", "optimizer.lr", "must be > 0, got 0"},
+		{"kind = \"sgd\"\nmomentum = 1.0", "optimizer.momentum", "must be in [0, 1), got 1"},
+		{"beta1 = -0.1", "optimizer.beta1", "betas must be in [0, 1), got -0.1"},
+		{"beta2 = 1.0", "optimizer.beta1", "betas must be in [0, 1), got 0.9 and 1"},
+		{"eps = 0.0", "optimizer.eps", "must be > 0, got 0"},
+		{"weight_decay = -1.0", "optimizer.weight_decay", "must be >= 0, got -1"},
+		{"schedule = \"step\"", "optimizer.schedule", `unknown schedule "step" (want constant, warmup or cosine)`},
+		{"schedule = \"warmup\"\nwarmup_steps = -5", "optimizer.warmup_steps", "must be >= 0, got -5"},
+		{"clip_norm = -1.0", "optimizer.clip_norm", "must be >= 0, got -1"},
+	} {
+		_, err := ParseModel("m.toml", []byte(base+c.set+"\n"))
+		var ce *Error
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "m.toml:") || !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%q: %v, want an error at a line of m.toml naming %s: %q", c.set, err, c.field, c.msg)
+		}
+	}
+	if _, err := ParseModel("m.toml", []byte(base+"kind = \"adam\"\nlr = 0.001\n")); err != nil {
+		t.Errorf("a valid optimizer: %v", err)
+	}
+	// A setting given as 0 is the file's, not a gap for the default: Adam
+	// with beta1 = 0 keeps no first moment (lr = 0 and eps = 0 are refused
+	// above rather than turned into 0.001 and 1e-8).
+	m, err := ParseModel("m.toml", []byte(base+"beta1 = 0.0\n[sparse_optimizer]\nbeta2 = 0.0\n"))
+	if err != nil || m.Optimizer.Beta1 != 0 || m.Optimizer.Beta2 != 0.999 || m.SparseOptimizer.Beta2 != 0 || m.SparseOptimizer.Beta1 != 0.9 {
+		t.Errorf("beta1 = 0 in [optimizer], beta2 = 0 in [sparse_optimizer]: %v, %+v and %+v", err, m.Optimizer, m.SparseOptimizer)
+	}
+	if _, err := ParseModel("m.toml", []byte(base+"[sparse_optimizer]\nlr = 0.0\n")); err == nil || !strings.Contains(err.Error(), "sparse_optimizer.lr") {
+		t.Errorf("lr = 0 in [sparse_optimizer]: %v, want refused naming it", err)
+	}
+}
