@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -79,6 +80,9 @@ func Decode(name string, src []byte, v any) error {
 type Locator struct {
 	name  string
 	lines []string
+	// doc is the file as a generic TOML document (keysOf), parsed once.
+	docOnce sync.Once
+	doc     map[string]any
 }
 
 // NewLocator indexes src, named name in errors.
@@ -101,28 +105,30 @@ var (
 
 // Errorf returns an *Error for field (e.g. "layer[2].oct" or "batch"),
 // located at its line when the field is found.
+func (l *Locator) Errorf(field, format string, args ...any) *Error {
+	line, col := l.find(field)
+	return &Error{File: l.name, Line: line, Col: col, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
 // keysOf returns the keys the file sets in its table [table] (a nil
 // Locator, or a file without the table, sets none): defaults must fill
-// what a file leaves out, not what it sets to zero.
+// what a file leaves out, not what it sets to zero. The file is parsed
+// into a generic document once, on the first call.
 func (l *Locator) keysOf(table string) map[string]bool {
 	if l == nil {
 		return nil
 	}
-	var doc map[string]any
-	if toml.Unmarshal([]byte(strings.Join(l.lines, "\n")), &doc) != nil {
-		return nil
-	}
-	t, _ := doc[table].(map[string]any)
+	l.docOnce.Do(func() {
+		if toml.Unmarshal([]byte(strings.Join(l.lines, "\n")), &l.doc) != nil {
+			l.doc = nil
+		}
+	})
+	t, _ := l.doc[table].(map[string]any)
 	keys := make(map[string]bool, len(t))
 	for k := range t {
 		keys[k] = true
 	}
 	return keys
-}
-
-func (l *Locator) Errorf(field, format string, args ...any) *Error {
-	line, col := l.find(field)
-	return &Error{File: l.name, Line: line, Col: col, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // find returns the 1-based line and column of field, or of the closest
