@@ -199,7 +199,10 @@ func (m *Model) validate(loc *Locator) error {
 	if len(m.Layers) == 0 {
 		return loc.Errorf("layer", "a model needs at least one [[layer]]")
 	}
-	if !slices.Contains(LossKinds, m.Loss.Kind) {
+	switch {
+	case m.Loss.Kind == "":
+		return loc.Errorf("loss.kind", "missing: a model needs [loss] kind = one of %s", strings.Join(LossKinds, ", "))
+	case !slices.Contains(LossKinds, m.Loss.Kind):
 		return loc.Errorf("loss.kind", "unknown loss %q (want one of %s)", m.Loss.Kind, strings.Join(LossKinds, ", "))
 	}
 	if err := m.Optimizer.validate(loc, "optimizer"); err != nil {

@@ -76,6 +76,7 @@ func TestModelErrorsNameLineAndField(t *testing.T) {
 		{"unknown layer", base + "[[layer]]\nkind = \"conv\"\n[loss]\nkind = \"bce\"\n", "m.toml:9:1: layer[0].kind", "unknown layer kind \"conv\""},
 		{"width mismatch", base + "[[layer]]\nkind = \"dense\"\n[[layer]]\nkind = \"fc\"\nin = 5\nout = 1\n[loss]\nkind = \"bce\"\n", "m.toml:12:1: layer[1].in", "produces 4"},
 		{"bad loss", base + "[[layer]]\nkind = \"dense\"\n[loss]\nkind = \"l7\"\n", "m.toml:11:1: loss.kind", "unknown loss"},
+		{"no loss", base + "[[layer]]\nkind = \"dense\"\n", "m.toml: loss.kind", "missing: a model needs [loss] kind = one of bce"},
 		{"unknown key", base + "[[layer]]\nkind = \"dense\"\nwidth = 3\n", "m.toml:10:1", "unknown key"},
 		{"bad slots", base + "[[layer]]\nkind = \"embedding\"\ndim = 4\nslots = [1, 5]\n[loss]\nkind = \"bce\"\n", "layer[0].slots", "outside the 2 input slots"},
 		{"bad lr", base + "[[layer]]\nkind = \"dense\"\n[loss]\nkind = \"bce\"\n[optimizer]\nlr = -1.0\n", "optimizer.lr", "must be > 0"},
