@@ -177,7 +177,15 @@ func (c *Coordinator) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	j, _, err := c.submit(src, key)
+	file := jobFileName
+	if q := r.URL.Query(); q.Has(api.JobFileParam) {
+		file = q.Get(api.JobFileParam)
+		if err := api.CheckJobFileName(file); err != nil {
+			writeError(w, badRequest("%v", err))
+			return
+		}
+	}
+	j, _, err := c.submit(src, file, key)
 	if err != nil {
 		writeError(w, err)
 		return

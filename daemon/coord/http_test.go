@@ -52,6 +52,25 @@ func TestBadJobFilesNameTheLine(t *testing.T) {
 	}
 }
 
+// A submission that names its file (api.JobFileParam) gets errors at that
+// file's lines; a name that could forge a line of the message is refused
+// before the job is read.
+func TestBadJobFileErrorsNameTheSubmittedFile(t *testing.T) {
+	tc := startCluster(t, nil)
+	bad := []byte("model = \"ctrdnn\"\ndata = \"synthetic\"\nbatch = 0\nsteps = 1\n")
+	for _, c := range []struct{ query, want string }{
+		{"?file=jobs%2Fctr%20dnn.toml", "jobs/ctr dnn.toml:3:1: batch: must be in"},
+		{"?file=", "query parameter file: 0 bytes"},
+		{"?file=ctr.toml%0A2026%2F12%2F07%20coordinator%3A%20ok", "query parameter file: byte 9 is the control character"},
+	} {
+		status, b := tc.do("POST", "/v1/jobs"+c.query, api.ContentTypeTOML, bad)
+		var e api.Error
+		if err := json.Unmarshal(b, &e); err != nil || status != http.StatusBadRequest || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s: status %d, error %q (%v), want 400 with %q", c.query, status, e.Error, err, c.want)
+		}
+	}
+}
+
 // TestHTTPInputLimits: bodies are size-capped, JSON is strict, media types
 // are checked, and each refusal is a 4xx with a message.
 func TestHTTPInputLimits(t *testing.T) {

@@ -122,17 +122,19 @@ func (t *taskRun) registration() string {
 // waiting reports whether j waits to be placed.
 func (j *job) waiting() bool { return j.state == api.JobPending || j.state == api.JobQueued }
 
-// jobFileName names submitted job files in errors.
+// jobFileName names a job file in errors where its submitter did not
+// (api.JobFileParam), and a stored job's when it is read back.
 const jobFileName = "job.toml"
 
-// submit parses and checks a job file, records the job durably and queues
-// it; key, if set, is the request's idempotency key: a submission that
-// repeats a key gets the job the first one created (created is false).
-func (c *Coordinator) submit(src []byte, key string) (j *job, created bool, err error) {
+// submit parses and checks a job file, named file in its errors, records
+// the job durably and queues it; key, if set, is the request's idempotency
+// key: a submission that repeats a key gets the job the first one created
+// (created is false).
+func (c *Coordinator) submit(src []byte, file, key string) (j *job, created bool, err error) {
 	if old, ok := c.jobByKey(key); ok {
 		return old, false, nil
 	}
-	jf, err := config.ParseJob(jobFileName, src)
+	jf, err := config.ParseJob(file, src)
 	if err != nil {
 		return nil, false, badRequest("%v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -11,14 +12,25 @@ import (
 	"github.com/heterps/heterps/daemon/data"
 )
 
+// jobText is a job file as heterps submits it.
+type jobText struct {
+	// label names the file as the user gave it; the coordinator's errors
+	// about the file name it too (api.JobFileParam).
+	label string
+	toml  []byte
+}
+
 // readJob reads a job file, or a built-in example job by name
 // ("ctrdnn-local"), checks it, and returns its text with relative paths
 // (a model file, a data file, checkpoint dir and restore) made absolute
 // against the job file's directory: the coordinator and the nodes do not
-// run in the directory heterps was started from. label names it in
-// messages.
-func readJob(nameOrPath string) (label string, src []byte, err error) {
-	dir := ""
+// run in the directory heterps was started from.
+func readJob(nameOrPath string) (jobText, error) {
+	var (
+		label, dir string
+		src        []byte
+		err        error
+	)
 	if config.IsExampleName(nameOrPath) && !fileExists(nameOrPath) {
 		label, src, err = config.ReadExample(config.ExampleJobs, nameOrPath)
 	} else {
@@ -29,63 +41,81 @@ func readJob(nameOrPath string) (label string, src []byte, err error) {
 		}
 	}
 	if err != nil {
-		return "", nil, usageError{err}
+		return jobText{}, usageError{err}
 	}
 	if _, err := config.ParseJob(label, src); err != nil {
-		return "", nil, usageError{err}
+		return jobText{}, usageError{err}
 	}
-	if dir == "" {
-		return label, src, nil
+	if dir != "" {
+		if src, err = resolveJobPaths(label, src, dir); err != nil {
+			return jobText{}, usageError{err}
+		}
 	}
-	if src, err = resolveJobPaths(label, src, dir); err != nil {
-		return "", nil, usageError{err}
-	}
-	return label, src, nil
+	return jobText{label: label, toml: src}, nil
 }
 
 // resolveJobPaths rewrites the job's relative paths as paths under dir.
-// A job without relative paths keeps its text (and its comments).
+// A job without relative paths keeps its text. The new paths replace the
+// old where they stand when they can (config.SetStrings), so that the
+// coordinator's errors about the file name the author's lines; else the
+// document is written anew, without its comments.
 func resolveJobPaths(label string, src []byte, dir string) ([]byte, error) {
 	var doc map[string]any
 	if err := toml.Unmarshal(src, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	changed := false
-	abs := func(p string) string {
-		if p == "" || filepath.IsAbs(p) {
-			return p
-		}
-		changed = true
-		return filepath.Join(dir, p)
-	}
-	if m, ok := doc["model"].(string); ok && !config.IsExampleName(m) {
-		doc["model"] = abs(m)
-	}
-	if d, ok := doc["data"].(string); ok {
-		if spec, err := data.ParseSpec(d); err == nil && spec.Path != "" {
-			spec.Path = abs(spec.Path)
-			doc["data"] = spec.String()
-		}
-	}
-	if p, ok := doc["profile"].(string); ok && !config.IsExampleName(p) {
-		doc["profile"] = abs(p)
-	}
-	if ck, ok := doc["checkpoint"].(map[string]any); ok {
-		for _, key := range []string{"dir", "restore"} {
-			if p, ok := ck[key].(string); ok {
-				ck[key] = abs(p)
-			}
-		}
-	}
-	if !changed {
+	changes := relativeJobPaths(doc, dir)
+	if len(changes) == 0 {
 		return src, nil
+	}
+	note := fmt.Sprintf("# %s, with its relative paths made absolute against %s\n", label, dir)
+	if out, ok := config.SetStrings(label, src, changes); ok {
+		return append(out, note...), nil
+	}
+	for field, p := range changes {
+		if table, key, nested := strings.Cut(field, "."); nested {
+			doc[table].(map[string]any)[key] = p
+		} else {
+			doc[field] = p
+		}
 	}
 	out, err := toml.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	header := fmt.Sprintf("# %s, with its relative paths made absolute against %s\n", label, dir)
-	return append([]byte(header), out...), nil
+	return append([]byte(note), out...), nil
+}
+
+// relativeJobPaths returns the job document's relative paths made absolute
+// against dir, by field: model, data's path, profile, checkpoint.dir and
+// checkpoint.restore.
+func relativeJobPaths(doc map[string]any, dir string) map[string]string {
+	changes := map[string]string{}
+	abs := func(field, p string) {
+		if p != "" && !filepath.IsAbs(p) {
+			changes[field] = filepath.Join(dir, p)
+		}
+	}
+	if m, ok := doc["model"].(string); ok && !config.IsExampleName(m) {
+		abs("model", m)
+	}
+	if d, ok := doc["data"].(string); ok {
+		if spec, err := data.ParseSpec(d); err == nil && spec.Path != "" && !filepath.IsAbs(spec.Path) {
+			spec.Path = filepath.Join(dir, spec.Path)
+			changes["data"] = spec.String()
+		}
+	}
+	if p, ok := doc["profile"].(string); ok && !config.IsExampleName(p) {
+		abs("profile", p)
+	}
+	if ck, ok := doc["checkpoint"].(map[string]any); ok {
+		for _, key := range []string{"dir", "restore"} {
+			if p, ok := ck[key].(string); ok {
+				abs("checkpoint."+key, p)
+			}
+		}
+	}
+	return changes
 }
 
 func fileExists(path string) bool {

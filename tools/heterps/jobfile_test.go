@@ -56,17 +56,44 @@ every = 1
 		t.Fatal(err)
 	}
 	t.Chdir(t.TempDir())
-	_, got, err := readJob(filepath.Join(jobs, "job.toml"))
+	got, err := readJob(filepath.Join(jobs, "job.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := config.ParseJob("resolved", got)
+	if got.label != filepath.Join(jobs, "job.toml") {
+		t.Errorf("label %q, want the path given", got.label)
+	}
+	j, err := config.ParseJob("resolved", got.toml)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, got)
+		t.Fatalf("%v\n%s", err, got.toml)
 	}
 	if j.Model != filepath.Join(jobs, "models/tiny.toml") || j.Data != "libsvm,dense=2:"+filepath.Join(jobs, "data/day_0.svm") ||
 		j.Checkpoint.Dir != filepath.Join(jobs, "ck") || j.Steps != 2 || j.Profile != filepath.Join(jobs, "profiles/p.toml") {
 		t.Fatalf("resolved job: model %q data %q checkpoint %q profile %q", j.Model, j.Data, j.Checkpoint.Dir, j.Profile)
+	}
+	// In place: each key keeps its line, so that errors name the author's.
+	lines := strings.Split(string(got.toml), "\n")
+	for i, want := range strings.Split(src, "\n") {
+		if key, _, ok := strings.Cut(want, " = "); ok && !strings.HasPrefix(lines[i], key+" = ") {
+			t.Fatalf("line %d is %q, want %s's", i+1, lines[i], key)
+		}
+	}
+
+	// A table written inline cannot be rewritten in place: the document is
+	// written anew, its paths resolved all the same.
+	inline := "version = 1\nmodel = \"models/tiny.toml\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 2\ncheckpoint = { dir = \"ck\", every = 1 }\n"
+	if err := os.WriteFile(filepath.Join(jobs, "inline.toml"), []byte(inline), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err = readJob(filepath.Join(jobs, "inline.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err = config.ParseJob("resolved", got.toml); err != nil {
+		t.Fatalf("inline checkpoint table: %v\n%s", err, got.toml)
+	}
+	if j.Model != filepath.Join(jobs, "models/tiny.toml") || j.Checkpoint.Dir != filepath.Join(jobs, "ck") {
+		t.Fatalf("inline checkpoint table: model %q checkpoint %q\n%s", j.Model, j.Checkpoint.Dir, got.toml)
 	}
 
 	// Nothing relative: the text, comments included, is sent as written.
@@ -74,7 +101,7 @@ every = 1
 	if err := os.WriteFile(filepath.Join(jobs, "plain.toml"), []byte(plain), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, got, err := readJob(filepath.Join(jobs, "plain.toml")); err != nil || string(got) != plain {
-		t.Fatalf("job without relative paths: %v\n%s", err, got)
+	if got, err := readJob(filepath.Join(jobs, "plain.toml")); err != nil || string(got.toml) != plain {
+		t.Fatalf("job without relative paths: %v\n%s", err, got.toml)
 	}
 }

@@ -119,7 +119,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // anything starts.
 type launchPlan struct {
 	f         *launchFlags
-	jobTOML   []byte
+	job       jobText
 	catalog   []byte
 	bin       string // heterpsd on the hosts
 	coordHost string
@@ -134,11 +134,11 @@ type hostOffer struct {
 }
 
 func prepareLaunch(f *launchFlags) (*launchPlan, error) {
-	label, job, err := readJob(f.job) // a built-in job by name, relative paths resolved against the file
+	job, err := readJob(f.job) // a built-in job by name, relative paths resolved against the file
 	if err != nil {
 		return nil, err
 	}
-	if _, err := config.ParseJob(label, job); err != nil {
+	if _, err := config.ParseJob(job.label, job.toml); err != nil {
 		return nil, err
 	}
 	catLabel, catSrc, err := config.ReadCatalogSource(f.catalog)
@@ -169,7 +169,7 @@ func prepareLaunch(f *launchFlags) (*launchPlan, error) {
 			return nil, err
 		}
 	}
-	return &launchPlan{f: f, jobTOML: job, catalog: catSrc, bin: bin, coordHost: hs[0].Name, daemons: daemons}, nil
+	return &launchPlan{f: f, job: job, catalog: catSrc, bin: bin, coordHost: hs[0].Name, daemons: daemons}, nil
 }
 
 // readAllocation reads the hosts of the allocation the flags name.

@@ -78,7 +78,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	_, src, err := readJob(f.job)
+	job, err := readJob(f.job)
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
@@ -101,7 +101,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return failTo(stderr, exitUsage, fmt.Errorf("catalog %s: its offers make %d node daemons, want at most %d on this machine (pick fewer with --nodes; heterps launch starts a cluster's)",
 			f.catalog, len(offers), maxLocalDaemons))
 	}
-	s, err := runLocal(ctx, f, bin, src, offers, stderr)
+	s, err := runLocal(ctx, f, bin, job, offers, stderr)
 	if err != nil {
 		return failTo(stderr, exitFailure, err)
 	}
@@ -208,7 +208,7 @@ func nodeOffers(cat *config.Catalog, n int) []offer {
 // runLocal starts a coordinator and the node daemons as child processes,
 // submits the job and waits for it; the children are stopped before it
 // returns, whatever happens.
-func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offers []offer, stderr io.Writer) (api.JobStatus, error) {
+func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers []offer, stderr io.Writer) (api.JobStatus, error) {
 	var none api.JobStatus
 	dir, keep, err := logDirectory(f.logDir, "heterps-run-")
 	if err != nil {
@@ -256,7 +256,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 	c := newCoordClient(url)
 	defer c.close()
 	c.stopCheckpoint = f.stopCheckpoint
-	s, err := runJob(ctx, c, &kids, len(offers), jobTOML, stderr, "heterps run", url)
+	s, err := runJob(ctx, c, &kids, len(offers), job, stderr, "heterps run", url)
 	if err != nil {
 		return none, err
 	}
@@ -267,14 +267,14 @@ func runLocal(ctx context.Context, f *runFlags, bin string, jobTOML []byte, offe
 // runJob waits for n node daemons to register with the coordinator that
 // c calls, submits the job and follows it until it ends; what names the
 // command in its notices.
-func runJob(ctx context.Context, c *coordClient, kids *children, n int, jobTOML []byte, stderr io.Writer, what, url string) (api.JobStatus, error) {
+func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobText, stderr io.Writer, what, url string) (api.JobStatus, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, checkpointSignals...) // kept for the job from here on, not the default (exit)
 	defer signal.Stop(sigs)
 	if err := waitNodes(ctx, c, n, kids); err != nil {
 		return api.JobStatus{}, err
 	}
-	id, err := c.submit(ctx, jobTOML)
+	id, err := c.submit(ctx, job)
 	if err != nil {
 		return api.JobStatus{}, err
 	}

@@ -77,7 +77,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
-	_, src, err := readJob(f.job)
+	job, err := readJob(f.job)
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
@@ -87,7 +87,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer c.close()
 	c.retryFor(requestRetryFor, stderr)
-	id, err := c.submit(ctx, src)
+	id, err := c.submit(ctx, job)
 	if err != nil {
 		return failTo(stderr, exitUsage, err)
 	}
@@ -197,9 +197,10 @@ func retryNotices(w io.Writer) func(error, time.Duration) {
 // submit submits a job file under a fresh idempotency key, which every
 // retry of this submission repeats, so that a coordinator that took a try
 // whose reply was lost can answer the next with the same job.
-func (c *coordClient) submit(ctx context.Context, jobTOML []byte) (string, error) {
+func (c *coordClient) submit(ctx context.Context, job jobText) (string, error) {
 	var r api.SubmitResponse
-	err := c.Do(ctx, apiclient.Request{Method: http.MethodPost, Path: "/v1/jobs", ContentType: api.ContentTypeTOML, Body: jobTOML,
+	path := "/v1/jobs?" + url.Values{api.JobFileParam: {job.label}}.Encode()
+	err := c.Do(ctx, apiclient.Request{Method: http.MethodPost, Path: path, ContentType: api.ContentTypeTOML, Body: job.toml,
 		IdempotencyKey: api.NewIdempotencyKey()}, &r)
 	return r.JobID, err
 }

@@ -102,6 +102,26 @@ func TestSubmitRejectsBadJobFile(t *testing.T) {
 	}
 }
 
+// A job file only the coordinator can fault (its model file is broken) is
+// refused in terms of the file the user gave, not the coordinator's
+// stand-in name.
+func TestSubmitErrorsNameTheJobFile(t *testing.T) {
+	url := startCoordinator(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "broken.toml"), []byte("version = 1\nname = \"b\"\ntask = \"ctr\"\n[input]\ndense = 2\nslots = 1\nvocab = 10\n[[layer]]\nkind = \"dense\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	job := filepath.Join(dir, "my job.toml")
+	if err := os.WriteFile(job, []byte("version = 1\nmodel = \"broken.toml\"\ndata = \"synthetic\"\nbatch = 8\nsteps = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := runSubmit(context.Background(), []string{job, "--coordinator", url}, &out, &errb)
+	if want := job + ":2:1: model: "; code != exitUsage || !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), "loss.kind: missing") {
+		t.Fatalf("exit %d, stderr %s, want %q and the model's fault", code, errb.String(), want)
+	}
+}
+
 // TestWaitFollowsARestart: waiting on a job that failed and was restarted
 // as another follows the restart to its end and says so.
 func TestWaitFollowsARestart(t *testing.T) {
