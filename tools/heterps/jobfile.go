@@ -68,7 +68,7 @@ func resolveJobPaths(label string, src []byte, dir string) ([]byte, error) {
 	if len(changes) == 0 {
 		return src, nil
 	}
-	note := fmt.Sprintf("# %s, with its relative paths made absolute against %s\n", label, dir)
+	note := fmt.Sprintf("# %q, with its relative paths made absolute against %q\n", label, dir) // quoted: a name may hold a newline
 	if out, ok := config.SetStrings(label, src, changes); ok {
 		return append(out, note...), nil
 	}

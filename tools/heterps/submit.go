@@ -199,7 +199,10 @@ func retryNotices(w io.Writer) func(error, time.Duration) {
 // whose reply was lost can answer the next with the same job.
 func (c *coordClient) submit(ctx context.Context, job jobText) (string, error) {
 	var r api.SubmitResponse
-	path := "/v1/jobs?" + url.Values{api.JobFileParam: {job.label}}.Encode()
+	path := "/v1/jobs"
+	if api.CheckJobFileName(job.label) == nil { // else the coordinator's errors say job.toml
+		path += "?" + url.Values{api.JobFileParam: {job.label}}.Encode()
+	}
 	err := c.Do(ctx, apiclient.Request{Method: http.MethodPost, Path: path, ContentType: api.ContentTypeTOML, Body: job.toml,
 		IdempotencyKey: api.NewIdempotencyKey()}, &r)
 	return r.JobID, err

@@ -120,6 +120,17 @@ func TestSubmitErrorsNameTheJobFile(t *testing.T) {
 	if want := job + ":2:1: model: "; code != exitUsage || !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), "loss.kind: missing") {
 		t.Fatalf("exit %d, stderr %s, want %q and the model's fault", code, errb.String(), want)
 	}
+	// A name the coordinator would refuse (a newline in it) is not sent:
+	// the job is judged all the same, under the stand-in name.
+	odd := filepath.Join(dir, "odd\nname.toml")
+	if err := os.Rename(job, odd); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	code = runSubmit(context.Background(), []string{odd, "--coordinator", url}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "job.toml:2:1: model: ") || !strings.Contains(errb.String(), "loss.kind: missing") {
+		t.Fatalf("exit %d, stderr %s, want the model's fault in job.toml", code, errb.String())
+	}
 }
 
 // TestWaitFollowsARestart: waiting on a job that failed and was restarted
