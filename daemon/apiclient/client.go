@@ -65,8 +65,11 @@ type StatusError struct {
 	Message      string
 }
 
+// Error names the request by its path without the query, which says
+// nothing the message does not (a job file's name, which its errors name).
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("coordinator: %s %s: %s: %s", e.Method, e.Path, e.Status, e.Message)
+	path, _, _ := strings.Cut(e.Path, "?")
+	return fmt.Sprintf("coordinator: %s %s: %s: %s", e.Method, path, e.Status, e.Message)
 }
 
 // UnavailableError is a failure that retrying may cure: the coordinator

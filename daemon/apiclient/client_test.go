@@ -102,12 +102,12 @@ func TestStatusErrorCarriesTheCoordinatorsMessage(t *testing.T) {
 	} {
 		s, c := start(t, reply{404, tc.body})
 		c.Retry = retry.Policy{Min: time.Millisecond, Max: 4 * time.Millisecond, GiveUp: time.Second}
-		err := c.Get(context.Background(), "/v1/jobs/7", &api.JobStatus{})
+		err := c.Get(context.Background(), "/v1/jobs/7?file=jobs%2Fa.toml", &api.JobStatus{})
 		var se *StatusError
 		if !errors.As(err, &se) || se.Code != 404 || se.Message != tc.msg {
 			t.Fatalf("%v, want a StatusError 404 %q", err, tc.msg)
 		}
-		if want := "coordinator: GET /v1/jobs/7: 404 Not Found: " + tc.msg; err.Error() != want {
+		if want := "coordinator: GET /v1/jobs/7: 404 Not Found: " + tc.msg; err.Error() != want { // the query left out
 			t.Errorf("%q, want %q", err, want)
 		}
 		if Unavailable(err) || len(s.got) != 1 {
