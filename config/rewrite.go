@@ -7,15 +7,16 @@ import (
 	"github.com/pelletier/go-toml/v2"
 )
 
-// SetStrings returns src, a TOML file named name, with the string values
-// of fields (named as in errors: "model", "checkpoint.dir") replaced where
-// they stand, so that every other line, its comments and every line number
+// SetStrings returns src, a TOML file, with the string values of fields
+// (named as in errors: "model", "checkpoint.dir") replaced where they
+// stand, so that every other line, its comments and every line number
 // stay as they were: errors about the new text point at the author's
 // lines. ok is false, and out nil, where a field is not set as a one-line
-// string alone on its key's line (an inline table, a multi-line or quoted
-// key): the caller must rewrite the document another way.
-func SetStrings(name string, src []byte, values map[string]string) (out []byte, ok bool) {
-	loc := NewLocator(name, src)
+// string alone on its key's line (in an inline table, as a multi-line
+// string, under a quoted key): the caller must rewrite the document
+// another way.
+func SetStrings(src []byte, values map[string]string) (out []byte, ok bool) {
+	loc := NewLocator("", src)
 	lines := append([]string(nil), loc.lines...)
 	for field, v := range values {
 		line, col := loc.find(field)

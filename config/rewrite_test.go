@@ -10,7 +10,7 @@ import (
 // new values.
 func TestSetStringsKeepsTheLines(t *testing.T) {
 	src := "# a job\nversion = 1\nmodel = \"models/m.toml\"   # the model\n\n[checkpoint]\n# where\ndir = 'ck'\nevery = 2\n"
-	out, ok := SetStrings("job.toml", []byte(src), map[string]string{"model": "/abs/models/m.toml", "checkpoint.dir": `/abs/c"k`})
+	out, ok := SetStrings([]byte(src), map[string]string{"model": "/abs/models/m.toml", "checkpoint.dir": `/abs/c"k`})
 	if !ok {
 		t.Fatal("refused a file of plain key = value lines")
 	}
@@ -35,11 +35,11 @@ func TestSetStringsRefusesWhatItCannotReplaceInPlace(t *testing.T) {
 		"missing":           "[checkpoint]\nevery = 2\n",
 		"quoted key":        "[checkpoint]\n\"dir\" = \"ck\"\n",
 	} {
-		if out, ok := SetStrings("job.toml", []byte(src), map[string]string{"checkpoint.dir": "/abs/ck"}); ok || out != nil {
+		if out, ok := SetStrings([]byte(src), map[string]string{"checkpoint.dir": "/abs/ck"}); ok || out != nil {
 			t.Errorf("%s: rewrote it as\n%s", name, out)
 		}
 	}
-	if _, ok := SetStrings("job.toml", []byte("model = \"m\"\n"), map[string]string{"model": strings.Repeat("x", 10)}); !ok {
+	if _, ok := SetStrings([]byte("model = \"m\"\n"), map[string]string{"model": strings.Repeat("x", 10)}); !ok {
 		t.Error("refused a plain top-level key")
 	}
 }

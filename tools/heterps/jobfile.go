@@ -69,7 +69,7 @@ func resolveJobPaths(label string, src []byte, dir string) ([]byte, error) {
 		return src, nil
 	}
 	note := fmt.Sprintf("# %q, with its relative paths made absolute against %q\n", label, dir) // quoted: a name may hold a newline
-	if out, ok := config.SetStrings(label, src, changes); ok {
+	if out, ok := config.SetStrings(src, changes); ok {
 		return append(out, note...), nil
 	}
 	for field, p := range changes {
