@@ -46,7 +46,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.IntVar(&f.nodes, "nodes", 0, "start this many node daemons, cycling through the catalog's offers (0: one per offer)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object with the outcome")
 	fs.StringVar(&f.heterpsd, "heterpsd", "", "the daemon binary (default: heterpsd beside this binary, else on PATH)")
-	fs.StringVar(&f.logDir, "log-dir", "", "write the daemons' logs here (default: a temporary directory, removed unless the job fails)")
+	fs.StringVar(&f.logDir, "log-dir", "", "write the daemons' logs here (default: a temporary directory, removed unless the job fails once submitted)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", 200*time.Millisecond, "node heartbeat interval")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up (and cancel the job) after this long; 0 = never")
 	addStopCheckpoint(fs, &f.stopCheckpoint)
@@ -258,6 +258,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 	c.stopCheckpoint = f.stopCheckpoint
 	s, err := runJob(ctx, c, &kids, len(offers), job, stderr, "heterps run", url)
 	if err != nil {
+		failed = !refusedSubmission(err) // a refused job file never ran: the refusal says all
 		return none, err
 	}
 	failed = s.State != api.JobDone

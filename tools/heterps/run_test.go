@@ -303,6 +303,25 @@ func TestRunTinyJobJSON(t *testing.T) {
 		}
 	}
 	checkPinned(t, logs, 2)
+
+	// A job file the coordinator refuses is named with its line, and its
+	// run leaves no log directory behind: the job never ran.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	refused := strings.Replace(src, `method = "heuristic"`, `method = "nosuch"`, 1)
+	if err := os.WriteFile(jobPath, []byte(refused), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	code = runRun(context.Background(), []string{jobPath, "--catalog", catalog, "--heterpsd", bin, "--timeout", "2m"}, &out, &errb)
+	at := strings.Count(refused[:strings.Index(refused, "method =")], "\n") + 1 // the author's line, though the model's path was rewritten
+	want := fmt.Sprintf("%s:%d:1: method: unknown method", jobPath, at)
+	if code == exitOK || !strings.Contains(errb.String(), want) {
+		t.Fatalf("refused job: exit %d, stderr %s, want %q", code, errb.String(), want)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 || strings.Contains(errb.String(), "daemon logs in") {
+		t.Errorf("a refused job left %d entries in TMPDIR and said %q", len(left), errb.String())
+	}
 }
 
 // lineWith returns the first line of text that contains s.

@@ -208,6 +208,17 @@ func (c *coordClient) submit(ctx context.Context, job jobText) (string, error) {
 	return r.JobID, err
 }
 
+// refusedSubmission reports whether err is a coordinator's refusal of a
+// job file (a 4xx answer to its submission).
+func refusedSubmission(err error) bool {
+	var se *apiclient.StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	path, _, _ := strings.Cut(se.Path, "?")
+	return se.Method == http.MethodPost && path == "/v1/jobs" && se.Code >= 400 && se.Code < 500
+}
+
 func (c *coordClient) job(ctx context.Context, id string) (api.JobStatus, error) {
 	var s api.JobStatus
 	err := c.Get(ctx, "/v1/jobs/"+url.PathEscape(id), &s)
