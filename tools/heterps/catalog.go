@@ -65,12 +65,12 @@ func runCatalogSynth(args []string, stdout, stderr io.Writer) int {
 		doc, err = sched.SynthCatalog(*types, *seed)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "heterps catalog synth:", err)
+		printError(stderr, "heterps catalog synth", err)
 		return exitUsage
 	}
 	out, err := doc.MarshalTOML()
 	if err != nil {
-		fmt.Fprintln(stderr, "heterps catalog synth:", err)
+		printError(stderr, "heterps catalog synth", err)
 		return exitFailure
 	}
 	kind := "catalog"
@@ -93,7 +93,7 @@ func runCatalogCheck(args []string, stdout, stderr io.Writer) int {
 	for _, path := range args {
 		c, err := config.LoadCatalog(path)
 		if err != nil {
-			fmt.Fprintln(stderr, "heterps catalog check:", err)
+			printError(stderr, "heterps catalog check", err)
 			status = exitUsage
 			continue
 		}

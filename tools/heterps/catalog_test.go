@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -60,5 +62,20 @@ func TestCatalogCheck(t *testing.T) {
 	code, _, errs = catalog("check", "../../config/examples/problems/two-types.toml")
 	if code != exitUsage || !strings.Contains(errs, "two-types.toml") {
 		t.Fatalf("a problem file passed as a catalog: exit %d: %s", code, errs)
+	}
+	// Every fault of a file on a line of its own, each line prefixed.
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	if err := os.WriteFile(bad, []byte("version = 1\n[[type]]\nname = \"x\"\nkind = \"tpu\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = catalog("check", bad)
+	lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+	if code != exitUsage || len(lines) < 4 {
+		t.Fatalf("exit %d, want a line a fault:\n%s", code, errs)
+	}
+	for _, line := range lines {
+		if !strings.HasPrefix(line, "heterps catalog check: "+bad+":") {
+			t.Errorf("line %q, want the command and the file first", line)
+		}
 	}
 }

@@ -28,7 +28,7 @@ func checkConfig(path string, stdout, stderr io.Writer) int {
 		if kind != "" {
 			fmt.Fprintf(stderr, "heterpsd: %s: read as a %s file\n", path, kind)
 		}
-		fmt.Fprintln(stderr, "heterpsd:", err)
+		printError(stderr, err)
 		return exitUsage
 	}
 	return exitOK
