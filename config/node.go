@@ -223,8 +223,8 @@ func (n *Node) validate(loc *Locator) error {
 		errs.add(loc.Errorf("register_timeout", "must be >= 0 (0: keep trying), got %s", n.RegisterTimeout))
 	}
 	for _, f := range []struct{ field, addr string }{{"listen", n.Listen}, {"ps_listen", n.PSListen}} {
-		if !isHostPort(f.addr) {
-			errs.add(loc.Errorf(f.field, "%q is not host:port (port 0 picks a free one)", f.addr))
+		if why := hostPortFault(f.addr); why != "" {
+			errs.add(loc.Errorf(f.field, "%q is not host:port: %s (port 0 picks a free one)", f.addr, why))
 		} else if isUnspecified(f.addr) {
 			errs.add(loc.Errorf(f.field, "%q: give the address other nodes reach this one at, not a wildcard", f.addr))
 		} else if n.Plain && !isLoopback(f.addr) {
@@ -318,13 +318,23 @@ func (n *Node) checkAuth(loc *Locator, errs *errorList) {
 	}
 }
 
-func isHostPort(addr string) bool {
+func isHostPort(addr string) bool { return hostPortFault(addr) == "" }
+
+// hostPortFault says what keeps addr from being host:port, or "".
+func hostPortFault(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return false
+	switch {
+	case addr == "":
+		return "missing"
+	case err != nil:
+		return "no port"
+	case host == "":
+		return "no host"
 	}
-	_, err = strconv.ParseUint(port, 10, 16)
-	return err == nil
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Sprintf("port %q is not a number in 0..65535", port)
+	}
+	return ""
 }
 
 func isUnspecified(addr string) bool {

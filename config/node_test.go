@@ -71,6 +71,23 @@ func TestNodeErrorsNameTheLine(t *testing.T) {
 	}
 }
 
+// A listen address that is not host:port says what is wrong with it.
+func TestNodeListenSaysWhatIsWrong(t *testing.T) {
+	for addr, why := range map[string]string{
+		"":                "missing",
+		"nowhere":         "no port",
+		":7071":           "no host",
+		"127.0.0.1:99999": `port "99999" is not a number in 0..65535`,
+		"127.0.0.1:http":  `port "http" is not a number in 0..65535`,
+	} {
+		src := strings.Replace(goodNode, `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", addr), 1)
+		_, err := ParseNode("node.toml", []byte(src))
+		if want := fmt.Sprintf("listen: %q is not host:port: %s", addr, why); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("listen %q: %v, want %q", addr, err, want)
+		}
+	}
+}
+
 func TestNodeLease(t *testing.T) {
 	n, err := ParseNode("node.toml", []byte(goodNode+"lease = \"30s\"\n"))
 	if err != nil {

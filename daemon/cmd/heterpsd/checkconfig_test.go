@@ -36,7 +36,7 @@ func TestCheckConfig(t *testing.T) {
 		{"bad-units", strings.Replace(node("plain = true\n"), "units = 4", "units = 0", 1),
 			exitUsage, "bad-units.toml:6:1: units: must be in 1..65536, got 0"},
 		{"two-faults", strings.Replace(strings.Replace(node("plain = true\n"), "units = 4", "units = 0", 1), "ps_listen = \"10.0.0.3:7171\"", "ps_listen = \"nowhere\"", 1),
-			exitUsage, "two-faults.toml:4:1: ps_listen: \"nowhere\" is not host:port (port 0 picks a free one)\nheterpsd: "},
+			exitUsage, "two-faults.toml:4:1: ps_listen: \"nowhere\" is not host:port: no port (port 0 picks a free one)\nheterpsd: "},
 		{"open-secret", node("secret_file = \"" + open + "\"\n"), exitUsage, "open-secret.toml:7:1: secret_file: "},
 		{"far-cpu", node("secret_file = \"" + secret + "\"\ncpus = \"8000\"\n"), exitUsage, "far-cpu.toml:8:1: cpus: CPU 8000 is not one this process may run on"},
 		{"bad-cpus", node("secret_file = \"" + secret + "\"\ncpus = \"3-1\"\n"), exitUsage, "bad-cpus.toml:8:1: cpus: CPU range \"3-1\" runs backwards"},
