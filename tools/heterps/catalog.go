@@ -9,6 +9,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/internal/errlines"
 )
 
 func init() {
@@ -65,12 +66,12 @@ func runCatalogSynth(args []string, stdout, stderr io.Writer) int {
 		doc, err = sched.SynthCatalog(*types, *seed)
 	}
 	if err != nil {
-		printError(stderr, "heterps catalog synth", err)
+		errlines.Print(stderr, "heterps catalog synth", err)
 		return exitUsage
 	}
 	out, err := doc.MarshalTOML()
 	if err != nil {
-		printError(stderr, "heterps catalog synth", err)
+		errlines.Print(stderr, "heterps catalog synth", err)
 		return exitFailure
 	}
 	kind := "catalog"
@@ -93,7 +94,7 @@ func runCatalogCheck(args []string, stdout, stderr io.Writer) int {
 	for _, path := range args {
 		c, err := config.LoadCatalog(path)
 		if err != nil {
-			printError(stderr, "heterps catalog check", err)
+			errlines.Print(stderr, "heterps catalog check", err)
 			status = exitUsage
 			continue
 		}

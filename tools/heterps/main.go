@@ -12,8 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 
+	"github.com/heterps/heterps/internal/errlines"
 	"github.com/heterps/heterps/native"
 )
 
@@ -110,16 +110,6 @@ func failTo(w io.Writer, status int, err error) int {
 	if errors.As(err, &code) {
 		status = code.ExitStatus()
 	}
-	printError(w, "heterps", err)
+	errlines.Print(w, "heterps", err)
 	return status
-}
-
-// printError writes err to w a line at a time, each line prefixed with
-// prefix and a colon: a file's faults, one a line, each stay attributable
-// when the output is mixed with others'.
-func printError(w io.Writer, prefix string, err error) {
-	for line := range strings.Lines(strings.TrimSuffix(err.Error(), "\n")) {
-		fmt.Fprint(w, prefix, ": ", line)
-	}
-	fmt.Fprintln(w)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/sched"
+	"github.com/heterps/heterps/internal/errlines"
 )
 
 func init() {
@@ -108,7 +109,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err != nil {
-		printError(stderr, "heterps plan", err)
+		errlines.Print(stderr, "heterps plan", err)
 		return exitUsage
 	}
 	if f.trainPolicy != "" {
@@ -116,19 +117,19 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	p, err := f.load(stderr)
 	if err != nil {
-		printError(stderr, "heterps plan", err)
+		errlines.Print(stderr, "heterps plan", err)
 		return exitUsage
 	}
 	if f.compare || f.plot != "" {
 		return comparePlans(ctx, f, p, stdout, stderr)
 	}
 	if err := f.attachPolicy(); err != nil {
-		printError(stderr, "heterps plan", err)
+		errlines.Print(stderr, "heterps plan", err)
 		return exitUsage
 	}
 	plan, err := sched.Run(ctx, f.method, p, f.opts)
 	if err != nil {
-		printError(stderr, "heterps plan", err)
+		errlines.Print(stderr, "heterps plan", err)
 		if errors.Is(err, sched.ErrUnknownMethod) || errors.Is(err, sched.ErrRefused) {
 			return exitUsage
 		}
@@ -136,7 +137,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	plan.Sources, plan.DenseSync = f.sources, f.denseSync
 	if err := f.writePolicy(); err != nil {
-		printError(stderr, "heterps plan", err)
+		errlines.Print(stderr, "heterps plan", err)
 		return exitFailure
 	}
 	if f.json {
@@ -270,7 +271,7 @@ func (f *planFlags) attachPolicy() error {
 func trainPolicy(ctx context.Context, f *planFlags, stderr io.Writer) int {
 	pol, err := sched.Pretrain(ctx, sched.PretrainOptions{Seed: f.opts.Seed, Problems: f.trainProblems, Budget: f.opts.Budget, Progress: stderr})
 	if err != nil {
-		printError(stderr, "heterps plan", err)
+		errlines.Print(stderr, "heterps plan", err)
 		return exitFailure
 	}
 	if err := savePolicyFile(pol, f.trainPolicy); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/errlines"
 )
 
 // checkConfig validates a node file or a coordinator's catalog, telling
@@ -28,7 +29,7 @@ func checkConfig(path string, stdout, stderr io.Writer) int {
 		if kind != "" {
 			fmt.Fprintf(stderr, "heterpsd: %s: read as a %s file\n", path, kind)
 		}
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	return exitOK

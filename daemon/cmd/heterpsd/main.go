@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +39,7 @@ import (
 	"github.com/heterps/heterps/daemon/node"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/errlines"
 	"github.com/heterps/heterps/internal/gctune"
 	"github.com/heterps/heterps/native"
 )
@@ -213,7 +213,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	if f.checkConfig != "" {
@@ -221,7 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log, closeLog, err := newLogger(f, stderr)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	defer closeLog()
@@ -234,24 +234,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.Writer) int {
 	cat, err := config.LoadCatalog(f.catalog)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	tlsCfg, err := coordinatorTLS(f)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	secret, err := apiSecret(f, tlsCfg != nil)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	c, err := coord.New(coord.Config{Catalog: cat, StateDir: f.stateDir, HeartbeatInterval: f.heartbeat, HeartbeatTimeout: f.timeout,
 		SecretFile: f.secretFile, ControlSecret: secret, TLS: tlsCfg != nil,
 		AllocPolicy: f.allocPolicy, AllocEpoch: f.allocEpoch, Logger: log})
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	reg := newRegistry()
@@ -261,12 +261,12 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 	}
 	defer metrics.stop()
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	scheme := "http"
@@ -277,7 +277,7 @@ func runCoordinator(ctx context.Context, f *flags, log *slog.Logger, stdout, std
 	printMetricsAddr(stdout, metrics)
 	defer startSystemd(ctx, log, coordinatorState(c))()
 	if err := c.Serve(ctx, ln); err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	return exitOK
@@ -315,12 +315,12 @@ func apiSecret(f *flags, mutualTLS bool) ([]byte, error) {
 func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.Writer) int {
 	nf, err := config.LoadNode(f.config)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	cfg, err := node.ConfigFromFile(nf)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	if cpus := nf.CPUList(); cpus != nil {
@@ -338,7 +338,7 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 	metrics, err := startMetrics(f, reg, ready.check)
 	defer metrics.stop()
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	cfg.Logger, cfg.Metrics = log, reg
@@ -347,7 +347,7 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 	}
 	a, err := node.New(cfg)
 	if err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	ready.set(a.Ready)
@@ -355,7 +355,7 @@ func runNode(ctx context.Context, f *flags, log *slog.Logger, stdout, stderr io.
 	printMetricsAddr(stdout, metrics)
 	defer startSystemd(ctx, log, nodeState(a, nf.Coordinator))()
 	if err := a.Run(ctx); err != nil {
-		printError(stderr, err)
+		errlines.Print(stderr, "heterpsd", err)
 		return exitFailure
 	}
 	return exitOK
@@ -372,14 +372,4 @@ func checkAllocFlags(f *flags) error {
 		return fmt.Errorf("--alloc-epoch %v: want > 0", f.allocEpoch)
 	}
 	return nil
-}
-
-// printError writes err to w a line at a time, each line prefixed with
-// the program's name: a file's faults, one a line, stay attributable when
-// the daemon's output is mixed with others'.
-func printError(w io.Writer, err error) {
-	for line := range strings.Lines(strings.TrimSuffix(err.Error(), "\n")) {
-		fmt.Fprint(w, "heterpsd: ", line)
-	}
-	fmt.Fprintln(w)
 }
