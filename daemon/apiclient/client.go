@@ -65,11 +65,16 @@ type StatusError struct {
 	Message      string
 }
 
-// Error names the request by its path without the query, which says
-// nothing the message does not (a job file's name, which its errors name).
-func (e *StatusError) Error() string {
+// Route is the request's path without its query.
+func (e *StatusError) Route() string {
 	path, _, _ := strings.Cut(e.Path, "?")
-	return fmt.Sprintf("coordinator: %s %s: %s: %s", e.Method, path, e.Status, e.Message)
+	return path
+}
+
+// Error names the request by its route: the query says nothing the
+// message does not (a job file's name, which its errors name).
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("coordinator: %s %s: %s: %s", e.Method, e.Route(), e.Status, e.Message)
 }
 
 // UnavailableError is a failure that retrying may cure: the coordinator

@@ -215,8 +215,7 @@ func refusedSubmission(err error) bool {
 	if !errors.As(err, &se) {
 		return false
 	}
-	path, _, _ := strings.Cut(se.Path, "?")
-	return se.Method == http.MethodPost && path == "/v1/jobs" && se.Code >= 400 && se.Code < 500
+	return se.Method == http.MethodPost && se.Route() == "/v1/jobs" && se.Code >= 400 && se.Code < 500
 }
 
 func (c *coordClient) job(ctx context.Context, id string) (api.JobStatus, error) {
