@@ -29,8 +29,8 @@ func unsynced(ctx context.Context, model *config.Model, n, threads, rows, steps 
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if threads == 1 && len(allowed) > 1 {
-				defer pinThreadTo(allowed[i%len(allowed)])()
+			if cpu, ok := trainerCPU(i, threads, allowed); ok {
+				defer pinThreadTo(cpu)()
 			}
 			ends[i], errs[i] = trainTimed(ctx, model, uint64(i)+1, threads, rows, steps)
 		})
@@ -42,6 +42,17 @@ func unsynced(ctx context.Context, model *config.Model, n, threads, rows, steps 
 		}
 	}
 	return togetherRate(ends, rows)
+}
+
+// trainerCPU is the CPU unsynced pins trainer i to: the allowed CPUs dealt
+// in turn to one-thread trainers; none (false) for trainers of more
+// threads, whose backends pin themselves when they fill the machine, or
+// where one CPU or none is known.
+func trainerCPU(i, threads int, allowed []int) (int, bool) {
+	if threads != 1 || len(allowed) < 2 {
+		return 0, false
+	}
+	return allowed[i%len(allowed)], true
 }
 
 // pinThreadTo locks the calling goroutine to its thread and binds the
