@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -301,7 +302,7 @@ func (x *executor) start() {
 	for d := range x.devs {
 		x.ready[d] = make(chan int, n+1)
 		x.workers.Go(func() {
-			defer pinToCPU(x.cpus[d])()
+			defer cpuset.LockToCPU(x.cpus[d])()
 			x.device(d)
 		})
 	}

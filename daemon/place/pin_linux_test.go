@@ -1,7 +1,6 @@
 package place
 
 import (
-	"runtime"
 	"sync"
 	"testing"
 
@@ -55,20 +54,5 @@ func TestExecutePinsEachDeviceToACPU(t *testing.T) {
 	}
 	if allowed.Count() >= 2 && len(sets) == 2 && sets[0] == sets[1] {
 		t.Errorf("both devices ran on the same CPU")
-	}
-}
-
-// TestUnpinningRestoresTheThread: the thread gets its CPU set back.
-func TestUnpinningRestoresTheThread(t *testing.T) {
-	runtime.LockOSThread() // stay on this thread across the unpin
-	defer runtime.UnlockOSThread()
-	before := cpusOfThisThread(t)
-	unpin := pinToCPU(1)
-	if pinned := cpusOfThisThread(t); pinned.Count() != 1 {
-		t.Errorf("pinned to %d CPUs", pinned.Count())
-	}
-	unpin()
-	if after := cpusOfThisThread(t); after != before {
-		t.Errorf("CPU set after unpinning: %d CPUs, before %d", after.Count(), before.Count())
 	}
 }

@@ -253,3 +253,28 @@ func TestLowerThreadPriority(t *testing.T) {
 		t.Errorf("the test's own thread went from nice %d to %d", base, now)
 	}
 }
+
+// TestLockToCPURestoresTheThread: LockToCPU binds the thread to one CPU,
+// and unlock gives the thread its CPU set back.
+func TestLockToCPURestoresTheThread(t *testing.T) {
+	runtime.LockOSThread() // stay on this thread across the unpin
+	defer runtime.UnlockOSThread()
+	before := cpusOfThisThread(t)
+	unpin := LockToCPU(1)
+	if pinned := cpusOfThisThread(t); pinned.Count() != 1 {
+		t.Errorf("pinned to %d CPUs", pinned.Count())
+	}
+	unpin()
+	if after := cpusOfThisThread(t); after != before {
+		t.Errorf("CPU set after unpinning: %d CPUs, before %d", after.Count(), before.Count())
+	}
+}
+
+// cpusOfThisThread is the CPU set of the calling thread.
+func cpusOfThisThread(t *testing.T) unix.CPUSet {
+	set, err := allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *set
+}

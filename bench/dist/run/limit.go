@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -25,13 +24,10 @@ import (
 func unsynced(ctx context.Context, model *config.Model, n, threads, rows, steps int) (float64, error) {
 	ends := make([][]time.Time, n)
 	errs := make([]error, n)
-	allowed, _ := cpuset.Allowed() // none known: unpinned
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if cpu, ok := trainerCPU(i, threads, allowed); ok {
-				defer pinThreadTo(cpu)()
-			}
+			defer pinTrainer(i, threads)()
 			ends[i], errs[i] = trainTimed(ctx, model, uint64(i)+1, threads, rows, steps)
 		})
 	}
@@ -44,31 +40,17 @@ func unsynced(ctx context.Context, model *config.Model, n, threads, rows, steps 
 	return togetherRate(ends, rows)
 }
 
-// trainerCPU is the CPU unsynced pins trainer i to: the allowed CPUs dealt
-// in turn to one-thread trainers; none (false) for trainers of more
-// threads, whose backends pin themselves when they fill the machine, or
-// where one CPU or none is known.
-func trainerCPU(i, threads int, allowed []int) (int, bool) {
-	if threads != 1 || len(allowed) < 2 {
-		return 0, false
-	}
-	return allowed[i%len(allowed)], true
-}
-
-// pinThreadTo locks the calling goroutine to its thread and binds the
-// thread to cpu, and returns what undoes both; where binding fails the
-// goroutine runs unpinned.
-func pinThreadTo(cpu int) (unpin func()) {
-	runtime.LockOSThread()
-	restore, err := cpuset.PinThreadTo(cpu)
-	if err != nil {
-		runtime.UnlockOSThread()
+// pinTrainer pins the calling goroutine's thread as unsynced pins trainer
+// i of threads threads, and returns what undoes it: a one-thread trainer
+// to the i-th of the allowed CPUs, round again when the trainers
+// outnumber them (cpuset.LockToCPU), as heterps run deals CPUs to
+// one-thread daemons; trainers of more threads not at all, as their
+// backends pin themselves when they fill the machine.
+func pinTrainer(i, threads int) (unpin func()) {
+	if threads != 1 {
 		return func() {}
 	}
-	return func() {
-		restore()
-		runtime.UnlockOSThread()
-	}
+	return cpuset.LockToCPU(i)
 }
 
 // trainTimed trains one model on rows-row batches for steps steps and

@@ -12,49 +12,38 @@ import (
 )
 
 // One-thread trainers of the loopback limit get the allowed CPUs in turn,
-// as heterps run deals them to one-thread daemons; others are not pinned.
-func TestTrainerCPUDealsTheCPUsInTurn(t *testing.T) {
-	var got []int
-	for i := range 4 {
-		cpu, ok := trainerCPU(i, 1, []int{2, 5})
-		if !ok {
-			t.Fatalf("trainer %d of one thread on 2 CPUs: not pinned", i)
-		}
-		got = append(got, cpu)
-	}
-	if want := []int{2, 5, 2, 5}; !slices.Equal(got, want) {
-		t.Fatalf("4 trainers on CPUs 2 and 5: %v, want %v", got, want)
-	}
-	if _, ok := trainerCPU(0, 2, []int{0, 1, 2, 3}); ok {
-		t.Fatal("a 2-thread trainer pinned by the deal; its backend pins itself")
-	}
-	if _, ok := trainerCPU(1, 1, []int{0}); ok {
-		t.Fatal("a trainer pinned where there is one CPU to share")
-	}
-}
-
-// pinThreadTo binds the calling thread to the one CPU and unpin gives it
-// the CPUs it had back.
-func TestPinThreadToBindsAndRestores(t *testing.T) {
+// as heterps run deals them to one-thread daemons; others are not pinned,
+// and unpin gives the thread its CPUs back.
+func TestPinTrainerDealsTheCPUsInTurn(t *testing.T) {
 	allowed, err := cpuset.Allowed()
 	if err != nil || len(allowed) < 2 {
 		t.Skipf("needs 2 or more CPUs known to the process (%v, %v)", allowed, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		unpin := pinThreadTo(allowed[1])
-		if now, err := cpuset.Allowed(); err != nil || !slices.Equal(now, allowed[1:2]) {
-			t.Errorf("pinned thread may run on %v (%v), want [%d]", now, err, allowed[1])
+	on := func(i, threads int) []int {
+		var got []int
+		done := make(chan struct{})
+		go func() { // a thread of its own, unpinned or not
+			defer close(done)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			unpin := pinTrainer(i, threads)
+			got, _ = cpuset.Allowed()
+			unpin()
+			if after, _ := cpuset.Allowed(); !slices.Equal(after, allowed) {
+				t.Errorf("trainer %d of %d threads: after unpin the thread may run on %v, want %v", i, threads, after, allowed)
+			}
+		}()
+		<-done
+		return got
+	}
+	for i := range len(allowed) + 2 {
+		if got, want := on(i, 1), allowed[i%len(allowed):i%len(allowed)+1]; !slices.Equal(got, want) {
+			t.Errorf("one-thread trainer %d may run on %v, want %v", i, got, want)
 		}
-		unpin()
-		if now, err := cpuset.Allowed(); err != nil || !slices.Equal(now, allowed) {
-			t.Errorf("after unpin the thread may run on %v (%v), want %v", now, err, allowed)
-		}
-	}()
-	<-done
+	}
+	if got := on(0, 2); !slices.Equal(got, allowed) {
+		t.Errorf("a 2-thread trainer may run on %v, want every allowed CPU %v: its backend pins itself", got, allowed)
+	}
 }
 
 // The loopback limit counts only the steps that end while every trainer
