@@ -21,6 +21,7 @@ import (
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/internal/gctune"
+	"github.com/heterps/heterps/internal/tether"
 )
 
 // A stage's k replicas, each in a process of its own. Node daemons run a
@@ -168,7 +169,7 @@ func startReplica(ctx context.Context, prog string, args []string) (*replicaProc
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := tether.Start(cmd); err != nil {
 		return nil, err
 	}
 	go readLines(stdout, p.lines)

@@ -23,6 +23,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/tether"
 )
 
 func init() {
@@ -461,7 +462,8 @@ func (k *children) spawn(bin, logPath string, args ...string) (firstLine func(co
 		return nil, err
 	}
 	cmd.Stdout = pw
-	err = cmd.Start()
+	// A heterps killed outright takes its daemons with it.
+	err = tether.Start(cmd)
 	pw.Close() // the child holds its own copy
 	if err != nil {
 		pr.Close()

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/daemon/api"
+	"github.com/heterps/heterps/internal/tether"
 )
 
 // Timing of the cluster every scenario starts.
@@ -173,14 +174,12 @@ func (c *Cluster) start(ctx context.Context, name string, args ...string) (*Proc
 	}
 	p.cmd = exec.Command(c.bin, args...)
 	p.cmd.Stderr = p.logf
-	// The kernel kills the daemon if this program dies without cleaning up.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		p.logf.Close()
 		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := tether.Start(p.cmd); err != nil { // the daemon ends if this program dies without cleaning up
 		p.logf.Close()
 		return nil, fmt.Errorf("start %s %s: %w", c.bin, strings.Join(args, " "), err)
 	}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunKilledTakesItsDaemonsWithIt: heterps run killed with SIGKILL,
+// which cannot stop its children itself, leaves no daemon running. The
+// daemons here are a script that records its pid and sleeps; the
+// coordinator it plays never answers, so run waits for the nodes to
+// register when it is killed.
+func TestRunKilledTakesItsDaemonsWithIt(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh(1)")
+	}
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	fake := filepath.Join(dir, "heterpsd")
+	script := "#!/bin/sh\necho $$ >> " + pids + "\n" +
+		"case \"$1\" in --role=coordinator) echo coordinator http://127.0.0.1:1 ;; *) echo node ;; esac\n" +
+		"exec sleep 60\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(os.Args[0], "run", "--heterpsd", fake, "--catalog", "../../config/examples/catalogs/local.toml",
+		"--log-dir", filepath.Join(dir, "logs"), "--pin=false", "../../config/examples/jobs/ctrdnn-local.toml")
+	run.Env = append(os.Environ(), asHeterpsEnv+"=1")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := waitForPids(t, pids, 4) // the coordinator and the catalog's three nodes
+	for _, pid := range started {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	run.Process.Kill()
+	run.Wait()
+	for _, pid := range started {
+		if !processEnds(pid, 10*time.Second) {
+			t.Errorf("daemon %d still runs 10 s after heterps run was killed", pid)
+		}
+	}
+}
+
+// waitForPids waits up to 30 s for n pids in the file.
+func waitForPids(t *testing.T, file string, n int) []int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(file)
+		fields := strings.Fields(string(b))
+		if len(fields) >= n {
+			var pids []int
+			for _, f := range fields {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("%s: %q", file, b)
+				}
+				pids = append(pids, pid)
+			}
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d daemons started within 30 s", len(fields), n)
+		}
+	}
+}
+
+// processEnds reports whether pid exits (or is left a zombie) within d.
+func processEnds(pid int, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			return true
+		}
+	}
+	return false
+}
