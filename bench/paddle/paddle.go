@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/bench/internal/heterpsrun"
+	"github.com/heterps/heterps/internal/tether"
 )
 
 // scriptDir finds bench/paddle's Python scripts from the working directory
@@ -195,7 +196,7 @@ func paddlePSRun(ctx context.Context, o options, dir string) measured {
 	server := command(-1)
 	var serverErr bytes.Buffer
 	server.Stderr = &serverErr
-	if err := server.Start(); err != nil {
+	if err := tether.Start(server); err != nil {
 		return measured{err: fmt.Errorf("paddle PS server: %w", err)}
 	}
 	serverPID = server.Process.Pid
@@ -223,7 +224,11 @@ func runWorkers(ctx context.Context, cancel context.CancelFunc, command func(wor
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		wg.Go(func() {
-			if err := cmd.Run(); err != nil {
+			err := tether.Start(cmd)
+			if err == nil {
+				err = cmd.Wait()
+			}
+			if err != nil {
 				errs[i] = fmt.Errorf("paddle PS worker %d: %w: %s", i, err, heterpsrun.Tail(stderr.Bytes()))
 				cancel()
 				return

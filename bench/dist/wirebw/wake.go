@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"slices"
 	"time"
+
+	"github.com/heterps/heterps/internal/tether"
 )
 
 // The wake-up table. A BSP replica blocks on its peers several times a
@@ -42,7 +44,7 @@ func measureWake(ctx context.Context) error {
 	}
 	child := exec.CommandContext(ctx, exe, "--echo-child", name)
 	child.Stderr = os.Stderr
-	if err := child.Start(); err != nil {
+	if err := tether.Start(child); err != nil {
 		return fmt.Errorf("wake: start the echo child: %w", err)
 	}
 	defer child.Wait()
