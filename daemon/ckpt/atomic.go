@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // testHookWrap, when set by a test, wraps the temporary file's writer (to
@@ -27,7 +29,8 @@ func writeAtomic(path string, fill func(io.Writer) error) (err error) {
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	removeStaleTemps(dir, base)
+	f, err := os.CreateTemp(dir, tempPrefix(base)+"*")
 	if err != nil {
 		return fmt.Errorf("ckpt: write %s: %w", path, err)
 	}
@@ -59,6 +62,38 @@ func writeAtomic(path string, fill func(io.Writer) error) (err error) {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// tempPrefix starts the names of writeAtomic's temporary files for base.
+func tempPrefix(base string) string { return "." + base + ".tmp-" }
+
+// staleTempAge is how long a temporary file must have gone unwritten
+// before a write of its target removes it: a live writer's grows (two
+// writers of one manifest, a node's and the coordinator's, can meet), a
+// dead or frozen one's does not.
+const staleTempAge = 10 * time.Minute
+
+// removeStaleTemps removes the temporary files of earlier writes of base
+// in dir that nothing has written to for staleTempAge: a process killed
+// in the middle of writing a checkpoint left them, and they would
+// otherwise stay for good, each as large as the file. A writer that was
+// frozen and wakes to find its temporary file gone fails its rename
+// instead of replacing newer data. What cannot be listed or removed is
+// left: the write goes on.
+func removeStaleTemps(dir, base string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	prefix := tempPrefix(base)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTempAge {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // syncDir makes a rename or a new file in dir durable.

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // injectWriteFailure makes the next atomic writes fail after n bytes.
@@ -84,5 +87,40 @@ func TestWriteIntoMissingDirectory(t *testing.T) {
 	wantErrContains(t, err, "no/m.safetensors")
 	if names := dirNames(t, dir); len(names) != 0 {
 		t.Errorf("directory holds %v", names)
+	}
+}
+
+// A temporary file that a writer killed mid-write left beside its target
+// goes with the next write of that target once it has gone unwritten for
+// staleTempAge; one being written (a racing writer's) and other files stay.
+func TestWriteRemovesADeadWritersTemporaryFile(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, ".m.safetensors.tmp-123456")
+	live := filepath.Join(dir, ".m.safetensors.tmp-654321")
+	others := []string{live, filepath.Join(dir, ".n.safetensors.tmp-1"), filepath.Join(dir, "m.safetensors.tmp-2"), filepath.Join(dir, "notes")}
+	for _, p := range append([]string{stale}, others...) {
+		if err := os.WriteFile(p, []byte("half a checkpoint"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if p != live {
+			old := time.Now().Add(-staleTempAge - time.Minute)
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	path, _ := previousCheckpoint(t, dir)
+	f, err := Open(path)
+	if err != nil {
+		t.Fatalf("the new checkpoint: %v", err)
+	}
+	f.Close()
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s is still there (%v)", stale, err)
+	}
+	for _, p := range others {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s, not a dead writer's temporary file of this target, is gone: %v", p, err)
+		}
 	}
 }
