@@ -165,6 +165,7 @@ func (l *launched) start(ctx context.Context, host, name string, args ...string)
 // spawn starts heterpsd with args on host and returns the wait for its
 // first line.
 func (l *launched) spawn(host, name string, args ...string) (func(context.Context) (string, error), error) {
+	args = append(slices.Clip(args), "--stop-on-stdin-close") // the lifeline children.lifelines holds
 	argv := l.argv(host, l.daemonLine(l.bin, name, args))
 	n := len(l.kids.procs)
 	firstLine, err := l.kids.spawn(argv[0], filepath.Join(l.logDir, name+".log"), argv[1:]...)
@@ -267,7 +268,7 @@ func (p *launchPlan) run(ctx context.Context, stderr io.Writer) (api.JobStatus, 
 	suffix := make([]byte, 4)
 	rand.Read(suffix)
 	l := &launched{remote: remote{rsh: strings.Fields(p.f.rsh), dir: path.Join(p.f.workdir, "heterps-launch-"+hex.EncodeToString(suffix))},
-		bin: p.bin, logDir: logDir, kids: children{ownGroup: true}, stderr: stderr}
+		bin: p.bin, logDir: logDir, kids: children{ownGroup: true, lifelines: true}, stderr: stderr}
 	failed := true
 	defer func() {
 		l.teardown(p.hosts())

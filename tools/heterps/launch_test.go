@@ -200,6 +200,52 @@ func TestLaunch(t *testing.T) {
 		})
 	}
 	t.Run("interrupted", func(t *testing.T) { testLaunchInterrupted(t, fx) })
+	t.Run("killed", func(t *testing.T) { testLaunchKilled(t, fx) })
+}
+
+// testLaunchKilled: a launch killed outright (SIGKILL), which cannot stop
+// its daemons through the remote shell, leaves none running: each reads
+// the end of the standard input its remote shell passed on, once the
+// shell and launch's end of the pipe are gone, and stops.
+func testLaunchKilled(t *testing.T, fx *launchFixture) {
+	long := filepath.Join(t.TempDir(), "long.toml")
+	src, err := os.ReadFile(fx.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, long, strings.Replace(string(src), "steps = 20", "steps = 1000000", 1), 0o600)
+	hostfile := filepath.Join(t.TempDir(), "hosts")
+	writeFile(t, hostfile, "127.0.0.1 type=cpu\n127.0.0.2 type=gpu\n", 0o600)
+	workdir, logDir := t.TempDir(), t.TempDir()
+	launch := exec.Command(os.Args[0], "launch", long, "--hostfile", hostfile, "--rsh", fx.ssh, "--base-port", "0", "--catalog", fx.catalog,
+		"--heterpsd", fx.bin, "--workdir", workdir, "--log-dir", logDir, "--heartbeat", "200ms")
+	launch.Env = append(os.Environ(), asHeterpsEnv+"=1")
+	if err := launch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	daemons := func() []string {
+		var out []string
+		for _, p := range launchedProcesses(t, workdir) {
+			if _, cmdline, _ := strings.Cut(p, ": "); strings.HasPrefix(cmdline, fx.bin+" ") {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(60 * time.Second); len(daemons()) < 3; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			launch.Process.Kill()
+			t.Fatalf("%d of 3 daemons up within 60 s; logs: %s", len(daemons()), readLogs(logDir))
+		}
+	}
+	time.Sleep(time.Second) // the job trains
+	launch.Process.Kill()
+	launch.Wait()
+	for deadline := time.Now().Add(20 * time.Second); len(daemons()) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemons left running 20 s after launch was killed:\n%s", strings.Join(daemons(), "\n"))
+		}
+	}
 }
 
 // barrierSSH is fakeSSH that holds each node daemon's start until

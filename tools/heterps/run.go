@@ -382,6 +382,12 @@ type children struct {
 	// ownGroup starts each child in a process group of its own, so that
 	// Ctrl-C reaches only heterps, which then stops them in order.
 	ownGroup bool
+	// lifelines gives each child a pipe on its standard input that has
+	// carried a line and stays open until stop: heterps launch's remote
+	// shells pass it on to the daemons (heterpsd --stop-on-stdin-close),
+	// which stop when it closes with this process.
+	lifelines bool
+	held      []*os.File // the pipes' write ends
 }
 
 // lastLine is the last non-empty line of a daemon's log, where a daemon
@@ -457,6 +463,11 @@ func (k *children) spawn(bin, logPath string, args ...string) (firstLine func(co
 	if k.ownGroup {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
+	if k.lifelines {
+		if cmd.Stdin, err = k.lifeline(); err != nil {
+			return nil, err
+		}
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -502,6 +513,21 @@ func (k *children) spawn(bin, logPath string, args ...string) (firstLine func(co
 	}, nil
 }
 
+// lifeline returns the read end of a pipe that has carried a line and
+// whose write end k holds until stop; the child gets its own copy.
+func (k *children) lifeline() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	k.held = append(k.held, w)
+	k.logs = append(k.logs, r) // closed by stop, like the logs
+	if _, err := w.Write([]byte("\n")); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 // stop stops the children: the node daemons first, so that their last
 // heartbeats still reach the coordinator, then the coordinator (the first
 // child). Each gets SIGTERM and, after a grace period, SIGKILL.
@@ -513,7 +539,7 @@ func (k *children) stop() {
 		terminate(k.procs[:1])
 	}
 	k.readers.Wait()
-	for _, f := range k.logs {
+	for _, f := range append(k.logs, k.held...) {
 		f.Close()
 	}
 }

@@ -8,7 +8,8 @@
 //	heterpsd --role=node --config node.toml [--register-timeout D] [--gc-headroom-mib N]
 //
 // Either role also takes [--metrics-listen ADDR [--pprof]] [--log-format
-// text|json] [--log-file PATH] [--log-level L] (observe.go).
+// text|json] [--log-file PATH] [--log-level L] (observe.go), and
+// [--stop-on-stdin-close] (lifeline.go).
 //
 // Once serving it prints one line to standard output, the coordinator's
 // URL ("coordinator http://127.0.0.1:7070") or the node's addresses ("node
@@ -108,6 +109,7 @@ type flags struct {
 	allocPolicy                                         string
 	allocEpoch                                          time.Duration
 	gcHeadroomMiB                                       int
+	stopOnStdinClose                                    bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -137,6 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.allocPolicy, "alloc-policy", coord.AllocOff, "coordinator: how running jobs share units: quality, maxmin, priority, fair, quality-per-cost or off")
 	fs.DurationVar(&f.allocEpoch, "alloc-epoch", coord.DefaultAllocEpoch, "coordinator: how often the allocator decides")
 	fs.IntVar(&f.gcHeadroomMiB, "gc-headroom-mib", -1, "node: let the Go heap hold this many MiB of garbage beyond the live heap before collecting (0: GOGC's default; -1: 64 when the node's threads cover this machine's CPUs, else 0; a GOGC variable overrides it)")
+	fs.BoolVar(&f.stopOnStdinClose, "stop-on-stdin-close", false, "stop as on SIGTERM when standard input closes, once it has carried a byte (heterps launch keeps it open through the remote shell)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -225,6 +228,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer closeLog()
+	if f.stopOnStdinClose {
+		stopOnLifelineCut(ctx, os.Stdin, log)
+	}
 	if f.role == "coordinator" {
 		return runCoordinator(ctx, f, log, stdout, stderr)
 	}
