@@ -339,7 +339,7 @@ func (p *launchPlan) startAndRun(ctx context.Context, l *launched, secret []byte
 	defer c.close()
 	c.Key = api.ControlKey(bytes.TrimSpace(secret))
 	c.stopCheckpoint = p.f.stopCheckpoint
-	return runJob(ctx, c, &l.kids, len(p.daemons), p.job, stderr, "heterps launch", url)
+	return runJob(ctx, c, &l.kids, len(p.daemons), p.job, stderr, "heterps launch", url, nil) // a remote coordinator is not restarted
 }
 
 // coordinatorURL turns the coordinator's first line, "coordinator

@@ -225,14 +225,28 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 			fmt.Fprintf(stderr, "heterps run: daemon logs in %s\n", dir)
 		}
 	}()
-	line, err := kids.start(ctx, bin, filepath.Join(dir, "coordinator.log"), "--role=coordinator", "--catalog", f.catalog,
-		"--listen", "127.0.0.1:0", "--heartbeat", f.heartbeat.String(), "--state-dir", filepath.Join(dir, "state"))
+	coordLog := filepath.Join(dir, "coordinator.log")
+	coordArgs := func(listen string) []string {
+		return []string{"--role=coordinator", "--catalog", f.catalog, "--listen", listen,
+			"--heartbeat", f.heartbeat.String(), "--state-dir", filepath.Join(dir, "state")}
+	}
+	line, err := kids.start(ctx, bin, coordLog, coordArgs("127.0.0.1:0")...)
 	if err != nil {
 		return none, err
 	}
 	url, ok := strings.CutPrefix(line, "coordinator ")
 	if !ok {
 		return none, fmt.Errorf("heterpsd coordinator said %q", line)
+	}
+	// A coordinator that dies comes back on its port and state directory,
+	// where the node daemons find it again and it takes up the job.
+	revive := func(ctx context.Context) error {
+		listen := strings.TrimPrefix(url, "http://")
+		line, err := kids.restartFirst(ctx, bin, coordLog, coordArgs(listen)...)
+		if err == nil && line != "coordinator "+url {
+			err = fmt.Errorf("the restarted coordinator said %q, want %q", line, "coordinator "+url)
+		}
+		return err
 	}
 	// Every node daemon is started before any is waited for, as heterps
 	// launch starts them.
@@ -257,7 +271,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 	c := newCoordClient(url)
 	defer c.close()
 	c.stopCheckpoint = f.stopCheckpoint
-	s, err := runJob(ctx, c, &kids, len(offers), job, stderr, "heterps run", url)
+	s, err := runJob(ctx, c, &kids, len(offers), job, stderr, "heterps run", url, revive)
 	if err != nil {
 		failed = !refusedSubmission(err) // a refused job file never ran: the refusal says all
 		return none, err
@@ -269,7 +283,11 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 // runJob waits for n node daemons to register with the coordinator that
 // c calls, submits the job and follows it until it ends; what names the
 // command in its notices.
-func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobText, stderr io.Writer, what, url string) (api.JobStatus, error) {
+//
+// revive, when not nil, starts the coordinator again after it died (it is
+// kids' first child): the job goes on, taken up from the coordinator's
+// state, up to coordinatorRestarts times in coordinatorRestartWindow.
+func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobText, stderr io.Writer, what, url string, revive func(context.Context) error) (api.JobStatus, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, checkpointSignals...) // kept for the job from here on, not the default (exit)
 	defer signal.Stop(sigs)
@@ -284,11 +302,60 @@ func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobT
 	actx, stopAsks := context.WithCancel(ctx)
 	waitAsks := c.askOnSignals(actx, id, sigs, stderr)
 	update, done := jobProgress(stderr)
-	s, err := waitUnqueued(ctx, c, id, update, stderr)
+	s, err := waitReviving(ctx, c, kids, id, update, stderr, what, revive)
 	done()
 	stopAsks()
 	waitAsks()
 	return s, err
+}
+
+// Restarts of a dead coordinator that one run allows: a coordinator that
+// keeps dying (a corrupt state, a machine out of memory) ends the run.
+const (
+	coordinatorRestarts      = 3
+	coordinatorRestartWindow = 10 * time.Minute
+)
+
+// waitReviving is waitUnqueued, starting the coordinator again (revive)
+// when a call fails because it has died.
+func waitReviving(ctx context.Context, c *coordClient, kids *children, id string, update func(api.JobStatus), notices io.Writer, what string, revive func(context.Context) error) (api.JobStatus, error) {
+	var restarts []time.Time
+	for {
+		s, err := waitUnqueued(ctx, c, id, update, notices)
+		if err == nil || revive == nil || ctx.Err() != nil {
+			return s, err
+		}
+		dead := kids.firstExited(time.Second)
+		if dead == nil {
+			return s, err
+		}
+		restarts = slices.DeleteFunc(restarts, func(t time.Time) bool { return time.Since(t) > coordinatorRestartWindow })
+		if len(restarts) == coordinatorRestarts {
+			return s, fmt.Errorf("the coordinator exited (%s) for the %s time in %v; not restarted again (log: %s): %w",
+				dead.cmd.ProcessState, ordinal(coordinatorRestarts+1), coordinatorRestartWindow, dead.log, err)
+		}
+		restarts = append(restarts, time.Now())
+		fmt.Fprintf(notices, "\n%s: the coordinator exited (%s); starting it again on its state (restart %d of at most %d in %v)\n",
+			what, dead.cmd.ProcessState, len(restarts), coordinatorRestarts, coordinatorRestartWindow)
+		if err := revive(ctx); err != nil {
+			return s, fmt.Errorf("restarting the coordinator: %w", err)
+		}
+	}
+}
+
+// ordinal is n as an English ordinal, for small n.
+func ordinal(n int) string {
+	switch n {
+	case 1:
+		return "first"
+	case 2:
+		return "second"
+	case 3:
+		return "third"
+	case 4:
+		return "fourth"
+	}
+	return strconv.Itoa(n) + "th"
 }
 
 // waitUnqueued waits for job id on a cluster whose nodes have all
@@ -449,6 +516,39 @@ func awaitFirstLines(ctx context.Context, waits []func(context.Context) (string,
 	return nil
 }
 
+// restartFirst starts the first child again, one that has exited, with
+// args, its standard error appended to logPath, and returns the first line
+// it prints.
+func (k *children) restartFirst(ctx context.Context, bin, logPath string, args ...string) (string, error) {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return "", err
+	}
+	n := len(k.procs)
+	firstLine, err := k.spawnInto(logf, bin, logPath, args...)
+	if len(k.procs) > n { // the new child takes the first's place
+		k.procs[0] = k.procs[n]
+		k.procs = k.procs[:n]
+	}
+	if err != nil {
+		return "", err
+	}
+	return firstLine(ctx)
+}
+
+// firstExited returns the first child if it has exited or exits within d.
+func (k *children) firstExited(d time.Duration) *child {
+	if len(k.procs) == 0 {
+		return nil
+	}
+	select {
+	case <-k.procs[0].exited:
+		return k.procs[0]
+	case <-time.After(d):
+		return nil
+	}
+}
+
 // spawn runs the daemon with args, its standard error into logPath, and
 // returns the wait for the first line it prints: at most 30 s from the
 // call.
@@ -457,6 +557,11 @@ func (k *children) spawn(bin, logPath string, args ...string) (firstLine func(co
 	if err != nil {
 		return nil, err
 	}
+	return k.spawnInto(logf, bin, logPath, args...)
+}
+
+// spawnInto is spawn with the log file open, which k then owns.
+func (k *children) spawnInto(logf *os.File, bin, logPath string, args ...string) (firstLine func(context.Context) (string, error), err error) {
 	k.logs = append(k.logs, logf)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logf
