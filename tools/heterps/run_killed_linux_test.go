@@ -74,13 +74,20 @@ func waitForPids(t *testing.T, file string, n int) []int {
 // processEnds reports whether pid exits (or is left a zombie) within d.
 func processEnds(pid int, d time.Duration) bool {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return true
-		}
-		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+		if processGone(pid) {
 			return true
 		}
 	}
 	return false
+}
+
+// processGone reports whether pid has exited: no such process, or a
+// zombie nobody has reaped.
+func processGone(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(stat), ')') // pid (comm) STATE ...
+	return i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }

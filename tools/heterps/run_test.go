@@ -254,34 +254,7 @@ func TestRunTinyJobJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds heterpsd and runs daemons")
 	}
-	bin := filepath.Join(t.TempDir(), "heterpsd")
-	build := exec.Command("go", "build", "-o", bin, "../../daemon/cmd/heterpsd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build heterpsd: %v\n%s", err, out)
-	}
-	// The job names its model relative to itself, and heterps runs
-	// elsewhere: the path resolves against the job file.
-	dir := t.TempDir()
-	job, err := os.ReadFile("../../daemon/node/testdata/job.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := os.ReadFile("../../daemon/node/testdata/tiny.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	catalog, err := filepath.Abs("../../daemon/node/testdata/catalog.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobPath := filepath.Join(dir, "job.toml")
-	src := strings.Replace(string(job), `"testdata/tiny.toml"`, `"tiny.toml"`, 1)
-	if err := os.WriteFile(jobPath, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tiny.toml"), model, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bin, jobPath, src, catalog := tinyJob(t, 20)
 	t.Chdir(t.TempDir())
 	var out, errb bytes.Buffer
 	logs := t.TempDir()
@@ -322,6 +295,37 @@ func TestRunTinyJobJSON(t *testing.T) {
 	if left, _ := os.ReadDir(tmp); len(left) != 0 || strings.Contains(errb.String(), "daemon logs in") {
 		t.Errorf("a refused job left %d entries in TMPDIR and said %q", len(left), errb.String())
 	}
+}
+
+// tinyJob builds heterpsd and writes daemon/node's tiny two-stage job
+// for steps steps into a directory of its own, beside its model, which it
+// names relative to itself (heterps runs elsewhere: the path resolves
+// against the job file). It returns the binary, the job file, its text
+// and the catalog.
+func tinyJob(t *testing.T, steps int) (bin, jobPath, src, catalog string) {
+	t.Helper()
+	bin = filepath.Join(t.TempDir(), "heterpsd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../daemon/cmd/heterpsd").CombinedOutput(); err != nil {
+		t.Fatalf("build heterpsd: %v\n%s", err, out)
+	}
+	job, err := os.ReadFile("../../daemon/node/testdata/job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := os.ReadFile("../../daemon/node/testdata/tiny.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if catalog, err = filepath.Abs("../../daemon/node/testdata/catalog.toml"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	jobPath = filepath.Join(dir, "job.toml")
+	src = strings.Replace(string(job), `"testdata/tiny.toml"`, `"tiny.toml"`, 1)
+	src = strings.Replace(src, "steps = 20", fmt.Sprintf("steps = %d", steps), 1)
+	writeFile(t, jobPath, src, 0o600)
+	writeFile(t, filepath.Join(dir, "tiny.toml"), string(model), 0o600)
+	return bin, jobPath, src, catalog
 }
 
 // lineWith returns the first line of text that contains s.

@@ -25,28 +25,8 @@ func TestRunRestartsADeadCoordinator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds heterpsd and runs daemons")
 	}
-	bin := filepath.Join(t.TempDir(), "heterpsd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../daemon/cmd/heterpsd").CombinedOutput(); err != nil {
-		t.Fatalf("build heterpsd: %v\n%s", err, out)
-	}
-	dir := t.TempDir()
-	job, err := os.ReadFile("../../daemon/node/testdata/job.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := os.ReadFile("../../daemon/node/testdata/tiny.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const steps = 4000
-	src := strings.Replace(strings.Replace(string(job), `"testdata/tiny.toml"`, `"tiny.toml"`, 1), "steps = 20", "steps = "+strconv.Itoa(steps), 1)
-	jobPath := filepath.Join(dir, "job.toml")
-	writeFile(t, jobPath, src, 0o600)
-	writeFile(t, filepath.Join(dir, "tiny.toml"), string(model), 0o600)
-	catalog, err := filepath.Abs("../../daemon/node/testdata/catalog.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, jobPath, _, catalog := tinyJob(t, steps)
 	logs := t.TempDir()
 	var out, errb syncbuf.Buffer
 	done := make(chan int, 1)
@@ -131,12 +111,7 @@ func coordinatorPidOrZero(logs string) int {
 		if err != nil || !strings.Contains(string(cmdline), "--role=coordinator") || !strings.Contains(string(cmdline), logs) {
 			continue
 		}
-		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
-		}
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && !processGone(pid) {
 			return pid
 		}
 	}
