@@ -331,8 +331,8 @@ func waitReviving(ctx context.Context, c *coordClient, kids *children, id string
 		}
 		restarts = slices.DeleteFunc(restarts, func(t time.Time) bool { return time.Since(t) > coordinatorRestartWindow })
 		if len(restarts) == coordinatorRestarts {
-			return s, fmt.Errorf("the coordinator exited (%s) for the %s time in %v; not restarted again (log: %s): %w",
-				dead.cmd.ProcessState, ordinal(coordinatorRestarts+1), coordinatorRestartWindow, dead.log, err)
+			return s, fmt.Errorf("the coordinator exited (%s), %d times in %v; not restarted again (log: %s): %w",
+				dead.cmd.ProcessState, coordinatorRestarts+1, coordinatorRestartWindow, dead.log, err)
 		}
 		restarts = append(restarts, time.Now())
 		fmt.Fprintf(notices, "\n%s: the coordinator exited (%s); starting it again on its state (restart %d of at most %d in %v)\n",
@@ -341,21 +341,6 @@ func waitReviving(ctx context.Context, c *coordClient, kids *children, id string
 			return s, fmt.Errorf("restarting the coordinator: %w", err)
 		}
 	}
-}
-
-// ordinal is n as an English ordinal, for small n.
-func ordinal(n int) string {
-	switch n {
-	case 1:
-		return "first"
-	case 2:
-		return "second"
-	case 3:
-		return "third"
-	case 4:
-		return "fourth"
-	}
-	return strconv.Itoa(n) + "th"
 }
 
 // waitUnqueued waits for job id on a cluster whose nodes have all

@@ -135,7 +135,7 @@ func TestRunGivesUpOnACoordinatorThatKeepsDying(t *testing.T) {
 	var notices syncbuf.Buffer
 	_, err := waitReviving(context.Background(), c, kids, "j1", func(api.JobStatus) {}, &notices, "heterps run",
 		func(context.Context) error { revived++; return nil })
-	if revived != coordinatorRestarts || err == nil || !strings.Contains(err.Error(), "the coordinator exited (exit status 3) for the fourth time in 10m0s; not restarted again") {
+	if revived != coordinatorRestarts || err == nil || !strings.Contains(err.Error(), "the coordinator exited (exit status 3), 4 times in 10m0s; not restarted again") {
 		t.Errorf("revived %d times, err %v; want %d restarts and the reason", revived, err, coordinatorRestarts)
 	}
 	if got := strings.Count(notices.String(), "starting it again on its state"); got != coordinatorRestarts {
