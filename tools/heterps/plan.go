@@ -21,6 +21,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/ckpt"
 	"github.com/heterps/heterps/daemon/sched"
 	"github.com/heterps/heterps/internal/errlines"
 )
@@ -193,7 +194,7 @@ func (f *planFlags) load(stderr io.Writer) (*sched.Problem, error) {
 	if f.saveProblem != "" {
 		out, err := c.MarshalTOML()
 		if err == nil {
-			err = os.WriteFile(f.saveProblem, out, 0o644)
+			err = writeWhole(f.saveProblem, out)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("--save-problem: %w", err)
@@ -281,31 +282,20 @@ func trainPolicy(ctx context.Context, f *planFlags, stderr io.Writer) int {
 	return exitOK
 }
 
+// savePolicyFile writes pol to path whole (writeWhole): the file it
+// replaces may be the shipped policy.
 func savePolicyFile(pol *sched.Policy, path string) error {
-	out, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := pol.Save(out); err != nil {
-		out.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return out.Close()
+	return ckpt.WriteAtomic(path, pol.Save)
 }
 
 func (f *planFlags) writePolicy() error {
 	if f.savePolicy == "" {
 		return nil
 	}
-	out, err := os.Create(f.savePolicy)
-	if err != nil {
+	if err := savePolicyFile(f.opts.Policy, f.savePolicy); err != nil {
 		return fmt.Errorf("--save-policy: %w", err)
 	}
-	if err := f.opts.Policy.Save(out); err != nil {
-		out.Close()
-		return fmt.Errorf("--save-policy: %w", err)
-	}
-	return out.Close()
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) {

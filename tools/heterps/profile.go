@@ -608,5 +608,5 @@ func writeProfile(f *profileFlags, cat *config.Catalog, col int, p *config.Probl
 		_, err = stdout.Write(out.Bytes())
 		return err
 	}
-	return os.WriteFile(f.out, out.Bytes(), 0o644)
+	return writeWhole(f.out, out.Bytes()) // --out may be the file --into read
 }
