@@ -242,7 +242,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 	// where the node daemons find it again and it takes up the job.
 	revive := func(ctx context.Context) error {
 		listen := strings.TrimPrefix(url, "http://")
-		line, err := kids.restartFirst(ctx, bin, coordLog, coordArgs(listen)...)
+		line, err := kids.restartFirst(ctx, coordArgs(listen)...)
 		if err == nil && line != "coordinator "+url {
 			err = fmt.Errorf("the restarted coordinator said %q, want %q", line, "coordinator "+url)
 		}
@@ -271,7 +271,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 	c := newCoordClient(url)
 	defer c.close()
 	c.stopCheckpoint = f.stopCheckpoint
-	s, err := runJob(ctx, c, &kids, len(offers), job, stderr, "heterps run", url, revive)
+	s, err := runJob(ctx, c, &kids, len(offers), job, stderr, "heterps run", url, &reviver{coordinator: revive, nodeAfter: nodeRestartDelay(f.heartbeat)})
 	if err != nil {
 		failed = !refusedSubmission(err) // a refused job file never ran: the refusal says all
 		return none, err
@@ -284,10 +284,10 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 // c calls, submits the job and follows it until it ends; what names the
 // command in its notices.
 //
-// revive, when not nil, starts the coordinator again after it died (it is
-// kids' first child): the job goes on, taken up from the coordinator's
-// state, up to coordinatorRestarts times in coordinatorRestartWindow.
-func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobText, stderr io.Writer, what, url string, revive func(context.Context) error) (api.JobStatus, error) {
+// revive, when not nil, starts the daemons again that die (kids' first
+// child is the coordinator): the job goes on, up to coordinatorRestarts
+// times a daemon in coordinatorRestartWindow.
+func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobText, stderr io.Writer, what, url string, revive *reviver) (api.JobStatus, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, checkpointSignals...) // kept for the job from here on, not the default (exit)
 	defer signal.Stop(sigs)
@@ -316,12 +316,39 @@ const (
 	coordinatorRestartWindow = 10 * time.Minute
 )
 
+// reviver is how heterps run starts its daemons again: the coordinator by
+// a function that knows its port, the node daemons with their own
+// arguments once nodeAfter has passed since they died.
+type reviver struct {
+	coordinator func(context.Context) error
+	nodeAfter   time.Duration
+}
+
+// nodeRestartDelay is how long a dead node daemon waits to be started
+// again: until the coordinator, hearing no heartbeat for three, has let
+// go of its name, which a new daemon of the name could not register under
+// before.
+func nodeRestartDelay(heartbeat time.Duration) time.Duration {
+	return 4*heartbeat + 500*time.Millisecond
+}
+
 // waitReviving is waitUnqueued, starting the coordinator again (revive)
-// when a call fails because it has died.
-func waitReviving(ctx context.Context, c *coordClient, kids *children, id string, update func(api.JobStatus), notices io.Writer, what string, revive func(context.Context) error) (api.JobStatus, error) {
+// when a call fails because it has died, and, with revive, node daemons
+// that have died as it polls the job.
+func waitReviving(ctx context.Context, c *coordClient, kids *children, id string, update func(api.JobStatus), notices io.Writer, what string, revive *reviver) (api.JobStatus, error) {
 	var restarts []time.Time
+	onStatus, returning := update, func() bool { return false }
+	if revive != nil {
+		nodes := &nodeReviver{kids: kids, notices: notices, what: what, after: revive.nodeAfter,
+			restarts: map[string][]time.Time{}, deadSince: map[string]time.Time{}, given: map[string]bool{}}
+		onStatus = func(s api.JobStatus) {
+			nodes.reviveDead()
+			update(s)
+		}
+		returning = nodes.returning
+	}
 	for {
-		s, err := waitUnqueued(ctx, c, id, update, notices)
+		s, err := waitUnqueued(ctx, c, id, onStatus, notices, returning)
 		if err == nil || revive == nil || ctx.Err() != nil {
 			return s, err
 		}
@@ -337,7 +364,7 @@ func waitReviving(ctx context.Context, c *coordClient, kids *children, id string
 		restarts = append(restarts, time.Now())
 		fmt.Fprintf(notices, "\n%s: the coordinator exited (%s); starting it again on its state (restart %d of at most %d in %v)\n",
 			what, dead.cmd.ProcessState, len(restarts), coordinatorRestarts, coordinatorRestartWindow)
-		if err := revive(ctx); err != nil {
+		if err := revive.coordinator(ctx); err != nil {
 			return s, fmt.Errorf("restarting the coordinator: %w", err)
 		}
 	}
@@ -346,12 +373,14 @@ func waitReviving(ctx context.Context, c *coordClient, kids *children, id string
 // waitUnqueued waits for job id on a cluster whose nodes have all
 // registered and that runs nothing else: a job that has to wait for units
 // would wait forever, so it is cancelled and its reason returned.
-func waitUnqueued(ctx context.Context, c *coordClient, id string, update func(api.JobStatus), notices io.Writer) (api.JobStatus, error) {
+// A job queued while returning reports a node daemon on its way back is
+// waited for instead.
+func waitUnqueued(ctx context.Context, c *coordClient, id string, update func(api.JobStatus), notices io.Writer, returning func() bool) (api.JobStatus, error) {
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var queued string
 	s, err := c.waitJob(wctx, id, func(s api.JobStatus) {
-		if s.State == api.JobQueued {
+		if s.State == api.JobQueued && !returning() {
 			queued = s.Reason
 			stop()
 		}
@@ -361,6 +390,66 @@ func waitUnqueued(ctx context.Context, c *coordClient, id string, update func(ap
 		return s, fmt.Errorf("job %s cannot be placed on the nodes started for it: %s", id, queued)
 	}
 	return s, err
+}
+
+// nodeReviver starts again the node daemons of heterps run that die (its
+// children after the first, the coordinator), each up to
+// coordinatorRestarts times in coordinatorRestartWindow: a job with
+// checkpoint.restarts goes on on the others meanwhile and moves back up
+// when its node is back, as on a cluster whose daemons systemd restarts.
+type nodeReviver struct {
+	kids      *children
+	notices   io.Writer
+	what      string
+	after     time.Duration          // from a daemon's death to its restart
+	restarts  map[string][]time.Time // by the daemon's log, which names it
+	deadSince map[string]time.Time   // when a daemon was first seen dead
+	given     map[string]bool        // daemons not restarted again, said once
+	last      time.Time              // the latest death seen or restart
+}
+
+// nodeReturnWait is how long after a node daemon's restart a queued job is
+// taken to wait for it (it registers within a few heartbeats).
+const nodeReturnWait = 30 * time.Second
+
+// returning reports whether a node daemon died or was restarted lately.
+func (r *nodeReviver) returning() bool { return time.Since(r.last) < nodeReturnWait }
+
+// reviveDead restarts each node daemon that has exited, within its limit.
+func (r *nodeReviver) reviveDead() {
+	for i := 1; i < len(r.kids.procs); i++ {
+		c := r.kids.procs[i]
+		select {
+		case <-c.exited:
+		default:
+			continue
+		}
+		if r.given[c.log] {
+			continue
+		}
+		if _, seen := r.deadSince[c.log]; !seen {
+			r.deadSince[c.log], r.last = time.Now(), time.Now()
+		}
+		if time.Since(r.deadSince[c.log]) < r.after {
+			continue
+		}
+		delete(r.deadSince, c.log)
+		times := slices.DeleteFunc(r.restarts[c.log], func(t time.Time) bool { return time.Since(t) > coordinatorRestartWindow })
+		name := strings.TrimSuffix(filepath.Base(c.log), ".log")
+		if len(times) == coordinatorRestarts {
+			r.given[c.log] = true
+			fmt.Fprintf(r.notices, "\n%s: node daemon %s exited (%s), %d times in %v; not restarted again (log: %s)\n",
+				r.what, name, c.cmd.ProcessState, coordinatorRestarts+1, coordinatorRestartWindow, c.log)
+			continue
+		}
+		r.restarts[c.log] = append(times, time.Now())
+		r.last = time.Now()
+		fmt.Fprintf(r.notices, "\n%s: node daemon %s exited (%s); starting it again (restart %d of at most %d in %v)\n",
+			r.what, name, c.cmd.ProcessState, len(r.restarts[c.log]), coordinatorRestarts, coordinatorRestartWindow)
+		if _, err := r.kids.restart(i, nil); err != nil {
+			fmt.Fprintf(r.notices, "%s: restarting node daemon %s: %v\n", r.what, name, err)
+		}
+	}
 }
 
 // nodeFile is a node daemon's file for an offer.
@@ -502,23 +591,34 @@ func awaitFirstLines(ctx context.Context, waits []func(context.Context) (string,
 }
 
 // restartFirst starts the first child again, one that has exited, with
-// args, its standard error appended to logPath, and returns the first line
-// it prints.
-func (k *children) restartFirst(ctx context.Context, bin, logPath string, args ...string) (string, error) {
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return "", err
-	}
-	n := len(k.procs)
-	firstLine, err := k.spawnInto(logf, bin, logPath, args...)
-	if len(k.procs) > n { // the new child takes the first's place
-		k.procs[0] = k.procs[n]
-		k.procs = k.procs[:n]
-	}
+// args, and returns the first line it prints.
+func (k *children) restartFirst(ctx context.Context, args ...string) (string, error) {
+	firstLine, err := k.restart(0, args)
 	if err != nil {
 		return "", err
 	}
 	return firstLine(ctx)
+}
+
+// restart starts child i again, one that has exited, with args (nil: its
+// own), its standard error appended to its log, in its place among k's
+// children, and returns the wait for its first line.
+func (k *children) restart(i int, args []string) (firstLine func(context.Context) (string, error), err error) {
+	old := k.procs[i]
+	if args == nil {
+		args = old.cmd.Args[1:]
+	}
+	logf, err := os.OpenFile(old.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	n := len(k.procs)
+	firstLine, err = k.spawnInto(logf, old.cmd.Path, old.log, args...)
+	if len(k.procs) > n {
+		k.procs[i] = k.procs[n]
+		k.procs = k.procs[:n]
+	}
+	return firstLine, err
 }
 
 // firstExited returns the first child if it has exited or exits within d.

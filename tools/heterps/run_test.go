@@ -458,12 +458,23 @@ func TestRunGivesUpOnAQueuedJob(t *testing.T) {
 	defer c.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := waitUnqueued(ctx, c, "j1", func(api.JobStatus) {}, io.Discard)
+	_, err := waitUnqueued(ctx, c, "j1", func(api.JobStatus) {}, io.Discard, func() bool { return false })
 	if err == nil || !strings.Contains(err.Error(), "no type fits") || ctx.Err() != nil {
 		t.Fatalf("waitUnqueued: %v (ctx %v)", err, ctx.Err())
 	}
 	if !cancelled.Load() {
 		t.Error("the queued job was not cancelled")
+	}
+
+	// While a node daemon is on its way back, a queued job is waited for.
+	cancelled.Store(false)
+	polls := 0
+	returning := func() bool { polls++; return polls <= 3 }
+	if _, err := waitUnqueued(ctx, c, "j1", func(api.JobStatus) {}, io.Discard, returning); err == nil || !cancelled.Load() {
+		t.Fatalf("waitUnqueued once the node was back: %v, cancelled %v", err, cancelled.Load())
+	}
+	if polls != 4 {
+		t.Errorf("the job was given up at poll %d, want 4: the first three came while a node was returning", polls)
 	}
 }
 
