@@ -285,8 +285,8 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 // command in its notices.
 //
 // revive, when not nil, starts the daemons again that die (kids' first
-// child is the coordinator): the job goes on, up to coordinatorRestarts
-// times a daemon in coordinatorRestartWindow.
+// child is the coordinator): the job goes on, up to daemonRestarts
+// times a daemon in daemonRestartWindow.
 func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobText, stderr io.Writer, what, url string, revive *reviver) (api.JobStatus, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, checkpointSignals...) // kept for the job from here on, not the default (exit)
@@ -309,12 +309,30 @@ func runJob(ctx context.Context, c *coordClient, kids *children, n int, job jobT
 	return s, err
 }
 
-// Restarts of a dead coordinator that one run allows: a coordinator that
-// keeps dying (a corrupt state, a machine out of memory) ends the run.
+// Restarts of a dead daemon that one run allows: a coordinator that keeps
+// dying (a corrupt state, a machine out of memory) ends the run, a node
+// daemon that does is left dead.
 const (
-	coordinatorRestarts      = 3
-	coordinatorRestartWindow = 10 * time.Minute
+	daemonRestarts      = 3
+	daemonRestartWindow = 10 * time.Minute
 )
+
+// restartLimit holds each daemon's restarts of the last
+// daemonRestartWindow, by the daemon's log (which names it).
+type restartLimit map[string][]time.Time
+
+// take counts a restart of the daemon logging to log and returns its
+// number in the window, or 0 when the window holds daemonRestarts
+// already (nothing is counted then).
+func (l restartLimit) take(log string) int {
+	times := slices.DeleteFunc(l[log], func(t time.Time) bool { return time.Since(t) > daemonRestartWindow })
+	if len(times) == daemonRestarts {
+		l[log] = times
+		return 0
+	}
+	l[log] = append(times, time.Now())
+	return len(l[log])
+}
 
 // reviver is how heterps run starts its daemons again: the coordinator by
 // a function that knows its port, the node daemons with their own
@@ -336,11 +354,11 @@ func nodeRestartDelay(heartbeat time.Duration) time.Duration {
 // when a call fails because it has died, and, with revive, node daemons
 // that have died as it polls the job.
 func waitReviving(ctx context.Context, c *coordClient, kids *children, id string, update func(api.JobStatus), notices io.Writer, what string, revive *reviver) (api.JobStatus, error) {
-	var restarts []time.Time
+	limit := restartLimit{}
 	onStatus, returning := update, func() bool { return false }
 	if revive != nil {
 		nodes := &nodeReviver{kids: kids, notices: notices, what: what, after: revive.nodeAfter,
-			restarts: map[string][]time.Time{}, deadSince: map[string]time.Time{}, given: map[string]bool{}}
+			limit: limit, deadSince: map[string]time.Time{}, given: map[string]bool{}}
 		onStatus = func(s api.JobStatus) {
 			nodes.reviveDead()
 			update(s)
@@ -356,14 +374,13 @@ func waitReviving(ctx context.Context, c *coordClient, kids *children, id string
 		if dead == nil {
 			return s, err
 		}
-		restarts = slices.DeleteFunc(restarts, func(t time.Time) bool { return time.Since(t) > coordinatorRestartWindow })
-		if len(restarts) == coordinatorRestarts {
+		n := limit.take(dead.log)
+		if n == 0 {
 			return s, fmt.Errorf("the coordinator exited (%s), %d times in %v; not restarted again (log: %s): %w",
-				dead.cmd.ProcessState, coordinatorRestarts+1, coordinatorRestartWindow, dead.log, err)
+				dead.cmd.ProcessState, daemonRestarts+1, daemonRestartWindow, dead.log, err)
 		}
-		restarts = append(restarts, time.Now())
 		fmt.Fprintf(notices, "\n%s: the coordinator exited (%s); starting it again on its state (restart %d of at most %d in %v)\n",
-			what, dead.cmd.ProcessState, len(restarts), coordinatorRestarts, coordinatorRestartWindow)
+			what, dead.cmd.ProcessState, n, daemonRestarts, daemonRestartWindow)
 		if err := revive.coordinator(ctx); err != nil {
 			return s, fmt.Errorf("restarting the coordinator: %w", err)
 		}
@@ -394,18 +411,18 @@ func waitUnqueued(ctx context.Context, c *coordClient, id string, update func(ap
 
 // nodeReviver starts again the node daemons of heterps run that die (its
 // children after the first, the coordinator), each up to
-// coordinatorRestarts times in coordinatorRestartWindow: a job with
+// daemonRestarts times in daemonRestartWindow: a job with
 // checkpoint.restarts goes on on the others meanwhile and moves back up
 // when its node is back, as on a cluster whose daemons systemd restarts.
 type nodeReviver struct {
 	kids      *children
 	notices   io.Writer
 	what      string
-	after     time.Duration          // from a daemon's death to its restart
-	restarts  map[string][]time.Time // by the daemon's log, which names it
-	deadSince map[string]time.Time   // when a daemon was first seen dead
-	given     map[string]bool        // daemons not restarted again, said once
-	last      time.Time              // the latest death seen or restart
+	after     time.Duration // from a daemon's death to its restart
+	limit     restartLimit
+	deadSince map[string]time.Time // when a daemon was first seen dead, by its log
+	given     map[string]bool      // daemons not restarted again, said once
+	last      time.Time            // the latest death seen or restart
 }
 
 // nodeReturnWait is how long after a node daemon's restart a queued job is
@@ -434,18 +451,17 @@ func (r *nodeReviver) reviveDead() {
 			continue
 		}
 		delete(r.deadSince, c.log)
-		times := slices.DeleteFunc(r.restarts[c.log], func(t time.Time) bool { return time.Since(t) > coordinatorRestartWindow })
 		name := strings.TrimSuffix(filepath.Base(c.log), ".log")
-		if len(times) == coordinatorRestarts {
+		n := r.limit.take(c.log)
+		if n == 0 {
 			r.given[c.log] = true
 			fmt.Fprintf(r.notices, "\n%s: node daemon %s exited (%s), %d times in %v; not restarted again (log: %s)\n",
-				r.what, name, c.cmd.ProcessState, coordinatorRestarts+1, coordinatorRestartWindow, c.log)
+				r.what, name, c.cmd.ProcessState, daemonRestarts+1, daemonRestartWindow, c.log)
 			continue
 		}
-		r.restarts[c.log] = append(times, time.Now())
 		r.last = time.Now()
 		fmt.Fprintf(r.notices, "\n%s: node daemon %s exited (%s); starting it again (restart %d of at most %d in %v)\n",
-			r.what, name, c.cmd.ProcessState, len(r.restarts[c.log]), coordinatorRestarts, coordinatorRestartWindow)
+			r.what, name, c.cmd.ProcessState, n, daemonRestarts, daemonRestartWindow)
 		if _, err := r.kids.restart(i, nil); err != nil {
 			fmt.Fprintf(r.notices, "%s: restarting node daemon %s: %v\n", r.what, name, err)
 		}

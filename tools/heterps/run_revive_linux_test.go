@@ -126,7 +126,7 @@ func coordinatorPid(t *testing.T, logs string) int {
 func coordinatorPidOrZero(logs string) int { return findDaemon(logs, "--role=coordinator", "") }
 
 // TestRunGivesUpOnACoordinatorThatKeepsDying: a coordinator restarted
-// coordinatorRestarts times within the window that dies again ends the
+// daemonRestarts times within the window that dies again ends the
 // run with the reason, instead of being restarted for ever.
 func TestRunGivesUpOnACoordinatorThatKeepsDying(t *testing.T) {
 	dead := exec.Command("sh", "-c", "exit 3")
@@ -142,11 +142,11 @@ func TestRunGivesUpOnACoordinatorThatKeepsDying(t *testing.T) {
 	var notices syncbuf.Buffer
 	_, err := waitReviving(context.Background(), c, kids, "j1", func(api.JobStatus) {}, &notices, "heterps run",
 		&reviver{coordinator: func(context.Context) error { revived++; return nil }})
-	if revived != coordinatorRestarts || err == nil || !strings.Contains(err.Error(), "the coordinator exited (exit status 3), 4 times in 10m0s; not restarted again") {
-		t.Errorf("revived %d times, err %v; want %d restarts and the reason", revived, err, coordinatorRestarts)
+	if revived != daemonRestarts || err == nil || !strings.Contains(err.Error(), "the coordinator exited (exit status 3), 4 times in 10m0s; not restarted again") {
+		t.Errorf("revived %d times, err %v; want %d restarts and the reason", revived, err, daemonRestarts)
 	}
-	if got := strings.Count(notices.String(), "starting it again on its state"); got != coordinatorRestarts {
-		t.Errorf("%d restart notices, want %d: %s", got, coordinatorRestarts, notices.String())
+	if got := strings.Count(notices.String(), "starting it again on its state"); got != daemonRestarts {
+		t.Errorf("%d restart notices, want %d: %s", got, daemonRestarts, notices.String())
 	}
 }
 
@@ -234,7 +234,7 @@ func TestNodeReviverWaitsBeforeARestart(t *testing.T) {
 	}()
 	var notices syncbuf.Buffer
 	r := &nodeReviver{kids: kids, notices: &notices, what: "heterps run", after: 300 * time.Millisecond,
-		restarts: map[string][]time.Time{}, deadSince: map[string]time.Time{}, given: map[string]bool{}}
+		limit: restartLimit{}, deadSince: map[string]time.Time{}, given: map[string]bool{}}
 	r.reviveDead()
 	if kids.procs[1].cmd != node || !r.returning() {
 		t.Fatalf("restarted at once (or not taken as returning): %s", notices.String())
