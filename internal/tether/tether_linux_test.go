@@ -2,13 +2,17 @@ package tether
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heterps/heterps/internal/timerslack"
 )
 
 // The test binary plays the parent and the child of these tests.
@@ -154,5 +158,24 @@ func onThreadThatEnds(t *testing.T, fn func()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s is still there: the runtime did not end the thread", task)
 		}
+	}
+}
+
+func TestChildrenGetTheTimerSlackThisProcessInherited(t *testing.T) {
+	s, err := timerslack.Current()
+	if err != nil || s.Set == 0 || s.Inherited == s.Set {
+		t.Skipf("timer slack %+v, %v: nothing to tell apart", s, err)
+	}
+	var out bytes.Buffer
+	cat := exec.Command("cat", "/proc/self/timerslack_ns")
+	cat.Stdout = &out
+	if err := Start(cat); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(out.String()), strconv.FormatInt(s.Inherited.Nanoseconds(), 10); got != want {
+		t.Errorf("child's timer slack %s ns, want the inherited %s (this process runs with %v)", got, want, s.Set)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sort"
 
 	"github.com/heterps/heterps/internal/errlines"
+	"github.com/heterps/heterps/internal/timerslack"
 	"github.com/heterps/heterps/native"
 )
 
@@ -80,6 +81,10 @@ func dispatch(args []string) int {
 	if !ok {
 		fmt.Fprintf(os.Stderr, "heterps: unknown command %q\n\n", args[0])
 		usage()
+		return exitUsage
+	}
+	if _, err := timerslack.Current(); err != nil { // the daemons it starts would refuse it too
+		errlines.Print(os.Stderr, "heterps", err)
 		return exitUsage
 	}
 	return cmd.run(args[1:])

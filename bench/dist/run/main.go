@@ -81,6 +81,10 @@ import (
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/internal/cpuprof"
+	// The single-process and loopback-limit trainers in this process are what
+	// the jobs are held against: they get the timer slack heterps and
+	// heterpsd run with.
+	_ "github.com/heterps/heterps/internal/timerslack"
 	"github.com/heterps/heterps/native"
 )
 

@@ -42,6 +42,7 @@ import (
 	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/internal/errlines"
 	"github.com/heterps/heterps/internal/gctune"
+	"github.com/heterps/heterps/internal/timerslack"
 	"github.com/heterps/heterps/native"
 )
 
@@ -222,12 +223,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.checkConfig != "" {
 		return checkConfig(f.checkConfig, stdout, stderr)
 	}
+	slack, err := timerslack.Current()
+	if err != nil {
+		errlines.Print(stderr, "heterpsd", err)
+		return exitUsage
+	}
 	log, closeLog, err := newLogger(f, stderr)
 	if err != nil {
 		errlines.Print(stderr, "heterpsd", err)
 		return exitUsage
 	}
 	defer closeLog()
+	log.Info("timer slack", "slack", slack.String())
 	if f.stopOnStdinClose {
 		stopOnLifelineCut(ctx, os.Stdin, log)
 	}
