@@ -17,8 +17,9 @@
 // creates sysmon, so every thread inherits it. HETERPS_TIMER_SLACK sets it:
 // a whole number of ns, us or ms up to 1 s, or 0 to leave the slack the
 // process inherited. A value it cannot read leaves that slack too, and
-// Check says so. Children started through Restore's thread get the slack
-// the process inherited, not this one.
+// Current says so. A child inherits the slack of the thread that forks it:
+// a thread given RestoreThread (package tether's) forks children with the
+// slack this process inherited, not this one.
 package timerslack
 
 import (
