@@ -15,9 +15,10 @@
 //
 // The slack is set by a C constructor, which runs before the runtime
 // creates sysmon, so every thread inherits it. HETERPS_TIMER_SLACK sets it:
-// a whole number of ns, us (or µs), ms or s up to 1 s, or 0 to leave the slack the
-// process inherited. A value it cannot read leaves that slack too, and
-// Current says so. A child inherits the slack of the thread that forks it:
+// a whole number of ns, us (or µs) or ms up to 10 ms (a larger slack would
+// delay heartbeats and timeouts, and gained nothing), or 0 to leave the
+// slack the process inherited. A value it cannot read leaves that slack
+// too, and Current says so. A child inherits the slack of the thread that forks it:
 // a thread given RestoreThread (package tether's) forks children with the
 // slack this process inherited, not this one.
 package timerslack
@@ -45,7 +46,7 @@ type Setting struct {
 func Current() (Setting, error) {
 	s, ok := applied()
 	if !ok {
-		return s, fmt.Errorf("%s=%q: want 0 or a whole number of ns, us, ms or s up to 1s (the timer slack stays %v)",
+		return s, fmt.Errorf("%s=%q: want 0 or a whole number of ns, us or ms up to 10ms (the timer slack stays %v)",
 			Env, os.Getenv(Env), s.Inherited)
 	}
 	return s, nil

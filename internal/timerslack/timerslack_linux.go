@@ -10,8 +10,8 @@ static unsigned long hps_slack_inherited; // ns, as the process started
 static unsigned long hps_slack_set;       // ns set; 0: left as inherited
 static int hps_slack_bad;                 // the variable could not be read
 
-// hps_slack_parse reads "0" or a whole number followed by ns, us (µs), ms
-// or s, at most one second; it returns -1 for anything else.
+// hps_slack_parse reads "0" or a whole number followed by ns, us (µs) or
+// ms, at most 10 ms; it returns -1 for anything else.
 static long hps_slack_parse(const char *s) {
 	if (s[0] < '0' || s[0] > '9') return -1;
 	errno = 0;
@@ -22,10 +22,9 @@ static long hps_slack_parse(const char *s) {
 	if (strcmp(end, "ns") == 0) unit = 1;
 	else if (strcmp(end, "us") == 0 || strcmp(end, "\xc2\xb5s") == 0) unit = 1000; // us or µs, as Go prints it
 	else if (strcmp(end, "ms") == 0) unit = 1000000;
-	else if (strcmp(end, "s") == 0) unit = 1000000000;
 	else if (*end == 0 && v == 0) unit = 1;
 	else return -1;
-	if (v > 1000000000UL / unit) return -1;
+	if (v > 10000000UL / unit) return -1; // 10 ms: more would delay heartbeats and timeouts
 	return (long)(v * unit);
 }
 

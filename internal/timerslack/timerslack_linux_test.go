@@ -86,7 +86,7 @@ func TestEveryThreadHasTheDefaultSlack(t *testing.T) {
 
 func TestTheVariableSetsTheSlack(t *testing.T) {
 	for value, want := range map[string]time.Duration{
-		"250us": 250 * time.Microsecond, "3ms": 3 * time.Millisecond, "80000ns": 80 * time.Microsecond, "1000ms": time.Second, "7µs": 7 * time.Microsecond, "1s": time.Second,
+		"250us": 250 * time.Microsecond, "3ms": 3 * time.Millisecond, "80000ns": 80 * time.Microsecond, "10ms": 10 * time.Millisecond, "7µs": 7 * time.Microsecond,
 	} {
 		r := child(t, value, true)
 		if r.thread != want || r.set != want || r.err != "<nil>" {
@@ -111,7 +111,7 @@ func TestZeroLeavesTheInheritedSlack(t *testing.T) {
 }
 
 func TestUnreadableValuesKeepTheSlackAndSaySo(t *testing.T) {
-	for _, value := range []string{"abc", "1.5ms", "-1ms", " 1ms", "+1ms", "2s", "1001ms", "1µ", "1sec", "5", "ms", "1msx", "99999999999999999999999ns"} {
+	for _, value := range []string{"abc", "1.5ms", "-1ms", " 1ms", "+1ms", "1s", "11ms", "10001us", "1µ", "1sec", "5", "ms", "1msx", "99999999999999999999999ns"} {
 		r := child(t, value, true)
 		if r.set != 0 || r.thread != r.inherited {
 			t.Errorf("%s=%q: thread %v, set %v; want the inherited %v kept", Env, value, r.thread, r.set, r.inherited)
