@@ -18,9 +18,9 @@
 // a whole number of ns, us (or µs) or ms up to 10 ms (a larger slack would
 // delay heartbeats and timeouts, and gained nothing), or 0 to leave the
 // slack the process inherited. A value it cannot read leaves that slack
-// too, and Current says so. A child inherits the slack of the thread that forks it:
-// a thread given RestoreThread (package tether's) forks children with the
-// slack this process inherited, not this one.
+// too, and Current says so. A child inherits the slack of the thread
+// that forks it: a thread given RestoreThread (package tether's) forks
+// children with the slack this process inherited, not this one.
 package timerslack
 
 import (
