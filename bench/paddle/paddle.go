@@ -53,7 +53,11 @@ func paddleSingle(ctx context.Context, o options, dir string, threads int) measu
 	cmd.Env = append(os.Environ(), threadEnv(threads)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err = tether.Start(cmd) // with the timer slack this process inherited, as from a shell (package timerslack)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		return measured{err: fmt.Errorf("%s ctrdnn_single.py: %w: %s", o.python, err, heterpsrun.Tail(stderr.Bytes()))}
 	}
 	var r singleResult

@@ -29,6 +29,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/heterpsrun"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
+	"github.com/heterps/heterps/internal/tether"
 	"github.com/heterps/heterps/native"
 )
 
@@ -144,13 +145,18 @@ func runPython(script string, threads int, out any, args ...string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(threads), "MKL_NUM_THREADS="+strconv.Itoa(threads))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
+	var stdoutBuf, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdoutBuf, &stderr
+	// Through tether, PyTorch runs with the timer slack this process
+	// inherited, as from a shell, not with heterps' (package timerslack).
+	err := tether.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %v\n%s", script, err, heterpsrun.Tail(stderr.Bytes()))
 	}
-	stdout = bytes.TrimSpace(stdout)
+	stdout := bytes.TrimSpace(stdoutBuf.Bytes())
 	if err := json.Unmarshal(stdout[bytes.LastIndexByte(stdout, '\n')+1:], out); err != nil {
 		return fmt.Errorf("%s printed no result (%w): %s", script, err, heterpsrun.Tail(stderr.Bytes()))
 	}
