@@ -53,11 +53,9 @@ func paddleSingle(ctx context.Context, o options, dir string, threads int) measu
 	cmd.Env = append(os.Environ(), threadEnv(threads)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = tether.Start(cmd) // with the timer slack this process inherited, as from a shell (package timerslack)
-	if err == nil {
-		err = cmd.Wait()
-	}
-	if err != nil {
+	// Through tether: with the timer slack this process inherited, as from
+	// a shell (package timerslack).
+	if err := tether.Run(cmd); err != nil {
 		return measured{err: fmt.Errorf("%s ctrdnn_single.py: %w: %s", o.python, err, heterpsrun.Tail(stderr.Bytes()))}
 	}
 	var r singleResult
@@ -228,11 +226,7 @@ func runWorkers(ctx context.Context, cancel context.CancelFunc, command func(wor
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		wg.Go(func() {
-			err := tether.Start(cmd)
-			if err == nil {
-				err = cmd.Wait()
-			}
-			if err != nil {
+			if err := tether.Run(cmd); err != nil {
 				errs[i] = fmt.Errorf("paddle PS worker %d: %w: %s", i, err, heterpsrun.Tail(stderr.Bytes()))
 				cancel()
 				return

@@ -149,11 +149,7 @@ func runPython(script string, threads int, out any, args ...string) error {
 	cmd.Stdout, cmd.Stderr = &stdoutBuf, &stderr
 	// Through tether, PyTorch runs with the timer slack this process
 	// inherited, as from a shell, not with heterps' (package timerslack).
-	err := tether.Start(cmd)
-	if err == nil {
-		err = cmd.Wait()
-	}
-	if err != nil {
+	if err := tether.Run(cmd); err != nil {
 		return fmt.Errorf("%s: %v\n%s", script, err, heterpsrun.Tail(stderr.Bytes()))
 	}
 	stdout := bytes.TrimSpace(stdoutBuf.Bytes())

@@ -43,3 +43,12 @@ func Start(cmd *exec.Cmd) error {
 	requests <- request{cmd: cmd, done: done}
 	return <-done
 }
+
+// Run starts cmd tied to this process (Start) and waits for it, as
+// cmd.Run does.
+func Run(cmd *exec.Cmd) error {
+	if err := Start(cmd); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}

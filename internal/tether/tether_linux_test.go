@@ -3,6 +3,7 @@ package tether
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -177,5 +178,19 @@ func TestChildrenGetTheTimerSlackThisProcessInherited(t *testing.T) {
 	}
 	if got, want := strings.TrimSpace(out.String()), strconv.FormatInt(s.Inherited.Nanoseconds(), 10); got != want {
 		t.Errorf("child's timer slack %s ns, want the inherited %s (this process runs with %v)", got, want, s.Set)
+	}
+}
+
+func TestRunWaitsForTheChildAndReturnsItsExit(t *testing.T) {
+	var out bytes.Buffer
+	cmd := exec.Command("sh", "-c", "sleep 0.1; echo done; exit 3")
+	cmd.Stdout = &out
+	err := Run(cmd)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("Run = %v, want the child's exit status 3", err)
+	}
+	if out.String() != "done\n" {
+		t.Errorf("output %q when Run returned, want the child's whole output", out.String())
 	}
 }
