@@ -100,9 +100,9 @@ func nodesBlock(ctx context.Context, o options, arms []arm, n, batch int, unitNa
 		res := jobs[i].best
 		res.limit = limit
 		overJob := float64(res.steps) * float64(batch) / res.jobSeconds
-		fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured (best of %s), %8.0f over the job (incl. start), %.2fx the single process beside it%s, loss %.4f, run took %.1f s\n",
+		fmt.Fprintf(w, "%d nodes (%dx %s), dense_sync %-9s plan limit %.0f: %8.0f samples/s measured (best of %s), %8.0f over the job (incl. start), %.2fx the single process beside it (%.2fx: the median of the rounds' ratios)%s, loss %.4f, run took %.1f s\n",
 			n, n, unitName, sync+",", res.limit, res.samplesPerS, jobs[i].rates(), overJob, res.samplesPerS/ref.best.samplesPerS,
-			ofLimit(res.samplesPerS, limitRate), res.loss, res.wallSeconds)
+			roundsRatio(jobs[i].all, ref.all), ofLimit(res.samplesPerS, limitRate), res.loss, res.wallSeconds)
 		for _, st := range res.stages {
 			stageLines = append(stageLines, fmt.Sprintf("%5d  %-9s  %-9s  %5d  %-7s %5d  %10.0f  %10.0f  %6.3f",
 				n, sync, st.DenseSync, st.Stage, st.Type, st.Units, st.PredictedThroughput, st.MeasuredThroughput, st.MeasuredThroughput/st.PredictedThroughput))

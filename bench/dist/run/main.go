@@ -69,6 +69,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -338,11 +339,28 @@ type repeated struct {
 
 // rates lists the runs' samples/s, e.g. "3: 61200 58100 63050".
 func (r repeated) rates() string {
-	s := fmt.Sprint(len(r.all), ":")
-	for _, x := range r.all {
-		s += fmt.Sprintf(" %.0f", x)
+	return fmt.Sprint(len(r.all), ":") + listRates(r.all)
+}
+
+// roundsRatio is the median over rounds of num's run over den's run of
+// the same round: runs of one round are minutes apart, so a slow stretch
+// of the shared host lowers both sides of a ratio, where a ratio of two
+// bests may pair a lucky run with an unlucky one. It is 0 without a
+// round.
+func roundsRatio(num, den []float64) float64 {
+	n := min(len(num), len(den))
+	if n == 0 {
+		return 0
 	}
-	return s
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = num[i] / den[i]
+	}
+	slices.Sort(ratios)
+	if n%2 == 1 {
+		return ratios[n/2]
+	}
+	return (ratios[n/2-1] + ratios[n/2]) / 2
 }
 
 // ofLimit is ", R of the loopback limit" for a rate against limit, or ""

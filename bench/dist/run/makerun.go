@@ -27,8 +27,10 @@ type makeRunOptions struct {
 // stage of one cpu-2t unit, its PS shard on the same node, batch 512) but
 // with o.steps steps so that start-up does not dominate, and `heterps
 // train --model ctrdnn` on the same data, batch and steps with the
-// machine's threads. The two alternate, o.repeats times each; each side's
-// best counts.
+// machine's threads. The two alternate, o.repeats rounds of one run each,
+// every other round the job first so that a host slowing down or speeding
+// up within a round favours neither; each side's best counts, and the
+// median of the rounds' ratios is printed beside the ratio of the bests.
 func makeRunBlock(ctx context.Context, o makeRunOptions, w io.Writer) error {
 	dir, err := os.MkdirTemp("", "bench-dist-makerun-")
 	if err != nil {
@@ -43,32 +45,65 @@ func makeRunBlock(ctx context.Context, o makeRunOptions, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var train, run *heterpsbin.Result
-	for range o.repeats {
-		tr, err := t.trainCtrdnn(ctx, o.steps)
-		if err != nil {
-			return fmt.Errorf("heterps train: %w", err)
-		}
-		if train == nil || tr.SamplesPerS > train.SamplesPerS {
-			train = tr
-		}
-		r, err := t.runJobFile(ctx, job)
-		if err != nil {
-			return fmt.Errorf("heterps run %s: %w", makeRunJob, err)
-		}
-		if run == nil || r.SamplesPerS > run.SamplesPerS {
-			run = r
-		}
+	best, all, err := alternateSides(o.repeats, []side{
+		{"heterps train", func() (*heterpsbin.Result, error) { return t.trainCtrdnn(ctx, o.steps) }},
+		{"heterps run " + makeRunJob, func() (*heterpsbin.Result, error) { return t.runJobFile(ctx, job) }},
+	})
+	if err != nil {
+		return err
 	}
+	train, run := best[0], best[1]
 	fmt.Fprintf(w, "\n== make run's job: %s at %d steps (catalog local), against heterps train --model ctrdnn, %d threads; best of %d each, alternating\n",
 		makeRunJob, o.steps, runtime.NumCPU(), o.repeats)
-	fmt.Fprintf(w, "heterps train:  %8.0f samples/s, loss %.4f\n", train.SamplesPerS, train.Loss)
-	fmt.Fprintf(w, "heterps run:    %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx heterps train, loss %.4f\n",
-		run.SamplesPerS, float64(run.Steps*int64(makeRunBatch))/run.Seconds, run.SamplesPerS/train.SamplesPerS, run.Loss)
+	fmt.Fprintf(w, "heterps train:  %8.0f samples/s, loss %.4f (runs%s)\n", train.SamplesPerS, train.Loss, listRates(all[0]))
+	fmt.Fprintf(w, "heterps run:    %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx heterps train (%.2fx: the median of the rounds' ratios), loss %.4f (runs%s)\n",
+		run.SamplesPerS, float64(run.Steps*int64(makeRunBatch))/run.Seconds, run.SamplesPerS/train.SamplesPerS,
+		roundsRatio(all[1], all[0]), run.Loss, listRates(all[1]))
 	for _, st := range run.Stages {
 		fmt.Fprintf(w, "  stage %d: %d x %s, dense_sync %s\n", st.Stage, st.Units, st.Type, st.DenseSync)
 	}
 	return nil
+}
+
+// side is one program the make-run block times.
+type side struct {
+	name string
+	run  func() (*heterpsbin.Result, error)
+}
+
+// alternateSides runs each side once a round for rounds rounds, in order
+// in even rounds and in reverse in odd ones (A B, B A, A B, ...), so that
+// a host slowing down or speeding up within a round favours neither. It
+// returns each side's fastest run and every run's samples/s in the order
+// run, and stops at the first failure, naming the side.
+func alternateSides(rounds int, sides []side) (best []*heterpsbin.Result, all [][]float64, err error) {
+	best, all = make([]*heterpsbin.Result, len(sides)), make([][]float64, len(sides))
+	for round := range rounds {
+		for k := range sides {
+			i := k
+			if round%2 == 1 {
+				i = len(sides) - 1 - k
+			}
+			r, err := sides[i].run()
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", sides[i].name, err)
+			}
+			all[i] = append(all[i], r.SamplesPerS)
+			if best[i] == nil || r.SamplesPerS > best[i].SamplesPerS {
+				best[i] = r
+			}
+		}
+	}
+	return best, all, nil
+}
+
+// listRates is " R1 R2 ..." for samples/s rates.
+func listRates(rates []float64) string {
+	s := ""
+	for _, x := range rates {
+		s += fmt.Sprintf(" %.0f", x)
+	}
+	return s
 }
 
 // makeRunBatch is the batch of makeRunJob (checked by makeRunJobFile).

@@ -66,8 +66,8 @@ func TestNodesBlockHoldsEachJobAgainstItsOwnRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"single process, 2 threads:      100 samples/s (best of 2: 100 100)",
-		"loopback limit, 2 unsynchronised trainers", "0.80x the single process beside it, 0.67 of the loopback limit",
-		"0.90x the single process beside it, 0.75 of the loopback limit"} {
+		"loopback limit, 2 unsynchronised trainers", "0.80x the single process beside it (0.80x: the median of the rounds' ratios), 0.67 of the loopback limit",
+		"0.90x the single process beside it (0.90x: the median of the rounds' ratios), 0.75 of the loopback limit"} {
 		if !strings.Contains(w.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, w.String())
 		}
@@ -76,7 +76,7 @@ func TestNodesBlockHoldsEachJobAgainstItsOwnRounds(t *testing.T) {
 	if _, err := nodesBlock(context.Background(), o, []arm{arms[0], arms[2], arms[3]}, 1, 512, "cpu-2t", 1000, &w); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(w.String(), "loopback limit") || !strings.Contains(w.String(), "0.90x the single process beside it, loss") {
+	if strings.Contains(w.String(), "loopback limit") || !strings.Contains(w.String(), "0.90x the single process beside it (0.90x: the median of the rounds' ratios), loss") {
 		t.Errorf("a 1-node block:\n%s", w.String())
 	}
 }
