@@ -61,32 +61,47 @@ func benchLocalPS(b *testing.B, cfg *config.Model, backend native.Backend) {
 		}
 		b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "samples/s")
 	})
-	b.Run("local-ps", func(b *testing.B) {
-		w := localPSWorker(b, cfg, backend, 0, next(b))
-		ctx := context.Background()
-		if _, err := w.Step(ctx, 1); err != nil { // rows created, prefetch started
+	// dense_sync = "ps" (the dense blocks through the shard) and
+	// "allreduce" (a ring of one: the optimiser runs in the stage), as
+	// make run's job plans it.
+	for _, sync := range []string{"ps", "allreduce"} {
+		b.Run("local-"+sync, func(b *testing.B) {
+			w := localPSWorker(b, cfg, backend, 0, next(b), func(c *Config) {
+				if sync == "allreduce" {
+					c.Allreduce = &Allreduce{Peers: []string{"replica-0"}, TotalSteps: 1 << 20}
+				}
+			})
+			benchWorkerSteps(b, w, size)
+		})
+	}
+}
+
+// benchWorkerSteps times w's steps after a first (rows created, prefetch
+// started), reporting samples/s and each phase's microseconds a step.
+func benchWorkerSteps(b *testing.B, w *Worker, size int) {
+	ctx := context.Background()
+	if _, err := w.Step(ctx, 1); err != nil {
+		b.Fatal(err)
+	}
+	var spent Result
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := w.Step(ctx, int64(i)+2)
+		if err != nil {
 			b.Fatal(err)
 		}
-		var spent Result
-		b.ResetTimer()
-		for i := range b.N {
-			res, err := w.Step(ctx, int64(i)+2)
-			if err != nil {
-				b.Fatal(err)
-			}
-			spent.Input += res.Input
-			spent.Pull += res.Pull
-			spent.Compute += res.Compute
-			spent.Push += res.Push
-		}
-		b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "samples/s")
-		for _, d := range []struct {
-			name string
-			v    time.Duration
-		}{{"input", spent.Input}, {"pull", spent.Pull}, {"compute", spent.Compute}, {"push", spent.Push}} {
-			b.ReportMetric(float64(d.v.Microseconds())/float64(b.N), d.name+"-us/step")
-		}
-	})
+		spent.Input += res.Input
+		spent.Pull += res.Pull
+		spent.Compute += res.Compute
+		spent.Push += res.Push
+	}
+	b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "samples/s")
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"input", spent.Input}, {"pull", spent.Pull}, {"compute", spent.Compute}, {"push", spent.Push}} {
+		b.ReportMetric(float64(d.v.Microseconds())/float64(b.N), d.name+"-us/step")
+	}
 }
 
 // localPSWorker is a one-stage worker of cfg for a job of steps steps (0:
