@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -147,4 +148,92 @@ func localPSWorker(t testing.TB, cfg *config.Model, backend native.Backend, step
 	}
 	t.Cleanup(func() { w.Close() })
 	return w
+}
+
+// BenchmarkLocalPSAlternating holds make run's stage (ctrdnn, one replica,
+// its shard in-process, dense_sync allreduce) against nn.Trainer on the
+// same 2-thread backend, each with its batches read ahead as heterps train
+// and the daemon read them, in alternating chunks of 25 steps (one chunk
+// of each per iteration), so that a slow spell of a shared host falls on
+// both: BenchmarkLocalPS runs them minutes apart. It reports each side's
+// samples/s and the median over iterations of the stage's over the
+// trainer's, unpinned and pinned (the steps' thread and the kernels'
+// helpers each on a CPU of their own, as heterps train runs; needs 2 CPUs).
+func BenchmarkLocalPSAlternating(b *testing.B) {
+	cfg, err := config.LoadModel("ctrdnn")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pin := range []native.Pinning{native.PinNever, native.PinAlways} {
+		b.Run("pin="+pin.String(), func(b *testing.B) {
+			backend, err := native.NewCPU(native.CPUOptions{Threads: 2, Pin: pin})
+			if err != nil {
+				b.Skip(err) // PinAlways on a machine of one CPU
+			}
+			defer backend.PinCaller()()
+			benchAlternating(b, cfg, backend)
+		})
+	}
+}
+
+func benchAlternating(b *testing.B, cfg *config.Model, backend native.Backend) {
+	const size, chunk = 512, 25
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	readAhead := func() func(context.Context) (*data.Batch, error) {
+		src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { src.Close() })
+		p, err := data.PrefetchBatches(ctx, src, size, 2, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(p.Close)
+		return p.Next
+	}
+	trainerBatches := readAhead()
+	tr, err := nn.NewTrainer(backend, cfg, testSeed, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stageBatches := readAhead()
+	w := localPSWorker(b, cfg, backend, 0, func(ctx context.Context, _ int64) (*data.Batch, error) { return stageBatches(ctx) },
+		func(c *Config) { c.Allreduce = &Allreduce{Peers: []string{"replica-0"}, TotalSteps: 1 << 20} })
+	step := int64(1)
+	if _, err := w.Step(ctx, step); err != nil { // rows created, prefetch started
+		b.Fatal(err)
+	}
+	var trainerTime, stageTime time.Duration
+	ratios := make([]float64, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		for range chunk {
+			batch, err := trainerBatches(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tr.Step(batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mid := time.Now()
+		for range chunk {
+			step++
+			if _, err := w.Step(ctx, step); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t, s := mid.Sub(start), time.Since(mid)
+		trainerTime, stageTime = trainerTime+t, stageTime+s
+		ratios = append(ratios, t.Seconds()/s.Seconds())
+	}
+	samples := float64(size * chunk * b.N)
+	b.ReportMetric(samples/trainerTime.Seconds(), "trainer-samples/s")
+	b.ReportMetric(samples/stageTime.Seconds(), "stage-samples/s")
+	slices.Sort(ratios)
+	n := len(ratios)
+	b.ReportMetric((ratios[(n-1)/2]+ratios[n/2])/2, "stage/trainer")
 }
