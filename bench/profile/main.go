@@ -38,6 +38,7 @@ import (
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/heterpsbin"
 	"github.com/heterps/heterps/bench/internal/planlimit"
+	"github.com/heterps/heterps/bench/internal/stats"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/coord"
 	"github.com/heterps/heterps/daemon/sched"
@@ -268,19 +269,9 @@ func medianStages(results []*heterpsbin.Result) (*heterpsbin.Result, []string) {
 			runs[i] += fmt.Sprintf(" %.0f", r.Stages[i].MeasuredThroughput)
 		}
 		runs[i] = strings.TrimSpace(runs[i])
-		slices.Sort(xs)
-		first.Stages[i].MeasuredThroughput = median(xs)
+		first.Stages[i].MeasuredThroughput = stats.Median(xs)
 	}
 	return &first, runs
-}
-
-// median of sorted xs.
-func median(xs []float64) float64 {
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // foldedSync is the dense_sync the profile at path folded for type typ

@@ -69,7 +69,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,6 +76,7 @@ import (
 
 	"github.com/heterps/heterps/bench/internal/header"
 	"github.com/heterps/heterps/bench/internal/planlimit"
+	"github.com/heterps/heterps/bench/internal/stats"
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/daemon/data"
@@ -349,18 +349,11 @@ func (r repeated) rates() string {
 // round.
 func roundsRatio(num, den []float64) float64 {
 	n := min(len(num), len(den))
-	if n == 0 {
-		return 0
-	}
 	ratios := make([]float64, n)
 	for i := range n {
 		ratios[i] = num[i] / den[i]
 	}
-	slices.Sort(ratios)
-	if n%2 == 1 {
-		return ratios[n/2]
-	}
-	return (ratios[n/2-1] + ratios[n/2]) / 2
+	return stats.Median(ratios)
 }
 
 // ofLimit is ", R of the loopback limit" for a rate against limit, or ""
