@@ -38,11 +38,7 @@ func BenchmarkLocalPS(b *testing.B) {
 func benchLocalPS(b *testing.B, cfg *config.Model, backend native.Backend) {
 	const size = 512
 	next := func(b *testing.B) func(context.Context, int64) (*data.Batch, error) {
-		src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { src.Close() })
+		src := openSynthetic(b, cfg)
 		return func(ctx context.Context, _ int64) (*data.Batch, error) { return src.Next(ctx, size) }
 	}
 	b.Run("single-process", func(b *testing.B) {
@@ -67,11 +63,11 @@ func benchLocalPS(b *testing.B, cfg *config.Model, backend native.Backend) {
 	// make run's job plans it.
 	for _, sync := range []string{"ps", "allreduce"} {
 		b.Run("local-"+sync, func(b *testing.B) {
-			w := localPSWorker(b, cfg, backend, 0, next(b), func(c *Config) {
-				if sync == "allreduce" {
-					c.Allreduce = &Allreduce{Peers: []string{"replica-0"}, TotalSteps: 1 << 20}
-				}
-			})
+			var configure []func(*Config)
+			if sync == "allreduce" {
+				configure = append(configure, soleAllreduce)
+			}
+			w := localPSWorker(b, cfg, backend, 0, next(b), configure...)
 			benchWorkerSteps(b, w, size)
 		})
 	}
@@ -103,6 +99,23 @@ func benchWorkerSteps(b *testing.B, w *Worker, size int) {
 	}{{"input", spent.Input}, {"pull", spent.Pull}, {"compute", spent.Compute}, {"push", spent.Push}} {
 		b.ReportMetric(float64(d.v.Microseconds())/float64(b.N), d.name+"-us/step")
 	}
+}
+
+// openSynthetic opens the training split of synthetic:1 for cfg's
+// vocabulary, closed when b ends.
+func openSynthetic(b *testing.B, cfg *config.Model) data.Source {
+	src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { src.Close() })
+	return src
+}
+
+// soleAllreduce makes a localPSWorker's stage keep its dense parameters
+// by allreduce, a ring of itself alone, as make run's job plans it.
+func soleAllreduce(c *Config) {
+	c.Allreduce = &Allreduce{Peers: []string{"replica-0"}, TotalSteps: 1 << 20}
 }
 
 // localPSWorker is a one-stage worker of cfg for a job of steps steps (0:
@@ -181,12 +194,7 @@ func benchAlternating(b *testing.B, cfg *config.Model, backend native.Backend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	readAhead := func() func(context.Context) (*data.Batch, error) {
-		src, err := data.Open("synthetic:1", data.Options{Vocab: cfg.Input.Vocab, Split: data.SplitTrain})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { src.Close() })
-		p, err := data.PrefetchBatches(ctx, src, size, 2, 0)
+		p, err := data.PrefetchBatches(ctx, openSynthetic(b, cfg), size, 2, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -200,7 +208,7 @@ func benchAlternating(b *testing.B, cfg *config.Model, backend native.Backend) {
 	}
 	stageBatches := readAhead()
 	w := localPSWorker(b, cfg, backend, 0, func(ctx context.Context, _ int64) (*data.Batch, error) { return stageBatches(ctx) },
-		func(c *Config) { c.Allreduce = &Allreduce{Peers: []string{"replica-0"}, TotalSteps: 1 << 20} })
+		soleAllreduce)
 	step := int64(1)
 	if _, err := w.Step(ctx, step); err != nil { // rows created, prefetch started
 		b.Fatal(err)
