@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -652,6 +653,50 @@ func syncWeights(shapes []config.LayerShape, b int) []float64 {
 	return out
 }
 
+// fitBand is how far measured/predicted may stray from 1 before the
+// profile says its fit does not hold (the cost model's target band).
+const fitBand = 0.2
+
+// describeFit says how the fitted alpha predicts each measured k, as the
+// ratio the cost model is held to (measured over predicted samples/s: the
+// predicted step over the measured one), which k's replicas time-shared
+// this machine's cpus (threads CPU threads each; 0: they use none), and,
+// when no alpha could put every k within fitBand, why: Amdahl's steps
+// only fall with k, so a k slower than a smaller one is out of its reach,
+// and plans on those units will be off by as much.
+func describeFit(runs []*stageTimes, alpha float64, threads, cpus int) []string {
+	t1 := runs[0].step
+	line, worst := "the fit: ", 0.0
+	var shared []string
+	for i, r := range runs[1:] {
+		predicted := t1 * ((1 - alpha) + alpha/float64(r.k))
+		ratio := predicted / r.step
+		worst = math.Max(worst, math.Abs(ratio-1))
+		if i > 0 {
+			line += "; "
+		}
+		line += fmt.Sprintf("k = %d: predicted %.2f ms a step, measured %.2f (measured/predicted samples/s %.2f)", r.k, predicted*1e3, r.step*1e3, ratio)
+		if threads > 0 && r.k*threads > cpus {
+			shared = append(shared, strconv.Itoa(r.k))
+		}
+	}
+	lines := []string{line}
+	if len(shared) > 0 {
+		lines = append(lines, fmt.Sprintf("k = %s: the replicas' %d thread(s) each exceed this machine's %d CPUs, so they time-shared them, as a job's one-unit nodes do only where they share a machine like this one (one-unit nodes on machines of their own would not)", strings.Join(shared, ", "), threads, cpus))
+	}
+	if worst > fitBand {
+		slower := ""
+		for i := 2; i < len(runs); i++ {
+			if prev := runs[i-1]; runs[i].step > prev.step {
+				slower = fmt.Sprintf(" (k = %d's step is %.0f %% longer than k = %d's)", runs[i].k, (runs[i].step/prev.step-1)*100, prev.k)
+				break
+			}
+		}
+		lines = append(lines, fmt.Sprintf("no alpha puts every k within %.1f-%.1f of measured/predicted: the cost model's steps fall with k as t1((1 - alpha) + alpha/k), and the measured ones do not follow that curve%s; plans on these units will miss by as much", 1-fitBand, 1+fitBand, slower))
+	}
+	return lines
+}
+
 // describeFold says what was measured and folded, one line each.
 func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, extra, alpha float64) []string {
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 }
@@ -689,7 +734,15 @@ func describeFold(f *profileFlags, method string, runs []*stageTimes, compute, e
 	}
 	lines = append(lines,
 		fmt.Sprintf("the layers alone compute in %.2f ms; the %.2f ms more of the 1-replica step are spread over the layers' oct by the floats each synchronises (rows for embeddings, weights for the rest)", compute*1e3, extra*1e3),
-		fitted,
+		fitted)
+	if len(runs) > 1 {
+		threads := f.unitThreads
+		if f.device.cuda {
+			threads = 0
+		}
+		lines = append(lines, describeFit(runs, alpha, threads, runtime.NumCPU())...)
+	}
+	lines = append(lines,
 		fmt.Sprintf("exact for a job of batch %d (B_o) on this type's one-unit nodes; dense sync does not shrink with a smaller batch, so plan other batches on a profile at their batch", f.batch))
 	return lines
 }

@@ -66,6 +66,34 @@ func TestFoldSyncScalesWhenTheRuntimeIsFasterAndClampsAlpha(t *testing.T) {
 	}
 }
 
+// TestDescribeFitSaysWhenNoAlphaHolds: the profile reports each k's
+// predicted step and measured/predicted ratio; steps of Amdahl's shape
+// fit without a warning, and steps slower at 4 replicas than at 2 (4
+// one-thread replicas on 2 CPUs) are named as time-shared and out of the
+// formula's reach.
+func TestDescribeFitSaysWhenNoAlphaHolds(t *testing.T) {
+	amdahl := []*stageTimes{{k: 1, step: 0.012}, {k: 2, step: 0.009}, {k: 4, step: 0.0075}}
+	lines := describeFit(amdahl, fitAlpha(0.012, amdahl[1:]), 1, 4)
+	if len(lines) != 1 || !strings.Contains(lines[0], "k = 2: predicted 9.00 ms a step, measured 9.00 (measured/predicted samples/s 1.00)") ||
+		!strings.Contains(lines[0], "k = 4: predicted 7.50 ms a step, measured 7.50 (measured/predicted samples/s 1.00)") {
+		t.Errorf("steps of Amdahl's shape (alpha 0.5):\n%s", strings.Join(lines, "\n"))
+	}
+	shared := []*stageTimes{{k: 1, step: 0.01184}, {k: 2, step: 0.00704}, {k: 4, step: 0.00884}}
+	alpha := fitAlpha(shared[0].step, shared[1:])
+	lines = describeFit(shared, alpha, 1, 2)
+	got := strings.Join(lines, "\n")
+	for _, want := range []string{"(measured/predicted samples/s 1.22)", "(measured/predicted samples/s 0.78)",
+		"k = 4: the replicas' 1 thread(s) each exceed this machine's 2 CPUs",
+		"no alpha puts every k within 0.8-1.2", "(k = 4's step is 26 % longer than k = 2's)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("4 replicas slower than 2 on 2 CPUs (alpha %.4f): lacks %q:\n%s", alpha, want, got)
+		}
+	}
+	if gpu := strings.Join(describeFit(shared, alpha, 0, 2), "\n"); strings.Contains(gpu, "exceed this machine") {
+		t.Errorf("replicas on GPUs (no CPU threads) called time-shared:\n%s", gpu)
+	}
+}
+
 // TestProfileFoldsTheStageSynchronisation runs heterps profile with the
 // stage measurement on: the file says what it folded, for each k and
 // dense-sync method, replica 0 through the in-process shard and the others
@@ -95,7 +123,8 @@ func TestProfileFoldsTheStageSynchronisation(t *testing.T) {
 				folded = p.Types[0].DenseSync
 			}
 			for _, want := range []string{"# folded into oct and alpha: the synchronisation of dense_sync = " + folded,
-				"# k = 1: ", "# k = 2: ", "replica 0 (PS local", "replica 1 (PS wire", "# alpha = "} {
+				"# k = 1: ", "# k = 2: ", "replica 0 (PS local", "replica 1 (PS wire", "# alpha = ",
+				"# the fit: k = 2: predicted "} {
 				if !strings.Contains(src, want) {
 					t.Errorf("the file lacks %q:\n%s", want, src)
 				}
