@@ -662,8 +662,9 @@ const fitBand = 0.2
 // predicted step over the measured one), which k's replicas time-shared
 // this machine's cpus (threads CPU threads each; 0: they use none), and,
 // when no alpha could put every k within fitBand, why: Amdahl's steps
-// only fall with k, so a k slower than a smaller one is out of its reach,
-// and plans on those units will be off by as much.
+// only fall with k (or, below 0, only rise), so steps that fall and then
+// rise again are out of its reach, and plans on those units will be off
+// by as much.
 func describeFit(runs []*stageTimes, alpha float64, threads, cpus int) []string {
 	t1 := runs[0].step
 	line, worst := "the fit: ", 0.0
@@ -685,16 +686,25 @@ func describeFit(runs []*stageTimes, alpha float64, threads, cpus int) []string 
 		lines = append(lines, fmt.Sprintf("k = %s: the replicas' %d thread(s) each exceed this machine's %d CPUs, so they time-shared them, as a job's one-unit nodes do only where they share a machine like this one (one-unit nodes on machines of their own would not)", strings.Join(shared, ", "), threads, cpus))
 	}
 	if worst > fitBand {
-		slower := ""
-		for i := 2; i < len(runs); i++ {
-			if prev := runs[i-1]; runs[i].step > prev.step {
-				slower = fmt.Sprintf(" (k = %d's step is %.0f %% longer than k = %d's)", runs[i].k, (runs[i].step/prev.step-1)*100, prev.k)
-				break
-			}
-		}
-		lines = append(lines, fmt.Sprintf("no alpha puts every k within %.1f-%.1f of measured/predicted: the cost model's steps fall with k as t1((1 - alpha) + alpha/k), and the measured ones do not follow that curve%s; plans on these units will miss by as much", 1-fitBand, 1+fitBand, slower))
+		lines = append(lines, fmt.Sprintf("no alpha puts every k within %.1f-%.1f of measured/predicted: the cost model's steps follow t1((1 - alpha) + alpha/k), which only falls with k (or, below 0, only rises), and the measured ones do not%s; plans on these units will miss by as much", 1-fitBand, 1+fitBand, turn(runs)))
 	}
 	return lines
+}
+
+// turn names where measured steps that fell with k rise again, "" if
+// they never do.
+func turn(runs []*stageTimes) string {
+	fell := false
+	for i := 1; i < len(runs); i++ {
+		prev, r := runs[i-1], runs[i]
+		switch {
+		case r.step < prev.step:
+			fell = true
+		case fell && r.step > prev.step:
+			return fmt.Sprintf(" (they fall to k = %d and rise again: k = %d's step is %.0f %% longer)", prev.k, r.k, (r.step/prev.step-1)*100)
+		}
+	}
+	return ""
 }
 
 // describeFold says what was measured and folded, one line each.

@@ -68,9 +68,10 @@ func TestFoldSyncScalesWhenTheRuntimeIsFasterAndClampsAlpha(t *testing.T) {
 
 // TestDescribeFitSaysWhenNoAlphaHolds: the profile reports each k's
 // predicted step and measured/predicted ratio; steps of Amdahl's shape
-// fit without a warning, and steps slower at 4 replicas than at 2 (4
-// one-thread replicas on 2 CPUs) are named as time-shared and out of the
-// formula's reach.
+// fit without a warning, as do steps that only rise (a negative alpha);
+// steps slower at 4 replicas than at 2 (4 one-thread replicas on 2 CPUs)
+// are named as time-shared and out of the formula's reach, and a misfit
+// without such a turn (alpha clamped at 1) names none.
 func TestDescribeFitSaysWhenNoAlphaHolds(t *testing.T) {
 	amdahl := []*stageTimes{{k: 1, step: 0.012}, {k: 2, step: 0.009}, {k: 4, step: 0.0075}}
 	lines := describeFit(amdahl, fitAlpha(0.012, amdahl[1:]), 1, 4)
@@ -84,10 +85,19 @@ func TestDescribeFitSaysWhenNoAlphaHolds(t *testing.T) {
 	got := strings.Join(lines, "\n")
 	for _, want := range []string{"(measured/predicted samples/s 1.22)", "(measured/predicted samples/s 0.78)",
 		"k = 4: the replicas' 1 thread(s) each exceed this machine's 2 CPUs",
-		"no alpha puts every k within 0.8-1.2", "(k = 4's step is 26 % longer than k = 2's)"} {
+		"no alpha puts every k within 0.8-1.2", "(they fall to k = 2 and rise again: k = 4's step is 26 % longer)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("4 replicas slower than 2 on 2 CPUs (alpha %.4f): lacks %q:\n%s", alpha, want, got)
 		}
+	}
+	rising := []*stageTimes{{k: 1, step: 0.004}, {k: 2, step: 0.006}, {k: 4, step: 0.008}}
+	if got := strings.Join(describeFit(rising, fitAlpha(0.004, rising[1:]), 1, 4), "\n"); strings.Contains(got, "no alpha") {
+		t.Errorf("steps that only rise, which a negative alpha fits within 1/17, reported as unfitted:\n%s", got)
+	}
+	superlinear := []*stageTimes{{k: 1, step: 0.012}, {k: 2, step: 0.004}}
+	got = strings.Join(describeFit(superlinear, fitAlpha(0.012, superlinear[1:]), 1, 4), "\n")
+	if !strings.Contains(got, "measured/predicted samples/s 1.50") || !strings.Contains(got, "and the measured ones do not; plans") {
+		t.Errorf("2 replicas 3x faster than 1 (alpha clamped at 1): want 1.50 and no turn named:\n%s", got)
 	}
 	if gpu := strings.Join(describeFit(shared, alpha, 0, 2), "\n"); strings.Contains(gpu, "exceed this machine") {
 		t.Errorf("replicas on GPUs (no CPU threads) called time-shared:\n%s", gpu)
