@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/threadtest"
 )
 
 // allowedCPUs is what this test process may run on; tests that pin need
@@ -144,5 +145,32 @@ func TestPinningParsesAsTheCLISpellsIt(t *testing.T) {
 	var q Pinning
 	if err := q.UnmarshalText([]byte("sometimes")); err == nil || !strings.Contains(err.Error(), "never, auto or always") {
 		t.Errorf("sometimes: %v", err)
+	}
+}
+
+// TestPinCallerBindsAnUnpinnedCallerToItsThread: on an unpinned backend
+// PinCaller leaves the CPUs alone but keeps the caller on one thread
+// through its waits.
+func TestPinCallerBindsAnUnpinnedCallerToItsThread(t *testing.T) {
+	b, err := NewCPU(CPUOptions{Threads: 2, Pin: PinNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := cpuset.Allowed()
+	var threads int
+	var during []int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer b.PinCaller()()
+		during, _ = cpuset.Allowed()
+		threads = threadtest.Visited(20)
+	}()
+	<-done
+	if threads != 1 {
+		t.Errorf("the caller ran on %d threads through 20 blocking calls, want 1", threads)
+	}
+	if !slices.Equal(during, before) {
+		t.Errorf("the unpinned caller may run on %v, want the process's %v", during, before)
 	}
 }

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"runtime"
+
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/internal/cpuset"
 )
@@ -21,7 +23,12 @@ import (
 // A task that waits on no other process — one stage of one replica, its
 // parameter servers all in this daemon — keeps the daemon's priority:
 // there the threads it would yield to are its own pulls, pushes and input,
-// and make run's job (one 2-thread node) lost 1-9 % at nice 10. Nor does
+// and make run's job (one 2-thread node) lost 1-9 % at nice 10. It still
+// runs on a thread of its own: unbound, its goroutine resumed from each
+// wait on whichever thread the Go scheduler handed it, and make run's job
+// ran a median 2 % slower than bound (20 alternated pairs on the Zen 4 VM,
+// the bound one faster in 16; native.CPU.PinCaller binds the side lane
+// too). Nor does
 // such a task overlap its steps (pipeline.Config.OverlapSteps): overlap
 // hides the wait for other processes behind the next forward, but with
 // nothing to wait for, the servers' update and the next rows' pulls only
@@ -38,11 +45,12 @@ import (
 // (native's pool) take the priority of whichever thread first runs a split
 // kernel in the process.
 
-// onComputeThread lowers the calling goroutine's thread's priority by
-// a.cfg.ComputeNice, once per task goroutine, saying in the task's log
-// when it cannot; nothing with ComputeNice 0 or for a task that waits on
-// no other process.
+// onComputeThread locks the calling goroutine to its thread and lowers
+// the thread's priority by a.cfg.ComputeNice, once per task goroutine,
+// saying in the task's log when it cannot; the priority stays with
+// ComputeNice 0 or for a task that waits on no other process.
 func (a *Agent) onComputeThread(t *task) {
+	runtime.LockOSThread() // never undone: see above
 	if a.cfg.ComputeNice == 0 || !a.waitsOnOthers(t.spec) {
 		return
 	}

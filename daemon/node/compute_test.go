@@ -12,6 +12,7 @@ import (
 
 	"github.com/heterps/heterps/daemon/api"
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/threadtest"
 )
 
 // threadNices returns the nice value of every thread of this process.
@@ -82,6 +83,32 @@ func TestStageRunsOnALowerPriorityThread(t *testing.T) {
 	}
 	if got := others(); got != before {
 		t.Errorf("%d threads at nice %d after the node stopped, want %d: the stage's thread outlived its task", got, want, before)
+	}
+}
+
+// TestEveryStageTaskStaysOnItsThread: a task that waits on no other
+// process keeps the daemon's priority but, like the others, runs on one
+// thread through its waits.
+func TestEveryStageTaskStaysOnItsThread(t *testing.T) {
+	a := &Agent{psAddr: "127.0.0.1:7171", cfg: Config{ComputeNice: 7}}
+	base, err := cpuset.ThreadNice(0)
+	if err != nil {
+		t.Skipf("no thread priorities here: %v", err)
+	}
+	var threads, nice int
+	done := make(chan struct{})
+	go func() { // ends locked to its thread, which then exits
+		defer close(done)
+		a.onComputeThread(&task{spec: api.Task{Replicas: 1, Layout: []api.StageLayout{{}}, PS: []string{a.psAddr}}})
+		nice, _ = cpuset.ThreadNice(0)
+		threads = threadtest.Visited(20)
+	}()
+	<-done
+	if threads != 1 {
+		t.Errorf("a one-replica stage's goroutine ran on %d threads through 20 blocking calls, want 1", threads)
+	}
+	if nice != base {
+		t.Errorf("its thread runs at nice %d, want the daemon's %d (it waits on no other process)", nice, base)
 	}
 }
 

@@ -214,3 +214,6 @@ func ThreadNice(tid int) (int, error) {
 	}
 	return nice, nil
 }
+
+// ThreadID is the calling thread's id (what ThreadNice takes).
+func ThreadID() int { return unix.Gettid() }

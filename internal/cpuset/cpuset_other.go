@@ -36,3 +36,6 @@ func LowerThreadPriority(int) (int, error) {
 
 // ThreadNice refuses off Linux.
 func ThreadNice(int) (int, error) { return 0, errLinux }
+
+// ThreadID is 0 off Linux: threads are not told apart there.
+func ThreadID() int { return 0 }
