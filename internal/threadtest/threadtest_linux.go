@@ -17,7 +17,7 @@ import (
 // the Ps keep every P busy. As around a long cgo call, the runtime hands
 // a blocked thread's P to another thread; back from the call, an unbound
 // goroutine finds every P taken, is queued, and resumes on whichever
-// thread next runs a P. Off Linux it is 1 (threads are not told apart).
+// thread next runs a P.
 func Visited(rounds int) int {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
