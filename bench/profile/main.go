@@ -266,9 +266,8 @@ func medianStages(results []*heterpsbin.Result) (*heterpsbin.Result, []string) {
 		var xs []float64
 		for _, r := range results {
 			xs = append(xs, r.Stages[i].MeasuredThroughput)
-			runs[i] += fmt.Sprintf(" %.0f", r.Stages[i].MeasuredThroughput)
 		}
-		runs[i] = strings.TrimSpace(runs[i])
+		runs[i] = stats.Rates(xs)
 		first.Stages[i].MeasuredThroughput = stats.Median(xs)
 	}
 	return &first, runs

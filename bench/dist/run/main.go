@@ -339,7 +339,7 @@ type repeated struct {
 
 // rates lists the runs' samples/s, e.g. "3: 61200 58100 63050".
 func (r repeated) rates() string {
-	return fmt.Sprint(len(r.all), ":") + listRates(r.all)
+	return fmt.Sprint(len(r.all), ": ", stats.Rates(r.all))
 }
 
 // roundsRatio is the median over rounds of num's run over den's run of

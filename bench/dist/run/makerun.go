@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/heterps/heterps/bench/internal/heterpsbin"
+	"github.com/heterps/heterps/bench/internal/stats"
 )
 
 // makeRunJob is the job `make run` submits.
@@ -55,10 +56,10 @@ func makeRunBlock(ctx context.Context, o makeRunOptions, w io.Writer) error {
 	train, run := best[0], best[1]
 	fmt.Fprintf(w, "\n== make run's job: %s at %d steps (catalog local), against heterps train --model ctrdnn, %d threads; best of %d each, alternating\n",
 		makeRunJob, o.steps, runtime.NumCPU(), o.repeats)
-	fmt.Fprintf(w, "heterps train:  %8.0f samples/s, loss %.4f (runs%s)\n", train.SamplesPerS, train.Loss, listRates(all[0]))
-	fmt.Fprintf(w, "heterps run:    %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx heterps train (%.2fx: the median of the rounds' ratios), loss %.4f (runs%s)\n",
+	fmt.Fprintf(w, "heterps train:  %8.0f samples/s, loss %.4f (runs %s)\n", train.SamplesPerS, train.Loss, stats.Rates(all[0]))
+	fmt.Fprintf(w, "heterps run:    %8.0f samples/s measured, %8.0f over the job (incl. start), %.2fx heterps train (%.2fx: the median of the rounds' ratios), loss %.4f (runs %s)\n",
 		run.SamplesPerS, float64(run.Steps*int64(makeRunBatch))/run.Seconds, run.SamplesPerS/train.SamplesPerS,
-		roundsRatio(all[1], all[0]), run.Loss, listRates(all[1]))
+		roundsRatio(all[1], all[0]), run.Loss, stats.Rates(all[1]))
 	for _, st := range run.Stages {
 		fmt.Fprintf(w, "  stage %d: %d x %s, dense_sync %s\n", st.Stage, st.Units, st.Type, st.DenseSync)
 	}
@@ -95,15 +96,6 @@ func alternateSides(rounds int, sides []side) (best []*heterpsbin.Result, all []
 		}
 	}
 	return best, all, nil
-}
-
-// listRates is " R1 R2 ..." for samples/s rates.
-func listRates(rates []float64) string {
-	s := ""
-	for _, x := range rates {
-		s += fmt.Sprintf(" %.0f", x)
-	}
-	return s
 }
 
 // makeRunBatch is the batch of makeRunJob (checked by makeRunJobFile).

@@ -24,3 +24,12 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestRates(t *testing.T) {
+	if got := Rates([]float64{61200.4, 58100, 63049.6}); got != "61200 58100 63050" {
+		t.Errorf("Rates = %q", got)
+	}
+	if got := Rates(nil); got != "" {
+		t.Errorf("Rates(nil) = %q, want empty", got)
+	}
+}
