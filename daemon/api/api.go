@@ -477,6 +477,11 @@ type JobStatus struct {
 	// CheckpointAsked is the checkpoint the user asked for while the job
 	// runs, until one of its step or later is complete (Checkpoint).
 	CheckpointAsked *CheckpointAsked `json:"checkpoint_asked,omitempty"`
+	// FinalCheckpointBy is set while a job that has trained every step
+	// waits for the checkpoint of its last step: the time it ends without
+	// it (a PS node that cannot write it, e.g. on a full disk, retries it
+	// until then).
+	FinalCheckpointBy *time.Time `json:"final_checkpoint_by,omitempty"`
 	// Loading lists the nodes whose PS shards are still loading the
 	// checkpoint the job restores (RestoredFrom).
 	Loading []string `json:"loading,omitempty"`

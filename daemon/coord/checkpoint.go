@@ -53,7 +53,11 @@ func (c *Coordinator) noteCheckpointFailure(t *taskRun, n *node, r api.TaskRepor
 	if f == nil || (old != nil && *old == *f) {
 		return
 	}
-	c.log.Warn("checkpoint not written; training goes on", "job", j.id, "step", f.Step, "node", n.req.Name, "task", t.task.TaskID, "err", f.Error)
+	next := "training goes on"
+	if f.Step >= j.file.TotalSteps() {
+		next = "the job has trained; its PS node tries again"
+	}
+	c.log.Warn("checkpoint not written; "+next, "job", j.id, "step", f.Step, "node", n.req.Name, "task", t.task.TaskID, "err", f.Error)
 	if j.ckpt.failure == nil || j.ckpt.failure.Step <= f.Step {
 		j.ckpt.failure = &api.CheckpointFailure{Step: f.Step, Node: n.req.Name, Error: f.Error}
 	}
@@ -410,29 +414,35 @@ func (j *job) awaitsFinalCheckpoint() bool {
 // checkpoint. c.mu is held.
 func (c *Coordinator) checkFinalCheckpoints(now time.Time) {
 	for _, j := range c.jobs {
-		if j.state != api.JobRunning || j.ckpt.trained.IsZero() {
-			continue
+		if by, why, waits := c.finalCheckpointWait(j); waits && now.After(by) {
+			c.finish(j, api.JobDone, why, now)
 		}
-		f := j.ckpt.failure
-		failing := f != nil && f.Step == j.file.TotalSteps()
-		wait := c.cfg.FinalCheckpointWait
-		if failing {
-			wait = max(wait, c.cfg.FinalCheckpointFailWait)
-		}
-		since, writing := j.ckpt.trained, j.ckpt.lastWritten.After(j.ckpt.trained)
-		if writing { // a large checkpoint on slow storage: wait while it gets further
-			since, wait = j.ckpt.lastWritten, max(wait, c.cfg.FinalCheckpointFailWait)
-		}
-		if now.Sub(since) <= wait {
-			continue
-		}
-		why := fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s", j.file.TotalSteps(), wait)
-		if writing {
-			why = fmt.Sprintf("trained, but the checkpoint of step %d was still being written, %s after its writing last got further", j.file.TotalSteps(), wait)
-		}
-		if failing {
-			why = fmt.Sprintf("trained, but the checkpoint of step %d could not be written within %s (node %s: %s)", f.Step, wait, cmp.Or(f.Node, "the coordinator"), f.Error)
-		}
-		c.finish(j, api.JobDone, why, now)
 	}
+}
+
+// finalCheckpointWait reports whether j, trained, waits for the checkpoint
+// of its last step, until when, and what its end will say if that
+// checkpoint has not come by then. c.mu is held.
+func (c *Coordinator) finalCheckpointWait(j *job) (by time.Time, why string, waits bool) {
+	if j.state != api.JobRunning || j.ckpt.trained.IsZero() {
+		return time.Time{}, "", false
+	}
+	f := j.ckpt.failure
+	failing := f != nil && f.Step == j.file.TotalSteps()
+	wait := c.cfg.FinalCheckpointWait
+	if failing {
+		wait = max(wait, c.cfg.FinalCheckpointFailWait)
+	}
+	since, writing := j.ckpt.trained, j.ckpt.lastWritten.After(j.ckpt.trained)
+	if writing { // a large checkpoint on slow storage: wait while it gets further
+		since, wait = j.ckpt.lastWritten, max(wait, c.cfg.FinalCheckpointFailWait)
+	}
+	why = fmt.Sprintf("trained, but not every PS shard reported the checkpoint of step %d within %s", j.file.TotalSteps(), wait)
+	if writing {
+		why = fmt.Sprintf("trained, but the checkpoint of step %d was still being written, %s after its writing last got further", j.file.TotalSteps(), wait)
+	}
+	if failing {
+		why = fmt.Sprintf("trained, but the checkpoint of step %d could not be written within %s (node %s: %s)", f.Step, wait, cmp.Or(f.Node, "the coordinator"), f.Error)
+	}
+	return since.Add(wait), why, true
 }

@@ -508,17 +508,26 @@ func TestNewNeedsAValidCatalog(t *testing.T) {
 
 // TestFinalCheckpointWait: a checkpointing job whose stages are done but
 // whose PS never reports the last step's checkpoint stays running for
-// FinalCheckpointWait, then ends done with the reason; its status shows no
-// checkpoint.
+// FinalCheckpointWait, its status saying until when, then ends done with
+// the reason; its status shows no checkpoint.
 func TestFinalCheckpointWait(t *testing.T) {
 	const wait = 300 * time.Millisecond
 	tc := startCluster(t, func(c *Config) { c.FinalCheckpointWait = wait })
 	job := ctrJob + fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", t.TempDir())
 	tc.nodesFor(tc.expectedPlan(job))
 	id := tc.submit(job)
+	if s := tc.job(id); s.FinalCheckpointBy != nil {
+		t.Errorf("before training: waits for its last checkpoint until %s", s.FinalCheckpointBy)
+	}
 	waitFor(t, "stages done", func() bool { s := tc.job(id); return s.Step == s.Steps })
 	trained := time.Now()
+	if s := tc.job(id); s.State == api.JobRunning && (s.FinalCheckpointBy == nil || s.FinalCheckpointBy.Sub(trained) > wait) {
+		t.Errorf("trained, waiting: final checkpoint by %v, want within %s of %s", s.FinalCheckpointBy, wait, trained)
+	}
 	s := tc.waitJob(id)
+	if s.FinalCheckpointBy != nil {
+		t.Errorf("done: still waits for its last checkpoint until %s", s.FinalCheckpointBy)
+	}
 	if s.State != api.JobDone || !strings.Contains(s.Reason, "checkpoint of step 12") {
 		t.Fatalf("job %s: %q, want done without the last checkpoint", s.State, s.Reason)
 	}
@@ -556,11 +565,15 @@ func TestAFailingLastCheckpointIsWaitedForLonger(t *testing.T) {
 	waitFor(t, "stages done", func() bool { s := tc.job(id); return s.Step == s.Steps })
 	trained := time.Now()
 	time.Sleep(2 * wait)
-	if s := tc.job(id); s.State != api.JobRunning || s.CheckpointFailure == nil || s.CheckpointFailure.Step != 12 || s.CheckpointFailures < 1 {
+	s := tc.job(id)
+	if s.State != api.JobRunning || s.CheckpointFailure == nil || s.CheckpointFailure.Step != 12 || s.CheckpointFailures < 1 {
 		t.Fatalf("past FinalCheckpointWait: %s (%q), failure %+v, %d failures; want it running, showing the failure",
 			s.State, s.Reason, s.CheckpointFailure, s.CheckpointFailures)
 	}
-	s := tc.waitJob(id)
+	if by := s.FinalCheckpointBy; by == nil || by.Before(trained.Add(failWait-wait)) || by.After(time.Now().Add(failWait)) {
+		t.Errorf("failing: final checkpoint by %v, want about %s after %s", by, failWait, trained)
+	}
+	s = tc.waitJob(id)
 	if s.State != api.JobDone || !strings.Contains(s.Reason, "checkpoint of step 12 could not be written within 800ms") ||
 		!strings.Contains(s.Reason, "no space left on device") {
 		t.Fatalf("job %s: %q", s.State, s.Reason)

@@ -642,6 +642,9 @@ func (c *Coordinator) status(j *job, now time.Time) api.JobStatus {
 	s.RestoredFrom, s.Checkpoint, s.CheckpointAsked = j.ckpt.restored, j.ckpt.latest, j.askedStatus()
 	s.CheckpointFailure, s.CheckpointFailures = j.unresolvedFailure(), j.ckpt.failures
 	s.CheckpointWriting, s.Loading = j.checkpointWriting(), j.loading()
+	if by, _, waits := c.finalCheckpointWait(j); waits {
+		s.FinalCheckpointBy = &by
+	}
 	s.Restarts, s.RestartOf, s.RestartedAs = j.restarts, j.restartOf, j.restartedAs
 	if !j.state.Final() {
 		s.Avoids = j.avoids(now)

@@ -498,7 +498,11 @@ func removeShardFiles(dir string, shards []*ps.Shard) {
 // in the log, the node's metrics and the tasks' reports.
 func (a *Agent) checkpointFailed(ctx context.Context, tasks []*task, shards []*ps.Shard, step int64, err error) {
 	spec := tasks[0].spec
-	a.log.Warn("ps: checkpoint not written; training goes on, the next is tried at its step", "job", spec.JobID, "step", step, "shards", len(shards), "err", err)
+	next := "training goes on, the next is tried at its step"
+	if step >= spec.Steps {
+		next = fmt.Sprintf("the job's last step: tried again every %s while the coordinator waits for it", finalCheckpointRetry)
+	}
+	a.log.Warn("ps: checkpoint not written; "+next, "job", spec.JobID, "step", step, "shards", len(shards), "err", err)
 	a.obs.checkpointFailed()
 	a.setReports(ctx, tasks, func(r *api.TaskReport) {
 		if r.CheckpointFailure == nil || r.CheckpointFailure.Step != step {

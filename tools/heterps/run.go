@@ -215,7 +215,12 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 	if err != nil {
 		return none, err
 	}
-	var kids children
+	// Each daemon in a process group of its own: Ctrl-C at a terminal
+	// signals the whole foreground group, and daemons that stopped with
+	// heterps would leave nobody to write the checkpoint it asks for first.
+	// The lifeline stops them where the kernel does not (tether) when
+	// heterps dies outright.
+	kids := children{ownGroup: true, lifelines: true}
 	failed := true
 	defer func() {
 		kids.stop()
@@ -228,7 +233,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 	coordLog := filepath.Join(dir, "coordinator.log")
 	coordArgs := func(listen string) []string {
 		return []string{"--role=coordinator", "--catalog", f.catalog, "--listen", listen,
-			"--heartbeat", f.heartbeat.String(), "--state-dir", filepath.Join(dir, "state")}
+			"--heartbeat", f.heartbeat.String(), "--state-dir", filepath.Join(dir, "state"), "--stop-on-stdin-close"}
 	}
 	line, err := kids.start(ctx, bin, coordLog, coordArgs("127.0.0.1:0")...)
 	if err != nil {
@@ -261,7 +266,7 @@ func runLocal(ctx context.Context, f *runFlags, bin string, job jobText, offers 
 		if err := os.WriteFile(path, appendCPUs(nodeFile(o, url), cpus[i]), 0o600); err != nil {
 			return none, err
 		}
-		if waits[i], err = kids.spawn(bin, filepath.Join(dir, o.name+".log"), "--role=node", "--config", path); err != nil {
+		if waits[i], err = kids.spawn(bin, filepath.Join(dir, o.name+".log"), "--role=node", "--config", path, "--stop-on-stdin-close"); err != nil {
 			return none, err
 		}
 	}
@@ -540,9 +545,9 @@ type children struct {
 	// Ctrl-C reaches only heterps, which then stops them in order.
 	ownGroup bool
 	// lifelines gives each child a pipe on its standard input that has
-	// carried a line and stays open until stop: heterps launch's remote
-	// shells pass it on to the daemons (heterpsd --stop-on-stdin-close),
-	// which stop when it closes with this process.
+	// carried a line and stays open until stop: the daemons (heterpsd
+	// --stop-on-stdin-close; heterps launch's remote shells pass it on)
+	// stop when it closes with this process.
 	lifelines bool
 	held      []*os.File // the pipes' write ends
 }

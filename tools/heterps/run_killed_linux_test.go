@@ -48,6 +48,60 @@ func TestRunKilledTakesItsDaemonsWithIt(t *testing.T) {
 	}
 }
 
+// TestCtrlCReachesOnlyRun: Ctrl-C at a terminal signals the whole
+// foreground process group; heterps run's daemons, each in a group of its
+// own, do not get it, and are stopped by run (SIGTERM) once it is done
+// with them — the daemons it asks for a checkpoint first must still be
+// there. The fake daemons record the signals they get.
+func TestCtrlCReachesOnlyRun(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh(1)")
+	}
+	dir := t.TempDir()
+	pids, signals := filepath.Join(dir, "pids"), filepath.Join(dir, "signals")
+	fake := filepath.Join(dir, "heterpsd")
+	script := "#!/bin/sh\necho $$ >> " + pids + "\n" +
+		"trap 'echo INT >> " + signals + "; kill $s; exit 1' INT\n" +
+		"trap 'echo TERM >> " + signals + "; kill $s; exit 0' TERM\n" +
+		"case \"$1\" in --role=coordinator) echo coordinator http://127.0.0.1:1 ;; *) echo node ;; esac\n" +
+		"sleep 60 & s=$!\nwait $s\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(os.Args[0], "run", "--heterpsd", fake, "--catalog", "../../config/examples/catalogs/local.toml",
+		"--log-dir", filepath.Join(dir, "logs"), "--pin=false", "../../config/examples/jobs/ctrdnn-local.toml")
+	run.Env = append(os.Environ(), asHeterpsEnv+"=1")
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group, run leading it
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := waitForPids(t, pids, 4)
+	for _, pid := range started {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	time.Sleep(200 * time.Millisecond) // the traps are set before the first line
+	if err := syscall.Kill(-run.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		run.Process.Kill()
+		t.Fatal("heterps run still runs 30 s after Ctrl-C")
+	}
+	for _, pid := range started {
+		if !processEnds(pid, 10*time.Second) {
+			t.Errorf("daemon %d still runs after heterps run stopped", pid)
+		}
+	}
+	got, _ := os.ReadFile(signals)
+	if n := strings.Count(string(got), "TERM"); strings.Contains(string(got), "INT") || n != len(started) {
+		t.Errorf("the daemons got %q; want SIGTERM from run each, never the terminal's SIGINT", strings.Fields(string(got)))
+	}
+}
+
 // waitForPids waits up to 30 s for n pids in the file.
 func waitForPids(t *testing.T, file string, n int) []int {
 	t.Helper()

@@ -365,11 +365,10 @@ func printJob(w io.Writer, s api.JobStatus) {
 		fmt.Fprintf(w, "  checkpoint asked for at step %d (try %d, asked %s)\n", a.Step, a.Tries, a.At.Format(time.RFC3339))
 	}
 	if f := r.CheckpointFailure; f != nil {
-		next := "training goes on, the next is tried at its step"
-		if r.State.Final() {
-			next = "the job ended without it"
-		}
-		fmt.Fprintf(w, "  checkpoint of step %d NOT WRITTEN (%s): %s; %s\n", f.Step, cmp.Or(f.Node, "manifest"), f.Error, next)
+		fmt.Fprintf(w, "  %s\n", checkpointFailureNote(s, f))
+	}
+	if s.FinalCheckpointBy != nil {
+		fmt.Fprintf(w, "  %s\n", finalWaitNote(s))
 	}
 	if n := r.CheckpointFailures; n > 0 {
 		fmt.Fprintf(w, "  checkpoint files not written so far: %d (see the PS nodes' logs)\n", n)
@@ -431,11 +430,21 @@ func printSplit(w io.Writer, st api.StageStatus) {
 }
 
 // jobProgress shows a running job's progress as `heterps train` does (a
-// bar on a terminal, a line every few seconds otherwise); done ends it.
+// bar on a terminal, a line every few seconds otherwise), with a line of
+// its own for each checkpoint that could not be written and once the job,
+// trained, waits for its last checkpoint; done ends it.
 func jobProgress(w io.Writer) (update func(api.JobStatus), done func()) {
 	var p *progress
+	var notes checkpointNotes
 	shown := int64(0) // nothing to show before the first step
 	update = func(s api.JobStatus) {
+		for _, msg := range notes.of(s) {
+			if p == nil {
+				fmt.Fprintln(w, msg)
+			} else {
+				p.line(msg)
+			}
+		}
 		if s.Step == shown || (s.RestoredFrom != nil && s.Step <= s.RestoredFrom.Step) {
 			return // nothing trained yet (a restored job starts at its checkpoint's step)
 		}
@@ -452,3 +461,48 @@ func jobProgress(w io.Writer) (update func(api.JobStatus), done func()) {
 	}
 	return update, done
 }
+
+// checkpointNotes picks what a job's progress says of its checkpoints,
+// each thing once: a checkpoint not written (per step), and the wait of a
+// trained job for its last one.
+type checkpointNotes struct {
+	failed  int64 // the step of the last failure said
+	waiting bool
+}
+
+func (n *checkpointNotes) of(s api.JobStatus) []string {
+	var out []string
+	if f := s.CheckpointFailure; f != nil && f.Step != n.failed {
+		n.failed = f.Step
+		out = append(out, checkpointFailureNote(s, f))
+	}
+	if s.FinalCheckpointBy != nil && !n.waiting {
+		n.waiting = true
+		out = append(out, finalWaitNote(s))
+	}
+	return out
+}
+
+// finalWaitNote says how long job s, trained, waits for its last
+// checkpoint (FinalCheckpointBy set).
+func finalWaitNote(s api.JobStatus) string {
+	return fmt.Sprintf("trained all %d steps: waiting for the checkpoint of step %d until %s, then the job ends without it",
+		s.Steps, s.Steps, clockTime(*s.FinalCheckpointBy))
+}
+
+// checkpointFailureNote says that f's checkpoint of job s was not written,
+// why, and what happens next.
+func checkpointFailureNote(s api.JobStatus, f *api.CheckpointFailure) string {
+	next := "training goes on, the next is tried at its step"
+	switch {
+	case s.State.Final():
+		next = "the job ended without it"
+	case s.FinalCheckpointBy != nil && f.Step == s.Steps:
+		next = fmt.Sprintf("it is the last step's: tried again every few seconds until %s (free the space or mend the cause meanwhile), then the job ends without it",
+			clockTime(*s.FinalCheckpointBy))
+	}
+	return fmt.Sprintf("checkpoint of step %d NOT WRITTEN (%s): %s; %s", f.Step, cmp.Or(f.Node, "manifest"), f.Error, next)
+}
+
+// clockTime is t's time of day in the local zone, named.
+func clockTime(t time.Time) string { return t.Local().Format("15:04:05 MST") }

@@ -144,6 +144,41 @@ func TestJobProgressWaitsForAStep(t *testing.T) {
 	}
 }
 
+// A job's progress says, once each, which checkpoints were not written and
+// how long the trained job waits for its last one; the job's status says
+// the same.
+func TestJobProgressSaysWhatCheckpointsFail(t *testing.T) {
+	var out strings.Builder
+	update, done := jobProgress(&out)
+	full := func(step int64) *api.CheckpointFailure {
+		return &api.CheckpointFailure{Step: step, Node: "n0", Error: "no space left on device"}
+	}
+	by := time.Date(2026, 12, 7, 18, 30, 0, 0, time.Local)
+	update(api.JobStatus{Step: 10, Steps: 20, Loss: 0.5, SamplesPerS: 100, State: api.JobRunning})
+	update(api.JobStatus{Step: 12, Steps: 20, Loss: 0.5, SamplesPerS: 100, State: api.JobRunning, CheckpointFailure: full(10)})
+	update(api.JobStatus{Step: 14, Steps: 20, Loss: 0.5, SamplesPerS: 100, State: api.JobRunning, CheckpointFailure: full(10)})
+	waiting := api.JobStatus{Step: 20, Steps: 20, Loss: 0.5, SamplesPerS: 100, State: api.JobRunning, CheckpointFailure: full(20), FinalCheckpointBy: &by}
+	update(waiting)
+	update(waiting)
+	done()
+	got := out.String()
+	for _, want := range []string{
+		"checkpoint of step 10 NOT WRITTEN (n0): no space left on device; training goes on",
+		"checkpoint of step 20 NOT WRITTEN (n0): no space left on device; it is the last step's: tried again every few seconds until 18:30:00",
+		"trained all 20 steps: waiting for the checkpoint of step 20 until 18:30:00",
+	} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("progress says %q %d times, want once:\n%s", want, strings.Count(got, want), got)
+		}
+	}
+	var status strings.Builder
+	waiting.Stages = []api.StageStatus{{Stage: 0, Type: "cpu-1t", Units: 1}}
+	printJob(&status, waiting)
+	if !strings.Contains(status.String(), "tried again every few seconds until 18:30:00") || !strings.Contains(status.String(), "waiting for the checkpoint of step 20 until 18:30:00") {
+		t.Errorf("status of the waiting job:\n%s", status.String())
+	}
+}
+
 // A running job's seconds are those since it started (its status has no
 // finish yet), a finished one's from start to finish.
 func TestResultSecondsOfARunningJob(t *testing.T) {
