@@ -102,7 +102,7 @@ func TestALastCheckpointThatCannotBeWrittenIsNamed(t *testing.T) {
 		t.Fatalf("latest checkpoint %+v, failure %+v, %d failures: want step 15 and the failure of step 20, counted once on each PS node",
 			s.Checkpoint, s.CheckpointFailure, s.CheckpointFailures)
 	}
-	if n := strings.Count(logs.String(), "checkpoint not written; training goes on"); n < 2 {
+	if n := strings.Count(logs.String(), "checkpoint not written; the job has trained"); n < 2 {
 		t.Errorf("the last checkpoint was tried %d time(s) in the coordinator's log, want it tried again", n)
 	}
 }
@@ -119,7 +119,7 @@ func TestALastCheckpointIsWrittenOnceItCanBe(t *testing.T) {
 	blockCheckpoint(t, root, 20)
 	id := cl.submit(dpJob(t, fmt.Sprintf("[checkpoint]\ndir = %q\nevery = 5\n", root)))
 	waitUntil(t, "the last checkpoint's failure reported", func() bool {
-		return strings.Contains(logs.String(), "checkpoint not written; training goes on") && strings.Contains(logs.String(), "step=20")
+		return strings.Contains(logs.String(), "checkpoint not written; the job has trained") && strings.Contains(logs.String(), "step=20")
 	})
 	if err := os.Remove(ckpt.StepDir(root, 20)); err != nil {
 		t.Fatal(err)
