@@ -171,6 +171,10 @@ func (w *Worker) startBucket(st *stepState, b *bucket, reduce func() error) {
 	for _, l := range b.layers {
 		st.covers[l] = append(st.covers[l], done)
 	}
+	if st.inline {
+		st.runInline([]func() error{reduce}, func() { close(done) })
+		return
+	}
 	st.bg.Go(func() error {
 		if err := reduce(); err != nil {
 			return err

@@ -141,7 +141,7 @@ func localPSWorker(t testing.TB, cfg *config.Model, backend native.Backend, step
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { shard.Close() })
-	client, err := ps.NewClient(ps.ClientConfig{Job: testJob, Shards: 1, Local: func(int) *ps.Shard { return shard },
+	client, err := ps.NewClient(ps.ClientConfig{Job: testJob, Shards: 1, Local: func(int) *ps.Shard { localShardCalled(); return shard },
 		Dial: func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("the shard is local") }})
 	if err != nil {
 		t.Fatal(err)

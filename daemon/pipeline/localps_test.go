@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +142,53 @@ func TestSoleReplicaPullsUntouchedRowsBeforeTheUpdate(t *testing.T) {
 		if w.touchedRows(1, []input{{plan: cur}}) != nil {
 			t.Error("rows pulled before the update for a replica that is not alone in BSP")
 		}
+	}
+}
+
+// localShardHook, if set, runs on every call a localPSWorker's client
+// makes to its shard; set it before building the worker, reset it after
+// the worker is closed.
+var localShardHook func()
+
+func localShardCalled() {
+	if h := localShardHook; h != nil {
+		h()
+	}
+}
+
+// A one-stage job's sole replica whose shards live in its own process runs
+// its pushes in the step, as each layer's gradients become final: a slow
+// shard lengthens its backward (Compute). A replica that is not alone
+// pushes in the background, and the same shard lengthens only the wait
+// for the pushes at the step's end (Push).
+func TestSoleLocalReplicaPushesInTheStep(t *testing.T) {
+	const slowCall = 200 * time.Millisecond
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), 6) }
+	var slow atomic.Bool
+	localShardHook = func() {
+		if slow.Load() {
+			time.Sleep(slowCall)
+		}
+	}
+	t.Cleanup(func() { localShardHook = nil })
+	for _, sole := range []bool{true, false} {
+		w := localPSWorker(t, cfg, native.MustCPU(), 0, fixedBatches(batch), func(c *Config) { c.SoleReplica = sole })
+		for step := int64(1); step <= 2; step++ {
+			if _, err := w.Step(context.Background(), step); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slow.Store(true)
+		res, err := w.Step(context.Background(), 3)
+		slow.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inStep := res.Compute >= slowCall; inStep != sole || (!sole && res.Push < slowCall) {
+			t.Errorf("sole replica %v: compute %s, push wait %s with every shard call %s long; want the pushes in the step: %v",
+				sole, res.Compute, res.Push, slowCall, sole)
+		}
+		w.Close()
 	}
 }

@@ -285,6 +285,7 @@ func (w *Worker) Step(ctx context.Context, step int64) (Result, error) {
 	})
 	st := w.newStepState(fg, step, snd, bg)
 	st.bgCtx, st.prev = bgCtx, prev
+	st.inline = w.pushesInline(st)
 	err := w.step(st)
 	if err != nil {
 		cancel()
@@ -379,6 +380,8 @@ type stepState struct {
 	// downstream partner (their gradients come back in the same pieces).
 	pieces [][]int
 	live   int // micro-batches holding a layer copy (acquire, release)
+	// inline: the step runs its pushes and reductions itself (pushesInline).
+	inline bool
 }
 
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {

@@ -397,6 +397,17 @@ func (c *Client) partition(ids []int64) (byShard [][]int64, at [][]int) {
 	return Partition(ids, c.cfg.Shards)
 }
 
+// AllLocal reports whether this process hosts every shard (Local): calls
+// then wait on no other process.
+func (c *Client) AllLocal() bool {
+	for i := range c.cfg.Shards {
+		if c.local(i) == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // local returns shard i if this process hosts it.
 func (c *Client) local(i int) *Shard {
 	if c.cfg.Local == nil {

@@ -125,7 +125,8 @@ func TestClientMatchesShardsInProcess(t *testing.T) {
 
 // A client with shard 0 in its own process calls it directly (it never
 // dials it) and still computes what the in-process shards compute; shard 1
-// goes over the wire.
+// goes over the wire. Only a client with every shard in the process is
+// AllLocal.
 func TestClientCallsLocalShardsDirectly(t *testing.T) {
 	checkLeaks(t)
 	mixed, local := twoShards(t, 1), twoShards(t, 1)
@@ -152,6 +153,18 @@ func TestClientCallsLocalShardsDirectly(t *testing.T) {
 	checkClientAgainstShards(t, c, local)
 	if dialled0.Load() {
 		t.Error("the client dialled its local shard")
+	}
+	if c.AllLocal() {
+		t.Error("AllLocal with shard 1 over the wire")
+	}
+	all, err := NewClient(ClientConfig{Job: "j", Shards: 2, Local: func(shard int) *Shard { return local[shard] },
+		Dial: func(context.Context, int) (*wire.Conn, error) { return nil, errors.New("every shard is local") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { all.Close() })
+	if !all.AllLocal() {
+		t.Error("not AllLocal with both shards in the process")
 	}
 }
 
