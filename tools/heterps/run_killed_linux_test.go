@@ -13,32 +13,10 @@ import (
 
 // TestRunKilledTakesItsDaemonsWithIt: heterps run killed with SIGKILL,
 // which cannot stop its children itself, leaves no daemon running. The
-// daemons here are a script that records its pid and sleeps; the
-// coordinator it plays never answers, so run waits for the nodes to
-// register when it is killed.
+// coordinator the fake daemons play never answers, so run waits for the
+// nodes to register when it is killed.
 func TestRunKilledTakesItsDaemonsWithIt(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh(1)")
-	}
-	dir := t.TempDir()
-	pids := filepath.Join(dir, "pids")
-	fake := filepath.Join(dir, "heterpsd")
-	script := "#!/bin/sh\necho $$ >> " + pids + "\n" +
-		"case \"$1\" in --role=coordinator) echo coordinator http://127.0.0.1:1 ;; *) echo node ;; esac\n" +
-		"exec sleep 60\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run := exec.Command(os.Args[0], "run", "--heterpsd", fake, "--catalog", "../../config/examples/catalogs/local.toml",
-		"--log-dir", filepath.Join(dir, "logs"), "--pin=false", "../../config/examples/jobs/ctrdnn-local.toml")
-	run.Env = append(os.Environ(), asHeterpsEnv+"=1")
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	started := waitForPids(t, pids, 4) // the coordinator and the catalog's three nodes
-	for _, pid := range started {
-		defer syscall.Kill(pid, syscall.SIGKILL)
-	}
+	run, started := runWithFakeDaemons(t, "", "exec sleep 60\n")
 	run.Process.Kill()
 	run.Wait()
 	for _, pid := range started {
@@ -54,32 +32,9 @@ func TestRunKilledTakesItsDaemonsWithIt(t *testing.T) {
 // with them — the daemons it asks for a checkpoint first must still be
 // there. The fake daemons record the signals they get.
 func TestCtrlCReachesOnlyRun(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh(1)")
-	}
-	dir := t.TempDir()
-	pids, signals := filepath.Join(dir, "pids"), filepath.Join(dir, "signals")
-	fake := filepath.Join(dir, "heterpsd")
-	script := "#!/bin/sh\necho $$ >> " + pids + "\n" +
-		"trap 'echo INT >> " + signals + "; kill $s; exit 1' INT\n" +
-		"trap 'echo TERM >> " + signals + "; kill $s; exit 0' TERM\n" +
-		"case \"$1\" in --role=coordinator) echo coordinator http://127.0.0.1:1 ;; *) echo node ;; esac\n" +
-		"sleep 60 & s=$!\nwait $s\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run := exec.Command(os.Args[0], "run", "--heterpsd", fake, "--catalog", "../../config/examples/catalogs/local.toml",
-		"--log-dir", filepath.Join(dir, "logs"), "--pin=false", "../../config/examples/jobs/ctrdnn-local.toml")
-	run.Env = append(os.Environ(), asHeterpsEnv+"=1")
-	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group, run leading it
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	started := waitForPids(t, pids, 4)
-	for _, pid := range started {
-		defer syscall.Kill(pid, syscall.SIGKILL)
-	}
-	time.Sleep(200 * time.Millisecond) // the traps are set before the first line
+	signals := filepath.Join(t.TempDir(), "signals")
+	run, started := runWithFakeDaemons(t, "trap 'echo INT >> "+signals+"; kill $s; exit 1' INT\n"+
+		"trap 'echo TERM >> "+signals+"; kill $s; exit 0' TERM\n", "sleep 60 & s=$!\nwait $s\n")
 	if err := syscall.Kill(-run.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +55,40 @@ func TestCtrlCReachesOnlyRun(t *testing.T) {
 	if n := strings.Count(string(got), "TERM"); strings.Contains(string(got), "INT") || n != len(started) {
 		t.Errorf("the daemons got %q; want SIGTERM from run each, never the terminal's SIGINT", strings.Fields(string(got)))
 	}
+}
+
+// runWithFakeDaemons starts heterps run on make run's job in a process
+// group of its own (as a terminal runs it in the foreground), its daemons
+// a script that runs before, records its pid, prints the first line
+// heterps waits for (a coordinator that never answers) and runs after; it
+// returns once the coordinator and the local catalog's three nodes have
+// recorded theirs, with the pids (killed when the test ends).
+func runWithFakeDaemons(t *testing.T, before, after string) (run *exec.Cmd, started []int) {
+	t.Helper()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh(1)")
+	}
+	dir := t.TempDir()
+	pids, fake := filepath.Join(dir, "pids"), filepath.Join(dir, "heterpsd")
+	script := "#!/bin/sh\n" + before + "echo $$ >> " + pids + "\n" +
+		"case \"$1\" in --role=coordinator) echo coordinator http://127.0.0.1:1 ;; *) echo node ;; esac\n" + after
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run = exec.Command(os.Args[0], "run", "--heterpsd", fake, "--catalog", "../../config/examples/catalogs/local.toml",
+		"--log-dir", filepath.Join(dir, "logs"), "--pin=false", "../../config/examples/jobs/ctrdnn-local.toml")
+	run.Env = append(os.Environ(), asHeterpsEnv+"=1")
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started = waitForPids(t, pids, 4)
+	t.Cleanup(func() {
+		for _, pid := range started {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return run, started
 }
 
 // waitForPids waits up to 30 s for n pids in the file.
