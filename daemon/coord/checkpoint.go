@@ -54,7 +54,7 @@ func (c *Coordinator) noteCheckpointFailure(t *taskRun, n *node, r api.TaskRepor
 		return
 	}
 	next := "training goes on"
-	if f.Step >= j.file.TotalSteps() {
+	if f.Step == j.file.TotalSteps() {
 		next = "the job has trained; its PS node tries again"
 	}
 	c.log.Warn("checkpoint not written; "+next, "job", j.id, "step", f.Step, "node", n.req.Name, "task", t.task.TaskID, "err", f.Error)

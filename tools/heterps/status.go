@@ -367,7 +367,7 @@ func printJob(w io.Writer, s api.JobStatus) {
 	if f := r.CheckpointFailure; f != nil {
 		fmt.Fprintf(w, "  %s\n", checkpointFailureNote(s, f))
 	}
-	if s.FinalCheckpointBy != nil {
+	if s.FinalCheckpointBy != nil && !lastCheckpointFailed(s) {
 		fmt.Fprintf(w, "  %s\n", finalWaitNote(s))
 	}
 	if n := r.CheckpointFailures; n > 0 {
@@ -474,6 +474,7 @@ func (n *checkpointNotes) of(s api.JobStatus) []string {
 	var out []string
 	if f := s.CheckpointFailure; f != nil && f.Step != n.failed {
 		n.failed = f.Step
+		n.waiting = n.waiting || lastCheckpointFailed(s) // its note gives the wait
 		out = append(out, checkpointFailureNote(s, f))
 	}
 	if s.FinalCheckpointBy != nil && !n.waiting {
@@ -497,11 +498,19 @@ func checkpointFailureNote(s api.JobStatus, f *api.CheckpointFailure) string {
 	switch {
 	case s.State.Final():
 		next = "the job ended without it"
-	case s.FinalCheckpointBy != nil && f.Step == s.Steps:
+	case lastCheckpointFailed(s):
 		next = fmt.Sprintf("it is the last step's: tried again every few seconds until %s (free the space or mend the cause meanwhile), then the job ends without it",
 			clockTime(*s.FinalCheckpointBy))
 	}
 	return fmt.Sprintf("checkpoint of step %d NOT WRITTEN (%s): %s; %s", f.Step, cmp.Or(f.Node, "manifest"), f.Error, next)
+}
+
+// lastCheckpointFailed reports whether trained job s waits for the
+// checkpoint of its last step after a failed try: the failure's note then
+// says until when, and the wait's own note would repeat it.
+func lastCheckpointFailed(s api.JobStatus) bool {
+	f := s.CheckpointFailure
+	return f != nil && s.FinalCheckpointBy != nil && f.Step == s.Steps
 }
 
 // clockTime is t's time of day in the local zone, named.

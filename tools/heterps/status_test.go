@@ -165,7 +165,7 @@ func TestJobProgressSaysWhatCheckpointsFail(t *testing.T) {
 	for _, want := range []string{
 		"checkpoint of step 10 NOT WRITTEN (n0): no space left on device; training goes on",
 		"checkpoint of step 20 NOT WRITTEN (n0): no space left on device; it is the last step's: tried again every few seconds until 18:30:00",
-		"trained all 20 steps: waiting for the checkpoint of step 20 until 18:30:00",
+		"18:30:00", // the failure's note gives the deadline; the wait's would repeat it
 	} {
 		if strings.Count(got, want) != 1 {
 			t.Errorf("progress says %q %d times, want once:\n%s", want, strings.Count(got, want), got)
@@ -174,7 +174,29 @@ func TestJobProgressSaysWhatCheckpointsFail(t *testing.T) {
 	var status strings.Builder
 	waiting.Stages = []api.StageStatus{{Stage: 0, Type: "cpu-1t", Units: 1}}
 	printJob(&status, waiting)
-	if !strings.Contains(status.String(), "tried again every few seconds until 18:30:00") || !strings.Contains(status.String(), "waiting for the checkpoint of step 20 until 18:30:00") {
+	if !strings.Contains(status.String(), "tried again every few seconds until 18:30:00") || strings.Count(status.String(), "18:30:00") != 1 {
+		t.Errorf("status of the job waiting for its failed last checkpoint:\n%s", status.String())
+	}
+}
+
+// A trained job waiting for its last checkpoint, none failed, says until
+// when, once, in its progress and its status.
+func TestJobProgressSaysTheFinalCheckpointWait(t *testing.T) {
+	var out strings.Builder
+	update, done := jobProgress(&out)
+	by := time.Date(2026, 12, 7, 18, 30, 0, 0, time.Local)
+	waiting := api.JobStatus{Step: 20, Steps: 20, Loss: 0.5, SamplesPerS: 100, State: api.JobRunning, FinalCheckpointBy: &by}
+	update(waiting)
+	update(waiting)
+	done()
+	want := "trained all 20 steps: waiting for the checkpoint of step 20 until 18:30:00"
+	if strings.Count(out.String(), want) != 1 {
+		t.Errorf("progress says %q %d times, want once:\n%s", want, strings.Count(out.String(), want), out.String())
+	}
+	var status strings.Builder
+	waiting.Stages = []api.StageStatus{{Stage: 0, Type: "cpu-1t", Units: 1}}
+	printJob(&status, waiting)
+	if strings.Count(status.String(), want) != 1 {
 		t.Errorf("status of the waiting job:\n%s", status.String())
 	}
 }
