@@ -191,6 +191,16 @@ func (g *gate) pushed() {
 	}
 }
 
+// isOpen reports whether the gate has opened ok, without waiting.
+func (g *gate) isOpen() bool {
+	select {
+	case <-g.done:
+		return g.ok
+	default:
+		return false
+	}
+}
+
 // wait reports whether the gate opened ok, false if ctx ended first.
 func (g *gate) wait(ctx context.Context) bool {
 	select {

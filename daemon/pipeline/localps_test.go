@@ -2,7 +2,10 @@ package pipeline
 
 import (
 	"context"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,6 +157,68 @@ func localShardCalled() {
 	if h := localShardHook; h != nil {
 		h()
 	}
+}
+
+// The same replica reads the next step's batch and pulls its rows in the
+// step too, once its tables are pushed: the next step's row pulls run on
+// the step's goroutine (or on goroutines it starts, one per table), and
+// the next batch is read by the time the step returns.
+func TestSoleLocalReplicaReadsAheadInTheStep(t *testing.T) {
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), 6) }
+	var mu sync.Mutex
+	var pullers []string // per row pull ahead: the goroutine that asked for it
+	localShardHook = func() {
+		buf := make([]byte, 16<<10)
+		stack := string(buf[:runtime.Stack(buf, false)])
+		if strings.Contains(stack, "pullRowsAhead") {
+			mu.Lock()
+			defer mu.Unlock()
+			pullers = append(pullers, askingGoroutine(stack))
+		}
+	}
+	t.Cleanup(func() { localShardHook = nil })
+	w := localPSWorker(t, cfg, native.MustCPU(), 0, fixedBatches(batch))
+	defer w.Close()
+	for step := int64(1); step <= 2; step++ {
+		if _, err := w.Step(context.Background(), step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	pullers = nil
+	mu.Unlock()
+	if _, err := w.Step(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	if w.next != 4 || len(w.prefetch) != 1 {
+		t.Errorf("after step 3: reading ahead step %d, %d batches read; want step 4's read", w.next, len(w.prefetch))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	me := askingGoroutine(string(debugStack()))
+	if len(pullers) == 0 {
+		t.Fatal("step 3 pulled no rows ahead for step 4")
+	}
+	for i, g := range pullers {
+		if g != me {
+			t.Errorf("row pull %d of %d for step 4 asked by goroutine %s; want the step's, %s", i+1, len(pullers), g, me)
+		}
+	}
+}
+
+// askingGoroutine is the number of the goroutine whose stack this is or,
+// for one that the pipeline's each started, of the one that started it.
+func askingGoroutine(stack string) string {
+	if _, by, ok := strings.Cut(stack, "created by github.com/heterps/heterps/daemon/pipeline.each in goroutine "); ok {
+		return strings.Fields(by)[0]
+	}
+	return strings.Fields(stack)[1] // "goroutine N [running]:"
+}
+
+func debugStack() []byte {
+	buf := make([]byte, 1024)
+	return buf[:runtime.Stack(buf, false)]
 }
 
 // A one-stage job's sole replica whose shards live in its own process runs

@@ -382,6 +382,9 @@ type stepState struct {
 	live   int // micro-batches holding a layer copy (acquire, release)
 	// inline: the step runs its pushes and reductions itself (pushesInline).
 	inline bool
+	// readAhead, set on an inline step, reads the next step's batch and
+	// pulls its rows; the step runs it once its tables are pushed.
+	readAhead func()
 }
 
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {
@@ -395,7 +398,7 @@ func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *
 // step runs the step's phases into st.res; the pulls and pushes they
 // start on st.bg may still run when it returns.
 func (w *Worker) step(st *stepState) error {
-	ctx, step, bg := st.ctx, st.step, st.bg
+	step, bg := st.step, st.bg
 	bgCtx := st.bgCtx
 	if a := w.takeAhead(step); a != nil {
 		st.ahead, st.taken = a, make([]bool, len(a.vals))
@@ -415,7 +418,7 @@ func (w *Worker) step(st *stepState) error {
 			return err
 		})
 	}
-	stage0, err := w.stage0Input(ctx, step, st.gate)
+	stage0, err := w.stage0Input(st)
 	if err != nil {
 		return fmt.Errorf("input: %w", err)
 	}
@@ -618,18 +621,23 @@ func scaled(g []float32, f float32) []float32 {
 }
 
 // stage0Input returns stage 0's micro-batches for the step (nil
-// elsewhere) and starts reading the next step's, whose rows it pulls once
-// g opens.
-func (w *Worker) stage0Input(ctx context.Context, step int64, g *gate) ([]input, error) {
+// elsewhere) and reads the next step's, whose rows it pulls once the
+// step's tables are pushed: in the background from now on, or in line
+// (readAheadInline) by the step once they are.
+func (w *Worker) stage0Input(st *stepState) ([]input, error) {
 	if w.cfg.Stage != 0 {
 		return nil, nil
 	}
-	ins, err := w.batch(ctx, step)
+	ins, err := w.batch(st.ctx, st.step)
 	if err != nil {
 		return nil, err
 	}
-	if w.hasStep(step + 1) {
-		w.startPrefetch(step+1, g, w.touchedRows(step, ins))
+	switch {
+	case !w.hasStep(st.step + 1):
+	case st.inline && len(w.copies[0].tables) > 0:
+		st.readAhead = func() { w.readAheadInline(st.ctx, st.gate, st.step+1) }
+	default:
+		w.startPrefetch(st.step+1, st.gate, w.touchedRows(st.step, ins))
 	}
 	return ins, nil
 }
@@ -705,6 +713,21 @@ func (w *Worker) startPrefetch(step int64, g *gate, touched [][]int64) {
 		}
 		w.prefetch <- prefetched{ins, err}
 	})
+}
+
+// readAheadInline reads step's batch and pulls its rows, g being open, on
+// the calling goroutine, for the next call of batch to take. See Pushes in
+// line (psync.go).
+func (w *Worker) readAheadInline(ctx context.Context, g *gate, step int64) {
+	ins, err := w.microInputs(ctx, step)
+	if err != nil && ctx.Err() != nil {
+		return // the step is ending: the next reads its own batch
+	}
+	if err == nil {
+		w.pullRowsAhead(g, step, ins, nil)
+	}
+	w.next = step
+	w.prefetch <- prefetched{ins, err}
 }
 
 // microInputs reads step's batch and splits it into micro-batches, each
