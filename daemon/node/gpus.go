@@ -61,10 +61,17 @@ func checkOwnGPUs(cfg Config, haveCUDA bool, inv []api.GPU, invErr error) error 
 
 // stageBackend is a stage task's backend: for a GPU node the CUDA backend
 // on GPU gpu (one of the node's, see gpuPool), for a CPU node the CPU
-// backend with units x threads threads, pinned by pin. A build without
-// CUDA refuses a GPU node's stage (which its registration has refused
-// already).
-func stageBackend(kind string, gpu, units, threads int, pin native.Pinning) (native.Backend, error) {
+// backend with units x threads threads. A build without CUDA refuses a GPU
+// node's stage (which its registration has refused already). The CPU
+// backend's threads are not pinned (native.PinNever), unlike heterps
+// train's: the daemon's own goroutines (its parameter-server shards, the
+// wire, the input) share the stage's CPUs, and a critical lane pinned to
+// one CPU cannot move away from them — make run's job (one 2-thread node)
+// ran 92k samples/s pinned against 102-107k unpinned on the 2-core Xeon
+// VM, its pinned main lane's CPU idle 23% of the run while the other
+// queued; 89-91k with the side lane left free, and 91-93k unpinned at
+// GOMAXPROCS 3.
+func stageBackend(kind string, gpu, units, threads int) (native.Backend, error) {
 	if kind == config.KindGPU {
 		b, err := newCUDABackend(gpu)
 		if err != nil {
@@ -72,7 +79,7 @@ func stageBackend(kind string, gpu, units, threads int, pin native.Pinning) (nat
 		}
 		return b, nil
 	}
-	return native.NewCPU(native.CPUOptions{Threads: units * threads, Pin: pin})
+	return native.NewCPU(native.CPUOptions{Threads: units * threads, Pin: native.PinNever})
 }
 
 // closeBackend releases a backend that holds resources (a CUDA stream and

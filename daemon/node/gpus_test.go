@@ -6,14 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/api"
-	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -87,9 +85,9 @@ func TestGPUNodeWithoutGPUsRefusesToRegister(t *testing.T) {
 }
 
 // A CPU node's stages run on the CPU backend with units x threads threads,
-// pinned as asked.
+// unpinned.
 func TestStageBackendOfACPUNode(t *testing.T) {
-	b, err := stageBackend(config.KindCPU, -1, 2, 3, native.PinNever)
+	b, err := stageBackend(config.KindCPU, -1, 2, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,69 +98,13 @@ func TestStageBackendOfACPUNode(t *testing.T) {
 	if closeBackend(b) != nil {
 		t.Error("closing the CPU backend failed")
 	}
-	for _, pin := range []native.Pinning{native.PinNever, native.PinAuto} {
-		b, err = stageBackend(config.KindCPU, -1, 1, runtime.NumCPU(), pin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := b.(*native.CPU).Pinned() != nil, pin == native.PinAuto; got != want {
-			t.Errorf("%s: a stage with all %d CPUs pinned to %v", pin, runtime.NumCPU(), b.(*native.CPU).Pinned())
-		}
+	// Nor is a task with every CPU the daemon may use pinned (see stageBackend).
+	b, err = stageBackend(config.KindCPU, -1, 1, runtime.NumCPU())
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-// A stage task pins its threads when it waits on no other process and
-// takes the whole node (see Pinning); a replica of several, a stage of
-// several, one whose servers live elsewhere and one that leaves units to
-// other tasks run unpinned.
-func TestStagePinning(t *testing.T) {
-	a := &Agent{cfg: Config{Name: "n", Units: 1, Threads: 2}, psAddr: "127.0.0.1:7000"}
-	alone := api.Task{Units: 1, Replicas: 1, PS: []string{"127.0.0.1:7000"}}
-	if got := a.stagePinning(alone); got != native.PinAuto {
-		t.Errorf("a sole local replica taking the node: %s, want auto", got)
-	}
-	replicas, remote := alone, alone
-	replicas.Replicas = 2
-	remote.PS = []string{"127.0.0.1:7000", "10.0.0.2:7000"}
-	for name, s := range map[string]api.Task{"one of 2 replicas": replicas, "servers elsewhere": remote} {
-		if got := a.stagePinning(s); got != native.PinNever {
-			t.Errorf("%s: %s, want never", name, got)
-		}
-	}
-	a.cfg.Units = 2
-	if got := a.stagePinning(alone); got != native.PinNever {
-		t.Errorf("a task taking 1 of the node's 2 units: %s, want never", got)
-	}
-}
-
-// A pinned stage's compute thread runs on the first of its backend's CPUs
-// until the task undoes it; an unpinned one's stays where it may run.
-func TestComputeThreadOnThePinnedBackendsFirstCPU(t *testing.T) {
-	a := &Agent{cfg: Config{Name: "n"}, log: quiet}
-	for _, pin := range []native.Pinning{native.PinAuto, native.PinNever} {
-		b, err := stageBackend(config.KindCPU, -1, 1, runtime.NumCPU(), pin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var before, during, after []int
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			runtime.LockOSThread() // as runStage's goroutine is
-			before, _ = cpuset.Allowed()
-			undo := a.pinComputeThread(api.Task{JobID: "j", TaskID: "j.s0.r0"}, b)
-			during, _ = cpuset.Allowed()
-			undo()
-			after, _ = cpuset.Allowed()
-		}()
-		<-done
-		want := before
-		if pin == native.PinAuto {
-			want = b.(*native.CPU).Pinned()[:1]
-		}
-		if !slices.Equal(during, want) || !slices.Equal(after, before) {
-			t.Errorf("%s: the compute thread on CPUs %v, then %v; want %v, then %v", pin, during, after, want, before)
-		}
+	if got := b.(*native.CPU).Pinned(); got != nil {
+		t.Errorf("a stage with all %d CPUs pinned to %v", runtime.NumCPU(), got)
 	}
 }
 

@@ -130,7 +130,6 @@ func (a *Agent) stageWorker(ctx context.Context, s api.Task) (w *pipeline.Worker
 		return fail(err)
 	}
 	undo = append(undo, release)
-	undo = append(undo, a.pinComputeThread(s, backend))
 	model, err := pipeline.BuildStageModel(backend, cfg, s.Seed, ranges[s.Stage])
 	if err != nil {
 		return fail(permanent(err))
@@ -240,7 +239,7 @@ func (a *Agent) stageBackend(s api.Task) (native.Backend, func(), error) {
 			return nil, nil, err
 		}
 	}
-	b, err := stageBackend(kind, gpu, s.Units, a.cfg.Threads, a.stagePinning(s))
+	b, err := stageBackend(kind, gpu, s.Units, a.cfg.Threads)
 	if err != nil {
 		free()
 		return nil, nil, err
@@ -251,45 +250,6 @@ func (a *Agent) stageBackend(s api.Task) (native.Backend, func(), error) {
 		}
 		free()
 	}, nil
-}
-
-// Pinning. A stage task that waits on no other process (waitsOnOthers) and
-// takes every CPU the daemon may use pins its kernels' threads one to a
-// CPU, as heterps train does (native.PinAuto: pinned only when the task has
-// a thread for each of those CPUs); any other runs unpinned. Unpinned, the
-// scheduler moves a split kernel's helper onto the caller's CPU now and
-// then, and the step waits for the piece it holds. The daemon's own
-// goroutines share those CPUs, and a critical lane pinned to one CPU
-// cannot move away from them: with its pushes on goroutines of their own
-// (before pushes in line, pipeline/psync.go) make run's job ran 92k
-// samples/s pinned against 102-107k unpinned on the 2-core Xeon VM, its
-// pinned main lane's CPU idle 23 % of the run while the other queued. A
-// sole local replica now runs its pushes, its reductions and the next
-// step's row pulls on the compute thread, leaving its input's reader the
-// one goroutine beside it, and pinned it ran a median 1.04x unpinned: 13
-// alternated pairs of make run's job (9 faster) and 8 of the stage alone
-// in one process (5 faster, a median 1.05x), on the 2-core Zen 4 VM; not
-// measured again on the Xeon. A task that waits on other processes keeps
-// its threads free to move: its network goroutines wake on its CPUs.
-
-// stagePinning is how stage task s pins its kernels' threads (see
-// Pinning).
-func (a *Agent) stagePinning(s api.Task) native.Pinning {
-	if a.waitsOnOthers(s) || a.cfg.Units*a.cfg.Threads > s.Units*a.cfg.Threads {
-		return native.PinNever
-	}
-	return native.PinAuto
-}
-
-// pinComputeThread puts the calling thread, task s's compute thread, on
-// the first of b's CPUs when b is pinned, and returns what undoes that.
-func (a *Agent) pinComputeThread(s api.Task, b native.Backend) (undo func()) {
-	cpu, ok := b.(*native.CPU)
-	if !ok || cpu.Pinned() == nil {
-		return func() {}
-	}
-	a.taskLog(s).Info("stage kernels pinned", "cpus", cpu.Pinned())
-	return cpu.PinCaller()
 }
 
 // denseAllreduce is the worker's Allreduce for a task whose stage keeps its
