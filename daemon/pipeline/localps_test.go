@@ -169,9 +169,7 @@ func TestSoleLocalReplicaReadsAheadInTheStep(t *testing.T) {
 	var mu sync.Mutex
 	var pullers []string // per row pull ahead: the goroutine that asked for it
 	localShardHook = func() {
-		buf := make([]byte, 16<<10)
-		stack := string(buf[:runtime.Stack(buf, false)])
-		if strings.Contains(stack, "pullRowsAhead") {
+		if stack := ownStack(); strings.Contains(stack, "pullRowsAhead") {
 			mu.Lock()
 			defer mu.Unlock()
 			pullers = append(pullers, askingGoroutine(stack))
@@ -196,7 +194,7 @@ func TestSoleLocalReplicaReadsAheadInTheStep(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	me := askingGoroutine(string(debugStack()))
+	me := askingGoroutine(ownStack())
 	if len(pullers) == 0 {
 		t.Fatal("step 3 pulled no rows ahead for step 4")
 	}
@@ -216,9 +214,10 @@ func askingGoroutine(stack string) string {
 	return strings.Fields(stack)[1] // "goroutine N [running]:"
 }
 
-func debugStack() []byte {
-	buf := make([]byte, 1024)
-	return buf[:runtime.Stack(buf, false)]
+// ownStack is the calling goroutine's stack, its first 16 KiB.
+func ownStack() string {
+	buf := make([]byte, 16<<10)
+	return string(buf[:runtime.Stack(buf, false)])
 }
 
 // A one-stage job's sole replica whose shards live in its own process runs

@@ -706,28 +706,30 @@ func (w *Worker) batch(ctx context.Context, step int64) ([]input, error) {
 // that touched (touchedRows) does not list, the others once g opens.
 func (w *Worker) startPrefetch(step int64, g *gate, touched [][]int64) {
 	w.next = step
-	w.wg.Go(func() {
-		ins, err := w.microInputs(w.ctx, step)
-		if err == nil {
-			w.pullRowsAhead(g, step, ins, touched)
-		}
-		w.prefetch <- prefetched{ins, err}
-	})
+	w.wg.Go(func() { w.prefetch <- w.readAhead(w.ctx, g, step, touched) })
+}
+
+// readAhead reads step's batch, plans its rows and pulls them
+// (pullRowsAhead: those touched does not list at once, the others once g
+// opens).
+func (w *Worker) readAhead(ctx context.Context, g *gate, step int64, touched [][]int64) prefetched {
+	ins, err := w.microInputs(ctx, step)
+	if err == nil {
+		w.pullRowsAhead(g, step, ins, touched)
+	}
+	return prefetched{ins, err}
 }
 
 // readAheadInline reads step's batch and pulls its rows, g being open, on
 // the calling goroutine, for the next call of batch to take. See Pushes in
 // line (psync.go).
 func (w *Worker) readAheadInline(ctx context.Context, g *gate, step int64) {
-	ins, err := w.microInputs(ctx, step)
-	if err != nil && ctx.Err() != nil {
+	p := w.readAhead(ctx, g, step, nil)
+	if p.err != nil && ctx.Err() != nil {
 		return // the step is ending: the next reads its own batch
 	}
-	if err == nil {
-		w.pullRowsAhead(g, step, ins, nil)
-	}
 	w.next = step
-	w.prefetch <- prefetched{ins, err}
+	w.prefetch <- p
 }
 
 // microInputs reads step's batch and splits it into micro-batches, each
