@@ -4,7 +4,9 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
@@ -222,6 +224,58 @@ func TestBackwardThenRunsEachDoneBehindItsWeightGradients(t *testing.T) {
 	sameGrads(t, got, want)
 }
 
+// TestThenFuncsRunOutsideTheExclusion: what a done call returns runs
+// outside the exclusion that keeps done calls apart, so the embedding's
+// work on the pass's own goroutine (a data-parallel stage's table push)
+// and a dense layer's on the side lane can run at once. Each of the two
+// waits here for the other to start: were the funcs run inside the
+// exclusion, the first would wait out its timeout.
+func TestThenFuncsRunOutsideTheExclusion(t *testing.T) {
+	tr, err := NewTrainer(cpuThreads(t, 2), laneModel(t), 7, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := openData(t, "synthetic:3", data.Options{Vocab: tr.Model.Config.Input.Vocab, Split: data.SplitTrain})
+	batch, err := src.Next(context.Background(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Step{Backend: tr.Backend, Batch: batch, Train: true}
+	_, dout, err := tr.forwardLoss(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowestDense := slices.IndexFunc(iotaInts(tr.Model.NumLayers()), tr.Model.hasDense)
+	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var met [2]atomic.Bool
+	meet := func(me, other int) { // 0: the embedding's func, 1: the dense layer's
+		close(started[me])
+		select {
+		case <-started[other]:
+			met[me].Store(true)
+		case <-time.After(5 * time.Second):
+		}
+	}
+	_, err = tr.Model.BackwardRangeThen(s, 0, tr.Model.NumLayers()-1, dout, func(i int) func() {
+		switch i {
+		case 0:
+			return func() { meet(0, 1) }
+		case lowestDense:
+			return func() { meet(1, 0) }
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Model.sideJobs == 0 {
+		t.Fatal("no side lane: the test needs the dense layers' done on it")
+	}
+	if !met[0].Load() || !met[1].Load() {
+		t.Fatalf("the embedding's and layer %d's funcs did not run at once (each met the other: %v, %v)", lowestDense, met[0].Load(), met[1].Load())
+	}
+}
+
 // denseOnly keeps the layers of order that have dense parameters.
 func denseOnly(m *Model, order []int) []int {
 	var out []int
@@ -302,9 +356,10 @@ func doneRecorder(t *testing.T, threads int) func(serial bool) (*Model, map[int]
 		}
 		seen := map[int][][]float32{}
 		var order []int
-		_, err = tr.Model.BackwardRangeThen(s, 0, len(tr.Model.entries)-1, dout, func(i int) {
+		_, err = tr.Model.BackwardRangeThen(s, 0, len(tr.Model.entries)-1, dout, func(i int) func() {
 			order = append(order, i)
 			seen[i] = layerGrads(t, tr.Model, i)
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -214,12 +214,13 @@ func (m *Model) Backward(s *Step, dout Activation) error {
 // stage's sparse push, which the next step waits on longest (the servers'
 // update and the rows pulled after it), then leaves before the weight
 // gradients of the layers above are computed rather than after. Calls of
-// done never overlap.
-func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
+// done never overlap; the func a call returns, if not nil, runs next on
+// the same goroutine, outside that exclusion (see Then).
+func (m *Model) backward(s *Step, dout Activation, done Then) error {
 	if s.side != nil { // already inside a pass that owns the lanes
 		var each func(int) error
 		if done != nil {
-			each = func(i int) error { done(i); return nil }
+			each = func(i int) error { done.call(i); return nil }
 		}
 		return m.backwardOn(s, dout, each)
 	}
@@ -229,8 +230,11 @@ func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 	var mu sync.Mutex
 	call := func(i int) {
 		mu.Lock()
-		defer mu.Unlock()
-		done(i)
+		then := done(i)
+		mu.Unlock()
+		if then != nil {
+			then()
+		}
 	}
 	return m.backwardLanes(s, dout, true, func(i int, ls *Step) error {
 		if !m.hasDense(i) {
@@ -239,6 +243,21 @@ func (m *Model) backward(s *Step, dout Activation, done func(layer int)) error {
 		}
 		return ls.offPath(func(native.Backend) error { call(i); return nil })
 	})
+}
+
+// Then is what a pass calls once layer i's parameter gradients are final
+// (BackwardRangeThen). Its calls never overlap one another, so that it may
+// keep its books unlocked; the func it returns, if not nil, runs right
+// after on the same goroutine but may overlap another call and its func:
+// the work itself — a push, a reduction, an optimiser step — so that a
+// layer's long work on the main lane does not hold up the side lane's.
+type Then func(layer int) func()
+
+// call calls t for layer i and then what it returned.
+func (t Then) call(i int) {
+	if then := t(i); then != nil {
+		then()
+	}
 }
 
 // hasDense reports whether entry i has a dense parameter.

@@ -71,7 +71,7 @@ func (m *Model) BackwardRange(s *Step, first, last int, dout Activation) (Activa
 // BackwardRangeThen is BackwardRange that calls done(i), if not nil, as
 // soon as layer i's parameter gradients are final, layers in backward
 // order, so that a caller can ship them while lower layers still run.
-func (m *Model) BackwardRangeThen(s *Step, first, last int, dout Activation, done func(layer int)) (Activation, error) {
+func (m *Model) BackwardRangeThen(s *Step, first, last int, dout Activation, done Then) (Activation, error) {
 	if err := m.checkRange(first, last); err != nil {
 		return Activation{}, err
 	}
@@ -86,7 +86,7 @@ func (m *Model) BackwardRangeThen(s *Step, first, last int, dout Activation, don
 		}
 		g = din
 		if done != nil {
-			done(i)
+			done.call(i)
 		}
 	}
 	return g, nil

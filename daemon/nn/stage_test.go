@@ -142,9 +142,10 @@ func TestBackwardRangeThenReportsFinalLayers(t *testing.T) {
 			}
 			var order []int
 			seen := map[int][][]float32{}
-			_, err = m.BackwardRangeThen(s, 0, last, dout, func(i int) {
+			_, err = m.BackwardRangeThen(s, 0, last, dout, func(i int) func() {
 				order = append(order, i)
 				seen[i] = layerGrads(t, m, i)
+				return nil
 			})
 			if err != nil {
 				t.Fatal(err)

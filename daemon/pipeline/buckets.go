@@ -172,7 +172,7 @@ func (w *Worker) startBucket(st *stepState, b *bucket, reduce func() error) {
 		st.covers[l] = append(st.covers[l], done)
 	}
 	if st.inline {
-		st.runInline([]func() error{reduce}, func() { close(done) })
+		st.queueInline([]func() error{reduce}, func() { close(done) })
 		return
 	}
 	st.bg.Go(func() error {

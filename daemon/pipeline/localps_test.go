@@ -205,6 +205,60 @@ func TestSoleLocalReplicaReadsAheadInTheStep(t *testing.T) {
 	}
 }
 
+// TestSoleLocalReplicaPushesTablesBesideTheSideLane: the in-line pushes of
+// a sole local replica run outside the exclusion that keeps the backward
+// pass's done calls apart (nn.Then), so the table push on the pass's own
+// goroutine and a dense layer's push on the side lane run at once. The
+// step's first push of each kind waits here for the other to start: were
+// the pushes run inside the exclusion, the first would wait out its
+// timeout.
+func TestSoleLocalReplicaPushesTablesBesideTheSideLane(t *testing.T) {
+	cfg := modelConfig(t, adamAdagrad)
+	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), 6) }
+	be, err := native.NewCPU(native.CPUOptions{Threads: 2}) // a side lane
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var once [2]sync.Once
+	var met [2]atomic.Bool
+	meet := func(me, other int) { // 0: the table push, 1: a dense push
+		once[me].Do(func() {
+			close(started[me])
+			select {
+			case <-started[other]:
+				met[me].Store(true)
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}
+	localShardHook = func() {
+		if !armed.Load() {
+			return
+		}
+		switch stack := ownStack(); {
+		case strings.Contains(stack, "(*Client).PushRows"):
+			meet(0, 1)
+		case strings.Contains(stack, "(*Client).PushBlock"):
+			meet(1, 0)
+		}
+	}
+	t.Cleanup(func() { localShardHook = nil })
+	w := localPSWorker(t, cfg, be, 0, fixedBatches(batch))
+	defer w.Close()
+	if _, err := w.Step(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	if _, err := w.Step(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if !met[0].Load() || !met[1].Load() {
+		t.Fatalf("the table push and a dense push did not run at once (each met the other: %v, %v)", met[0].Load(), met[1].Load())
+	}
+}
+
 // askingGoroutine is the number of the goroutine whose stack this is or,
 // for one that the pipeline's each started, of the one that started it.
 func askingGoroutine(stack string) string {

@@ -382,6 +382,9 @@ type stepState struct {
 	live   int // micro-batches holding a layer copy (acquire, release)
 	// inline: the step runs its pushes and reductions itself (pushesInline).
 	inline bool
+	// inlineWork, on an inline step, is what a layer's done call queued
+	// for its func to run (queueInline).
+	inlineWork []func()
 	// readAhead, set on an inline step, reads the next step's batch and
 	// pulls its rows; the step runs it once its tables are pushed.
 	readAhead func()
@@ -524,11 +527,11 @@ func (w *Worker) lossAndBackward(st *stepState, m int) (float64, error) {
 // gradient upstream and releases its layer copy; on the last micro-batch
 // it pushes each layer's gradients as soon as the layer is done.
 func (w *Worker) backward(st *stepState, m int, dout nn.Activation) error {
-	var done func(layer int)
+	var done nn.Then
 	if m == len(w.grads)-1 {
 		weight := w.weight(st.res.Samples)
 		st.scale = w.aspScale(st.share, st.res.Samples)
-		done = func(layer int) { w.pushLayer(st, weight, layer) }
+		done = func(layer int) func() { return w.pushLayer(st, weight, layer) }
 	}
 	r, c := w.cfg.Layers, w.grads[m].copy
 	w.grads[m].useDense(c)
