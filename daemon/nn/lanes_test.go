@@ -397,3 +397,20 @@ func TestSideLaneRunsOnItsShareOfPinnedCPUs(t *testing.T) {
 		t.Errorf("the side lane ran on a thread that may use CPUs %v, want %v", ranOn, cpus[1:2])
 	}
 }
+
+// TestSpinRecvTakesWhatComesLateAndSeesTheClose: spinRecv returns a value
+// sent after its spin has given up, and false once the channel is closed.
+func TestSpinRecvTakesWhatComesLateAndSeesTheClose(t *testing.T) {
+	ch := make(chan int)
+	go func() {
+		time.Sleep(20 * time.Millisecond) // past the spin: spinRecv blocks by then
+		ch <- 7
+		close(ch)
+	}()
+	if v, open := spinRecv(ch, time.Millisecond); v != 7 || !open {
+		t.Fatalf("spinRecv = %d, %v; want 7, true", v, open)
+	}
+	if _, open := spinRecv(ch, time.Millisecond); open {
+		t.Fatal("spinRecv on a closed channel says it is open")
+	}
+}

@@ -39,3 +39,6 @@ func ThreadNice(int) (int, error) { return 0, errLinux }
 
 // ThreadID is 0 off Linux: threads are not told apart there.
 func ThreadID() int { return 0 }
+
+// Yield yields the processor to other goroutines off Linux.
+func Yield() { runtime.Gosched() }
