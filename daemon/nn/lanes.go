@@ -1,9 +1,12 @@
 package nn
 
 import (
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/doorbell"
 	"github.com/heterps/heterps/native"
 )
 
@@ -30,15 +33,18 @@ type lane struct {
 	work  chan func(native.Backend) error // nil on a deferred lane
 	queue []func(native.Backend) error    // a deferred lane's work, run by wait
 	cuts  []int                           // where the deferred lane's groups start in queue
-	done  chan struct{}
-	err   error // the first failure; later work is skipped
-	ran   int   // jobs run, for tests
+	err   error                           // the first failure; later work is skipped
+	ran   int                             // jobs run, for tests
+	// A goroutine lane's doorbells: bell rings with each job queued,
+	// passDone once the lane has run a pass's work.
+	bell, passDone doorbell.Bell
+	kept           *laneKeeper // nil: the lane ends with its pass
 }
 
 // splitLanes divides a CPU backend of two or more threads into a main
 // share (the pass's critical path) and a side share; other backends (one
 // thread, or a GPU, whose stream orders kernels anyway) are not split.
-func splitLanes(b native.Backend) (main, side native.Backend, ok bool) {
+func splitLanes(b native.Backend) (main native.Backend, side *native.CPU, ok bool) {
 	cpu, isCPU := b.(*native.CPU)
 	if !isCPU || cpu.Threads() < 2 {
 		return b, nil, false
@@ -47,65 +53,191 @@ func splitLanes(b native.Backend) (main, side native.Backend, ok bool) {
 	return main, side, true
 }
 
-// startLane starts a lane on be; its owner calls wait.
-func startLane(be native.Backend) *lane {
-	l := &lane{be: be, work: make(chan func(native.Backend) error, 16), done: make(chan struct{})}
+// laneSpin is how long a lane whose queue ran dry, or a pass waiting for
+// its side lane, spins for what it waits on before its thread sleeps.
+const laneSpin = time.Millisecond
+
+// laneIdle is how long a kept lane's goroutine waits for work before it
+// ends (and with it its thread's binding).
+const laneIdle = 100 * time.Millisecond
+
+// A laneKeeper keeps a side lane's goroutine, bound to its thread and the
+// thread to the side share's CPUs, from one pass to the next, asleep in
+// the kernel between them (doorbell). A lane started for each pass, its
+// new goroutine handed to a thread by the Go scheduler, began its first
+// job 0.3-1.1 ms after the pass queued it in 3 of 5 traced steps of make
+// run's job on the Zen 4 VM (6-8 ms steps) — the thread that does the
+// hand-off, woken by the pass's thread, waits behind it — and, whenever
+// the side lane is the longer path, the step waited as long.
+type laneKeeper struct {
+	mu    sync.Mutex
+	lane  *lane // the kept lane, nil when none runs
+	cpus  []int // its backend's CPUs, nil when not pinned
+	width int   // and threads
+	inUse bool  // a pass holds lane
+}
+
+// keeperOf returns *k, making it first if nil. A keeper lives apart from
+// the model or optimiser it serves, so that its lane, which outlives their
+// last pass by up to laneIdle, does not keep them in memory.
+func keeperOf(k **laneKeeper) *laneKeeper {
+	if *k == nil {
+		*k = &laneKeeper{}
+	}
+	return *k
+}
+
+// acquire returns the kept lane for side, starting one when none runs or
+// the one running has other CPUs; a pass that finds the kept lane held
+// gets a lane of its own, which ends with the pass.
+func (k *laneKeeper) acquire(side *native.CPU) *lane {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.inUse {
+		return startLane(side, nil)
+	}
+	if k.lane != nil && (k.width != side.Threads() || !slices.Equal(k.cpus, side.Pinned())) {
+		k.lane.end()
+		k.lane = nil
+	}
+	if k.lane == nil {
+		k.lane = startLane(side, k)
+		k.cpus, k.width = slices.Clone(side.Pinned()), side.Threads()
+	}
+	k.inUse = true
+	return k.lane
+}
+
+// release ends a pass's hold on l.
+func (k *laneKeeper) release(l *lane) {
+	if k == nil {
+		l.end() // a pass's own lane ends with it
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.inUse = false
+}
+
+// retire forgets l when it is idle, unless a pass holds it, and reports
+// whether l's goroutine should end. A pass's own lane (no keeper) idle in
+// its pass goes on waiting: its pass ends it.
+func (k *laneKeeper) retire(l *lane) bool {
+	if k == nil {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lane != l {
+		return true
+	}
+	if k.inUse {
+		return false
+	}
+	k.lane = nil
+	return true
+}
+
+// startLane starts a lane on be, kept by k (nil: one pass's); its owner
+// calls wait.
+func startLane(be *native.CPU, k *laneKeeper) *lane {
+	l := &lane{be: be, work: make(chan func(native.Backend) error, 16), kept: k}
 	go l.run()
 	return l
 }
 
+// end closes l's queue, which ends its goroutine.
+func (l *lane) end() {
+	close(l.work)
+	l.bell.Ring()
+}
+
+// run runs the lane's passes: each job in turn, and a nil job (wait's) by
+// saying the pass is done. It ends when the queue is closed or, on a kept
+// lane, when it has been idle for laneIdle and its keeper lets it go.
 func (l *lane) run() {
-	defer close(l.done)
-	if cpu, ok := l.be.(*native.CPU); ok {
-		defer cpu.PinCaller()() // on the side share's CPUs when pinned
-	}
+	defer l.be.(*native.CPU).PinCaller()() // on the side share's CPUs when pinned
 	for {
-		fn, open := l.next()
-		if !open {
+		fn, open, idle := l.next()
+		switch {
+		case !open:
 			return
-		}
-		if l.err == nil {
+		case idle:
+			if l.kept.retire(l) {
+				return
+			}
+		case fn == nil:
+			l.passDone.Ring()
+		case l.err == nil:
 			l.err = fn(l.be)
 			l.ran++
 		}
 	}
 }
 
-// laneSpin is how long a lane whose queue ran dry, or a pass waiting for
-// its side lane, spins for what it waits on before its goroutine sleeps.
-const laneSpin = time.Millisecond
-
-// next returns the lane's next job, or false once wait has closed the
-// queue. A sleeping lane, its goroutine bound to a thread, began its next
-// job 0.3-1 ms after the pass queued it (in 2 of 4 steps traced of make
-// run's job on the Zen 4 VM, 8 ms each), and a pass woke 0.25-0.5 ms after
-// the lane it waited on was done: the hand-off of a bound goroutine to its
-// thread waits behind whatever runs where the kernel wakes the thread that
-// does it. Spinning a little, as OpenMP's threads and the kernels' pool
-// helpers do, turns those into microseconds.
-func (l *lane) next() (func(native.Backend) error, bool) {
-	return spinRecv(l.work, laneSpin)
+// next returns the lane's next job, or false once the queue is closed, or
+// idle after laneIdle without one. A lane whose queue ran dry spins for
+// laneSpin before its thread sleeps: asleep, it began its next job 0.3-1
+// ms after the pass queued it in traced steps of make run's job, woken
+// through the Go scheduler; spinning a little, as OpenMP's threads and the
+// kernels' pool helpers do, turns that into microseconds, and the doorbell
+// wakes the thread of a lane asleep between passes directly.
+func (l *lane) next() (fn func(native.Backend) error, open, idle bool) {
+	if fn, open, ok := spinRecv(l.work, laneSpin); ok {
+		return fn, open, false
+	}
+	for {
+		select {
+		case fn, open := <-l.work:
+			return fn, open, false
+		default:
+		}
+		if !l.bell.Wait(laneIdle) {
+			select {
+			case fn, open := <-l.work:
+				return fn, open, false
+			default:
+				return nil, true, true
+			}
+		}
+	}
 }
 
-// spinRecv receives from ch, spinning for up to d before it blocks, and
-// offering its CPU to any other thread runnable there now and then (so a
-// spin on a shared core costs its other tenants little).
-func spinRecv[T any](ch <-chan T, d time.Duration) (T, bool) {
+// spinRecv receives from ch, spinning for up to d, and offering its CPU
+// to any other thread runnable there now and then (so a spin on a shared
+// core costs its other tenants little); ok is false when nothing came.
+func spinRecv[T any](ch <-chan T, d time.Duration) (v T, open, ok bool) {
 	start := time.Now()
 	for i := 1; ; i++ {
 		select {
 		case v, open := <-ch:
-			return v, open
+			return v, open, true
 		default:
 		}
 		if i%64 != 0 {
 			continue
 		}
 		if time.Since(start) >= d {
-			v, open := <-ch
-			return v, open
+			return v, false, false
 		}
 		cpuset.Yield()
+	}
+}
+
+// spinWait waits for b to ring, spinning for up to d before it sleeps.
+func spinWait(b *doorbell.Bell, d time.Duration) {
+	start := time.Now()
+	for i := 1; ; i++ {
+		if b.Rung() {
+			return
+		}
+		if i%64 == 0 {
+			if time.Since(start) >= d {
+				b.Wait(0)
+				return
+			}
+			cpuset.Yield()
+		}
 	}
 }
 
@@ -118,6 +250,7 @@ func (l *lane) submit(fn func(native.Backend) error) {
 		return
 	}
 	l.work <- fn
+	l.bell.Ring()
 }
 
 // cut ends a deferred lane's current group of work; nothing otherwise.
@@ -127,8 +260,9 @@ func (l *lane) cut() {
 	}
 }
 
-// wait returns when all queued work has run, with the first error.
-func (l *lane) wait() error {
+// wait returns when all queued work has run, with how many jobs ran and
+// the first error; a goroutine lane is then free for its next pass.
+func (l *lane) wait() (ran int, err error) {
 	if l.work == nil {
 		l.cut()
 		for g := len(l.cuts) - 1; g >= 0; g-- {
@@ -144,11 +278,14 @@ func (l *lane) wait() error {
 			}
 		}
 		l.queue, l.cuts = nil, nil
-		return l.err
+		return l.ran, l.err
 	}
-	close(l.work)
-	spinRecv(l.done, laneSpin)
-	return l.err
+	l.submit(nil) // the pass's end
+	spinWait(&l.passDone, laneSpin)
+	ran, err = l.ran, l.err
+	l.ran, l.err = 0, nil
+	l.kept.release(l)
+	return ran, err
 }
 
 // offPath runs fn on the step's side lane when it has one, else now on

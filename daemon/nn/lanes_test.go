@@ -3,7 +3,9 @@ package nn
 import (
 	"context"
 	"math"
+	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -384,33 +386,96 @@ func TestSideLaneRunsOnItsShareOfPinnedCPUs(t *testing.T) {
 	if !ok {
 		t.Fatal("a 2-thread backend did not split")
 	}
-	l := startLane(side)
-	var ranOn []int
-	l.submit(func(native.Backend) error {
-		ranOn, err = cpuset.Allowed()
-		return err
-	})
-	if err := l.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(ranOn, cpus[1:2]) {
-		t.Errorf("the side lane ran on a thread that may use CPUs %v, want %v", ranOn, cpus[1:2])
+	var k laneKeeper
+	for pass := range 2 { // the second on the lane kept from the first
+		l := k.acquire(side)
+		var ranOn []int
+		l.submit(func(native.Backend) error {
+			ranOn, err = cpuset.Allowed()
+			return err
+		})
+		if _, err := l.wait(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ranOn, cpus[1:2]) {
+			t.Errorf("pass %d: the side lane ran on a thread that may use CPUs %v, want %v", pass, ranOn, cpus[1:2])
+		}
 	}
 }
 
-// TestSpinRecvTakesWhatComesLateAndSeesTheClose: spinRecv returns a value
-// sent after its spin has given up, and false once the channel is closed.
-func TestSpinRecvTakesWhatComesLateAndSeesTheClose(t *testing.T) {
-	ch := make(chan int)
+// TestSpinRecvGivesUpAfterItsSpin: spinRecv takes what is sent while it
+// spins, reports nothing after its spin, and sees the channel closed.
+func TestSpinRecvGivesUpAfterItsSpin(t *testing.T) {
+	ch := make(chan int, 1)
+	if _, _, ok := spinRecv(ch, time.Millisecond); ok {
+		t.Fatal("spinRecv took something from an empty channel")
+	}
 	go func() {
-		time.Sleep(20 * time.Millisecond) // past the spin: spinRecv blocks by then
+		time.Sleep(time.Millisecond)
 		ch <- 7
-		close(ch)
 	}()
-	if v, open := spinRecv(ch, time.Millisecond); v != 7 || !open {
-		t.Fatalf("spinRecv = %d, %v; want 7, true", v, open)
+	if v, open, ok := spinRecv(ch, 10*time.Second); v != 7 || !open || !ok {
+		t.Fatalf("spinRecv = %d, %v, %v; want 7, true, true", v, open, ok)
 	}
-	if _, open := spinRecv(ch, time.Millisecond); open {
-		t.Fatal("spinRecv on a closed channel says it is open")
+	close(ch)
+	if _, open, ok := spinRecv(ch, time.Millisecond); open || !ok {
+		t.Fatalf("spinRecv on a closed channel: open %v, ok %v", open, ok)
 	}
+}
+
+// TestKeptLaneRunsEveryPassOnOneGoroutine: a keeper's lane outlives its
+// pass (its goroutine, bound to a thread, runs the next pass too), ends
+// once idle for laneIdle, and a pass that finds it held gets a lane of its
+// own, which ends with that pass.
+func TestKeptLaneRunsEveryPassOnOneGoroutine(t *testing.T) {
+	_, side, ok := splitLanes(cpuThreads(t, 2))
+	if !ok {
+		t.Fatal("a 2-thread backend did not split")
+	}
+	var k laneKeeper
+	pass := func(l *lane) string {
+		var g string
+		l.submit(func(native.Backend) error { g = goroutineID(); return nil })
+		if ran, err := l.wait(); ran != 1 || err != nil {
+			t.Fatalf("pass ran %d jobs (%v), want 1", ran, err)
+		}
+		return g
+	}
+	first := pass(k.acquire(side))
+	if second := pass(k.acquire(side)); second != first {
+		t.Fatalf("the second pass ran on goroutine %s, the first on %s: the lane was not kept", second, first)
+	}
+	held := k.acquire(side)
+	own := k.acquire(side)
+	if own == held || own.kept != nil {
+		t.Fatal("a pass that found the kept lane held shared it")
+	}
+	ownG := pass(own)
+	if pass(held) != first {
+		t.Fatal("the kept lane changed goroutine")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for stillRuns(first) || stillRuns(ownG) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane goroutines still run 10 s after their last pass (kept %v, own %v)", stillRuns(first), stillRuns(ownG))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lane != nil {
+		t.Fatal("the keeper still holds the lane whose goroutine ended")
+	}
+}
+
+// goroutineID is the calling goroutine's number.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	return strings.Fields(string(buf[:runtime.Stack(buf, false)]))[1]
+}
+
+// stillRuns reports whether goroutine id is alive.
+func stillRuns(id string) bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "goroutine "+id+" [")
 }

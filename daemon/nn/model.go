@@ -28,8 +28,9 @@ type Model struct {
 	Loss    Loss
 	// serial runs backward without a side lane (the reference in tests).
 	serial   bool
-	sideJobs int  // jobs the last backward ran on its side lane, for tests
-	distinct int8 // paramsDistinct: 0 not known yet, 1 yes, -1 no
+	sideJobs int         // jobs the last backward ran on its side lane, for tests
+	distinct int8        // paramsDistinct: 0 not known yet, 1 yes, -1 no
+	lanes    *laneKeeper // the side lane's, made at the first backward
 }
 
 type entry struct {
@@ -282,7 +283,7 @@ func (m *Model) backwardLanes(s *Step, dout Activation, deferOne bool, after fun
 	var l *lane
 	switch {
 	case ok && !m.serial:
-		l = startLane(side)
+		l = keeperOf(&m.lanes).acquire(side)
 	case deferOne && !m.serial && oneCPUThread(s.Backend):
 		main, l = s.Backend, deferLane(s.Backend)
 	default:
@@ -301,10 +302,11 @@ func (m *Model) backwardLanes(s *Step, dout Activation, deferOne bool, after fun
 		return after(i, &ls)
 	}
 	err := m.backwardOn(&ls, dout, each)
-	if werr := l.wait(); err == nil {
+	ran, werr := l.wait()
+	if err == nil {
 		err = werr
 	}
-	m.sideJobs = l.ran
+	m.sideJobs = ran
 	return err
 }
 

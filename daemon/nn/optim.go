@@ -14,10 +14,11 @@ import (
 // step counter, the learning-rate schedule and global-norm clipping.
 type Optimizer struct {
 	Dense, Sparse config.Optimizer
-	Step          int64 // updates applied so far
-	TotalSteps    int64 // for the cosine schedule; 0 = unknown
-	serial        bool  // update sparse after dense parameters (the reference in tests)
-	sideJobs      int   // updates the last Apply ran on a side lane, for tests
+	Step          int64       // updates applied so far
+	TotalSteps    int64       // for the cosine schedule; 0 = unknown
+	serial        bool        // update sparse after dense parameters (the reference in tests)
+	sideJobs      int         // updates the last Apply ran on a side lane, for tests
+	lanes         *laneKeeper // the side lane's, made at the first Apply
 }
 
 // NewOptimizer builds the optimiser a model file asks for.
@@ -68,13 +69,14 @@ func (o *Optimizer) Apply(b native.Backend, params []*Param) error {
 	}
 	// A sparse table's touched rows are few (one piece, one thread): they
 	// update beside the dense parameters instead of after them.
-	l := startLane(side)
+	l := keeperOf(&o.lanes).acquire(side)
 	l.submit(func(be native.Backend) error { return o.updateAll(be, sparse, scale) })
 	err = o.updateAll(main, dense, scale)
-	if werr := l.wait(); err == nil {
+	ran, werr := l.wait()
+	if err == nil {
 		err = werr
 	}
-	o.sideJobs = l.ran
+	o.sideJobs = ran
 	return err
 }
 
