@@ -259,6 +259,57 @@ func TestSoleLocalReplicaPushesTablesBesideTheSideLane(t *testing.T) {
 	}
 }
 
+// TestSoleLocalReplicaReadsAheadOnTheSideLane: with a side lane, the
+// step reads and plans the next batch on it (behind a dense layer's
+// push), and the pass's own goroutine pulls its rows.
+func TestSoleLocalReplicaReadsAheadOnTheSideLane(t *testing.T) {
+	cfg := modelConfig(t, adamAdagrad)
+	be, err := native.NewCPU(native.CPUOptions{Threads: 2}) // a side lane
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	readBy := map[int64]string{} // step: the stack that read its batch
+	batches := func(_ context.Context, step int64) (*data.Batch, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		readBy[step] = ownStack()
+		return testBatch(1, uint64(step), 6), nil
+	}
+	read := func(step int64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return readBy[step] != ""
+	}
+	// Step 2's table push waits for step 3's batch to be read: by the side
+	// lane, or by nobody until the wait gives up.
+	var armed atomic.Bool
+	localShardHook = func() {
+		if armed.Load() && strings.Contains(ownStack(), "(*Client).PushRows") {
+			for deadline := time.Now().Add(5 * time.Second); !read(3) && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	t.Cleanup(func() { localShardHook = nil })
+	w := localPSWorker(t, cfg, be, 0, batches)
+	defer w.Close()
+	for step := int64(1); step <= 2; step++ {
+		armed.Store(step == 2)
+		if _, err := w.Step(context.Background(), step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.next != 3 || len(w.prefetch) != 1 {
+		t.Fatalf("after step 2: reading ahead step %d, %d batches read; want step 3's read", w.next, len(w.prefetch))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if stack := readBy[3]; !strings.Contains(stack, "nn.(*lane).run") {
+		t.Fatalf("step 3's batch was read off the side lane:\n%s", stack)
+	}
+}
+
 // askingGoroutine is the number of the goroutine whose stack this is or,
 // for one that the pipeline's each started, of the one that started it.
 func askingGoroutine(stack string) string {

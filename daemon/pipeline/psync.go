@@ -149,7 +149,9 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) (inline func()) {
 				return err
 			}
 			st.gate.pushed()
-			st.readAheadOnceOpen()
+			if st.readAhead != nil && st.gate.isOpen() {
+				st.readAhead.finish()
+			}
 			return nil
 		})
 	}
@@ -157,6 +159,9 @@ func (w *Worker) pushLayer(st *stepState, weight, layer int) (inline func()) {
 		st.tableLayers = append(st.tableLayers, layer)
 	}
 	st.startLayer(layer, work)
+	if !tables && st.readAhead != nil && len(st.inlineWork) > 0 {
+		st.inlineWork = append(st.inlineWork, st.readAhead.prepare) // on the side lane when it has one
+	}
 	return st.takeInline()
 }
 
@@ -209,22 +214,17 @@ func (st *stepState) startLayer(layer int, work []func() error) {
 // split kernels. BenchmarkLocalPSAlternating: a median 0.923 -> 0.967 of
 // the trainer (8 alternated runs each, all 8 pairs faster; Zen 4 VM), the
 // loss the same bits; make run's job a median 54.0k -> 56.8k samples/s
-// over 10 alternated pairs (7 faster, the median pair 1.03x).
+// over 10 alternated pairs (7 faster, the median pair 1.03x). The batch is
+// read and planned (inlineRead.prepare) behind the first dense layer's
+// push, which runs on the side lane of a backend that has one, where the
+// lane has time to spare; the pass's goroutine, the longer path, pulls the
+// rows once the tables are pushed.
 
 // pushesInline reports whether the step runs its pushes and reductions on
 // its own goroutine (see above).
 func (w *Worker) pushesInline(st *stepState) bool {
 	return w.cfg.Stages == 1 && w.cfg.SoleReplica && len(st.share.Members) == 1 && !w.overlaps(st.step) &&
 		w.cfg.PS != nil && w.cfg.PS.AllLocal()
-}
-
-// readAheadOnceOpen runs the step's in-line read of the next batch, if it
-// has one, once the step's tables are all pushed.
-func (st *stepState) readAheadOnceOpen() {
-	if f := st.readAhead; f != nil && st.gate.isOpen() {
-		st.readAhead = nil
-		f()
-	}
 }
 
 // queueInline queues work and then done to run in line, when the layer's

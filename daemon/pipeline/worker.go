@@ -386,8 +386,8 @@ type stepState struct {
 	// for its func to run (queueInline).
 	inlineWork []func()
 	// readAhead, set on an inline step, reads the next step's batch and
-	// pulls its rows; the step runs it once its tables are pushed.
-	readAhead func()
+	// pulls its rows, in the step (see inlineRead).
+	readAhead *inlineRead
 }
 
 func (w *Worker) newStepState(ctx context.Context, step int64, snd *sender, bg *errgroup.Group) *stepState {
@@ -638,7 +638,7 @@ func (w *Worker) stage0Input(st *stepState) ([]input, error) {
 	switch {
 	case !w.hasStep(st.step + 1):
 	case st.inline && len(w.copies[0].tables) > 0:
-		st.readAhead = func() { w.readAheadInline(st.ctx, st.gate, st.step+1) }
+		st.readAhead = &inlineRead{w: w, ctx: st.ctx, gate: st.gate, step: st.step + 1}
 	default:
 		w.startPrefetch(st.step+1, st.gate, w.touchedRows(st.step, ins))
 	}
@@ -723,16 +723,38 @@ func (w *Worker) readAhead(ctx context.Context, g *gate, step int64, touched [][
 	return prefetched{ins, err}
 }
 
-// readAheadInline reads step's batch and pulls its rows, g being open, on
-// the calling goroutine, for the next call of batch to take. See Pushes in
-// line (psync.go).
-func (w *Worker) readAheadInline(ctx context.Context, g *gate, step int64) {
-	p := w.readAhead(ctx, g, step, nil)
-	if p.err != nil && ctx.Err() != nil {
-		return // the step is ending: the next reads its own batch
-	}
-	w.next = step
-	w.prefetch <- p
+// An inlineRead reads step's batch and pulls its rows within the step
+// before it, for the next call of batch to take: prepare reads and plans
+// the batch, on whichever of the step's goroutines calls it first (the
+// others wait for it); finish, once gate is open, prepares if nobody has
+// and pulls the rows. See Pushes in line (psync.go).
+type inlineRead struct {
+	w        *Worker
+	ctx      context.Context
+	gate     *gate
+	step     int64
+	prepared sync.Once
+	finished sync.Once
+	ins      []input
+	err      error
+}
+
+func (r *inlineRead) prepare() {
+	r.prepared.Do(func() { r.ins, r.err = r.w.microInputs(r.ctx, r.step) })
+}
+
+func (r *inlineRead) finish() {
+	r.finished.Do(func() {
+		r.prepare()
+		if r.err == nil {
+			r.w.pullRowsAhead(r.gate, r.step, r.ins, nil)
+		}
+		if r.err != nil && r.ctx.Err() != nil {
+			return // the step is ending: the next reads its own batch
+		}
+		r.w.next = r.step
+		r.w.prefetch <- prefetched{r.ins, r.err}
+	})
 }
 
 // microInputs reads step's batch and splits it into micro-batches, each
