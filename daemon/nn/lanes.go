@@ -157,8 +157,10 @@ func (l *lane) end() {
 // lane, when it has been idle for laneIdle and its keeper lets it go.
 func (l *lane) run() {
 	defer l.be.(*native.CPU).PinCaller()() // on the side share's CPUs when pinned
+	spin := laneSpin
 	for {
-		fn, open, idle := l.next()
+		fn, open, idle := l.next(spin)
+		spin = laneSpin
 		switch {
 		case !open:
 			return
@@ -168,6 +170,7 @@ func (l *lane) run() {
 			}
 		case fn == nil:
 			l.passDone.Ring()
+			spin = 0 // the next pass is a forward away: sleep at once
 		case l.err == nil:
 			l.err = fn(l.be)
 			l.ran++
@@ -176,14 +179,15 @@ func (l *lane) run() {
 }
 
 // next returns the lane's next job, or false once the queue is closed, or
-// idle after laneIdle without one. A lane whose queue ran dry spins for
-// laneSpin before its thread sleeps: asleep, it began its next job 0.3-1
-// ms after the pass queued it in traced steps of make run's job, woken
-// through the Go scheduler; spinning a little, as OpenMP's threads and the
-// kernels' pool helpers do, turns that into microseconds, and the doorbell
-// wakes the thread of a lane asleep between passes directly.
-func (l *lane) next() (fn func(native.Backend) error, open, idle bool) {
-	if fn, open, ok := spinRecv(l.work, laneSpin); ok {
+// idle after laneIdle without one. A lane whose queue ran dry in a pass
+// spins for up to spin before its thread sleeps: asleep, it began its next
+// job 0.3-1 ms after the pass queued it in traced steps of make run's job,
+// woken through the Go scheduler; spinning a little, as OpenMP's threads
+// and the kernels' pool helpers do, turns that into microseconds. Between
+// passes it sleeps at once (a spin would take a core from the forward's
+// split kernels), and the doorbell wakes its thread directly.
+func (l *lane) next(spin time.Duration) (fn func(native.Backend) error, open, idle bool) {
+	if fn, open, ok := spinRecv(l.work, spin); ok {
 		return fn, open, false
 	}
 	for {
