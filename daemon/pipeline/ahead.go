@@ -216,19 +216,9 @@ func (g *gate) wait(ctx context.Context) bool {
 // once g opens ok, the others at once; with touched nil, all once g opens.
 // On any failure it leaves them for the step to pull itself.
 func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input, touched [][]int64) {
-	sparse := w.copies[0].tables
-	var early []rowsAhead // per micro-batch and table, m*len(sparse)+e
-	if touched != nil {
-		early = make([]rowsAhead, len(ins)*len(sparse))
-		for m := range ins {
-			err := each(len(sparse), func(e int) (err error) {
-				early[m*len(sparse)+e], err = w.pullUntouched(w.ctx, step, sparse[e], ins[m].plan.tables[e], touched[e])
-				return err
-			})
-			if err != nil {
-				return
-			}
-		}
+	early, err := w.pullUntouchedAhead(step, ins, touched)
+	if err != nil {
+		return
 	}
 	ctx := w.ctx
 	if early == nil && w.asksBeforePushing(g, len(ins)) {
@@ -243,6 +233,35 @@ func (w *Worker) pullRowsAhead(g *gate, step int64, ins []input, touched [][]int
 	} else if g == nil || !g.wait(w.ctx) {
 		return
 	}
+	w.pullRestAhead(ctx, step, ins, early)
+}
+
+// pullUntouchedAhead pulls at once the rows of ins that touched does not
+// list, per micro-batch and table (m*len(tables)+e), or nothing when
+// touched is nil.
+func (w *Worker) pullUntouchedAhead(step int64, ins []input, touched [][]int64) ([]rowsAhead, error) {
+	if touched == nil {
+		return nil, nil
+	}
+	sparse := w.copies[0].tables
+	early := make([]rowsAhead, len(ins)*len(sparse))
+	for m := range ins {
+		err := each(len(sparse), func(e int) (err error) {
+			early[m*len(sparse)+e], err = w.pullUntouched(w.ctx, step, sparse[e], ins[m].plan.tables[e], touched[e])
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return early, nil
+}
+
+// pullRestAhead fills each input's tables with what pullUntouchedAhead
+// left (early), or, with early nil, pulls them whole; on a failure it
+// leaves them for the step to pull itself.
+func (w *Worker) pullRestAhead(ctx context.Context, step int64, ins []input, early []rowsAhead) {
+	sparse := w.copies[0].tables
 	for m := range ins {
 		tables := make([][]float32, len(sparse))
 		err := each(len(sparse), func(e int) (err error) {

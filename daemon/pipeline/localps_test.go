@@ -160,19 +160,21 @@ func localShardCalled() {
 }
 
 // The same replica reads the next step's batch and pulls its rows in the
-// step too, once its tables are pushed: the next step's row pulls run on
-// the step's goroutine (or on goroutines it starts, one per table), and
-// the next batch is read by the time the step returns.
+// step too: the next step's row pulls run on the step's goroutine or its
+// side lane (or on goroutines either starts, one per table), and the next
+// batch is read by the time the step returns.
 func TestSoleLocalReplicaReadsAheadInTheStep(t *testing.T) {
 	cfg := modelConfig(t, adamAdagrad)
 	batch := func(step int64) *data.Batch { return testBatch(1, uint64(step), 6) }
 	var mu sync.Mutex
 	var pullers []string // per row pull ahead: the goroutine that asked for it
 	localShardHook = func() {
-		if stack := ownStack(); strings.Contains(stack, "pullRowsAhead") {
+		if stack := ownStack(); strings.Contains(stack, "pullUntouchedAhead") || strings.Contains(stack, "pullRestAhead") {
 			mu.Lock()
 			defer mu.Unlock()
-			pullers = append(pullers, askingGoroutine(stack))
+			if !strings.Contains(stack, "nn.(*lane).run") { // the side lane is the step's
+				pullers = append(pullers, askingGoroutine(stack))
+			}
 		}
 	}
 	t.Cleanup(func() { localShardHook = nil })
@@ -261,7 +263,8 @@ func TestSoleLocalReplicaPushesTablesBesideTheSideLane(t *testing.T) {
 
 // TestSoleLocalReplicaReadsAheadOnTheSideLane: with a side lane, the
 // step reads and plans the next batch on it (behind a dense layer's
-// push), and the pass's own goroutine pulls its rows.
+// push) and pulls the rows the step does not touch, and the pass's own
+// goroutine pulls the others once the tables are pushed.
 func TestSoleLocalReplicaReadsAheadOnTheSideLane(t *testing.T) {
 	cfg := modelConfig(t, adamAdagrad)
 	be, err := native.NewCPU(native.CPUOptions{Threads: 2}) // a side lane
@@ -276,6 +279,7 @@ func TestSoleLocalReplicaReadsAheadOnTheSideLane(t *testing.T) {
 		readBy[step] = ownStack()
 		return testBatch(1, uint64(step), 6), nil
 	}
+	var untouchedBy, restBy []string // who asked for step 3's row pulls, in step 2
 	read := func(step int64) bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -285,6 +289,16 @@ func TestSoleLocalReplicaReadsAheadOnTheSideLane(t *testing.T) {
 	// lane, or by nobody until the wait gives up.
 	var armed atomic.Bool
 	localShardHook = func() {
+		if stack := ownStack(); armed.Load() {
+			mu.Lock()
+			switch {
+			case strings.Contains(stack, "pullUntouchedAhead"):
+				untouchedBy = append(untouchedBy, askingGoroutine(stack))
+			case strings.Contains(stack, "pullRestAhead"):
+				restBy = append(restBy, askingGoroutine(stack))
+			}
+			mu.Unlock()
+		}
 		if armed.Load() && strings.Contains(ownStack(), "(*Client).PushRows") {
 			for deadline := time.Now().Add(5 * time.Second); !read(3) && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
@@ -307,6 +321,22 @@ func TestSoleLocalReplicaReadsAheadOnTheSideLane(t *testing.T) {
 	defer mu.Unlock()
 	if stack := readBy[3]; !strings.Contains(stack, "nn.(*lane).run") {
 		t.Fatalf("step 3's batch was read off the side lane:\n%s", stack)
+	}
+	// The rows step 2 does not touch are pulled there too; the others by
+	// the step's own goroutine, after its pushes.
+	lane, me := askingGoroutine(readBy[3]), askingGoroutine(ownStack())
+	if len(untouchedBy) == 0 || len(restBy) == 0 {
+		t.Fatalf("step 2 pulled step 3's untouched rows %d times and the rest %d times; want both", len(untouchedBy), len(restBy))
+	}
+	for _, g := range untouchedBy {
+		if g != lane {
+			t.Errorf("an untouched row pull asked by goroutine %s; want the side lane, %s", g, lane)
+		}
+	}
+	for _, g := range restBy {
+		if g != me {
+			t.Errorf("a late row pull asked by goroutine %s; want the step's, %s", g, me)
+		}
 	}
 }
 

@@ -638,7 +638,7 @@ func (w *Worker) stage0Input(st *stepState) ([]input, error) {
 	switch {
 	case !w.hasStep(st.step + 1):
 	case st.inline && len(w.copies[0].tables) > 0:
-		st.readAhead = &inlineRead{w: w, ctx: st.ctx, gate: st.gate, step: st.step + 1}
+		st.readAhead = &inlineRead{w: w, ctx: st.ctx, gate: st.gate, step: st.step + 1, touched: w.touchedRows(st.step, ins)}
 	default:
 		w.startPrefetch(st.step+1, st.gate, w.touchedRows(st.step, ins))
 	}
@@ -725,29 +725,38 @@ func (w *Worker) readAhead(ctx context.Context, g *gate, step int64, touched [][
 
 // An inlineRead reads step's batch and pulls its rows within the step
 // before it, for the next call of batch to take: prepare reads and plans
-// the batch, on whichever of the step's goroutines calls it first (the
-// others wait for it); finish, once gate is open, prepares if nobody has
-// and pulls the rows. See Pushes in line (psync.go).
+// the batch and pulls the rows the current step does not touch, on
+// whichever of the step's goroutines calls it first (the others wait for
+// it); finish, once gate is open, prepares if nobody has and pulls the
+// rest. See Pushes in line (psync.go).
 type inlineRead struct {
 	w        *Worker
 	ctx      context.Context
 	gate     *gate
 	step     int64
+	touched  [][]int64 // the current step's rows (touchedRows), or nil
 	prepared sync.Once
 	finished sync.Once
 	ins      []input
 	err      error
+	early    []rowsAhead // the untouched rows, pulled by prepare
+	pulled   bool        // early is good (nil early: pull every row)
 }
 
 func (r *inlineRead) prepare() {
-	r.prepared.Do(func() { r.ins, r.err = r.w.microInputs(r.ctx, r.step) })
+	r.prepared.Do(func() {
+		if r.ins, r.err = r.w.microInputs(r.ctx, r.step); r.err == nil {
+			early, err := r.w.pullUntouchedAhead(r.step, r.ins, r.touched)
+			r.early, r.pulled = early, err == nil
+		}
+	})
 }
 
 func (r *inlineRead) finish() {
 	r.finished.Do(func() {
 		r.prepare()
-		if r.err == nil {
-			r.w.pullRowsAhead(r.gate, r.step, r.ins, nil)
+		if r.err == nil && r.pulled {
+			r.w.pullRestAhead(r.ctx, r.step, r.ins, r.early)
 		}
 		if r.err != nil && r.ctx.Err() != nil {
 			return // the step is ending: the next reads its own batch
