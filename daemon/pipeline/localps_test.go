@@ -172,8 +172,8 @@ func TestSoleLocalReplicaReadsAheadInTheStep(t *testing.T) {
 		if stack := ownStack(); strings.Contains(stack, "pullUntouchedAhead") || strings.Contains(stack, "pullRestAhead") {
 			mu.Lock()
 			defer mu.Unlock()
-			if !strings.Contains(stack, "nn.(*lane).run") { // the side lane is the step's
-				pullers = append(pullers, askingGoroutine(stack))
+			if g := askingGoroutine(stack); !onSideLane(g) { // the side lane is the step's
+				pullers = append(pullers, g)
 			}
 		}
 	}
@@ -347,6 +347,16 @@ func askingGoroutine(stack string) string {
 		return strings.Fields(by)[0]
 	}
 	return strings.Fields(stack)[1] // "goroutine N [running]:"
+}
+
+// onSideLane reports whether goroutine id runs a backward pass's side
+// lane.
+func onSideLane(id string) bool {
+	buf := make([]byte, 1<<20)
+	all := string(buf[:runtime.Stack(buf, true)])
+	_, stack, found := strings.Cut(all, "goroutine "+id+" [")
+	stack, _, _ = strings.Cut(stack, "\ngoroutine ")
+	return found && strings.Contains(stack, "nn.(*lane).run")
 }
 
 // ownStack is the calling goroutine's stack, its first 16 KiB.
