@@ -207,38 +207,40 @@ func (l *lane) next(spin time.Duration) (fn func(native.Backend) error, open, id
 	}
 }
 
-// spinRecv receives from ch, spinning for up to d, and offering its CPU
-// to any other thread runnable there now and then (so a spin on a shared
-// core costs its other tenants little); ok is false when nothing came.
+// spinRecv receives from ch, spinning for up to d; ok is false when
+// nothing came.
 func spinRecv[T any](ch <-chan T, d time.Duration) (v T, open, ok bool) {
-	start := time.Now()
-	for i := 1; ; i++ {
+	ok = spinUntil(d, func() bool {
 		select {
-		case v, open := <-ch:
-			return v, open, true
+		case v, open = <-ch:
+			return true
 		default:
+			return false
 		}
-		if i%64 != 0 {
-			continue
-		}
-		if time.Since(start) >= d {
-			return v, false, false
-		}
-		cpuset.Yield()
-	}
+	})
+	return v, open, ok
 }
 
 // spinWait waits for b to ring, spinning for up to d before it sleeps.
 func spinWait(b *doorbell.Bell, d time.Duration) {
+	if !spinUntil(d, b.Rung) {
+		b.Wait(0)
+	}
+}
+
+// spinUntil polls done until it reports true or d has passed, offering its
+// CPU to any other thread runnable there now and then (so a spin on a
+// shared core costs its other tenants little), and reports whether done
+// did.
+func spinUntil(d time.Duration, done func() bool) bool {
 	start := time.Now()
 	for i := 1; ; i++ {
-		if b.Rung() {
-			return
+		if done() {
+			return true
 		}
 		if i%64 == 0 {
 			if time.Since(start) >= d {
-				b.Wait(0)
-				return
+				return false
 			}
 			cpuset.Yield()
 		}
