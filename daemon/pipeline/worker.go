@@ -709,18 +709,13 @@ func (w *Worker) batch(ctx context.Context, step int64) ([]input, error) {
 // that touched (touchedRows) does not list, the others once g opens.
 func (w *Worker) startPrefetch(step int64, g *gate, touched [][]int64) {
 	w.next = step
-	w.wg.Go(func() { w.prefetch <- w.readAhead(w.ctx, g, step, touched) })
-}
-
-// readAhead reads step's batch, plans its rows and pulls them
-// (pullRowsAhead: those touched does not list at once, the others once g
-// opens).
-func (w *Worker) readAhead(ctx context.Context, g *gate, step int64, touched [][]int64) prefetched {
-	ins, err := w.microInputs(ctx, step)
-	if err == nil {
-		w.pullRowsAhead(g, step, ins, touched)
-	}
-	return prefetched{ins, err}
+	w.wg.Go(func() {
+		ins, err := w.microInputs(w.ctx, step)
+		if err == nil {
+			w.pullRowsAhead(g, step, ins, touched)
+		}
+		w.prefetch <- prefetched{ins, err}
+	})
 }
 
 // An inlineRead reads step's batch and pulls its rows within the step
