@@ -45,12 +45,27 @@ type lane struct {
 // share (the pass's critical path) and a side share; other backends (one
 // thread, or a GPU, whose stream orders kernels anyway) are not split.
 func splitLanes(b native.Backend) (main native.Backend, side *native.CPU, ok bool) {
-	cpu, isCPU := b.(*native.CPU)
-	if !isCPU || cpu.Threads() < 2 {
+	cpu, ok := splits(b)
+	if !ok {
 		return b, nil, false
 	}
 	main, side = cpu.Split(cpu.Threads() / 2)
 	return main, side, true
+}
+
+// splits reports whether splitLanes divides b, a CPU backend.
+func splits(b native.Backend) (*native.CPU, bool) {
+	cpu, isCPU := b.(*native.CPU)
+	return cpu, isCPU && cpu.Threads() >= 2
+}
+
+// Lanes is how many goroutines run a model's kernels on b at once: two
+// where the backward pass splits b into a main and a side lane, else one.
+func Lanes(b native.Backend) int {
+	if _, ok := splits(b); ok {
+		return 2
+	}
+	return 1
 }
 
 // laneSpin is how long a lane whose queue ran dry, or a pass waiting for

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -105,6 +106,40 @@ func TestStageBackendOfACPUNode(t *testing.T) {
 	}
 	if got := b.(*native.CPU).Pinned(); got != nil {
 		t.Errorf("a stage with all %d CPUs pinned to %v", runtime.NumCPU(), got)
+	}
+}
+
+// A stage of two lanes that waits on other processes runs Go on a P more
+// than its lanes until its backend is released (cpuset.Exchanging); one
+// that waits on no one, or has one lane, leaves GOMAXPROCS be.
+func TestStageBackendKeepsAPForMessages(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("the GOMAXPROCS variable fixes the Ps")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // the Ps two lanes take, on any machine
+	const before = 2
+	for _, c := range []struct {
+		name     string
+		threads  int
+		replicas int
+		want     int
+	}{
+		{"2 threads, 2 replicas", 2, 2, 3},
+		{"2 threads, alone with local shards", 2, 1, before},
+		{"1 thread, 2 replicas", 1, 2, before},
+	} {
+		a := &Agent{cfg: Config{Name: "c1", Type: "cpu-2t", Units: 1, Threads: c.threads}, log: quiet}
+		_, release, err := a.stageBackend(api.Task{JobID: "j", TaskID: "j-s0r0", Units: 1, Replicas: c.replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := runtime.GOMAXPROCS(0); got != c.want {
+			t.Errorf("%s: GOMAXPROCS %d while it runs, want %d (%d before)", c.name, got, c.want, before)
+		}
+		release()
+		if got := runtime.GOMAXPROCS(0); got != before {
+			t.Errorf("%s: GOMAXPROCS %d after release, want %d as before", c.name, got, before)
+		}
 	}
 }
 

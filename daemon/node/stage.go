@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/ps"
 	"github.com/heterps/heterps/daemon/wire"
+	"github.com/heterps/heterps/internal/cpuset"
 	"github.com/heterps/heterps/native"
 )
 
@@ -229,8 +231,10 @@ func (a *Agent) waitingForPS(s api.Task) func(shard int, err error) {
 }
 
 // stageBackend is the backend task s runs on (gpus.go): one of the node's
-// GPUs for a GPU node, its CPU otherwise. release closes it and frees the
-// GPU.
+// GPUs for a GPU node, its CPU otherwise. A backend of two lanes (nn.Lanes)
+// for a task that waits on other processes comes with a Go P for the
+// messages (cpuset.Exchanging) until release, which also closes it and
+// frees the GPU.
 func (a *Agent) stageBackend(s api.Task) (native.Backend, func(), error) {
 	kind, gpu, free := nodeKind(a.cfg.GPUs), -1, func() {}
 	if kind == config.KindGPU {
@@ -244,7 +248,13 @@ func (a *Agent) stageBackend(s api.Task) (native.Backend, func(), error) {
 		free()
 		return nil, nil, err
 	}
+	letGo := func() {}
+	if lanes := nn.Lanes(b); lanes > 1 && a.waitsOnOthers(s) {
+		letGo = cpuset.Exchanging(lanes) // a Go P for its messages (internal/cpuset)
+		a.taskLog(s).Info("the stage runs Go on a P more than its lanes, for its messages", "lanes", lanes, "gomaxprocs", runtime.GOMAXPROCS(0))
+	}
 	return b, func() {
+		letGo()
 		if err := closeBackend(b); err != nil {
 			a.taskLog(s).Warn("closing the backend", "backend", b.Name(), "err", err)
 		}

@@ -109,6 +109,56 @@ func TestServingAddsAPWhileHeld(t *testing.T) {
 	}
 }
 
+const exchangingChildEnv = "HETERPS_CPUSET_EXCHANGING_CHILD"
+
+// TestExchangingKeepsAPBeyondTheLanes: Exchanging(lanes) runs Go on at
+// least lanes+1 Ps while held, by any holder, and gives the GOMAXPROCS of
+// before back once none holds it. Pinned to one CPU (in a child process,
+// so that this one keeps its CPUs) a process goes from 1 P to 3 for two
+// lanes, stays at 3 with Serving held too and at 2 with Serving alone,
+// and back to 1; unpinned, it goes to lanes+1 where it had fewer; with
+// the GOMAXPROCS variable set nothing changes.
+func TestExchangingKeepsAPBeyondTheLanes(t *testing.T) {
+	if cpu := os.Getenv(exchangingChildEnv); cpu != "" {
+		n, _ := strconv.Atoi(cpu)
+		if err := Pin([]int{n}); err != nil {
+			t.Fatal(err)
+		}
+		seen := []int{runtime.GOMAXPROCS(0)}
+		exchange, serve := Exchanging(2), Serving()
+		seen = append(seen, runtime.GOMAXPROCS(0))
+		exchange()
+		exchange()
+		seen = append(seen, runtime.GOMAXPROCS(0))
+		serve()
+		seen = append(seen, runtime.GOMAXPROCS(0))
+		fmt.Printf("PROCS %v\n", seen)
+		return
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		before := runtime.GOMAXPROCS(0)
+		lanes := before + 1 // more than this process has Ps
+		first, second := Exchanging(lanes), Exchanging(1)
+		if got := runtime.GOMAXPROCS(0); got != lanes+1 {
+			t.Errorf("unpinned, %d Ps, Exchanging(%d): GOMAXPROCS %d, want %d", before, lanes, got, lanes+1)
+		}
+		first()
+		if got := runtime.GOMAXPROCS(0); got != max(before, 2) {
+			t.Errorf("unpinned, Exchanging(1) left: GOMAXPROCS %d, want %d", got, max(before, 2))
+		}
+		second()
+		if got := runtime.GOMAXPROCS(0); got != before {
+			t.Errorf("unpinned, every holder gone: GOMAXPROCS %d, want %d as before", got, before)
+		}
+	}
+	cpu := lastCPU(t)
+	for env, want := range map[string]string{"GOMAXPROCS=": "PROCS [1 3 2 1]", "GOMAXPROCS=5": "PROCS [5 5 5 5]"} {
+		if out := inChild(t, "TestExchangingKeepsAPBeyondTheLanes", fmt.Sprintf("%s=%d", exchangingChildEnv, cpu), env); !strings.Contains(out, want) {
+			t.Errorf("%s: want %q; child:\n%s", env, want, out)
+		}
+	}
+}
+
 // lastCPU is the last CPU this process may run on.
 func lastCPU(t *testing.T) int {
 	t.Helper()

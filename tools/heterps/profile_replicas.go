@@ -423,6 +423,9 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	if f.gpu < 0 { // the collector's slack a node of these threads keeps (heterpsd)
 		defer gctune.Start(ctx, gctune.NodeHeadroom(f.unitThreads, runtime.NumCPU()))()
 	}
+	if f.gpu < 0 && f.unitThreads > 1 && f.k > 1 { // a P for the messages, as a node's 2-lane task that waits on others keeps (cpuset.Exchanging)
+		defer cpuset.Exchanging(2)()
+	}
 	r := &stageRunner{setup: setup, k: f.k, computeNice: f.computeNice, pinned: pinned}
 	defer r.close()
 	return r.runReplica(ctx, cancel, f.index, stdin, out)
