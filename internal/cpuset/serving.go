@@ -129,8 +129,21 @@ func (p *procState) apply() {
 		return // never raised: leave the runtime's own GOMAXPROCS be
 	default:
 		p.unpinned = 0
+		restoreProcs(base)
+		return
 	}
 	runtime.GOMAXPROCS(want)
+}
+
+// restoreProcs gives an unpinned process its GOMAXPROCS of before back:
+// the runtime's default where that is it, so that the runtime follows the
+// CPUs and the cgroup's quota again, else the value itself (a test run's
+// -cpu).
+func restoreProcs(before int) {
+	runtime.SetDefaultGOMAXPROCS()
+	if runtime.GOMAXPROCS(0) != before {
+		runtime.GOMAXPROCS(before)
+	}
 }
 
 // PinServing is Pin for a process that serves others for good while it
