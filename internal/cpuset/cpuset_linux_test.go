@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,29 +72,21 @@ func TestPinServingKeepsAPForServing(t *testing.T) {
 	}
 }
 
-const servingChildEnv = "HETERPS_CPUSET_SERVING_CHILD"
-
 // TestServingAddsAPWhileHeld: a process that Pin pinned to a CPU runs Go
 // on 1 P, on 2 while anything holds Serving (two holders, released one at
 // a time, one of them twice), and on 1 again once none does; with the
-// GOMAXPROCS variable set, neither changes it. In a child process, so
-// that this one keeps its CPUs. In an unpinned process Serving changes
-// nothing.
+// GOMAXPROCS variable set, neither changes it. In an unpinned process
+// Serving changes nothing.
 func TestServingAddsAPWhileHeld(t *testing.T) {
-	if cpu := os.Getenv(servingChildEnv); cpu != "" {
-		n, _ := strconv.Atoi(cpu)
-		if err := Pin([]int{n}); err != nil {
-			t.Fatal(err)
-		}
-		seen := []int{runtime.GOMAXPROCS(0)}
+	if procsWhenPinned(t, "TestServingAddsAPWhileHeld", []int{1, 2, 2, 1}, func(seen func()) {
 		first, second := Serving(), Serving()
-		seen = append(seen, runtime.GOMAXPROCS(0))
+		seen()
 		first()
 		first()
-		seen = append(seen, runtime.GOMAXPROCS(0))
+		seen()
 		second()
-		seen = append(seen, runtime.GOMAXPROCS(0))
-		fmt.Printf("PROCS %v\n", seen)
+		seen()
+	}) {
 		return
 	}
 	before := runtime.GOMAXPROCS(0)
@@ -101,62 +94,73 @@ func TestServingAddsAPWhileHeld(t *testing.T) {
 	if got := runtime.GOMAXPROCS(0); got != before {
 		t.Fatalf("unpinned: GOMAXPROCS %d after Serving, %d before", got, before)
 	}
-	cpu := lastCPU(t)
-	for env, want := range map[string]string{"GOMAXPROCS=": "PROCS [1 2 2 1]", "GOMAXPROCS=3": "PROCS [3 3 3 3]"} {
-		if out := inChild(t, "TestServingAddsAPWhileHeld", fmt.Sprintf("%s=%d", servingChildEnv, cpu), env); !strings.Contains(out, want) {
-			t.Errorf("%s: want %q; child:\n%s", env, want, out)
-		}
-	}
 }
-
-const exchangingChildEnv = "HETERPS_CPUSET_EXCHANGING_CHILD"
 
 // TestExchangingKeepsAPBeyondTheLanes: Exchanging(lanes) runs Go on at
 // least lanes+1 Ps while held, by any holder, and gives the GOMAXPROCS of
-// before back once none holds it. Pinned to one CPU (in a child process,
-// so that this one keeps its CPUs) a process goes from 1 P to 3 for two
-// lanes, stays at 3 with Serving held too and at 2 with Serving alone,
-// and back to 1; unpinned, it goes to lanes+1 where it had fewer; with
-// the GOMAXPROCS variable set nothing changes.
+// before back once none holds it. Pinned to one CPU a process goes from 1
+// P to 3 for two lanes, stays at 3 with Serving held too and at 2 with
+// Serving alone, and back to 1; unpinned, it goes to lanes+1 where it had
+// fewer; with the GOMAXPROCS variable set nothing changes.
 func TestExchangingKeepsAPBeyondTheLanes(t *testing.T) {
-	if cpu := os.Getenv(exchangingChildEnv); cpu != "" {
+	if procsWhenPinned(t, "TestExchangingKeepsAPBeyondTheLanes", []int{1, 3, 2, 1}, func(seen func()) {
+		exchange, serve := Exchanging(2), Serving()
+		seen()
+		exchange()
+		exchange()
+		seen()
+		serve()
+		seen()
+	}) {
+		return
+	}
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	before := runtime.GOMAXPROCS(0)
+	lanes := before + 1 // more than this process has Ps
+	first, second := Exchanging(lanes), Exchanging(1)
+	if got := runtime.GOMAXPROCS(0); got != lanes+1 {
+		t.Errorf("unpinned, %d Ps, Exchanging(%d): GOMAXPROCS %d, want %d", before, lanes, got, lanes+1)
+	}
+	first()
+	if got := runtime.GOMAXPROCS(0); got != max(before, 2) {
+		t.Errorf("unpinned, Exchanging(1) left: GOMAXPROCS %d, want %d", got, max(before, 2))
+	}
+	second()
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Errorf("unpinned, every holder gone: GOMAXPROCS %d, want %d as before", got, before)
+	}
+}
+
+const procsChildEnv = "HETERPS_CPUSET_PROCS_CHILD"
+
+// procsWhenPinned runs test again in a child process pinned to this
+// process's last CPU (so that this one keeps its CPUs), once as it is and
+// once with the GOMAXPROCS variable set to 5. The child records
+// GOMAXPROCS once pinned and wherever steps calls seen, and the lists must
+// be want and all 5s. It reports whether this is the child, whose caller
+// then returns.
+func procsWhenPinned(t *testing.T, test string, want []int, steps func(seen func())) (child bool) {
+	t.Helper()
+	if cpu := os.Getenv(procsChildEnv); cpu != "" {
 		n, _ := strconv.Atoi(cpu)
 		if err := Pin([]int{n}); err != nil {
 			t.Fatal(err)
 		}
-		seen := []int{runtime.GOMAXPROCS(0)}
-		exchange, serve := Exchanging(2), Serving()
-		seen = append(seen, runtime.GOMAXPROCS(0))
-		exchange()
-		exchange()
-		seen = append(seen, runtime.GOMAXPROCS(0))
-		serve()
-		seen = append(seen, runtime.GOMAXPROCS(0))
-		fmt.Printf("PROCS %v\n", seen)
-		return
+		procs := []int{runtime.GOMAXPROCS(0)}
+		steps(func() { procs = append(procs, runtime.GOMAXPROCS(0)) })
+		fmt.Printf("PROCS %v\n", procs)
+		return true
 	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		before := runtime.GOMAXPROCS(0)
-		lanes := before + 1 // more than this process has Ps
-		first, second := Exchanging(lanes), Exchanging(1)
-		if got := runtime.GOMAXPROCS(0); got != lanes+1 {
-			t.Errorf("unpinned, %d Ps, Exchanging(%d): GOMAXPROCS %d, want %d", before, lanes, got, lanes+1)
-		}
-		first()
-		if got := runtime.GOMAXPROCS(0); got != max(before, 2) {
-			t.Errorf("unpinned, Exchanging(1) left: GOMAXPROCS %d, want %d", got, max(before, 2))
-		}
-		second()
-		if got := runtime.GOMAXPROCS(0); got != before {
-			t.Errorf("unpinned, every holder gone: GOMAXPROCS %d, want %d as before", got, before)
+	fixed := slices.Repeat([]int{5}, len(want))
+	pinTo := fmt.Sprintf("%s=%d", procsChildEnv, lastCPU(t))
+	for env, want := range map[string][]int{"GOMAXPROCS=": want, "GOMAXPROCS=5": fixed} {
+		if out := inChild(t, test, pinTo, env); !strings.Contains(out, fmt.Sprintf("PROCS %v\n", want)) {
+			t.Errorf("%s: want PROCS %v; child:\n%s", env, want, out)
 		}
 	}
-	cpu := lastCPU(t)
-	for env, want := range map[string]string{"GOMAXPROCS=": "PROCS [1 3 2 1]", "GOMAXPROCS=5": "PROCS [5 5 5 5]"} {
-		if out := inChild(t, "TestExchangingKeepsAPBeyondTheLanes", fmt.Sprintf("%s=%d", exchangingChildEnv, cpu), env); !strings.Contains(out, want) {
-			t.Errorf("%s: want %q; child:\n%s", env, want, out)
-		}
-	}
+	return false
 }
 
 // lastCPU is the last CPU this process may run on.
