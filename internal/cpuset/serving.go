@@ -30,9 +30,11 @@ import (
 //
 // Exchanging (a stage of two lanes that waits on other processes) makes
 // sure of lanes+1 Ps, pinned or not: two 2-thread nodes of an allreduce
-// job on the 2-core Zen 4 VM (GOMAXPROCS 2 each, the lanes' count) ran a
-// median 1.07x faster at 3 (10 alternated pairs, 9 faster), where their
-// ring goroutines had waited 7-8 ms a step for a P. A node of more CPUs
+// job on the 2-core Zen 4 VM (GOMAXPROCS 2 each, the lanes' count), whose
+// ring goroutines had waited 7-8 ms a step for a P, ran a median 1.07x
+// faster at GOMAXPROCS 3 (10 alternated pairs, 9 faster) and 1.02-1.03x
+// with Exchanging (14 pairs, 9 faster; 1.00x against GOMAXPROCS 3 head to
+// head over 6). A node of more CPUs
 // than lanes already has the P, and one whose stage waits on no one (make
 // run's single node) is better without it: the servers' work there is
 // the step's own, and a third P only lets it contend with the lanes
