@@ -96,12 +96,13 @@ func TestServingAddsAPWhileHeld(t *testing.T) {
 	}
 }
 
-// TestExchangingKeepsAPBeyondTheLanes: Exchanging(lanes) runs Go on at
-// least lanes+1 Ps while held, by any holder, and gives the GOMAXPROCS of
+// TestExchangingKeepsAPBeyondTheLanes: Exchanging runs Go on at least one
+// P more than its holders' lanes together, and gives the GOMAXPROCS of
 // before back once none holds it. Pinned to one CPU a process goes from 1
 // P to 3 for two lanes, stays at 3 with Serving held too and at 2 with
 // Serving alone, and back to 1; unpinned, it goes to lanes+1 where it had
-// fewer; with the GOMAXPROCS variable set nothing changes.
+// fewer, to 2 more for a second holder of two lanes, back as they let
+// go; with the GOMAXPROCS variable set nothing changes.
 func TestExchangingKeepsAPBeyondTheLanes(t *testing.T) {
 	if procsWhenPinned(t, "TestExchangingKeepsAPBeyondTheLanes", []int{1, 3, 2, 1}, func(seen func()) {
 		exchange, serve := Exchanging(2), Serving()
@@ -119,13 +120,17 @@ func TestExchangingKeepsAPBeyondTheLanes(t *testing.T) {
 	}
 	before := runtime.GOMAXPROCS(0)
 	lanes := before + 1 // more than this process has Ps
-	first, second := Exchanging(lanes), Exchanging(1)
+	first := Exchanging(lanes)
 	if got := runtime.GOMAXPROCS(0); got != lanes+1 {
 		t.Errorf("unpinned, %d Ps, Exchanging(%d): GOMAXPROCS %d, want %d", before, lanes, got, lanes+1)
 	}
+	second := Exchanging(2)
+	if got := runtime.GOMAXPROCS(0); got != lanes+3 {
+		t.Errorf("unpinned, Exchanging(%d) and Exchanging(2): GOMAXPROCS %d, want %d", lanes, got, lanes+3)
+	}
 	first()
-	if got := runtime.GOMAXPROCS(0); got != max(before, 2) {
-		t.Errorf("unpinned, Exchanging(1) left: GOMAXPROCS %d, want %d", got, max(before, 2))
+	if got := runtime.GOMAXPROCS(0); got != max(before, 3) {
+		t.Errorf("unpinned, Exchanging(2) left: GOMAXPROCS %d, want %d", got, max(before, 3))
 	}
 	second()
 	if got := runtime.GOMAXPROCS(0); got != before {

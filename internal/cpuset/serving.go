@@ -29,7 +29,8 @@ import (
 // extra P anywhere the asynchronous pair ran at 0.64x.
 //
 // Exchanging (a stage of two lanes that waits on other processes) makes
-// sure of lanes+1 Ps, pinned or not: two 2-thread nodes of an allreduce
+// sure of one P more than the lanes of such stages together, pinned or
+// not: two 2-thread nodes of an allreduce
 // job on the 2-core Zen 4 VM (GOMAXPROCS 2 each, the lanes' count), whose
 // ring goroutines had waited 7-8 ms a step for a P, ran a median 1.07x
 // faster at GOMAXPROCS 3 (10 alternated pairs, 9 faster) and 1.02-1.03x
@@ -45,7 +46,7 @@ import (
 type procState struct {
 	pinned     int          // the GOMAXPROCS Pin set: its CPUs; 0 when none was set
 	serving    int          // Serving's holders
-	exchanging map[*int]int // Exchanging's holders: the Ps each needs
+	exchanging map[*int]int // Exchanging's holders: each one's lanes
 	unpinned   int          // an unpinned process's GOMAXPROCS before Exchanging raised it; 0: not raised
 }
 
@@ -75,16 +76,17 @@ func Serving() (done func()) {
 	return once(func() { procs.serving-- })
 }
 
-// Exchanging makes sure the process runs Go on at least lanes+1 Ps until
-// the returned function is called: one for each of a stage's lanes and one
-// for the messages it exchanges with other processes. An unpinned process
-// gets its GOMAXPROCS from before back once the last holder lets go. It
-// changes nothing where the GOMAXPROCS variable is set.
+// Exchanging makes sure the process runs Go on at least one P more than
+// the lanes of every holder together until the returned function is
+// called: one for each lane of a stage and one for the messages its
+// stages exchange with other processes. An unpinned process gets its
+// GOMAXPROCS from before back once the last holder lets go. It changes
+// nothing where the GOMAXPROCS variable is set.
 func Exchanging(lanes int) (done func()) {
 	procs.Lock()
 	defer procs.Unlock()
 	key := new(int)
-	procs.exchanging[key] = lanes + 1
+	procs.exchanging[key] = lanes
 	procs.apply()
 	return once(func() { delete(procs.exchanging, key) })
 }
@@ -119,8 +121,12 @@ func (p *procState) apply() {
 	if p.serving > 0 && p.pinned > 0 {
 		want = base + 1
 	}
-	for _, n := range p.exchanging {
-		want = max(want, n)
+	if len(p.exchanging) > 0 {
+		lanes := 0
+		for _, n := range p.exchanging {
+			lanes += n
+		}
+		want = max(want, lanes+1)
 	}
 	switch {
 	case p.pinned > 0:
