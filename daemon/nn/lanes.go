@@ -205,19 +205,14 @@ func (l *lane) next(spin time.Duration) (fn func(native.Backend) error, open, id
 	if fn, open, ok := spinRecv(l.work, spin); ok {
 		return fn, open, false
 	}
-	for {
+	for timedOut := false; ; timedOut = !l.bell.Wait(laneIdle) {
 		select {
 		case fn, open := <-l.work:
 			return fn, open, false
 		default:
 		}
-		if !l.bell.Wait(laneIdle) {
-			select {
-			case fn, open := <-l.work:
-				return fn, open, false
-			default:
-				return nil, true, true
-			}
+		if timedOut {
+			return nil, true, true
 		}
 	}
 }
