@@ -289,17 +289,19 @@ func TestSoleLocalReplicaReadsAheadOnTheSideLane(t *testing.T) {
 	// lane, or by nobody until the wait gives up.
 	var armed atomic.Bool
 	localShardHook = func() {
-		if stack := ownStack(); armed.Load() {
-			mu.Lock()
-			switch {
-			case strings.Contains(stack, "pullUntouchedAhead"):
-				untouchedBy = append(untouchedBy, askingGoroutine(stack))
-			case strings.Contains(stack, "pullRestAhead"):
-				restBy = append(restBy, askingGoroutine(stack))
-			}
-			mu.Unlock()
+		if !armed.Load() {
+			return
 		}
-		if armed.Load() && strings.Contains(ownStack(), "(*Client).PushRows") {
+		stack := ownStack()
+		mu.Lock()
+		switch {
+		case strings.Contains(stack, "pullUntouchedAhead"):
+			untouchedBy = append(untouchedBy, askingGoroutine(stack))
+		case strings.Contains(stack, "pullRestAhead"):
+			restBy = append(restBy, askingGoroutine(stack))
+		}
+		mu.Unlock()
+		if strings.Contains(stack, "(*Client).PushRows") {
 			for deadline := time.Now().Add(5 * time.Second); !read(3) && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
