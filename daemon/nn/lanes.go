@@ -56,13 +56,22 @@ func splitLanes(b native.Backend) (main native.Backend, side *native.CPU, ok boo
 // splits reports whether splitLanes divides b, a CPU backend.
 func splits(b native.Backend) (*native.CPU, bool) {
 	cpu, isCPU := b.(*native.CPU)
-	return cpu, isCPU && cpu.Threads() >= 2
+	return cpu, isCPU && CPULanes(cpu.Threads()) > 1
 }
 
 // Lanes is how many goroutines run a model's kernels on b at once: two
 // where the backward pass splits b into a main and a side lane, else one.
 func Lanes(b native.Backend) int {
 	if _, ok := splits(b); ok {
+		return 2
+	}
+	return 1
+}
+
+// CPULanes is Lanes for a CPU backend of threads threads: two from two
+// threads on.
+func CPULanes(threads int) int {
+	if threads >= 2 {
 		return 2
 	}
 	return 1

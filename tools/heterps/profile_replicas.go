@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/heterps/heterps/config"
+	"github.com/heterps/heterps/daemon/nn"
 	"github.com/heterps/heterps/daemon/pipeline"
 	"github.com/heterps/heterps/daemon/wire"
 	"github.com/heterps/heterps/internal/cpuset"
@@ -423,8 +424,8 @@ func profileReplica(args []string, stdin io.Reader, out *json.Encoder) error {
 	if f.gpu < 0 { // the collector's slack a node of these threads keeps (heterpsd)
 		defer gctune.Start(ctx, gctune.NodeHeadroom(f.unitThreads, runtime.NumCPU()))()
 	}
-	if f.gpu < 0 && f.unitThreads > 1 && f.k > 1 { // a P for the messages, as a node's 2-lane task that waits on others keeps (cpuset.Exchanging)
-		defer cpuset.Exchanging(2)()
+	if lanes := nn.CPULanes(f.unitThreads); f.gpu < 0 && lanes > 1 && f.k > 1 { // a P for the messages, as a node's task of two lanes that waits on others keeps (cpuset.Exchanging)
+		defer cpuset.Exchanging(lanes)()
 	}
 	r := &stageRunner{setup: setup, k: f.k, computeNice: f.computeNice, pinned: pinned}
 	defer r.close()
