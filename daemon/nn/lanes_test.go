@@ -13,6 +13,7 @@ import (
 	"github.com/heterps/heterps/config"
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/internal/cpuset"
+	"github.com/heterps/heterps/internal/threadtest"
 	"github.com/heterps/heterps/native"
 )
 
@@ -476,6 +477,6 @@ func goroutineID() string {
 
 // stillRuns reports whether goroutine id is alive.
 func stillRuns(id string) bool {
-	buf := make([]byte, 1<<20)
-	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "goroutine "+id+" [")
+	_, alive := threadtest.GoroutineStack(id)
+	return alive
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heterps/heterps/daemon/data"
 	"github.com/heterps/heterps/daemon/ps"
+	"github.com/heterps/heterps/internal/threadtest"
 	"github.com/heterps/heterps/native"
 )
 
@@ -354,11 +355,8 @@ func askingGoroutine(stack string) string {
 // onSideLane reports whether goroutine id runs a backward pass's side
 // lane.
 func onSideLane(id string) bool {
-	buf := make([]byte, 1<<20)
-	all := string(buf[:runtime.Stack(buf, true)])
-	_, stack, found := strings.Cut(all, "goroutine "+id+" [")
-	stack, _, _ = strings.Cut(stack, "\ngoroutine ")
-	return found && strings.Contains(stack, "nn.(*lane).run")
+	stack, alive := threadtest.GoroutineStack(id)
+	return alive && strings.Contains(stack, "nn.(*lane).run")
 }
 
 // ownStack is the calling goroutine's stack, its first 16 KiB.
